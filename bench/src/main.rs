@@ -1,0 +1,505 @@
+//! `kura-bench`: the workloads of Tokyo Cabinet's `tchtest write` / `tchtest read` (and
+//! `tchmttest` for several threads) and of Kyoto Cabinet's `kchashtest order`, run against any
+//! Kura database name (`/tmp/x.kh#sync=none`, `*`, …).
+//!
+//! Records are keyed `%08d` from `00000001` to N, and every value equals its key (8 bytes each),
+//! as in tchtest. With T threads each thread handles a disjoint slice of the key range. With
+//! `--rnd` each thread visits its slice in a shuffled order computed before the timer starts.
+//!
+//! Every measurement prints a human line and one machine-readable line:
+//!
+//! ```text
+//! RESULT op=write threads=2 records=1000000 rnd=0 seconds=0.812 ops_per_sec=1231527 file_size=…
+//! ```
+//!
+//! Timing: `write` and `read` time everything from `open` to the end of `close` (the write also
+//! includes an explicit `sync`), as tchtest does; `order` times its phases separately, as
+//! kchashtest does (open, set, get, remove, close).
+
+use clap::{Args, Parser, Subcommand};
+use kura_engine::Store;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+#[command(
+    name = "kura-bench",
+    version,
+    about = "Tokyo Cabinet / Kyoto Cabinet style benchmark for Kura databases",
+    long_about = "Runs the workloads of Tokyo Cabinet's `tchtest write`/`tchtest read` \
+                  (`tchmttest` with threads) and Kyoto Cabinet's `kchashtest order` against \
+                  a Kura database name, e.g. `/tmp/x.kh#sync=none` or `*`. Keys are `%08d` \
+                  from 00000001 to N and each value equals its key. Prints one `RESULT …` \
+                  line per measurement."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Store N records (open, put every record, sync, close; all timed).
+    Write(Common),
+    /// Read and verify N records written by `write` (open, get every record, close; all timed).
+    /// Exits non-zero when any record is missing or has a wrong value.
+    Read(Common),
+    /// Write, read (verifying), then remove N records in one open database, timing each phase
+    /// like `kchashtest order`. Exits non-zero on any missing record.
+    Order(Common),
+}
+
+#[derive(Args, Clone)]
+struct Common {
+    /// Database name, opened verbatim (`PATH.kh#sync=none`, `*`, …).
+    name: String,
+    /// Number of records (keys 00000001..N).
+    #[arg(short = 'n', long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+    records: u64,
+    /// Number of threads; each handles a disjoint slice of the key range.
+    #[arg(short = 't', long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    threads: u64,
+    /// Visit each thread's slice in a shuffled order (computed before timing).
+    #[arg(long)]
+    rnd: bool,
+    /// Seed for the shuffles of --rnd.
+    #[arg(long, default_value_t = 19_780_211)]
+    seed: u64,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let res = match &cli.cmd {
+        Cmd::Write(c) => cmd_write(c),
+        Cmd::Read(c) => cmd_read(c),
+        Cmd::Order(c) => cmd_order(c),
+    };
+    match res {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("kura-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type BenchResult<T> = Result<T, String>;
+
+// ----- keys and work split -----
+
+/// Format `n` as `%08d` into `buf`, returning the used part.
+fn key_of(n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    let mut v = n;
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    while buf.len() - i < 8 {
+        i -= 1;
+        buf[i] = b'0';
+    }
+    &buf[i..]
+}
+
+/// SplitMix64: small, fast and good enough to shuffle a key range.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..bound` (multiply-shift; the bias is negligible for these sizes).
+    fn below(&mut self, bound: u64) -> u64 {
+        ((u128::from(self.next()) * u128::from(bound)) >> 64) as u64
+    }
+}
+
+/// Per-thread key numbers for one phase: thread `t` of `T` gets `1 + N*t/T .. 1 + N*(t+1)/T`,
+/// in order or shuffled (Fisher–Yates).
+fn plan(c: &Common, phase: u64) -> Vec<Vec<u64>> {
+    let n = c.records;
+    let t = c.threads;
+    (0..t)
+        .map(|i| {
+            let lo = 1 + (u128::from(n) * u128::from(i) / u128::from(t)) as u64;
+            let hi = 1 + (u128::from(n) * u128::from(i + 1) / u128::from(t)) as u64;
+            let mut keys: Vec<u64> = (lo..hi).collect();
+            if c.rnd {
+                let mut rng =
+                    SplitMix(c.seed ^ (phase << 48) ^ i.wrapping_mul(0x2545_F491_4F6C_DD1D));
+                for j in (1..keys.len()).rev() {
+                    let k = rng.below(j as u64 + 1) as usize;
+                    keys.swap(j, k);
+                }
+            }
+            keys
+        })
+        .collect()
+}
+
+// ----- phases -----
+
+#[derive(Default)]
+struct Tally {
+    /// Records not found (get / remove).
+    misses: u64,
+    /// Records found with a wrong value (get).
+    bad: u64,
+}
+
+#[derive(Clone, Copy)]
+enum Op {
+    Put,
+    Get,
+    Remove,
+}
+
+/// Run one phase over the planned keys, one thread per slice. Returns the elapsed time.
+fn run_phase(db: &dyn Store, plan: &[Vec<u64>], op: Op) -> BenchResult<(Duration, Tally)> {
+    let start = Instant::now();
+    let results: Vec<BenchResult<Tally>> = std::thread::scope(|s| {
+        let handles: Vec<_> = plan
+            .iter()
+            .map(|keys| s.spawn(move || worker(db, keys, op)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a worker thread panicked".into()))
+            })
+            .collect()
+    });
+    let elapsed = start.elapsed();
+    let mut total = Tally::default();
+    for r in results {
+        let t = r?;
+        total.misses += t.misses;
+        total.bad += t.bad;
+    }
+    Ok((elapsed, total))
+}
+
+fn worker(db: &dyn Store, keys: &[u64], op: Op) -> BenchResult<Tally> {
+    let mut tally = Tally::default();
+    let mut buf = [0u8; 20];
+    for &n in keys {
+        let key = key_of(n, &mut buf);
+        match op {
+            Op::Put => {
+                db.put(key, key)
+                    .map_err(|e| format!("put {}: {e}", String::from_utf8_lossy(key)))?;
+            }
+            Op::Get => match db
+                .get(key)
+                .map_err(|e| format!("get {}: {e}", String::from_utf8_lossy(key)))?
+            {
+                None => tally.misses += 1,
+                Some(r) if r.value != key => tally.bad += 1,
+                Some(_) => {}
+            },
+            Op::Remove => {
+                if !db
+                    .out(key)
+                    .map_err(|e| format!("remove {}: {e}", String::from_utf8_lossy(key)))?
+                {
+                    tally.misses += 1;
+                }
+            }
+        }
+    }
+    Ok(tally)
+}
+
+fn open(name: &str) -> BenchResult<std::sync::Arc<dyn Store>> {
+    kura_engine::open(name).map_err(|e| format!("open `{name}`: {e}"))
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+fn rate(ops: u64, d: Duration) -> u64 {
+    let s = d.as_secs_f64();
+    if s > 0.0 {
+        (ops as f64 / s).round() as u64
+    } else {
+        0
+    }
+}
+
+/// The machine-readable line. `extra` is appended as is (`key=value` pairs).
+fn result_line(op: &str, c: &Common, ops: u64, d: Duration, extra: &str) {
+    println!(
+        "RESULT op={op} threads={} records={} rnd={} seconds={:.3} ops_per_sec={}{}{} name={}",
+        c.threads,
+        ops,
+        u8::from(c.rnd),
+        secs(d),
+        rate(ops, d),
+        if extra.is_empty() { "" } else { " " },
+        extra,
+        c.name
+    );
+}
+
+fn header(what: &str, c: &Common) {
+    println!(
+        "kura-bench {what}: name={} records={} threads={} order={}{}",
+        c.name,
+        c.records,
+        c.threads,
+        if c.rnd { "random" } else { "sequential" },
+        if c.rnd {
+            format!(" seed={}", c.seed)
+        } else {
+            String::new()
+        }
+    );
+}
+
+fn cmd_write(c: &Common) -> BenchResult<bool> {
+    header("write", c);
+    let keys = plan(c, 1);
+    let start = Instant::now();
+    let db = open(&c.name)?;
+    let t_open = start.elapsed();
+    let before = db.count();
+    if before != 0 {
+        println!("  note: the database already holds {before} records");
+    }
+    let (t_put, _) = run_phase(db.as_ref(), &keys, Op::Put)?;
+    let t0 = Instant::now();
+    db.sync().map_err(|e| format!("sync: {e}"))?;
+    let t_sync = t0.elapsed();
+    let count = db.count();
+    let size_synced = db.size();
+    let kind = db.kind().name();
+    let t0 = Instant::now();
+    db.close().map_err(|e| format!("close: {e}"))?;
+    let mut t_close = t0.elapsed();
+    // Not timed: the size after close includes what close writes (the `.kh` checkpoint);
+    // memory kinds report 0 once closed, so fall back to the size after the sync.
+    let t_size = Instant::now();
+    let size = match db.size() {
+        0 => size_synced,
+        s => s,
+    };
+    let t_size = t_size.elapsed();
+    let t0 = Instant::now();
+    drop(db);
+    t_close += t0.elapsed();
+    let total = start.elapsed() - t_size;
+    println!(
+        "  kind: {kind}; records now: {count}; size: {size} bytes\n  \
+         open {:.3}s  put {:.3}s  sync {:.3}s  close {:.3}s  total {:.3}s  ({} puts/s)",
+        secs(t_open),
+        secs(t_put),
+        secs(t_sync),
+        secs(t_close),
+        secs(total),
+        rate(c.records, total)
+    );
+    result_line(
+        "write",
+        c,
+        c.records,
+        total,
+        &format!(
+            "file_size={size} count={count} put_seconds={:.3} sync_seconds={:.3} close_seconds={:.3}",
+            secs(t_put),
+            secs(t_sync),
+            secs(t_close)
+        ),
+    );
+    Ok(true)
+}
+
+fn cmd_read(c: &Common) -> BenchResult<bool> {
+    header("read", c);
+    let keys = plan(c, 2);
+    let start = Instant::now();
+    let db = open(&c.name)?;
+    let t_open = start.elapsed();
+    let (t_get, tally) = run_phase(db.as_ref(), &keys, Op::Get)?;
+    let size = db.size();
+    let t0 = Instant::now();
+    db.close().map_err(|e| format!("close: {e}"))?;
+    drop(db);
+    let t_close = t0.elapsed();
+    let total = start.elapsed();
+    println!(
+        "  open {:.3}s  get {:.3}s  close {:.3}s  total {:.3}s  ({} gets/s)  misses {}  wrong values {}",
+        secs(t_open),
+        secs(t_get),
+        secs(t_close),
+        secs(total),
+        rate(c.records, total),
+        tally.misses,
+        tally.bad
+    );
+    result_line(
+        "read",
+        c,
+        c.records,
+        total,
+        &format!(
+            "file_size={size} misses={} bad={} get_seconds={:.3}",
+            tally.misses,
+            tally.bad,
+            secs(t_get)
+        ),
+    );
+    let ok = tally.misses == 0 && tally.bad == 0;
+    if !ok {
+        eprintln!(
+            "kura-bench: read: {} missing and {} wrong records",
+            tally.misses, tally.bad
+        );
+    }
+    Ok(ok)
+}
+
+fn cmd_order(c: &Common) -> BenchResult<bool> {
+    header("order", c);
+    let set_keys = plan(c, 1);
+    let get_keys = plan(c, 2);
+    let rem_keys = plan(c, 3);
+    let n = c.records;
+
+    let start = Instant::now();
+    let db = open(&c.name)?;
+    let t_open = start.elapsed();
+    result_line("open", c, 0, t_open, "");
+
+    let (t_set, _) = run_phase(db.as_ref(), &set_keys, Op::Put)?;
+    // Not timed: the size after the writes (not synced: kchashtest order syncs nothing either).
+    let count = db.count();
+    let size = db.size();
+    println!(
+        "  set     {:.3}s ({} ops/s); records now {count}; size {size} bytes",
+        secs(t_set),
+        rate(n, t_set)
+    );
+    result_line(
+        "set",
+        c,
+        n,
+        t_set,
+        &format!("file_size={size} count={count}"),
+    );
+
+    let (t_get, got) = run_phase(db.as_ref(), &get_keys, Op::Get)?;
+    println!(
+        "  get     {:.3}s ({} ops/s); misses {}, wrong values {}",
+        secs(t_get),
+        rate(n, t_get),
+        got.misses,
+        got.bad
+    );
+    result_line(
+        "get",
+        c,
+        n,
+        t_get,
+        &format!("misses={} bad={}", got.misses, got.bad),
+    );
+
+    let (t_rem, removed) = run_phase(db.as_ref(), &rem_keys, Op::Remove)?;
+    let count_after = db.count();
+    println!(
+        "  remove  {:.3}s ({} ops/s); misses {}; records now {count_after}",
+        secs(t_rem),
+        rate(n, t_rem),
+        removed.misses
+    );
+    result_line(
+        "remove",
+        c,
+        n,
+        t_rem,
+        &format!("misses={} count={count_after}", removed.misses),
+    );
+
+    let t0 = Instant::now();
+    let size_after = db.size();
+    db.close().map_err(|e| format!("close: {e}"))?;
+    drop(db);
+    let t_close = t0.elapsed();
+    result_line("close", c, 0, t_close, &format!("file_size={size_after}"));
+
+    let total = t_open + t_set + t_get + t_rem + t_close;
+    println!(
+        "  open {:.3}s  close {:.3}s  total {:.3}s ({} ops/s over {} operations)",
+        secs(t_open),
+        secs(t_close),
+        secs(total),
+        rate(3 * n, total),
+        3 * n
+    );
+    result_line("order", c, 3 * n, total, "");
+
+    let ok = got.misses == 0 && got.bad == 0 && removed.misses == 0;
+    if !ok {
+        eprintln!(
+            "kura-bench: order: get missed {} and found {} wrong; remove missed {}",
+            got.misses, got.bad, removed.misses
+        );
+    }
+    Ok(ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn common(records: u64, threads: u64, rnd: bool) -> Common {
+        Common {
+            name: "*".into(),
+            records,
+            threads,
+            rnd,
+            seed: 7,
+        }
+    }
+
+    #[test]
+    fn keys_are_percent_08d() {
+        let mut b = [0u8; 20];
+        assert_eq!(key_of(1, &mut b), b"00000001");
+        assert_eq!(key_of(1_000_000, &mut b), b"01000000");
+        assert_eq!(key_of(99_999_999, &mut b), b"99999999");
+        assert_eq!(key_of(123_456_789, &mut b), b"123456789");
+        assert_eq!(key_of(0, &mut b), b"00000000");
+    }
+
+    #[test]
+    fn slices_are_disjoint_and_cover_the_range() {
+        for &(n, t, rnd) in &[(10, 3, false), (10, 3, true), (7, 7, true), (5, 8, false)] {
+            let p = plan(&common(n, t, rnd), 1);
+            assert_eq!(p.len() as u64, t);
+            let mut all: Vec<u64> = p.concat();
+            all.sort_unstable();
+            assert_eq!(all, (1..=n).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn rnd_shuffles_deterministically() {
+        let c = common(1000, 2, true);
+        let a = plan(&c, 1);
+        assert_eq!(a, plan(&c, 1));
+        assert_ne!(a, plan(&c, 2));
+        assert_ne!(a, plan(&common(1000, 2, false), 1));
+    }
+}

@@ -1,0 +1,72 @@
+//! Engine errors. Expected outcomes (a missing key, an existing key, a failed compare-and-swap)
+//! are values in [`crate::Outcome`], never errors.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// Every failure the engine reports.
+#[derive(Debug)]
+pub enum Error {
+    /// An operating-system I/O error (disk full, permission, EIO, …).
+    Io(io::Error),
+    /// Stored bytes fail a checksum or a structural check.
+    Corrupt(String),
+    /// The database name could not be parsed or names an unknown kind.
+    InvalidName(String),
+    /// A `#key=value` tuning parameter is unknown or has a bad value.
+    InvalidParam(String),
+    /// Another process (or handle) holds the database open for writing.
+    Locked(PathBuf),
+    /// A key or value exceeds the limits of the kind.
+    TooLarge(String),
+    /// An earlier write or sync failed; the handle refuses writes until reopened.
+    Poisoned(String),
+    /// The kind does not support the operation (e.g. `jump` on a hash).
+    Unsupported(&'static str),
+    /// The stored value is not of the form a numeric operation needs.
+    NotNumeric,
+    /// The handle was closed.
+    Closed,
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Io(e) => write!(f, "I/O error: {e}"),
+            Error::Corrupt(s) => write!(f, "corrupt database: {s}"),
+            Error::InvalidName(s) => write!(f, "invalid database name: {s}"),
+            Error::InvalidParam(s) => write!(f, "invalid parameter: {s}"),
+            Error::Locked(p) => write!(
+                f,
+                "database {} is already open for writing by another process",
+                p.display()
+            ),
+            Error::TooLarge(s) => write!(f, "too large: {s}"),
+            Error::Poisoned(s) => write!(
+                f,
+                "database refuses writes after an earlier failure ({s}); reopen it"
+            ),
+            Error::Unsupported(s) => write!(f, "unsupported by this database kind: {s}"),
+            Error::NotNumeric => write!(f, "the existing value is not of the numeric form"),
+            Error::Closed => write!(f, "database is closed"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Self {
+        Error::Io(e)
+    }
+}

@@ -1,0 +1,331 @@
+//! Byte layouts of the on-disk hash kind. docs/ARCHITECTURE.md draws the same layouts; the
+//! constants here and the prose there must agree.
+//!
+//! Segment file `seg-NNNNNNNN.kd`:
+//! ```text
+//! 0   8  magic "KURASEG1"
+//! 8   4  format version (u32 LE) = SEG_VERSION
+//! 12  4  segment id (u32 LE)
+//! 16  8  salt (u64 LE): seeds every record checksum of this segment
+//! 24  4  crc32c of bytes 0..24
+//! 28  4  zero
+//! 32  .. records, back to back
+//! ```
+//! Record:
+//! ```text
+//! 0   4  crc32c (seeded with the segment salt) of every byte after this field
+//! 4   1  bits: 0-1 type (0 put, 1 delete, 2 batch, 3 clear), 2 flags present,
+//!           3 expires present, 4 explicit version present, 5-6 compression code
+//! 5   ..  put:    varint klen, varint vlen (stored bytes), [varint raw_len if compressed],
+//!                 [varint version], [u32 LE flags], [varint expires], key, value
+//!         delete: varint klen, key
+//!         batch:  varint body_len, varint count, body = `count` complete put/delete records
+//!         clear:  nothing
+//! ```
+//! A record's version is its explicit version when present, else its location
+//! `(segment id << 32) | offset`: every new write lands at a higher location, so the version
+//! changes on every modification at no cost in bytes; compaction copies a record with its
+//! original version made explicit.
+
+use crate::error::{Error, Result};
+use crate::name::Compression;
+
+pub const SEG_MAGIC: &[u8; 8] = b"KURASEG1";
+pub const SEG_VERSION: u32 = 1;
+pub const SEG_HEADER_LEN: usize = 32;
+
+pub const T_PUT: u8 = 0;
+pub const T_DELETE: u8 = 1;
+pub const T_BATCH: u8 = 2;
+pub const T_CLEAR: u8 = 3;
+
+const B_FLAGS: u8 = 1 << 2;
+const B_EXPIRES: u8 = 1 << 3;
+const B_VERSION: u8 = 1 << 4;
+const COMP_SHIFT: u8 = 5;
+
+/// Longest possible record header: crc + bits + 5 varints of at most 10 bytes + flags.
+pub const MAX_HEADER_LEN: usize = 4 + 1 + 10 * 5 + 4;
+
+/// Build a segment header.
+pub fn seg_header(id: u32, salt: u64) -> [u8; SEG_HEADER_LEN] {
+    let mut h = [0u8; SEG_HEADER_LEN];
+    h[0..8].copy_from_slice(SEG_MAGIC);
+    h[8..12].copy_from_slice(&SEG_VERSION.to_le_bytes());
+    h[12..16].copy_from_slice(&id.to_le_bytes());
+    h[16..24].copy_from_slice(&salt.to_le_bytes());
+    let crc = crc32c::crc32c(&h[0..24]);
+    h[24..28].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// Parse a segment header; returns (id, salt).
+pub fn parse_seg_header(h: &[u8]) -> Result<(u32, u64)> {
+    if h.len() < SEG_HEADER_LEN || &h[0..8] != SEG_MAGIC {
+        return Err(Error::Corrupt("segment header magic missing".into()));
+    }
+    let crc = u32::from_le_bytes(h[24..28].try_into().unwrap_or_default());
+    if crc != crc32c::crc32c(&h[0..24]) {
+        return Err(Error::Corrupt("segment header checksum mismatch".into()));
+    }
+    let ver = u32::from_le_bytes(h[8..12].try_into().unwrap_or_default());
+    if ver != SEG_VERSION {
+        return Err(Error::Corrupt(format!(
+            "segment format version {ver} is not supported (this build reads {SEG_VERSION})"
+        )));
+    }
+    let id = u32::from_le_bytes(h[12..16].try_into().unwrap_or_default());
+    let salt = u64::from_le_bytes(h[16..24].try_into().unwrap_or_default());
+    Ok((id, salt))
+}
+
+/// The checksum seed of a segment.
+#[inline]
+pub fn seed(salt: u64) -> u32 {
+    (salt ^ (salt >> 32)) as u32
+}
+
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Decode a varint at `*pos`, advancing it; `None` when truncated or longer than 10 bytes.
+#[inline]
+pub fn get_varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    for i in 0..10 {
+        let b = *buf.get(*pos)?;
+        *pos += 1;
+        v |= ((b & 0x7f) as u64) << (7 * i);
+        if b < 0x80 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// The fields of a put record besides key and value.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PutFields {
+    pub flags: u32,
+    pub expires: u64,
+    /// Explicit version (0 = the location is the version).
+    pub version: u64,
+    pub compression: u8,
+    /// Uncompressed length when compressed.
+    pub raw_len: u64,
+}
+
+/// Append a put record (crc left zero: see [`seal`]). Returns the record length.
+pub fn encode_put(out: &mut Vec<u8>, key: &[u8], value: &[u8], f: &PutFields) -> usize {
+    let start = out.len();
+    encode_put_header(out, key.len(), value.len(), f);
+    out.extend_from_slice(key);
+    out.extend_from_slice(value);
+    out.len() - start
+}
+
+/// Append only the header of a put record (through the fields, before the key).
+pub fn encode_put_header(out: &mut Vec<u8>, klen: usize, vlen: usize, f: &PutFields) {
+    let mut bits = T_PUT | (f.compression << COMP_SHIFT);
+    if f.flags != 0 {
+        bits |= B_FLAGS;
+    }
+    if f.expires != 0 {
+        bits |= B_EXPIRES;
+    }
+    if f.version != 0 {
+        bits |= B_VERSION;
+    }
+    out.extend_from_slice(&[0, 0, 0, 0, bits]);
+    put_varint(out, klen as u64);
+    put_varint(out, vlen as u64);
+    if f.compression != 0 {
+        put_varint(out, f.raw_len);
+    }
+    if f.version != 0 {
+        put_varint(out, f.version);
+    }
+    if f.flags != 0 {
+        out.extend_from_slice(&f.flags.to_le_bytes());
+    }
+    if f.expires != 0 {
+        put_varint(out, f.expires);
+    }
+}
+
+pub fn encode_delete(out: &mut Vec<u8>, key: &[u8]) -> usize {
+    let start = out.len();
+    out.extend_from_slice(&[0, 0, 0, 0, T_DELETE]);
+    put_varint(out, key.len() as u64);
+    out.extend_from_slice(key);
+    out.len() - start
+}
+
+pub fn encode_clear(out: &mut Vec<u8>) -> usize {
+    out.extend_from_slice(&[0, 0, 0, 0, T_CLEAR]);
+    5
+}
+
+/// Header of a batch frame whose body (complete records) follows.
+pub fn encode_batch_header(out: &mut Vec<u8>, body_len: usize, count: usize) {
+    out.extend_from_slice(&[0, 0, 0, 0, T_BATCH]);
+    put_varint(out, body_len as u64);
+    put_varint(out, count as u64);
+}
+
+/// Fill in the checksum of the record occupying all of `rec`.
+#[inline]
+pub fn seal(rec: &mut [u8], seed: u32) {
+    let crc = crc32c::crc32c_append(seed, &rec[4..]);
+    rec[0..4].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// A parsed record header. Offsets are relative to the record start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub typ: u8,
+    pub fields: PutFields,
+    /// Offset of the key (put / delete) or of the body (batch).
+    pub key_off: usize,
+    pub klen: usize,
+    /// Stored value length (put), body length (batch).
+    pub vlen: usize,
+    /// Sub-record count (batch).
+    pub count: u64,
+    /// Whole record length.
+    pub len: usize,
+}
+
+impl Header {
+    pub fn value_off(&self) -> usize {
+        self.key_off + self.klen
+    }
+}
+
+/// Parse the header at the start of `buf` (which may hold only a prefix of the record).
+/// `None` when `buf` is too short to hold the header or a field is malformed.
+pub fn parse_header(buf: &[u8]) -> Option<Header> {
+    let bits = *buf.get(4)?;
+    let typ = bits & 3;
+    let mut pos = 5;
+    let mut h = Header {
+        typ,
+        fields: PutFields::default(),
+        key_off: 0,
+        klen: 0,
+        vlen: 0,
+        count: 0,
+        len: 0,
+    };
+    match typ {
+        T_PUT => {
+            h.klen = usize::try_from(get_varint(buf, &mut pos)?).ok()?;
+            h.vlen = usize::try_from(get_varint(buf, &mut pos)?).ok()?;
+            let comp = (bits >> COMP_SHIFT) & 3;
+            h.fields.compression = comp;
+            if comp != 0 {
+                h.fields.raw_len = get_varint(buf, &mut pos)?;
+            }
+            if bits & B_VERSION != 0 {
+                h.fields.version = get_varint(buf, &mut pos)?;
+            }
+            if bits & B_FLAGS != 0 {
+                h.fields.flags = u32::from_le_bytes(buf.get(pos..pos + 4)?.try_into().ok()?);
+                pos += 4;
+            }
+            if bits & B_EXPIRES != 0 {
+                h.fields.expires = get_varint(buf, &mut pos)?;
+            }
+            if h.klen > crate::store::MAX_KEY_LEN || h.vlen > 2 * crate::store::MAX_VALUE_LEN {
+                return None;
+            }
+        }
+        T_DELETE => {
+            h.klen = usize::try_from(get_varint(buf, &mut pos)?).ok()?;
+            if h.klen > crate::store::MAX_KEY_LEN {
+                return None;
+            }
+        }
+        T_BATCH => {
+            h.vlen = usize::try_from(get_varint(buf, &mut pos)?).ok()?;
+            h.count = get_varint(buf, &mut pos)?;
+        }
+        _ => {}
+    }
+    if bits & !(3 | B_FLAGS | B_EXPIRES | B_VERSION | (3 << COMP_SHIFT)) != 0 {
+        return None;
+    }
+    h.key_off = pos;
+    h.len = pos.checked_add(h.klen)?.checked_add(h.vlen)?;
+    Some(h)
+}
+
+/// Verify the checksum of a complete record.
+#[inline]
+pub fn verify(rec: &[u8], seed: u32) -> bool {
+    rec.len() >= 5
+        && u32::from_le_bytes([rec[0], rec[1], rec[2], rec[3]])
+            == crc32c::crc32c_append(seed, &rec[4..])
+}
+
+/// Compression codec of a header.
+pub fn codec(h: &Header) -> Result<Compression> {
+    Compression::from_code(h.fields.compression)
+        .ok_or_else(|| Error::Corrupt("unknown compression code".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn put_round_trip_and_checksum() {
+        let f = PutFields {
+            flags: 7,
+            expires: 1234567,
+            version: 99,
+            compression: 0,
+            raw_len: 0,
+        };
+        let mut v = Vec::new();
+        let n = encode_put(&mut v, b"key", b"value", &f);
+        assert_eq!(n, v.len());
+        seal(&mut v, 42);
+        assert!(verify(&v, 42));
+        assert!(!verify(&v, 43));
+        let h = parse_header(&v).unwrap();
+        assert_eq!(h.typ, T_PUT);
+        assert_eq!(h.fields, f);
+        assert_eq!(&v[h.key_off..h.key_off + h.klen], b"key");
+        assert_eq!(&v[h.value_off()..h.len], b"value");
+        for i in 0..v.len() {
+            let mut w = v.clone();
+            w[i] ^= 0x10;
+            assert!(!verify(&w, 42), "flip at {i} undetected");
+        }
+    }
+
+    #[test]
+    fn small_record_is_small() {
+        let mut v = Vec::new();
+        let n = encode_put(&mut v, b"00000001", b"00000001", &PutFields::default());
+        assert_eq!(n, 23);
+    }
+
+    #[test]
+    fn header_parse_never_panics_on_junk() {
+        for len in 0..40 {
+            for fill in [0u8, 0xff, 0x80, 0x7f] {
+                let _ = parse_header(&vec![fill; len]);
+            }
+        }
+        assert!(parse_seg_header(&[0u8; 32]).is_err());
+        let h = seg_header(3, 0xdead);
+        assert_eq!(parse_seg_header(&h).unwrap(), (3, 0xdead));
+    }
+}

@@ -1,0 +1,2110 @@
+//! The on-disk hash database (`PATH.kh`): a log-structured hash.
+//!
+//! A database is a directory of append-only segment files of checksummed records plus an index
+//! checkpoint. The index lives in memory: 256 shards, each a `RwLock` over an open-addressing
+//! table of 12-byte slots (32-bit hash tag, segment id, offset) — no key bytes in memory. A read
+//! locks one shard for reading and checks the candidate records on disk (memory-mapped); a write
+//! locks one shard for writing, appends its record to the shared log buffer (a short critical
+//! section: one memcpy) and points the slot at it. Writers on different shards run in parallel.
+//!
+//! Durability: see docs/ARCHITECTURE.md. In short: records reach the file through a write
+//! buffer flushed every 50 ms (and whenever it fills); `sync=always` makes each write wait for a
+//! group-committed fdatasync; `sync=interval:MS` syncs in the background; a checkpoint of the
+//! index (written atomically) bounds recovery to the log written after it; recovery stops at the
+//! first record whose checksum fails in the last segment and truncates the torn tail.
+
+pub mod format;
+pub mod segment;
+
+use self::format::{Header, PutFields, SEG_HEADER_LEN, T_BATCH, T_CLEAR, T_DELETE, T_PUT};
+use self::segment::{corrupt_at, parse_seg_file_name, seg_file_name, SegTable, Segment};
+use crate::compress;
+use crate::error::{Error, Result};
+use crate::io::{OsVfs, VFile, Vfs};
+use crate::name::{Compression, Params, SyncMode};
+use crate::store::{
+    check_sizes, is_expired, now_secs, BatchOp, CheckReport, Current, Cursor, Decision, Kind,
+    Meta, Record, Store,
+};
+use arc_swap::ArcSwap;
+use hashbrown::HashTable;
+use parking_lot::{Condvar, Mutex, RwLock, RwLockWriteGuard};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const NSHARDS: usize = 256;
+const CKPT_NAME: &str = "index.ki";
+const CKPT_TMP: &str = "index.ki.tmp";
+const LOCK_NAME: &str = "LOCK";
+const CKPT_MAGIC: &[u8; 8] = b"KURAIDX1";
+const CKPT_VERSION: u32 = 1;
+/// How often the background thread hands the write buffer to the OS.
+const FLUSH_TICK: Duration = Duration::from_millis(50);
+
+const PARAMS: &[&str] = &[
+    "bnum", "sync", "compress", "segsiz", "bufsiz", "msiz", "compact", "ckptsiz",
+];
+
+/// Tuning of a hash database (all from `#key=value` parameters).
+#[derive(Clone, Debug)]
+struct Config {
+    bnum: u64,
+    sync: SyncMode,
+    segsiz: u64,
+    bufsiz: usize,
+    msiz: u64,
+    /// Compact a sealed segment once this fraction of it is dead.
+    compact: f64,
+    /// Write a checkpoint once this many bytes were appended since the last one.
+    ckptsiz: u64,
+}
+
+impl Config {
+    fn from_params(params: &Params, base: Option<&Config>) -> Result<Config> {
+        params.allow_only("the hash database (.kh)", PARAMS)?;
+        let d = base.cloned().unwrap_or(Config {
+            bnum: 0,
+            sync: SyncMode::DEFAULT,
+            segsiz: 256 << 20,
+            bufsiz: 1 << 20,
+            msiz: 256 << 20,
+            compact: 0.5,
+            ckptsiz: 256 << 20,
+        });
+        let segsiz = params.size("segsiz")?.unwrap_or(d.segsiz);
+        if !(64 << 10..=2 << 30).contains(&segsiz) {
+            return Err(Error::InvalidParam(format!(
+                "`segsiz={segsiz}`: expected 64k to 2g"
+            )));
+        }
+        let bufsiz = params.size("bufsiz")?.unwrap_or(d.bufsiz as u64);
+        if !(4 << 10..=64 << 20).contains(&bufsiz) {
+            return Err(Error::InvalidParam(format!(
+                "`bufsiz={bufsiz}`: expected 4k to 64m"
+            )));
+        }
+        Ok(Config {
+            bnum: params.size("bnum")?.unwrap_or(d.bnum),
+            sync: params.sync()?.unwrap_or(d.sync),
+            segsiz,
+            bufsiz: bufsiz as usize,
+            msiz: params.size("msiz")?.unwrap_or(d.msiz),
+            compact: params.ratio("compact", 0.05, 1.0)?.unwrap_or(d.compact),
+            ckptsiz: params.size("ckptsiz")?.unwrap_or(d.ckptsiz).max(1 << 20),
+        })
+    }
+}
+
+/// One index slot: where the newest record of a key lives. The key itself stays on disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Slot {
+    tag: u32,
+    seg: u32,
+    off: u32,
+}
+
+impl Slot {
+    #[inline]
+    fn loc(&self) -> u64 {
+        ((self.seg as u64) << 32) | self.off as u64
+    }
+}
+
+#[inline]
+fn loc_of(seg: u32, off: u64) -> u64 {
+    ((seg as u64) << 32) | off
+}
+
+/// The table hash of a tag (hashbrown takes its bucket from the low bits and its control byte
+/// from the top bits, so spread the 32 tag bits over all 64).
+#[inline]
+fn thash(tag: u32) -> u64 {
+    (tag as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+#[repr(align(128))]
+struct Shard(RwLock<HashTable<Slot>>);
+
+/// The end of the log: the active segment and the bytes not yet handed to the OS.
+struct Tail {
+    seg: Arc<Segment>,
+    /// Bytes after `seg.flushed`; guarded by the `tail` mutex.
+    buf: Vec<u8>,
+}
+
+impl Tail {
+    fn end(&self) -> u64 {
+        self.seg.flushed() + self.buf.len() as u64
+    }
+}
+
+#[derive(Default)]
+struct CommitState {
+    started: u64,
+    finished: u64,
+    running: bool,
+}
+
+#[derive(Default)]
+struct Counters {
+    compactions: AtomicU64,
+    relocated_bytes: AtomicU64,
+    checkpoints: AtomicU64,
+    expired_reclaimed: AtomicU64,
+    truncated_bytes: AtomicU64,
+    syncs: AtomicU64,
+}
+
+struct Inner {
+    dir: PathBuf,
+    vfs: Arc<dyn Vfs>,
+    readonly: bool,
+    cfg: Mutex<Config>,
+    /// Copies of hot configuration (read on every write without taking `cfg`).
+    sync: SyncMode,
+    segsiz: AtomicU64,
+    bufsiz: AtomicU64,
+    compression: AtomicU8,
+    /// Seeds the key hash (chosen when the index is built; saved in the checkpoint).
+    hash_seed: AtomicU64,
+    /// Seeds every record checksum (the same for every segment of a database).
+    salt: u64,
+    shards: Box<[Shard]>,
+    segs: ArcSwap<SegTable>,
+    tail: Mutex<Tail>,
+    appended: AtomicU64,
+    expiring: AtomicU64,
+    poisoned: Mutex<Option<String>>,
+    is_poisoned: AtomicBool,
+    closed: AtomicBool,
+    commit: Mutex<CommitState>,
+    commit_cv: Condvar,
+    /// Where recovery replays from (set by a valid checkpoint).
+    replay_from: Mutex<Option<(u32, u64)>>,
+    /// Serialises checkpoints, compaction, vanish, optimize and copy.
+    maint: Mutex<()>,
+    stop: Mutex<bool>,
+    stop_cv: Condvar,
+    counters: Counters,
+    lock: Mutex<Option<Box<dyn std::any::Any + Send + Sync>>>,
+}
+
+/// An on-disk hash database. See the module documentation.
+pub struct DiskHash {
+    inner: Arc<Inner>,
+    bg: Mutex<Option<JoinHandle<()>>>,
+}
+
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom writes at most `b.len()` bytes into the valid buffer `b`.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    let mut v = u64::from_le_bytes(b);
+    if n != 8 {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        v ^= xxhash_rust::xxh3::xxh3_64(&(t ^ std::process::id() as u64).to_le_bytes());
+    }
+    v | 1
+}
+
+impl DiskHash {
+    /// Open (creating when missing) the database directory at `path` on the real file system.
+    pub fn open(path: &Path, params: &Params) -> Result<DiskHash> {
+        Self::open_with(path, params, Arc::new(OsVfs), false)
+    }
+
+    /// Open on any file system; `readonly` opens for inspection (`check`, `inform`): nothing is
+    /// written, not even recovery's truncation of a torn tail.
+    pub fn open_with(
+        path: &Path,
+        params: &Params,
+        vfs: Arc<dyn Vfs>,
+        readonly: bool,
+    ) -> Result<DiskHash> {
+        let cfg = Config::from_params(params, None)?;
+        let compression = params.compression()?.unwrap_or(Compression::None);
+        if path.is_file() {
+            return Err(Error::InvalidName(format!(
+                "{} exists and is a file, not a Kura hash database (a .kh database is a directory)",
+                path.display()
+            )));
+        }
+        if readonly && !vfs.exists(path) {
+            return Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{}: no such database", path.display()),
+            )));
+        }
+        vfs.create_dir_all(path)?;
+        let lock = vfs.lock(&path.join(LOCK_NAME)).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                Error::Locked(path.to_path_buf())
+            } else {
+                Error::Io(e)
+            }
+        })?;
+        let inner = open_inner(path, cfg, compression, vfs, readonly, lock)?;
+        let inner = Arc::new(inner);
+        let bg = if readonly {
+            None
+        } else {
+            let w = inner.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name("kura-kh-bg".into())
+                    .spawn(move || w.background())
+                    .map_err(Error::Io)?,
+            )
+        };
+        Ok(DiskHash {
+            inner,
+            bg: Mutex::new(bg),
+        })
+    }
+}
+
+/// Scan the records of `seg` from `from` to `end`, calling `f(offset, header, record)` for each
+/// valid one. Returns the offset of the first byte that is not a valid record (== `end` when
+/// every record is valid).
+fn scan_segment(
+    inner: &Inner,
+    seg: &Segment,
+    from: u64,
+    end: u64,
+    mut f: impl FnMut(u64, &Header, &[u8]) -> Result<bool>,
+) -> Result<u64> {
+    const CHUNK: usize = 1 << 20;
+    let mut buf = Vec::new();
+    let mut buf_start = from;
+    let mut off = from;
+    while off < end {
+        let rel = (off - buf_start) as usize;
+        // Make sure the buffer holds at least a full header (or up to `end`).
+        if rel + format::MAX_HEADER_LEN > buf.len() && buf_start + (buf.len() as u64) < end {
+            let want = ((end - off) as usize).min(CHUNK);
+            inner.read_range(seg, off, want, &mut buf)?;
+            buf_start = off;
+            continue;
+        }
+        let avail = &buf[rel..];
+        let Some(h) = format::parse_header(avail) else {
+            return Ok(off);
+        };
+        if off + h.len as u64 > end {
+            return Ok(off);
+        }
+        if h.len > avail.len() {
+            inner.read_range(seg, off, h.len, &mut buf)?;
+            buf_start = off;
+            continue;
+        }
+        let rec = &avail[..h.len];
+        if !format::verify(rec, seg.seed) {
+            return Ok(off);
+        }
+        if !f(off, &h, rec)? {
+            return Ok(off + h.len as u64);
+        }
+        off += h.len as u64;
+    }
+    Ok(off)
+}
+
+/// Walk the sub-records of a batch frame: `f(offset_in_frame, header, record)`.
+fn for_each_sub(
+    frame: &[u8],
+    h: &Header,
+    mut f: impl FnMut(usize, &Header, &[u8]) -> Result<()>,
+) -> Result<()> {
+    let mut pos = h.key_off;
+    for _ in 0..h.count {
+        let sub = frame
+            .get(pos..)
+            .and_then(format::parse_header)
+            .filter(|s| s.typ == T_PUT || s.typ == T_DELETE)
+            .ok_or_else(|| Error::Corrupt("malformed batch frame".into()))?;
+        let rec = frame
+            .get(pos..pos + sub.len)
+            .ok_or_else(|| Error::Corrupt("batch frame shorter than its records".into()))?;
+        f(pos, &sub, rec)?;
+        pos += sub.len;
+    }
+    Ok(())
+}
+
+fn open_inner(
+    dir: &Path,
+    cfg: Config,
+    compression: Compression,
+    vfs: Arc<dyn Vfs>,
+    readonly: bool,
+    lock: Box<dyn std::any::Any + Send + Sync>,
+) -> Result<Inner> {
+    // Find the segments.
+    let mut ids: Vec<u32> = vfs
+        .list(dir)?
+        .iter()
+        .filter_map(|n| parse_seg_file_name(n))
+        .collect();
+    ids.sort_unstable();
+    let mut table = SegTable::default();
+    let mut salt = None;
+    for &id in &ids {
+        let path = dir.join(seg_file_name(id));
+        let file = vfs.open(&path, false)?;
+        let len = file.len()?;
+        let mut hdr = vec![0u8; SEG_HEADER_LEN];
+        if len < SEG_HEADER_LEN as u64 {
+            // A segment whose header never reached the disk: created right before a crash.
+            if id == *ids.last().unwrap_or(&0) && !readonly {
+                drop(file);
+                vfs.remove(&path)?;
+                continue;
+            }
+            return Err(corrupt_at(id, 0, "segment shorter than its header"));
+        }
+        file.read_at(&mut hdr, 0)?;
+        let (hid, hsalt) = format::parse_seg_header(&hdr)?;
+        if hid != id {
+            return Err(corrupt_at(id, 0, "segment header names another segment"));
+        }
+        if *salt.get_or_insert(hsalt) != hsalt {
+            return Err(corrupt_at(id, 0, "segment belongs to another database"));
+        }
+        let seg = Segment::new(id, hsalt, path, file, len);
+        table.segs.insert(id, Arc::new(seg));
+    }
+    let salt = salt.unwrap_or_else(random_u64);
+    let shards: Box<[Shard]> = (0..NSHARDS)
+        .map(|_| {
+            Shard(RwLock::new(HashTable::with_capacity(
+                (cfg.bnum as usize / NSHARDS).min(1 << 24),
+            )))
+        })
+        .collect();
+    // A placeholder tail until the active segment is known.
+    let placeholder = match table.segs.values().last() {
+        Some(s) => s.clone(),
+        None => Arc::new(Segment::new(
+            0,
+            salt,
+            dir.join("none"),
+            Arc::new(NullFile),
+            SEG_HEADER_LEN as u64,
+        )),
+    };
+    let inner = Inner {
+        dir: dir.to_path_buf(),
+        vfs,
+        readonly,
+        sync: cfg.sync,
+        segsiz: AtomicU64::new(cfg.segsiz),
+        bufsiz: AtomicU64::new(cfg.bufsiz as u64),
+        cfg: Mutex::new(cfg),
+        compression: AtomicU8::new(compression as u8),
+        hash_seed: AtomicU64::new(random_u64()),
+        salt,
+        shards,
+        segs: ArcSwap::from_pointee(table),
+        tail: Mutex::new(Tail {
+            seg: placeholder,
+            buf: Vec::new(),
+        }),
+        appended: AtomicU64::new(0),
+        expiring: AtomicU64::new(0),
+        poisoned: Mutex::new(None),
+        is_poisoned: AtomicBool::new(false),
+        closed: AtomicBool::new(false),
+        commit: Mutex::new(CommitState::default()),
+        commit_cv: Condvar::new(),
+        replay_from: Mutex::new(None),
+        maint: Mutex::new(()),
+        stop: Mutex::new(false),
+        stop_cv: Condvar::new(),
+        counters: Counters::default(),
+        lock: Mutex::new(Some(lock)),
+    };
+    inner.recover()?;
+    Ok(inner)
+}
+
+/// A file that is never read or written (the tail's placeholder before the first segment).
+struct NullFile;
+
+impl VFile for NullFile {
+    fn read_at(&self, _buf: &mut [u8], _off: u64) -> std::io::Result<()> {
+        Err(std::io::Error::other("no segment"))
+    }
+    fn write_at(&self, _buf: &[u8], _off: u64) -> std::io::Result<()> {
+        Err(std::io::Error::other("no segment"))
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn len(&self) -> std::io::Result<u64> {
+        Ok(0)
+    }
+    fn set_len(&self, _len: u64) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What a lookup found for a key.
+struct Found {
+    slot: Slot,
+    len: usize,
+    meta: Meta,
+    value: Option<Vec<u8>>,
+}
+
+/// A checkpoint as read from disk.
+struct Checkpoint {
+    hash_seed: u64,
+    replay_seg: u32,
+    replay_off: u64,
+    segs: Vec<(u32, u64, u64)>,
+    shards: Vec<Vec<Slot>>,
+}
+
+impl Inner {
+    // ------------------------------------------------------------------ hashing and reading
+
+    #[inline]
+    fn hash(&self, key: &[u8]) -> (usize, u32) {
+        let h = xxhash_rust::xxh3::xxh3_64_with_seed(key, self.hash_seed.load(Ordering::Relaxed));
+        ((h >> 56) as usize, h as u32)
+    }
+
+    /// Read `len` bytes of a segment at `off`, wherever they are (file or write buffer).
+    fn read_range(&self, seg: &Segment, off: u64, len: usize, out: &mut Vec<u8>) -> Result<()> {
+        let end = off + len as u64;
+        if end <= seg.flushed() {
+            return seg.read_file(off, out, len);
+        }
+        let tail = self.tail.lock();
+        let flushed = tail.seg.flushed();
+        if tail.seg.id == seg.id && end > flushed {
+            if off < flushed {
+                // Straddles file and buffer: read the file part after releasing nothing — the
+                // buffer cannot be flushed while we hold the tail lock.
+                seg.read_file(off, out, (flushed - off) as usize)?;
+            } else {
+                out.clear();
+            }
+            let from = off.max(flushed) - flushed;
+            let b = tail
+                .buf
+                .get(from as usize..(end - flushed) as usize)
+                .ok_or_else(|| corrupt_at(seg.id, off, "read past the end of the log"))?;
+            out.extend_from_slice(b);
+            return Ok(());
+        }
+        drop(tail);
+        seg.read_file(off, out, len)
+    }
+
+    /// Call `f` with the complete verified record at (`seg`, `off`).
+    fn with_record<R>(
+        &self,
+        seg_id: u32,
+        off: u64,
+        f: impl FnOnce(&Header, &[u8]) -> R,
+    ) -> Result<R> {
+        let segs = self.segs.load();
+        let seg = segs
+            .get(seg_id)
+            .ok_or_else(|| Error::Corrupt(format!("index points into missing segment {seg_id}")))?;
+        let mut f = Some(f);
+        if off < seg.flushed() {
+            if let Some(r) = seg.with_mapped(off, |res| {
+                res.map(|(h, rec)| (f.take().expect("called once"))(&h, rec))
+            }) {
+                return r;
+            }
+        }
+        let f = f.take().expect("not yet called");
+        let mut buf = Vec::new();
+        let end = {
+            let tail = self.tail.lock();
+            if tail.seg.id == seg_id {
+                tail.end()
+            } else {
+                seg.flushed()
+            }
+        };
+        let avail = end.saturating_sub(off) as usize;
+        self.read_range(seg, off, avail.min(256), &mut buf)?;
+        let h = format::parse_header(&buf)
+            .ok_or_else(|| corrupt_at(seg_id, off, "bad record header"))?;
+        if h.len > avail {
+            return Err(corrupt_at(seg_id, off, "record runs past the end"));
+        }
+        if h.len > buf.len() {
+            self.read_range(seg, off, h.len, &mut buf)?;
+        }
+        let rec = &buf[..h.len];
+        if !format::verify(rec, seg.seed) {
+            return Err(corrupt_at(seg_id, off, "checksum mismatch"));
+        }
+        Ok(f(&h, rec))
+    }
+
+    /// Find the slot of `key` in a shard table, reading candidate records to compare keys.
+    /// With `want_value`, also decode the current value.
+    fn find(
+        &self,
+        tbl: &HashTable<Slot>,
+        tag: u32,
+        key: &[u8],
+        want_value: bool,
+    ) -> Result<Option<Found>> {
+        for slot in tbl.iter_hash(thash(tag)) {
+            if slot.tag != tag {
+                continue;
+            }
+            let r = self.with_record(slot.seg, slot.off as u64, |h, rec| {
+                if h.typ != T_PUT || &rec[h.key_off..h.key_off + h.klen] != key {
+                    return Ok::<_, Error>(None);
+                }
+                let meta = Meta {
+                    flags: h.fields.flags,
+                    expires: h.fields.expires,
+                    version: version_of(h, slot.loc()),
+                };
+                let value = if want_value {
+                    Some(decode_value(h, rec)?)
+                } else {
+                    None
+                };
+                Ok(Some(Found {
+                    slot: *slot,
+                    len: h.len,
+                    meta,
+                    value,
+                }))
+            })??;
+            if r.is_some() {
+                return Ok(r);
+            }
+        }
+        Ok(None)
+    }
+
+    // ------------------------------------------------------------------ writing
+
+    fn check_writable(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        if self.readonly {
+            return Err(Error::Unsupported("writing to a database opened read-only"));
+        }
+        if self.is_poisoned.load(Ordering::Acquire) {
+            let msg = self.poisoned.lock().clone().unwrap_or_default();
+            return Err(Error::Poisoned(msg));
+        }
+        Ok(())
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    fn poison(&self, e: &std::io::Error) -> Error {
+        let msg = e.to_string();
+        self.poisoned.lock().get_or_insert(msg);
+        self.is_poisoned.store(true, Ordering::Release);
+        Error::Io(std::io::Error::new(e.kind(), e.to_string()))
+    }
+
+    /// Hand the buffer to the OS. Called with the tail lock held.
+    fn flush(&self, tail: &mut Tail) -> Result<()> {
+        if tail.buf.is_empty() {
+            return Ok(());
+        }
+        let at = tail.seg.flushed();
+        if let Err(e) = tail.seg.file.write_at(&tail.buf, at) {
+            return Err(self.poison(&e));
+        }
+        tail.seg.flushed.store(at + tail.buf.len() as u64, Ordering::Release);
+        tail.seg.dirty.store(true, Ordering::Release);
+        tail.buf.clear();
+        Ok(())
+    }
+
+    /// Start a new segment after the active one. Called with the tail lock held.
+    fn roll(&self, tail: &mut Tail) -> Result<()> {
+        self.flush(tail)?;
+        let id = tail.seg.id + 1;
+        let seg = self.create_segment(id)?;
+        tail.seg = seg;
+        self.trim_maps();
+        Ok(())
+    }
+
+    fn create_segment(&self, id: u32) -> Result<Arc<Segment>> {
+        let path = self.dir.join(seg_file_name(id));
+        let file = self.vfs.open(&path, true).map_err(|e| self.poison(&e))?;
+        file.set_len(0).map_err(|e| self.poison(&e))?;
+        file.write_at(&format::seg_header(id, self.salt), 0)
+            .map_err(|e| self.poison(&e))?;
+        let seg = Segment::new(id, self.salt, path.clone(), file, SEG_HEADER_LEN as u64);
+        seg.dirty.store(true, Ordering::Release);
+        let segsiz = self.cfg.lock().segsiz;
+        if let Some(m) = self.vfs.map(&path, segsiz as usize) {
+            seg.map.store(Some(Arc::new(m)));
+        }
+        let seg = Arc::new(seg);
+        self.segs.rcu(|t| {
+            let mut t = SegTable::clone(t);
+            t.segs.insert(id, seg.clone());
+            t
+        });
+        self.vfs.sync_dir(&self.dir).map_err(|e| self.poison(&e))?;
+        Ok(seg)
+    }
+
+    /// Keep at most `msiz` bytes of segments memory-mapped (newest first); older segments are
+    /// read with positioned reads.
+    fn trim_maps(&self) {
+        let msiz = self.cfg.lock().msiz;
+        let mut mapped = 0u64;
+        for seg in self.segs.load().segs.values().rev() {
+            let cap = seg
+                .map
+                .load()
+                .as_ref()
+                .map(|m| m.as_slice().len() as u64);
+            match cap {
+                Some(c) if mapped + c > msiz => seg.map.store(None),
+                Some(c) => mapped += c,
+                None => {}
+            }
+        }
+    }
+
+    /// Append one record made of `parts` (already sealed, or sealed here when `seal`).
+    /// Returns its location. Called with the tail lock held.
+    fn append(&self, tail: &mut Tail, parts: &[&[u8]], seal: bool) -> Result<(u32, u64)> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let segsiz = self.segsiz.load(Ordering::Relaxed);
+        let bufsiz = self.bufsiz.load(Ordering::Relaxed) as usize;
+        if tail.seg.id == 0 || (tail.end() + len as u64 > segsiz && tail.end() > SEG_HEADER_LEN as u64)
+        {
+            self.roll(tail)?;
+        }
+        let off = tail.end();
+        if off + len as u64 > u32::MAX as u64 {
+            return Err(Error::TooLarge(format!("record of {len} bytes")));
+        }
+        let seed = tail.seg.seed;
+        if len >= bufsiz {
+            // Large record: straight to the file.
+            self.flush(tail)?;
+            let mut crc = crc32c::crc32c_append(seed, &parts[0][4..]);
+            for p in &parts[1..] {
+                crc = crc32c::crc32c_append(crc, p);
+            }
+            let mut first = parts[0].to_vec();
+            if seal {
+                first[0..4].copy_from_slice(&crc.to_le_bytes());
+            }
+            let mut at = off;
+            for p in std::iter::once(first.as_slice()).chain(parts[1..].iter().copied()) {
+                tail.seg.file.write_at(p, at).map_err(|e| self.poison(&e))?;
+                at += p.len() as u64;
+            }
+            tail.seg.flushed.store(at, Ordering::Release);
+            tail.seg.dirty.store(true, Ordering::Release);
+        } else {
+            let start = tail.buf.len();
+            for p in parts {
+                tail.buf.extend_from_slice(p);
+            }
+            if seal {
+                format::seal(&mut tail.buf[start..], seed);
+            }
+            if tail.buf.len() >= bufsiz {
+                self.flush(tail)?;
+            }
+        }
+        self.appended.fetch_add(len as u64, Ordering::Relaxed);
+        Ok((tail.seg.id, off))
+    }
+
+    /// Encode and append a put record. Returns (segment, offset, length).
+    fn write_put(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        expires: u64,
+        version: u64,
+    ) -> Result<(u32, u64, usize)> {
+        let comp = Compression::from_code(self.compression.load(Ordering::Relaxed))
+            .unwrap_or(Compression::None);
+        let z = compress::compress(comp, value);
+        let (stored, code, raw_len) = match &z {
+            Some(z) => (z.as_slice(), comp as u8, value.len() as u64),
+            None => (value, 0, 0),
+        };
+        let fields = PutFields {
+            flags,
+            expires,
+            version,
+            compression: code,
+            raw_len,
+        };
+        let mut hdr = Vec::with_capacity(32);
+        format::encode_put_header(&mut hdr, key.len(), stored.len(), &fields);
+        if expires != 0 {
+            self.expiring.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut tail = self.tail.lock();
+        let (seg, off) = self.append(&mut tail, &[&hdr, key, stored], true)?;
+        Ok((seg, off, hdr.len() + key.len() + stored.len()))
+    }
+
+    fn write_delete(&self, key: &[u8]) -> Result<()> {
+        let mut rec = Vec::with_capacity(key.len() + 8);
+        format::encode_delete(&mut rec, key);
+        let mut tail = self.tail.lock();
+        self.append(&mut tail, &[&rec], true)?;
+        Ok(())
+    }
+
+    /// Point `key` (whose old slot, if any, is `old`) at a new record.
+    fn set_slot(
+        &self,
+        tbl: &mut HashTable<Slot>,
+        tag: u32,
+        old: Option<(Slot, usize)>,
+        seg: u32,
+        off: u64,
+        len: usize,
+    ) {
+        let new = Slot {
+            tag,
+            seg,
+            off: off as u32,
+        };
+        self.add_live(seg, len as i64);
+        match old {
+            Some((o, olen)) => {
+                if let Some(s) = tbl.find_mut(thash(tag), |s| *s == o) {
+                    *s = new;
+                }
+                self.add_live(o.seg, -(olen as i64));
+            }
+            None => {
+                tbl.insert_unique(thash(tag), new, |s| thash(s.tag));
+            }
+        }
+    }
+
+    fn remove_slot(&self, tbl: &mut HashTable<Slot>, old: Slot, len: usize) {
+        if let Ok(e) = tbl.find_entry(thash(old.tag), |s| *s == old) {
+            e.remove();
+            self.add_live(old.seg, -(len as i64));
+        }
+    }
+
+    fn add_live(&self, seg: u32, delta: i64) {
+        if let Some(s) = self.segs.load().get(seg) {
+            if delta >= 0 {
+                s.live.fetch_add(delta as u64, Ordering::Relaxed);
+            } else {
+                let d = delta.unsigned_abs();
+                let _ = s
+                    .live
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                        Some(v.saturating_sub(d))
+                    });
+            }
+        }
+    }
+
+    fn after_write(&self) -> Result<()> {
+        if self.sync == SyncMode::Always {
+            self.group_commit()
+        } else {
+            Ok(())
+        }
+    }
+
+    // ------------------------------------------------------------------ durability
+
+    /// Wait until everything appended before this call is durable, sharing the fdatasync with
+    /// every writer that arrives while one is running (group commit).
+    fn group_commit(&self) -> Result<()> {
+        let mut st = self.commit.lock();
+        // A sync that starts after this point covers our write.
+        let need = st.started + 1;
+        loop {
+            if st.finished >= need {
+                return match self.poisoned.lock().as_ref() {
+                    Some(p) => Err(Error::Poisoned(p.clone())),
+                    None => Ok(()),
+                };
+            }
+            if !st.running {
+                st.running = true;
+                st.started += 1;
+                let mine = st.started;
+                drop(st);
+                let r = self.sync_now();
+                st = self.commit.lock();
+                st.running = false;
+                st.finished = mine;
+                self.commit_cv.notify_all();
+                if mine >= need {
+                    return r;
+                }
+            } else {
+                self.commit_cv.wait(&mut st);
+            }
+        }
+    }
+
+    /// Flush the buffer and fdatasync every segment written since its last sync.
+    fn sync_now(&self) -> Result<()> {
+        {
+            let mut tail = self.tail.lock();
+            self.flush(&mut tail)?;
+        }
+        let segs = self.segs.load();
+        for seg in segs.segs.values() {
+            if seg.dirty.swap(false, Ordering::AcqRel) {
+                if let Err(e) = seg.file.sync() {
+                    seg.dirty.store(true, Ordering::Release);
+                    return Err(self.poison(&e));
+                }
+            }
+        }
+        self.counters.syncs.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ checkpoints
+
+    /// Write an index checkpoint so that recovery replays only what follows it.
+    /// Called with the `maint` lock held.
+    fn checkpoint(&self) -> Result<()> {
+        if self.readonly {
+            return Ok(());
+        }
+        let mut shards = Vec::with_capacity(NSHARDS);
+        let mut replay = None;
+        for sh in self.shards.iter() {
+            let g = sh.0.read();
+            if replay.is_none() {
+                let t = self.tail.lock();
+                replay = Some((t.seg.id, t.end()));
+            }
+            let v: Vec<Slot> = g.iter().copied().collect();
+            drop(g);
+            shards.push(v);
+        }
+        let (rseg, roff) = replay.unwrap_or((0, 0));
+        // Everything the checkpoint points at must be durable before the checkpoint is.
+        self.sync_now()?;
+        let segs: Vec<(u32, u64, u64)> = self
+            .segs
+            .load()
+            .segs
+            .values()
+            .map(|s| (s.id, s.flushed(), s.live.load(Ordering::Relaxed)))
+            .collect();
+        let out = encode_checkpoint(
+            self.hash_seed.load(Ordering::Relaxed),
+            (rseg, roff),
+            &segs,
+            &shards,
+        );
+        write_atomic(&*self.vfs, &self.dir, &out).map_err(|e| self.poison(&e))?;
+        self.appended.store(0, Ordering::Relaxed);
+        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn read_checkpoint(&self) -> Option<Checkpoint> {
+        let f = self.vfs.open(&self.dir.join(CKPT_NAME), false).ok()?;
+        let len = f.len().ok()? as usize;
+        if len < 40 {
+            return None;
+        }
+        let mut b = vec![0u8; len];
+        f.read_at(&mut b, 0).ok()?;
+        let (body, crc) = b.split_at(len - 4);
+        if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().ok()?) {
+            return None;
+        }
+        if &body[0..8] != CKPT_MAGIC
+            || u32::from_le_bytes(body[8..12].try_into().ok()?) != CKPT_VERSION
+            || u32::from_le_bytes(body[12..16].try_into().ok()?) != NSHARDS as u32
+        {
+            return None;
+        }
+        let u32_at = |p: usize| -> Option<u32> {
+            Some(u32::from_le_bytes(body.get(p..p + 4)?.try_into().ok()?))
+        };
+        let u64_at = |p: usize| -> Option<u64> {
+            Some(u64::from_le_bytes(body.get(p..p + 8)?.try_into().ok()?))
+        };
+        let hash_seed = u64_at(16)?;
+        let replay_seg = u32_at(24)?;
+        let replay_off = u32_at(28)? as u64;
+        let nsegs = u32_at(32)? as usize;
+        let mut pos = 36;
+        let mut segs = Vec::with_capacity(nsegs.min(1 << 16));
+        for _ in 0..nsegs {
+            segs.push((u32_at(pos)?, u64_at(pos + 4)?, u64_at(pos + 12)?));
+            pos += 20;
+        }
+        let mut shards = Vec::with_capacity(NSHARDS);
+        for _ in 0..NSHARDS {
+            let n = format::get_varint(body, &mut pos)? as usize;
+            let mut v = Vec::with_capacity(n.min(body.len() / 5));
+            let mut loc = 0u64;
+            for _ in 0..n {
+                loc = loc.checked_add(format::get_varint(body, &mut pos)?)?;
+                let tag = u32_at(pos)?;
+                pos += 4;
+                v.push(Slot {
+                    tag,
+                    seg: (loc >> 32) as u32,
+                    off: loc as u32,
+                });
+            }
+            shards.push(v);
+        }
+        (pos == body.len()).then_some(Checkpoint {
+            hash_seed,
+            replay_seg,
+            replay_off,
+            segs,
+            shards,
+        })
+    }
+
+    // ------------------------------------------------------------------ recovery
+
+    /// Build the index: from the checkpoint when it is valid, then replay the log after it;
+    /// else from every segment. Truncate a torn tail; start the active segment.
+    fn recover(&self) -> Result<()> {
+        let table = self.segs.load_full();
+        let ckpt = self.read_checkpoint().filter(|c| {
+            // Usable only if every sealed segment it counted on still has its bytes (a segment
+            // it lists may be gone: compaction removes a segment after checkpointing its moves).
+            c.segs.iter().all(|&(id, len, _)| {
+                id >= c.replay_seg || table.get(id).is_none_or(|s| s.flushed() >= len)
+            })
+        });
+        let (mut from_seg, mut from_off) = (table.oldest().unwrap_or(0), SEG_HEADER_LEN as u64);
+        if let Some(c) = ckpt {
+            if self.load_checkpoint(&table, c) {
+                // from_seg / from_off set below from the checkpoint's replay position.
+            }
+        }
+        if let Some((rs, ro)) = *self.replay_from.lock() {
+            from_seg = rs;
+            from_off = ro.max(SEG_HEADER_LEN as u64);
+        }
+        // Replay.
+        let last = table.segs.keys().next_back().copied();
+        let mut clear_at = None;
+        for (&id, seg) in table.segs.range(from_seg..) {
+            let start = if id == from_seg {
+                from_off
+            } else {
+                SEG_HEADER_LEN as u64
+            };
+            let file_len = seg.file.len()?;
+            let end = scan_segment(self, seg, start, file_len, |off, h, rec| {
+                if h.typ == T_CLEAR {
+                    clear_at = Some(loc_of(id, off));
+                }
+                self.replay_record(id, off, h, rec)?;
+                Ok(true)
+            })?;
+            if end < file_len {
+                let lost = file_len - end;
+                self.counters
+                    .truncated_bytes
+                    .fetch_add(lost, Ordering::Relaxed);
+                if Some(id) == last && !self.readonly {
+                    seg.file.set_len(end)?;
+                    seg.file.sync()?;
+                }
+            }
+            seg.flushed.store(end, Ordering::Release);
+        }
+        if let (Some(c), false) = (clear_at, self.readonly) {
+            // Everything before a clear is dead: drop the segments wholly before it.
+            let old: Vec<u32> = table
+                .segs
+                .keys()
+                .copied()
+                .filter(|&id| (id as u64) < (c >> 32))
+                .collect();
+            self.drop_segments(&old)?;
+        }
+        // The active segment: the last one, or a new one.
+        let table = self.segs.load_full();
+        let active = match table.segs.values().last() {
+            Some(s) => s.clone(),
+            None if self.readonly => return Ok(()),
+            None => self.create_segment(1)?,
+        };
+        if let Some(m) = self.vfs.map(&active.path, self.cfg.lock().segsiz as usize) {
+            active.map.store(Some(Arc::new(m)));
+        }
+        for s in table.segs.values() {
+            if s.id != active.id && s.map.load().is_none() {
+                if let Some(m) = self.vfs.map(&s.path, s.flushed() as usize) {
+                    s.map.store(Some(Arc::new(m)));
+                }
+            }
+        }
+        self.tail.lock().seg = active;
+        self.trim_maps();
+        Ok(())
+    }
+
+    /// Fill the index from a checkpoint; false (and an empty index) when it points into a
+    /// segment that does not exist.
+    fn load_checkpoint(&self, table: &SegTable, c: Checkpoint) -> bool {
+        let known: Vec<u32> = table.segs.keys().copied().collect();
+        self.hash_seed.store(c.hash_seed, Ordering::Relaxed);
+        for (i, v) in c.shards.into_iter().enumerate() {
+            let mut t = self.shards[i].0.write();
+            t.reserve(v.len(), |s| thash(s.tag));
+            for s in v {
+                if known.binary_search(&s.seg).is_err() {
+                    drop(t);
+                    for sh in self.shards.iter() {
+                        sh.0.write().clear();
+                    }
+                    self.hash_seed.store(random_u64(), Ordering::Relaxed);
+                    return false;
+                }
+                t.insert_unique(thash(s.tag), s, |s| thash(s.tag));
+            }
+        }
+        for (id, len, live) in c.segs {
+            if let Some(s) = table.get(id) {
+                s.live.store(live, Ordering::Relaxed);
+                if id < c.replay_seg {
+                    // Sealed before the checkpoint: valid up to what it counted.
+                    s.flushed.store(len, Ordering::Release);
+                }
+            }
+        }
+        *self.replay_from.lock() = Some((c.replay_seg, c.replay_off));
+        true
+    }
+
+    fn replay_record(&self, seg: u32, off: u64, h: &Header, rec: &[u8]) -> Result<()> {
+        let loc = loc_of(seg, off);
+        match h.typ {
+            T_PUT | T_DELETE => {
+                let key = &rec[h.key_off..h.key_off + h.klen];
+                let (shard, tag) = self.hash(key);
+                let mut tbl = self.shards[shard].0.write();
+                let found = self.find(&tbl, tag, key, false)?;
+                if let Some(f) = &found {
+                    if f.slot.loc() >= loc {
+                        return Ok(()); // a newer record is already indexed
+                    }
+                }
+                let old = found.map(|f| (f.slot, f.len));
+                if h.typ == T_PUT {
+                    if h.fields.expires != 0 {
+                        self.expiring.fetch_add(1, Ordering::Relaxed);
+                    }
+                    self.set_slot(&mut tbl, tag, old, seg, off, h.len);
+                } else if let Some((o, len)) = old {
+                    self.remove_slot(&mut tbl, o, len);
+                }
+            }
+            T_BATCH => {
+                for_each_sub(rec, h, |pos, sh, srec| {
+                    self.replay_record(seg, off + pos as u64, sh, srec)
+                })?;
+            }
+            _ => {
+                // Clear: forget every record before it.
+                for sh in self.shards.iter() {
+                    let mut t = sh.0.write();
+                    t.retain(|s| s.loc() > loc);
+                }
+                for s in self.segs.load().segs.values() {
+                    if s.id < seg {
+                        s.live.store(0, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn drop_segments(&self, ids: &[u32]) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        self.segs.rcu(|t| {
+            let mut t = SegTable::clone(t);
+            for id in ids {
+                t.segs.remove(id);
+            }
+            t
+        });
+        for &id in ids {
+            let _ = self.vfs.remove(&self.dir.join(seg_file_name(id)));
+        }
+        self.vfs.sync_dir(&self.dir).map_err(|e| self.poison(&e))?;
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ compaction
+
+    /// Copy the live records of sealed segment `id` to the end of the log, then remove it.
+    /// `recode` re-encodes values with the current compression. Called with `maint` held.
+    /// Returns false when it stopped early (close requested) or could not compact.
+    fn compact_segment(&self, id: u32, recode: bool, rate: Option<u64>) -> Result<bool> {
+        let Some(seg) = self.segs.load().get(id).cloned() else {
+            return Ok(true);
+        };
+        if self.tail.lock().seg.id == id {
+            return Ok(false);
+        }
+        let has_older = self.segs.load().oldest().is_some_and(|o| o < id);
+        let started = Instant::now();
+        let mut moved = 0u64;
+        let mut aborted = false;
+        let end = seg.flushed();
+        scan_segment(self, &seg, SEG_HEADER_LEN as u64, end, |off, h, rec| {
+            if *self.stop.lock() {
+                aborted = true;
+                return Ok(false);
+            }
+            match h.typ {
+                T_PUT | T_DELETE => moved += self.relocate(&seg, off, h, rec, has_older, recode)?,
+                T_BATCH => for_each_sub(rec, h, |pos, sh, srec| {
+                    moved += self.relocate(&seg, off + pos as u64, sh, srec, has_older, recode)?;
+                    Ok(())
+                })?,
+                _ => {
+                    if has_older {
+                        // Older segments still hold records this clear hides: not yet.
+                        aborted = true;
+                        return Ok(false);
+                    }
+                }
+            }
+            if let Some(rate) = rate {
+                let due = Duration::from_secs_f64(moved as f64 / rate as f64);
+                if let Some(wait) = due.checked_sub(started.elapsed()) {
+                    std::thread::sleep(wait.min(Duration::from_millis(100)));
+                }
+            }
+            Ok(true)
+        })?;
+        if aborted {
+            return Ok(false);
+        }
+        // The copies must be durable, and the index saved, before the original disappears.
+        self.checkpoint()?;
+        self.drop_segments(&[id])?;
+        self.counters.compactions.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .relocated_bytes
+            .fetch_add(moved, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// Relocate one record of a segment being compacted, if it is still needed. Returns the
+    /// bytes written.
+    fn relocate(
+        &self,
+        seg: &Segment,
+        off: u64,
+        h: &Header,
+        rec: &[u8],
+        has_older: bool,
+        recode: bool,
+    ) -> Result<u64> {
+        let key = &rec[h.key_off..h.key_off + h.klen];
+        let (shard, tag) = self.hash(key);
+        let mut tbl = self.shards[shard].0.write();
+        let here = Slot {
+            tag,
+            seg: seg.id,
+            off: off as u32,
+        };
+        if h.typ == T_DELETE {
+            // Needed only to hide an older put in an older segment, and only while the key
+            // has no newer live record.
+            if !has_older || self.find(&tbl, tag, key, false)?.is_some() {
+                return Ok(0);
+            }
+            let mut d = Vec::new();
+            format::encode_delete(&mut d, key);
+            let mut tail = self.tail.lock();
+            self.append(&mut tail, &[&d], true)?;
+            return Ok(d.len() as u64);
+        }
+        if !tbl.iter_hash(thash(tag)).any(|s| *s == here) {
+            return Ok(0); // dead
+        }
+        if is_expired(h.fields.expires, now_secs()) {
+            self.remove_slot(&mut tbl, here, h.len);
+            self.counters
+                .expired_reclaimed
+                .fetch_add(1, Ordering::Relaxed);
+            if has_older {
+                let mut d = Vec::new();
+                format::encode_delete(&mut d, key);
+                let mut tail = self.tail.lock();
+                self.append(&mut tail, &[&d], true)?;
+            }
+            return Ok(0);
+        }
+        let version = version_of(h, here.loc());
+        let value;
+        let (stored, fields) = if recode && h.fields.compression != 0
+            || recode && self.compression.load(Ordering::Relaxed) != 0
+        {
+            value = decode_value(h, rec)?;
+            let (s, o, len) = self.write_put(key, &value, h.fields.flags, h.fields.expires, version)?;
+            self.set_slot(&mut tbl, tag, Some((here, h.len)), s, o, len);
+            return Ok(len as u64);
+        } else {
+            (
+                &rec[h.value_off()..h.len],
+                PutFields {
+                    version,
+                    ..h.fields
+                },
+            )
+        };
+        let mut hdr = Vec::with_capacity(32);
+        format::encode_put_header(&mut hdr, key.len(), stored.len(), &fields);
+        let (s, o) = {
+            let mut tail = self.tail.lock();
+            self.append(&mut tail, &[&hdr, key, stored], true)?
+        };
+        let len = hdr.len() + key.len() + stored.len();
+        self.set_slot(&mut tbl, tag, Some((here, h.len)), s, o, len);
+        Ok(len as u64)
+    }
+
+    /// The sealed segment most worth compacting, if any is past the threshold.
+    fn compaction_candidate(&self) -> Option<u32> {
+        let threshold = self.cfg.lock().compact;
+        let active = self.tail.lock().seg.id;
+        self.segs
+            .load()
+            .segs
+            .values()
+            .filter(|s| s.id != active)
+            .map(|s| {
+                let total = s.flushed().saturating_sub(SEG_HEADER_LEN as u64).max(1);
+                let dead = 1.0 - (s.live.load(Ordering::Relaxed) as f64 / total as f64);
+                (s.id, dead)
+            })
+            .filter(|&(_, dead)| dead >= threshold)
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(id, _)| id)
+    }
+
+    /// Drop expired records from the index (the space is reclaimed by compaction).
+    fn sweep_expired(&self) -> Result<()> {
+        if self.expiring.load(Ordering::Relaxed) == 0 {
+            return Ok(());
+        }
+        let now = now_secs();
+        let mut any_left = false;
+        for sh in self.shards.iter() {
+            let mut tbl = sh.0.write();
+            let slots: Vec<Slot> = tbl.iter().copied().collect();
+            for s in slots {
+                let exp = self.with_record(s.seg, s.off as u64, |h, _| h.fields.expires)?;
+                if is_expired(exp, now) {
+                    let len = self.with_record(s.seg, s.off as u64, |h, _| h.len)?;
+                    self.remove_slot(&mut tbl, s, len);
+                    self.counters
+                        .expired_reclaimed
+                        .fetch_add(1, Ordering::Relaxed);
+                } else if exp != 0 {
+                    any_left = true;
+                }
+            }
+        }
+        if !any_left {
+            self.expiring.store(0, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ background
+
+    fn background(self: Arc<Self>) {
+        let mut last_sync = Instant::now();
+        let mut last_maint = Instant::now();
+        let mut last_sweep = Instant::now();
+        loop {
+            {
+                let mut stop = self.stop.lock();
+                if !*stop {
+                    self.stop_cv.wait_for(&mut stop, FLUSH_TICK);
+                }
+                if *stop {
+                    return;
+                }
+            }
+            if self.poisoned.lock().is_some() {
+                continue;
+            }
+            {
+                let mut tail = self.tail.lock();
+                let _ = self.flush(&mut tail);
+            }
+            if let SyncMode::Interval(d) = self.sync {
+                if last_sync.elapsed() >= d {
+                    let _ = self.sync_now();
+                    last_sync = Instant::now();
+                }
+            }
+            if last_maint.elapsed() >= Duration::from_secs(1) {
+                last_maint = Instant::now();
+                let Some(_m) = self.maint.try_lock() else {
+                    continue;
+                };
+                if let Some(id) = self.compaction_candidate() {
+                    let _ = self.compact_segment(id, false, Some(64 << 20));
+                }
+                let (ckptsiz, total) = (self.cfg.lock().ckptsiz, self.data_size());
+                if self.appended.load(Ordering::Relaxed) >= ckptsiz.max(total / 4) {
+                    let _ = self.checkpoint();
+                }
+                if last_sweep.elapsed() >= Duration::from_secs(10) {
+                    last_sweep = Instant::now();
+                    let _ = self.sweep_expired();
+                }
+            }
+        }
+    }
+
+    fn count(&self) -> u64 {
+        self.shards.iter().map(|s| s.0.read().len() as u64).sum()
+    }
+
+    fn data_size(&self) -> u64 {
+        let tail_extra = self.tail.lock().buf.len() as u64;
+        self.segs
+            .load()
+            .segs
+            .values()
+            .map(|s| s.flushed())
+            .sum::<u64>()
+            + tail_extra
+    }
+}
+
+/// Encode an index checkpoint (layout in docs/ARCHITECTURE.md):
+/// magic, version, shard count, hash seed, replay position, segment table, then per shard the
+/// slots sorted by location as (varint location delta, u32 tag), and a crc32c of all of it.
+fn encode_checkpoint(
+    hash_seed: u64,
+    (rseg, roff): (u32, u64),
+    segs: &[(u32, u64, u64)],
+    shards: &[Vec<Slot>],
+) -> Vec<u8> {
+    let n: usize = shards.iter().map(Vec::len).sum();
+    let mut out = Vec::with_capacity(64 + segs.len() * 20 + n * 7);
+    out.extend_from_slice(CKPT_MAGIC);
+    out.extend_from_slice(&CKPT_VERSION.to_le_bytes());
+    out.extend_from_slice(&(NSHARDS as u32).to_le_bytes());
+    out.extend_from_slice(&hash_seed.to_le_bytes());
+    out.extend_from_slice(&rseg.to_le_bytes());
+    out.extend_from_slice(&(roff as u32).to_le_bytes());
+    out.extend_from_slice(&(segs.len() as u32).to_le_bytes());
+    for &(id, len, live) in segs {
+        out.extend_from_slice(&id.to_le_bytes());
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&live.to_le_bytes());
+    }
+    let mut sorted = Vec::new();
+    for v in shards {
+        sorted.clear();
+        sorted.extend_from_slice(v);
+        sorted.sort_unstable_by_key(Slot::loc);
+        format::put_varint(&mut out, sorted.len() as u64);
+        let mut prev = 0u64;
+        for s in &sorted {
+            format::put_varint(&mut out, s.loc() - prev);
+            prev = s.loc();
+            out.extend_from_slice(&s.tag.to_le_bytes());
+        }
+    }
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// Replace the checkpoint in `dir` atomically: write a temporary file, sync it, rename it over
+/// the old one, sync the directory.
+fn write_atomic(vfs: &dyn Vfs, dir: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = dir.join(CKPT_TMP);
+    let f = vfs.open(&tmp, true)?;
+    f.set_len(0)?;
+    f.write_at(bytes, 0)?;
+    f.sync()?;
+    drop(f);
+    vfs.rename(&tmp, &dir.join(CKPT_NAME))?;
+    vfs.sync_dir(dir)
+}
+
+/// The version of a record found at `loc`.
+#[inline]
+fn version_of(h: &Header, loc: u64) -> u64 {
+    if h.fields.version != 0 {
+        h.fields.version
+    } else {
+        loc
+    }
+}
+
+fn decode_value(h: &Header, rec: &[u8]) -> Result<Vec<u8>> {
+    let stored = &rec[h.value_off()..h.len];
+    if h.fields.compression == 0 {
+        return Ok(stored.to_vec());
+    }
+    let raw = usize::try_from(h.fields.raw_len)
+        .ok()
+        .filter(|&n| n <= crate::store::MAX_VALUE_LEN)
+        .ok_or_else(|| Error::Corrupt("compressed length out of range".into()))?;
+    compress::decompress(format::codec(h)?, stored, raw)
+}
+
+// ---------------------------------------------------------------------------------------------
+
+impl DiskHash {
+    fn shard(&self, i: usize) -> &RwLock<HashTable<Slot>> {
+        &self.inner.shards[i].0
+    }
+
+    fn stop_background(&self) {
+        *self.inner.stop.lock() = true;
+        self.inner.stop_cv.notify_all();
+        if let Some(h) = self.bg.lock().take() {
+            let _ = h.join();
+        }
+    }
+
+    /// Stop as a killed process would: no flush, no sync, no checkpoint. For crash tests (the
+    /// simulated file system then decides what reached the disk).
+    #[doc(hidden)]
+    pub fn abandon(self) {
+        self.stop_background();
+        self.inner.closed.store(true, Ordering::Release);
+        self.inner.lock.lock().take();
+    }
+
+    /// Roll to a new segment and compact every older one (used by `optimize`).
+    fn rewrite_all(&self, recode: bool) -> Result<()> {
+        let inner = &self.inner;
+        let _m = inner.maint.lock();
+        {
+            let mut tail = inner.tail.lock();
+            inner.roll(&mut tail)?;
+        }
+        let active = inner.tail.lock().seg.id;
+        let ids: Vec<u32> = inner
+            .segs
+            .load()
+            .segs
+            .keys()
+            .copied()
+            .filter(|&id| id < active)
+            .collect();
+        for id in ids {
+            inner.compact_segment(id, recode, None)?;
+        }
+        inner.checkpoint()
+    }
+}
+
+impl Drop for DiskHash {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}
+
+impl Store for DiskHash {
+    fn get(&self, key: &[u8]) -> Result<Option<Record>> {
+        self.inner.check_open()?;
+        let (shard, tag) = self.inner.hash(key);
+        let tbl = self.shard(shard).read();
+        Ok(self
+            .inner
+            .find(&tbl, tag, key, true)?
+            .filter(|f| !is_expired(f.meta.expires, now_secs()))
+            .map(|f| Record {
+                value: f.value.unwrap_or_default(),
+                meta: f.meta,
+            }))
+    }
+
+    fn accept(
+        &self,
+        key: &[u8],
+        visitor: &mut dyn FnMut(Option<Current<'_>>) -> Decision,
+    ) -> Result<Option<Meta>> {
+        let inner = &self.inner;
+        inner.check_writable()?;
+        check_sizes(key, 0)?;
+        let (shard, tag) = inner.hash(key);
+        let mut tbl = self.shard(shard).write();
+        let found = inner.find(&tbl, tag, key, true)?;
+        let now = now_secs();
+        let live = found
+            .as_ref()
+            .filter(|f| !is_expired(f.meta.expires, now));
+        let cur = live.map(|f| Current {
+            value: f.value.as_deref().unwrap_or_default(),
+            meta: f.meta,
+        });
+        let decision = visitor(cur);
+        let old = found.as_ref().map(|f| (f.slot, f.len));
+        let result = match decision {
+            Decision::Keep => return Ok(live.map(|f| f.meta)),
+            Decision::Put {
+                value,
+                flags,
+                expires,
+            } => {
+                check_sizes(key, value.len())?;
+                let (s, o, len) = inner.write_put(key, &value, flags, expires, 0)?;
+                inner.set_slot(&mut tbl, tag, old, s, o, len);
+                Some(Meta {
+                    flags,
+                    expires,
+                    version: loc_of(s, o),
+                })
+            }
+            Decision::Touch { expires } => match live {
+                None => return Ok(None),
+                Some(f) => {
+                    let v = f.value.as_deref().unwrap_or_default();
+                    let (s, o, len) = inner.write_put(key, v, f.meta.flags, expires, 0)?;
+                    inner.set_slot(&mut tbl, tag, old, s, o, len);
+                    Some(Meta {
+                        flags: f.meta.flags,
+                        expires,
+                        version: loc_of(s, o),
+                    })
+                }
+            },
+            Decision::Remove => {
+                if let Some((o, len)) = old {
+                    inner.write_delete(key)?;
+                    inner.remove_slot(&mut tbl, o, len);
+                }
+                None
+            }
+        };
+        drop(tbl);
+        inner.after_write()?;
+        Ok(result)
+    }
+
+    fn put_with(&self, key: &[u8], value: &[u8], flags: u32, expires: u64) -> Result<Meta> {
+        let inner = &self.inner;
+        inner.check_writable()?;
+        check_sizes(key, value.len())?;
+        let (shard, tag) = inner.hash(key);
+        let mut tbl = self.shard(shard).write();
+        let old = inner.find(&tbl, tag, key, false)?.map(|f| (f.slot, f.len));
+        let (s, o, len) = inner.write_put(key, value, flags, expires, 0)?;
+        inner.set_slot(&mut tbl, tag, old, s, o, len);
+        drop(tbl);
+        inner.after_write()?;
+        Ok(Meta {
+            flags,
+            expires,
+            version: loc_of(s, o),
+        })
+    }
+
+    fn write_batch(&self, ops: &[BatchOp]) -> Result<()> {
+        let inner = &self.inner;
+        inner.check_writable()?;
+        if ops.is_empty() {
+            return Ok(());
+        }
+        for op in ops {
+            match op {
+                BatchOp::Put { key, value, .. } => check_sizes(key, value.len())?,
+                BatchOp::Remove { key } => check_sizes(key, 0)?,
+            }
+        }
+        let hashed: Vec<(usize, u32)> = ops.iter().map(|op| inner.hash(op.key())).collect();
+        let mut ids: Vec<usize> = hashed.iter().map(|h| h.0).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        // Lock every shard involved, in ascending order (the global lock order).
+        let mut guards: Vec<(usize, RwLockWriteGuard<'_, HashTable<Slot>>)> =
+            ids.iter().map(|&i| (i, self.shard(i).write())).collect();
+        let comp = Compression::from_code(inner.compression.load(Ordering::Relaxed))
+            .unwrap_or(Compression::None);
+        let mut body = Vec::new();
+        let mut offs = Vec::with_capacity(ops.len());
+        for op in ops {
+            let start = body.len();
+            match op {
+                BatchOp::Put {
+                    key,
+                    value,
+                    flags,
+                    expires,
+                } => {
+                    let z = compress::compress(comp, value);
+                    let (stored, code, raw_len) = match &z {
+                        Some(z) => (z.as_slice(), comp as u8, value.len() as u64),
+                        None => (value.as_slice(), 0, 0),
+                    };
+                    if *expires != 0 {
+                        inner.expiring.fetch_add(1, Ordering::Relaxed);
+                    }
+                    format::encode_put(
+                        &mut body,
+                        key,
+                        stored,
+                        &PutFields {
+                            flags: *flags,
+                            expires: *expires,
+                            version: 0,
+                            compression: code,
+                            raw_len,
+                        },
+                    );
+                }
+                BatchOp::Remove { key } => {
+                    format::encode_delete(&mut body, key);
+                }
+            }
+            format::seal(&mut body[start..], format::seed(inner.salt));
+            offs.push((start, body.len() - start));
+        }
+        let mut hdr = Vec::with_capacity(16);
+        format::encode_batch_header(&mut hdr, body.len(), ops.len());
+        let (seg, off) = {
+            let mut tail = inner.tail.lock();
+            inner.append(&mut tail, &[&hdr, &body], true)?
+        };
+        let base = off + hdr.len() as u64;
+        for (i, op) in ops.iter().enumerate() {
+            let (shard, tag) = hashed[i];
+            let g = guards
+                .iter_mut()
+                .find(|(s, _)| *s == shard)
+                .map(|(_, g)| g)
+                .ok_or_else(|| Error::Corrupt("batch shard not locked".into()))?;
+            let old = inner.find(g, tag, op.key(), false)?.map(|f| (f.slot, f.len));
+            match op {
+                BatchOp::Put { .. } => {
+                    let (o, len) = offs[i];
+                    inner.set_slot(g, tag, old, seg, base + o as u64, len)
+                }
+                BatchOp::Remove { .. } => {
+                    if let Some((o, len)) = old {
+                        inner.remove_slot(g, o, len);
+                    }
+                }
+            }
+        }
+        drop(guards);
+        inner.after_write()
+    }
+
+    fn cursor(&self) -> Result<Box<dyn Cursor + '_>> {
+        self.inner.check_open()?;
+        let first = self.inner.segs.load().oldest().unwrap_or(0);
+        Ok(Box::new(HashCursor {
+            db: self,
+            seg: first,
+            off: SEG_HEADER_LEN as u64,
+            pending: std::collections::VecDeque::new(),
+            done: false,
+        }))
+    }
+
+    fn count(&self) -> u64 {
+        self.inner.count()
+    }
+
+    fn size(&self) -> u64 {
+        let ckpt = self
+            .inner
+            .vfs
+            .open(&self.inner.dir.join(CKPT_NAME), false)
+            .and_then(|f| f.len())
+            .unwrap_or(0);
+        self.inner.data_size() + ckpt
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.inner.check_writable()?;
+        self.inner.group_commit()
+    }
+
+    fn optimize(&self, params: &str) -> Result<()> {
+        self.inner.check_writable()?;
+        let p = Params::parse(params)?;
+        if p.sync()?.is_some() {
+            return Err(Error::InvalidParam(
+                "`sync` cannot be changed by optimize; reopen with the new mode".into(),
+            ));
+        }
+        let newcfg = Config::from_params(&p, Some(&self.inner.cfg.lock()))?;
+        let recode = match p.compression()? {
+            Some(c) => {
+                let changed = c as u8 != self.inner.compression.load(Ordering::Relaxed);
+                self.inner.compression.store(c as u8, Ordering::Relaxed);
+                changed
+            }
+            None => false,
+        };
+        let bnum = newcfg.bnum;
+        *self.inner.cfg.lock() = newcfg;
+        if bnum > 0 {
+            for sh in self.inner.shards.iter() {
+                let mut t = sh.0.write();
+                let want = (bnum as usize / NSHARDS).saturating_sub(t.len());
+                t.reserve(want, |s| thash(s.tag));
+            }
+        }
+        self.rewrite_all(recode)
+    }
+
+    fn vanish(&self) -> Result<()> {
+        let inner = &self.inner;
+        inner.check_writable()?;
+        let _m = inner.maint.lock();
+        let mut guards: Vec<_> = inner.shards.iter().map(|s| s.0.write()).collect();
+        {
+            let mut tail = inner.tail.lock();
+            inner.roll(&mut tail)?;
+            let mut c = Vec::new();
+            format::encode_clear(&mut c);
+            inner.append(&mut tail, &[&c], true)?;
+        }
+        for g in guards.iter_mut() {
+            g.clear();
+        }
+        inner.expiring.store(0, Ordering::Relaxed);
+        inner.sync_now()?;
+        let active = inner.tail.lock().seg.id;
+        let old: Vec<u32> = inner
+            .segs
+            .load()
+            .segs
+            .keys()
+            .copied()
+            .filter(|&id| id < active)
+            .collect();
+        drop(guards);
+        inner.checkpoint()?;
+        inner.drop_segments(&old)
+    }
+
+    fn copy_to(&self, dest: &Path) -> Result<()> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        let _m = inner.maint.lock();
+        if dest.exists() && std::fs::read_dir(dest).map(|mut d| d.next().is_some())? {
+            return Err(Error::InvalidParam(format!(
+                "{}: destination exists and is not empty",
+                dest.display()
+            )));
+        }
+        std::fs::create_dir_all(dest)?;
+        // Snapshot the index shard by shard, remembering where the log ended for the first.
+        let mut shards = Vec::with_capacity(NSHARDS);
+        let mut replay = None;
+        for sh in inner.shards.iter() {
+            let g = sh.0.read();
+            if replay.is_none() {
+                let t = inner.tail.lock();
+                replay = Some((t.seg.id, t.end()));
+            }
+            shards.push(g.iter().copied().collect::<Vec<Slot>>());
+        }
+        let (end_seg, end_off) = {
+            let mut t = inner.tail.lock();
+            inner.flush(&mut t)?;
+            (t.seg.id, t.seg.flushed())
+        };
+        // Segments below the end are immutable up to these lengths: copy them.
+        let segs = inner.segs.load_full();
+        let mut buf = Vec::new();
+        for (id, seg) in segs.segs.range(..=end_seg) {
+            let len = if *id == end_seg {
+                end_off
+            } else {
+                seg.flushed()
+            };
+            let out = OsVfs.open(&dest.join(seg_file_name(*id)), true)?;
+            let mut at = 0u64;
+            while at < len {
+                let n = ((len - at) as usize).min(4 << 20);
+                seg.read_file(at, &mut buf, n)?;
+                out.write_at(&buf, at)?;
+                at += n as u64;
+            }
+            out.sync()?;
+        }
+        // The copy's checkpoint: the snapshot and where replay starts. It lists no segment
+        // lengths: the copy's segments are exactly what was copied.
+        let (rs, ro) = replay.unwrap_or((end_seg, end_off));
+        let out = encode_checkpoint(inner.hash_seed.load(Ordering::Relaxed), (rs, ro), &[], &shards);
+        write_atomic(&OsVfs, dest, &out)?;
+        OsVfs.sync_dir(dest)?;
+        Ok(())
+    }
+
+    fn check(&self) -> Result<CheckReport> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        let _m = inner.maint.lock();
+        {
+            let mut t = inner.tail.lock();
+            if !inner.readonly {
+                inner.flush(&mut t)?;
+            }
+        }
+        let mut rep = CheckReport::default();
+        let segs = inner.segs.load_full();
+        for seg in segs.segs.values() {
+            let end = seg.flushed();
+            let stop = scan_segment(inner, seg, SEG_HEADER_LEN as u64, end, |_, h, rec| {
+                if h.typ == T_BATCH {
+                    if let Err(e) = for_each_sub(rec, h, |_, _, _| Ok(())) {
+                        return Err(e);
+                    }
+                }
+                if h.typ == T_PUT && h.fields.compression != 0 {
+                    decode_value(h, rec)?;
+                }
+                Ok(true)
+            });
+            match stop {
+                Ok(p) if p == end => {}
+                Ok(p) => rep.problems.push(format!(
+                    "segment {}: invalid record at offset {p} (of {end})",
+                    seg.id
+                )),
+                Err(e) => rep.problems.push(format!("segment {}: {e}", seg.id)),
+            }
+        }
+        for (i, sh) in inner.shards.iter().enumerate() {
+            let t = sh.0.read();
+            for s in t.iter() {
+                rep.records += 1;
+                let res = inner.with_record(s.seg, s.off as u64, |h, rec| {
+                    if h.typ != T_PUT {
+                        return Some("index points at a non-put record".to_string());
+                    }
+                    let (shard, tag) = inner.hash(&rec[h.key_off..h.key_off + h.klen]);
+                    (shard != i || tag != s.tag)
+                        .then(|| "index slot does not match the key's hash".to_string())
+                });
+                match res {
+                    Ok(None) => {}
+                    Ok(Some(p)) => rep
+                        .problems
+                        .push(format!("segment {} offset {}: {p}", s.seg, s.off)),
+                    Err(e) => rep.problems.push(e.to_string()),
+                }
+            }
+        }
+        Ok(rep)
+    }
+
+    fn kind(&self) -> Kind {
+        Kind::DiskHash
+    }
+
+    fn describe(&self) -> Vec<(String, String)> {
+        let c = self.inner.cfg.lock().clone();
+        let comp = Compression::from_code(self.inner.compression.load(Ordering::Relaxed))
+            .unwrap_or(Compression::None);
+        vec![
+            ("path".into(), self.inner.dir.display().to_string()),
+            ("bnum".into(), c.bnum.to_string()),
+            ("sync".into(), c.sync.describe()),
+            ("compress".into(), comp.name().into()),
+            ("segsiz".into(), c.segsiz.to_string()),
+            ("bufsiz".into(), c.bufsiz.to_string()),
+            ("msiz".into(), c.msiz.to_string()),
+            ("compact".into(), c.compact.to_string()),
+            ("ckptsiz".into(), c.ckptsiz.to_string()),
+            (
+                "segments".into(),
+                self.inner.segs.load().segs.len().to_string(),
+            ),
+        ]
+    }
+
+    fn close(&self) -> Result<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.stop_background();
+        let inner = &self.inner;
+        let res = if inner.readonly || inner.poisoned.lock().is_some() {
+            Ok(())
+        } else {
+            let _m = inner.maint.lock();
+            inner.checkpoint()
+        };
+        inner.closed.store(true, Ordering::Release);
+        inner.lock.lock().take();
+        res
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let c = &self.inner.counters;
+        vec![
+            ("compactions", c.compactions.load(Ordering::Relaxed)),
+            ("relocated_bytes", c.relocated_bytes.load(Ordering::Relaxed)),
+            ("checkpoints", c.checkpoints.load(Ordering::Relaxed)),
+            (
+                "expired_reclaimed",
+                c.expired_reclaimed.load(Ordering::Relaxed),
+            ),
+            (
+                "recovery_truncated_bytes",
+                c.truncated_bytes.load(Ordering::Relaxed),
+            ),
+            ("syncs", c.syncs.load(Ordering::Relaxed)),
+        ]
+    }
+}
+
+/// Iterates the log in order and yields each record the index still points at.
+struct HashCursor<'a> {
+    db: &'a DiskHash,
+    seg: u32,
+    off: u64,
+    pending: std::collections::VecDeque<(Vec<u8>, Record)>,
+    done: bool,
+}
+
+impl HashCursor<'_> {
+    /// Scan forward from the position until some live records are collected or the log ends.
+    fn fill(&mut self) -> Result<()> {
+        let inner = &self.db.inner;
+        while self.pending.is_empty() && !self.done {
+            let segs = inner.segs.load_full();
+            let Some((&id, seg)) = segs.segs.range(self.seg..).next() else {
+                self.done = true;
+                return Ok(());
+            };
+            if id != self.seg {
+                self.seg = id;
+                self.off = SEG_HEADER_LEN as u64;
+            }
+            let end = {
+                let t = inner.tail.lock();
+                if t.seg.id == id {
+                    t.end()
+                } else {
+                    seg.flushed()
+                }
+            };
+            let now = now_secs();
+            let mut collected = Vec::new();
+            let mut full = false;
+            let stop = scan_segment(inner, seg, self.off, end, |off, h, rec| {
+                let mut visit = |loc_off: u64, h: &Header, rec: &[u8]| -> Result<()> {
+                    if h.typ != T_PUT || is_expired(h.fields.expires, now) {
+                        return Ok(());
+                    }
+                    let key = &rec[h.key_off..h.key_off + h.klen];
+                    let (shard, tag) = inner.hash(key);
+                    let here = Slot {
+                        tag,
+                        seg: id,
+                        off: loc_off as u32,
+                    };
+                    let live = inner.shards[shard]
+                        .0
+                        .read()
+                        .iter_hash(thash(tag))
+                        .any(|s| *s == here);
+                    if live {
+                        collected.push((
+                            key.to_vec(),
+                            Record {
+                                value: decode_value(h, rec)?,
+                                meta: Meta {
+                                    flags: h.fields.flags,
+                                    expires: h.fields.expires,
+                                    version: version_of(h, here.loc()),
+                                },
+                            },
+                        ));
+                    }
+                    Ok(())
+                };
+                if h.typ == T_BATCH {
+                    for_each_sub(rec, h, |pos, sh, srec| visit(off + pos as u64, sh, srec))?;
+                } else {
+                    visit(off, h, rec)?;
+                }
+                full = collected.len() >= 256;
+                Ok(!full)
+            })?;
+            self.off = stop;
+            self.pending.extend(collected);
+            if stop >= end || !full {
+                // End of this segment: move on if a later one exists, else the log ends here.
+                match segs.segs.range(id + 1..).next() {
+                    Some((&next, _)) => {
+                        self.seg = next;
+                        self.off = SEG_HEADER_LEN as u64;
+                    }
+                    None => {
+                        if self.pending.is_empty() {
+                            self.done = true;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Cursor for HashCursor<'_> {
+    fn next(&mut self) -> Result<Option<(Vec<u8>, Record)>> {
+        self.db.inner.check_open()?;
+        self.fill()?;
+        Ok(self.pending.pop_front())
+    }
+}
+
+#[cfg(test)]
+mod tests;

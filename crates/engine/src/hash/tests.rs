@@ -1,0 +1,591 @@
+//! Tests of the on-disk hash: operations, persistence, recovery after simulated crashes, injected
+//! I/O faults, compaction, and a model test against a `BTreeMap`.
+
+use super::*;
+use crate::io::{CrashMode, Fault, SimVfs};
+use crate::store::Outcome;
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+fn sim_open(fs: &SimVfs, params: &str) -> DiskHash {
+    DiskHash::open_with(
+        Path::new("/sim/db.kh"),
+        &Params::parse(params).unwrap(),
+        Arc::new(fs.clone()),
+        false,
+    )
+    .unwrap()
+}
+
+fn dump(db: &dyn Store) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut c = db.cursor().unwrap();
+    while let Some((k, r)) = c.next().unwrap() {
+        assert!(out.insert(k, r.value).is_none(), "cursor returned a key twice");
+    }
+    out
+}
+
+#[test]
+fn basic_operations_on_real_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.kh");
+    let db = DiskHash::open(&path, &Params::default()).unwrap();
+    assert_eq!(db.get(b"a").unwrap(), None);
+    let m1 = db.put(b"a", b"1").unwrap();
+    assert_eq!(db.get(b"a").unwrap().unwrap().value, b"1");
+    let m2 = db.put(b"a", b"22").unwrap();
+    assert_ne!(m1.version, m2.version, "version must change on modification");
+    assert_eq!(db.putkeep(b"a", b"x", 0, 0).unwrap(), Outcome::Exists);
+    assert!(matches!(db.putkeep(b"b", b"x", 5, 0).unwrap(), Outcome::Stored(_)));
+    assert_eq!(db.get(b"b").unwrap().unwrap().meta.flags, 5);
+    db.putcat(b"a", b"33").unwrap();
+    db.prepend(b"a", b"0").unwrap();
+    assert_eq!(db.get(b"a").unwrap().unwrap().value, b"02233");
+    db.putshl(b"a", b"45", 4).unwrap();
+    assert_eq!(db.get(b"a").unwrap().unwrap().value, b"3345");
+    let v = db.get(b"a").unwrap().unwrap().meta.version;
+    assert_eq!(db.cas(b"a", v + 1, b"no", 0, 0).unwrap(), Outcome::VersionMismatch);
+    assert!(matches!(db.cas(b"a", v, b"yes", 0, 0).unwrap(), Outcome::Stored(_)));
+    assert_eq!(db.vsiz(b"a").unwrap(), Some(3));
+    assert_eq!(db.addint(b"n", 3).unwrap(), 3);
+    assert_eq!(db.addint(b"n", -5).unwrap(), -2);
+    assert!(matches!(db.addint(b"a", 1), Err(Error::NotNumeric)));
+    assert_eq!(db.adddouble(b"d", 1.5).unwrap(), 1.5);
+    assert_eq!(db.adddouble(b"d", 1.25).unwrap(), 2.75);
+    db.put(b"c", b"18446744073709551615").unwrap();
+    assert_eq!(db.incr_decimal(b"c", 2, false).unwrap().unwrap().0, 1);
+    assert_eq!(db.incr_decimal(b"c", 9, true).unwrap().unwrap().0, 0);
+    assert!(db.out(b"c").unwrap());
+    assert!(!db.out(b"c").unwrap());
+    // Expiration: a record that expired is absent, and touch revives nothing.
+    db.put_with(b"old", b"v", 0, 1).unwrap();
+    assert_eq!(db.get(b"old").unwrap(), None);
+    assert_eq!(db.touch(b"old", 0).unwrap(), None);
+    db.put_with(b"t", b"v", 0, now_secs() + 1000).unwrap();
+    assert!(db.touch(b"t", 0).unwrap().is_some());
+    assert_eq!(db.get(b"t").unwrap().unwrap().meta.expires, 0);
+    let keys = db.fwmkeys(b"", 100).unwrap();
+    assert_eq!(keys.len() as u64, db.count() - 1, "expired record not listed");
+    assert!(db.check().unwrap().healthy());
+    db.close().unwrap();
+    assert!(matches!(db.get(b"a"), Err(Error::Closed)));
+
+    let db = DiskHash::open(&path, &Params::default()).unwrap();
+    assert_eq!(db.get(b"a").unwrap().unwrap().value, b"yes");
+    assert_eq!(db.get(b"d").unwrap().unwrap().value, 2.75f64.to_le_bytes());
+    assert!(db.check().unwrap().healthy());
+}
+
+#[test]
+fn second_open_is_refused_and_lock_dies_with_handle() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.kh");
+    let db = DiskHash::open(&path, &Params::default()).unwrap();
+    match DiskHash::open(&path, &Params::default()) {
+        Err(Error::Locked(_)) => {}
+        other => panic!("expected Locked, got {:?}", other.err()),
+    }
+    drop(db);
+    DiskHash::open(&path, &Params::default()).unwrap();
+}
+
+#[test]
+fn unknown_and_bad_params_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    for p in ["nosuch=1", "segsiz=1", "sync=sometimes", "compress=bzip", "compact=3"] {
+        let e = DiskHash::open(&dir.path().join("p.kh"), &Params::parse(p).unwrap());
+        assert!(e.is_err(), "{p} accepted");
+    }
+}
+
+#[test]
+fn large_values_and_compression_round_trip() {
+    for comp in ["none", "lz4", "zstd", "deflate"] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.kh");
+        let params = Params::parse(&format!("compress={comp}#bufsiz=64k")).unwrap();
+        let db = DiskHash::open(&path, &params).unwrap();
+        let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        db.put(b"big", &big).unwrap();
+        db.put(b"small", b"s").unwrap();
+        assert_eq!(db.get(b"big").unwrap().unwrap().value, big);
+        db.close().unwrap();
+        let db = DiskHash::open(&path, &params).unwrap();
+        assert_eq!(db.get(b"big").unwrap().unwrap().value, big, "{comp}");
+        assert_eq!(db.get(b"small").unwrap().unwrap().value, b"s");
+        if comp != "none" {
+            assert!(db.size() < 1_000_000, "{comp} did not compress: {}", db.size());
+        }
+        assert!(db.check().unwrap().healthy());
+    }
+}
+
+#[test]
+fn batch_is_atomic_and_validated_first() {
+    let fs = SimVfs::new();
+    let db = sim_open(&fs, "sync=none");
+    db.put(b"x", b"old").unwrap();
+    let too_big = vec![0u8; crate::store::MAX_KEY_LEN + 1];
+    let bad = [
+        BatchOp::Put {
+            key: b"a".to_vec(),
+            value: b"1".to_vec(),
+            flags: 0,
+            expires: 0,
+        },
+        BatchOp::Remove { key: too_big },
+    ];
+    assert!(db.write_batch(&bad).is_err());
+    assert_eq!(db.get(b"a").unwrap(), None, "nothing of a failed batch applies");
+    let ops: Vec<BatchOp> = (0..100)
+        .map(|i| BatchOp::Put {
+            key: format!("k{i}").into_bytes(),
+            value: format!("v{i}").into_bytes(),
+            flags: 0,
+            expires: 0,
+        })
+        .chain([BatchOp::Remove { key: b"x".to_vec() }])
+        .collect();
+    db.sync().unwrap();
+    db.write_batch(&ops).unwrap();
+    assert_eq!(db.count(), 100);
+    // Crash with the batch written but not synced, torn anywhere: all or nothing survives.
+    for seed in 1..20u64 {
+        let fs2 = SimVfs::new();
+        let db2 = sim_open(&fs2, "sync=none");
+        db2.put(b"x", b"old").unwrap();
+        db2.sync().unwrap();
+        db2.write_batch(&ops).unwrap();
+        {
+            let mut t = db2.inner.tail.lock();
+            db2.inner.flush(&mut t).unwrap();
+        }
+        db2.abandon();
+        fs2.crash(CrashMode::Torn { seed });
+        let db3 = sim_open(&fs2, "sync=none");
+        let n = db3.count();
+        let x = db3.get(b"x").unwrap();
+        assert!(
+            (n == 100 && x.is_none()) || (n == 1 && x.is_some()),
+            "seed {seed}: half a batch survived: count {n}"
+        );
+        assert!(db3.check().unwrap().healthy());
+    }
+}
+
+/// Every record written and acknowledged under sync=always survives a crash that drops every
+/// unsynced byte.
+#[test]
+fn sync_always_loses_nothing_acknowledged() {
+    let fs = SimVfs::new();
+    fs.set_sync_delay(Duration::from_millis(2));
+    let db = Arc::new(sim_open(&fs, "sync=always"));
+    let threads: Vec<_> = (0..4u8)
+        .map(|t| {
+            let db = db.clone();
+            std::thread::spawn(move || {
+                for i in 0..200 {
+                    db.put(format!("{t}-{i}").as_bytes(), &[t; 10]).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let syncs = db.inner.counters.syncs.load(Ordering::Relaxed);
+    assert!(syncs < 600, "group commit shared too few syncs: {syncs} for 800 writes");
+    Arc::try_unwrap(db).ok().unwrap().abandon();
+    fs.crash(CrashMode::DropUnsynced);
+    let db = sim_open(&fs, "sync=always");
+    assert_eq!(db.count(), 800);
+    for t in 0..4u8 {
+        for i in 0..200 {
+            assert_eq!(
+                db.get(format!("{t}-{i}").as_bytes()).unwrap().unwrap().value,
+                [t; 10]
+            );
+        }
+    }
+}
+
+/// Randomized crash points: operations with occasional syncs, then a crash that keeps a random
+/// prefix of the unsynced writes and tears the next one. After reopening, every key holds a value
+/// it had at or after its last sync, and the database is healthy.
+#[test]
+fn randomized_crashes_recover_consistently() {
+    for seed in 0..60u64 {
+        let fs = SimVfs::new();
+        let params = "sync=none#segsiz=64k#bufsiz=4k";
+        let db = sim_open(&fs, params);
+        let mut rng = seed.wrapping_mul(6364136223846793005) | 1;
+        let mut rand = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        // For each key: the values it may have after the crash (None = absent).
+        let mut allowed: BTreeMap<Vec<u8>, Vec<Option<Vec<u8>>>> = BTreeMap::new();
+        let mut current: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let nops = 200 + rand(800);
+        for _ in 0..nops {
+            let k = format!("key{}", rand(50)).into_bytes();
+            let hist = allowed
+                .entry(k.clone())
+                .or_insert_with(|| vec![current.get(&k).cloned()]);
+            match rand(10) {
+                0..=5 => {
+                    let v = vec![b'a' + rand(26) as u8; 1 + rand(300) as usize];
+                    db.put(&k, &v).unwrap();
+                    current.insert(k.clone(), v.clone());
+                    hist.push(Some(v));
+                }
+                6 => {
+                    db.out(&k).unwrap();
+                    current.remove(&k);
+                    hist.push(None);
+                }
+                7 => {
+                    db.putcat(&k, b"+").unwrap();
+                    let v = current.entry(k.clone()).or_default();
+                    v.push(b'+');
+                    hist.push(Some(v.clone()));
+                }
+                8 => {
+                    db.sync().unwrap();
+                    allowed = current
+                        .iter()
+                        .map(|(k, v)| (k.clone(), vec![Some(v.clone())]))
+                        .collect();
+                }
+                _ => {
+                    if rand(4) == 0 {
+                        let _m = db.inner.maint.lock();
+                        db.inner.checkpoint().unwrap();
+                        allowed = current
+                            .iter()
+                            .map(|(k, v)| (k.clone(), vec![Some(v.clone())]))
+                            .collect();
+                    }
+                }
+            }
+        }
+        db.abandon();
+        fs.crash(CrashMode::Torn { seed });
+        let db = sim_open(&fs, params);
+        let rep = db.check().unwrap();
+        assert!(rep.healthy(), "seed {seed}: {:?}", rep.problems);
+        let got = dump(&db);
+        for (k, hist) in &allowed {
+            let v = got.get(k).cloned();
+            assert!(
+                hist.contains(&v),
+                "seed {seed}: key {:?} has {:?}, allowed {:?}",
+                String::from_utf8_lossy(k),
+                v.as_ref().map(|v| v.len()),
+                hist.iter().map(|h| h.as_ref().map(|v| v.len())).collect::<Vec<_>>()
+            );
+        }
+        for k in got.keys() {
+            assert!(allowed.contains_key(k) || current.contains_key(k));
+        }
+        // Recovery is repeatable: a second reopen sees the same data.
+        db.close().unwrap();
+        let db = sim_open(&fs, params);
+        assert_eq!(dump(&db), got, "seed {seed}");
+    }
+}
+
+/// After an injected write or sync failure the handle refuses writes (it never pretends), and a
+/// reopen finds a consistent database holding at least everything synced before the fault.
+#[test]
+fn io_faults_poison_then_reopen_is_consistent() {
+    for (n, fault) in [(0u64, Fault::Eio), (3, Fault::NoSpace), (10, Fault::Eio), (25, Fault::NoSpace)] {
+        let fs = SimVfs::new();
+        let db = sim_open(&fs, "sync=always#bufsiz=4k");
+        for i in 0..20 {
+            db.put(format!("pre{i}").as_bytes(), b"v").unwrap();
+        }
+        fs.fail_after(n, fault);
+        let mut failed = false;
+        for i in 0..200 {
+            if db.put(format!("k{i}").as_bytes(), &[7u8; 100]).is_err() {
+                failed = true;
+                break;
+            }
+        }
+        assert!(failed, "fault {n} never surfaced");
+        assert!(db.put(b"after", b"x").is_err(), "writes must be refused after a fault");
+        db.abandon();
+        fs.heal();
+        fs.crash(CrashMode::DropUnsynced);
+        let db = sim_open(&fs, "sync=always");
+        for i in 0..20 {
+            assert!(db.get(format!("pre{i}").as_bytes()).unwrap().is_some());
+        }
+        assert!(db.check().unwrap().healthy());
+        db.put(b"after", b"x").unwrap();
+    }
+}
+
+#[test]
+fn compaction_reclaims_space_and_keeps_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.kh");
+    let params = Params::parse("segsiz=256k#sync=none").unwrap();
+    let db = DiskHash::open(&path, &params).unwrap();
+    for round in 0..20 {
+        for i in 0..500 {
+            db.put(format!("k{i}").as_bytes(), format!("{round:0100}").as_bytes())
+                .unwrap();
+        }
+    }
+    let before = db.size();
+    db.optimize("").unwrap();
+    let after = db.size();
+    assert!(after * 5 < before, "optimize did not shrink: {before} -> {after}");
+    for i in 0..500 {
+        assert_eq!(
+            db.get(format!("k{i}").as_bytes()).unwrap().unwrap().value,
+            format!("{:0100}", 19).as_bytes()
+        );
+    }
+    // Background compaction alone also reclaims sealed dead segments.
+    for round in 0..10 {
+        for i in 0..500 {
+            db.put(format!("k{i}").as_bytes(), format!("{round:0200}").as_bytes())
+                .unwrap();
+        }
+    }
+    let grown = db.size();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while db.size() * 2 > grown && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(db.size() * 2 <= grown, "background compaction did not run");
+    assert!(db.check().unwrap().healthy());
+    db.close().unwrap();
+    let db = DiskHash::open(&path, &params).unwrap();
+    assert_eq!(db.count(), 500);
+    assert!(db.check().unwrap().healthy());
+}
+
+#[test]
+fn optimize_changes_compression() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("o.kh");
+    let db = DiskHash::open(&path, &Params::default()).unwrap();
+    for i in 0..200 {
+        db.put(format!("k{i}").as_bytes(), &[b'z'; 4000]).unwrap();
+    }
+    let before = db.size();
+    db.optimize("compress=zstd").unwrap();
+    assert!(db.size() * 4 < before);
+    assert!(db.optimize("sync=always").is_err());
+    assert!(db.optimize("nosuch=1").is_err());
+    db.close().unwrap();
+    let db = DiskHash::open(&path, &Params::parse("compress=zstd").unwrap()).unwrap();
+    assert_eq!(db.get(b"k7").unwrap().unwrap().value, vec![b'z'; 4000]);
+}
+
+#[test]
+fn vanish_copy_and_cursor() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v.kh");
+    let db = DiskHash::open(&path, &Params::parse("segsiz=64k").unwrap()).unwrap();
+    for i in 0..2000 {
+        db.put(format!("k{i:05}").as_bytes(), format!("v{i}").as_bytes())
+            .unwrap();
+    }
+    for i in (0..2000).step_by(3) {
+        db.out(format!("k{i:05}").as_bytes()).unwrap();
+    }
+    let model = dump(&db);
+    assert_eq!(model.len() as u64, db.count());
+    assert_eq!(db.fwmkeys(b"k001", 1000).unwrap().len(), 67);
+    // Copy while another thread writes.
+    let copy = dir.path().join("copy.kh");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..2000 {
+                db.put(format!("w{i}").as_bytes(), b"x").unwrap();
+            }
+        });
+        db.copy_to(&copy).unwrap();
+    });
+    let c = DiskHash::open(&copy, &Params::default()).unwrap();
+    assert!(c.check().unwrap().healthy());
+    let copied = dump(&c);
+    for (k, v) in &model {
+        assert_eq!(copied.get(k), Some(v));
+    }
+    assert!(db.copy_to(&copy).is_err(), "copy over a non-empty destination");
+    db.vanish().unwrap();
+    assert_eq!(db.count(), 0);
+    assert!(dump(&db).is_empty());
+    db.put(b"fresh", b"1").unwrap();
+    db.close().unwrap();
+    let db = DiskHash::open(&path, &Params::default()).unwrap();
+    assert_eq!(db.count(), 1);
+    assert!(db.check().unwrap().healthy());
+}
+
+#[test]
+fn corruption_is_detected_by_check() {
+    let fs = SimVfs::new();
+    let db = sim_open(&fs, "sync=none");
+    for i in 0..100 {
+        db.put(format!("k{i}").as_bytes(), b"value").unwrap();
+    }
+    db.close().unwrap();
+    let seg = fs
+        .paths()
+        .into_iter()
+        .find(|p| p.to_string_lossy().ends_with(".kd"))
+        .unwrap();
+    assert!(fs.corrupt(&seg, 200, b"\xff\xff"));
+    // The checkpoint still points at every record; reading the damaged one is an error, never
+    // wrong data, and check reports it.
+    let db = DiskHash::open_with(
+        Path::new("/sim/db.kh"),
+        &Params::default(),
+        Arc::new(fs.clone()),
+        true,
+    )
+    .unwrap();
+    let rep = db.check().unwrap();
+    assert!(!rep.healthy());
+    let mut errors = 0;
+    for i in 0..100 {
+        match db.get(format!("k{i}").as_bytes()) {
+            Ok(Some(r)) => assert_eq!(r.value, b"value"),
+            Ok(None) => panic!("record lost without an error"),
+            Err(_) => errors += 1,
+        }
+    }
+    assert!(errors >= 1);
+    assert!(db.put(b"x", b"y").is_err(), "read-only handle accepted a write");
+}
+
+#[test]
+fn corrupt_checkpoint_falls_back_to_full_rebuild() {
+    let fs = SimVfs::new();
+    let db = sim_open(&fs, "sync=none");
+    for i in 0..300 {
+        db.put(format!("k{i}").as_bytes(), format!("v{i}").as_bytes())
+            .unwrap();
+    }
+    db.out(b"k5").unwrap();
+    db.close().unwrap();
+    assert!(fs.corrupt(Path::new("/sim/db.kh/index.ki"), 40, b"\x00\x01\x02"));
+    let db = sim_open(&fs, "sync=none");
+    assert_eq!(db.count(), 299);
+    assert_eq!(db.get(b"k7").unwrap().unwrap().value, b"v7");
+    assert!(db.get(b"k5").unwrap().is_none());
+}
+
+#[test]
+fn concurrent_writers_and_readers() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Arc::new(
+        DiskHash::open(
+            &dir.path().join("m.kh"),
+            &Params::parse("segsiz=1m#sync=none").unwrap(),
+        )
+        .unwrap(),
+    );
+    let hs: Vec<_> = (0..4)
+        .map(|t| {
+            let db = db.clone();
+            std::thread::spawn(move || {
+                for i in 0..5000u32 {
+                    let k = format!("{t}:{i}");
+                    db.put(k.as_bytes(), &i.to_le_bytes()).unwrap();
+                    if i % 7 == 0 {
+                        assert_eq!(db.get(k.as_bytes()).unwrap().unwrap().value, i.to_le_bytes());
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    assert_eq!(db.count(), 20000);
+    assert!(db.check().unwrap().healthy());
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Put(u8, Vec<u8>),
+    PutKeep(u8, Vec<u8>),
+    Cat(u8, Vec<u8>),
+    Out(u8),
+    Get(u8),
+    Batch(Vec<(u8, Option<Vec<u8>>)>),
+    Restart,
+    Optimize,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let val = proptest::collection::vec(any::<u8>(), 0..200);
+    prop_oneof![
+        4 => (any::<u8>(), val.clone()).prop_map(|(k, v)| Op::Put(k % 40, v)),
+        1 => (any::<u8>(), val.clone()).prop_map(|(k, v)| Op::PutKeep(k % 40, v)),
+        1 => (any::<u8>(), val.clone()).prop_map(|(k, v)| Op::Cat(k % 40, v)),
+        2 => any::<u8>().prop_map(|k| Op::Out(k % 40)),
+        2 => any::<u8>().prop_map(|k| Op::Get(k % 40)),
+        1 => proptest::collection::vec((any::<u8>(), proptest::option::of(val)), 1..5)
+            .prop_map(|v| Op::Batch(v.into_iter().map(|(k, v)| (k % 40, v)).collect())),
+        1 => Just(Op::Restart),
+        1 => Just(Op::Optimize),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// Random operations against a BTreeMap model, with restarts and tiny segments.
+    #[test]
+    fn model(ops in proptest::collection::vec(op(), 1..120)) {
+        let fs = SimVfs::new();
+        let params = "sync=none#segsiz=64k#bufsiz=4k";
+        let mut db = sim_open(&fs, params);
+        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let key = |k: u8| format!("key-{k}").into_bytes();
+        for op in ops {
+            match op {
+                Op::Put(k, v) => { db.put(&key(k), &v).unwrap(); model.insert(key(k), v); }
+                Op::PutKeep(k, v) => {
+                    let r = db.putkeep(&key(k), &v, 0, 0).unwrap();
+                    if let std::collections::btree_map::Entry::Vacant(e) = model.entry(key(k)) {
+                        prop_assert!(matches!(r, Outcome::Stored(_)));
+                        e.insert(v);
+                    } else {
+                        prop_assert_eq!(r, Outcome::Exists);
+                    }
+                }
+                Op::Cat(k, v) => { db.putcat(&key(k), &v).unwrap(); model.entry(key(k)).or_default().extend(v); }
+                Op::Out(k) => { prop_assert_eq!(db.out(&key(k)).unwrap(), model.remove(&key(k)).is_some()); }
+                Op::Get(k) => { prop_assert_eq!(db.get(&key(k)).unwrap().map(|r| r.value), model.get(&key(k)).cloned()); }
+                Op::Batch(items) => {
+                    let ops: Vec<BatchOp> = items.iter().map(|(k, v)| match v {
+                        Some(v) => BatchOp::Put { key: key(*k), value: v.clone(), flags: 0, expires: 0 },
+                        None => BatchOp::Remove { key: key(*k) },
+                    }).collect();
+                    db.write_batch(&ops).unwrap();
+                    for (k, v) in items {
+                        match v { Some(v) => { model.insert(key(k), v); } None => { model.remove(&key(k)); } }
+                    }
+                }
+                Op::Restart => { db.close().unwrap(); drop(db); db = sim_open(&fs, params); }
+                Op::Optimize => { db.optimize("").unwrap(); }
+            }
+            prop_assert_eq!(db.count(), model.len() as u64);
+        }
+        prop_assert_eq!(dump(&db), model);
+        let rep = db.check().unwrap();
+        prop_assert!(rep.healthy(), "{:?}", rep.problems);
+    }
+}

@@ -1,0 +1,490 @@
+//! The one narrow interface through which on-disk kinds touch files.
+//!
+//! [`OsVfs`] is the real file system. [`SimVfs`] keeps files in memory, remembers what was synced,
+//! and can simulate a crash (drop everything not synced, optionally tearing the last write) or
+//! fail operations with ENOSPC / EIO after a given count: the crash and fault tests run on it.
+
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// An open file.
+pub trait VFile: Send + Sync {
+    /// Read exactly `buf.len()` bytes at `off` (an error if the file is shorter).
+    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()>;
+    /// Write all of `buf` at `off`, extending the file as needed.
+    fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()>;
+    /// Make everything written so far durable (fdatasync).
+    fn sync(&self) -> io::Result<()>;
+    fn len(&self) -> io::Result<u64>;
+    fn set_len(&self, len: u64) -> io::Result<()>;
+}
+
+/// A file system.
+pub trait Vfs: Send + Sync {
+    fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn VFile>>;
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Atomically replace `to` with `from`.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// File names (not paths) in a directory.
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    fn exists(&self, path: &Path) -> bool;
+    /// Make renames, creations and removals in `dir` durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Take an exclusive lock that lasts as long as the returned guard (and dies with the
+    /// process); `WouldBlock` when another holder has it.
+    fn lock(&self, path: &Path) -> io::Result<Box<dyn std::any::Any + Send + Sync>>;
+    /// A read-only memory map of `len` bytes of the file at `path` (which may be shorter now:
+    /// only bytes below its written length are ever read). `None` when the backend has none.
+    fn map(&self, _path: &Path, _len: usize) -> Option<Map> {
+        None
+    }
+}
+
+/// A read-only shared memory map of a file.
+pub struct Map {
+    map: memmap2::Mmap,
+}
+
+impl Map {
+    pub fn as_slice(&self) -> &[u8] {
+        &self.map
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The real file system.
+
+/// The operating system's files.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OsVfs;
+
+struct OsFile(File);
+
+impl VFile for OsFile {
+    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        self.0.read_exact_at(buf, off)
+    }
+    fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        self.0.write_all_at(buf, off)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+}
+
+struct OsLock(#[allow(dead_code)] File);
+
+impl Vfs for OsVfs {
+    fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn VFile>> {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(false)
+            .open(path)?;
+        Ok(Arc::new(OsFile(f)))
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut v = Vec::new();
+        for e in std::fs::read_dir(dir)? {
+            if let Some(n) = e?.file_name().to_str() {
+                v.push(n.to_string());
+            }
+        }
+        Ok(v)
+    }
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+    fn lock(&self, path: &Path) -> io::Result<Box<dyn std::any::Any + Send + Sync>> {
+        use std::os::fd::AsRawFd;
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        // SAFETY: flock on a valid, owned descriptor; the lock is released when the file (and so
+        // the descriptor) is closed, including when the process dies.
+        let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Box::new(OsLock(f)))
+    }
+    fn map(&self, path: &Path, len: usize) -> Option<Map> {
+        let f = File::open(path).ok()?;
+        // SAFETY: the map is read-only and shared. The engine reads only bytes below a
+        // segment's flushed length, which are never rewritten in place (segments are
+        // append-only; a file is truncated or removed only when no reader can reach those
+        // bytes); other processes are kept out by the database lock.
+        let map = unsafe { memmap2::MmapOptions::new().len(len).map(&f) }.ok()?;
+        Some(Map { map })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The simulated file system for crash and fault tests.
+
+/// Which fault an armed [`SimVfs`] injects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    NoSpace,
+    Eio,
+}
+
+#[derive(Default)]
+struct SimFileState {
+    /// What a reader sees now.
+    data: Vec<u8>,
+    /// What survives a crash.
+    durable: Vec<u8>,
+    /// Writes since the last sync, in order (offset, bytes), and set_len calls as (len, empty).
+    pending: Vec<(u64, Vec<u8>, bool)>,
+}
+
+struct SimFile {
+    state: Mutex<SimFileState>,
+    fs: Arc<SimShared>,
+}
+
+#[derive(Default)]
+struct SimShared {
+    /// Operations left before the armed fault fires; negative = disarmed.
+    fail_after: AtomicI64,
+    fault: Mutex<Option<Fault>>,
+    writes: AtomicU64,
+    /// Microseconds each sync takes (to model a real disk's fdatasync latency).
+    sync_delay_us: AtomicU64,
+}
+
+impl SimShared {
+    fn tick(&self) -> io::Result<()> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let left = self.fail_after.load(Ordering::Relaxed);
+        if left < 0 {
+            return Ok(());
+        }
+        if left == 0 {
+            let fault = self.fault.lock().unwrap_or(Fault::Eio);
+            return Err(match fault {
+                Fault::NoSpace => io::Error::from_raw_os_error(libc::ENOSPC),
+                Fault::Eio => io::Error::from_raw_os_error(libc::EIO),
+            });
+        }
+        self.fail_after.fetch_sub(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+fn apply_write(data: &mut Vec<u8>, off: u64, buf: &[u8]) {
+    let off = off as usize;
+    if data.len() < off + buf.len() {
+        data.resize(off + buf.len(), 0);
+    }
+    data[off..off + buf.len()].copy_from_slice(buf);
+}
+
+impl VFile for SimFile {
+    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        let st = self.state.lock();
+        let off = off as usize;
+        if off + buf.len() > st.data.len() {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "read past end"));
+        }
+        buf.copy_from_slice(&st.data[off..off + buf.len()]);
+        Ok(())
+    }
+    fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        self.fs.tick()?;
+        let mut st = self.state.lock();
+        apply_write(&mut st.data, off, buf);
+        st.pending.push((off, buf.to_vec(), false));
+        Ok(())
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.fs.tick()?;
+        let delay = self.fs.sync_delay_us.load(Ordering::Relaxed);
+        if delay > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(delay));
+        }
+        let mut st = self.state.lock();
+        st.durable = st.data.clone();
+        st.pending.clear();
+        Ok(())
+    }
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.state.lock().data.len() as u64)
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.fs.tick()?;
+        let mut st = self.state.lock();
+        st.data.resize(len as usize, 0);
+        st.pending.push((len, Vec::new(), true));
+        Ok(())
+    }
+}
+
+/// An in-memory file system that can crash and fail on demand.
+#[derive(Clone, Default)]
+pub struct SimVfs {
+    files: Arc<Mutex<HashMap<PathBuf, Arc<SimFile>>>>,
+    locks: Arc<Mutex<std::collections::HashSet<PathBuf>>>,
+    shared: Arc<SimShared>,
+}
+
+struct SimLock {
+    path: PathBuf,
+    locks: Arc<Mutex<std::collections::HashSet<PathBuf>>>,
+}
+
+impl Drop for SimLock {
+    fn drop(&mut self) {
+        self.locks.lock().remove(&self.path);
+    }
+}
+
+/// How a simulated crash treats writes that were not synced.
+#[derive(Clone, Copy, Debug)]
+pub enum CrashMode {
+    /// Every unsynced write is lost.
+    DropUnsynced,
+    /// A prefix of the unsynced writes (chosen by `seed`) reaches the disk, the next one torn at
+    /// a random byte: what a power loss during write-back can leave.
+    Torn { seed: u64 },
+}
+
+impl SimVfs {
+    pub fn new() -> SimVfs {
+        let v = SimVfs::default();
+        v.shared.fail_after.store(-1, Ordering::Relaxed);
+        v
+    }
+
+    /// Fail the `n`-th mutating operation from now (0 = the next one) and every one after it.
+    pub fn fail_after(&self, n: u64, fault: Fault) {
+        *self.shared.fault.lock() = Some(fault);
+        self.shared.fail_after.store(n as i64, Ordering::Relaxed);
+    }
+
+    /// Make every sync take this long, like a real disk's fdatasync.
+    pub fn set_sync_delay(&self, d: std::time::Duration) {
+        self.shared
+            .sync_delay_us
+            .store(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Stop injecting faults.
+    pub fn heal(&self) {
+        self.shared.fail_after.store(-1, Ordering::Relaxed);
+    }
+
+    /// Mutating operations performed so far.
+    pub fn op_count(&self) -> u64 {
+        self.shared.writes.load(Ordering::Relaxed)
+    }
+
+    /// Simulate a crash: every file keeps only what survives under `mode`. Handles opened before
+    /// the crash must not be used afterwards (the engine under test is dropped first).
+    pub fn crash(&self, mode: CrashMode) {
+        let mut rng = match mode {
+            CrashMode::DropUnsynced => 0,
+            CrashMode::Torn { seed } => seed | 1,
+        };
+        let mut next = move || {
+            // xorshift64*
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let files = self.files.lock();
+        let mut names: Vec<_> = files.keys().cloned().collect();
+        names.sort();
+        for name in names {
+            let f = &files[&name];
+            let mut st = f.state.lock();
+            let mut img = st.durable.clone();
+            if let CrashMode::Torn { .. } = mode {
+                let n = st.pending.len();
+                if n > 0 {
+                    let keep = (next() % (n as u64 + 1)) as usize;
+                    for (i, (off, bytes, is_len)) in st.pending.iter().enumerate().take(keep + 1) {
+                        if *is_len {
+                            if i < keep {
+                                img.resize(*off as usize, 0);
+                            }
+                            continue;
+                        }
+                        let part = if i < keep {
+                            bytes.len()
+                        } else {
+                            (next() % (bytes.len() as u64 + 1)) as usize
+                        };
+                        apply_write(&mut img, *off, &bytes[..part]);
+                    }
+                }
+            }
+            st.data = img.clone();
+            st.durable = img;
+            st.pending.clear();
+        }
+        self.locks.lock().clear();
+    }
+
+    /// Overwrite bytes of a file directly (to test corruption detection).
+    pub fn corrupt(&self, path: &Path, off: u64, bytes: &[u8]) -> bool {
+        let files = self.files.lock();
+        match files.get(path) {
+            Some(f) => {
+                let mut st = f.state.lock();
+                if off as usize + bytes.len() > st.data.len() {
+                    return false;
+                }
+                apply_write(&mut st.data, off, bytes);
+                let d = st.data.clone();
+                st.durable = d;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Paths of every file.
+    pub fn paths(&self) -> Vec<PathBuf> {
+        let mut v: Vec<_> = self.files.lock().keys().cloned().collect();
+        v.sort();
+        v
+    }
+}
+
+impl Vfs for SimVfs {
+    fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn VFile>> {
+        let mut files = self.files.lock();
+        if let Some(f) = files.get(path) {
+            return Ok(f.clone());
+        }
+        if !create {
+            return Err(io::Error::new(io::ErrorKind::NotFound, "no such file"));
+        }
+        self.shared.tick()?;
+        let f = Arc::new(SimFile {
+            state: Mutex::new(SimFileState::default()),
+            fs: self.shared.clone(),
+        });
+        files.insert(path.to_path_buf(), f.clone());
+        Ok(f)
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        self.shared.tick()?;
+        self.files
+            .lock()
+            .remove(path)
+            .map(|_| ())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such file"))
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.shared.tick()?;
+        let mut files = self.files.lock();
+        let f = files
+            .remove(from)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such file"))?;
+        files.insert(to.to_path_buf(), f);
+        Ok(())
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        Ok(self
+            .files
+            .lock()
+            .keys()
+            .filter(|p| p.parent() == Some(dir))
+            .filter_map(|p| p.file_name()?.to_str().map(str::to_string))
+            .collect())
+    }
+    fn create_dir_all(&self, _dir: &Path) -> io::Result<()> {
+        Ok(())
+    }
+    fn exists(&self, path: &Path) -> bool {
+        let files = self.files.lock();
+        files.contains_key(path) || files.keys().any(|p| p.starts_with(path))
+    }
+    fn sync_dir(&self, _dir: &Path) -> io::Result<()> {
+        self.shared.tick()
+    }
+    fn lock(&self, path: &Path) -> io::Result<Box<dyn std::any::Any + Send + Sync>> {
+        let mut locks = self.locks.lock();
+        if !locks.insert(path.to_path_buf()) {
+            return Err(io::Error::new(io::ErrorKind::WouldBlock, "locked"));
+        }
+        Ok(Box::new(SimLock {
+            path: path.to_path_buf(),
+            locks: self.locks.clone(),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sim_crash_drops_unsynced() {
+        let fs = SimVfs::new();
+        let f = fs.open(Path::new("/d/a"), true).unwrap();
+        f.write_at(b"hello", 0).unwrap();
+        f.sync().unwrap();
+        f.write_at(b"world", 5).unwrap();
+        assert_eq!(f.len().unwrap(), 10);
+        drop(f);
+        fs.crash(CrashMode::DropUnsynced);
+        let f = fs.open(Path::new("/d/a"), false).unwrap();
+        assert_eq!(f.len().unwrap(), 5);
+    }
+
+    #[test]
+    fn sim_faults_fire() {
+        let fs = SimVfs::new();
+        let f = fs.open(Path::new("/d/a"), true).unwrap();
+        fs.fail_after(1, Fault::NoSpace);
+        f.write_at(b"x", 0).unwrap();
+        let e = f.write_at(b"y", 1).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+        fs.heal();
+        f.write_at(b"y", 1).unwrap();
+    }
+
+    #[test]
+    fn os_lock_is_exclusive() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("LOCK");
+        let g = OsVfs.lock(&p).unwrap();
+        assert!(OsVfs.lock(&p).is_err());
+        drop(g);
+        assert!(OsVfs.lock(&p).is_ok());
+    }
+}

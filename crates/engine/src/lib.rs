@@ -1,0 +1,22 @@
+//! Kura's embedded storage library — the cabinet.
+//!
+//! Every database kind implements [`Store`] and is opened by name with [`open`]:
+//!
+//! ```
+//! let db = kura_engine::open("*").unwrap();
+//! db.put(b"key", b"value").unwrap();
+//! assert_eq!(db.get(b"key").unwrap().unwrap().value, b"value");
+//! ```
+
+pub mod compress;
+pub mod error;
+pub mod hash;
+pub mod io;
+pub mod mem;
+pub mod name;
+pub mod store;
+pub mod tsv;
+
+pub use error::{Error, Result};
+pub use name::{open, Compression, Params, SyncMode};
+pub use store::{BatchOp, CheckReport, Current, Cursor, Decision, Kind, Meta, Outcome, Record, Store};

@@ -1,0 +1,590 @@
+//! The one interface every database kind implements.
+//!
+//! The required core is small: [`Store::get`], [`Store::accept`] (look at the current record of
+//! one key and decide what to write, atomically), [`Store::write_batch`], [`Store::cursor`] and
+//! the whole-database operations. Every record-level operation (putkeep, putcat, cas, addint, …)
+//! is a provided method built on `accept`, so every kind behaves the same; a kind overrides one
+//! only to be faster, never to differ.
+
+use crate::error::{Error, Result};
+use std::path::Path;
+
+/// Metadata kept with every record.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Meta {
+    /// Opaque 32-bit client flags (memcached's flags).
+    pub flags: u32,
+    /// Absolute expiration time in unix seconds; 0 = never expires.
+    pub expires: u64,
+    /// Changes on every modification of the record; never 0 for a stored record.
+    pub version: u64,
+}
+
+/// A record as returned by reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub value: Vec<u8>,
+    pub meta: Meta,
+}
+
+/// The current record of a key, as shown to an [`Store::accept`] visitor.
+#[derive(Clone, Copy, Debug)]
+pub struct Current<'a> {
+    pub value: &'a [u8],
+    pub meta: Meta,
+}
+
+/// What an [`Store::accept`] visitor decides to do with a key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Leave the record as it is (or absent).
+    Keep,
+    /// Store this value and metadata (the version is assigned by the store).
+    Put {
+        value: Vec<u8>,
+        flags: u32,
+        expires: u64,
+    },
+    /// Change only the expiration time of an existing record.
+    Touch { expires: u64 },
+    /// Delete the record.
+    Remove,
+}
+
+/// The neutral result of a conditional write; each protocol maps it to its own wire form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Written; the new metadata.
+    Stored(Meta),
+    /// The condition failed because the key exists (putkeep / add).
+    Exists,
+    /// The condition failed because the key is absent (replace, cas, append on memcached).
+    NotFound,
+    /// Compare-and-swap failed: the record changed since the version was read.
+    VersionMismatch,
+    /// The record was deleted.
+    Deleted,
+}
+
+/// One operation of an atomic [`Store::write_batch`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BatchOp {
+    Put {
+        key: Vec<u8>,
+        value: Vec<u8>,
+        flags: u32,
+        expires: u64,
+    },
+    Remove {
+        key: Vec<u8>,
+    },
+}
+
+impl BatchOp {
+    pub fn key(&self) -> &[u8] {
+        match self {
+            BatchOp::Put { key, .. } | BatchOp::Remove { key } => key,
+        }
+    }
+}
+
+/// Which database kind a handle is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `*`: concurrent in-memory hash.
+    MemHash,
+    /// `+`: concurrent in-memory ordered tree.
+    MemTree,
+    /// `.kh`: on-disk hash.
+    DiskHash,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::MemHash => "memory hash (*)",
+            Kind::MemTree => "memory tree (+)",
+            Kind::DiskHash => "disk hash (.kh)",
+        }
+    }
+    /// Whether iteration is in key order and range / jump operations are available.
+    pub fn ordered(self) -> bool {
+        matches!(self, Kind::MemTree)
+    }
+}
+
+/// A cursor over the records of a store. Records written during iteration may or may not be
+/// seen; a record that exists for the whole iteration and is not modified is seen exactly once.
+pub trait Cursor: Send {
+    /// The next live record, or `None` at the end.
+    fn next(&mut self) -> Result<Option<(Vec<u8>, Record)>>;
+    /// Position so that the next record is the first with key >= `key` (ordered kinds only).
+    fn jump(&mut self, _key: &[u8]) -> Result<()> {
+        Err(Error::Unsupported("cursor jump on an unordered database"))
+    }
+}
+
+/// The result of [`Store::check`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CheckReport {
+    pub records: u64,
+    pub problems: Vec<String>,
+}
+
+impl CheckReport {
+    pub fn healthy(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Maximum key length accepted by every kind (64 KiB).
+pub const MAX_KEY_LEN: usize = 64 * 1024;
+/// Maximum value length accepted by every kind (1 GiB).
+pub const MAX_VALUE_LEN: usize = 1 << 30;
+
+/// Validate key and value sizes against the limits shared by all kinds.
+pub fn check_sizes(key: &[u8], value_len: usize) -> Result<()> {
+    if key.len() > MAX_KEY_LEN {
+        return Err(Error::TooLarge(format!(
+            "key of {} bytes (limit {MAX_KEY_LEN})",
+            key.len()
+        )));
+    }
+    if value_len > MAX_VALUE_LEN {
+        return Err(Error::TooLarge(format!(
+            "value of {value_len} bytes (limit {MAX_VALUE_LEN})"
+        )));
+    }
+    Ok(())
+}
+
+/// Current unix time in seconds.
+pub fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Whether a record with this expiration time is expired at `now`.
+#[inline]
+pub fn is_expired(expires: u64, now: u64) -> bool {
+    expires != 0 && expires <= now
+}
+
+/// The storage interface. All methods take `&self`: every kind is internally synchronised and
+/// shared between threads behind an `Arc`.
+pub trait Store: Send + Sync {
+    // ----- required core -----
+
+    /// The live (present and not expired) record of `key`.
+    fn get(&self, key: &[u8]) -> Result<Option<Record>>;
+
+    /// Atomically look at the live record of `key` and apply the visitor's decision. Returns the
+    /// metadata of the record after the call (`None` when absent afterwards).
+    fn accept(
+        &self,
+        key: &[u8],
+        visitor: &mut dyn FnMut(Option<Current<'_>>) -> Decision,
+    ) -> Result<Option<Meta>>;
+
+    /// Apply every operation or none of them, even across a crash.
+    fn write_batch(&self, ops: &[BatchOp]) -> Result<()>;
+
+    /// A cursor positioned before the first record.
+    fn cursor(&self) -> Result<Box<dyn Cursor + '_>>;
+
+    /// Number of records (records expired but not yet reclaimed may be counted).
+    fn count(&self) -> u64;
+
+    /// Bytes the database occupies (on disk, or in memory for memory kinds).
+    fn size(&self) -> u64;
+
+    /// Make every write so far durable.
+    fn sync(&self) -> Result<()>;
+
+    /// Compact / rebuild; `params` may retune (`"bnum=1000000#compress=zstd"`, or empty).
+    fn optimize(&self, params: &str) -> Result<()>;
+
+    /// Remove every record.
+    fn vanish(&self) -> Result<()>;
+
+    /// Write a consistent copy of the database to `dest` while writers keep going.
+    fn copy_to(&self, dest: &Path) -> Result<()>;
+
+    /// Verify every checksum and structure; changes nothing.
+    fn check(&self) -> Result<CheckReport>;
+
+    /// The kind of this database.
+    fn kind(&self) -> Kind;
+
+    /// Path (or `*` / `+`) and tuning parameters in effect, for `inform` and `stat`.
+    fn describe(&self) -> Vec<(String, String)>;
+
+    /// Sync and release resources; further calls fail with [`Error::Closed`].
+    fn close(&self) -> Result<()>;
+
+    /// Named counters for `stats` / `inform` (evictions, compactions, …).
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+
+    // ----- provided operations -----
+
+    /// Ordered prefix / forward-matching keys: up to `max` keys starting with `prefix`.
+    fn fwmkeys(&self, prefix: &[u8], max: usize) -> Result<Vec<Vec<u8>>> {
+        let mut out = Vec::new();
+        if max == 0 {
+            return Ok(out);
+        }
+        let mut cur = self.cursor()?;
+        if self.kind().ordered() {
+            cur.jump(prefix)?;
+            while let Some((k, _)) = cur.next()? {
+                if !k.starts_with(prefix) || out.len() >= max {
+                    break;
+                }
+                out.push(k);
+            }
+        } else {
+            while let Some((k, _)) = cur.next()? {
+                if k.starts_with(prefix) {
+                    out.push(k);
+                    if out.len() >= max {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Keys in `[from, to)` in order, up to `max` (ordered kinds only).
+    fn range(&self, from: &[u8], to: Option<&[u8]>, max: usize) -> Result<Vec<Vec<u8>>> {
+        if !self.kind().ordered() {
+            return Err(Error::Unsupported("range on an unordered database"));
+        }
+        let mut cur = self.cursor()?;
+        cur.jump(from)?;
+        let mut out = Vec::new();
+        while out.len() < max {
+            match cur.next()? {
+                Some((k, _)) if to.is_none_or(|t| k.as_slice() < t) => out.push(k),
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    /// Store unconditionally with no flags and no expiration.
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<Meta> {
+        self.put_with(key, value, 0, 0)
+    }
+
+    /// Store unconditionally with flags and expiration.
+    fn put_with(&self, key: &[u8], value: &[u8], flags: u32, expires: u64) -> Result<Meta> {
+        check_sizes(key, value.len())?;
+        let mut value = Some(value.to_vec());
+        let meta = self.accept(key, &mut |_| Decision::Put {
+            value: value.take().unwrap_or_default(),
+            flags,
+            expires,
+        })?;
+        meta.ok_or(Error::Corrupt("put produced no record".into()))
+    }
+
+    /// Store only if the key is absent (Tyrant putkeep, memcached add).
+    fn putkeep(&self, key: &[u8], value: &[u8], flags: u32, expires: u64) -> Result<Outcome> {
+        check_sizes(key, value.len())?;
+        let mut existed = false;
+        let mut value = Some(value.to_vec());
+        let meta = self.accept(key, &mut |cur| {
+            if cur.is_some() {
+                existed = true;
+                Decision::Keep
+            } else {
+                Decision::Put {
+                    value: value.take().unwrap_or_default(),
+                    flags,
+                    expires,
+                }
+            }
+        })?;
+        Ok(stored_or(existed, Outcome::Exists, meta))
+    }
+
+    /// Store only if the key is present (memcached replace).
+    fn replace(&self, key: &[u8], value: &[u8], flags: u32, expires: u64) -> Result<Outcome> {
+        check_sizes(key, value.len())?;
+        let mut missing = false;
+        let mut value = Some(value.to_vec());
+        let meta = self.accept(key, &mut |cur| match cur {
+            None => {
+                missing = true;
+                Decision::Keep
+            }
+            Some(_) => Decision::Put {
+                value: value.take().unwrap_or_default(),
+                flags,
+                expires,
+            },
+        })?;
+        Ok(stored_or(missing, Outcome::NotFound, meta))
+    }
+
+    /// Append to the value, creating the record when absent (Tyrant putcat). Flags and
+    /// expiration of an existing record are kept.
+    fn putcat(&self, key: &[u8], value: &[u8]) -> Result<Meta> {
+        self.concat(key, value, false, true)?
+            .ok_or(Error::Corrupt("putcat produced no record".into()))
+    }
+
+    /// Prepend to the value, creating the record when absent.
+    fn prepend(&self, key: &[u8], value: &[u8]) -> Result<Meta> {
+        self.concat(key, value, true, true)?
+            .ok_or(Error::Corrupt("prepend produced no record".into()))
+    }
+
+    /// Append (or prepend) to an existing record; `create` says whether an absent record is
+    /// created (Tyrant) or left absent (memcached, which answers NOT_STORED). Returns `None` when
+    /// the record was absent and not created.
+    fn concat(&self, key: &[u8], value: &[u8], front: bool, create: bool) -> Result<Option<Meta>> {
+        let mut too_large = None;
+        let meta = self.accept(key, &mut |cur| match cur {
+            None if create => Decision::Put {
+                value: value.to_vec(),
+                flags: 0,
+                expires: 0,
+            },
+            None => Decision::Keep,
+            Some(c) => {
+                let len = c.value.len() + value.len();
+                if len > MAX_VALUE_LEN {
+                    too_large = Some(len);
+                    return Decision::Keep;
+                }
+                let mut v = Vec::with_capacity(len);
+                if front {
+                    v.extend_from_slice(value);
+                    v.extend_from_slice(c.value);
+                } else {
+                    v.extend_from_slice(c.value);
+                    v.extend_from_slice(value);
+                }
+                Decision::Put {
+                    value: v,
+                    flags: c.meta.flags,
+                    expires: c.meta.expires,
+                }
+            }
+        })?;
+        if let Some(len) = too_large {
+            return Err(Error::TooLarge(format!("concatenated value of {len} bytes")));
+        }
+        Ok(meta)
+    }
+
+    /// Append, then keep only the last `width` bytes (Tyrant putshl).
+    fn putshl(&self, key: &[u8], value: &[u8], width: usize) -> Result<Meta> {
+        check_sizes(key, value.len())?;
+        let meta = self.accept(key, &mut |cur| {
+            let mut v = cur.map(|c| c.value.to_vec()).unwrap_or_default();
+            v.extend_from_slice(value);
+            if v.len() > width {
+                v.drain(..v.len() - width);
+            }
+            let (flags, expires) = cur.map(|c| (c.meta.flags, c.meta.expires)).unwrap_or((0, 0));
+            Decision::Put {
+                value: v,
+                flags,
+                expires,
+            }
+        })?;
+        meta.ok_or(Error::Corrupt("putshl produced no record".into()))
+    }
+
+    /// Store only if the record's version is still `version`.
+    fn cas(
+        &self,
+        key: &[u8],
+        version: u64,
+        value: &[u8],
+        flags: u32,
+        expires: u64,
+    ) -> Result<Outcome> {
+        check_sizes(key, value.len())?;
+        let mut result = None;
+        let mut value = Some(value.to_vec());
+        let meta = self.accept(key, &mut |cur| match cur {
+            None => {
+                result = Some(Outcome::NotFound);
+                Decision::Keep
+            }
+            Some(c) if c.meta.version != version => {
+                result = Some(Outcome::VersionMismatch);
+                Decision::Keep
+            }
+            Some(_) => Decision::Put {
+                value: value.take().unwrap_or_default(),
+                flags,
+                expires,
+            },
+        })?;
+        Ok(match (result, meta) {
+            (Some(r), _) => r,
+            (None, Some(m)) => Outcome::Stored(m),
+            (None, None) => Outcome::NotFound,
+        })
+    }
+
+    /// Delete; `true` when a live record was removed.
+    fn out(&self, key: &[u8]) -> Result<bool> {
+        let mut found = false;
+        self.accept(key, &mut |cur| {
+            if cur.is_some() {
+                found = true;
+                Decision::Remove
+            } else {
+                Decision::Keep
+            }
+        })?;
+        Ok(found)
+    }
+
+    /// Delete only if the record's version is still `version` (memcached delete with cas).
+    fn out_if(&self, key: &[u8], version: u64) -> Result<Outcome> {
+        let mut result = Outcome::NotFound;
+        self.accept(key, &mut |cur| match cur {
+            None => Decision::Keep,
+            Some(c) if version != 0 && c.meta.version != version => {
+                result = Outcome::VersionMismatch;
+                Decision::Keep
+            }
+            Some(_) => {
+                result = Outcome::Deleted;
+                Decision::Remove
+            }
+        })?;
+        Ok(result)
+    }
+
+    /// Size of the value, or `None` when absent.
+    fn vsiz(&self, key: &[u8]) -> Result<Option<usize>> {
+        Ok(self.get(key)?.map(|r| r.value.len()))
+    }
+
+    /// Set a new expiration time on a live record; `None` when absent.
+    fn touch(&self, key: &[u8], expires: u64) -> Result<Option<Meta>> {
+        let mut found = false;
+        let meta = self.accept(key, &mut |cur| {
+            if cur.is_some() {
+                found = true;
+                Decision::Touch { expires }
+            } else {
+                Decision::Keep
+            }
+        })?;
+        Ok(if found { meta } else { None })
+    }
+
+    /// Read many keys at once.
+    fn get_multi(&self, keys: &[&[u8]]) -> Result<Vec<Option<Record>>> {
+        keys.iter().map(|k| self.get(k)).collect()
+    }
+
+    /// Add `delta` to a 4-byte little-endian integer record, creating it when absent
+    /// (Tokyo Cabinet's addint). Fails with [`Error::NotNumeric`] when the record is not 4 bytes.
+    fn addint(&self, key: &[u8], delta: i32) -> Result<i32> {
+        let mut result = Err(Error::NotNumeric);
+        self.accept(key, &mut |cur| {
+            let (base, flags, expires) = match cur {
+                None => (0i32, 0, 0),
+                Some(c) => match <[u8; 4]>::try_from(c.value) {
+                    Ok(b) => (i32::from_le_bytes(b), c.meta.flags, c.meta.expires),
+                    Err(_) => return Decision::Keep,
+                },
+            };
+            let n = base.wrapping_add(delta);
+            result = Ok(n);
+            Decision::Put {
+                value: n.to_le_bytes().to_vec(),
+                flags,
+                expires,
+            }
+        })?;
+        result
+    }
+
+    /// Add `delta` to an 8-byte little-endian IEEE double record, creating it when absent
+    /// (Tokyo Cabinet's adddouble). Fails with [`Error::NotNumeric`] when the record is not 8
+    /// bytes or the result is not finite.
+    fn adddouble(&self, key: &[u8], delta: f64) -> Result<f64> {
+        let mut result = Err(Error::NotNumeric);
+        self.accept(key, &mut |cur| {
+            let (base, flags, expires) = match cur {
+                None => (0f64, 0, 0),
+                Some(c) => match <[u8; 8]>::try_from(c.value) {
+                    Ok(b) => (f64::from_le_bytes(b), c.meta.flags, c.meta.expires),
+                    Err(_) => return Decision::Keep,
+                },
+            };
+            let n = base + delta;
+            if !n.is_finite() {
+                return Decision::Keep;
+            }
+            result = Ok(n);
+            Decision::Put {
+                value: n.to_le_bytes().to_vec(),
+                flags,
+                expires,
+            }
+        })?;
+        result
+    }
+
+    /// Add to (or subtract from) a decimal ASCII unsigned 64-bit number, as memcached's
+    /// incr / decr: incr wraps around at 2^64, decr stops at 0. `None` when absent;
+    /// [`Error::NotNumeric`] when the value is not a decimal number.
+    fn incr_decimal(&self, key: &[u8], delta: u64, decr: bool) -> Result<Option<(u64, Meta)>> {
+        let mut result = Ok(None);
+        let meta = self.accept(key, &mut |cur| {
+            let Some(c) = cur else {
+                return Decision::Keep;
+            };
+            let Some(n) = parse_decimal_u64(c.value) else {
+                result = Err(Error::NotNumeric);
+                return Decision::Keep;
+            };
+            let n = if decr {
+                n.saturating_sub(delta)
+            } else {
+                n.wrapping_add(delta)
+            };
+            result = Ok(Some(n));
+            Decision::Put {
+                value: n.to_string().into_bytes(),
+                flags: c.meta.flags,
+                expires: c.meta.expires,
+            }
+        })?;
+        Ok(result?.zip(meta))
+    }
+}
+
+fn stored_or(failed: bool, failure: Outcome, meta: Option<Meta>) -> Outcome {
+    match (failed, meta) {
+        (false, Some(m)) => Outcome::Stored(m),
+        _ => failure,
+    }
+}
+
+/// Parse memcached's decimal counter form: ASCII digits, optionally followed by spaces (memcached
+/// pads decremented values with spaces). At most 20 digits and no overflow.
+pub fn parse_decimal_u64(v: &[u8]) -> Option<u64> {
+    let end = v.iter().rposition(|&b| b != b' ').map(|p| p + 1)?;
+    let digits = &v[..end];
+    if digits.is_empty() || digits.len() > 20 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
