@@ -27,10 +27,13 @@ pub fn compress(c: Compression, data: &[u8]) -> Option<Vec<u8>> {
 
 /// Decompress a stored value; `raw_len` is the original length recorded beside it.
 pub fn decompress(c: Compression, data: &[u8], raw_len: usize) -> Result<Vec<u8>> {
-    let bad = |what: &str| Error::Corrupt(format!("{} value does not decompress: {what}", c.name()));
+    let bad =
+        |what: &str| Error::Corrupt(format!("{} value does not decompress: {what}", c.name()));
     let out = match c {
         Compression::None => data.to_vec(),
-        Compression::Lz4 => lz4_flex::decompress_size_prepended(data).map_err(|e| bad(&e.to_string()))?,
+        Compression::Lz4 => {
+            lz4_flex::decompress_size_prepended(data).map_err(|e| bad(&e.to_string()))?
+        }
         Compression::Zstd => {
             zstd::bulk::decompress(data, raw_len).map_err(|e| bad(&e.to_string()))?
         }
@@ -55,7 +58,9 @@ mod tests {
 
     #[test]
     fn round_trips() {
-        let data: Vec<u8> = (0..10_000u32).flat_map(|i| (i % 13).to_le_bytes()).collect();
+        let data: Vec<u8> = (0..10_000u32)
+            .flat_map(|i| (i % 13).to_le_bytes())
+            .collect();
         for c in [Compression::Lz4, Compression::Zstd, Compression::Deflate] {
             let z = compress(c, &data).expect("compressible");
             assert!(z.len() < data.len());

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// An open file.
+#[allow(clippy::len_without_is_empty)]
 pub trait VFile: Send + Sync {
     /// Read exactly `buf.len()` bytes at `off` (an error if the file is shorter).
     fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()>;
@@ -215,7 +216,10 @@ impl VFile for SimFile {
         let st = self.state.lock();
         let off = off as usize;
         if off + buf.len() > st.data.len() {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "read past end"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "read past end",
+            ));
         }
         buf.copy_from_slice(&st.data[off..off + buf.len()]);
         Ok(())

@@ -19,4 +19,6 @@ pub mod tsv;
 
 pub use error::{Error, Result};
 pub use name::{open, Compression, Params, SyncMode};
-pub use store::{BatchOp, CheckReport, Current, Cursor, Decision, Kind, Meta, Outcome, Record, Store};
+pub use store::{
+    BatchOp, CheckReport, Current, Cursor, Decision, Kind, Meta, Outcome, Record, Store,
+};

@@ -205,8 +205,7 @@ pub fn split_name(name: &str) -> Result<(&str, Params)> {
 }
 
 /// Suffixes and what they open, for error messages and `--help`.
-pub const KINDS_HELP: &str =
-    "`*` (memory hash), `+` (memory tree), `PATH.kh` (on-disk hash)";
+pub const KINDS_HELP: &str = "`*` (memory hash), `+` (memory tree), `PATH.kh` (on-disk hash)";
 
 /// Open (creating when missing) the database named `name`.
 pub fn open(name: &str) -> Result<Arc<dyn Store>> {

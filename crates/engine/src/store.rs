@@ -379,7 +379,9 @@ pub trait Store: Send + Sync {
             }
         })?;
         if let Some(len) = too_large {
-            return Err(Error::TooLarge(format!("concatenated value of {len} bytes")));
+            return Err(Error::TooLarge(format!(
+                "concatenated value of {len} bytes"
+            )));
         }
         Ok(meta)
     }
@@ -393,7 +395,9 @@ pub trait Store: Send + Sync {
             if v.len() > width {
                 v.drain(..v.len() - width);
             }
-            let (flags, expires) = cur.map(|c| (c.meta.flags, c.meta.expires)).unwrap_or((0, 0));
+            let (flags, expires) = cur
+                .map(|c| (c.meta.flags, c.meta.expires))
+                .unwrap_or((0, 0));
             Decision::Put {
                 value: v,
                 flags,

@@ -14,20 +14,21 @@
 //! first record whose checksum fails in the last segment and truncates the torn tail.
 
 pub mod format;
+pub mod index;
 pub mod segment;
 
 use self::format::{Header, PutFields, SEG_HEADER_LEN, T_BATCH, T_CLEAR, T_DELETE, T_PUT};
+use self::index::{Slot, Table};
 use self::segment::{corrupt_at, parse_seg_file_name, seg_file_name, SegTable, Segment};
 use crate::compress;
 use crate::error::{Error, Result};
 use crate::io::{OsVfs, VFile, Vfs};
 use crate::name::{Compression, Params, SyncMode};
 use crate::store::{
-    check_sizes, is_expired, now_secs, BatchOp, CheckReport, Current, Cursor, Decision, Kind,
-    Meta, Record, Store,
+    check_sizes, is_expired, now_secs, BatchOp, CheckReport, Current, Cursor, Decision, Kind, Meta,
+    Record, Store,
 };
 use arc_swap::ArcSwap;
-use hashbrown::HashTable;
 use parking_lot::{Condvar, Mutex, RwLock, RwLockWriteGuard};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -98,35 +99,13 @@ impl Config {
     }
 }
 
-/// One index slot: where the newest record of a key lives. The key itself stays on disk.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Slot {
-    tag: u32,
-    seg: u32,
-    off: u32,
-}
-
-impl Slot {
-    #[inline]
-    fn loc(&self) -> u64 {
-        ((self.seg as u64) << 32) | self.off as u64
-    }
-}
-
 #[inline]
 fn loc_of(seg: u32, off: u64) -> u64 {
     ((seg as u64) << 32) | off
 }
 
-/// The table hash of a tag (hashbrown takes its bucket from the low bits and its control byte
-/// from the top bits, so spread the 32 tag bits over all 64).
-#[inline]
-fn thash(tag: u32) -> u64 {
-    (tag as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-}
-
 #[repr(align(128))]
-struct Shard(RwLock<HashTable<Slot>>);
+struct Shard(RwLock<Table>);
 
 /// The end of the log: the active segment and the bytes not yet handed to the OS.
 struct Tail {
@@ -383,7 +362,7 @@ fn open_inner(
     let salt = salt.unwrap_or_else(random_u64);
     let shards: Box<[Shard]> = (0..NSHARDS)
         .map(|_| {
-            Shard(RwLock::new(HashTable::with_capacity(
+            Shard(RwLock::new(Table::with_capacity(
                 (cfg.bnum as usize / NSHARDS).min(1 << 24),
             )))
         })
@@ -557,17 +536,8 @@ impl Inner {
 
     /// Find the slot of `key` in a shard table, reading candidate records to compare keys.
     /// With `want_value`, also decode the current value.
-    fn find(
-        &self,
-        tbl: &HashTable<Slot>,
-        tag: u32,
-        key: &[u8],
-        want_value: bool,
-    ) -> Result<Option<Found>> {
-        for slot in tbl.iter_hash(thash(tag)) {
-            if slot.tag != tag {
-                continue;
-            }
+    fn find(&self, tbl: &Table, tag: u32, key: &[u8], want_value: bool) -> Result<Option<Found>> {
+        for slot in tbl.candidates(tag) {
             let r = self.with_record(slot.seg, slot.off as u64, |h, rec| {
                 if h.typ != T_PUT || &rec[h.key_off..h.key_off + h.klen] != key {
                     return Ok::<_, Error>(None);
@@ -635,7 +605,9 @@ impl Inner {
         if let Err(e) = tail.seg.file.write_at(&tail.buf, at) {
             return Err(self.poison(&e));
         }
-        tail.seg.flushed.store(at + tail.buf.len() as u64, Ordering::Release);
+        tail.seg
+            .flushed
+            .store(at + tail.buf.len() as u64, Ordering::Release);
         tail.seg.dirty.store(true, Ordering::Release);
         tail.buf.clear();
         Ok(())
@@ -679,11 +651,7 @@ impl Inner {
         let msiz = self.cfg.lock().msiz;
         let mut mapped = 0u64;
         for seg in self.segs.load().segs.values().rev() {
-            let cap = seg
-                .map
-                .load()
-                .as_ref()
-                .map(|m| m.as_slice().len() as u64);
+            let cap = seg.map.load().as_ref().map(|m| m.as_slice().len() as u64);
             match cap {
                 Some(c) if mapped + c > msiz => seg.map.store(None),
                 Some(c) => mapped += c,
@@ -698,7 +666,8 @@ impl Inner {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let segsiz = self.segsiz.load(Ordering::Relaxed);
         let bufsiz = self.bufsiz.load(Ordering::Relaxed) as usize;
-        if tail.seg.id == 0 || (tail.end() + len as u64 > segsiz && tail.end() > SEG_HEADER_LEN as u64)
+        if tail.seg.id == 0
+            || (tail.end() + len as u64 > segsiz && tail.end() > SEG_HEADER_LEN as u64)
         {
             self.roll(tail)?;
         }
@@ -785,7 +754,7 @@ impl Inner {
     /// Point `key` (whose old slot, if any, is `old`) at a new record.
     fn set_slot(
         &self,
-        tbl: &mut HashTable<Slot>,
+        tbl: &mut Table,
         tag: u32,
         old: Option<(Slot, usize)>,
         seg: u32,
@@ -800,20 +769,17 @@ impl Inner {
         self.add_live(seg, len as i64);
         match old {
             Some((o, olen)) => {
-                if let Some(s) = tbl.find_mut(thash(tag), |s| *s == o) {
-                    *s = new;
-                }
+                tbl.replace(&o, new);
                 self.add_live(o.seg, -(olen as i64));
             }
             None => {
-                tbl.insert_unique(thash(tag), new, |s| thash(s.tag));
+                tbl.insert(new);
             }
         }
     }
 
-    fn remove_slot(&self, tbl: &mut HashTable<Slot>, old: Slot, len: usize) {
-        if let Ok(e) = tbl.find_entry(thash(old.tag), |s| *s == old) {
-            e.remove();
+    fn remove_slot(&self, tbl: &mut Table, old: Slot, len: usize) {
+        if tbl.remove(&old) {
             self.add_live(old.seg, -(len as i64));
         }
     }
@@ -974,16 +940,15 @@ impl Inner {
         for _ in 0..NSHARDS {
             let n = format::get_varint(body, &mut pos)? as usize;
             let mut v = Vec::with_capacity(n.min(body.len() / 5));
-            let mut loc = 0u64;
+            let mut tag = 0u32;
             for _ in 0..n {
-                loc = loc.checked_add(format::get_varint(body, &mut pos)?)?;
-                let tag = u32_at(pos)?;
-                pos += 4;
-                v.push(Slot {
-                    tag,
-                    seg: (loc >> 32) as u32,
-                    off: loc as u32,
-                });
+                tag = tag.wrapping_add(u32::try_from(format::get_varint(body, &mut pos)?).ok()?);
+                let seg = u32::try_from(format::get_varint(body, &mut pos)?).ok()?;
+                let off = u32::try_from(format::get_varint(body, &mut pos)?).ok()?;
+                if seg == 0 {
+                    return None;
+                }
+                v.push(Slot { tag, seg, off });
             }
             shards.push(v);
         }
@@ -1010,10 +975,13 @@ impl Inner {
             })
         });
         let (mut from_seg, mut from_off) = (table.oldest().unwrap_or(0), SEG_HEADER_LEN as u64);
-        if let Some(c) = ckpt {
-            if self.load_checkpoint(&table, c) {
-                // from_seg / from_off set below from the checkpoint's replay position.
-            }
+        let loaded = match ckpt {
+            Some(c) => self.load_checkpoint(&table, c),
+            None => false,
+        };
+        if !loaded {
+            // Rebuilt from the whole log: save the result at the next close.
+            self.appended.fetch_add(1, Ordering::Relaxed);
         }
         if let Some((rs, ro)) = *self.replay_from.lock() {
             from_seg = rs;
@@ -1030,6 +998,8 @@ impl Inner {
             };
             let file_len = seg.file.len()?;
             let end = scan_segment(self, seg, start, file_len, |off, h, rec| {
+                // Something to checkpoint at the next close.
+                self.appended.fetch_add(1, Ordering::Relaxed);
                 if h.typ == T_CLEAR {
                     clear_at = Some(loc_of(id, off));
                 }
@@ -1086,19 +1056,14 @@ impl Inner {
         let known: Vec<u32> = table.segs.keys().copied().collect();
         self.hash_seed.store(c.hash_seed, Ordering::Relaxed);
         for (i, v) in c.shards.into_iter().enumerate() {
-            let mut t = self.shards[i].0.write();
-            t.reserve(v.len(), |s| thash(s.tag));
-            for s in v {
-                if known.binary_search(&s.seg).is_err() {
-                    drop(t);
-                    for sh in self.shards.iter() {
-                        sh.0.write().clear();
-                    }
-                    self.hash_seed.store(random_u64(), Ordering::Relaxed);
-                    return false;
+            if v.iter().any(|s| known.binary_search(&s.seg).is_err()) {
+                for sh in self.shards.iter() {
+                    sh.0.write().clear();
                 }
-                t.insert_unique(thash(s.tag), s, |s| thash(s.tag));
+                self.hash_seed.store(random_u64(), Ordering::Relaxed);
+                return false;
             }
+            *self.shards[i].0.write() = Table::from_slots(v);
         }
         for (id, len, live) in c.segs {
             if let Some(s) = table.get(id) {
@@ -1263,7 +1228,7 @@ impl Inner {
             self.append(&mut tail, &[&d], true)?;
             return Ok(d.len() as u64);
         }
-        if !tbl.iter_hash(thash(tag)).any(|s| *s == here) {
+        if !tbl.contains(&here) {
             return Ok(0); // dead
         }
         if is_expired(h.fields.expires, now_secs()) {
@@ -1281,11 +1246,12 @@ impl Inner {
         }
         let version = version_of(h, here.loc());
         let value;
-        let (stored, fields) = if recode && h.fields.compression != 0
-            || recode && self.compression.load(Ordering::Relaxed) != 0
+        let (stored, fields) = if recode
+            && (h.fields.compression != 0 || self.compression.load(Ordering::Relaxed) != 0)
         {
             value = decode_value(h, rec)?;
-            let (s, o, len) = self.write_put(key, &value, h.fields.flags, h.fields.expires, version)?;
+            let (s, o, len) =
+                self.write_put(key, &value, h.fields.flags, h.fields.expires, version)?;
             self.set_slot(&mut tbl, tag, Some((here, h.len)), s, o, len);
             return Ok(len as u64);
         } else {
@@ -1423,7 +1389,7 @@ impl Inner {
 
 /// Encode an index checkpoint (layout in docs/ARCHITECTURE.md):
 /// magic, version, shard count, hash seed, replay position, segment table, then per shard the
-/// slots sorted by location as (varint location delta, u32 tag), and a crc32c of all of it.
+/// slots as (varint tag delta, varint segment, varint offset), and a crc32c of all of it.
 fn encode_checkpoint(
     hash_seed: u64,
     (rseg, roff): (u32, u64),
@@ -1444,17 +1410,16 @@ fn encode_checkpoint(
         out.extend_from_slice(&len.to_le_bytes());
         out.extend_from_slice(&live.to_le_bytes());
     }
-    let mut sorted = Vec::new();
     for v in shards {
-        sorted.clear();
-        sorted.extend_from_slice(v);
-        sorted.sort_unstable_by_key(Slot::loc);
-        format::put_varint(&mut out, sorted.len() as u64);
-        let mut prev = 0u64;
-        for s in &sorted {
-            format::put_varint(&mut out, s.loc() - prev);
-            prev = s.loc();
-            out.extend_from_slice(&s.tag.to_le_bytes());
+        format::put_varint(&mut out, v.len() as u64);
+        let mut prev = 0u32;
+        for s in v {
+            // Slots come from a table in tag order; a copy may hand them in any order.
+            let delta = s.tag.wrapping_sub(prev);
+            format::put_varint(&mut out, delta as u64);
+            format::put_varint(&mut out, s.seg as u64);
+            format::put_varint(&mut out, s.off as u64);
+            prev = s.tag;
         }
     }
     let crc = crc32c::crc32c(&out);
@@ -1500,7 +1465,7 @@ fn decode_value(h: &Header, rec: &[u8]) -> Result<Vec<u8>> {
 // ---------------------------------------------------------------------------------------------
 
 impl DiskHash {
-    fn shard(&self, i: usize) -> &RwLock<HashTable<Slot>> {
+    fn shard(&self, i: usize) -> &RwLock<Table> {
         &self.inner.shards[i].0
     }
 
@@ -1559,7 +1524,7 @@ impl Store for DiskHash {
         Ok(self
             .inner
             .find(&tbl, tag, key, true)?
-            .filter(|f| !is_expired(f.meta.expires, now_secs()))
+            .filter(|f| f.meta.expires == 0 || !is_expired(f.meta.expires, now_secs()))
             .map(|f| Record {
                 value: f.value.unwrap_or_default(),
                 meta: f.meta,
@@ -1578,9 +1543,7 @@ impl Store for DiskHash {
         let mut tbl = self.shard(shard).write();
         let found = inner.find(&tbl, tag, key, true)?;
         let now = now_secs();
-        let live = found
-            .as_ref()
-            .filter(|f| !is_expired(f.meta.expires, now));
+        let live = found.as_ref().filter(|f| !is_expired(f.meta.expires, now));
         let cur = live.map(|f| Current {
             value: f.value.as_deref().unwrap_or_default(),
             meta: f.meta,
@@ -1664,7 +1627,7 @@ impl Store for DiskHash {
         ids.sort_unstable();
         ids.dedup();
         // Lock every shard involved, in ascending order (the global lock order).
-        let mut guards: Vec<(usize, RwLockWriteGuard<'_, HashTable<Slot>>)> =
+        let mut guards: Vec<(usize, RwLockWriteGuard<'_, Table>)> =
             ids.iter().map(|&i| (i, self.shard(i).write())).collect();
         let comp = Compression::from_code(inner.compression.load(Ordering::Relaxed))
             .unwrap_or(Compression::None);
@@ -1721,7 +1684,9 @@ impl Store for DiskHash {
                 .find(|(s, _)| *s == shard)
                 .map(|(_, g)| g)
                 .ok_or_else(|| Error::Corrupt("batch shard not locked".into()))?;
-            let old = inner.find(g, tag, op.key(), false)?.map(|f| (f.slot, f.len));
+            let old = inner
+                .find(g, tag, op.key(), false)?
+                .map(|f| (f.slot, f.len));
             match op {
                 BatchOp::Put { .. } => {
                     let (o, len) = offs[i];
@@ -1792,7 +1757,7 @@ impl Store for DiskHash {
             for sh in self.inner.shards.iter() {
                 let mut t = sh.0.write();
                 let want = (bnum as usize / NSHARDS).saturating_sub(t.len());
-                t.reserve(want, |s| thash(s.tag));
+                t.reserve(want);
             }
         }
         self.rewrite_all(recode)
@@ -1878,7 +1843,12 @@ impl Store for DiskHash {
         // The copy's checkpoint: the snapshot and where replay starts. It lists no segment
         // lengths: the copy's segments are exactly what was copied.
         let (rs, ro) = replay.unwrap_or((end_seg, end_off));
-        let out = encode_checkpoint(inner.hash_seed.load(Ordering::Relaxed), (rs, ro), &[], &shards);
+        let out = encode_checkpoint(
+            inner.hash_seed.load(Ordering::Relaxed),
+            (rs, ro),
+            &[],
+            &shards,
+        );
         write_atomic(&OsVfs, dest, &out)?;
         OsVfs.sync_dir(dest)?;
         Ok(())
@@ -1900,9 +1870,7 @@ impl Store for DiskHash {
             let end = seg.flushed();
             let stop = scan_segment(inner, seg, SEG_HEADER_LEN as u64, end, |_, h, rec| {
                 if h.typ == T_BATCH {
-                    if let Err(e) = for_each_sub(rec, h, |_, _, _| Ok(())) {
-                        return Err(e);
-                    }
+                    for_each_sub(rec, h, |_, _, _| Ok(()))?;
                 }
                 if h.typ == T_PUT && h.fields.compression != 0 {
                     decode_value(h, rec)?;
@@ -1973,7 +1941,9 @@ impl Store for DiskHash {
         }
         self.stop_background();
         let inner = &self.inner;
-        let res = if inner.readonly || inner.poisoned.lock().is_some() {
+        let unchanged = inner.appended.load(Ordering::Relaxed) == 0
+            && inner.vfs.exists(&inner.dir.join(CKPT_NAME));
+        let res = if inner.readonly || inner.poisoned.lock().is_some() || unchanged {
             Ok(())
         } else {
             let _m = inner.maint.lock();
@@ -2049,11 +2019,7 @@ impl HashCursor<'_> {
                         seg: id,
                         off: loc_off as u32,
                     };
-                    let live = inner.shards[shard]
-                        .0
-                        .read()
-                        .iter_hash(thash(tag))
-                        .any(|s| *s == here);
+                    let live = inner.shards[shard].0.read().contains(&here);
                     if live {
                         collected.push((
                             key.to_vec(),

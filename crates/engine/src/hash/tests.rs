@@ -21,7 +21,10 @@ fn dump(db: &dyn Store) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let mut out = BTreeMap::new();
     let mut c = db.cursor().unwrap();
     while let Some((k, r)) = c.next().unwrap() {
-        assert!(out.insert(k, r.value).is_none(), "cursor returned a key twice");
+        assert!(
+            out.insert(k, r.value).is_none(),
+            "cursor returned a key twice"
+        );
     }
     out
 }
@@ -35,9 +38,15 @@ fn basic_operations_on_real_files() {
     let m1 = db.put(b"a", b"1").unwrap();
     assert_eq!(db.get(b"a").unwrap().unwrap().value, b"1");
     let m2 = db.put(b"a", b"22").unwrap();
-    assert_ne!(m1.version, m2.version, "version must change on modification");
+    assert_ne!(
+        m1.version, m2.version,
+        "version must change on modification"
+    );
     assert_eq!(db.putkeep(b"a", b"x", 0, 0).unwrap(), Outcome::Exists);
-    assert!(matches!(db.putkeep(b"b", b"x", 5, 0).unwrap(), Outcome::Stored(_)));
+    assert!(matches!(
+        db.putkeep(b"b", b"x", 5, 0).unwrap(),
+        Outcome::Stored(_)
+    ));
     assert_eq!(db.get(b"b").unwrap().unwrap().meta.flags, 5);
     db.putcat(b"a", b"33").unwrap();
     db.prepend(b"a", b"0").unwrap();
@@ -45,8 +54,14 @@ fn basic_operations_on_real_files() {
     db.putshl(b"a", b"45", 4).unwrap();
     assert_eq!(db.get(b"a").unwrap().unwrap().value, b"3345");
     let v = db.get(b"a").unwrap().unwrap().meta.version;
-    assert_eq!(db.cas(b"a", v + 1, b"no", 0, 0).unwrap(), Outcome::VersionMismatch);
-    assert!(matches!(db.cas(b"a", v, b"yes", 0, 0).unwrap(), Outcome::Stored(_)));
+    assert_eq!(
+        db.cas(b"a", v + 1, b"no", 0, 0).unwrap(),
+        Outcome::VersionMismatch
+    );
+    assert!(matches!(
+        db.cas(b"a", v, b"yes", 0, 0).unwrap(),
+        Outcome::Stored(_)
+    ));
     assert_eq!(db.vsiz(b"a").unwrap(), Some(3));
     assert_eq!(db.addint(b"n", 3).unwrap(), 3);
     assert_eq!(db.addint(b"n", -5).unwrap(), -2);
@@ -66,7 +81,11 @@ fn basic_operations_on_real_files() {
     assert!(db.touch(b"t", 0).unwrap().is_some());
     assert_eq!(db.get(b"t").unwrap().unwrap().meta.expires, 0);
     let keys = db.fwmkeys(b"", 100).unwrap();
-    assert_eq!(keys.len() as u64, db.count() - 1, "expired record not listed");
+    assert_eq!(
+        keys.len() as u64,
+        db.count() - 1,
+        "expired record not listed"
+    );
     assert!(db.check().unwrap().healthy());
     db.close().unwrap();
     assert!(matches!(db.get(b"a"), Err(Error::Closed)));
@@ -93,7 +112,13 @@ fn second_open_is_refused_and_lock_dies_with_handle() {
 #[test]
 fn unknown_and_bad_params_are_errors() {
     let dir = tempfile::tempdir().unwrap();
-    for p in ["nosuch=1", "segsiz=1", "sync=sometimes", "compress=bzip", "compact=3"] {
+    for p in [
+        "nosuch=1",
+        "segsiz=1",
+        "sync=sometimes",
+        "compress=bzip",
+        "compact=3",
+    ] {
         let e = DiskHash::open(&dir.path().join("p.kh"), &Params::parse(p).unwrap());
         assert!(e.is_err(), "{p} accepted");
     }
@@ -115,7 +140,11 @@ fn large_values_and_compression_round_trip() {
         assert_eq!(db.get(b"big").unwrap().unwrap().value, big, "{comp}");
         assert_eq!(db.get(b"small").unwrap().unwrap().value, b"s");
         if comp != "none" {
-            assert!(db.size() < 1_000_000, "{comp} did not compress: {}", db.size());
+            assert!(
+                db.size() < 1_000_000,
+                "{comp} did not compress: {}",
+                db.size()
+            );
         }
         assert!(db.check().unwrap().healthy());
     }
@@ -137,7 +166,11 @@ fn batch_is_atomic_and_validated_first() {
         BatchOp::Remove { key: too_big },
     ];
     assert!(db.write_batch(&bad).is_err());
-    assert_eq!(db.get(b"a").unwrap(), None, "nothing of a failed batch applies");
+    assert_eq!(
+        db.get(b"a").unwrap(),
+        None,
+        "nothing of a failed batch applies"
+    );
     let ops: Vec<BatchOp> = (0..100)
         .map(|i| BatchOp::Put {
             key: format!("k{i}").into_bytes(),
@@ -195,7 +228,10 @@ fn sync_always_loses_nothing_acknowledged() {
         t.join().unwrap();
     }
     let syncs = db.inner.counters.syncs.load(Ordering::Relaxed);
-    assert!(syncs < 600, "group commit shared too few syncs: {syncs} for 800 writes");
+    assert!(
+        syncs < 600,
+        "group commit shared too few syncs: {syncs} for 800 writes"
+    );
     Arc::try_unwrap(db).ok().unwrap().abandon();
     fs.crash(CrashMode::DropUnsynced);
     let db = sim_open(&fs, "sync=always");
@@ -203,7 +239,10 @@ fn sync_always_loses_nothing_acknowledged() {
     for t in 0..4u8 {
         for i in 0..200 {
             assert_eq!(
-                db.get(format!("{t}-{i}").as_bytes()).unwrap().unwrap().value,
+                db.get(format!("{t}-{i}").as_bytes())
+                    .unwrap()
+                    .unwrap()
+                    .value,
                 [t; 10]
             );
         }
@@ -285,7 +324,9 @@ fn randomized_crashes_recover_consistently() {
                 "seed {seed}: key {:?} has {:?}, allowed {:?}",
                 String::from_utf8_lossy(k),
                 v.as_ref().map(|v| v.len()),
-                hist.iter().map(|h| h.as_ref().map(|v| v.len())).collect::<Vec<_>>()
+                hist.iter()
+                    .map(|h| h.as_ref().map(|v| v.len()))
+                    .collect::<Vec<_>>()
             );
         }
         for k in got.keys() {
@@ -302,7 +343,12 @@ fn randomized_crashes_recover_consistently() {
 /// reopen finds a consistent database holding at least everything synced before the fault.
 #[test]
 fn io_faults_poison_then_reopen_is_consistent() {
-    for (n, fault) in [(0u64, Fault::Eio), (3, Fault::NoSpace), (10, Fault::Eio), (25, Fault::NoSpace)] {
+    for (n, fault) in [
+        (0u64, Fault::Eio),
+        (3, Fault::NoSpace),
+        (10, Fault::Eio),
+        (25, Fault::NoSpace),
+    ] {
         let fs = SimVfs::new();
         let db = sim_open(&fs, "sync=always#bufsiz=4k");
         for i in 0..20 {
@@ -317,7 +363,10 @@ fn io_faults_poison_then_reopen_is_consistent() {
             }
         }
         assert!(failed, "fault {n} never surfaced");
-        assert!(db.put(b"after", b"x").is_err(), "writes must be refused after a fault");
+        assert!(
+            db.put(b"after", b"x").is_err(),
+            "writes must be refused after a fault"
+        );
         db.abandon();
         fs.heal();
         fs.crash(CrashMode::DropUnsynced);
@@ -338,14 +387,20 @@ fn compaction_reclaims_space_and_keeps_data() {
     let db = DiskHash::open(&path, &params).unwrap();
     for round in 0..20 {
         for i in 0..500 {
-            db.put(format!("k{i}").as_bytes(), format!("{round:0100}").as_bytes())
-                .unwrap();
+            db.put(
+                format!("k{i}").as_bytes(),
+                format!("{round:0100}").as_bytes(),
+            )
+            .unwrap();
         }
     }
     let before = db.size();
     db.optimize("").unwrap();
     let after = db.size();
-    assert!(after * 5 < before, "optimize did not shrink: {before} -> {after}");
+    assert!(
+        after * 5 < before,
+        "optimize did not shrink: {before} -> {after}"
+    );
     for i in 0..500 {
         assert_eq!(
             db.get(format!("k{i}").as_bytes()).unwrap().unwrap().value,
@@ -355,8 +410,11 @@ fn compaction_reclaims_space_and_keeps_data() {
     // Background compaction alone also reclaims sealed dead segments.
     for round in 0..10 {
         for i in 0..500 {
-            db.put(format!("k{i}").as_bytes(), format!("{round:0200}").as_bytes())
-                .unwrap();
+            db.put(
+                format!("k{i}").as_bytes(),
+                format!("{round:0200}").as_bytes(),
+            )
+            .unwrap();
         }
     }
     let grown = db.size();
@@ -421,7 +479,10 @@ fn vanish_copy_and_cursor() {
     for (k, v) in &model {
         assert_eq!(copied.get(k), Some(v));
     }
-    assert!(db.copy_to(&copy).is_err(), "copy over a non-empty destination");
+    assert!(
+        db.copy_to(&copy).is_err(),
+        "copy over a non-empty destination"
+    );
     db.vanish().unwrap();
     assert_eq!(db.count(), 0);
     assert!(dump(&db).is_empty());
@@ -466,7 +527,10 @@ fn corruption_is_detected_by_check() {
         }
     }
     assert!(errors >= 1);
-    assert!(db.put(b"x", b"y").is_err(), "read-only handle accepted a write");
+    assert!(
+        db.put(b"x", b"y").is_err(),
+        "read-only handle accepted a write"
+    );
 }
 
 #[test]
@@ -504,7 +568,10 @@ fn concurrent_writers_and_readers() {
                     let k = format!("{t}:{i}");
                     db.put(k.as_bytes(), &i.to_le_bytes()).unwrap();
                     if i % 7 == 0 {
-                        assert_eq!(db.get(k.as_bytes()).unwrap().unwrap().value, i.to_le_bytes());
+                        assert_eq!(
+                            db.get(k.as_bytes()).unwrap().unwrap().value,
+                            i.to_le_bytes()
+                        );
                     }
                 }
             })
