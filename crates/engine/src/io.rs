@@ -379,6 +379,11 @@ impl SimVfs {
         }
     }
 
+    /// Delete a file outright (to test recovery without it).
+    pub fn remove_file(&self, path: &Path) -> bool {
+        self.files.lock().remove(path).is_some()
+    }
+
     /// Paths of every file.
     pub fn paths(&self) -> Vec<PathBuf> {
         let mut v: Vec<_> = self.files.lock().keys().cloned().collect();

@@ -7,8 +7,9 @@
 //! 8   4  format version (u32 LE) = SEG_VERSION
 //! 12  4  segment id (u32 LE)
 //! 16  8  salt (u64 LE): seeds every record checksum of this segment
-//! 24  4  crc32c of bytes 0..24
-//! 28  4  zero
+//! 24  2  lane (u16 LE): the log this segment belongs to
+//! 26  2  lane count of the database (u16 LE)
+//! 28  4  crc32c of bytes 0..28
 //! 32  .. records, back to back
 //! ```
 //! Record:
@@ -19,7 +20,9 @@
 //! 5   ..  put:    varint klen, varint vlen (stored bytes), [varint raw_len if compressed],
 //!                 [varint version], [u32 LE flags], [varint expires], key, value
 //!         delete: varint klen, key
-//!         batch:  varint body_len, varint count, body = `count` complete put/delete records
+//!         batch:  varint body_len, varint count, varint batch id, varint parts,
+//!                 [parts × (u32 LE segment, u32 LE offset) when parts > 1],
+//!                 body = `count` complete put/delete records
 //!         clear:  nothing
 //! ```
 //! A record's version is its explicit version when present, else its location
@@ -47,25 +50,36 @@ const COMP_SHIFT: u8 = 5;
 /// Longest possible record header: crc + bits + 5 varints of at most 10 bytes + flags.
 pub const MAX_HEADER_LEN: usize = 4 + 1 + 10 * 5 + 4;
 
+/// What a segment header says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegInfo {
+    pub id: u32,
+    pub salt: u64,
+    pub lane: u16,
+    pub lanes: u16,
+}
+
 /// Build a segment header.
-pub fn seg_header(id: u32, salt: u64) -> [u8; SEG_HEADER_LEN] {
+pub fn seg_header(i: &SegInfo) -> [u8; SEG_HEADER_LEN] {
     let mut h = [0u8; SEG_HEADER_LEN];
     h[0..8].copy_from_slice(SEG_MAGIC);
     h[8..12].copy_from_slice(&SEG_VERSION.to_le_bytes());
-    h[12..16].copy_from_slice(&id.to_le_bytes());
-    h[16..24].copy_from_slice(&salt.to_le_bytes());
-    let crc = crc32c::crc32c(&h[0..24]);
-    h[24..28].copy_from_slice(&crc.to_le_bytes());
+    h[12..16].copy_from_slice(&i.id.to_le_bytes());
+    h[16..24].copy_from_slice(&i.salt.to_le_bytes());
+    h[24..26].copy_from_slice(&i.lane.to_le_bytes());
+    h[26..28].copy_from_slice(&i.lanes.to_le_bytes());
+    let crc = crc32c::crc32c(&h[0..28]);
+    h[28..32].copy_from_slice(&crc.to_le_bytes());
     h
 }
 
-/// Parse a segment header; returns (id, salt).
-pub fn parse_seg_header(h: &[u8]) -> Result<(u32, u64)> {
+/// Parse a segment header.
+pub fn parse_seg_header(h: &[u8]) -> Result<SegInfo> {
     if h.len() < SEG_HEADER_LEN || &h[0..8] != SEG_MAGIC {
         return Err(Error::Corrupt("segment header magic missing".into()));
     }
-    let crc = u32::from_le_bytes(h[24..28].try_into().unwrap_or_default());
-    if crc != crc32c::crc32c(&h[0..24]) {
+    let crc = u32::from_le_bytes(h[28..32].try_into().unwrap_or_default());
+    if crc != crc32c::crc32c(&h[0..28]) {
         return Err(Error::Corrupt("segment header checksum mismatch".into()));
     }
     let ver = u32::from_le_bytes(h[8..12].try_into().unwrap_or_default());
@@ -74,9 +88,18 @@ pub fn parse_seg_header(h: &[u8]) -> Result<(u32, u64)> {
             "segment format version {ver} is not supported (this build reads {SEG_VERSION})"
         )));
     }
-    let id = u32::from_le_bytes(h[12..16].try_into().unwrap_or_default());
-    let salt = u64::from_le_bytes(h[16..24].try_into().unwrap_or_default());
-    Ok((id, salt))
+    let info = SegInfo {
+        id: u32::from_le_bytes(h[12..16].try_into().unwrap_or_default()),
+        salt: u64::from_le_bytes(h[16..24].try_into().unwrap_or_default()),
+        lane: u16::from_le_bytes(h[24..26].try_into().unwrap_or_default()),
+        lanes: u16::from_le_bytes(h[26..28].try_into().unwrap_or_default()),
+    };
+    if info.lanes == 0 || info.lane >= info.lanes {
+        return Err(Error::Corrupt(
+            "segment header names an impossible lane".into(),
+        ));
+    }
+    Ok(info)
 }
 
 /// The checksum seed of a segment.
@@ -171,11 +194,43 @@ pub fn encode_clear(out: &mut Vec<u8>) -> usize {
     5
 }
 
-/// Header of a batch frame whose body (complete records) follows.
-pub fn encode_batch_header(out: &mut Vec<u8>, body_len: usize, count: usize) {
+/// Header of a batch frame whose body (complete records) follows. A batch whose keys live in
+/// several lanes is written as one frame per lane, each listing where all of them are, so that
+/// recovery applies it only when every part survived.
+pub fn encode_batch_header(
+    out: &mut Vec<u8>,
+    body_len: usize,
+    count: usize,
+    batch_id: u64,
+    parts: &[(u32, u32)],
+) {
     out.extend_from_slice(&[0, 0, 0, 0, T_BATCH]);
     put_varint(out, body_len as u64);
     put_varint(out, count as u64);
+    put_varint(out, batch_id);
+    put_varint(out, parts.len().max(1) as u64);
+    if parts.len() > 1 {
+        for &(seg, off) in parts {
+            out.extend_from_slice(&seg.to_le_bytes());
+            out.extend_from_slice(&off.to_le_bytes());
+        }
+    }
+}
+
+/// The parts of a batch frame (empty for a single-part batch).
+pub fn batch_parts(rec: &[u8], h: &Header) -> Vec<(u32, u32)> {
+    if h.nparts <= 1 {
+        return Vec::new();
+    }
+    rec[h.parts_off..h.key_off]
+        .chunks_exact(8)
+        .map(|c| {
+            (
+                u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+            )
+        })
+        .collect()
 }
 
 /// Fill in the checksum of the record occupying all of `rec`.
@@ -197,6 +252,11 @@ pub struct Header {
     pub vlen: usize,
     /// Sub-record count (batch).
     pub count: u64,
+    /// Batch id and number of parts (batch).
+    pub batch_id: u64,
+    pub nparts: u64,
+    /// Offset of the parts list (batch with several parts).
+    pub parts_off: usize,
     /// Whole record length.
     pub len: usize,
 }
@@ -220,6 +280,9 @@ pub fn parse_header(buf: &[u8]) -> Option<Header> {
         klen: 0,
         vlen: 0,
         count: 0,
+        batch_id: 0,
+        nparts: 0,
+        parts_off: 0,
         len: 0,
     };
     match typ {
@@ -254,6 +317,15 @@ pub fn parse_header(buf: &[u8]) -> Option<Header> {
         T_BATCH => {
             h.vlen = usize::try_from(get_varint(buf, &mut pos)?).ok()?;
             h.count = get_varint(buf, &mut pos)?;
+            h.batch_id = get_varint(buf, &mut pos)?;
+            h.nparts = get_varint(buf, &mut pos)?;
+            if h.nparts == 0 || h.nparts > 1024 {
+                return None;
+            }
+            h.parts_off = pos;
+            if h.nparts > 1 {
+                pos += 8 * h.nparts as usize;
+            }
         }
         _ => {}
     }
@@ -325,7 +397,12 @@ mod tests {
             }
         }
         assert!(parse_seg_header(&[0u8; 32]).is_err());
-        let h = seg_header(3, 0xdead);
-        assert_eq!(parse_seg_header(&h).unwrap(), (3, 0xdead));
+        let i = SegInfo {
+            id: 3,
+            salt: 0xdead,
+            lane: 1,
+            lanes: 4,
+        };
+        assert_eq!(parse_seg_header(&seg_header(&i)).unwrap(), i);
     }
 }

@@ -31,7 +31,7 @@ use crate::store::{
 use arc_swap::ArcSwap;
 use parking_lot::{Condvar, Mutex, RwLock, RwLockWriteGuard};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -46,8 +46,11 @@ const CKPT_VERSION: u32 = 1;
 const FLUSH_TICK: Duration = Duration::from_millis(50);
 
 const PARAMS: &[&str] = &[
-    "bnum", "sync", "compress", "segsiz", "bufsiz", "msiz", "compact", "ckptsiz",
+    "bnum", "sync", "compress", "segsiz", "bufsiz", "msiz", "compact", "ckptsiz", "lanes",
 ];
+/// Logs written in parallel when the database is created without `lanes=`.
+const DEFAULT_LANES: usize = 16;
+const MAX_LANES: usize = 64;
 
 /// Tuning of a hash database (all from `#key=value` parameters).
 #[derive(Clone, Debug)]
@@ -61,6 +64,8 @@ struct Config {
     compact: f64,
     /// Write a checkpoint once this many bytes were appended since the last one.
     ckptsiz: u64,
+    /// Lanes asked for (fixed when the database is created).
+    lanes: Option<usize>,
 }
 
 impl Config {
@@ -74,7 +79,14 @@ impl Config {
             msiz: 256 << 20,
             compact: 0.5,
             ckptsiz: 256 << 20,
+            lanes: None,
         });
+        let lanes = params.size("lanes")?.map(|n| n as usize);
+        if lanes.is_some_and(|n| !(1..=MAX_LANES).contains(&n)) {
+            return Err(Error::InvalidParam(format!(
+                "`lanes`: expected 1 to {MAX_LANES}"
+            )));
+        }
         let segsiz = params.size("segsiz")?.unwrap_or(d.segsiz);
         if !(64 << 10..=2 << 30).contains(&segsiz) {
             return Err(Error::InvalidParam(format!(
@@ -95,6 +107,7 @@ impl Config {
             msiz: params.size("msiz")?.unwrap_or(d.msiz),
             compact: params.ratio("compact", 0.05, 1.0)?.unwrap_or(d.compact),
             ckptsiz: params.size("ckptsiz")?.unwrap_or(d.ckptsiz).max(1 << 20),
+            lanes: lanes.or(d.lanes),
         })
     }
 }
@@ -107,11 +120,13 @@ fn loc_of(seg: u32, off: u64) -> u64 {
 #[repr(align(128))]
 struct Shard(RwLock<Table>);
 
-/// The end of the log: the active segment and the bytes not yet handed to the OS.
+/// The end of one lane's log: the active segment and the bytes not yet handed to the OS.
 struct Tail {
     seg: Arc<Segment>,
-    /// Bytes after `seg.flushed`; guarded by the `tail` mutex.
+    /// Bytes after `seg.flushed`.
     buf: Vec<u8>,
+    /// Bytes appended to this lane since the last checkpoint.
+    appended: u64,
 }
 
 impl Tail {
@@ -119,6 +134,12 @@ impl Tail {
         self.seg.flushed() + self.buf.len() as u64
     }
 }
+
+/// One lane: an independent log. A key always goes to the lane of its shard, so writers of
+/// different lanes share no lock and no cache line, and each key's records are ordered by their
+/// position in one log.
+#[repr(align(128))]
+struct Lane(Mutex<Tail>);
 
 #[derive(Default)]
 struct CommitState {
@@ -153,7 +174,10 @@ struct Inner {
     salt: u64,
     shards: Box<[Shard]>,
     segs: ArcSwap<SegTable>,
-    tail: Mutex<Tail>,
+    lanes: usize,
+    tails: Box<[Lane]>,
+    next_seg: AtomicU32,
+    batch_seq: AtomicU64,
     appended: AtomicU64,
     expiring: AtomicU64,
     poisoned: Mutex<Option<String>>,
@@ -161,8 +185,8 @@ struct Inner {
     closed: AtomicBool,
     commit: Mutex<CommitState>,
     commit_cv: Condvar,
-    /// Where recovery replays from (set by a valid checkpoint).
-    replay_from: Mutex<Option<(u32, u64)>>,
+    /// Where recovery replays each lane from (set by a valid checkpoint).
+    replay_from: Mutex<Option<Vec<(u32, u64)>>>,
     /// Serialises checkpoints, compaction, vanish, optimize and copy.
     maint: Mutex<()>,
     stop: Mutex<bool>,
@@ -334,6 +358,7 @@ fn open_inner(
     ids.sort_unstable();
     let mut table = SegTable::default();
     let mut salt = None;
+    let mut lanes = None;
     for &id in &ids {
         let path = dir.join(seg_file_name(id));
         let file = vfs.open(&path, false)?;
@@ -341,7 +366,7 @@ fn open_inner(
         let mut hdr = vec![0u8; SEG_HEADER_LEN];
         if len < SEG_HEADER_LEN as u64 {
             // A segment whose header never reached the disk: created right before a crash.
-            if id == *ids.last().unwrap_or(&0) && !readonly {
+            if !readonly {
                 drop(file);
                 vfs.remove(&path)?;
                 continue;
@@ -349,17 +374,28 @@ fn open_inner(
             return Err(corrupt_at(id, 0, "segment shorter than its header"));
         }
         file.read_at(&mut hdr, 0)?;
-        let (hid, hsalt) = format::parse_seg_header(&hdr)?;
-        if hid != id {
+        let info = format::parse_seg_header(&hdr)?;
+        if info.id != id {
             return Err(corrupt_at(id, 0, "segment header names another segment"));
         }
-        if *salt.get_or_insert(hsalt) != hsalt {
+        if *salt.get_or_insert(info.salt) != info.salt
+            || *lanes.get_or_insert(info.lanes as usize) != info.lanes as usize
+        {
             return Err(corrupt_at(id, 0, "segment belongs to another database"));
         }
-        let seg = Segment::new(id, hsalt, path, file, len);
+        let seg = Segment::new(id, info.lane as usize, info.salt, path, file, len);
         table.segs.insert(id, Arc::new(seg));
     }
     let salt = salt.unwrap_or_else(random_u64);
+    let lanes = match (lanes, cfg.lanes) {
+        (Some(have), Some(want)) if have != want => {
+            return Err(Error::InvalidParam(format!(
+                "`lanes={want}`: this database was created with {have} lanes, fixed at creation"
+            )))
+        }
+        (Some(have), _) => have,
+        (None, want) => want.unwrap_or(DEFAULT_LANES),
+    };
     let shards: Box<[Shard]> = (0..NSHARDS)
         .map(|_| {
             Shard(RwLock::new(Table::with_capacity(
@@ -367,17 +403,24 @@ fn open_inner(
             )))
         })
         .collect();
-    // A placeholder tail until the active segment is known.
-    let placeholder = match table.segs.values().last() {
-        Some(s) => s.clone(),
-        None => Arc::new(Segment::new(
-            0,
-            salt,
-            dir.join("none"),
-            Arc::new(NullFile),
-            SEG_HEADER_LEN as u64,
-        )),
-    };
+    // Placeholder tails until recovery knows each lane's active segment.
+    let tails: Box<[Lane]> = (0..lanes)
+        .map(|lane| {
+            Lane(Mutex::new(Tail {
+                seg: Arc::new(Segment::new(
+                    0,
+                    lane,
+                    salt,
+                    dir.join("none"),
+                    Arc::new(NullFile),
+                    SEG_HEADER_LEN as u64,
+                )),
+                buf: Vec::new(),
+                appended: 0,
+            }))
+        })
+        .collect();
+    let next_seg = table.segs.keys().next_back().map_or(1, |&id| id + 1);
     let inner = Inner {
         dir: dir.to_path_buf(),
         vfs,
@@ -391,10 +434,10 @@ fn open_inner(
         salt,
         shards,
         segs: ArcSwap::from_pointee(table),
-        tail: Mutex::new(Tail {
-            seg: placeholder,
-            buf: Vec::new(),
-        }),
+        lanes,
+        tails,
+        next_seg: AtomicU32::new(next_seg),
+        batch_seq: AtomicU64::new(random_u64() >> 8),
         appended: AtomicU64::new(0),
         expiring: AtomicU64::new(0),
         poisoned: Mutex::new(None),
@@ -445,8 +488,8 @@ struct Found {
 /// A checkpoint as read from disk.
 struct Checkpoint {
     hash_seed: u64,
-    replay_seg: u32,
-    replay_off: u64,
+    /// Per lane: (segment, offset) where replay starts (segment 0: the lane had none).
+    replay: Vec<(u32, u64)>,
     segs: Vec<(u32, u64, u64)>,
     shards: Vec<Vec<Slot>>,
 }
@@ -460,13 +503,33 @@ impl Inner {
         ((h >> 56) as usize, h as u32)
     }
 
+    #[inline]
+    fn lane_of(&self, shard: usize) -> usize {
+        shard % self.lanes
+    }
+
+    /// Where a segment's records end now (including bytes still in its lane's buffer).
+    fn seg_end(&self, seg: &Segment) -> u64 {
+        let tail = self.tails[seg.lane].0.lock();
+        if tail.seg.id == seg.id {
+            tail.end()
+        } else {
+            seg.flushed()
+        }
+    }
+
+    /// The ids of every lane's active segment.
+    fn active_ids(&self) -> Vec<u32> {
+        self.tails.iter().map(|t| t.0.lock().seg.id).collect()
+    }
+
     /// Read `len` bytes of a segment at `off`, wherever they are (file or write buffer).
     fn read_range(&self, seg: &Segment, off: u64, len: usize, out: &mut Vec<u8>) -> Result<()> {
         let end = off + len as u64;
         if end <= seg.flushed() {
             return seg.read_file(off, out, len);
         }
-        let tail = self.tail.lock();
+        let tail = self.tails[seg.lane].0.lock();
         let flushed = tail.seg.flushed();
         if tail.seg.id == seg.id && end > flushed {
             if off < flushed {
@@ -509,14 +572,7 @@ impl Inner {
         }
         let f = f.take().expect("not yet called");
         let mut buf = Vec::new();
-        let end = {
-            let tail = self.tail.lock();
-            if tail.seg.id == seg_id {
-                tail.end()
-            } else {
-                seg.flushed()
-            }
-        };
+        let end = self.seg_end(seg);
         let avail = end.saturating_sub(off) as usize;
         self.read_range(seg, off, avail.min(256), &mut buf)?;
         let h = format::parse_header(&buf)
@@ -616,20 +672,34 @@ impl Inner {
     /// Start a new segment after the active one. Called with the tail lock held.
     fn roll(&self, tail: &mut Tail) -> Result<()> {
         self.flush(tail)?;
-        let id = tail.seg.id + 1;
-        let seg = self.create_segment(id)?;
+        let id = self.next_seg.fetch_add(1, Ordering::Relaxed);
+        let seg = self.create_segment(id, tail.seg.lane)?;
+        tail.seg.sealed.store(true, Ordering::Release);
         tail.seg = seg;
         self.trim_maps();
         Ok(())
     }
 
-    fn create_segment(&self, id: u32) -> Result<Arc<Segment>> {
+    fn create_segment(&self, id: u32, lane: usize) -> Result<Arc<Segment>> {
         let path = self.dir.join(seg_file_name(id));
         let file = self.vfs.open(&path, true).map_err(|e| self.poison(&e))?;
         file.set_len(0).map_err(|e| self.poison(&e))?;
-        file.write_at(&format::seg_header(id, self.salt), 0)
+        let info = format::SegInfo {
+            id,
+            salt: self.salt,
+            lane: lane as u16,
+            lanes: self.lanes as u16,
+        };
+        file.write_at(&format::seg_header(&info), 0)
             .map_err(|e| self.poison(&e))?;
-        let seg = Segment::new(id, self.salt, path.clone(), file, SEG_HEADER_LEN as u64);
+        let seg = Segment::new(
+            id,
+            lane,
+            self.salt,
+            path.clone(),
+            file,
+            SEG_HEADER_LEN as u64,
+        );
         seg.dirty.store(true, Ordering::Release);
         let segsiz = self.cfg.lock().segsiz;
         if let Some(m) = self.vfs.map(&path, segsiz as usize) {
@@ -651,26 +721,34 @@ impl Inner {
         let msiz = self.cfg.lock().msiz;
         let mut mapped = 0u64;
         for seg in self.segs.load().segs.values().rev() {
-            let cap = seg.map.load().as_ref().map(|m| m.as_slice().len() as u64);
-            match cap {
-                Some(c) if mapped + c > msiz => seg.map.store(None),
-                Some(c) => mapped += c,
-                None => {}
+            if !seg.sealed.load(Ordering::Acquire) || seg.map.load().is_none() {
+                continue;
+            }
+            mapped += seg.flushed();
+            if mapped > msiz {
+                seg.map.store(None);
             }
         }
+    }
+
+    /// Roll the lane to a new segment unless a record of `len` bytes fits in the active one (a
+    /// record larger than a segment gets a fresh segment of its own).
+    fn ensure_room(&self, tail: &mut Tail, len: usize) -> Result<()> {
+        let segsiz = self.segsiz.load(Ordering::Relaxed);
+        if tail.seg.id == 0
+            || (tail.end() + len as u64 > segsiz && tail.end() > SEG_HEADER_LEN as u64)
+        {
+            self.roll(tail)?;
+        }
+        Ok(())
     }
 
     /// Append one record made of `parts` (already sealed, or sealed here when `seal`).
     /// Returns its location. Called with the tail lock held.
     fn append(&self, tail: &mut Tail, parts: &[&[u8]], seal: bool) -> Result<(u32, u64)> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
-        let segsiz = self.segsiz.load(Ordering::Relaxed);
         let bufsiz = self.bufsiz.load(Ordering::Relaxed) as usize;
-        if tail.seg.id == 0
-            || (tail.end() + len as u64 > segsiz && tail.end() > SEG_HEADER_LEN as u64)
-        {
-            self.roll(tail)?;
-        }
+        self.ensure_room(tail, len)?;
         let off = tail.end();
         if off + len as u64 > u32::MAX as u64 {
             return Err(Error::TooLarge(format!("record of {len} bytes")));
@@ -706,13 +784,14 @@ impl Inner {
                 self.flush(tail)?;
             }
         }
-        self.appended.fetch_add(len as u64, Ordering::Relaxed);
+        tail.appended += len as u64;
         Ok((tail.seg.id, off))
     }
 
     /// Encode and append a put record. Returns (segment, offset, length).
     fn write_put(
         &self,
+        lane: usize,
         key: &[u8],
         value: &[u8],
         flags: u32,
@@ -738,15 +817,15 @@ impl Inner {
         if expires != 0 {
             self.expiring.fetch_add(1, Ordering::Relaxed);
         }
-        let mut tail = self.tail.lock();
+        let mut tail = self.tails[lane].0.lock();
         let (seg, off) = self.append(&mut tail, &[&hdr, key, stored], true)?;
         Ok((seg, off, hdr.len() + key.len() + stored.len()))
     }
 
-    fn write_delete(&self, key: &[u8]) -> Result<()> {
+    fn write_delete(&self, lane: usize, key: &[u8]) -> Result<()> {
         let mut rec = Vec::with_capacity(key.len() + 8);
         format::encode_delete(&mut rec, key);
-        let mut tail = self.tail.lock();
+        let mut tail = self.tails[lane].0.lock();
         self.append(&mut tail, &[&rec], true)?;
         Ok(())
     }
@@ -843,8 +922,8 @@ impl Inner {
 
     /// Flush the buffer and fdatasync every segment written since its last sync.
     fn sync_now(&self) -> Result<()> {
-        {
-            let mut tail = self.tail.lock();
+        for t in self.tails.iter() {
+            let mut tail = t.0.lock();
             self.flush(&mut tail)?;
         }
         let segs = self.segs.load();
@@ -868,19 +947,8 @@ impl Inner {
         if self.readonly {
             return Ok(());
         }
-        let mut shards = Vec::with_capacity(NSHARDS);
-        let mut replay = None;
-        for sh in self.shards.iter() {
-            let g = sh.0.read();
-            if replay.is_none() {
-                let t = self.tail.lock();
-                replay = Some((t.seg.id, t.end()));
-            }
-            let v: Vec<Slot> = g.iter().copied().collect();
-            drop(g);
-            shards.push(v);
-        }
-        let (rseg, roff) = replay.unwrap_or((0, 0));
+        let replay = self.lane_positions(true);
+        let shards = self.snapshot_shards();
         // Everything the checkpoint points at must be durable before the checkpoint is.
         self.sync_now()?;
         let segs: Vec<(u32, u64, u64)> = self
@@ -892,7 +960,7 @@ impl Inner {
             .collect();
         let out = encode_checkpoint(
             self.hash_seed.load(Ordering::Relaxed),
-            (rseg, roff),
+            &replay,
             &segs,
             &shards,
         );
@@ -900,6 +968,36 @@ impl Inner {
         self.appended.store(0, Ordering::Relaxed);
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Where every lane's log ends, read at one instant (all tails locked together): a batch
+    /// holds the tails of all its lanes while it writes its parts, so none straddles these
+    /// positions. Every record before them is reflected in a shard snapshot taken afterwards.
+    fn lane_positions(&self, reset_appended: bool) -> Vec<(u32, u64)> {
+        let mut guards: Vec<_> = self.tails.iter().map(|t| t.0.lock()).collect();
+        guards
+            .iter_mut()
+            .map(|t| {
+                if reset_appended {
+                    t.appended = 0;
+                }
+                (t.seg.id, t.end())
+            })
+            .collect()
+    }
+
+    /// Copy of every shard's slots (each shard consistent in itself).
+    fn snapshot_shards(&self) -> Vec<Vec<Slot>> {
+        self.shards
+            .iter()
+            .map(|sh| sh.0.read().iter().copied().collect())
+            .collect()
+    }
+
+    /// Bytes appended since the last checkpoint (or recovery work not yet checkpointed).
+    fn appended_total(&self) -> u64 {
+        self.appended.load(Ordering::Relaxed)
+            + self.tails.iter().map(|t| t.0.lock().appended).sum::<u64>()
     }
 
     fn read_checkpoint(&self) -> Option<Checkpoint> {
@@ -927,10 +1025,18 @@ impl Inner {
             Some(u64::from_le_bytes(body.get(p..p + 8)?.try_into().ok()?))
         };
         let hash_seed = u64_at(16)?;
-        let replay_seg = u32_at(24)?;
-        let replay_off = u32_at(28)? as u64;
-        let nsegs = u32_at(32)? as usize;
-        let mut pos = 36;
+        let lanes = u32_at(24)? as usize;
+        if lanes != self.lanes {
+            return None;
+        }
+        let mut pos = 28;
+        let mut replay = Vec::with_capacity(lanes);
+        for _ in 0..lanes {
+            replay.push((u32_at(pos)?, u32_at(pos + 4)? as u64));
+            pos += 8;
+        }
+        let nsegs = u32_at(pos)? as usize;
+        pos += 4;
         let mut segs = Vec::with_capacity(nsegs.min(1 << 16));
         for _ in 0..nsegs {
             segs.push((u32_at(pos)?, u64_at(pos + 4)?, u64_at(pos + 12)?));
@@ -954,8 +1060,7 @@ impl Inner {
         }
         (pos == body.len()).then_some(Checkpoint {
             hash_seed,
-            replay_seg,
-            replay_off,
+            replay,
             segs,
             shards,
         })
@@ -967,14 +1072,15 @@ impl Inner {
     /// else from every segment. Truncate a torn tail; start the active segment.
     fn recover(&self) -> Result<()> {
         let table = self.segs.load_full();
+        let lane_of_seg = |id: u32| table.get(id).map(|s| s.lane);
         let ckpt = self.read_checkpoint().filter(|c| {
             // Usable only if every sealed segment it counted on still has its bytes (a segment
             // it lists may be gone: compaction removes a segment after checkpointing its moves).
-            c.segs.iter().all(|&(id, len, _)| {
-                id >= c.replay_seg || table.get(id).is_none_or(|s| s.flushed() >= len)
+            c.segs.iter().all(|&(id, len, _)| match lane_of_seg(id) {
+                None => true,
+                Some(l) => id >= c.replay[l].0 || table.get(id).is_some_and(|s| s.flushed() >= len),
             })
         });
-        let (mut from_seg, mut from_off) = (table.oldest().unwrap_or(0), SEG_HEADER_LEN as u64);
         let loaded = match ckpt {
             Some(c) => self.load_checkpoint(&table, c),
             None => false,
@@ -983,69 +1089,104 @@ impl Inner {
             // Rebuilt from the whole log: save the result at the next close.
             self.appended.fetch_add(1, Ordering::Relaxed);
         }
-        if let Some((rs, ro)) = *self.replay_from.lock() {
-            from_seg = rs;
-            from_off = ro.max(SEG_HEADER_LEN as u64);
+        let replay_from = self.replay_from.lock().clone();
+        // The region to replay: per lane, its segments from the replay position on.
+        let mut region: Vec<(Arc<Segment>, u64, u64, bool)> = Vec::new(); // seg, start, end, last
+        for lane in 0..self.lanes {
+            let (rseg, roff) = replay_from.as_ref().map_or((0, 0), |r| r[lane]);
+            let segs: Vec<&Arc<Segment>> = table
+                .segs
+                .values()
+                .filter(|s| s.lane == lane && s.id >= rseg)
+                .collect();
+            for (i, seg) in segs.iter().enumerate() {
+                let start = if seg.id == rseg {
+                    roff.max(SEG_HEADER_LEN as u64)
+                } else {
+                    SEG_HEADER_LEN as u64
+                };
+                region.push(((*seg).clone(), start, seg.file.len()?, i + 1 == segs.len()));
+            }
         }
-        // Replay.
-        let last = table.segs.keys().next_back().copied();
-        let mut clear_at = None;
-        for (&id, seg) in table.segs.range(from_seg..) {
-            let start = if id == from_seg {
-                from_off
-            } else {
-                SEG_HEADER_LEN as u64
-            };
-            let file_len = seg.file.len()?;
-            let end = scan_segment(self, seg, start, file_len, |off, h, rec| {
-                // Something to checkpoint at the next close.
-                self.appended.fetch_add(1, Ordering::Relaxed);
-                if h.typ == T_CLEAR {
-                    clear_at = Some(loc_of(id, off));
+        // Pass 1: find where each segment's valid records end, and which batches written in
+        // parts (one per lane) survived whole.
+        let mut parts: std::collections::HashMap<u64, (u64, u64)> = Default::default();
+        for (seg, start, end, _) in region.iter_mut() {
+            *end = scan_segment(self, seg, *start, *end, |_, h, _| {
+                if h.typ == T_BATCH && h.nparts > 1 {
+                    parts.entry(h.batch_id).or_insert((0, h.nparts)).0 += 1;
                 }
-                self.replay_record(id, off, h, rec)?;
                 Ok(true)
             })?;
-            if end < file_len {
-                let lost = file_len - end;
+        }
+        // Pass 2: apply.
+        for (seg, start, end, last) in &region {
+            let id = seg.id;
+            let lane = seg.lane;
+            let mut clear_at = None;
+            scan_segment(self, seg, *start, *end, |off, h, rec| {
+                // Something to checkpoint at the next close.
+                self.appended.fetch_add(1, Ordering::Relaxed);
+                match h.typ {
+                    T_CLEAR => {
+                        clear_at = Some(off);
+                        self.replay_clear(lane, loc_of(id, off));
+                    }
+                    T_BATCH if h.nparts > 1 => {
+                        let whole = parts.get(&h.batch_id).is_some_and(|&(n, of)| n >= of);
+                        if whole {
+                            self.replay_record(id, off, h, rec)?;
+                        }
+                    }
+                    _ => self.replay_record(id, off, h, rec)?,
+                }
+                Ok(true)
+            })?;
+            let file_len = seg.file.len()?;
+            if *end < file_len {
                 self.counters
                     .truncated_bytes
-                    .fetch_add(lost, Ordering::Relaxed);
-                if Some(id) == last && !self.readonly {
-                    seg.file.set_len(end)?;
+                    .fetch_add(file_len - end, Ordering::Relaxed);
+                if *last && !self.readonly {
+                    seg.file.set_len(*end)?;
                     seg.file.sync()?;
                 }
             }
-            seg.flushed.store(end, Ordering::Release);
+            seg.flushed.store(*end, Ordering::Release);
+            if let (Some(_), false) = (clear_at, self.readonly) {
+                // Everything of this lane before a clear is dead: drop its older segments.
+                let old: Vec<u32> = self
+                    .segs
+                    .load()
+                    .segs
+                    .values()
+                    .filter(|s| s.lane == lane && s.id < id)
+                    .map(|s| s.id)
+                    .collect();
+                self.drop_segments(&old)?;
+            }
         }
-        if let (Some(c), false) = (clear_at, self.readonly) {
-            // Everything before a clear is dead: drop the segments wholly before it.
-            let old: Vec<u32> = table
-                .segs
-                .keys()
-                .copied()
-                .filter(|&id| (id as u64) < (c >> 32))
-                .collect();
-            self.drop_segments(&old)?;
-        }
-        // The active segment: the last one, or a new one.
+        // Each lane's active segment: its last one (a lane with none creates one when first
+        // written). Map what can be mapped.
         let table = self.segs.load_full();
-        let active = match table.segs.values().last() {
-            Some(s) => s.clone(),
-            None if self.readonly => return Ok(()),
-            None => self.create_segment(1)?,
-        };
-        if let Some(m) = self.vfs.map(&active.path, self.cfg.lock().segsiz as usize) {
-            active.map.store(Some(Arc::new(m)));
+        let segsiz = self.cfg.lock().segsiz as usize;
+        for lane in 0..self.lanes {
+            if let Some(active) = table.segs.values().filter(|s| s.lane == lane).last() {
+                if let Some(m) = self.vfs.map(&active.path, segsiz) {
+                    active.map.store(Some(Arc::new(m)));
+                }
+                self.tails[lane].0.lock().seg = active.clone();
+            }
         }
+        let active = self.active_ids();
         for s in table.segs.values() {
-            if s.id != active.id && s.map.load().is_none() {
+            if !active.contains(&s.id) {
+                s.sealed.store(true, Ordering::Release);
                 if let Some(m) = self.vfs.map(&s.path, s.flushed() as usize) {
                     s.map.store(Some(Arc::new(m)));
                 }
             }
         }
-        self.tail.lock().seg = active;
         self.trim_maps();
         Ok(())
     }
@@ -1068,14 +1209,28 @@ impl Inner {
         for (id, len, live) in c.segs {
             if let Some(s) = table.get(id) {
                 s.live.store(live, Ordering::Relaxed);
-                if id < c.replay_seg {
+                if id < c.replay[s.lane].0 {
                     // Sealed before the checkpoint: valid up to what it counted.
                     s.flushed.store(len, Ordering::Release);
                 }
             }
         }
-        *self.replay_from.lock() = Some((c.replay_seg, c.replay_off));
+        *self.replay_from.lock() = Some(c.replay);
         true
+    }
+
+    /// A clear record of `lane` at `loc`: forget every record of that lane before it.
+    fn replay_clear(&self, lane: usize, loc: u64) {
+        for (i, sh) in self.shards.iter().enumerate() {
+            if self.lane_of(i) == lane {
+                sh.0.write().retain(|s| s.loc() > loc);
+            }
+        }
+        for s in self.segs.load().segs.values() {
+            if s.lane == lane && s.id < (loc >> 32) as u32 {
+                s.live.store(0, Ordering::Relaxed);
+            }
+        }
     }
 
     fn replay_record(&self, seg: u32, off: u64, h: &Header, rec: &[u8]) -> Result<()> {
@@ -1106,18 +1261,7 @@ impl Inner {
                     self.replay_record(seg, off + pos as u64, sh, srec)
                 })?;
             }
-            _ => {
-                // Clear: forget every record before it.
-                for sh in self.shards.iter() {
-                    let mut t = sh.0.write();
-                    t.retain(|s| s.loc() > loc);
-                }
-                for s in self.segs.load().segs.values() {
-                    if s.id < seg {
-                        s.live.store(0, Ordering::Relaxed);
-                    }
-                }
-            }
+            _ => {}
         }
         Ok(())
     }
@@ -1149,10 +1293,10 @@ impl Inner {
         let Some(seg) = self.segs.load().get(id).cloned() else {
             return Ok(true);
         };
-        if self.tail.lock().seg.id == id {
+        if !seg.sealed.load(Ordering::Acquire) {
             return Ok(false);
         }
-        let has_older = self.segs.load().oldest().is_some_and(|o| o < id);
+        let has_older = self.has_older(&seg);
         let started = Instant::now();
         let mut moved = 0u64;
         let mut aborted = false;
@@ -1164,10 +1308,22 @@ impl Inner {
             }
             match h.typ {
                 T_PUT | T_DELETE => moved += self.relocate(&seg, off, h, rec, has_older, recode)?,
-                T_BATCH => for_each_sub(rec, h, |pos, sh, srec| {
-                    moved += self.relocate(&seg, off + pos as u64, sh, srec, has_older, recode)?;
-                    Ok(())
-                })?,
+                T_BATCH => {
+                    for_each_sub(rec, h, |pos, sh, srec| {
+                        moved +=
+                            self.relocate(&seg, off + pos as u64, sh, srec, has_older, recode)?;
+                        Ok(())
+                    })?;
+                    // The other parts of a batch written across lanes: once this part is gone,
+                    // recovery would find them incomplete and skip them, so their live records
+                    // move too (and become ordinary records).
+                    for (pseg, poff) in format::batch_parts(rec, h) {
+                        if pseg == id {
+                            continue;
+                        }
+                        moved += self.relocate_part(pseg, poff as u64, recode)?;
+                    }
+                }
                 _ => {
                     if has_older {
                         // Older segments still hold records this clear hides: not yet.
@@ -1197,6 +1353,38 @@ impl Inner {
         Ok(true)
     }
 
+    /// Whether an older segment of the same lane exists (whose records a tombstone may hide).
+    fn has_older(&self, seg: &Segment) -> bool {
+        self.segs
+            .load()
+            .segs
+            .values()
+            .any(|s| s.lane == seg.lane && s.id < seg.id)
+    }
+
+    /// Relocate the live records of the batch part at (`seg`, `off`), if it still exists.
+    fn relocate_part(&self, seg_id: u32, off: u64, recode: bool) -> Result<u64> {
+        let Some(seg) = self.segs.load().get(seg_id).cloned() else {
+            return Ok(0);
+        };
+        let frame = self.with_record(seg_id, off, |h, rec| (*h, rec.to_vec()))?;
+        let (h, rec) = frame;
+        if h.typ != T_BATCH {
+            return Err(corrupt_at(
+                seg_id,
+                off,
+                "batch part list names a non-batch record",
+            ));
+        }
+        let has_older = self.has_older(&seg);
+        let mut moved = 0;
+        for_each_sub(&rec, &h, |pos, sh, srec| {
+            moved += self.relocate(&seg, off + pos as u64, sh, srec, has_older, recode)?;
+            Ok(())
+        })?;
+        Ok(moved)
+    }
+
     /// Relocate one record of a segment being compacted, if it is still needed. Returns the
     /// bytes written.
     fn relocate(
@@ -1210,6 +1398,7 @@ impl Inner {
     ) -> Result<u64> {
         let key = &rec[h.key_off..h.key_off + h.klen];
         let (shard, tag) = self.hash(key);
+        let lane = self.lane_of(shard);
         let mut tbl = self.shards[shard].0.write();
         let here = Slot {
             tag,
@@ -1222,11 +1411,8 @@ impl Inner {
             if !has_older || self.find(&tbl, tag, key, false)?.is_some() {
                 return Ok(0);
             }
-            let mut d = Vec::new();
-            format::encode_delete(&mut d, key);
-            let mut tail = self.tail.lock();
-            self.append(&mut tail, &[&d], true)?;
-            return Ok(d.len() as u64);
+            self.write_delete(lane, key)?;
+            return Ok(key.len() as u64 + 8);
         }
         if !tbl.contains(&here) {
             return Ok(0); // dead
@@ -1237,10 +1423,7 @@ impl Inner {
                 .expired_reclaimed
                 .fetch_add(1, Ordering::Relaxed);
             if has_older {
-                let mut d = Vec::new();
-                format::encode_delete(&mut d, key);
-                let mut tail = self.tail.lock();
-                self.append(&mut tail, &[&d], true)?;
+                self.write_delete(lane, key)?;
             }
             return Ok(0);
         }
@@ -1251,7 +1434,7 @@ impl Inner {
         {
             value = decode_value(h, rec)?;
             let (s, o, len) =
-                self.write_put(key, &value, h.fields.flags, h.fields.expires, version)?;
+                self.write_put(lane, key, &value, h.fields.flags, h.fields.expires, version)?;
             self.set_slot(&mut tbl, tag, Some((here, h.len)), s, o, len);
             return Ok(len as u64);
         } else {
@@ -1266,7 +1449,7 @@ impl Inner {
         let mut hdr = Vec::with_capacity(32);
         format::encode_put_header(&mut hdr, key.len(), stored.len(), &fields);
         let (s, o) = {
-            let mut tail = self.tail.lock();
+            let mut tail = self.tails[lane].0.lock();
             self.append(&mut tail, &[&hdr, key, stored], true)?
         };
         let len = hdr.len() + key.len() + stored.len();
@@ -1277,12 +1460,11 @@ impl Inner {
     /// The sealed segment most worth compacting, if any is past the threshold.
     fn compaction_candidate(&self) -> Option<u32> {
         let threshold = self.cfg.lock().compact;
-        let active = self.tail.lock().seg.id;
         self.segs
             .load()
             .segs
             .values()
-            .filter(|s| s.id != active)
+            .filter(|s| s.sealed.load(Ordering::Acquire))
             .map(|s| {
                 let total = s.flushed().saturating_sub(SEG_HEADER_LEN as u64).max(1);
                 let dead = 1.0 - (s.live.load(Ordering::Relaxed) as f64 / total as f64);
@@ -1341,8 +1523,8 @@ impl Inner {
             if self.poisoned.lock().is_some() {
                 continue;
             }
-            {
-                let mut tail = self.tail.lock();
+            for t in self.tails.iter() {
+                let mut tail = t.0.lock();
                 let _ = self.flush(&mut tail);
             }
             if let SyncMode::Interval(d) = self.sync {
@@ -1360,7 +1542,7 @@ impl Inner {
                     let _ = self.compact_segment(id, false, Some(64 << 20));
                 }
                 let (ckptsiz, total) = (self.cfg.lock().ckptsiz, self.data_size());
-                if self.appended.load(Ordering::Relaxed) >= ckptsiz.max(total / 4) {
+                if self.appended_total() >= ckptsiz.max(total / 4) {
                     let _ = self.checkpoint();
                 }
                 if last_sweep.elapsed() >= Duration::from_secs(10) {
@@ -1376,7 +1558,7 @@ impl Inner {
     }
 
     fn data_size(&self) -> u64 {
-        let tail_extra = self.tail.lock().buf.len() as u64;
+        let tail_extra: u64 = self.tails.iter().map(|t| t.0.lock().buf.len() as u64).sum();
         self.segs
             .load()
             .segs
@@ -1388,11 +1570,12 @@ impl Inner {
 }
 
 /// Encode an index checkpoint (layout in docs/ARCHITECTURE.md):
-/// magic, version, shard count, hash seed, replay position, segment table, then per shard the
+/// magic, version, shard count, hash seed, lane count and each lane's replay position, segment
+/// table, then per shard the
 /// slots as (varint tag delta, varint segment, varint offset), and a crc32c of all of it.
 fn encode_checkpoint(
     hash_seed: u64,
-    (rseg, roff): (u32, u64),
+    replay: &[(u32, u64)],
     segs: &[(u32, u64, u64)],
     shards: &[Vec<Slot>],
 ) -> Vec<u8> {
@@ -1402,8 +1585,11 @@ fn encode_checkpoint(
     out.extend_from_slice(&CKPT_VERSION.to_le_bytes());
     out.extend_from_slice(&(NSHARDS as u32).to_le_bytes());
     out.extend_from_slice(&hash_seed.to_le_bytes());
-    out.extend_from_slice(&rseg.to_le_bytes());
-    out.extend_from_slice(&(roff as u32).to_le_bytes());
+    out.extend_from_slice(&(replay.len() as u32).to_le_bytes());
+    for &(seg, off) in replay {
+        out.extend_from_slice(&seg.to_le_bytes());
+        out.extend_from_slice(&(off as u32).to_le_bytes());
+    }
     out.extend_from_slice(&(segs.len() as u32).to_le_bytes());
     for &(id, len, live) in segs {
         out.extend_from_slice(&id.to_le_bytes());
@@ -1490,18 +1676,19 @@ impl DiskHash {
     fn rewrite_all(&self, recode: bool) -> Result<()> {
         let inner = &self.inner;
         let _m = inner.maint.lock();
-        {
-            let mut tail = inner.tail.lock();
-            inner.roll(&mut tail)?;
+        for t in inner.tails.iter() {
+            let mut tail = t.0.lock();
+            if tail.seg.id != 0 {
+                inner.roll(&mut tail)?;
+            }
         }
-        let active = inner.tail.lock().seg.id;
         let ids: Vec<u32> = inner
             .segs
             .load()
             .segs
-            .keys()
-            .copied()
-            .filter(|&id| id < active)
+            .values()
+            .filter(|s| s.sealed.load(Ordering::Acquire))
+            .map(|s| s.id)
             .collect();
         for id in ids {
             inner.compact_segment(id, recode, None)?;
@@ -1558,7 +1745,8 @@ impl Store for DiskHash {
                 expires,
             } => {
                 check_sizes(key, value.len())?;
-                let (s, o, len) = inner.write_put(key, &value, flags, expires, 0)?;
+                let (s, o, len) =
+                    inner.write_put(inner.lane_of(shard), key, &value, flags, expires, 0)?;
                 inner.set_slot(&mut tbl, tag, old, s, o, len);
                 Some(Meta {
                     flags,
@@ -1570,7 +1758,8 @@ impl Store for DiskHash {
                 None => return Ok(None),
                 Some(f) => {
                     let v = f.value.as_deref().unwrap_or_default();
-                    let (s, o, len) = inner.write_put(key, v, f.meta.flags, expires, 0)?;
+                    let (s, o, len) =
+                        inner.write_put(inner.lane_of(shard), key, v, f.meta.flags, expires, 0)?;
                     inner.set_slot(&mut tbl, tag, old, s, o, len);
                     Some(Meta {
                         flags: f.meta.flags,
@@ -1581,7 +1770,7 @@ impl Store for DiskHash {
             },
             Decision::Remove => {
                 if let Some((o, len)) = old {
-                    inner.write_delete(key)?;
+                    inner.write_delete(inner.lane_of(shard), key)?;
                     inner.remove_slot(&mut tbl, o, len);
                 }
                 None
@@ -1599,7 +1788,7 @@ impl Store for DiskHash {
         let (shard, tag) = inner.hash(key);
         let mut tbl = self.shard(shard).write();
         let old = inner.find(&tbl, tag, key, false)?.map(|f| (f.slot, f.len));
-        let (s, o, len) = inner.write_put(key, value, flags, expires, 0)?;
+        let (s, o, len) = inner.write_put(inner.lane_of(shard), key, value, flags, expires, 0)?;
         inner.set_slot(&mut tbl, tag, old, s, o, len);
         drop(tbl);
         inner.after_write()?;
@@ -1608,6 +1797,22 @@ impl Store for DiskHash {
             expires,
             version: loc_of(s, o),
         })
+    }
+
+    fn out(&self, key: &[u8]) -> Result<bool> {
+        let inner = &self.inner;
+        inner.check_writable()?;
+        check_sizes(key, 0)?;
+        let (shard, tag) = inner.hash(key);
+        let mut tbl = self.shard(shard).write();
+        let Some(f) = inner.find(&tbl, tag, key, false)? else {
+            return Ok(false);
+        };
+        inner.write_delete(inner.lane_of(shard), key)?;
+        inner.remove_slot(&mut tbl, f.slot, f.len);
+        drop(tbl);
+        inner.after_write()?;
+        Ok(f.meta.expires == 0 || !is_expired(f.meta.expires, now_secs()))
     }
 
     fn write_batch(&self, ops: &[BatchOp]) -> Result<()> {
@@ -1631,9 +1836,18 @@ impl Store for DiskHash {
             ids.iter().map(|&i| (i, self.shard(i).write())).collect();
         let comp = Compression::from_code(inner.compression.load(Ordering::Relaxed))
             .unwrap_or(Compression::None);
-        let mut body = Vec::new();
-        let mut offs = Vec::with_capacity(ops.len());
-        for op in ops {
+        // One part per lane involved; each op's record goes to its key's lane.
+        let mut lanes: Vec<usize> = hashed.iter().map(|h| inner.lane_of(h.0)).collect();
+        lanes.sort_unstable();
+        lanes.dedup();
+        let mut parts: Vec<(usize, Vec<u8>)> = lanes.iter().map(|&l| (l, Vec::new())).collect();
+        let mut counts = vec![0usize; parts.len()];
+        let mut offs = Vec::with_capacity(ops.len()); // (part, start, len)
+        for (i, op) in ops.iter().enumerate() {
+            let lane = inner.lane_of(hashed[i].0);
+            let p = lanes.binary_search(&lane).unwrap_or(0);
+            counts[p] += 1;
+            let body = &mut parts[p].1;
             let start = body.len();
             match op {
                 BatchOp::Put {
@@ -1651,7 +1865,7 @@ impl Store for DiskHash {
                         inner.expiring.fetch_add(1, Ordering::Relaxed);
                     }
                     format::encode_put(
-                        &mut body,
+                        body,
                         key,
                         stored,
                         &PutFields {
@@ -1664,19 +1878,54 @@ impl Store for DiskHash {
                     );
                 }
                 BatchOp::Remove { key } => {
-                    format::encode_delete(&mut body, key);
+                    format::encode_delete(body, key);
                 }
             }
             format::seal(&mut body[start..], format::seed(inner.salt));
-            offs.push((start, body.len() - start));
+            offs.push((p, start, body.len() - start));
         }
-        let mut hdr = Vec::with_capacity(16);
-        format::encode_batch_header(&mut hdr, body.len(), ops.len());
-        let (seg, off) = {
-            let mut tail = inner.tail.lock();
-            inner.append(&mut tail, &[&hdr, &body], true)?
+        let batch_id = if parts.len() > 1 {
+            inner.batch_seq.fetch_add(1, Ordering::Relaxed)
+        } else {
+            0
         };
-        let base = off + hdr.len() as u64;
+        let placeholder = vec![(0u32, 0u32); if parts.len() > 1 { parts.len() } else { 0 }];
+        let hdr_lens: Vec<usize> = parts
+            .iter()
+            .zip(&counts)
+            .map(|((_, body), &n)| {
+                let mut h = Vec::new();
+                format::encode_batch_header(&mut h, body.len(), n, batch_id, &placeholder);
+                h.len()
+            })
+            .collect();
+        // Lock the lanes (ascending: the lock order), make room so positions are final, then
+        // write every part naming where all of them are.
+        let mut tails: Vec<_> = parts
+            .iter()
+            .map(|(l, _)| inner.tails[*l].0.lock())
+            .collect();
+        let mut positions = Vec::with_capacity(parts.len());
+        for (k, t) in tails.iter_mut().enumerate() {
+            inner.ensure_room(t, hdr_lens[k] + parts[k].1.len())?;
+            positions.push((t.seg.id, t.end() as u32));
+        }
+        let list = if parts.len() > 1 {
+            positions.clone()
+        } else {
+            Vec::new()
+        };
+        for (k, t) in tails.iter_mut().enumerate() {
+            let mut hdr = Vec::with_capacity(hdr_lens[k]);
+            format::encode_batch_header(&mut hdr, parts[k].1.len(), counts[k], batch_id, &list);
+            let (seg, off) = inner.append(t, &[&hdr, &parts[k].1], true)?;
+            if (seg, off as u32) != positions[k] {
+                return Err(Error::Corrupt(
+                    "batch part landed off its planned position".into(),
+                ));
+            }
+        }
+        drop(tails);
         for (i, op) in ops.iter().enumerate() {
             let (shard, tag) = hashed[i];
             let g = guards
@@ -1687,10 +1936,12 @@ impl Store for DiskHash {
             let old = inner
                 .find(g, tag, op.key(), false)?
                 .map(|f| (f.slot, f.len));
+            let (k, start, len) = offs[i];
+            let (seg, off) = positions[k];
             match op {
                 BatchOp::Put { .. } => {
-                    let (o, len) = offs[i];
-                    inner.set_slot(g, tag, old, seg, base + o as u64, len)
+                    let at = off as u64 + hdr_lens[k] as u64 + start as u64;
+                    inner.set_slot(g, tag, old, seg, at, len)
                 }
                 BatchOp::Remove { .. } => {
                     if let Some((o, len)) = old {
@@ -1768,26 +2019,29 @@ impl Store for DiskHash {
         inner.check_writable()?;
         let _m = inner.maint.lock();
         let mut guards: Vec<_> = inner.shards.iter().map(|s| s.0.write()).collect();
-        {
-            let mut tail = inner.tail.lock();
-            inner.roll(&mut tail)?;
-            let mut c = Vec::new();
-            format::encode_clear(&mut c);
-            inner.append(&mut tail, &[&c], true)?;
+        // Each lane that has a log starts a new segment with a clear record: recovery forgets
+        // everything of the lane before it, so the old segments can go in any order.
+        for t in inner.tails.iter() {
+            let mut tail = t.0.lock();
+            if tail.seg.id != 0 {
+                inner.roll(&mut tail)?;
+                let mut c = Vec::new();
+                format::encode_clear(&mut c);
+                inner.append(&mut tail, &[&c], true)?;
+            }
         }
         for g in guards.iter_mut() {
             g.clear();
         }
         inner.expiring.store(0, Ordering::Relaxed);
         inner.sync_now()?;
-        let active = inner.tail.lock().seg.id;
         let old: Vec<u32> = inner
             .segs
             .load()
             .segs
-            .keys()
-            .copied()
-            .filter(|&id| id < active)
+            .values()
+            .filter(|s| s.sealed.load(Ordering::Acquire))
+            .map(|s| s.id)
             .collect();
         drop(guards);
         inner.checkpoint()?;
@@ -1805,26 +2059,25 @@ impl Store for DiskHash {
             )));
         }
         std::fs::create_dir_all(dest)?;
-        // Snapshot the index shard by shard, remembering where the log ended for the first.
-        let mut shards = Vec::with_capacity(NSHARDS);
-        let mut replay = None;
-        for sh in inner.shards.iter() {
-            let g = sh.0.read();
-            if replay.is_none() {
-                let t = inner.tail.lock();
-                replay = Some((t.seg.id, t.end()));
-            }
-            shards.push(g.iter().copied().collect::<Vec<Slot>>());
-        }
-        let (end_seg, end_off) = {
-            let mut t = inner.tail.lock();
-            inner.flush(&mut t)?;
-            (t.seg.id, t.seg.flushed())
-        };
-        // Segments below the end are immutable up to these lengths: copy them.
+        // Where each lane ends, then the index: the copy replays its logs from these positions.
+        let replay = inner.lane_positions(false);
+        let shards = inner.snapshot_shards();
+        let ends: Vec<(u32, u64)> = inner
+            .tails
+            .iter()
+            .map(|t| {
+                let mut t = t.0.lock();
+                inner.flush(&mut t).map(|_| (t.seg.id, t.seg.flushed()))
+            })
+            .collect::<Result<_>>()?;
+        // Segments up to each lane's end are immutable up to these lengths: copy them.
         let segs = inner.segs.load_full();
         let mut buf = Vec::new();
-        for (id, seg) in segs.segs.range(..=end_seg) {
+        for (id, seg) in segs.segs.iter() {
+            let (end_seg, end_off) = ends[seg.lane];
+            if *id > end_seg {
+                continue; // started after the copy began
+            }
             let len = if *id == end_seg {
                 end_off
             } else {
@@ -1842,10 +2095,9 @@ impl Store for DiskHash {
         }
         // The copy's checkpoint: the snapshot and where replay starts. It lists no segment
         // lengths: the copy's segments are exactly what was copied.
-        let (rs, ro) = replay.unwrap_or((end_seg, end_off));
         let out = encode_checkpoint(
             inner.hash_seed.load(Ordering::Relaxed),
-            (rs, ro),
+            &replay,
             &[],
             &shards,
         );
@@ -1858,10 +2110,9 @@ impl Store for DiskHash {
         let inner = &self.inner;
         inner.check_open()?;
         let _m = inner.maint.lock();
-        {
-            let mut t = inner.tail.lock();
-            if !inner.readonly {
-                inner.flush(&mut t)?;
+        if !inner.readonly {
+            for t in inner.tails.iter() {
+                inner.flush(&mut t.0.lock())?;
             }
         }
         let mut rep = CheckReport::default();
@@ -1928,6 +2179,7 @@ impl Store for DiskHash {
             ("msiz".into(), c.msiz.to_string()),
             ("compact".into(), c.compact.to_string()),
             ("ckptsiz".into(), c.ckptsiz.to_string()),
+            ("lanes".into(), self.inner.lanes.to_string()),
             (
                 "segments".into(),
                 self.inner.segs.load().segs.len().to_string(),
@@ -1941,8 +2193,7 @@ impl Store for DiskHash {
         }
         self.stop_background();
         let inner = &self.inner;
-        let unchanged = inner.appended.load(Ordering::Relaxed) == 0
-            && inner.vfs.exists(&inner.dir.join(CKPT_NAME));
+        let unchanged = inner.appended_total() == 0 && inner.vfs.exists(&inner.dir.join(CKPT_NAME));
         let res = if inner.readonly || inner.poisoned.lock().is_some() || unchanged {
             Ok(())
         } else {
@@ -1996,14 +2247,7 @@ impl HashCursor<'_> {
                 self.seg = id;
                 self.off = SEG_HEADER_LEN as u64;
             }
-            let end = {
-                let t = inner.tail.lock();
-                if t.seg.id == id {
-                    t.end()
-                } else {
-                    seg.flushed()
-                }
-            };
+            let end = inner.seg_end(seg);
             let now = now_secs();
             let mut collected = Vec::new();
             let mut full = false;

@@ -13,6 +13,8 @@ use std::sync::Arc;
 /// One segment file.
 pub struct Segment {
     pub id: u32,
+    /// The log (lane) this segment belongs to.
+    pub lane: usize,
     pub salt: u64,
     pub seed: u32,
     pub path: PathBuf,
@@ -23,13 +25,23 @@ pub struct Segment {
     pub live: AtomicU64,
     /// Written since the last fdatasync.
     pub dirty: AtomicBool,
+    /// No longer any lane's active segment: it never grows again.
+    pub sealed: AtomicBool,
     pub map: ArcSwapOption<Map>,
 }
 
 impl Segment {
-    pub fn new(id: u32, salt: u64, path: PathBuf, file: Arc<dyn VFile>, flushed: u64) -> Segment {
+    pub fn new(
+        id: u32,
+        lane: usize,
+        salt: u64,
+        path: PathBuf,
+        file: Arc<dyn VFile>,
+        flushed: u64,
+    ) -> Segment {
         Segment {
             id,
+            lane,
             salt,
             seed: format::seed(salt),
             path,
@@ -37,6 +49,7 @@ impl Segment {
             flushed: AtomicU64::new(flushed),
             live: AtomicU64::new(0),
             dirty: AtomicBool::new(false),
+            sealed: AtomicBool::new(false),
             map: ArcSwapOption::empty(),
         }
     }
