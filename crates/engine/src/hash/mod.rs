@@ -1171,7 +1171,7 @@ impl Inner {
         let table = self.segs.load_full();
         let segsiz = self.cfg.lock().segsiz as usize;
         for lane in 0..self.lanes {
-            if let Some(active) = table.segs.values().filter(|s| s.lane == lane).last() {
+            if let Some(active) = table.segs.values().rev().find(|s| s.lane == lane) {
                 if let Some(m) = self.vfs.map(&active.path, segsiz) {
                     active.map.store(Some(Arc::new(m)));
                 }
