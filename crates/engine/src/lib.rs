@@ -18,7 +18,7 @@ pub mod store;
 pub mod tsv;
 
 pub use error::{Error, Result};
-pub use name::{open, Compression, Params, SyncMode};
+pub use name::{open, open_readonly, Compression, Params, SyncMode};
 pub use store::{
     BatchOp, CheckReport, Current, Cursor, Decision, Kind, Meta, Outcome, Record, Store,
 };

@@ -209,13 +209,26 @@ pub const KINDS_HELP: &str = "`*` (memory hash), `+` (memory tree), `PATH.kh` (o
 
 /// Open (creating when missing) the database named `name`.
 pub fn open(name: &str) -> Result<Arc<dyn Store>> {
+    open_mode(name, false)
+}
+
+/// Open an existing database for inspection only (`check`, `inform`, reads): nothing is
+/// written, not even the repair of a torn tail that an ordinary open performs; writes fail.
+/// In-memory kinds open as usual (there is nothing to inspect on disk).
+pub fn open_readonly(name: &str) -> Result<Arc<dyn Store>> {
+    open_mode(name, true)
+}
+
+fn open_mode(name: &str, readonly: bool) -> Result<Arc<dyn Store>> {
     let (path, params) = split_name(name)?;
     match path {
         "*" => Ok(Arc::new(crate::mem::MemHash::open(&params)?)),
         "+" => Ok(Arc::new(crate::mem::MemTree::open(&params)?)),
-        p if p.ends_with(".kh") => Ok(Arc::new(crate::hash::DiskHash::open(
+        p if p.ends_with(".kh") => Ok(Arc::new(crate::hash::DiskHash::open_with(
             std::path::Path::new(p),
             &params,
+            Arc::new(crate::io::OsVfs),
+            readonly,
         )?)),
         p => Err(Error::InvalidName(format!(
             "`{p}`: unknown database kind; use {KINDS_HELP}"

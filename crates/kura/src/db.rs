@@ -162,7 +162,7 @@ pub fn run(cmd: DbCommand) -> ExitCode {
 fn dispatch(cmd: DbCommand) -> Res {
     match cmd {
         DbCommand::Create { name } => create(&name),
-        DbCommand::Inform { name } => with_db(&name, inform),
+        DbCommand::Inform { name } => with_db_ro(&name, inform),
         DbCommand::Put {
             name,
             key,
@@ -172,7 +172,7 @@ fn dispatch(cmd: DbCommand) -> Res {
         } => with_db(&name, |db| {
             put(db, key.as_bytes(), value.as_bytes(), keep, cat)
         }),
-        DbCommand::Get { name, key } => with_db(&name, |db| get(db, key.as_bytes())),
+        DbCommand::Get { name, key } => with_db_ro(&name, |db| get(db, key.as_bytes())),
         DbCommand::Out { name, key } => with_db(&name, |db| {
             if db.out(key.as_bytes())? {
                 Ok(())
@@ -188,7 +188,7 @@ fn dispatch(cmd: DbCommand) -> Res {
             prefix,
             limit,
             values,
-        } => with_db(&name, |db| {
+        } => with_db_ro(&name, |db| {
             let prefix = prefix.as_ref().map(|p| p.as_bytes()).unwrap_or_default();
             list(db, prefix, limit.unwrap_or(usize::MAX), values)
         }),
@@ -197,14 +197,14 @@ fn dispatch(cmd: DbCommand) -> Res {
             let input = Input::open(file.as_deref())?;
             with_db(&name, |db| import(db, input))
         }
-        DbCommand::Export { name, file } => with_db(&name, |db| export(db, file.as_deref())),
+        DbCommand::Export { name, file } => with_db_ro(&name, |db| export(db, file.as_deref())),
         DbCommand::Optimize { name, params } => {
             with_db(
                 &name,
                 |db| Ok(db.optimize(params.as_deref().unwrap_or(""))?),
             )
         }
-        DbCommand::Check { name } => with_db(&name, |db| check(db, &name)),
+        DbCommand::Check { name } => with_db_ro(&name, |db| check(db, &name)),
         DbCommand::Vanish { name } => with_db(&name, |db| Ok(db.vanish()?)),
         DbCommand::Copy { name, dest } => {
             if dest.exists() {
@@ -218,9 +218,24 @@ fn dispatch(cmd: DbCommand) -> Res {
     }
 }
 
-/// Open `name`, run `f`, and close the database whatever `f` returned.
+/// Open `name` for writing, run `f`, and close the database whatever `f` returned.
 fn with_db(name: &str, f: impl FnOnce(&dyn Store) -> Res) -> Res {
-    let db = engine::open(name).map_err(|e| match e {
+    with_db_mode(name, false, f)
+}
+
+/// Open an existing `name` read-only (nothing on disk changes, not even the repair of a torn
+/// tail), run `f`, close.
+fn with_db_ro(name: &str, f: impl FnOnce(&dyn Store) -> Res) -> Res {
+    with_db_mode(name, true, f)
+}
+
+fn with_db_mode(name: &str, readonly: bool, f: impl FnOnce(&dyn Store) -> Res) -> Res {
+    let opened = if readonly {
+        engine::open_readonly(name)
+    } else {
+        engine::open(name)
+    };
+    let db = opened.map_err(|e| match e {
         // The engine's message already names the database and says what is wrong.
         Error::Locked(_) => Fail::Err(e.to_string()),
         e => Fail::Err(format!("cannot open {name}: {e}")),

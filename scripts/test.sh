@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The whole test suite, exactly as CI runs it (.ci/run calls this script).
+# Installs what the tests need, then: format check, clippy, every test of the workspace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need() { command -v "$1" >/dev/null 2>&1; }
+
+if ! need cargo; then
+    echo "test.sh: cargo (Rust 1.80 or newer) is required; install it with rustup" >&2
+    exit 1
+fi
+# rustfmt and clippy come with rustup's default profile; add them when missing.
+if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+    if need rustup; then
+        rustup component add rustfmt clippy
+    else
+        echo "test.sh: cargo fmt and cargo clippy are required" >&2
+        exit 1
+    fi
+fi
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+
+echo "== cargo test"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --workspace --all-targets 2>&1 | tee "$log"
+cargo test --workspace --doc 2>&1 | tee -a "$log"
+# One closing line for the whole suite (cargo prints one per test binary).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "tests: %d passed, %d failed\n", p, f; exit (f > 0) }' "$log"
