@@ -15,6 +15,11 @@
 //! Timing: `write` and `read` time everything from `open` to the end of `close` (the write also
 //! includes an explicit `sync`), as tchtest does; `order` times its phases separately, as
 //! kchashtest does (open, set, get, remove, close).
+//!
+//! `grow`, `reopen` and `big` measure the database at scale (insert rate as it grows, memory,
+//! open and recovery time, databases beyond 4 GiB); see the `scale` module.
+
+mod scale;
 
 use clap::{Args, Parser, Subcommand};
 use kura_engine::Store;
@@ -47,6 +52,16 @@ enum Cmd {
     /// Write, read (verifying), then remove N records in one open database, timing each phase
     /// like `kchashtest order`. Exits non-zero on any missing record.
     Order(Common),
+    /// Insert N records in one thread, printing the insert rate of every interval and the
+    /// process's memory afterwards (`--verify`: read every record back; `--crash`: SIGKILL
+    /// instead of closing).
+    Grow(scale::GrowArgs),
+    /// Time the open (recovery included) of an existing database, print its count and the
+    /// process's memory, optionally verify records, then close (or `--kill`: SIGKILL).
+    Reopen(scale::ReopenArgs),
+    /// Write N large values (default 5000 of 1 MiB), close, reopen, verify the count and a
+    /// sample of values.
+    Big(scale::BigArgs),
 }
 
 #[derive(Args, Clone)]
@@ -73,6 +88,9 @@ fn main() -> ExitCode {
         Cmd::Write(c) => cmd_write(c),
         Cmd::Read(c) => cmd_read(c),
         Cmd::Order(c) => cmd_order(c),
+        Cmd::Grow(a) => scale::cmd_grow(a),
+        Cmd::Reopen(a) => scale::cmd_reopen(a),
+        Cmd::Big(a) => scale::cmd_big(a),
     };
     match res {
         Ok(true) => ExitCode::SUCCESS,

@@ -1,5 +1,6 @@
 //! The in-memory database kinds: `*` ([`MemHash`], a concurrent hash) and `+` ([`MemTree`], a
-//! concurrent ordered tree). Nothing is persisted; `copy_to` is unsupported.
+//! concurrent ordered tree). Nothing is persisted; `copy_to` writes a consistent snapshot as an
+//! on-disk hash database (`.kh`).
 //!
 //! # Parameters
 //!
@@ -904,9 +905,16 @@ impl Store for MemHash {
         Ok(())
     }
 
-    fn copy_to(&self, _dest: &Path) -> Result<()> {
+    fn copy_to(&self, dest: &Path) -> Result<()> {
         self.common.check_open()?;
-        Err(Error::Unsupported("copy of an in-memory database"))
+        // A consistent snapshot: every shard read-locked at once while the records are copied
+        // out (writers wait for that memcpy only, not for the disk).
+        let now = now_secs();
+        let ops = {
+            let shards: Vec<_> = self.shards.iter().map(|s| s.0.read()).collect();
+            snapshot(shards.iter().flat_map(|sh| sh.slots.iter()), now)
+        };
+        write_copy(dest, ops)
     }
 
     fn check(&self) -> Result<CheckReport> {
@@ -999,6 +1007,35 @@ impl Store for MemHash {
         }
         Ok(out)
     }
+}
+
+/// The live records as batch operations (for `copy_to`).
+fn snapshot<'a>(recs: impl Iterator<Item = &'a Rec>, now: u64) -> Vec<BatchOp> {
+    recs.filter(|r| !r.is_expired(now))
+        .map(|r| BatchOp::Put {
+            key: r.key().to_vec(),
+            value: r.value().to_vec(),
+            flags: r.flags,
+            expires: r.expires(),
+        })
+        .collect()
+}
+
+/// Write a snapshot as a new on-disk hash database at `dest`: the copy of a memory database is
+/// a `.kh` that can be opened (and served) like any other.
+fn write_copy(dest: &Path, ops: Vec<BatchOp>) -> Result<()> {
+    if dest.exists() {
+        return Err(Error::InvalidParam(format!(
+            "{}: destination already exists",
+            dest.display()
+        )));
+    }
+    let params = Params::parse("sync=none")?;
+    let db = crate::hash::DiskHash::open(dest, &params)?;
+    for chunk in ops.chunks(1024) {
+        db.write_batch(chunk)?;
+    }
+    db.close()
 }
 
 /// Cursor over the hash: snapshots the live keys of one shard at a time and reads each record
@@ -1338,9 +1375,10 @@ impl Store for MemTree {
         Ok(())
     }
 
-    fn copy_to(&self, _dest: &Path) -> Result<()> {
+    fn copy_to(&self, dest: &Path) -> Result<()> {
         self.common.check_open()?;
-        Err(Error::Unsupported("copy of an in-memory database"))
+        let ops = snapshot(self.inner.read().set.iter(), now_secs());
+        write_copy(dest, ops)
     }
 
     fn check(&self) -> Result<CheckReport> {
@@ -1955,10 +1993,18 @@ mod tests {
             assert_eq!(db.count(), 1);
             healthy(db);
             db.sync().unwrap();
-            assert!(matches!(
-                db.copy_to(Path::new("/tmp/never")),
-                Err(Error::Unsupported(_))
-            ));
+            // The copy is an on-disk hash holding the same live records.
+            db.put_with(b"gone", b"x", 0, 1).unwrap();
+            db.put_with(b"flagged", b"y", 9, 0).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let dest = dir.path().join("copy.kh");
+            db.copy_to(&dest).unwrap();
+            assert!(db.copy_to(&dest).is_err(), "copy over an existing destination");
+            let copy = crate::hash::DiskHash::open(&dest, &Params::default()).unwrap();
+            assert_eq!(copy.count(), 2);
+            assert_eq!(copy.get(b"again").unwrap().unwrap().value, b"1");
+            assert_eq!(copy.get(b"flagged").unwrap().unwrap().meta.flags, 9);
+            assert!(copy.get(b"gone").unwrap().is_none());
         }
     }
 
