@@ -26,6 +26,12 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
+echo "== fuzz (a short run of every target; longer runs: scripts/fuzz.sh)"
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    cargo install cargo-fuzz --locked
+fi
+FUZZ_SECONDS="${FUZZ_SECONDS:-10}" scripts/fuzz.sh
+
 echo "== cargo test"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

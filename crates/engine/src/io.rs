@@ -384,6 +384,14 @@ impl SimVfs {
         self.files.lock().remove(path).is_some()
     }
 
+    /// Current length of a file (0 when absent).
+    pub fn open_len(&self, path: &Path) -> u64 {
+        self.files
+            .lock()
+            .get(path)
+            .map_or(0, |f| f.state.lock().data.len() as u64)
+    }
+
     /// Paths of every file.
     pub fn paths(&self) -> Vec<PathBuf> {
         let mut v: Vec<_> = self.files.lock().keys().cloned().collect();

@@ -1999,7 +1999,10 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let dest = dir.path().join("copy.kh");
             db.copy_to(&dest).unwrap();
-            assert!(db.copy_to(&dest).is_err(), "copy over an existing destination");
+            assert!(
+                db.copy_to(&dest).is_err(),
+                "copy over an existing destination"
+            );
             let copy = crate::hash::DiskHash::open(&dest, &Params::default()).unwrap();
             assert_eq!(copy.count(), 2);
             assert_eq!(copy.get(b"again").unwrap().unwrap().value, b"1");

@@ -168,7 +168,8 @@ struct Inner {
     segsiz: AtomicU64,
     bufsiz: AtomicU64,
     compression: AtomicU8,
-    /// Seeds the key hash (chosen when the index is built; saved in the checkpoint).
+    /// Seeds the key hash: the database's salt, fixed at creation. It decides each key's shard
+    /// and so its lane: it must never change, or a key's records would spread over lanes.
     hash_seed: AtomicU64,
     /// Seeds every record checksum (the same for every segment of a database).
     salt: u64,
@@ -430,7 +431,7 @@ fn open_inner(
         bufsiz: AtomicU64::new(cfg.bufsiz as u64),
         cfg: Mutex::new(cfg),
         compression: AtomicU8::new(compression as u8),
-        hash_seed: AtomicU64::new(random_u64()),
+        hash_seed: AtomicU64::new(salt),
         salt,
         shards,
         segs: ArcSwap::from_pointee(table),
@@ -1195,13 +1196,14 @@ impl Inner {
     /// segment that does not exist.
     fn load_checkpoint(&self, table: &SegTable, c: Checkpoint) -> bool {
         let known: Vec<u32> = table.segs.keys().copied().collect();
-        self.hash_seed.store(c.hash_seed, Ordering::Relaxed);
+        if c.hash_seed != self.hash_seed.load(Ordering::Relaxed) {
+            return false; // written for other segments
+        }
         for (i, v) in c.shards.into_iter().enumerate() {
             if v.iter().any(|s| known.binary_search(&s.seg).is_err()) {
                 for sh in self.shards.iter() {
                     sh.0.write().clear();
                 }
-                self.hash_seed.store(random_u64(), Ordering::Relaxed);
                 return false;
             }
             *self.shards[i].0.write() = Table::from_slots(v);
