@@ -51,6 +51,9 @@ const PARAMS: &[&str] = &[
 /// Logs written in parallel when the database is created without `lanes=`.
 const DEFAULT_LANES: usize = 16;
 const MAX_LANES: usize = 64;
+/// `bnum` pre-sizes the index for at most this many records (about 1.3 GB of index); beyond,
+/// the index grows online as records arrive.
+const MAX_PRESIZE: u64 = 1 << 26;
 
 /// Tuning of a hash database (all from `#key=value` parameters).
 #[derive(Clone, Debug)]
@@ -400,7 +403,7 @@ fn open_inner(
     let shards: Box<[Shard]> = (0..NSHARDS)
         .map(|_| {
             Shard(RwLock::new(Table::with_capacity(
-                (cfg.bnum as usize / NSHARDS).min(1 << 24),
+                (cfg.bnum.min(MAX_PRESIZE) as usize) / NSHARDS,
             )))
         })
         .collect();
@@ -2009,7 +2012,7 @@ impl Store for DiskHash {
         if bnum > 0 {
             for sh in self.inner.shards.iter() {
                 let mut t = sh.0.write();
-                let want = (bnum as usize / NSHARDS).saturating_sub(t.len());
+                let want = (bnum.min(MAX_PRESIZE) as usize / NSHARDS).saturating_sub(t.len());
                 t.reserve(want);
             }
         }
