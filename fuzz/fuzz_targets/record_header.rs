@@ -10,7 +10,14 @@ fuzz_target!(|data: &[u8]| {
             let rec = &data[..h.len];
             let _ = format::verify(rec, 7);
             if h.typ == format::T_BATCH {
-                let _ = format::batch_parts(rec, &h);
+                // Walk the sub-records the way recovery does.
+                let mut pos = h.key_off;
+                for _ in 0..h.count.min(1 << 16) {
+                    let Some(sub) = rec.get(pos..).and_then(format::parse_header) else {
+                        break;
+                    };
+                    pos = pos.saturating_add(sub.len);
+                }
             }
         }
     }

@@ -16,19 +16,18 @@
 //! ```text
 //! 0   4  crc32c (seeded with the segment salt) of every byte after this field
 //! 4   1  bits: 0-1 type (0 put, 1 delete, 2 batch, 3 clear), 2 flags present,
-//!           3 expires present, 4 explicit version present, 5-6 compression code
+//!           3 expires present, 4 reserved (0), 5-6 compression code
 //! 5   ..  put:    varint klen, varint vlen (stored bytes), [varint raw_len if compressed],
-//!                 [varint version], [u32 LE flags], [varint expires], key, value
-//!         delete: varint klen, key
-//!         batch:  varint body_len, varint count, varint batch id, varint parts,
-//!                 [parts × (u32 LE segment, u32 LE offset) when parts > 1],
-//!                 body = `count` complete put/delete records
-//!         clear:  nothing
+//!                 varint seq, [u32 LE flags], [varint expires], key, value
+//!         delete: varint klen, varint seq, key
+//!         batch:  varint body_len, varint count, body = `count` complete put/delete records
+//!         clear:  varint clear id, varint lanes (a vanish writes one clear into each of its
+//!                 lanes; recovery honours it only when all of them survived)
 //! ```
-//! A record's version is its explicit version when present, else its location
-//! `(segment id << 32) | offset`: every new write lands at a higher location, so the version
-//! changes on every modification at no cost in bytes; compaction copies a record with its
-//! original version made explicit.
+//! `seq` orders the writes of one shard: every write of a key takes the next number of its
+//! shard (under the shard's lock), so whatever log (lane) a record landed in, recovery applies
+//! a key's records in the order they were made. It is also the record's version; compaction
+//! copies a record with its seq, so moving a record never changes its version.
 
 use crate::error::{Error, Result};
 use crate::name::Compression;
@@ -44,7 +43,6 @@ pub const T_CLEAR: u8 = 3;
 
 const B_FLAGS: u8 = 1 << 2;
 const B_EXPIRES: u8 = 1 << 3;
-const B_VERSION: u8 = 1 << 4;
 const COMP_SHIFT: u8 = 5;
 
 /// Longest possible record header: crc + bits + 5 varints of at most 10 bytes + flags.
@@ -136,8 +134,8 @@ pub fn get_varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
 pub struct PutFields {
     pub flags: u32,
     pub expires: u64,
-    /// Explicit version (0 = the location is the version).
-    pub version: u64,
+    /// Position of this write in its shard's sequence (the record's version).
+    pub seq: u64,
     pub compression: u8,
     /// Uncompressed length when compressed.
     pub raw_len: u64,
@@ -161,18 +159,13 @@ pub fn encode_put_header(out: &mut Vec<u8>, klen: usize, vlen: usize, f: &PutFie
     if f.expires != 0 {
         bits |= B_EXPIRES;
     }
-    if f.version != 0 {
-        bits |= B_VERSION;
-    }
     out.extend_from_slice(&[0, 0, 0, 0, bits]);
     put_varint(out, klen as u64);
     put_varint(out, vlen as u64);
     if f.compression != 0 {
         put_varint(out, f.raw_len);
     }
-    if f.version != 0 {
-        put_varint(out, f.version);
-    }
+    put_varint(out, f.seq);
     if f.flags != 0 {
         out.extend_from_slice(&f.flags.to_le_bytes());
     }
@@ -181,56 +174,28 @@ pub fn encode_put_header(out: &mut Vec<u8>, klen: usize, vlen: usize, f: &PutFie
     }
 }
 
-pub fn encode_delete(out: &mut Vec<u8>, key: &[u8]) -> usize {
+pub fn encode_delete(out: &mut Vec<u8>, key: &[u8], seq: u64) -> usize {
     let start = out.len();
     out.extend_from_slice(&[0, 0, 0, 0, T_DELETE]);
     put_varint(out, key.len() as u64);
+    put_varint(out, seq);
     out.extend_from_slice(key);
     out.len() - start
 }
 
-pub fn encode_clear(out: &mut Vec<u8>) -> usize {
+pub fn encode_clear(out: &mut Vec<u8>, id: u64, lanes: usize) -> usize {
+    let start = out.len();
     out.extend_from_slice(&[0, 0, 0, 0, T_CLEAR]);
-    5
+    put_varint(out, id);
+    put_varint(out, lanes as u64);
+    out.len() - start
 }
 
-/// Header of a batch frame whose body (complete records) follows. A batch whose keys live in
-/// several lanes is written as one frame per lane, each listing where all of them are, so that
-/// recovery applies it only when every part survived.
-pub fn encode_batch_header(
-    out: &mut Vec<u8>,
-    body_len: usize,
-    count: usize,
-    batch_id: u64,
-    parts: &[(u32, u32)],
-) {
+/// Header of a batch frame whose body (complete records) follows.
+pub fn encode_batch_header(out: &mut Vec<u8>, body_len: usize, count: usize) {
     out.extend_from_slice(&[0, 0, 0, 0, T_BATCH]);
     put_varint(out, body_len as u64);
     put_varint(out, count as u64);
-    put_varint(out, batch_id);
-    put_varint(out, parts.len().max(1) as u64);
-    if parts.len() > 1 {
-        for &(seg, off) in parts {
-            out.extend_from_slice(&seg.to_le_bytes());
-            out.extend_from_slice(&off.to_le_bytes());
-        }
-    }
-}
-
-/// The parts of a batch frame (empty for a single-part batch).
-pub fn batch_parts(rec: &[u8], h: &Header) -> Vec<(u32, u32)> {
-    if h.nparts <= 1 {
-        return Vec::new();
-    }
-    rec[h.parts_off..h.key_off]
-        .chunks_exact(8)
-        .map(|c| {
-            (
-                u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
-                u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
-            )
-        })
-        .collect()
 }
 
 /// Fill in the checksum of the record occupying all of `rec`.
@@ -252,11 +217,6 @@ pub struct Header {
     pub vlen: usize,
     /// Sub-record count (batch).
     pub count: u64,
-    /// Batch id and number of parts (batch).
-    pub batch_id: u64,
-    pub nparts: u64,
-    /// Offset of the parts list (batch with several parts).
-    pub parts_off: usize,
     /// Whole record length.
     pub len: usize,
 }
@@ -280,9 +240,6 @@ pub fn parse_header(buf: &[u8]) -> Option<Header> {
         klen: 0,
         vlen: 0,
         count: 0,
-        batch_id: 0,
-        nparts: 0,
-        parts_off: 0,
         len: 0,
     };
     match typ {
@@ -294,9 +251,7 @@ pub fn parse_header(buf: &[u8]) -> Option<Header> {
             if comp != 0 {
                 h.fields.raw_len = get_varint(buf, &mut pos)?;
             }
-            if bits & B_VERSION != 0 {
-                h.fields.version = get_varint(buf, &mut pos)?;
-            }
+            h.fields.seq = get_varint(buf, &mut pos)?;
             if bits & B_FLAGS != 0 {
                 h.fields.flags = u32::from_le_bytes(buf.get(pos..pos + 4)?.try_into().ok()?);
                 pos += 4;
@@ -310,6 +265,7 @@ pub fn parse_header(buf: &[u8]) -> Option<Header> {
         }
         T_DELETE => {
             h.klen = usize::try_from(get_varint(buf, &mut pos)?).ok()?;
+            h.fields.seq = get_varint(buf, &mut pos)?;
             if h.klen > crate::store::MAX_KEY_LEN {
                 return None;
             }
@@ -317,19 +273,14 @@ pub fn parse_header(buf: &[u8]) -> Option<Header> {
         T_BATCH => {
             h.vlen = usize::try_from(get_varint(buf, &mut pos)?).ok()?;
             h.count = get_varint(buf, &mut pos)?;
-            h.batch_id = get_varint(buf, &mut pos)?;
-            h.nparts = get_varint(buf, &mut pos)?;
-            if h.nparts == 0 || h.nparts > 1024 {
-                return None;
-            }
-            h.parts_off = pos;
-            if h.nparts > 1 {
-                pos += 8 * h.nparts as usize;
-            }
         }
-        _ => {}
+        _ => {
+            // clear: its id in `fields.seq`, its lane count in `count`
+            h.fields.seq = get_varint(buf, &mut pos)?;
+            h.count = get_varint(buf, &mut pos)?;
+        }
     }
-    if bits & !(3 | B_FLAGS | B_EXPIRES | B_VERSION | (3 << COMP_SHIFT)) != 0 {
+    if bits & !(3 | B_FLAGS | B_EXPIRES | (3 << COMP_SHIFT)) != 0 {
         return None;
     }
     h.key_off = pos;
@@ -360,7 +311,7 @@ mod tests {
         let f = PutFields {
             flags: 7,
             expires: 1234567,
-            version: 99,
+            seq: 99,
             compression: 0,
             raw_len: 0,
         };
@@ -372,6 +323,10 @@ mod tests {
         assert!(!verify(&v, 43));
         let h = parse_header(&v).unwrap();
         assert_eq!(h.typ, T_PUT);
+        let mut d = Vec::new();
+        encode_delete(&mut d, b"gone", 77);
+        let dh = parse_header(&d).unwrap();
+        assert_eq!((dh.typ, dh.fields.seq, dh.klen), (T_DELETE, 77, 4));
         assert_eq!(h.fields, f);
         assert_eq!(&v[h.key_off..h.key_off + h.klen], b"key");
         assert_eq!(&v[h.value_off()..h.len], b"value");
@@ -385,8 +340,15 @@ mod tests {
     #[test]
     fn small_record_is_small() {
         let mut v = Vec::new();
-        let n = encode_put(&mut v, b"00000001", b"00000001", &PutFields::default());
-        assert_eq!(n, 23);
+        let f = PutFields {
+            seq: 3000,
+            ..PutFields::default()
+        };
+        let n = encode_put(&mut v, b"00000001", b"00000001", &f);
+        assert_eq!(
+            n, 25,
+            "crc 4 + bits 1 + klen 1 + vlen 1 + seq 2 + key 8 + value 8"
+        );
     }
 
     #[test]

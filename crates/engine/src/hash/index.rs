@@ -15,6 +15,7 @@
 
 /// Where the newest record of a key lives. `seg == 0` marks an empty slot (segment ids start
 /// at 1).
+/// All-zero bytes are a valid, empty slot (the table relies on it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct Slot {
@@ -34,6 +35,89 @@ impl Slot {
     }
 }
 
+/// Tables at least this large are aligned to, and advised into, 2 MiB huge pages: a random
+/// probe into a large index otherwise pays a TLB miss on top of the cache miss.
+const HUGE: usize = 2 << 20;
+
+/// The slot array: zeroed memory (an all-zero slot is empty), huge-page backed when large.
+struct Slots {
+    ptr: std::ptr::NonNull<Slot>,
+    len: usize,
+}
+
+// SAFETY: `Slots` owns its allocation exclusively, like a `Box<[Slot]>`; `Slot` is plain data.
+unsafe impl Send for Slots {}
+// SAFETY: shared access only reads through `&[Slot]`.
+unsafe impl Sync for Slots {}
+
+impl Slots {
+    fn layout(len: usize) -> std::alloc::Layout {
+        let bytes = (len * std::mem::size_of::<Slot>()).max(1);
+        let align = if bytes >= HUGE {
+            HUGE
+        } else {
+            std::mem::align_of::<Slot>()
+        };
+        match std::alloc::Layout::from_size_align(bytes, align) {
+            Ok(l) => l,
+            Err(_) => std::alloc::handle_alloc_error(std::alloc::Layout::new::<Slot>()),
+        }
+    }
+
+    fn zeroed(len: usize) -> Slots {
+        let layout = Self::layout(len);
+        // SAFETY: the layout has a non-zero size.
+        let raw = unsafe { std::alloc::alloc(layout) };
+        let Some(ptr) = std::ptr::NonNull::new(raw.cast::<Slot>()) else {
+            std::alloc::handle_alloc_error(layout)
+        };
+        if layout.size() >= HUGE {
+            // SAFETY: advising a range we own; the hint may be refused, which is harmless.
+            unsafe { libc::madvise(raw.cast(), layout.size(), libc::MADV_HUGEPAGE) };
+        }
+        // SAFETY: `raw` is valid for `layout.size()` bytes; all-zero bytes are a valid (empty)
+        // `Slot`, so the array is initialised afterwards.
+        unsafe { std::ptr::write_bytes(raw, 0, layout.size()) };
+        Slots { ptr, len }
+    }
+}
+
+impl Drop for Slots {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `zeroed` with this same layout.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), Self::layout(self.len)) }
+    }
+}
+
+impl std::ops::Deref for Slots {
+    type Target = [Slot];
+    fn deref(&self) -> &[Slot] {
+        // SAFETY: `ptr` points at `len` initialised slots owned by `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl std::ops::DerefMut for Slots {
+    fn deref_mut(&mut self) -> &mut [Slot] {
+        // SAFETY: as in `deref`, and `&mut self` makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Clone for Slots {
+    fn clone(&self) -> Slots {
+        let mut c = Slots::zeroed(self.len);
+        c.copy_from_slice(self);
+        c
+    }
+}
+
+impl std::fmt::Debug for Slots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Slots({})", self.len)
+    }
+}
+
 /// Maximum load (slots used / home positions) before the table doubles.
 const MAX_LOAD: f64 = 0.85;
 /// Minimum number of home positions.
@@ -42,7 +126,7 @@ const MIN_CAP: usize = 16;
 #[derive(Clone, Debug)]
 pub struct Table {
     /// `cap` home positions followed by the overflow area.
-    slots: Vec<Slot>,
+    slots: Slots,
     cap: usize,
     len: usize,
 }
@@ -64,7 +148,7 @@ impl Table {
             .next_power_of_two()
             .max(MIN_CAP);
         Table {
-            slots: vec![Slot::default(); cap + overflow(cap)],
+            slots: Slots::zeroed(cap + overflow(cap)),
             cap,
             len: 0,
         }
@@ -194,12 +278,11 @@ impl Table {
     }
 
     fn resize(&mut self, cap: usize) {
-        let old = std::mem::take(&mut self.slots);
+        let old = std::mem::replace(&mut self.slots, Slots::zeroed(cap + overflow(cap)));
         let n = self.len;
         self.cap = cap;
-        self.slots = vec![Slot::default(); cap + overflow(cap)];
         self.len = 0;
-        self.fill_sorted(old.into_iter().filter(|s| !s.is_empty()), n);
+        self.fill_sorted(old.iter().copied().filter(|s| !s.is_empty()), n);
     }
 
     fn rebuild(&mut self, n: usize, slots: impl Iterator<Item = Slot>) {

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-const NSHARDS: usize = 256;
+const NSHARDS: usize = 32;
 const CKPT_NAME: &str = "index.ki";
 const CKPT_TMP: &str = "index.ki.tmp";
 const LOCK_NAME: &str = "LOCK";
@@ -120,8 +120,43 @@ fn loc_of(seg: u32, off: u64) -> u64 {
     ((seg as u64) << 32) | off
 }
 
+/// One shard of the index: its table and its write sequence.
+#[derive(Default)]
+struct ShardState {
+    table: Table,
+    /// The seq of the shard's latest write; the next write takes `seq + 1`.
+    seq: u64,
+}
+
+impl std::ops::Deref for ShardState {
+    type Target = Table;
+    fn deref(&self) -> &Table {
+        &self.table
+    }
+}
+
+impl std::ops::DerefMut for ShardState {
+    fn deref_mut(&mut self) -> &mut Table {
+        &mut self.table
+    }
+}
+
+impl ShardState {
+    /// Take the next seq of this shard (the caller holds the shard's write lock).
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+}
+
 #[repr(align(128))]
-struct Shard(RwLock<Table>);
+struct Shard(RwLock<ShardState>);
+
+thread_local! {
+    /// This thread's lane number (before `% lanes`), given out on first use.
+    static THREAD_LANE: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+}
+static NEXT_THREAD_LANE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// The end of one lane's log: the active segment and the bytes not yet handed to the OS.
 struct Tail {
@@ -181,7 +216,6 @@ struct Inner {
     lanes: usize,
     tails: Box<[Lane]>,
     next_seg: AtomicU32,
-    batch_seq: AtomicU64,
     appended: AtomicU64,
     expiring: AtomicU64,
     poisoned: Mutex<Option<String>>,
@@ -402,9 +436,10 @@ fn open_inner(
     };
     let shards: Box<[Shard]> = (0..NSHARDS)
         .map(|_| {
-            Shard(RwLock::new(Table::with_capacity(
-                (cfg.bnum.min(MAX_PRESIZE) as usize) / NSHARDS,
-            )))
+            Shard(RwLock::new(ShardState {
+                table: Table::with_capacity((cfg.bnum.min(MAX_PRESIZE) as usize) / NSHARDS),
+                seq: 0,
+            }))
         })
         .collect();
     // Placeholder tails until recovery knows each lane's active segment.
@@ -441,7 +476,6 @@ fn open_inner(
         lanes,
         tails,
         next_seg: AtomicU32::new(next_seg),
-        batch_seq: AtomicU64::new(random_u64() >> 8),
         appended: AtomicU64::new(0),
         expiring: AtomicU64::new(0),
         poisoned: Mutex::new(None),
@@ -494,8 +528,10 @@ struct Checkpoint {
     hash_seed: u64,
     /// Per lane: (segment, offset) where replay starts (segment 0: the lane had none).
     replay: Vec<(u32, u64)>,
-    segs: Vec<(u32, u64, u64)>,
-    shards: Vec<Vec<Slot>>,
+    /// (id, valid length, live bytes, horizon)
+    segs: Vec<(u32, u64, u64, u32)>,
+    /// Per shard: (seq, slots)
+    shards: Vec<(u64, Vec<Slot>)>,
 }
 
 impl Inner {
@@ -504,12 +540,21 @@ impl Inner {
     #[inline]
     fn hash(&self, key: &[u8]) -> (usize, u32) {
         let h = xxhash_rust::xxh3::xxh3_64_with_seed(key, self.hash_seed.load(Ordering::Relaxed));
-        ((h >> 56) as usize, h as u32)
+        ((h >> 59) as usize, h as u32)
     }
 
+    /// The lane this thread writes to: threads are spread over the lanes, so writers on
+    /// different threads share no log buffer and no lock.
     #[inline]
-    fn lane_of(&self, shard: usize) -> usize {
-        shard % self.lanes
+    fn my_lane(&self) -> usize {
+        THREAD_LANE.with(|c| {
+            let mut n = c.get();
+            if n == usize::MAX {
+                n = NEXT_THREAD_LANE.fetch_add(1, Ordering::Relaxed);
+                c.set(n);
+            }
+            n % self.lanes
+        })
     }
 
     /// Where a segment's records end now (including bytes still in its lane's buffer).
@@ -605,7 +650,7 @@ impl Inner {
                 let meta = Meta {
                     flags: h.fields.flags,
                     expires: h.fields.expires,
-                    version: version_of(h, slot.loc()),
+                    version: h.fields.seq,
                 };
                 let value = if want_value {
                     Some(decode_value(h, rec)?)
@@ -678,6 +723,9 @@ impl Inner {
         self.flush(tail)?;
         let id = self.next_seg.fetch_add(1, Ordering::Relaxed);
         let seg = self.create_segment(id, tail.seg.lane)?;
+        tail.seg
+            .horizon
+            .store(self.next_seg.load(Ordering::Relaxed), Ordering::Release);
         tail.seg.sealed.store(true, Ordering::Release);
         tail.seg = seg;
         self.trim_maps();
@@ -800,7 +848,7 @@ impl Inner {
         value: &[u8],
         flags: u32,
         expires: u64,
-        version: u64,
+        seq: u64,
     ) -> Result<(u32, u64, usize)> {
         let comp = Compression::from_code(self.compression.load(Ordering::Relaxed))
             .unwrap_or(Compression::None);
@@ -812,7 +860,7 @@ impl Inner {
         let fields = PutFields {
             flags,
             expires,
-            version,
+            seq,
             compression: code,
             raw_len,
         };
@@ -826,9 +874,9 @@ impl Inner {
         Ok((seg, off, hdr.len() + key.len() + stored.len()))
     }
 
-    fn write_delete(&self, lane: usize, key: &[u8]) -> Result<()> {
-        let mut rec = Vec::with_capacity(key.len() + 8);
-        format::encode_delete(&mut rec, key);
+    fn write_delete(&self, lane: usize, key: &[u8], seq: u64) -> Result<()> {
+        let mut rec = Vec::with_capacity(key.len() + 16);
+        format::encode_delete(&mut rec, key, seq);
         let mut tail = self.tails[lane].0.lock();
         self.append(&mut tail, &[&rec], true)?;
         Ok(())
@@ -952,23 +1000,23 @@ impl Inner {
             return Ok(());
         }
         let replay = self.lane_positions(true);
-        let shards = self.snapshot_shards();
-        // Everything the checkpoint points at must be durable before the checkpoint is.
-        self.sync_now()?;
-        let segs: Vec<(u32, u64, u64)> = self
-            .segs
-            .load()
-            .segs
-            .values()
-            .map(|s| (s.id, s.flushed(), s.live.load(Ordering::Relaxed)))
-            .collect();
-        let out = encode_checkpoint(
+        let segs = self.seg_infos();
+        // Each shard is snapshotted and encoded in turn, straight to the file: memory holds
+        // one shard at a time. Everything the snapshots point at is synced before the
+        // checkpoint replaces the old one.
+        let res = write_checkpoint(
+            &*self.vfs,
+            &self.dir,
             self.hash_seed.load(Ordering::Relaxed),
             &replay,
             &segs,
-            &shards,
+            |i| self.snapshot_shard(i),
+            || {
+                self.sync_now()
+                    .map_err(|e| std::io::Error::other(e.to_string()))
+            },
         );
-        write_atomic(&*self.vfs, &self.dir, &out).map_err(|e| self.poison(&e))?;
+        res.map_err(|e| self.poison(&e))?;
         self.appended.store(0, Ordering::Relaxed);
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -991,10 +1039,29 @@ impl Inner {
     }
 
     /// Copy of every shard's slots (each shard consistent in itself).
-    fn snapshot_shards(&self) -> Vec<Vec<Slot>> {
-        self.shards
-            .iter()
-            .map(|sh| sh.0.read().iter().copied().collect())
+    fn snapshot_shard(&self, i: usize) -> (u64, Vec<Slot>) {
+        let g = self.shards[i].0.read();
+        (g.seq, g.iter().copied().collect())
+    }
+
+    fn snapshot_shards(&self) -> Vec<(u64, Vec<Slot>)> {
+        (0..NSHARDS).map(|i| self.snapshot_shard(i)).collect()
+    }
+
+    /// (id, valid length, live bytes, horizon) of every segment, for a checkpoint.
+    fn seg_infos(&self) -> Vec<(u32, u64, u64, u32)> {
+        self.segs
+            .load()
+            .segs
+            .values()
+            .map(|s| {
+                (
+                    s.id,
+                    s.flushed(),
+                    s.live.load(Ordering::Relaxed),
+                    s.horizon.load(Ordering::Relaxed),
+                )
+            })
             .collect()
     }
 
@@ -1043,24 +1110,36 @@ impl Inner {
         pos += 4;
         let mut segs = Vec::with_capacity(nsegs.min(1 << 16));
         for _ in 0..nsegs {
-            segs.push((u32_at(pos)?, u64_at(pos + 4)?, u64_at(pos + 12)?));
-            pos += 20;
+            segs.push((
+                u32_at(pos)?,
+                u64_at(pos + 4)?,
+                u64_at(pos + 12)?,
+                u32_at(pos + 20)?,
+            ));
+            pos += 24;
         }
         let mut shards = Vec::with_capacity(NSHARDS);
         for _ in 0..NSHARDS {
+            let seq = u64_at(pos)?;
+            pos += 8;
             let n = format::get_varint(body, &mut pos)? as usize;
             let mut v = Vec::with_capacity(n.min(body.len() / 5));
-            let mut tag = 0u32;
+            let mut loc = 0u64;
             for _ in 0..n {
-                tag = tag.wrapping_add(u32::try_from(format::get_varint(body, &mut pos)?).ok()?);
-                let seg = u32::try_from(format::get_varint(body, &mut pos)?).ok()?;
-                let off = u32::try_from(format::get_varint(body, &mut pos)?).ok()?;
+                loc = loc.checked_add(format::get_varint(body, &mut pos)?)?;
+                let tag = u32_at(pos)?;
+                pos += 4;
+                let seg = (loc >> 32) as u32;
                 if seg == 0 {
                     return None;
                 }
-                v.push(Slot { tag, seg, off });
+                v.push(Slot {
+                    tag,
+                    seg,
+                    off: loc as u32,
+                });
             }
-            shards.push(v);
+            shards.push((seq, v));
         }
         (pos == body.len()).then_some(Checkpoint {
             hash_seed,
@@ -1080,7 +1159,7 @@ impl Inner {
         let ckpt = self.read_checkpoint().filter(|c| {
             // Usable only if every sealed segment it counted on still has its bytes (a segment
             // it lists may be gone: compaction removes a segment after checkpointing its moves).
-            c.segs.iter().all(|&(id, len, _)| match lane_of_seg(id) {
+            c.segs.iter().all(|&(id, len, _, _)| match lane_of_seg(id) {
                 None => true,
                 Some(l) => id >= c.replay[l].0 || table.get(id).is_some_and(|s| s.flushed() >= len),
             })
@@ -1112,40 +1191,49 @@ impl Inner {
                 region.push(((*seg).clone(), start, seg.file.len()?, i + 1 == segs.len()));
             }
         }
-        // Pass 1: find where each segment's valid records end, and which batches written in
-        // parts (one per lane) survived whole.
-        let mut parts: std::collections::HashMap<u64, (u64, u64)> = Default::default();
+        // Pass 1: where each segment's valid records end, and the clear records (a vanish
+        // writes one into each lane; it counts only if all of them survived).
+        let mut clears: Vec<(usize, u64, u64)> = Vec::new(); // lane, loc, id
+        let mut clear_parts: std::collections::HashMap<u64, (u64, u64)> = Default::default();
         for (seg, start, end, _) in region.iter_mut() {
-            *end = scan_segment(self, seg, *start, *end, |_, h, _| {
-                if h.typ == T_BATCH && h.nparts > 1 {
-                    parts.entry(h.batch_id).or_insert((0, h.nparts)).0 += 1;
+            *end = scan_segment(self, seg, *start, *end, |off, h, _| {
+                if h.typ == T_CLEAR {
+                    clears.push((seg.lane, loc_of(seg.id, off), h.fields.seq));
+                    clear_parts.entry(h.fields.seq).or_insert((0, h.count)).0 += 1;
                 }
                 Ok(true)
             })?;
         }
-        // Pass 2: apply.
-        for (seg, start, end, last) in &region {
-            let id = seg.id;
-            let lane = seg.lane;
-            let mut clear_at = None;
+        // Per lane, the last complete clear: everything of the lane before it is dead.
+        let mut cut: Vec<Option<u64>> = vec![None; self.lanes];
+        for &(lane, loc, id) in &clears {
+            if clear_parts.get(&id).is_some_and(|&(n, of)| n >= of) {
+                cut[lane] = Some(cut[lane].map_or(loc, |c: u64| c.max(loc)));
+            }
+        }
+        if cut.iter().any(Option::is_some) {
+            for sh in self.shards.iter() {
+                sh.0.write().retain(|s| {
+                    let lane = lane_of_seg(s.seg);
+                    lane.and_then(|l| cut[l]).is_none_or(|c| s.loc() >= c)
+                });
+            }
+        }
+        // Pass 2: apply, in each lane's log order; the shard seq of each record decides between
+        // records of one key in different lanes.
+        let mut tombs: std::collections::HashMap<Vec<u8>, u64> = Default::default();
+        for (seg, start, end, _) in &region {
+            let lane_cut = cut[seg.lane];
             scan_segment(self, seg, *start, *end, |off, h, rec| {
                 // Something to checkpoint at the next close.
                 self.appended.fetch_add(1, Ordering::Relaxed);
-                match h.typ {
-                    T_CLEAR => {
-                        clear_at = Some(off);
-                        self.replay_clear(lane, loc_of(id, off));
-                    }
-                    T_BATCH if h.nparts > 1 => {
-                        let whole = parts.get(&h.batch_id).is_some_and(|&(n, of)| n >= of);
-                        if whole {
-                            self.replay_record(id, off, h, rec)?;
-                        }
-                    }
-                    _ => self.replay_record(id, off, h, rec)?,
+                if h.typ != T_CLEAR && lane_cut.is_none_or(|c| loc_of(seg.id, off) >= c) {
+                    self.replay_record(seg.id, off, h, rec, &mut tombs)?;
                 }
                 Ok(true)
             })?;
+        }
+        for (seg, _, end, last) in &region {
             let file_len = seg.file.len()?;
             if *end < file_len {
                 self.counters
@@ -1157,18 +1245,16 @@ impl Inner {
                 }
             }
             seg.flushed.store(*end, Ordering::Release);
-            if let (Some(_), false) = (clear_at, self.readonly) {
-                // Everything of this lane before a clear is dead: drop its older segments.
-                let old: Vec<u32> = self
-                    .segs
-                    .load()
-                    .segs
-                    .values()
-                    .filter(|s| s.lane == lane && s.id < id)
-                    .map(|s| s.id)
-                    .collect();
-                self.drop_segments(&old)?;
-            }
+        }
+        if !self.readonly {
+            // Segments wholly before their lane's clear hold nothing live.
+            let dead: Vec<u32> = table
+                .segs
+                .values()
+                .filter(|s| cut[s.lane].is_some_and(|c| (s.id as u64) < (c >> 32)))
+                .map(|s| s.id)
+                .collect();
+            self.drop_segments(&dead)?;
         }
         // Each lane's active segment: its last one (a lane with none creates one when first
         // written). Map what can be mapped.
@@ -1195,25 +1281,28 @@ impl Inner {
         Ok(())
     }
 
-    /// Fill the index from a checkpoint; false (and an empty index) when it points into a
-    /// segment that does not exist.
+    /// Fill the index from a checkpoint; false (and an empty index) when it was written for
+    /// other segments or points into a segment that does not exist.
     fn load_checkpoint(&self, table: &SegTable, c: Checkpoint) -> bool {
         let known: Vec<u32> = table.segs.keys().copied().collect();
         if c.hash_seed != self.hash_seed.load(Ordering::Relaxed) {
-            return false; // written for other segments
+            return false;
         }
-        for (i, v) in c.shards.into_iter().enumerate() {
-            if v.iter().any(|s| known.binary_search(&s.seg).is_err()) {
-                for sh in self.shards.iter() {
-                    sh.0.write().clear();
-                }
-                return false;
-            }
-            *self.shards[i].0.write() = Table::from_slots(v);
+        if c.shards
+            .iter()
+            .any(|(_, v)| v.iter().any(|s| known.binary_search(&s.seg).is_err()))
+        {
+            return false;
         }
-        for (id, len, live) in c.segs {
+        for (i, (seq, v)) in c.shards.into_iter().enumerate() {
+            let mut g = self.shards[i].0.write();
+            g.table = Table::from_slots(v);
+            g.seq = seq;
+        }
+        for (id, len, live, horizon) in c.segs {
             if let Some(s) = table.get(id) {
                 s.live.store(live, Ordering::Relaxed);
+                s.horizon.store(horizon, Ordering::Relaxed);
                 if id < c.replay[s.lane].0 {
                     // Sealed before the checkpoint: valid up to what it counted.
                     s.flushed.store(len, Ordering::Release);
@@ -1224,32 +1313,29 @@ impl Inner {
         true
     }
 
-    /// A clear record of `lane` at `loc`: forget every record of that lane before it.
-    fn replay_clear(&self, lane: usize, loc: u64) {
-        for (i, sh) in self.shards.iter().enumerate() {
-            if self.lane_of(i) == lane {
-                sh.0.write().retain(|s| s.loc() > loc);
-            }
-        }
-        for s in self.segs.load().segs.values() {
-            if s.lane == lane && s.id < (loc >> 32) as u32 {
-                s.live.store(0, Ordering::Relaxed);
-            }
-        }
-    }
-
-    fn replay_record(&self, seg: u32, off: u64, h: &Header, rec: &[u8]) -> Result<()> {
-        let loc = loc_of(seg, off);
+    /// Apply one record during recovery. A key's records may be in several lanes; the shard
+    /// seq orders them: a record older than what the index holds for its key, or than a delete
+    /// already applied (`tombs`), is skipped.
+    fn replay_record(
+        &self,
+        seg: u32,
+        off: u64,
+        h: &Header,
+        rec: &[u8],
+        tombs: &mut std::collections::HashMap<Vec<u8>, u64>,
+    ) -> Result<()> {
         match h.typ {
             T_PUT | T_DELETE => {
                 let key = &rec[h.key_off..h.key_off + h.klen];
+                let seq = h.fields.seq;
                 let (shard, tag) = self.hash(key);
                 let mut tbl = self.shards[shard].0.write();
+                tbl.seq = tbl.seq.max(seq);
                 let found = self.find(&tbl, tag, key, false)?;
-                if let Some(f) = &found {
-                    if f.slot.loc() >= loc {
-                        return Ok(()); // a newer record is already indexed
-                    }
+                if found.as_ref().is_some_and(|f| f.meta.version >= seq)
+                    || tombs.get(key).is_some_and(|&t| t >= seq)
+                {
+                    return Ok(()); // a newer write of the key is already applied
                 }
                 let old = found.map(|f| (f.slot, f.len));
                 if h.typ == T_PUT {
@@ -1257,13 +1343,16 @@ impl Inner {
                         self.expiring.fetch_add(1, Ordering::Relaxed);
                     }
                     self.set_slot(&mut tbl, tag, old, seg, off, h.len);
-                } else if let Some((o, len)) = old {
-                    self.remove_slot(&mut tbl, o, len);
+                } else {
+                    if let Some((o, len)) = old {
+                        self.remove_slot(&mut tbl, o, len);
+                    }
+                    tombs.insert(key.to_vec(), seq);
                 }
             }
             T_BATCH => {
                 for_each_sub(rec, h, |pos, sh, srec| {
-                    self.replay_record(seg, off + pos as u64, sh, srec)
+                    self.replay_record(seg, off + pos as u64, sh, srec, tombs)
                 })?;
             }
             _ => {}
@@ -1301,7 +1390,7 @@ impl Inner {
         if !seg.sealed.load(Ordering::Acquire) {
             return Ok(false);
         }
-        let has_older = self.has_older(&seg);
+        let has_older = self.may_hide(&seg);
         let started = Instant::now();
         let mut moved = 0u64;
         let mut aborted = false;
@@ -1319,15 +1408,6 @@ impl Inner {
                             self.relocate(&seg, off + pos as u64, sh, srec, has_older, recode)?;
                         Ok(())
                     })?;
-                    // The other parts of a batch written across lanes: once this part is gone,
-                    // recovery would find them incomplete and skip them, so their live records
-                    // move too (and become ordinary records).
-                    for (pseg, poff) in format::batch_parts(rec, h) {
-                        if pseg == id {
-                            continue;
-                        }
-                        moved += self.relocate_part(pseg, poff as u64, recode)?;
-                    }
                 }
                 _ => {
                     if has_older {
@@ -1358,36 +1438,15 @@ impl Inner {
         Ok(true)
     }
 
-    /// Whether an older segment of the same lane exists (whose records a tombstone may hide).
-    fn has_older(&self, seg: &Segment) -> bool {
+    /// Whether a segment that existed while `seg` was written still exists: then a delete or
+    /// clear record of `seg` may still be hiding records in it.
+    fn may_hide(&self, seg: &Segment) -> bool {
+        let horizon = seg.horizon.load(Ordering::Acquire);
         self.segs
             .load()
             .segs
             .values()
-            .any(|s| s.lane == seg.lane && s.id < seg.id)
-    }
-
-    /// Relocate the live records of the batch part at (`seg`, `off`), if it still exists.
-    fn relocate_part(&self, seg_id: u32, off: u64, recode: bool) -> Result<u64> {
-        let Some(seg) = self.segs.load().get(seg_id).cloned() else {
-            return Ok(0);
-        };
-        let frame = self.with_record(seg_id, off, |h, rec| (*h, rec.to_vec()))?;
-        let (h, rec) = frame;
-        if h.typ != T_BATCH {
-            return Err(corrupt_at(
-                seg_id,
-                off,
-                "batch part list names a non-batch record",
-            ));
-        }
-        let has_older = self.has_older(&seg);
-        let mut moved = 0;
-        for_each_sub(&rec, &h, |pos, sh, srec| {
-            moved += self.relocate(&seg, off + pos as u64, sh, srec, has_older, recode)?;
-            Ok(())
-        })?;
-        Ok(moved)
+            .any(|s| s.id != seg.id && s.id < horizon)
     }
 
     /// Relocate one record of a segment being compacted, if it is still needed. Returns the
@@ -1403,7 +1462,7 @@ impl Inner {
     ) -> Result<u64> {
         let key = &rec[h.key_off..h.key_off + h.klen];
         let (shard, tag) = self.hash(key);
-        let lane = self.lane_of(shard);
+        let lane = self.my_lane();
         let mut tbl = self.shards[shard].0.write();
         let here = Slot {
             tag,
@@ -1416,7 +1475,7 @@ impl Inner {
             if !has_older || self.find(&tbl, tag, key, false)?.is_some() {
                 return Ok(0);
             }
-            self.write_delete(lane, key)?;
+            self.write_delete(lane, key, h.fields.seq)?;
             return Ok(key.len() as u64 + 8);
         }
         if !tbl.contains(&here) {
@@ -1428,28 +1487,28 @@ impl Inner {
                 .expired_reclaimed
                 .fetch_add(1, Ordering::Relaxed);
             if has_older {
-                self.write_delete(lane, key)?;
+                let seq = tbl.next_seq();
+                self.write_delete(lane, key, seq)?;
             }
             return Ok(0);
         }
-        let version = version_of(h, here.loc());
         let value;
         let (stored, fields) = if recode
             && (h.fields.compression != 0 || self.compression.load(Ordering::Relaxed) != 0)
         {
             value = decode_value(h, rec)?;
-            let (s, o, len) =
-                self.write_put(lane, key, &value, h.fields.flags, h.fields.expires, version)?;
+            let (s, o, len) = self.write_put(
+                lane,
+                key,
+                &value,
+                h.fields.flags,
+                h.fields.expires,
+                h.fields.seq,
+            )?;
             self.set_slot(&mut tbl, tag, Some((here, h.len)), s, o, len);
             return Ok(len as u64);
         } else {
-            (
-                &rec[h.value_off()..h.len],
-                PutFields {
-                    version,
-                    ..h.fields
-                },
-            )
+            (&rec[h.value_off()..h.len], h.fields)
         };
         let mut hdr = Vec::with_capacity(32);
         format::encode_put_header(&mut hdr, key.len(), stored.len(), &fields);
@@ -1574,18 +1633,46 @@ impl Inner {
     }
 }
 
-/// Encode an index checkpoint (layout in docs/ARCHITECTURE.md):
-/// magic, version, shard count, hash seed, lane count and each lane's replay position, segment
-/// table, then per shard the
-/// slots as (varint tag delta, varint segment, varint offset), and a crc32c of all of it.
-fn encode_checkpoint(
+/// The locked shard `shard` among a batch's guards.
+fn guard_of<'a, 'g>(
+    guards: &'a mut [(usize, RwLockWriteGuard<'g, ShardState>)],
+    shard: usize,
+) -> Result<&'a mut ShardState> {
+    guards
+        .iter_mut()
+        .find(|(s, _)| *s == shard)
+        .map(|(_, g)| &mut **g)
+        .ok_or_else(|| Error::Corrupt("batch shard not locked".into()))
+}
+
+/// Write an index checkpoint (layout in docs/ARCHITECTURE.md) to `dir` atomically: stream it
+/// to a temporary file shard by shard (`shard(i)` snapshots shard i), call `before_commit`
+/// (which makes the data the snapshots point at durable), sync the file, rename it over the old
+/// checkpoint, sync the directory.
+fn write_checkpoint(
+    vfs: &dyn Vfs,
+    dir: &Path,
     hash_seed: u64,
     replay: &[(u32, u64)],
-    segs: &[(u32, u64, u64)],
-    shards: &[Vec<Slot>],
-) -> Vec<u8> {
-    let n: usize = shards.iter().map(Vec::len).sum();
-    let mut out = Vec::with_capacity(64 + segs.len() * 20 + n * 7);
+    segs: &[(u32, u64, u64, u32)],
+    mut shard: impl FnMut(usize) -> (u64, Vec<Slot>),
+    before_commit: impl FnOnce() -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let tmp = dir.join(CKPT_TMP);
+    let f = vfs.open(&tmp, true)?;
+    f.set_len(0)?;
+    let mut at = 0u64;
+    let mut crc = 0u32;
+    let mut out = Vec::with_capacity(1 << 20);
+    let mut emit = |out: &mut Vec<u8>, last: bool| -> std::io::Result<()> {
+        if out.len() >= 1 << 20 || last {
+            crc = crc32c::crc32c_append(crc, out);
+            f.write_at(out, at)?;
+            at += out.len() as u64;
+            out.clear();
+        }
+        Ok(())
+    };
     out.extend_from_slice(CKPT_MAGIC);
     out.extend_from_slice(&CKPT_VERSION.to_le_bytes());
     out.extend_from_slice(&(NSHARDS as u32).to_le_bytes());
@@ -1596,49 +1683,32 @@ fn encode_checkpoint(
         out.extend_from_slice(&(off as u32).to_le_bytes());
     }
     out.extend_from_slice(&(segs.len() as u32).to_le_bytes());
-    for &(id, len, live) in segs {
+    for &(id, len, live, horizon) in segs {
         out.extend_from_slice(&id.to_le_bytes());
         out.extend_from_slice(&len.to_le_bytes());
         out.extend_from_slice(&live.to_le_bytes());
+        out.extend_from_slice(&horizon.to_le_bytes());
     }
-    for v in shards {
+    for i in 0..NSHARDS {
+        let (seq, mut v) = shard(i);
+        v.sort_unstable_by_key(Slot::loc);
+        out.extend_from_slice(&seq.to_le_bytes());
         format::put_varint(&mut out, v.len() as u64);
-        let mut prev = 0u32;
-        for s in v {
-            // Slots come from a table in tag order; a copy may hand them in any order.
-            let delta = s.tag.wrapping_sub(prev);
-            format::put_varint(&mut out, delta as u64);
-            format::put_varint(&mut out, s.seg as u64);
-            format::put_varint(&mut out, s.off as u64);
-            prev = s.tag;
+        let mut prev = 0u64;
+        for s in &v {
+            format::put_varint(&mut out, s.loc() - prev);
+            out.extend_from_slice(&s.tag.to_le_bytes());
+            prev = s.loc();
         }
+        emit(&mut out, false)?;
     }
-    let crc = crc32c::crc32c(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
-}
-
-/// Replace the checkpoint in `dir` atomically: write a temporary file, sync it, rename it over
-/// the old one, sync the directory.
-fn write_atomic(vfs: &dyn Vfs, dir: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = dir.join(CKPT_TMP);
-    let f = vfs.open(&tmp, true)?;
-    f.set_len(0)?;
-    f.write_at(bytes, 0)?;
+    emit(&mut out, true)?;
+    before_commit()?;
+    f.write_at(&crc.to_le_bytes(), at)?;
     f.sync()?;
     drop(f);
     vfs.rename(&tmp, &dir.join(CKPT_NAME))?;
     vfs.sync_dir(dir)
-}
-
-/// The version of a record found at `loc`.
-#[inline]
-fn version_of(h: &Header, loc: u64) -> u64 {
-    if h.fields.version != 0 {
-        h.fields.version
-    } else {
-        loc
-    }
 }
 
 fn decode_value(h: &Header, rec: &[u8]) -> Result<Vec<u8>> {
@@ -1656,7 +1726,7 @@ fn decode_value(h: &Header, rec: &[u8]) -> Result<Vec<u8>> {
 // ---------------------------------------------------------------------------------------------
 
 impl DiskHash {
-    fn shard(&self, i: usize) -> &RwLock<Table> {
+    fn shard(&self, i: usize) -> &RwLock<ShardState> {
         &self.inner.shards[i].0
     }
 
@@ -1750,32 +1820,35 @@ impl Store for DiskHash {
                 expires,
             } => {
                 check_sizes(key, value.len())?;
+                let seq = tbl.next_seq();
                 let (s, o, len) =
-                    inner.write_put(inner.lane_of(shard), key, &value, flags, expires, 0)?;
+                    inner.write_put(inner.my_lane(), key, &value, flags, expires, seq)?;
                 inner.set_slot(&mut tbl, tag, old, s, o, len);
                 Some(Meta {
                     flags,
                     expires,
-                    version: loc_of(s, o),
+                    version: seq,
                 })
             }
             Decision::Touch { expires } => match live {
                 None => return Ok(None),
                 Some(f) => {
                     let v = f.value.as_deref().unwrap_or_default();
+                    let seq = tbl.next_seq();
                     let (s, o, len) =
-                        inner.write_put(inner.lane_of(shard), key, v, f.meta.flags, expires, 0)?;
+                        inner.write_put(inner.my_lane(), key, v, f.meta.flags, expires, seq)?;
                     inner.set_slot(&mut tbl, tag, old, s, o, len);
                     Some(Meta {
                         flags: f.meta.flags,
                         expires,
-                        version: loc_of(s, o),
+                        version: seq,
                     })
                 }
             },
             Decision::Remove => {
                 if let Some((o, len)) = old {
-                    inner.write_delete(inner.lane_of(shard), key)?;
+                    let seq = tbl.next_seq();
+                    inner.write_delete(inner.my_lane(), key, seq)?;
                     inner.remove_slot(&mut tbl, o, len);
                 }
                 None
@@ -1793,14 +1866,15 @@ impl Store for DiskHash {
         let (shard, tag) = inner.hash(key);
         let mut tbl = self.shard(shard).write();
         let old = inner.find(&tbl, tag, key, false)?.map(|f| (f.slot, f.len));
-        let (s, o, len) = inner.write_put(inner.lane_of(shard), key, value, flags, expires, 0)?;
+        let seq = tbl.next_seq();
+        let (s, o, len) = inner.write_put(inner.my_lane(), key, value, flags, expires, seq)?;
         inner.set_slot(&mut tbl, tag, old, s, o, len);
         drop(tbl);
         inner.after_write()?;
         Ok(Meta {
             flags,
             expires,
-            version: loc_of(s, o),
+            version: seq,
         })
     }
 
@@ -1813,7 +1887,8 @@ impl Store for DiskHash {
         let Some(f) = inner.find(&tbl, tag, key, false)? else {
             return Ok(false);
         };
-        inner.write_delete(inner.lane_of(shard), key)?;
+        let seq = tbl.next_seq();
+        inner.write_delete(inner.my_lane(), key, seq)?;
         inner.remove_slot(&mut tbl, f.slot, f.len);
         drop(tbl);
         inner.after_write()?;
@@ -1837,22 +1912,16 @@ impl Store for DiskHash {
         ids.sort_unstable();
         ids.dedup();
         // Lock every shard involved, in ascending order (the global lock order).
-        let mut guards: Vec<(usize, RwLockWriteGuard<'_, Table>)> =
+        let mut guards: Vec<(usize, RwLockWriteGuard<'_, ShardState>)> =
             ids.iter().map(|&i| (i, self.shard(i).write())).collect();
         let comp = Compression::from_code(inner.compression.load(Ordering::Relaxed))
             .unwrap_or(Compression::None);
-        // One part per lane involved; each op's record goes to its key's lane.
-        let mut lanes: Vec<usize> = hashed.iter().map(|h| inner.lane_of(h.0)).collect();
-        lanes.sort_unstable();
-        lanes.dedup();
-        let mut parts: Vec<(usize, Vec<u8>)> = lanes.iter().map(|&l| (l, Vec::new())).collect();
-        let mut counts = vec![0usize; parts.len()];
-        let mut offs = Vec::with_capacity(ops.len()); // (part, start, len)
+        // One frame holding every record; each takes the next seq of its shard.
+        let mut body = Vec::new();
+        let mut offs = Vec::with_capacity(ops.len()); // (start, len, seq)
         for (i, op) in ops.iter().enumerate() {
-            let lane = inner.lane_of(hashed[i].0);
-            let p = lanes.binary_search(&lane).unwrap_or(0);
-            counts[p] += 1;
-            let body = &mut parts[p].1;
+            let g = guard_of(&mut guards, hashed[i].0)?;
+            let seq = g.next_seq();
             let start = body.len();
             match op {
                 BatchOp::Put {
@@ -1869,85 +1938,38 @@ impl Store for DiskHash {
                     if *expires != 0 {
                         inner.expiring.fetch_add(1, Ordering::Relaxed);
                     }
-                    format::encode_put(
-                        body,
-                        key,
-                        stored,
-                        &PutFields {
-                            flags: *flags,
-                            expires: *expires,
-                            version: 0,
-                            compression: code,
-                            raw_len,
-                        },
-                    );
+                    let fields = PutFields {
+                        flags: *flags,
+                        expires: *expires,
+                        seq,
+                        compression: code,
+                        raw_len,
+                    };
+                    format::encode_put(&mut body, key, stored, &fields);
                 }
                 BatchOp::Remove { key } => {
-                    format::encode_delete(body, key);
+                    format::encode_delete(&mut body, key, seq);
                 }
             }
             format::seal(&mut body[start..], format::seed(inner.salt));
-            offs.push((p, start, body.len() - start));
+            offs.push((start, body.len() - start));
         }
-        let batch_id = if parts.len() > 1 {
-            inner.batch_seq.fetch_add(1, Ordering::Relaxed)
-        } else {
-            0
+        let mut hdr = Vec::with_capacity(16);
+        format::encode_batch_header(&mut hdr, body.len(), ops.len());
+        let (seg, off) = {
+            let mut tail = inner.tails[inner.my_lane()].0.lock();
+            inner.append(&mut tail, &[&hdr, &body], true)?
         };
-        let placeholder = vec![(0u32, 0u32); if parts.len() > 1 { parts.len() } else { 0 }];
-        let hdr_lens: Vec<usize> = parts
-            .iter()
-            .zip(&counts)
-            .map(|((_, body), &n)| {
-                let mut h = Vec::new();
-                format::encode_batch_header(&mut h, body.len(), n, batch_id, &placeholder);
-                h.len()
-            })
-            .collect();
-        // Lock the lanes (ascending: the lock order), make room so positions are final, then
-        // write every part naming where all of them are.
-        let mut tails: Vec<_> = parts
-            .iter()
-            .map(|(l, _)| inner.tails[*l].0.lock())
-            .collect();
-        let mut positions = Vec::with_capacity(parts.len());
-        for (k, t) in tails.iter_mut().enumerate() {
-            inner.ensure_room(t, hdr_lens[k] + parts[k].1.len())?;
-            positions.push((t.seg.id, t.end() as u32));
-        }
-        let list = if parts.len() > 1 {
-            positions.clone()
-        } else {
-            Vec::new()
-        };
-        for (k, t) in tails.iter_mut().enumerate() {
-            let mut hdr = Vec::with_capacity(hdr_lens[k]);
-            format::encode_batch_header(&mut hdr, parts[k].1.len(), counts[k], batch_id, &list);
-            let (seg, off) = inner.append(t, &[&hdr, &parts[k].1], true)?;
-            if (seg, off as u32) != positions[k] {
-                return Err(Error::Corrupt(
-                    "batch part landed off its planned position".into(),
-                ));
-            }
-        }
-        drop(tails);
+        let base = off + hdr.len() as u64;
         for (i, op) in ops.iter().enumerate() {
             let (shard, tag) = hashed[i];
-            let g = guards
-                .iter_mut()
-                .find(|(s, _)| *s == shard)
-                .map(|(_, g)| g)
-                .ok_or_else(|| Error::Corrupt("batch shard not locked".into()))?;
+            let g = guard_of(&mut guards, shard)?;
             let old = inner
                 .find(g, tag, op.key(), false)?
                 .map(|f| (f.slot, f.len));
-            let (k, start, len) = offs[i];
-            let (seg, off) = positions[k];
+            let (start, len) = offs[i];
             match op {
-                BatchOp::Put { .. } => {
-                    let at = off as u64 + hdr_lens[k] as u64 + start as u64;
-                    inner.set_slot(g, tag, old, seg, at, len)
-                }
+                BatchOp::Put { .. } => inner.set_slot(g, tag, old, seg, base + start as u64, len),
                 BatchOp::Remove { .. } => {
                     if let Some((o, len)) = old {
                         inner.remove_slot(g, o, len);
@@ -2025,14 +2047,18 @@ impl Store for DiskHash {
         let _m = inner.maint.lock();
         let mut guards: Vec<_> = inner.shards.iter().map(|s| s.0.write()).collect();
         // Each lane that has a log starts a new segment with a clear record: recovery forgets
-        // everything of the lane before it, so the old segments can go in any order.
-        for t in inner.tails.iter() {
-            let mut tail = t.0.lock();
-            if tail.seg.id != 0 {
-                inner.roll(&mut tail)?;
+        // everything of a lane before its clear (once it finds the clears of every lane), so
+        // the old segments can go in any order.
+        {
+            // All lanes at once, so that no checkpoint position falls between the clears.
+            let mut tails: Vec<_> = inner.tails.iter().map(|t| t.0.lock()).collect();
+            let used = tails.iter().filter(|t| t.seg.id != 0).count();
+            let id = random_u64();
+            for tail in tails.iter_mut().filter(|t| t.seg.id != 0) {
+                inner.roll(tail)?;
                 let mut c = Vec::new();
-                format::encode_clear(&mut c);
-                inner.append(&mut tail, &[&c], true)?;
+                format::encode_clear(&mut c, id, used);
+                inner.append(tail, &[&c], true)?;
             }
         }
         for g in guards.iter_mut() {
@@ -2100,14 +2126,16 @@ impl Store for DiskHash {
         }
         // The copy's checkpoint: the snapshot and where replay starts. It lists no segment
         // lengths: the copy's segments are exactly what was copied.
-        let out = encode_checkpoint(
+        let mut shards = shards.into_iter();
+        write_checkpoint(
+            &OsVfs,
+            dest,
             inner.hash_seed.load(Ordering::Relaxed),
             &replay,
             &[],
-            &shards,
-        );
-        write_atomic(&OsVfs, dest, &out)?;
-        OsVfs.sync_dir(dest)?;
+            |_| shards.next().unwrap_or_default(),
+            || Ok(()),
+        )?;
         Ok(())
     }
 
@@ -2277,7 +2305,7 @@ impl HashCursor<'_> {
                                 meta: Meta {
                                     flags: h.fields.flags,
                                     expires: h.fields.expires,
-                                    version: version_of(h, here.loc()),
+                                    version: h.fields.seq,
                                 },
                             },
                         ));

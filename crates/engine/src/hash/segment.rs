@@ -7,7 +7,7 @@ use crate::io::{Map, VFile};
 use arc_swap::ArcSwapOption;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// One segment file.
@@ -27,6 +27,10 @@ pub struct Segment {
     pub dirty: AtomicBool,
     /// No longer any lane's active segment: it never grows again.
     pub sealed: AtomicBool,
+    /// Every segment that existed while this one was written has a smaller id (set when it
+    /// is sealed; `u32::MAX` while unknown). A delete record in this segment can hide only
+    /// records in those segments.
+    pub horizon: AtomicU32,
     pub map: ArcSwapOption<Map>,
 }
 
@@ -50,6 +54,7 @@ impl Segment {
             live: AtomicU64::new(0),
             dirty: AtomicBool::new(false),
             sealed: AtomicBool::new(false),
+            horizon: AtomicU32::new(u32::MAX),
             map: ArcSwapOption::empty(),
         }
     }
