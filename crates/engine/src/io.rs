@@ -57,6 +57,18 @@ impl Map {
     pub fn as_slice(&self) -> &[u8] {
         &self.map
     }
+
+    /// Drop the pages this process has touched from its resident set (they stay in the OS
+    /// page cache and come back on the next read).
+    pub fn release(&self) {
+        // SAFETY: a read-only shared file mapping: MADV_DONTNEED only unmaps the pages from this
+        // process; the next access reads the same bytes back from the page cache. No reference
+        // into the mapping observes a change of contents.
+        let _ = unsafe {
+            self.map
+                .unchecked_advise(memmap2::UncheckedAdvice::DontNeed)
+        };
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,17 +1,19 @@
 //! The on-disk hash database (`PATH.kh`): a log-structured hash.
 //!
 //! A database is a directory of append-only segment files of checksummed records plus an index
-//! checkpoint. The index lives in memory: 256 shards, each a `RwLock` over an open-addressing
-//! table of 12-byte slots (32-bit hash tag, segment id, offset) — no key bytes in memory. A read
-//! locks one shard for reading and checks the candidate records on disk (memory-mapped); a write
-//! locks one shard for writing, appends its record to the shared log buffer (a short critical
-//! section: one memcpy) and points the slot at it. Writers on different shards run in parallel.
+//! checkpoint. The index lives in memory: 32 shards, each a `RwLock` over its write sequence and
+//! an ordered linear-probing table of 12-byte slots (32-bit hash tag, segment id, offset) — no
+//! key bytes in memory. A read locks one shard for reading and checks the candidate records on
+//! disk (memory-mapped). A write locks one shard for writing, takes the shard's next seq, appends
+//! its record to the writing thread's lane (its own log and buffer: a short critical section, one
+//! memcpy) and points the slot at it. Writers on different shards run in parallel and share no
+//! log; the seq orders a key's records across lanes.
 //!
-//! Durability: see docs/ARCHITECTURE.md. In short: records reach the file through a write
-//! buffer flushed every 50 ms (and whenever it fills); `sync=always` makes each write wait for a
-//! group-committed fdatasync; `sync=interval:MS` syncs in the background; a checkpoint of the
-//! index (written atomically) bounds recovery to the log written after it; recovery stops at the
-//! first record whose checksum fails in the last segment and truncates the torn tail.
+//! Durability: see docs/ARCHITECTURE.md. In short: records reach the file through a per-lane
+//! write buffer flushed every 50 ms (and whenever it fills); `sync=always` makes each write wait
+//! for a group-committed fdatasync; `sync=interval:MS` syncs in the background; a checkpoint of
+//! the index (written atomically) bounds recovery to the log written after it; recovery stops a
+//! segment at its first record whose checksum fails and truncates the torn tail.
 
 pub mod format;
 pub mod index;
@@ -77,9 +79,9 @@ impl Config {
         let d = base.cloned().unwrap_or(Config {
             bnum: 0,
             sync: SyncMode::DEFAULT,
-            segsiz: 256 << 20,
+            segsiz: 64 << 20,
             bufsiz: 1 << 20,
-            msiz: 256 << 20,
+            msiz: 64 << 20,
             compact: 0.5,
             ckptsiz: 256 << 20,
             lanes: None,
@@ -767,18 +769,28 @@ impl Inner {
         Ok(seg)
     }
 
-    /// Keep at most `msiz` bytes of segments memory-mapped (newest first); older segments are
-    /// read with positioned reads.
+    /// Keep the memory-mapped part of the segments near `msiz` bytes (newest first): older
+    /// sealed segments are unmapped (read with positioned reads), and when the active segments
+    /// alone exceed it, the pages touched through their maps are released from the resident
+    /// set (they stay in the OS page cache). Called at every roll and every second.
     fn trim_maps(&self) {
         let msiz = self.cfg.lock().msiz;
         let mut mapped = 0u64;
+        let mut active = Vec::new();
         for seg in self.segs.load().segs.values().rev() {
-            if !seg.sealed.load(Ordering::Acquire) || seg.map.load().is_none() {
+            let Some(m) = seg.map.load_full() else {
                 continue;
-            }
+            };
             mapped += seg.flushed();
-            if mapped > msiz {
+            if !seg.sealed.load(Ordering::Acquire) {
+                active.push(m);
+            } else if mapped > msiz {
                 seg.map.store(None);
+            }
+        }
+        if mapped > msiz {
+            for m in active {
+                m.release();
             }
         }
     }
@@ -1599,6 +1611,7 @@ impl Inner {
             }
             if last_maint.elapsed() >= Duration::from_secs(1) {
                 last_maint = Instant::now();
+                self.trim_maps();
                 let Some(_m) = self.maint.try_lock() else {
                     continue;
                 };
