@@ -53,6 +53,8 @@ const PARAMS: &[&str] = &[
 /// Logs written in parallel when the database is created without `lanes=`.
 const DEFAULT_LANES: usize = 16;
 const MAX_LANES: usize = 64;
+/// Values at least this large are written without holding their shard's lock.
+const LARGE_VALUE: usize = 256 << 10;
 /// `bnum` pre-sizes the index for at most this many records (about 1.3 GB of index); beyond,
 /// the index grows online as records arrive.
 const MAX_PRESIZE: u64 = 1 << 26;
@@ -128,6 +130,15 @@ struct ShardState {
     table: Table,
     /// The seq of the shard's latest write; the next write takes `seq + 1`.
     seq: u64,
+    /// Large puts being written without the shard lock (see `DiskHash::put_large`).
+    inflight: Vec<Inflight>,
+}
+
+/// A large put in flight: its key, its seq, and whether a later write of the key came first.
+struct Inflight {
+    key: Box<[u8]>,
+    seq: u64,
+    superseded: bool,
 }
 
 impl std::ops::Deref for ShardState {
@@ -144,8 +155,14 @@ impl std::ops::DerefMut for ShardState {
 }
 
 impl ShardState {
-    /// Take the next seq of this shard (the caller holds the shard's write lock).
-    fn next_seq(&mut self) -> u64 {
+    /// Take the next seq of this shard for a write of `key` (the caller holds the shard's write
+    /// lock). A large put of the key still in flight is thereby superseded.
+    fn next_seq(&mut self, key: &[u8]) -> u64 {
+        for f in &mut self.inflight {
+            if *f.key == *key {
+                f.superseded = true;
+            }
+        }
         self.seq += 1;
         self.seq
     }
@@ -441,6 +458,7 @@ fn open_inner(
             Shard(RwLock::new(ShardState {
                 table: Table::with_capacity((cfg.bnum.min(MAX_PRESIZE) as usize) / NSHARDS),
                 seq: 0,
+                inflight: Vec::new(),
             }))
         })
         .collect();
@@ -1499,7 +1517,7 @@ impl Inner {
                 .expired_reclaimed
                 .fetch_add(1, Ordering::Relaxed);
             if has_older {
-                let seq = tbl.next_seq();
+                let seq = tbl.next_seq(key);
                 self.write_delete(lane, key, seq)?;
             }
             return Ok(0);
@@ -1751,6 +1769,41 @@ impl DiskHash {
         }
     }
 
+    /// A put of a large value: the record is written without holding the shard lock, so
+    /// readers and writers of the shard's other keys never wait behind a long write. The seq is
+    /// taken first (that fixes the put's place in the key's history); the slot is installed
+    /// afterwards unless a later write of the key came first, which the in-flight entry records.
+    fn put_large(&self, key: &[u8], value: &[u8], flags: u32, expires: u64) -> Result<Meta> {
+        let inner = &self.inner;
+        let (shard, tag) = inner.hash(key);
+        let seq = {
+            let mut tbl = self.shard(shard).write();
+            let seq = tbl.next_seq(key);
+            tbl.inflight.push(Inflight {
+                key: key.into(),
+                seq,
+                superseded: false,
+            });
+            seq
+        };
+        let written = inner.write_put(inner.my_lane(), key, value, flags, expires, seq);
+        let mut tbl = self.shard(shard).write();
+        let pos = tbl.inflight.iter().position(|f| f.seq == seq);
+        let superseded = pos.is_some_and(|p| tbl.inflight.swap_remove(p).superseded);
+        let (s, o, len) = written?;
+        if !superseded {
+            let old = inner.find(&tbl, tag, key, false)?.map(|f| (f.slot, f.len));
+            inner.set_slot(&mut tbl, tag, old, s, o, len);
+        }
+        drop(tbl);
+        inner.after_write()?;
+        Ok(Meta {
+            flags,
+            expires,
+            version: seq,
+        })
+    }
+
     /// Stop as a killed process would: no flush, no sync, no checkpoint. For crash tests (the
     /// simulated file system then decides what reached the disk).
     #[doc(hidden)]
@@ -1833,7 +1886,7 @@ impl Store for DiskHash {
                 expires,
             } => {
                 check_sizes(key, value.len())?;
-                let seq = tbl.next_seq();
+                let seq = tbl.next_seq(key);
                 let (s, o, len) =
                     inner.write_put(inner.my_lane(), key, &value, flags, expires, seq)?;
                 inner.set_slot(&mut tbl, tag, old, s, o, len);
@@ -1847,7 +1900,7 @@ impl Store for DiskHash {
                 None => return Ok(None),
                 Some(f) => {
                     let v = f.value.as_deref().unwrap_or_default();
-                    let seq = tbl.next_seq();
+                    let seq = tbl.next_seq(key);
                     let (s, o, len) =
                         inner.write_put(inner.my_lane(), key, v, f.meta.flags, expires, seq)?;
                     inner.set_slot(&mut tbl, tag, old, s, o, len);
@@ -1860,7 +1913,7 @@ impl Store for DiskHash {
             },
             Decision::Remove => {
                 if let Some((o, len)) = old {
-                    let seq = tbl.next_seq();
+                    let seq = tbl.next_seq(key);
                     inner.write_delete(inner.my_lane(), key, seq)?;
                     inner.remove_slot(&mut tbl, o, len);
                 }
@@ -1876,10 +1929,13 @@ impl Store for DiskHash {
         let inner = &self.inner;
         inner.check_writable()?;
         check_sizes(key, value.len())?;
+        if value.len() >= LARGE_VALUE {
+            return self.put_large(key, value, flags, expires);
+        }
         let (shard, tag) = inner.hash(key);
         let mut tbl = self.shard(shard).write();
         let old = inner.find(&tbl, tag, key, false)?.map(|f| (f.slot, f.len));
-        let seq = tbl.next_seq();
+        let seq = tbl.next_seq(key);
         let (s, o, len) = inner.write_put(inner.my_lane(), key, value, flags, expires, seq)?;
         inner.set_slot(&mut tbl, tag, old, s, o, len);
         drop(tbl);
@@ -1900,7 +1956,7 @@ impl Store for DiskHash {
         let Some(f) = inner.find(&tbl, tag, key, false)? else {
             return Ok(false);
         };
-        let seq = tbl.next_seq();
+        let seq = tbl.next_seq(key);
         inner.write_delete(inner.my_lane(), key, seq)?;
         inner.remove_slot(&mut tbl, f.slot, f.len);
         drop(tbl);
@@ -1934,7 +1990,7 @@ impl Store for DiskHash {
         let mut offs = Vec::with_capacity(ops.len()); // (start, len, seq)
         for (i, op) in ops.iter().enumerate() {
             let g = guard_of(&mut guards, hashed[i].0)?;
-            let seq = g.next_seq();
+            let seq = g.next_seq(op.key());
             let start = body.len();
             match op {
                 BatchOp::Put {
