@@ -43,6 +43,8 @@ const HUGE: usize = 2 << 20;
 struct Slots {
     ptr: std::ptr::NonNull<Slot>,
     len: usize,
+    /// Made by `map_huge` (else by the global allocator).
+    mapped: bool,
 }
 
 // SAFETY: `Slots` owns its allocation exclusively, like a `Box<[Slot]>`; `Slot` is plain data.
@@ -51,41 +53,91 @@ unsafe impl Send for Slots {}
 unsafe impl Sync for Slots {}
 
 impl Slots {
-    fn layout(len: usize) -> std::alloc::Layout {
-        let bytes = (len * std::mem::size_of::<Slot>()).max(1);
-        let align = if bytes >= HUGE {
-            HUGE
-        } else {
-            std::mem::align_of::<Slot>()
-        };
-        match std::alloc::Layout::from_size_align(bytes, align) {
+    fn bytes(len: usize) -> usize {
+        (len * std::mem::size_of::<Slot>()).max(1)
+    }
+
+    fn small_layout(len: usize) -> std::alloc::Layout {
+        match std::alloc::Layout::array::<Slot>(len.max(1)) {
             Ok(l) => l,
             Err(_) => std::alloc::handle_alloc_error(std::alloc::Layout::new::<Slot>()),
         }
     }
 
+    /// A zeroed array of `len` slots. Large arrays are anonymous memory maps, aligned to and
+    /// advised into huge pages; the kernel zero-fills their pages on first touch (so nothing is
+    /// written twice). Small ones come from the allocator.
     fn zeroed(len: usize) -> Slots {
-        let layout = Self::layout(len);
-        // SAFETY: the layout has a non-zero size.
-        let raw = unsafe { std::alloc::alloc(layout) };
+        let bytes = Self::bytes(len);
+        if bytes >= HUGE {
+            if let Some(ptr) = map_huge(bytes) {
+                return Slots {
+                    ptr,
+                    len,
+                    mapped: true,
+                };
+            }
+        }
+        let layout = Self::small_layout(len);
+        // SAFETY: the layout has a non-zero size; zeroed memory is a valid array of empty slots.
+        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
         let Some(ptr) = std::ptr::NonNull::new(raw.cast::<Slot>()) else {
             std::alloc::handle_alloc_error(layout)
         };
-        if layout.size() >= HUGE {
-            // SAFETY: advising a range we own; the hint may be refused, which is harmless.
-            unsafe { libc::madvise(raw.cast(), layout.size(), libc::MADV_HUGEPAGE) };
+        Slots {
+            ptr,
+            len,
+            mapped: false,
         }
-        // SAFETY: `raw` is valid for `layout.size()` bytes; all-zero bytes are a valid (empty)
-        // `Slot`, so the array is initialised afterwards.
-        unsafe { std::ptr::write_bytes(raw, 0, layout.size()) };
-        Slots { ptr, len }
     }
+}
+
+/// Map `bytes` of zeroed anonymous memory at a huge-page-aligned address, advised into huge
+/// pages; `None` when the kernel refuses.
+fn map_huge(bytes: usize) -> Option<std::ptr::NonNull<Slot>> {
+    let len = bytes.div_ceil(HUGE) * HUGE;
+    // SAFETY: an anonymous private mapping with no address hint; checked for failure below.
+    let raw = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len + HUGE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if raw == libc::MAP_FAILED {
+        return None;
+    }
+    let start = raw as usize;
+    let aligned = start.div_ceil(HUGE) * HUGE;
+    // SAFETY: trimming the unaligned head and the unused tail of the mapping just made; the
+    // kept range [aligned, aligned + len) lies inside it.
+    unsafe {
+        if aligned > start {
+            libc::munmap(raw, aligned - start);
+        }
+        let end = start + len + HUGE;
+        if end > aligned + len {
+            libc::munmap((aligned + len) as *mut libc::c_void, end - aligned - len);
+        }
+        // A hint: refused, the table simply uses small pages.
+        libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
+    }
+    std::ptr::NonNull::new(aligned as *mut Slot)
 }
 
 impl Drop for Slots {
     fn drop(&mut self) {
-        // SAFETY: allocated in `zeroed` with this same layout.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), Self::layout(self.len)) }
+        if self.mapped {
+            let len = Self::bytes(self.len).div_ceil(HUGE) * HUGE;
+            // SAFETY: the mapping made by `map_huge` for this length.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), len) };
+        } else {
+            // SAFETY: allocated in `zeroed` with this same layout.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), Self::small_layout(self.len)) }
+        }
     }
 }
 
@@ -118,7 +170,7 @@ impl std::fmt::Debug for Slots {
     }
 }
 
-/// Maximum load (slots used / home positions) before the table doubles.
+/// Default maximum load (slots used / home positions) before the table doubles.
 const MAX_LOAD: f64 = 0.85;
 /// Minimum number of home positions.
 const MIN_CAP: usize = 16;
@@ -129,6 +181,9 @@ pub struct Table {
     slots: Slots,
     cap: usize,
     len: usize,
+    /// Load at which the table doubles (shards use different ones so that they do not all
+    /// double at the same moment).
+    max_load: f64,
 }
 
 impl Default for Table {
@@ -151,7 +206,13 @@ impl Table {
             slots: Slots::zeroed(cap + overflow(cap)),
             cap,
             len: 0,
+            max_load: MAX_LOAD,
         }
+    }
+
+    /// Double at load `l` (clamped to 0.5..=0.9) instead of the default.
+    pub fn set_max_load(&mut self, l: f64) {
+        self.max_load = l.clamp(0.5, 0.9);
     }
 
     #[inline]
@@ -210,7 +271,7 @@ impl Table {
     /// Insert a slot (the caller guarantees no equal slot exists).
     pub fn insert(&mut self, slot: Slot) {
         debug_assert!(!slot.is_empty());
-        if (self.len + 1) as f64 > self.cap as f64 * MAX_LOAD {
+        if (self.len + 1) as f64 > self.cap as f64 * self.max_load {
             self.resize(self.cap * 2);
         }
         loop {
@@ -260,7 +321,9 @@ impl Table {
     }
 
     pub fn clear(&mut self) {
+        let l = self.max_load;
         *self = Table::with_capacity(0);
+        self.max_load = l;
     }
 
     /// Keep only the slots for which `f` is true.
@@ -286,7 +349,9 @@ impl Table {
     }
 
     fn rebuild(&mut self, n: usize, slots: impl Iterator<Item = Slot>) {
+        let l = self.max_load;
         *self = Table::with_capacity(n);
+        self.max_load = l;
         self.fill_sorted(slots, n);
     }
 

@@ -171,6 +171,12 @@ impl ShardState {
 #[repr(align(128))]
 struct Shard(RwLock<ShardState>);
 
+/// The load at which shard `i`'s table doubles: spread over 0.70..0.85 so that the shards,
+/// which fill at the same rate, do not all double within the same few writes.
+fn shard_max_load(i: usize) -> f64 {
+    0.70 + 0.15 * (i as f64 / NSHARDS as f64)
+}
+
 thread_local! {
     /// This thread's lane number (before `% lanes`), given out on first use.
     static THREAD_LANE: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
@@ -454,9 +460,11 @@ fn open_inner(
         (None, want) => want.unwrap_or(DEFAULT_LANES),
     };
     let shards: Box<[Shard]> = (0..NSHARDS)
-        .map(|_| {
+        .map(|i| {
+            let mut table = Table::with_capacity((cfg.bnum.min(MAX_PRESIZE) as usize) / NSHARDS);
+            table.set_max_load(shard_max_load(i));
             Shard(RwLock::new(ShardState {
-                table: Table::with_capacity((cfg.bnum.min(MAX_PRESIZE) as usize) / NSHARDS),
+                table,
                 seq: 0,
                 inflight: Vec::new(),
             }))
@@ -1327,6 +1335,7 @@ impl Inner {
         for (i, (seq, v)) in c.shards.into_iter().enumerate() {
             let mut g = self.shards[i].0.write();
             g.table = Table::from_slots(v);
+            g.table.set_max_load(shard_max_load(i));
             g.seq = seq;
         }
         for (id, len, live, horizon) in c.segs {
