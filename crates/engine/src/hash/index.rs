@@ -446,6 +446,25 @@ mod tests {
         assert!(!t.remove(&slot(0, 0)));
     }
 
+    /// Tables past 2 MiB live in huge-page memory maps: grow through that size, shrink back.
+    #[test]
+    fn large_tables_grow_and_shrink() {
+        let mut t = Table::default();
+        let n = 400_000u32;
+        for i in 0..n {
+            t.insert(slot(i.wrapping_mul(2_654_435_761), i));
+        }
+        assert!(t.memory() >= HUGE);
+        assert_eq!(t.len(), n as usize);
+        assert!(t.contains(&slot(7u32.wrapping_mul(2_654_435_761), 7)));
+        let copy = t.clone();
+        t.retain(|s| s.off < 1000);
+        assert_eq!(t.len(), 1000);
+        t.verify().unwrap();
+        assert_eq!(copy.len(), n as usize);
+        copy.verify().unwrap();
+    }
+
     #[test]
     fn equal_tags_and_extremes() {
         let mut t = Table::default();
