@@ -878,6 +878,17 @@ impl Inner {
         Ok((tail.seg.id, off))
     }
 
+    /// A value as stored: compressed with the configured codec when that makes it smaller.
+    /// Returns (stored bytes, codec code, raw length or 0).
+    fn stored_form<'a>(&self, value: &'a [u8]) -> (std::borrow::Cow<'a, [u8]>, u8, u64) {
+        let comp = Compression::from_code(self.compression.load(Ordering::Relaxed))
+            .unwrap_or(Compression::None);
+        match compress::compress(comp, value) {
+            Some(z) => (z.into(), comp as u8, value.len() as u64),
+            None => (value.into(), 0, 0),
+        }
+    }
+
     /// Encode and append a put record. Returns (segment, offset, length).
     fn write_put(
         &self,
@@ -888,13 +899,7 @@ impl Inner {
         expires: u64,
         seq: u64,
     ) -> Result<(u32, u64, usize)> {
-        let comp = Compression::from_code(self.compression.load(Ordering::Relaxed))
-            .unwrap_or(Compression::None);
-        let z = compress::compress(comp, value);
-        let (stored, code, raw_len) = match &z {
-            Some(z) => (z.as_slice(), comp as u8, value.len() as u64),
-            None => (value, 0, 0),
-        };
+        let (stored, code, raw_len) = self.stored_form(value);
         let fields = PutFields {
             flags,
             expires,
@@ -908,7 +913,7 @@ impl Inner {
             self.expiring.fetch_add(1, Ordering::Relaxed);
         }
         let mut tail = self.tails[lane].0.lock();
-        let (seg, off) = self.append(&mut tail, &[&hdr, key, stored], true)?;
+        let (seg, off) = self.append(&mut tail, &[&hdr, key, &stored], true)?;
         Ok((seg, off, hdr.len() + key.len() + stored.len()))
     }
 
@@ -1992,11 +1997,9 @@ impl Store for DiskHash {
         // Lock every shard involved, in ascending order (the global lock order).
         let mut guards: Vec<(usize, RwLockWriteGuard<'_, ShardState>)> =
             ids.iter().map(|&i| (i, self.shard(i).write())).collect();
-        let comp = Compression::from_code(inner.compression.load(Ordering::Relaxed))
-            .unwrap_or(Compression::None);
         // One frame holding every record; each takes the next seq of its shard.
         let mut body = Vec::new();
-        let mut offs = Vec::with_capacity(ops.len()); // (start, len, seq)
+        let mut offs = Vec::with_capacity(ops.len()); // (start, len) in the body
         for (i, op) in ops.iter().enumerate() {
             let g = guard_of(&mut guards, hashed[i].0)?;
             let seq = g.next_seq(op.key());
@@ -2008,11 +2011,7 @@ impl Store for DiskHash {
                     flags,
                     expires,
                 } => {
-                    let z = compress::compress(comp, value);
-                    let (stored, code, raw_len) = match &z {
-                        Some(z) => (z.as_slice(), comp as u8, value.len() as u64),
-                        None => (value.as_slice(), 0, 0),
-                    };
+                    let (stored, code, raw_len) = inner.stored_form(value);
                     if *expires != 0 {
                         inner.expiring.fetch_add(1, Ordering::Relaxed);
                     }
@@ -2023,7 +2022,7 @@ impl Store for DiskHash {
                         compression: code,
                         raw_len,
                     };
-                    format::encode_put(&mut body, key, stored, &fields);
+                    format::encode_put(&mut body, key, &stored, &fields);
                 }
                 BatchOp::Remove { key } => {
                     format::encode_delete(&mut body, key, seq);
