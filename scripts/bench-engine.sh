@@ -148,7 +148,7 @@ run_kc() { # WL T R
 
 run_kura() { # TOOL WL T R SUFFIX: kura-bench write then read
 	local tool=$1 wl=$2 t=$3 r=$4 suffix=$5 dir out tw tr sz n rflag=()
-	((r)) && rflag=(--rnd)
+	((r)) && rflag=(--rnd --draw)
 	dir=$(mktemp -d "$WORK/run.XXXXXX")
 	run_cmd out "$BIN" write -n "$RECORDS" -t "$t" "${rflag[@]}" "$dir/casket.kh$suffix"
 	tw=$(kfield "$out" write seconds)
@@ -166,7 +166,7 @@ run_kura() { # TOOL WL T R SUFFIX: kura-bench write then read
 
 run_kura_order() { # WL T R
 	local wl=$1 t=$2 r=$3 dir out o s g m c rflag=()
-	((r)) && rflag=(--rnd)
+	((r)) && rflag=(--rnd --draw)
 	dir=$(mktemp -d "$WORK/run.XXXXXX")
 	run_cmd out "$BIN" order -n "$RECORDS" -t "$t" "${rflag[@]}" "$dir/casket.kh#sync=none"
 	rm -rf "$dir"
