@@ -273,6 +273,10 @@ pub fn parse_header(buf: &[u8]) -> Option<Header> {
         T_BATCH => {
             h.vlen = usize::try_from(get_varint(buf, &mut pos)?).ok()?;
             h.count = get_varint(buf, &mut pos)?;
+            // A frame fits in a segment, whose offsets are u32.
+            if h.vlen > u32::MAX as usize || h.count > h.vlen as u64 {
+                return None;
+            }
         }
         _ => {
             // clear: its id in `fields.seq`, its lane count in `count`

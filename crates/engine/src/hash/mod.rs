@@ -362,8 +362,8 @@ fn scan_segment(
         let Some(h) = format::parse_header(avail) else {
             return Ok(off);
         };
-        if off + h.len as u64 > end {
-            return Ok(off);
+        if h.len as u64 > end - off {
+            return Ok(off); // runs past the end: torn or damaged
         }
         if h.len > avail.len() {
             inner.read_range(seg, off, h.len, &mut buf)?;

@@ -737,6 +737,32 @@ fn corruption_is_detected_by_check() {
     );
 }
 
+/// Regression (found by the open_damaged fuzz target): a damaged record header claiming a huge
+/// batch body made recovery's bounds arithmetic overflow. Any header must be harmless.
+#[test]
+fn damaged_header_with_huge_length_is_just_a_torn_end() {
+    let fs = SimVfs::new();
+    let db = sim_open(&fs, "sync=none#lanes=1");
+    for i in 0..10 {
+        db.put(format!("k{i}").as_bytes(), b"v").unwrap();
+    }
+    db.close().unwrap();
+    fs.remove_file(Path::new("/sim/db.kh/index.ki"));
+    let seg = fs
+        .paths()
+        .into_iter()
+        .find(|p| p.to_string_lossy().ends_with(".kd"))
+        .unwrap();
+    // The first record becomes a batch frame whose body length is 2^63.
+    let mut bogus = vec![0u8, 0, 0, 0, format::T_BATCH];
+    format::put_varint(&mut bogus, 1 << 63);
+    format::put_varint(&mut bogus, 1);
+    assert!(fs.corrupt(&seg, SEG_HEADER_LEN as u64, &bogus));
+    let db = sim_open(&fs, "sync=none#lanes=1");
+    assert_eq!(db.count(), 0, "nothing after a damaged record is trusted");
+    assert!(db.check().unwrap().healthy());
+}
+
 #[test]
 fn corrupt_checkpoint_falls_back_to_full_rebuild() {
     let fs = SimVfs::new();
