@@ -1,0 +1,503 @@
+//! Executes memcached requests on a [`Store`] and writes memcached replies: the storage adapter
+//! between the codec (`kura_proto::mc_text`) and the database. No sockets here: the connection
+//! loop (issue 3, next) feeds decoded requests in and writes the bytes out.
+
+use kura_engine::{Decision, Error, Outcome, Store};
+use kura_proto::mc_text::{self, reply, Request, StoreMode};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// memcached's boundary between relative and absolute expiration times (30 days).
+const RELATIVE_LIMIT: i64 = 60 * 60 * 24 * 30;
+
+/// Counters and settings shared by every connection of a server.
+#[derive(Debug)]
+pub struct Shared {
+    pub started: u64,
+    pub version: &'static str,
+    pub cmd_get: AtomicU64,
+    pub cmd_set: AtomicU64,
+    pub cmd_touch: AtomicU64,
+    pub cmd_flush: AtomicU64,
+    pub get_hits: AtomicU64,
+    pub get_misses: AtomicU64,
+    pub delete_hits: AtomicU64,
+    pub delete_misses: AtomicU64,
+    pub incr_hits: AtomicU64,
+    pub incr_misses: AtomicU64,
+    pub decr_hits: AtomicU64,
+    pub decr_misses: AtomicU64,
+    pub cas_hits: AtomicU64,
+    pub cas_misses: AtomicU64,
+    pub cas_badval: AtomicU64,
+    pub touch_hits: AtomicU64,
+    pub touch_misses: AtomicU64,
+    pub curr_connections: AtomicU64,
+    pub total_connections: AtomicU64,
+    pub max_item_size: u64,
+    /// A pending `flush_all <delay>`: the unix time at which every record goes (0 = none).
+    pub flush_at: AtomicU64,
+}
+
+impl Shared {
+    pub fn new(now: u64, max_item_size: u64) -> Shared {
+        let z = || AtomicU64::new(0);
+        Shared {
+            started: now,
+            version: env!("CARGO_PKG_VERSION"),
+            cmd_get: z(),
+            cmd_set: z(),
+            cmd_touch: z(),
+            cmd_flush: z(),
+            get_hits: z(),
+            get_misses: z(),
+            delete_hits: z(),
+            delete_misses: z(),
+            incr_hits: z(),
+            incr_misses: z(),
+            decr_hits: z(),
+            decr_misses: z(),
+            cas_hits: z(),
+            cas_misses: z(),
+            cas_badval: z(),
+            touch_hits: z(),
+            touch_misses: z(),
+            curr_connections: z(),
+            total_connections: z(),
+            max_item_size,
+            flush_at: z(),
+        }
+    }
+}
+
+/// What the connection does after a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    Continue,
+    Close,
+}
+
+/// The absolute expiration time (unix seconds, 0 = never) of a memcached exptime sent at `now`:
+/// relative up to 30 days, else a unix time; negative means already expired.
+pub fn absolute_expiry(exptime: i64, now: u64) -> u64 {
+    match exptime {
+        0 => 0,
+        e if e < 0 => 1,
+        e if e <= RELATIVE_LIMIT => now + e as u64,
+        e => e as u64,
+    }
+}
+
+fn server_error(out: &mut Vec<u8>, e: &Error) {
+    out.extend_from_slice(b"SERVER_ERROR ");
+    let msg = e.to_string().replace(['\r', '\n'], " ");
+    out.extend_from_slice(msg.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Carry out a pending delayed `flush_all` once its time has come.
+pub fn flush_if_due(store: &dyn Store, shared: &Shared, now: u64) -> Result<(), Error> {
+    let at = shared.flush_at.load(Relaxed);
+    if at != 0
+        && now >= at
+        && shared
+            .flush_at
+            .compare_exchange(at, 0, Relaxed, Relaxed)
+            .is_ok()
+    {
+        store.vanish()?;
+    }
+    Ok(())
+}
+
+/// Execute one request, appending its reply (if any) to `out`.
+pub fn execute(
+    store: &dyn Store,
+    shared: &Shared,
+    req: &Request<'_>,
+    now: u64,
+    out: &mut Vec<u8>,
+) -> Next {
+    if let Err(e) = flush_if_due(store, shared, now) {
+        server_error(out, &e);
+        return Next::Continue;
+    }
+    match run(store, shared, req, now, out) {
+        Ok(next) => next,
+        Err(e) => {
+            server_error(out, &e);
+            Next::Continue
+        }
+    }
+}
+
+fn run(
+    store: &dyn Store,
+    shared: &Shared,
+    req: &Request<'_>,
+    now: u64,
+    out: &mut Vec<u8>,
+) -> Result<Next, Error> {
+    let quiet = |noreply: bool, out: &mut Vec<u8>, line: &[u8]| {
+        if !noreply {
+            out.extend_from_slice(line);
+        }
+    };
+    match *req {
+        Request::Get { keys, cas } => {
+            for key in keys.iter() {
+                shared.cmd_get.fetch_add(1, Relaxed);
+                match store.get(key)? {
+                    Some(r) => {
+                        shared.get_hits.fetch_add(1, Relaxed);
+                        let cas = cas.then_some(r.meta.version);
+                        mc_text::encode_value(out, key, r.meta.flags, &r.value, cas);
+                    }
+                    None => {
+                        shared.get_misses.fetch_add(1, Relaxed);
+                    }
+                }
+            }
+            out.extend_from_slice(reply::END);
+        }
+        Request::Gat { exptime, keys, cas } => {
+            let expires = absolute_expiry(exptime, now);
+            for key in keys.iter() {
+                shared.cmd_get.fetch_add(1, Relaxed);
+                shared.cmd_touch.fetch_add(1, Relaxed);
+                let mut value = None;
+                let meta = store.accept(key, &mut |cur| match cur {
+                    Some(c) => {
+                        value = Some(c.value.to_vec());
+                        Decision::Touch { expires }
+                    }
+                    None => Decision::Keep,
+                })?;
+                match (value, meta) {
+                    (Some(v), Some(m)) => {
+                        shared.get_hits.fetch_add(1, Relaxed);
+                        shared.touch_hits.fetch_add(1, Relaxed);
+                        mc_text::encode_value(out, key, m.flags, &v, cas.then_some(m.version));
+                    }
+                    _ => {
+                        shared.get_misses.fetch_add(1, Relaxed);
+                        shared.touch_misses.fetch_add(1, Relaxed);
+                    }
+                }
+            }
+            out.extend_from_slice(reply::END);
+        }
+        Request::Store {
+            mode,
+            key,
+            flags,
+            exptime,
+            data,
+            cas,
+            noreply,
+        } => {
+            shared.cmd_set.fetch_add(1, Relaxed);
+            let expires = absolute_expiry(exptime, now);
+            let line: &[u8] = match mode {
+                StoreMode::Set => {
+                    store.put_with(key, data, flags, expires)?;
+                    reply::STORED
+                }
+                StoreMode::Add => match store.putkeep(key, data, flags, expires)? {
+                    Outcome::Stored(_) => reply::STORED,
+                    _ => reply::NOT_STORED,
+                },
+                StoreMode::Replace => match store.replace(key, data, flags, expires)? {
+                    Outcome::Stored(_) => reply::STORED,
+                    _ => reply::NOT_STORED,
+                },
+                StoreMode::Append | StoreMode::Prepend => {
+                    let front = mode == StoreMode::Prepend;
+                    match store.concat(key, data, front, false)? {
+                        Some(_) => reply::STORED,
+                        None => reply::NOT_STORED,
+                    }
+                }
+                StoreMode::Cas => match store.cas(key, cas, data, flags, expires)? {
+                    Outcome::Stored(_) => {
+                        shared.cas_hits.fetch_add(1, Relaxed);
+                        reply::STORED
+                    }
+                    Outcome::VersionMismatch => {
+                        shared.cas_badval.fetch_add(1, Relaxed);
+                        reply::EXISTS
+                    }
+                    _ => {
+                        shared.cas_misses.fetch_add(1, Relaxed);
+                        reply::NOT_FOUND
+                    }
+                },
+            };
+            quiet(noreply, out, line);
+        }
+        Request::Delete { key, noreply } => {
+            let line = if store.out(key)? {
+                shared.delete_hits.fetch_add(1, Relaxed);
+                reply::DELETED
+            } else {
+                shared.delete_misses.fetch_add(1, Relaxed);
+                reply::NOT_FOUND
+            };
+            quiet(noreply, out, line);
+        }
+        Request::Arith {
+            key,
+            delta,
+            decr,
+            noreply,
+        } => {
+            let (hits, misses) = if decr {
+                (&shared.decr_hits, &shared.decr_misses)
+            } else {
+                (&shared.incr_hits, &shared.incr_misses)
+            };
+            match store.incr_decimal(key, delta, decr) {
+                Ok(Some((n, _))) => {
+                    hits.fetch_add(1, Relaxed);
+                    if !noreply {
+                        mc_text::encode_number(out, n);
+                    }
+                }
+                Ok(None) => {
+                    misses.fetch_add(1, Relaxed);
+                    quiet(noreply, out, reply::NOT_FOUND);
+                }
+                Err(Error::NotNumeric) => out.extend_from_slice(reply::NON_NUMERIC),
+                Err(e) => return Err(e),
+            }
+        }
+        Request::Touch {
+            key,
+            exptime,
+            noreply,
+        } => {
+            shared.cmd_touch.fetch_add(1, Relaxed);
+            let line = match store.touch(key, absolute_expiry(exptime, now))? {
+                Some(_) => {
+                    shared.touch_hits.fetch_add(1, Relaxed);
+                    reply::TOUCHED
+                }
+                None => {
+                    shared.touch_misses.fetch_add(1, Relaxed);
+                    reply::NOT_FOUND
+                }
+            };
+            quiet(noreply, out, line);
+        }
+        Request::FlushAll { delay, noreply } => {
+            shared.cmd_flush.fetch_add(1, Relaxed);
+            if delay <= 0 {
+                shared.flush_at.store(0, Relaxed);
+                store.vanish()?;
+            } else {
+                shared
+                    .flush_at
+                    .store(absolute_expiry(delay, now).max(1), Relaxed);
+            }
+            quiet(noreply, out, reply::OK);
+        }
+        Request::Stats { group } => stats(store, shared, group, now, out),
+        Request::Version => {
+            out.extend_from_slice(b"VERSION ");
+            out.extend_from_slice(shared.version.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        Request::Verbosity { noreply, .. } => quiet(noreply, out, reply::OK),
+        Request::Quit => return Ok(Next::Close),
+    }
+    Ok(Next::Continue)
+}
+
+fn stats(store: &dyn Store, shared: &Shared, group: Option<&[u8]>, now: u64, out: &mut Vec<u8>) {
+    let s = |out: &mut Vec<u8>, n: &str, v: &dyn std::fmt::Display| {
+        mc_text::encode_stat(out, n, &v.to_string())
+    };
+    let c = |a: &AtomicU64| a.load(Relaxed);
+    match group {
+        None => {
+            s(out, "pid", &std::process::id());
+            s(out, "uptime", &now.saturating_sub(shared.started));
+            s(out, "time", &now);
+            s(out, "version", &shared.version);
+            s(out, "pointer_size", &(8 * std::mem::size_of::<usize>()));
+            s(out, "curr_connections", &c(&shared.curr_connections));
+            s(out, "total_connections", &c(&shared.total_connections));
+            s(out, "cmd_get", &c(&shared.cmd_get));
+            s(out, "cmd_set", &c(&shared.cmd_set));
+            s(out, "cmd_flush", &c(&shared.cmd_flush));
+            s(out, "cmd_touch", &c(&shared.cmd_touch));
+            s(out, "get_hits", &c(&shared.get_hits));
+            s(out, "get_misses", &c(&shared.get_misses));
+            s(out, "delete_misses", &c(&shared.delete_misses));
+            s(out, "delete_hits", &c(&shared.delete_hits));
+            s(out, "incr_misses", &c(&shared.incr_misses));
+            s(out, "incr_hits", &c(&shared.incr_hits));
+            s(out, "decr_misses", &c(&shared.decr_misses));
+            s(out, "decr_hits", &c(&shared.decr_hits));
+            s(out, "cas_misses", &c(&shared.cas_misses));
+            s(out, "cas_hits", &c(&shared.cas_hits));
+            s(out, "cas_badval", &c(&shared.cas_badval));
+            s(out, "touch_hits", &c(&shared.touch_hits));
+            s(out, "touch_misses", &c(&shared.touch_misses));
+            s(out, "curr_items", &store.count());
+            s(out, "bytes", &store.size());
+            for (name, v) in store.counters() {
+                s(out, name, &v);
+            }
+        }
+        Some(b"settings") => {
+            s(out, "item_size_max", &shared.max_item_size);
+            for (k, v) in store.describe() {
+                s(out, &format!("db_{k}"), &v);
+            }
+        }
+        // No slab allocator: the item and slab groups are empty, as on a fresh memcached.
+        Some(_) => {}
+    }
+    out.extend_from_slice(reply::END);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kura_proto::mc_text::{decode, Decoded, Limits};
+
+    /// Run a whole client transcript through the codec and the executor.
+    fn session(store: &dyn Store, shared: &Shared, input: &[u8], now: u64) -> String {
+        let mut out = Vec::new();
+        let mut pos = 0;
+        let limits = Limits::default();
+        while pos < input.len() {
+            match decode(&input[pos..], &limits) {
+                Ok(Decoded::Complete { request, consumed }) => {
+                    pos += consumed;
+                    if execute(store, shared, &request, now, &mut out) == Next::Close {
+                        break;
+                    }
+                }
+                Ok(Decoded::Incomplete) => break,
+                Err(e) => {
+                    e.encode(&mut out);
+                    pos += e.consumed;
+                }
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    fn kinds() -> Vec<std::sync::Arc<dyn Store>> {
+        vec![
+            kura_engine::open("*").unwrap(),
+            kura_engine::open("+").unwrap(),
+        ]
+    }
+
+    #[test]
+    fn storage_retrieval_and_cas() {
+        for db in kinds() {
+            let sh = Shared::new(1000, 1 << 20);
+            let r = session(&*db, &sh, b"set a 5 0 3\r\nabc\r\nget a b\r\nadd a 0 0 1\r\nx\r\nadd b 0 0 1\r\ny\r\nreplace c 0 0 1\r\nz\r\nappend a 0 0 2\r\nde\r\nprepend a 0 0 1\r\n_\r\nappend nope 0 0 1\r\nx\r\nget a\r\n", 1000);
+            assert_eq!(
+                r,
+                "STORED\r\nVALUE a 5 3\r\nabc\r\nEND\r\nNOT_STORED\r\nSTORED\r\nNOT_STORED\r\nSTORED\r\nSTORED\r\nNOT_STORED\r\nVALUE a 5 6\r\n_abcde\r\nEND\r\n"
+            );
+            // gets → cas
+            let r = session(&*db, &sh, b"gets b\r\n", 1000);
+            let cas: u64 = r.split_whitespace().nth(4).unwrap().parse().unwrap();
+            let r = session(
+                &*db,
+                &sh,
+                format!(
+                    "cas b 0 0 1 {}\r\nZ\r\ncas b 0 0 1 {cas}\r\nW\r\ncas nope 0 0 1 1\r\nW\r\n",
+                    cas + 1000
+                )
+                .as_bytes(),
+                1000,
+            );
+            assert_eq!(r, "EXISTS\r\nSTORED\r\nNOT_FOUND\r\n");
+        }
+    }
+
+    #[test]
+    fn arithmetic_delete_touch_and_noreply() {
+        for db in kinds() {
+            let sh = Shared::new(0, 1 << 20);
+            let r = session(&*db, &sh, b"set n 0 0 20\r\n18446744073709551615\r\nincr n 2\r\ndecr n 5\r\nincr nope 1\r\nset s 0 0 1\r\nx\r\nincr s 1\r\ndelete n\r\ndelete n\r\ntouch s 100\r\ntouch nope 1\r\nset q 0 0 1 noreply\r\nq\r\ndelete q noreply\r\nget q\r\n", 50);
+            assert_eq!(r, "STORED\r\n1\r\n0\r\nNOT_FOUND\r\nSTORED\r\nCLIENT_ERROR cannot increment or decrement non-numeric value\r\nDELETED\r\nNOT_FOUND\r\nTOUCHED\r\nNOT_FOUND\r\nEND\r\n");
+        }
+    }
+
+    #[test]
+    fn expiration_and_flush() {
+        for db in kinds() {
+            let sh = Shared::new(0, 1 << 20);
+            // Relative exptime 10 at t=1000 expires at 1010; negative is already expired.
+            session(
+                &*db,
+                &sh,
+                b"set e 0 10 1\r\nx\r\nset g 0 -1 1\r\nx\r\n",
+                1000,
+            );
+            let now = kura_engine::store::now_secs();
+            assert_eq!(absolute_expiry(10, now), now + 10);
+            assert_eq!(
+                absolute_expiry(RELATIVE_LIMIT + 1, now),
+                RELATIVE_LIMIT as u64 + 1
+            );
+            let r = session(&*db, &sh, b"get g\r\n", now);
+            assert_eq!(r, "END\r\n");
+            // gat returns the value and sets the new expiry.
+            session(&*db, &sh, b"set t 3 0 2\r\nhi\r\n", now);
+            let r = session(&*db, &sh, b"gat 100 t\r\n", now);
+            assert_eq!(r, "VALUE t 3 2\r\nhi\r\nEND\r\n");
+            assert_eq!(db.get(b"t").unwrap().unwrap().meta.expires, now + 100);
+            // flush_all with a delay takes effect when due.
+            let r = session(&*db, &sh, b"flush_all 5\r\nget t\r\n", now);
+            assert_eq!(r, "OK\r\nVALUE t 3 2\r\nhi\r\nEND\r\n");
+            let r = session(&*db, &sh, b"get t\r\n", now + 6);
+            assert_eq!(r, "END\r\n");
+            let r = session(
+                &*db,
+                &sh,
+                b"set u 0 0 1\r\nx\r\nflush_all\r\nget u\r\n",
+                now + 7,
+            );
+            assert_eq!(r, "STORED\r\nOK\r\nEND\r\n");
+        }
+    }
+
+    #[test]
+    fn stats_version_quit_and_errors() {
+        let db = kura_engine::open("*").unwrap();
+        let sh = Shared::new(0, 1 << 20);
+        let r = session(&*db, &sh, b"set a 0 0 1\r\nx\r\nget a zz\r\nstats\r\n", 10);
+        assert!(
+            r.contains("STAT get_hits 1\r\n") && r.contains("STAT get_misses 1\r\n"),
+            "{r}"
+        );
+        assert!(
+            r.contains("STAT curr_items 1\r\n") && r.ends_with("END\r\n"),
+            "{r}"
+        );
+        let r = session(
+            &*db,
+            &sh,
+            b"stats settings\r\nstats items\r\nversion\r\nverbosity 1\r\n",
+            10,
+        );
+        assert!(r.contains("STAT item_size_max 1048576\r\n"), "{r}");
+        assert!(r.contains("END\r\nEND\r\nVERSION "), "{r}");
+        assert!(r.ends_with("OK\r\n"));
+        let r = session(
+            &*db,
+            &sh,
+            b"bogus\r\nset k 0 0 2000000\r\nquit\r\nget a\r\n",
+            10,
+        );
+        assert_eq!(r, "ERROR\r\nSERVER_ERROR object too large for cache\r\n");
+    }
+}
