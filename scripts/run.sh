@@ -1,14 +1,9 @@
 #!/usr/bin/env bash
-# Build kura and open the default embedded database `casket.kh` in the current directory
-# (created when missing), printing what it holds. Extra arguments go to `kura db`, e.g.
-#   scripts/run.sh put casket.kh hello world
-# The network server (`kura serve`, the default once it lands) is tracked as the next issue.
+# Build kura and serve the default embedded database `casket.kh` (created in the current
+# directory when missing) on 127.0.0.1:1978 — memcached clients can connect there. Extra
+# arguments go to `kura serve` (e.g. `scripts/run.sh '*' --port 11211`); Ctrl-C stops it
+# cleanly (the database is synced and closed).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cargo build --release --manifest-path "$root/Cargo.toml" -p kura >&2
-kura="$root/target/release/kura"
-if [ $# -eq 0 ]; then
-    [ -e casket.kh ] || "$kura" db create casket.kh
-    exec "$kura" db inform casket.kh
-fi
-exec "$kura" db "$@"
+exec "$root/target/release/kura" serve "$@"

@@ -37,6 +37,12 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --all-targets 2>&1 | tee "$log"
 cargo test --workspace --doc 2>&1 | tee -a "$log"
-# One closing line for the whole suite (cargo prints one per test binary).
+
+echo "== client libraries (Python venv in .venv)"
+scripts/client-tests.sh 2>&1 | tee -a "$log"
+
+# One closing line for the whole suite (cargo prints one per test binary, pytest its own).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     /^[0-9]+ passed/ { p += $1 }
+     / [0-9]+ failed/ { for (i = 1; i <= NF; i++) if ($(i+1) ~ /^failed/) f += $i }
      END { printf "tests: %d passed, %d failed\n", p, f; exit (f > 0) }' "$log"

@@ -1,6 +1,8 @@
-//! `kura`: the command-line tool. Parsing and wiring only; the logic lives in `kura-engine`.
+//! `kura`: the command-line tool. Parsing and wiring only; the logic lives in `kura-engine` and
+//! `kura-server`.
 
 mod db;
+mod serve;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -18,10 +20,13 @@ enum Command {
     /// Work on a database file directly (create, get, put, import, export, check, …).
     #[command(subcommand)]
     Db(db::DbCommand),
+    /// Serve a database over the network (memcached text protocol so far).
+    Serve(serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Db(cmd) => db::run(cmd),
+        Command::Serve(args) => serve::run(args),
     }
 }

@@ -6,3 +6,4 @@
 //! the binary protocol and protocol sniffing come next.
 
 pub mod mc_exec;
+pub mod net;

@@ -1,0 +1,226 @@
+//! `kura serve`: open the database, then listen (so no request is ever accepted before the
+//! database is open and recovered), serve until SIGTERM / SIGINT, then finish, sync and close.
+
+use kura_engine::name::parse_size;
+use kura_server::mc_exec::Shared;
+use kura_server::net::{self, Config};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// Database name: `*`, `+`, `PATH.kh#param=value…` (created when missing).
+    #[arg(default_value = "casket.kh")]
+    name: String,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port for every protocol (told apart by the first byte of a connection).
+    #[arg(long, default_value_t = 1978)]
+    port: u16,
+    /// An extra port, e.g. 11211 for memcached clients (same protocols as --port).
+    #[arg(long)]
+    memcached_port: Option<u16>,
+    /// Worker threads, each with its own event loop (default: the number of cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Connections served at once; more are refused with an error.
+    #[arg(long, default_value_t = 4096)]
+    max_connections: usize,
+    /// Largest value accepted (k/m/g suffixes; at most 1g).
+    #[arg(long, default_value = "1m", value_parser = item_size)]
+    max_item_size: u64,
+    /// Close connections idle for this many seconds (default: never).
+    #[arg(long)]
+    timeout: Option<u64>,
+    /// Write the process id to this file (removed at exit).
+    #[arg(long)]
+    pid: Option<PathBuf>,
+    /// Append log lines to this file (reopened on SIGHUP) instead of stderr.
+    #[arg(long)]
+    log: Option<PathBuf>,
+    /// Detach from the terminal and run in the background.
+    #[arg(long)]
+    daemon: bool,
+}
+
+fn item_size(s: &str) -> Result<u64, String> {
+    match parse_size(s) {
+        Some(n) if (1..=1 << 30).contains(&n) => Ok(n),
+        _ => Err("expected a size from 1 to 1g (k/m/g suffixes)".into()),
+    }
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+static HUP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+extern "C" fn on_hup(_: libc::c_int) {
+    HUP.store(true, Ordering::SeqCst);
+}
+
+struct Log {
+    path: Option<PathBuf>,
+    file: Mutex<Option<std::fs::File>>,
+}
+
+impl Log {
+    fn open(path: Option<PathBuf>) -> std::io::Result<Log> {
+        let file = match &path {
+            Some(p) => Some(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)?,
+            ),
+            None => None,
+        };
+        Ok(Log {
+            path,
+            file: Mutex::new(file),
+        })
+    }
+
+    fn reopen(&self) {
+        if let Some(p) = &self.path {
+            if let Ok(f) = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+            {
+                if let Ok(mut g) = self.file.lock() {
+                    *g = Some(f);
+                }
+            }
+        }
+    }
+
+    fn line(&self, msg: &str) {
+        let t = kura_engine::store::now_secs();
+        let text = format!("{t} kura[{}]: {msg}\n", std::process::id());
+        match self.file.lock().ok().as_deref_mut() {
+            Some(Some(f)) => {
+                let _ = f.write_all(text.as_bytes());
+            }
+            _ => eprint!("{text}"),
+        }
+    }
+}
+
+pub fn run(a: ServeArgs) -> ExitCode {
+    if a.daemon {
+        // SAFETY: no thread has been started yet; daemon(3) forks and detaches. The working
+        // directory is kept so that relative database paths stay valid.
+        if unsafe { libc::daemon(1, 0) } != 0 {
+            eprintln!(
+                "kura: cannot run in the background: {}",
+                std::io::Error::last_os_error()
+            );
+            return ExitCode::from(2);
+        }
+    }
+    let log = match Log::open(a.log.clone()) {
+        Ok(l) => Arc::new(l),
+        Err(e) => {
+            eprintln!("kura: cannot open the log file: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // SAFETY: the handlers only store to atomics, which is async-signal-safe.
+    unsafe {
+        libc::signal(
+            libc::SIGTERM,
+            on_stop as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+        libc::signal(
+            libc::SIGINT,
+            on_stop as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+        libc::signal(
+            libc::SIGHUP,
+            on_hup as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+    // Open (and recover) the database before listening.
+    let store = match kura_engine::open(&a.name) {
+        Ok(s) => s,
+        Err(e) => {
+            log.line(&format!("cannot open {}: {e}", a.name));
+            return ExitCode::from(2);
+        }
+    };
+    let mut listeners = Vec::new();
+    for port in std::iter::once(a.port).chain(a.memcached_port) {
+        match std::net::TcpListener::bind((a.host.as_str(), port)) {
+            Ok(l) => {
+                if let Ok(addr) = l.local_addr() {
+                    log.line(&format!("listening on {addr} (database {})", a.name));
+                }
+                listeners.push(l);
+            }
+            Err(e) => {
+                log.line(&format!("cannot listen on {}:{port}: {e}", a.host));
+                let _ = store.close();
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if let Some(p) = &a.pid {
+        if let Err(e) = std::fs::write(p, format!("{}\n", std::process::id())) {
+            log.line(&format!("cannot write the pid file {}: {e}", p.display()));
+        }
+    }
+    let threads = a
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let cfg = Config {
+        threads,
+        max_connections: a.max_connections,
+        max_item_size: a.max_item_size as usize,
+        idle_timeout: a.timeout.map(Duration::from_secs),
+    };
+    let shared = Arc::new(Shared::new(kura_engine::store::now_secs(), a.max_item_size));
+    let stop = Arc::new(AtomicBool::new(false));
+    // Watch the signal flags: stop the workers, reopen the log.
+    let watcher = {
+        let (stop, log) = (stop.clone(), log.clone());
+        std::thread::spawn(move || loop {
+            if HUP.swap(false, Ordering::SeqCst) {
+                log.reopen();
+                log.line("log reopened");
+            }
+            if STOP.load(Ordering::SeqCst) || stop.load(Ordering::SeqCst) {
+                stop.store(true, Ordering::SeqCst);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        })
+    };
+    let served = net::serve(listeners, store.clone(), shared, cfg, stop.clone());
+    stop.store(true, Ordering::SeqCst);
+    let _ = watcher.join();
+    let mut code = ExitCode::SUCCESS;
+    if let Err(e) = served {
+        log.line(&format!("server error: {e}"));
+        code = ExitCode::from(1);
+    }
+    match store.close() {
+        Ok(()) => log.line("stopped; database synced and closed"),
+        Err(e) => {
+            log.line(&format!("closing the database failed: {e}"));
+            code = ExitCode::from(1);
+        }
+    }
+    if let Some(p) = &a.pid {
+        let _ = std::fs::remove_file(p);
+    }
+    code
+}

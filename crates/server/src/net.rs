@@ -1,0 +1,435 @@
+//! The connection loop: worker threads, each with its own event loop (mio), accepting from the
+//! shared listeners and serving their connections. Per read, every complete request in the
+//! buffer is decoded and executed, and all their replies go out in one write. Nothing is shared
+//! between connections but the store and a few counters.
+//!
+//! Protocols are told apart by the first byte of a connection ([`sniff`]); only the memcached
+//! text protocol is served so far (issue 3 continues with the binary protocol, issue 4 with
+//! Tokyo Tyrant and HTTP): the others get a clear error and the connection is closed.
+
+use crate::mc_exec::{self, Next, Shared};
+use kura_engine::store::now_secs;
+use kura_engine::Store;
+use kura_proto::mc_text::{self, Decoded, Limits};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Server settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub threads: usize,
+    pub max_connections: usize,
+    pub max_item_size: usize,
+    /// Close connections idle for longer than this.
+    pub idle_timeout: Option<Duration>,
+}
+
+/// The protocol of a connection, from its first byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    MemcachedText,
+    MemcachedBinary,
+    TokyoTyrant,
+    Http,
+}
+
+/// Tell the protocol from the first byte a client sends: 0x80 memcached binary, 0xC8 Tokyo
+/// Tyrant, an upper-case letter an HTTP method, anything else memcached text (whose commands
+/// are lower-case).
+pub fn sniff(first: u8) -> Protocol {
+    match first {
+        0x80 => Protocol::MemcachedBinary,
+        0xC8 => Protocol::TokyoTyrant,
+        b'A'..=b'Z' => Protocol::Http,
+        _ => Protocol::MemcachedText,
+    }
+}
+
+/// Stop reading from a client while this many reply bytes wait for it (back-pressure).
+const MAX_PENDING_OUT: usize = 4 << 20;
+const READ_CHUNK: usize = 64 << 10;
+
+struct Conn {
+    sock: TcpStream,
+    rbuf: Vec<u8>,
+    wbuf: Vec<u8>,
+    wpos: usize,
+    /// Bytes still to discard (the rest of a refused data block).
+    skip: usize,
+    proto: Option<Protocol>,
+    last: Instant,
+    /// Close once the replies are written.
+    closing: bool,
+}
+
+/// Serve until `stop` is set: spawn the workers, wait for them.
+pub fn serve(
+    listeners: Vec<std::net::TcpListener>,
+    store: Arc<dyn Store>,
+    shared: Arc<Shared>,
+    cfg: Config,
+    stop: Arc<AtomicBool>,
+) -> io::Result<()> {
+    for l in &listeners {
+        l.set_nonblocking(true)?;
+    }
+    let mut workers = Vec::new();
+    for i in 0..cfg.threads.max(1) {
+        let ls: Vec<TcpListener> = listeners
+            .iter()
+            .map(|l| l.try_clone().map(TcpListener::from_std))
+            .collect::<io::Result<_>>()?;
+        let (store, shared, cfg, stop) = (store.clone(), shared.clone(), cfg.clone(), stop.clone());
+        workers.push(
+            std::thread::Builder::new()
+                .name(format!("kura-worker-{i}"))
+                .spawn(move || worker(ls, &*store, &shared, &cfg, &stop))?,
+        );
+    }
+    let mut res = Ok(());
+    for w in workers {
+        match w.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => res = Err(e),
+            Err(_) => res = Err(io::Error::other("a worker thread panicked")),
+        }
+    }
+    res
+}
+
+fn worker(
+    mut listeners: Vec<TcpListener>,
+    store: &dyn Store,
+    shared: &Shared,
+    cfg: &Config,
+    stop: &AtomicBool,
+) -> io::Result<()> {
+    let mut poll = Poll::new()?;
+    let mut events = Events::with_capacity(1024);
+    let nl = listeners.len();
+    for (i, l) in listeners.iter_mut().enumerate() {
+        poll.registry().register(l, Token(i), Interest::READABLE)?;
+    }
+    let mut conns: Vec<Option<Conn>> = Vec::new();
+    let mut free: Vec<usize> = Vec::new();
+    let limits = Limits {
+        max_line: 2048,
+        max_key: 250,
+        max_value: cfg.max_item_size,
+    };
+    let mut last_sweep = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        match poll.poll(&mut events, Some(Duration::from_millis(100))) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+        for ev in events.iter() {
+            let t = ev.token().0;
+            if t < nl {
+                accept_all(
+                    &listeners[t],
+                    &mut poll,
+                    &mut conns,
+                    &mut free,
+                    nl,
+                    shared,
+                    cfg,
+                )?;
+                continue;
+            }
+            let idx = t - nl;
+            let done = match conns.get_mut(idx).and_then(Option::as_mut) {
+                Some(c) => !drive(c, store, shared, &limits),
+                None => false,
+            };
+            if done {
+                close(&mut poll, &mut conns, &mut free, idx, shared);
+            } else if let Some(Some(c)) = conns.get_mut(idx) {
+                let want = if c.wpos < c.wbuf.len() {
+                    Interest::READABLE | Interest::WRITABLE
+                } else {
+                    Interest::READABLE
+                };
+                poll.registry().reregister(&mut c.sock, Token(t), want)?;
+            }
+        }
+        if let Some(idle) = cfg.idle_timeout {
+            if last_sweep.elapsed() >= Duration::from_secs(1) {
+                last_sweep = Instant::now();
+                let stale: Vec<usize> = conns
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| c.as_ref().is_some_and(|c| c.last.elapsed() > idle))
+                    .map(|(i, _)| i)
+                    .collect();
+                for i in stale {
+                    close(&mut poll, &mut conns, &mut free, i, shared);
+                }
+            }
+        }
+    }
+    // Stopping: hand out what is already answered, then close.
+    for i in 0..conns.len() {
+        if let Some(c) = conns[i].as_mut() {
+            let _ = c.sock.set_nodelay(true);
+            let _ = flush(c);
+        }
+        close(&mut poll, &mut conns, &mut free, i, shared);
+    }
+    Ok(())
+}
+
+fn accept_all(
+    listener: &TcpListener,
+    poll: &mut Poll,
+    conns: &mut Vec<Option<Conn>>,
+    free: &mut Vec<usize>,
+    nl: usize,
+    shared: &Shared,
+    cfg: &Config,
+) -> io::Result<()> {
+    loop {
+        let (mut sock, _) = match listener.accept() {
+            Ok(s) => s,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // Out of descriptors and the like: drop this round, the next event retries.
+            Err(_) => return Ok(()),
+        };
+        if shared.curr_connections.load(Ordering::Relaxed) as usize >= cfg.max_connections {
+            let _ = sock.write_all(b"SERVER_ERROR too many open connections\r\n");
+            continue; // dropped: closes the socket
+        }
+        let _ = sock.set_nodelay(true);
+        let idx = free.pop().unwrap_or_else(|| {
+            conns.push(None);
+            conns.len() - 1
+        });
+        poll.registry()
+            .register(&mut sock, Token(nl + idx), Interest::READABLE)?;
+        conns[idx] = Some(Conn {
+            sock,
+            rbuf: Vec::new(),
+            wbuf: Vec::new(),
+            wpos: 0,
+            skip: 0,
+            proto: None,
+            last: Instant::now(),
+            closing: false,
+        });
+        shared.curr_connections.fetch_add(1, Ordering::Relaxed);
+        shared.total_connections.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn close(
+    poll: &mut Poll,
+    conns: &mut [Option<Conn>],
+    free: &mut Vec<usize>,
+    idx: usize,
+    shared: &Shared,
+) {
+    if let Some(mut c) = conns.get_mut(idx).and_then(Option::take) {
+        let _ = poll.registry().deregister(&mut c.sock);
+        free.push(idx);
+        shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Read what is there, answer every complete request, write the replies. False when the
+/// connection is finished.
+fn drive(c: &mut Conn, store: &dyn Store, shared: &Shared, limits: &Limits) -> bool {
+    c.last = Instant::now();
+    let mut eof = false;
+    while c.wbuf.len() - c.wpos < MAX_PENDING_OUT && !c.closing {
+        let len = c.rbuf.len();
+        c.rbuf.resize(len + READ_CHUNK, 0);
+        match c.sock.read(&mut c.rbuf[len..]) {
+            Ok(0) => {
+                c.rbuf.truncate(len);
+                eof = true;
+                break;
+            }
+            Ok(n) => {
+                c.rbuf.truncate(len + n);
+                process(c, store, shared, limits);
+            }
+            Err(e) => {
+                c.rbuf.truncate(len);
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => break,
+                    io::ErrorKind::Interrupted => continue,
+                    _ => return false,
+                }
+            }
+        }
+    }
+    if flush(c).is_err() {
+        return false;
+    }
+    let drained = c.wpos == c.wbuf.len();
+    !(eof || (c.closing && drained))
+}
+
+/// Decode and execute every complete request in the read buffer.
+fn process(c: &mut Conn, store: &dyn Store, shared: &Shared, limits: &Limits) {
+    let mut pos = 0;
+    if c.skip > 0 {
+        let n = c.skip.min(c.rbuf.len());
+        pos = n;
+        c.skip -= n;
+    }
+    if c.proto.is_none() && pos < c.rbuf.len() {
+        let p = sniff(c.rbuf[pos]);
+        c.proto = Some(p);
+        let refuse: Option<&[u8]> = match p {
+            Protocol::MemcachedText => None,
+            Protocol::MemcachedBinary => {
+                Some(b"SERVER_ERROR the memcached binary protocol is not served yet\r\n")
+            }
+            Protocol::TokyoTyrant => Some(b"SERVER_ERROR the Tokyo Tyrant protocol is not served yet\r\n"),
+            Protocol::Http => Some(
+                b"HTTP/1.1 501 Not Implemented\r\nContent-Type: text/plain\r\nContent-Length: 27\r\nConnection: close\r\n\r\nHTTP is not served yet.\r\n\r\n",
+            ),
+        };
+        if let Some(msg) = refuse {
+            c.wbuf.extend_from_slice(msg);
+            c.closing = true;
+            c.rbuf.clear();
+            return;
+        }
+    }
+    let now = now_secs();
+    while pos < c.rbuf.len() && !c.closing {
+        match mc_text::decode(&c.rbuf[pos..], limits) {
+            Ok(Decoded::Complete { request, consumed }) => {
+                if mc_exec::execute(store, shared, &request, now, &mut c.wbuf) == Next::Close {
+                    c.closing = true;
+                }
+                pos += consumed;
+            }
+            Ok(Decoded::Incomplete) => break,
+            Err(e) => {
+                e.encode(&mut c.wbuf);
+                let avail = c.rbuf.len() - pos;
+                if e.consumed > avail {
+                    c.skip = e.consumed - avail;
+                    pos = c.rbuf.len();
+                } else {
+                    pos += e.consumed;
+                }
+                if e.close {
+                    c.closing = true;
+                }
+            }
+        }
+    }
+    c.rbuf.drain(..pos);
+}
+
+/// Write pending replies until done or the socket is full.
+fn flush(c: &mut Conn) -> io::Result<()> {
+    while c.wpos < c.wbuf.len() {
+        match c.sock.write(&c.wbuf[c.wpos..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => c.wpos += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    c.wbuf.clear();
+    c.wpos = 0;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sniffing() {
+        assert_eq!(sniff(0x80), Protocol::MemcachedBinary);
+        assert_eq!(sniff(0xC8), Protocol::TokyoTyrant);
+        assert_eq!(sniff(b'G'), Protocol::Http);
+        assert_eq!(sniff(b'P'), Protocol::Http);
+        assert_eq!(sniff(b'g'), Protocol::MemcachedText);
+        assert_eq!(sniff(b's'), Protocol::MemcachedText);
+    }
+
+    fn start(
+        threads: usize,
+    ) -> (
+        std::net::SocketAddr,
+        Arc<AtomicBool>,
+        std::thread::JoinHandle<io::Result<()>>,
+    ) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let store = kura_engine::open("*").unwrap();
+        let shared = Arc::new(Shared::new(now_secs(), 1 << 20));
+        let stop = Arc::new(AtomicBool::new(false));
+        let cfg = Config {
+            threads,
+            max_connections: 100,
+            max_item_size: 1 << 20,
+            idle_timeout: None,
+        };
+        let s = stop.clone();
+        let h = std::thread::spawn(move || serve(vec![l], store, shared, cfg, s));
+        (addr, stop, h)
+    }
+
+    fn roundtrip(s: &mut std::net::TcpStream, send: &[u8], expect: &[u8]) {
+        s.write_all(send).unwrap();
+        let mut got = vec![0u8; expect.len()];
+        s.read_exact(&mut got).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(expect)
+        );
+    }
+
+    #[test]
+    fn serves_pipelined_text_and_refuses_other_protocols() {
+        let (addr, stop, h) = start(2);
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        roundtrip(
+            &mut s,
+            b"set a 0 0 3\r\nabc\r\nget a\r\nbogus\r\n",
+            b"STORED\r\nVALUE a 0 3\r\nabc\r\nEND\r\nERROR\r\n",
+        );
+        // A request split across writes.
+        s.write_all(b"set b 0 0 5\r\nhel").unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        roundtrip(
+            &mut s,
+            b"lo\r\nget b\r\n",
+            b"STORED\r\nVALUE b 0 5\r\nhello\r\nEND\r\n",
+        );
+        // A too-large block is refused and skipped; the connection stays in sync.
+        let mut big = b"set c 0 0 2000000\r\n".to_vec();
+        big.extend(std::iter::repeat_n(b'x', 2_000_000));
+        big.extend_from_slice(b"\r\nget a\r\n");
+        roundtrip(
+            &mut s,
+            &big,
+            b"SERVER_ERROR object too large for cache\r\nVALUE a 0 3\r\nabc\r\nEND\r\n",
+        );
+        let mut b = std::net::TcpStream::connect(addr).unwrap();
+        b.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        b.write_all(&[0x80, 0, 0, 0]).unwrap();
+        let mut out = String::new();
+        b.read_to_string(&mut out).unwrap();
+        assert!(out.starts_with("SERVER_ERROR"), "{out}");
+        roundtrip(&mut s, b"quit\r\n", b"");
+        stop.store(true, Ordering::Relaxed);
+        h.join().unwrap().unwrap();
+    }
+}
