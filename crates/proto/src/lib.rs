@@ -4,4 +4,5 @@
 //! Work in progress for issue 3: the memcached text protocol's classic commands are here; the
 //! meta commands, the memcached binary protocol and protocol sniffing come next.
 
+pub mod mc_bin;
 pub mod mc_text;

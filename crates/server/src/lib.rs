@@ -5,5 +5,6 @@
 //! on a `Store`, replies written as memcached does) is here; the connection loop, `kura serve`,
 //! the binary protocol and protocol sniffing come next.
 
+pub mod mc_bin_exec;
 pub mod mc_exec;
 pub mod net;

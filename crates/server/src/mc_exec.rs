@@ -313,52 +313,64 @@ fn run(
 }
 
 fn stats(store: &dyn Store, shared: &Shared, group: Option<&[u8]>, now: u64, out: &mut Vec<u8>) {
-    let s = |out: &mut Vec<u8>, n: &str, v: &dyn std::fmt::Display| {
-        mc_text::encode_stat(out, n, &v.to_string())
-    };
+    for (name, value) in stat_pairs(store, shared, group, now) {
+        mc_text::encode_stat(out, &name, &value);
+    }
+    out.extend_from_slice(reply::END);
+}
+
+/// The statistics of a `stats [group]` request, as (name, value) pairs.
+pub fn stat_pairs(
+    store: &dyn Store,
+    shared: &Shared,
+    group: Option<&[u8]>,
+    now: u64,
+) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = Vec::new();
+    let mut s = |n: &str, x: &dyn std::fmt::Display| v.push((n.to_string(), x.to_string()));
     let c = |a: &AtomicU64| a.load(Relaxed);
     match group {
         None => {
-            s(out, "pid", &std::process::id());
-            s(out, "uptime", &now.saturating_sub(shared.started));
-            s(out, "time", &now);
-            s(out, "version", &shared.version);
-            s(out, "pointer_size", &(8 * std::mem::size_of::<usize>()));
-            s(out, "curr_connections", &c(&shared.curr_connections));
-            s(out, "total_connections", &c(&shared.total_connections));
-            s(out, "cmd_get", &c(&shared.cmd_get));
-            s(out, "cmd_set", &c(&shared.cmd_set));
-            s(out, "cmd_flush", &c(&shared.cmd_flush));
-            s(out, "cmd_touch", &c(&shared.cmd_touch));
-            s(out, "get_hits", &c(&shared.get_hits));
-            s(out, "get_misses", &c(&shared.get_misses));
-            s(out, "delete_misses", &c(&shared.delete_misses));
-            s(out, "delete_hits", &c(&shared.delete_hits));
-            s(out, "incr_misses", &c(&shared.incr_misses));
-            s(out, "incr_hits", &c(&shared.incr_hits));
-            s(out, "decr_misses", &c(&shared.decr_misses));
-            s(out, "decr_hits", &c(&shared.decr_hits));
-            s(out, "cas_misses", &c(&shared.cas_misses));
-            s(out, "cas_hits", &c(&shared.cas_hits));
-            s(out, "cas_badval", &c(&shared.cas_badval));
-            s(out, "touch_hits", &c(&shared.touch_hits));
-            s(out, "touch_misses", &c(&shared.touch_misses));
-            s(out, "curr_items", &store.count());
-            s(out, "bytes", &store.size());
-            for (name, v) in store.counters() {
-                s(out, name, &v);
+            s("pid", &std::process::id());
+            s("uptime", &now.saturating_sub(shared.started));
+            s("time", &now);
+            s("version", &shared.version);
+            s("pointer_size", &(8 * std::mem::size_of::<usize>()));
+            s("curr_connections", &c(&shared.curr_connections));
+            s("total_connections", &c(&shared.total_connections));
+            s("cmd_get", &c(&shared.cmd_get));
+            s("cmd_set", &c(&shared.cmd_set));
+            s("cmd_flush", &c(&shared.cmd_flush));
+            s("cmd_touch", &c(&shared.cmd_touch));
+            s("get_hits", &c(&shared.get_hits));
+            s("get_misses", &c(&shared.get_misses));
+            s("delete_misses", &c(&shared.delete_misses));
+            s("delete_hits", &c(&shared.delete_hits));
+            s("incr_misses", &c(&shared.incr_misses));
+            s("incr_hits", &c(&shared.incr_hits));
+            s("decr_misses", &c(&shared.decr_misses));
+            s("decr_hits", &c(&shared.decr_hits));
+            s("cas_misses", &c(&shared.cas_misses));
+            s("cas_hits", &c(&shared.cas_hits));
+            s("cas_badval", &c(&shared.cas_badval));
+            s("touch_hits", &c(&shared.touch_hits));
+            s("touch_misses", &c(&shared.touch_misses));
+            s("curr_items", &store.count());
+            s("bytes", &store.size());
+            for (name, x) in store.counters() {
+                s(name, &x);
             }
         }
         Some(b"settings") => {
-            s(out, "item_size_max", &shared.max_item_size);
-            for (k, v) in store.describe() {
-                s(out, &format!("db_{k}"), &v);
+            s("item_size_max", &shared.max_item_size);
+            for (k, x) in store.describe() {
+                s(&format!("db_{k}"), &x);
             }
         }
         // No slab allocator: the item and slab groups are empty, as on a fresh memcached.
         Some(_) => {}
     }
-    out.extend_from_slice(reply::END);
+    v
 }
 
 #[cfg(test)]

@@ -3,13 +3,15 @@
 //! buffer is decoded and executed, and all their replies go out in one write. Nothing is shared
 //! between connections but the store and a few counters.
 //!
-//! Protocols are told apart by the first byte of a connection ([`sniff`]); only the memcached
-//! text protocol is served so far (issue 3 continues with the binary protocol, issue 4 with
-//! Tokyo Tyrant and HTTP): the others get a clear error and the connection is closed.
+//! Protocols are told apart by the first byte of a connection ([`sniff`]); the memcached text
+//! and binary protocols are served; Tokyo Tyrant and HTTP (issue 4) get a clear error and the
+//! connection is closed.
 
+use crate::mc_bin_exec;
 use crate::mc_exec::{self, Next, Shared};
 use kura_engine::store::now_secs;
 use kura_engine::Store;
+use kura_proto::mc_bin;
 use kura_proto::mc_text::{self, Decoded, Limits};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
@@ -288,10 +290,7 @@ fn process(c: &mut Conn, store: &dyn Store, shared: &Shared, limits: &Limits) {
         let p = sniff(c.rbuf[pos]);
         c.proto = Some(p);
         let refuse: Option<&[u8]> = match p {
-            Protocol::MemcachedText => None,
-            Protocol::MemcachedBinary => {
-                Some(b"SERVER_ERROR the memcached binary protocol is not served yet\r\n")
-            }
+            Protocol::MemcachedText | Protocol::MemcachedBinary => None,
             Protocol::TokyoTyrant => Some(b"SERVER_ERROR the Tokyo Tyrant protocol is not served yet\r\n"),
             Protocol::Http => Some(
                 b"HTTP/1.1 501 Not Implemented\r\nContent-Type: text/plain\r\nContent-Length: 27\r\nConnection: close\r\n\r\nHTTP is not served yet.\r\n\r\n",
@@ -305,6 +304,10 @@ fn process(c: &mut Conn, store: &dyn Store, shared: &Shared, limits: &Limits) {
         }
     }
     let now = now_secs();
+    if c.proto == Some(Protocol::MemcachedBinary) {
+        process_binary(c, pos, store, shared, limits, now);
+        return;
+    }
     while pos < c.rbuf.len() && !c.closing {
         match mc_text::decode(&c.rbuf[pos..], limits) {
             Ok(Decoded::Complete { request, consumed }) => {
@@ -330,6 +333,43 @@ fn process(c: &mut Conn, store: &dyn Store, shared: &Shared, limits: &Limits) {
         }
     }
     c.rbuf.drain(..pos);
+}
+
+fn process_binary(
+    c: &mut Conn,
+    mut pos: usize,
+    store: &dyn Store,
+    shared: &Shared,
+    limits: &Limits,
+    now: u64,
+) {
+    while pos < c.rbuf.len() && !c.closing {
+        match mc_bin::decode(&c.rbuf[pos..], limits) {
+            Ok(mc_bin::Decoded::Complete { request, consumed }) => {
+                if mc_bin_exec::execute(store, shared, &request, now, &mut c.wbuf) == Next::Close {
+                    c.closing = true;
+                }
+                pos += consumed;
+            }
+            Ok(mc_bin::Decoded::Incomplete) => break,
+            Err(e) => {
+                if let Some(st) = e.status {
+                    mc_bin::encode_error(&mut c.wbuf, e.opcode, st, e.opaque);
+                }
+                let avail = c.rbuf.len() - pos;
+                if e.consumed > avail {
+                    c.skip = e.consumed - avail;
+                    pos = c.rbuf.len();
+                } else {
+                    pos += e.consumed;
+                }
+                if e.close {
+                    c.closing = true;
+                }
+            }
+        }
+    }
+    c.rbuf.drain(..pos.min(c.rbuf.len()));
 }
 
 /// Write pending replies until done or the socket is full.
@@ -424,9 +464,19 @@ mod tests {
         );
         let mut b = std::net::TcpStream::connect(addr).unwrap();
         b.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        b.write_all(&[0x80, 0, 0, 0]).unwrap();
+        // A binary noop is answered with a binary response.
+        let mut noop = vec![0x80, 0x0a];
+        noop.extend_from_slice(&[0; 22]);
+        b.write_all(&noop).unwrap();
+        let mut resp = [0u8; 24];
+        b.read_exact(&mut resp).unwrap();
+        assert_eq!((resp[0], resp[1], resp[7]), (0x81, 0x0a, 0));
+        // Tyrant's magic byte is not served yet: an error, then the connection closes.
+        let mut t = std::net::TcpStream::connect(addr).unwrap();
+        t.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        t.write_all(&[0xC8, 0x10]).unwrap();
         let mut out = String::new();
-        b.read_to_string(&mut out).unwrap();
+        t.read_to_string(&mut out).unwrap();
         assert!(out.starts_with("SERVER_ERROR"), "{out}");
         roundtrip(&mut s, b"quit\r\n", b"");
         stop.store(true, Ordering::Relaxed);

@@ -1,0 +1,358 @@
+//! The memcached binary protocol: 24-byte headers, bodies of extras, key and value.
+//!
+//! `decode` borrows the key, extras and value from the input buffer. A header whose lengths do
+//! not add up, or whose body is larger than the limits, is an error that says how many bytes to
+//! skip (the whole announced body, so the stream stays in sync) or to close the connection.
+
+use crate::mc_text::Limits;
+
+pub const HEADER_LEN: usize = 24;
+pub const REQ_MAGIC: u8 = 0x80;
+pub const RES_MAGIC: u8 = 0x81;
+
+/// Opcodes (memcached's protocol_binary.h).
+pub mod op {
+    pub const GET: u8 = 0x00;
+    pub const SET: u8 = 0x01;
+    pub const ADD: u8 = 0x02;
+    pub const REPLACE: u8 = 0x03;
+    pub const DELETE: u8 = 0x04;
+    pub const INCREMENT: u8 = 0x05;
+    pub const DECREMENT: u8 = 0x06;
+    pub const QUIT: u8 = 0x07;
+    pub const FLUSH: u8 = 0x08;
+    pub const GETQ: u8 = 0x09;
+    pub const NOOP: u8 = 0x0a;
+    pub const VERSION: u8 = 0x0b;
+    pub const GETK: u8 = 0x0c;
+    pub const GETKQ: u8 = 0x0d;
+    pub const APPEND: u8 = 0x0e;
+    pub const PREPEND: u8 = 0x0f;
+    pub const STAT: u8 = 0x10;
+    pub const SETQ: u8 = 0x11;
+    pub const ADDQ: u8 = 0x12;
+    pub const REPLACEQ: u8 = 0x13;
+    pub const DELETEQ: u8 = 0x14;
+    pub const INCREMENTQ: u8 = 0x15;
+    pub const DECREMENTQ: u8 = 0x16;
+    pub const QUITQ: u8 = 0x17;
+    pub const FLUSHQ: u8 = 0x18;
+    pub const APPENDQ: u8 = 0x19;
+    pub const PREPENDQ: u8 = 0x1a;
+    pub const VERBOSITY: u8 = 0x1b;
+    pub const TOUCH: u8 = 0x1c;
+    pub const GAT: u8 = 0x1d;
+    pub const GATQ: u8 = 0x1e;
+    pub const GATK: u8 = 0x23;
+    pub const GATKQ: u8 = 0x24;
+}
+
+/// Response status codes.
+pub mod status {
+    pub const OK: u16 = 0x0000;
+    pub const KEY_NOT_FOUND: u16 = 0x0001;
+    pub const KEY_EXISTS: u16 = 0x0002;
+    pub const TOO_LARGE: u16 = 0x0003;
+    pub const INVALID_ARGUMENTS: u16 = 0x0004;
+    pub const NOT_STORED: u16 = 0x0005;
+    pub const NON_NUMERIC: u16 = 0x0006;
+    pub const UNKNOWN_COMMAND: u16 = 0x0081;
+    pub const OUT_OF_MEMORY: u16 = 0x0082;
+}
+
+/// One request: the header fields that matter and borrowed body parts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request<'a> {
+    pub opcode: u8,
+    pub opaque: u32,
+    pub cas: u64,
+    pub extras: &'a [u8],
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+}
+
+impl Request<'_> {
+    /// A quiet variant: no reply on success (on a miss for the get family).
+    pub fn quiet(&self) -> bool {
+        matches!(
+            self.opcode,
+            op::GETQ
+                | op::GETKQ
+                | op::SETQ
+                | op::ADDQ
+                | op::REPLACEQ
+                | op::DELETEQ
+                | op::INCREMENTQ
+                | op::DECREMENTQ
+                | op::QUITQ
+                | op::FLUSHQ
+                | op::APPENDQ
+                | op::PREPENDQ
+                | op::GATQ
+                | op::GATKQ
+        )
+    }
+
+    fn be32(b: &[u8], at: usize) -> Option<u32> {
+        Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
+    }
+    fn be64(b: &[u8], at: usize) -> Option<u64> {
+        Some(u64::from_be_bytes(b.get(at..at + 8)?.try_into().ok()?))
+    }
+    /// Set / add / replace extras: (flags, expiration).
+    pub fn store_extras(&self) -> Option<(u32, u32)> {
+        (self.extras.len() == 8)
+            .then(|| Some((Self::be32(self.extras, 0)?, Self::be32(self.extras, 4)?)))
+            .flatten()
+    }
+    /// Increment / decrement extras: (delta, initial, expiration).
+    pub fn arith_extras(&self) -> Option<(u64, u64, u32)> {
+        (self.extras.len() == 20)
+            .then(|| {
+                Some((
+                    Self::be64(self.extras, 0)?,
+                    Self::be64(self.extras, 8)?,
+                    Self::be32(self.extras, 16)?,
+                ))
+            })
+            .flatten()
+    }
+    /// A single u32 extra (touch / gat expiration, flush delay, verbosity), if present.
+    pub fn u32_extra(&self) -> Option<u32> {
+        (self.extras.len() == 4)
+            .then(|| Self::be32(self.extras, 0))
+            .flatten()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decoded<'a> {
+    Complete {
+        request: Request<'a>,
+        consumed: usize,
+    },
+    Incomplete,
+}
+
+/// A request that cannot be served as sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecodeError {
+    /// The status to answer with (`None`: close without answering — not a binary request).
+    pub status: Option<u16>,
+    pub opcode: u8,
+    pub opaque: u32,
+    /// Bytes to discard (may exceed what arrived: keep discarding as it comes).
+    pub consumed: usize,
+    pub close: bool,
+}
+
+/// Decode one request from the start of `buf`.
+pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, DecodeError> {
+    if buf.len() < HEADER_LEN {
+        if !buf.is_empty() && buf[0] != REQ_MAGIC {
+            return Err(bad_magic());
+        }
+        return Ok(Decoded::Incomplete);
+    }
+    if buf[0] != REQ_MAGIC {
+        return Err(bad_magic());
+    }
+    let opcode = buf[1];
+    let klen = u16::from_be_bytes([buf[2], buf[3]]) as usize;
+    let elen = buf[4] as usize;
+    let blen = u32::from_be_bytes([buf[8], buf[9], buf[10], buf[11]]) as usize;
+    let opaque = u32::from_be_bytes([buf[12], buf[13], buf[14], buf[15]]);
+    let cas = u64::from_be_bytes(buf[16..24].try_into().unwrap_or_default());
+    let err = |status, consumed: usize, close| DecodeError {
+        status: Some(status),
+        opcode,
+        opaque,
+        consumed,
+        close,
+    };
+    if klen + elen > blen {
+        // The lengths contradict each other: nothing after this can be trusted.
+        return Err(err(status::INVALID_ARGUMENTS, buf.len(), true));
+    }
+    if klen > limits.max_key {
+        return Err(err(status::INVALID_ARGUMENTS, HEADER_LEN + blen, false));
+    }
+    if blen - klen - elen > limits.max_value {
+        return Err(err(status::TOO_LARGE, HEADER_LEN + blen, false));
+    }
+    let total = HEADER_LEN + blen;
+    if buf.len() < total {
+        return Ok(Decoded::Incomplete);
+    }
+    let body = &buf[HEADER_LEN..total];
+    Ok(Decoded::Complete {
+        request: Request {
+            opcode,
+            opaque,
+            cas,
+            extras: &body[..elen],
+            key: &body[elen..elen + klen],
+            value: &body[elen + klen..],
+        },
+        consumed: total,
+    })
+}
+
+fn bad_magic() -> DecodeError {
+    DecodeError {
+        status: None,
+        opcode: 0,
+        opaque: 0,
+        consumed: 0,
+        close: true,
+    }
+}
+
+/// Append a response packet.
+#[allow(clippy::too_many_arguments)]
+pub fn encode_response(
+    out: &mut Vec<u8>,
+    opcode: u8,
+    status: u16,
+    opaque: u32,
+    cas: u64,
+    extras: &[u8],
+    key: &[u8],
+    value: &[u8],
+) {
+    let blen = (extras.len() + key.len() + value.len()) as u32;
+    out.push(RES_MAGIC);
+    out.push(opcode);
+    out.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    out.push(extras.len() as u8);
+    out.push(0);
+    out.extend_from_slice(&status.to_be_bytes());
+    out.extend_from_slice(&blen.to_be_bytes());
+    out.extend_from_slice(&opaque.to_be_bytes());
+    out.extend_from_slice(&cas.to_be_bytes());
+    out.extend_from_slice(extras);
+    out.extend_from_slice(key);
+    out.extend_from_slice(value);
+}
+
+/// Append an error response whose body is the status text (as memcached sends).
+pub fn encode_error(out: &mut Vec<u8>, opcode: u8, status: u16, opaque: u32) {
+    let text: &[u8] = match status {
+        status::KEY_NOT_FOUND => b"Not found",
+        status::KEY_EXISTS => b"Data exists for key.",
+        status::TOO_LARGE => b"Too large.",
+        status::INVALID_ARGUMENTS => b"Invalid arguments",
+        status::NOT_STORED => b"Not stored.",
+        status::NON_NUMERIC => b"Non-numeric server-side value for incr or decr",
+        status::UNKNOWN_COMMAND => b"Unknown command",
+        _ => b"Out of memory",
+    };
+    encode_response(out, opcode, status, opaque, 0, &[], &[], text);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Build a request packet.
+    pub fn packet(
+        opcode: u8,
+        opaque: u32,
+        cas: u64,
+        extras: &[u8],
+        key: &[u8],
+        value: &[u8],
+    ) -> Vec<u8> {
+        let mut v = vec![REQ_MAGIC, opcode];
+        v.extend_from_slice(&(key.len() as u16).to_be_bytes());
+        v.push(extras.len() as u8);
+        v.push(0);
+        v.extend_from_slice(&[0, 0]);
+        v.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
+        v.extend_from_slice(&opaque.to_be_bytes());
+        v.extend_from_slice(&cas.to_be_bytes());
+        v.extend_from_slice(extras);
+        v.extend_from_slice(key);
+        v.extend_from_slice(value);
+        v
+    }
+
+    #[test]
+    fn decodes_a_set_and_splits_anywhere() {
+        let mut extras = 7u32.to_be_bytes().to_vec();
+        extras.extend_from_slice(&100u32.to_be_bytes());
+        let p = packet(op::SETQ, 42, 9, &extras, b"key", b"value");
+        for cut in 0..p.len() {
+            assert_eq!(
+                decode(&p[..cut], &Limits::default()),
+                Ok(Decoded::Incomplete)
+            );
+        }
+        match decode(&p, &Limits::default()) {
+            Ok(Decoded::Complete { request, consumed }) => {
+                assert_eq!(consumed, p.len());
+                assert_eq!(request.key, b"key");
+                assert_eq!(request.value, b"value");
+                assert_eq!(request.opaque, 42);
+                assert_eq!(request.cas, 9);
+                assert_eq!(request.store_extras(), Some((7, 100)));
+                assert!(request.quiet());
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn errors() {
+        // Key and extras longer than the body: close.
+        let mut p = packet(op::GET, 1, 0, &[], b"k", b"");
+        p[11] = 0;
+        assert!(decode(&p, &Limits::default()).unwrap_err().close);
+        // A huge body is refused and skipped whole.
+        let mut p = packet(op::SET, 1, 0, &[0; 8], b"k", b"");
+        p[8..12].copy_from_slice(&(u32::MAX).to_be_bytes());
+        let e = decode(&p, &Limits::default()).unwrap_err();
+        assert_eq!(
+            (e.status, e.consumed, e.close),
+            (Some(status::TOO_LARGE), 24 + u32::MAX as usize, false)
+        );
+        // Not a request at all.
+        assert!(decode(b"get k\r\n", &Limits::default()).unwrap_err().close);
+    }
+
+    #[test]
+    fn responses() {
+        let mut out = Vec::new();
+        encode_response(
+            &mut out,
+            op::GETK,
+            status::OK,
+            5,
+            77,
+            &3u32.to_be_bytes(),
+            b"k",
+            b"v",
+        );
+        assert_eq!(out.len(), 24 + 4 + 1 + 1);
+        assert_eq!(out[0], RES_MAGIC);
+        assert_eq!(u16::from_be_bytes([out[2], out[3]]), 1);
+        assert_eq!(u32::from_be_bytes(out[12..16].try_into().unwrap()), 5);
+        assert_eq!(u64::from_be_bytes(out[16..24].try_into().unwrap()), 77);
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics(buf in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let mut buf = buf;
+            if !buf.is_empty() { buf[0] = REQ_MAGIC; }
+            match decode(&buf, &Limits::default()) {
+                Ok(Decoded::Complete { consumed, request }) => {
+                    prop_assert!(consumed <= buf.len());
+                    let _ = (request.store_extras(), request.arith_extras(), request.u32_extra());
+                }
+                Ok(Decoded::Incomplete) | Err(_) => {}
+            }
+        }
+    }
+}

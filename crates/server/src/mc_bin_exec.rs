@@ -1,0 +1,440 @@
+//! Executes memcached binary-protocol requests on a [`Store`] (same semantics and counters as
+//! the text protocol in [`crate::mc_exec`]).
+
+use crate::mc_exec::{absolute_expiry, flush_if_due, stat_pairs, Next, Shared};
+use kura_engine::{Decision, Error, Outcome, Store};
+use kura_proto::mc_bin::{encode_error, encode_response, op, status, Request};
+use std::sync::atomic::Ordering::Relaxed;
+
+/// Execute one request, appending its response packets (if any) to `out`.
+pub fn execute(
+    store: &dyn Store,
+    shared: &Shared,
+    req: &Request<'_>,
+    now: u64,
+    out: &mut Vec<u8>,
+) -> Next {
+    if let Err(e) = flush_if_due(store, shared, now).and_then(|_| run(store, shared, req, now, out))
+    {
+        let st = match e {
+            Error::TooLarge(_) => status::TOO_LARGE,
+            Error::NotNumeric => status::NON_NUMERIC,
+            _ => status::OUT_OF_MEMORY,
+        };
+        encode_error(out, req.opcode, st, req.opaque);
+        return Next::Continue;
+    }
+    if matches!(req.opcode, op::QUIT | op::QUITQ) {
+        Next::Close
+    } else {
+        Next::Continue
+    }
+}
+
+fn run(
+    store: &dyn Store,
+    shared: &Shared,
+    req: &Request<'_>,
+    now: u64,
+    out: &mut Vec<u8>,
+) -> Result<(), Error> {
+    let quiet = req.quiet();
+    let (opc, opaque) = (req.opcode, req.opaque);
+    let ok = |out: &mut Vec<u8>, cas: u64| {
+        if !quiet {
+            encode_response(out, opc, status::OK, opaque, cas, &[], &[], &[]);
+        }
+    };
+    let fail = |out: &mut Vec<u8>, st: u16| encode_error(out, opc, st, opaque);
+    match opc {
+        op::GET | op::GETQ | op::GETK | op::GETKQ | op::GAT | op::GATQ | op::GATK | op::GATKQ => {
+            let with_key = matches!(opc, op::GETK | op::GETKQ | op::GATK | op::GATKQ);
+            let touch = matches!(opc, op::GAT | op::GATQ | op::GATK | op::GATKQ);
+            shared.cmd_get.fetch_add(1, Relaxed);
+            let found = if touch {
+                shared.cmd_touch.fetch_add(1, Relaxed);
+                let Some(exp) = req.u32_extra() else {
+                    fail(out, status::INVALID_ARGUMENTS);
+                    return Ok(());
+                };
+                let expires = absolute_expiry(i64::from(exp), now);
+                let mut value = None;
+                let meta = store.accept(req.key, &mut |cur| match cur {
+                    Some(c) => {
+                        value = Some(c.value.to_vec());
+                        Decision::Touch { expires }
+                    }
+                    None => Decision::Keep,
+                })?;
+                value.zip(meta)
+            } else {
+                store.get(req.key)?.map(|r| (r.value, r.meta))
+            };
+            match found {
+                Some((value, meta)) => {
+                    shared.get_hits.fetch_add(1, Relaxed);
+                    let key: &[u8] = if with_key { req.key } else { &[] };
+                    let flags = meta.flags.to_be_bytes();
+                    encode_response(
+                        out,
+                        opc,
+                        status::OK,
+                        opaque,
+                        meta.version,
+                        &flags,
+                        key,
+                        &value,
+                    );
+                }
+                None => {
+                    shared.get_misses.fetch_add(1, Relaxed);
+                    if !quiet {
+                        let key: &[u8] = if with_key { req.key } else { &[] };
+                        encode_response(
+                            out,
+                            opc,
+                            status::KEY_NOT_FOUND,
+                            opaque,
+                            0,
+                            &[],
+                            key,
+                            b"Not found",
+                        );
+                    }
+                }
+            }
+        }
+        op::SET | op::SETQ | op::ADD | op::ADDQ | op::REPLACE | op::REPLACEQ => {
+            shared.cmd_set.fetch_add(1, Relaxed);
+            let Some((flags, exp)) = req.store_extras() else {
+                fail(out, status::INVALID_ARGUMENTS);
+                return Ok(());
+            };
+            let expires = absolute_expiry(i64::from(exp), now);
+            let outcome = match (opc, req.cas) {
+                (op::SET | op::SETQ | op::REPLACE | op::REPLACEQ, cas) if cas != 0 => {
+                    store.cas(req.key, cas, req.value, flags, expires)?
+                }
+                (op::SET | op::SETQ, _) => {
+                    Outcome::Stored(store.put_with(req.key, req.value, flags, expires)?)
+                }
+                (op::ADD | op::ADDQ, _) => store.putkeep(req.key, req.value, flags, expires)?,
+                _ => store.replace(req.key, req.value, flags, expires)?,
+            };
+            match outcome {
+                Outcome::Stored(m) => ok(out, m.version),
+                Outcome::Exists | Outcome::VersionMismatch => fail(out, status::KEY_EXISTS),
+                _ => fail(out, status::KEY_NOT_FOUND),
+            }
+        }
+        op::APPEND | op::APPENDQ | op::PREPEND | op::PREPENDQ => {
+            shared.cmd_set.fetch_add(1, Relaxed);
+            let front = matches!(opc, op::PREPEND | op::PREPENDQ);
+            match store.concat(req.key, req.value, front, false)? {
+                Some(m) => ok(out, m.version),
+                None => fail(out, status::NOT_STORED),
+            }
+        }
+        op::DELETE | op::DELETEQ => match store.out_if(req.key, req.cas)? {
+            Outcome::Deleted => {
+                shared.delete_hits.fetch_add(1, Relaxed);
+                ok(out, 0)
+            }
+            Outcome::VersionMismatch => fail(out, status::KEY_EXISTS),
+            _ => {
+                shared.delete_misses.fetch_add(1, Relaxed);
+                fail(out, status::KEY_NOT_FOUND)
+            }
+        },
+        op::INCREMENT | op::INCREMENTQ | op::DECREMENT | op::DECREMENTQ => {
+            let decr = matches!(opc, op::DECREMENT | op::DECREMENTQ);
+            let Some((delta, initial, exp)) = req.arith_extras() else {
+                fail(out, status::INVALID_ARGUMENTS);
+                return Ok(());
+            };
+            let (hits, misses) = if decr {
+                (&shared.decr_hits, &shared.decr_misses)
+            } else {
+                (&shared.incr_hits, &shared.incr_misses)
+            };
+            // A missing counter is created with `initial` unless the expiration is all ones.
+            let result = loop {
+                match store.incr_decimal(req.key, delta, decr) {
+                    Ok(Some((n, m))) => {
+                        hits.fetch_add(1, Relaxed);
+                        break Some((n, m.version));
+                    }
+                    Ok(None) if exp == u32::MAX => {
+                        misses.fetch_add(1, Relaxed);
+                        break None;
+                    }
+                    Ok(None) => {
+                        misses.fetch_add(1, Relaxed);
+                        let expires = absolute_expiry(i64::from(exp), now);
+                        let v = initial.to_string();
+                        if let Outcome::Stored(m) =
+                            store.putkeep(req.key, v.as_bytes(), 0, expires)?
+                        {
+                            break Some((initial, m.version));
+                        }
+                        // Created meanwhile by another client: count on it.
+                    }
+                    Err(Error::NotNumeric) => {
+                        fail(out, status::NON_NUMERIC);
+                        return Ok(());
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
+            match result {
+                Some((n, cas)) if !quiet => encode_response(
+                    out,
+                    opc,
+                    status::OK,
+                    opaque,
+                    cas,
+                    &[],
+                    &[],
+                    &n.to_be_bytes(),
+                ),
+                Some(_) => {}
+                None => fail(out, status::KEY_NOT_FOUND),
+            }
+        }
+        op::TOUCH => {
+            shared.cmd_touch.fetch_add(1, Relaxed);
+            let Some(exp) = req.u32_extra() else {
+                fail(out, status::INVALID_ARGUMENTS);
+                return Ok(());
+            };
+            match store.touch(req.key, absolute_expiry(i64::from(exp), now))? {
+                Some(m) => {
+                    shared.touch_hits.fetch_add(1, Relaxed);
+                    ok(out, m.version)
+                }
+                None => {
+                    shared.touch_misses.fetch_add(1, Relaxed);
+                    fail(out, status::KEY_NOT_FOUND)
+                }
+            }
+        }
+        op::FLUSH | op::FLUSHQ => {
+            shared.cmd_flush.fetch_add(1, Relaxed);
+            let delay = req.u32_extra().unwrap_or(0);
+            if delay == 0 {
+                shared.flush_at.store(0, Relaxed);
+                store.vanish()?;
+            } else {
+                shared
+                    .flush_at
+                    .store(absolute_expiry(i64::from(delay), now).max(1), Relaxed);
+            }
+            ok(out, 0)
+        }
+        op::NOOP => encode_response(out, opc, status::OK, opaque, 0, &[], &[], &[]),
+        op::QUIT | op::QUITQ => ok(out, 0),
+        op::VERSION => encode_response(
+            out,
+            opc,
+            status::OK,
+            opaque,
+            0,
+            &[],
+            &[],
+            shared.version.as_bytes(),
+        ),
+        op::VERBOSITY => ok(out, 0),
+        op::STAT => {
+            let group = (!req.key.is_empty()).then_some(req.key);
+            for (name, value) in stat_pairs(store, shared, group, now) {
+                encode_response(
+                    out,
+                    opc,
+                    status::OK,
+                    opaque,
+                    0,
+                    &[],
+                    name.as_bytes(),
+                    value.as_bytes(),
+                );
+            }
+            encode_response(out, opc, status::OK, opaque, 0, &[], &[], &[]);
+        }
+        _ => fail(out, status::UNKNOWN_COMMAND),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kura_proto::mc_bin::{decode, Decoded};
+    use kura_proto::mc_text::Limits;
+
+    fn packet(
+        opcode: u8,
+        opaque: u32,
+        cas: u64,
+        extras: &[u8],
+        key: &[u8],
+        value: &[u8],
+    ) -> Vec<u8> {
+        let mut v = vec![0x80, opcode];
+        v.extend_from_slice(&(key.len() as u16).to_be_bytes());
+        v.push(extras.len() as u8);
+        v.extend_from_slice(&[0, 0, 0]);
+        v.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
+        v.extend_from_slice(&opaque.to_be_bytes());
+        v.extend_from_slice(&cas.to_be_bytes());
+        v.extend_from_slice(extras);
+        v.extend_from_slice(key);
+        v.extend_from_slice(value);
+        v
+    }
+
+    /// (opcode, status, opaque, cas, extras, key, value) of every response packet.
+    type Resp = (u8, u16, u32, u64, Vec<u8>, Vec<u8>, Vec<u8>);
+
+    fn run_all(db: &dyn Store, sh: &Shared, input: &[u8]) -> Vec<Resp> {
+        let mut out = Vec::new();
+        let mut pos = 0;
+        while let Ok(Decoded::Complete { request, consumed }) =
+            decode(&input[pos..], &Limits::default())
+        {
+            pos += consumed;
+            if execute(db, sh, &request, kura_engine::store::now_secs(), &mut out) == Next::Close {
+                break;
+            }
+        }
+        let mut res = Vec::new();
+        let mut p = 0;
+        while p < out.len() {
+            let klen = u16::from_be_bytes([out[p + 2], out[p + 3]]) as usize;
+            let elen = out[p + 4] as usize;
+            let st = u16::from_be_bytes([out[p + 6], out[p + 7]]);
+            let blen = u32::from_be_bytes(out[p + 8..p + 12].try_into().unwrap()) as usize;
+            let opaque = u32::from_be_bytes(out[p + 12..p + 16].try_into().unwrap());
+            let cas = u64::from_be_bytes(out[p + 16..p + 24].try_into().unwrap());
+            let body = &out[p + 24..p + 24 + blen];
+            res.push((
+                out[p + 1],
+                st,
+                opaque,
+                cas,
+                body[..elen].to_vec(),
+                body[elen..elen + klen].to_vec(),
+                body[elen + klen..].to_vec(),
+            ));
+            p += 24 + blen;
+        }
+        res
+    }
+
+    fn se(flags: u32, exp: u32) -> Vec<u8> {
+        let mut v = flags.to_be_bytes().to_vec();
+        v.extend_from_slice(&exp.to_be_bytes());
+        v
+    }
+
+    #[test]
+    fn quiet_pipeline_terminated_by_noop() {
+        let db = kura_engine::open("*").unwrap();
+        let sh = Shared::new(0, 1 << 20);
+        let mut input = packet(op::SETQ, 1, 0, &se(5, 0), b"a", b"one");
+        input.extend(packet(op::SETQ, 2, 0, &se(0, 0), b"b", b"two"));
+        input.extend(packet(op::GETKQ, 3, 0, &[], b"a", b""));
+        input.extend(packet(op::GETKQ, 4, 0, &[], b"missing", b""));
+        input.extend(packet(op::GETQ, 5, 0, &[], b"b", b""));
+        input.extend(packet(op::NOOP, 6, 0, &[], b"", b""));
+        let r = run_all(&*db, &sh, &input);
+        assert_eq!(r.len(), 3, "{r:?}");
+        assert_eq!(
+            (r[0].2, r[0].4.clone(), r[0].5.clone(), r[0].6.clone()),
+            (
+                3,
+                5u32.to_be_bytes().to_vec(),
+                b"a".to_vec(),
+                b"one".to_vec()
+            )
+        );
+        assert_eq!(
+            (r[1].2, r[1].5.clone(), r[1].6.clone()),
+            (5, vec![], b"two".to_vec())
+        );
+        assert_eq!((r[2].0, r[2].2), (op::NOOP, 6));
+    }
+
+    #[test]
+    fn statuses_cas_counters() {
+        let db = kura_engine::open("*").unwrap();
+        let sh = Shared::new(0, 1 << 20);
+        let r = run_all(&*db, &sh, &packet(op::SET, 1, 0, &se(0, 0), b"k", b"v"));
+        let cas = r[0].3;
+        assert_eq!(r[0].1, status::OK);
+        let mut input = packet(op::ADD, 2, 0, &se(0, 0), b"k", b"x");
+        input.extend(packet(op::REPLACE, 3, 0, &se(0, 0), b"nope", b"x"));
+        input.extend(packet(op::SET, 4, cas + 100, &se(0, 0), b"k", b"x"));
+        input.extend(packet(op::SET, 5, cas, &se(0, 0), b"k", b"x"));
+        input.extend(packet(op::APPEND, 6, 0, &[], b"nope", b"x"));
+        input.extend(packet(op::DELETE, 7, 0, &[], b"k", b""));
+        input.extend(packet(op::DELETE, 8, 0, &[], b"k", b""));
+        input.extend(packet(0x77, 9, 0, &[], b"", b""));
+        input.extend(packet(op::SET, 10, 0, &[], b"k", b"no extras"));
+        let st: Vec<(u32, u16)> = run_all(&*db, &sh, &input)
+            .iter()
+            .map(|r| (r.2, r.1))
+            .collect();
+        assert_eq!(
+            st,
+            vec![
+                (2, status::KEY_EXISTS),
+                (3, status::KEY_NOT_FOUND),
+                (4, status::KEY_EXISTS),
+                (5, status::OK),
+                (6, status::NOT_STORED),
+                (7, status::OK),
+                (8, status::KEY_NOT_FOUND),
+                (9, status::UNKNOWN_COMMAND),
+                (10, status::INVALID_ARGUMENTS),
+            ]
+        );
+        // incr: created with the initial value, then incremented; all-ones expiry: not found.
+        let arith = |delta: u64, initial: u64, exp: u32| {
+            let mut v = delta.to_be_bytes().to_vec();
+            v.extend_from_slice(&initial.to_be_bytes());
+            v.extend_from_slice(&exp.to_be_bytes());
+            v
+        };
+        let mut input = packet(op::INCREMENT, 1, 0, &arith(5, 10, 0), b"n", b"");
+        input.extend(packet(op::INCREMENT, 2, 0, &arith(5, 10, 0), b"n", b""));
+        input.extend(packet(op::DECREMENT, 3, 0, &arith(100, 0, 0), b"n", b""));
+        input.extend(packet(
+            op::INCREMENT,
+            4,
+            0,
+            &arith(1, 0, u32::MAX),
+            b"absent",
+            b"",
+        ));
+        let r = run_all(&*db, &sh, &input);
+        assert_eq!(r[0].6, 10u64.to_be_bytes());
+        assert_eq!(r[1].6, 15u64.to_be_bytes());
+        assert_eq!(r[2].6, 0u64.to_be_bytes());
+        assert_eq!(r[3].1, status::KEY_NOT_FOUND);
+        // stat: pairs then an empty terminator; version; quit closes.
+        let mut input = packet(op::STAT, 1, 0, &[], b"", b"");
+        input.extend(packet(op::VERSION, 2, 0, &[], b"", b""));
+        input.extend(packet(op::QUIT, 3, 0, &[], b"", b""));
+        input.extend(packet(op::NOOP, 4, 0, &[], b"", b""));
+        let r = run_all(&*db, &sh, &input);
+        assert!(r.iter().any(|p| p.5 == b"curr_items"));
+        let n = r.len();
+        assert_eq!(
+            (r[n - 3].5.len(), r[n - 3].6.len()),
+            (0, 0),
+            "stat terminator"
+        );
+        assert_eq!(r[n - 2].6, env!("CARGO_PKG_VERSION").as_bytes());
+        assert_eq!(r[n - 1].0, op::QUIT, "nothing is answered after quit");
+    }
+}
