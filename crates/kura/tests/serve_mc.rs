@@ -161,6 +161,6 @@ fn bad_input_gets_errors_and_the_server_keeps_serving() {
     roundtrip(
         &mut c,
         b"version\r\n",
-        &format!("VERSION {}\r\n", env!("CARGO_PKG_VERSION")),
+        &format!("VERSION 1.6.21-kura-{}\r\n", env!("CARGO_PKG_VERSION")),
     );
 }

@@ -438,6 +438,8 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<Request<'a>>
                     Some(level) => done(Request::Verbosity { level, noreply }),
                     None => client("bad command line format"),
                 },
+                // `verbosity noreply`: memcached accepts it silently.
+                [] if noreply => done(Request::Verbosity { level: 0, noreply }),
                 _ => Err(DecodeError::new(ErrorKind::UnknownCommand, line_len)),
             }
         }

@@ -434,7 +434,7 @@ mod tests {
             (0, 0),
             "stat terminator"
         );
-        assert_eq!(r[n - 2].6, env!("CARGO_PKG_VERSION").as_bytes());
+        assert_eq!(r[n - 2].6, crate::mc_exec::VERSION.as_bytes());
         assert_eq!(r[n - 1].0, op::QUIT, "nothing is answered after quit");
     }
 }

@@ -6,6 +6,11 @@ use kura_engine::{Decision, Error, Outcome, Store};
 use kura_proto::mc_text::{self, reply, Request, StoreMode};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+/// The version reported to clients: the memcached release whose protocol Kura follows, then
+/// Kura's own version. Clients and test tools read the leading numbers to pick features
+/// (memcached 1.6 semantics: e.g. `version` and `quit` ignore extra arguments).
+pub const VERSION: &str = concat!("1.6.21-kura-", env!("CARGO_PKG_VERSION"));
+
 /// memcached's boundary between relative and absolute expiration times (30 days).
 const RELATIVE_LIMIT: i64 = 60 * 60 * 24 * 30;
 
@@ -43,7 +48,7 @@ impl Shared {
         let z = || AtomicU64::new(0);
         Shared {
             started: now,
-            version: env!("CARGO_PKG_VERSION"),
+            version: VERSION,
             cmd_get: z(),
             cmd_set: z(),
             cmd_touch: z(),
@@ -313,10 +318,17 @@ fn run(
 }
 
 fn stats(store: &dyn Store, shared: &Shared, group: Option<&[u8]>, now: u64, out: &mut Vec<u8>) {
-    for (name, value) in stat_pairs(store, shared, group, now) {
-        mc_text::encode_stat(out, &name, &value);
+    match group {
+        None | Some(b"settings" | b"items" | b"slabs" | b"sizes" | b"conns") => {
+            for (name, value) in stat_pairs(store, shared, group, now) {
+                mc_text::encode_stat(out, &name, &value);
+            }
+            out.extend_from_slice(reply::END);
+        }
+        Some(b"reset") => out.extend_from_slice(b"RESET\r\n"),
+        // Like memcached: an unknown group (`stats noreply` included) is an error.
+        Some(_) => out.extend_from_slice(b"ERROR\r\n"),
     }
-    out.extend_from_slice(reply::END);
 }
 
 /// The statistics of a `stats [group]` request, as (name, value) pairs.
