@@ -1,6 +1,7 @@
 //! `kura`: the command-line tool. Parsing and wiring only; the logic lives in `kura-engine` and
 //! `kura-server`.
 
+mod bench;
 mod db;
 mod serve;
 
@@ -20,13 +21,16 @@ enum Command {
     /// Work on a database file directly (create, get, put, import, export, check, …).
     #[command(subcommand)]
     Db(db::DbCommand),
-    /// Serve a database over the network (memcached text protocol so far).
+    /// Serve a database over the network (memcached text and binary protocols so far).
     Serve(serve::ServeArgs),
+    /// Load a memcached-protocol server (Kura or memcached) and report throughput and latency.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Db(cmd) => db::run(cmd),
         Command::Serve(args) => serve::run(args),
+        Command::Bench(args) => bench::run(args),
     }
 }

@@ -66,6 +66,8 @@ struct Conn {
     last: Instant,
     /// Close once the replies are written.
     closing: bool,
+    /// Registered for writability too (only while replies wait for the socket).
+    wants_write: bool,
 }
 
 /// Serve until `stop` is set: spawn the workers, wait for them.
@@ -124,6 +126,9 @@ fn worker(
         max_value: cfg.max_item_size,
     };
     let mut last_sweep = Instant::now();
+    // Reads land here first (zeroed once), then only the bytes read are copied to the
+    // connection's buffer.
+    let mut scratch = vec![0u8; READ_CHUNK];
     while !stop.load(Ordering::Relaxed) {
         match poll.poll(&mut events, Some(Duration::from_millis(100))) {
             Ok(()) => {}
@@ -146,18 +151,23 @@ fn worker(
             }
             let idx = t - nl;
             let done = match conns.get_mut(idx).and_then(Option::as_mut) {
-                Some(c) => !drive(c, store, shared, &limits),
+                Some(c) => !drive(c, store, shared, &limits, &mut scratch),
                 None => false,
             };
             if done {
                 close(&mut poll, &mut conns, &mut free, idx, shared);
             } else if let Some(Some(c)) = conns.get_mut(idx) {
-                let want = if c.wpos < c.wbuf.len() {
-                    Interest::READABLE | Interest::WRITABLE
-                } else {
-                    Interest::READABLE
-                };
-                poll.registry().reregister(&mut c.sock, Token(t), want)?;
+                // Change the registration only when writability starts or stops to matter.
+                let pending = c.wpos < c.wbuf.len();
+                if pending != c.wants_write {
+                    let want = if pending {
+                        Interest::READABLE | Interest::WRITABLE
+                    } else {
+                        Interest::READABLE
+                    };
+                    poll.registry().reregister(&mut c.sock, Token(t), want)?;
+                    c.wants_write = pending;
+                }
             }
         }
         if let Some(idle) = cfg.idle_timeout {
@@ -223,6 +233,7 @@ fn accept_all(
             proto: None,
             last: Instant::now(),
             closing: false,
+            wants_write: false,
         });
         shared.curr_connections.fetch_add(1, Ordering::Relaxed);
         shared.total_connections.fetch_add(1, Ordering::Relaxed);
@@ -245,30 +256,35 @@ fn close(
 
 /// Read what is there, answer every complete request, write the replies. False when the
 /// connection is finished.
-fn drive(c: &mut Conn, store: &dyn Store, shared: &Shared, limits: &Limits) -> bool {
+fn drive(
+    c: &mut Conn,
+    store: &dyn Store,
+    shared: &Shared,
+    limits: &Limits,
+    scratch: &mut [u8],
+) -> bool {
     c.last = Instant::now();
     let mut eof = false;
     while c.wbuf.len() - c.wpos < MAX_PENDING_OUT && !c.closing {
-        let len = c.rbuf.len();
-        c.rbuf.resize(len + READ_CHUNK, 0);
-        match c.sock.read(&mut c.rbuf[len..]) {
+        match c.sock.read(scratch) {
             Ok(0) => {
-                c.rbuf.truncate(len);
                 eof = true;
                 break;
             }
             Ok(n) => {
-                c.rbuf.truncate(len + n);
+                c.rbuf.extend_from_slice(&scratch[..n]);
                 process(c, store, shared, limits);
-            }
-            Err(e) => {
-                c.rbuf.truncate(len);
-                match e.kind() {
-                    io::ErrorKind::WouldBlock => break,
-                    io::ErrorKind::Interrupted => continue,
-                    _ => return false,
+                if n < READ_CHUNK {
+                    // A short read took everything there was; new data raises a new event
+                    // (edge-triggered), so skip the read that would only say EAGAIN.
+                    break;
                 }
             }
+            Err(e) => match e.kind() {
+                io::ErrorKind::WouldBlock => break,
+                io::ErrorKind::Interrupted => continue,
+                _ => return false,
+            },
         }
     }
     if flush(c).is_err() {

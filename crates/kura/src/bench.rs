@@ -1,0 +1,345 @@
+//! `kura bench`: a load generator for memcached servers (Kura or memcached itself), text or
+//! binary protocol. Threads × connections, each connection sending `pipeline` requests per round
+//! trip; random keys from a key space; a get:set ratio; bounded by a duration or a request count.
+//! Prints throughput and latency percentiles, and one machine-readable `RESULT` line.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum, Debug)]
+pub enum Proto {
+    Text,
+    Binary,
+}
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct BenchArgs {
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    #[arg(long, default_value_t = 1978)]
+    port: u16,
+    #[arg(long, value_enum, default_value = "text")]
+    protocol: Proto,
+    /// Connections in all (spread over the threads).
+    #[arg(long, default_value_t = 128)]
+    connections: usize,
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Requests sent per connection before reading their replies.
+    #[arg(long, default_value_t = 1)]
+    pipeline: usize,
+    #[arg(long, default_value_t = 100)]
+    key_size: usize,
+    #[arg(long, default_value_t = 400)]
+    value_size: usize,
+    /// Distinct keys.
+    #[arg(long, default_value_t = 10_000)]
+    keyspace: u64,
+    /// Gets per sets, as GETS:SETS (e.g. 9:1; 1:0 = get only; 0:1 = set only).
+    #[arg(long, default_value = "9:1")]
+    ratio: String,
+    /// Run this many seconds (default 10 when --requests is not given).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Stop after this many requests in all.
+    #[arg(long)]
+    requests: Option<u64>,
+    /// Store every key of the key space first (not timed).
+    #[arg(long)]
+    preload: bool,
+}
+
+struct Stats {
+    ops: u64,
+    gets: u64,
+    hits: u64,
+    errors: u64,
+    lat_us: Vec<u32>,
+}
+
+fn key(i: u64, size: usize) -> Vec<u8> {
+    let mut k = format!("key:{i:012}").into_bytes();
+    k.resize(size.max(k.len()), b'x');
+    k.truncate(size.max(16));
+    k
+}
+
+/// xorshift64*: the generator of key numbers and the get/set choice.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+fn encode(out: &mut Vec<u8>, proto: Proto, get: bool, k: &[u8], value: &[u8]) {
+    match proto {
+        Proto::Text if get => {
+            out.extend_from_slice(b"get ");
+            out.extend_from_slice(k);
+            out.extend_from_slice(b"\r\n");
+        }
+        Proto::Text => {
+            out.extend_from_slice(
+                format!("set {} 0 0 {}\r\n", String::from_utf8_lossy(k), value.len()).as_bytes(),
+            );
+            out.extend_from_slice(value);
+            out.extend_from_slice(b"\r\n");
+        }
+        Proto::Binary => {
+            let (opcode, extras): (u8, &[u8]) = if get { (0x00, &[]) } else { (0x01, &[0; 8]) };
+            let val: &[u8] = if get { &[] } else { value };
+            out.push(0x80);
+            out.push(opcode);
+            out.extend_from_slice(&(k.len() as u16).to_be_bytes());
+            out.push(extras.len() as u8);
+            out.extend_from_slice(&[0, 0, 0]);
+            out.extend_from_slice(&((extras.len() + k.len() + val.len()) as u32).to_be_bytes());
+            out.extend_from_slice(&[0; 12]);
+            out.extend_from_slice(extras);
+            out.extend_from_slice(k);
+            out.extend_from_slice(val);
+        }
+    }
+}
+
+/// Read one reply; returns (ok, hit).
+fn read_reply(
+    r: &mut BufReader<TcpStream>,
+    proto: Proto,
+    get: bool,
+    line: &mut Vec<u8>,
+) -> std::io::Result<(bool, bool)> {
+    match proto {
+        Proto::Text => {
+            line.clear();
+            r.read_until(b'\n', line)?;
+            if !get {
+                return Ok((line.starts_with(b"STORED"), false));
+            }
+            if line.starts_with(b"END") {
+                return Ok((true, false));
+            }
+            if !line.starts_with(b"VALUE ") {
+                return Ok((false, false));
+            }
+            let len: usize = std::str::from_utf8(line)
+                .ok()
+                .and_then(|l| l.split_whitespace().nth(3))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            let mut data = vec![0u8; len + 2];
+            r.read_exact(&mut data)?;
+            line.clear();
+            r.read_until(b'\n', line)?;
+            Ok((line.starts_with(b"END"), true))
+        }
+        Proto::Binary => {
+            let mut h = [0u8; 24];
+            r.read_exact(&mut h)?;
+            let blen = u32::from_be_bytes([h[8], h[9], h[10], h[11]]) as usize;
+            let mut body = vec![0u8; blen];
+            r.read_exact(&mut body)?;
+            let status = u16::from_be_bytes([h[6], h[7]]);
+            Ok((status == 0 || (get && status == 1), get && status == 0))
+        }
+    }
+}
+
+fn worker(
+    a: &BenchArgs,
+    conns: usize,
+    seed: u64,
+    deadline: Option<Instant>,
+    budget: Option<u64>,
+    get_share: f64,
+) -> std::io::Result<Stats> {
+    let mut socks: Vec<(TcpStream, BufReader<TcpStream>)> = (0..conns)
+        .map(|_| {
+            let s = TcpStream::connect((a.host.as_str(), a.port))?;
+            s.set_nodelay(true)?;
+            let r = BufReader::with_capacity(256 << 10, s.try_clone()?);
+            Ok((s, r))
+        })
+        .collect::<std::io::Result<_>>()?;
+    let value = vec![b'v'; a.value_size];
+    let mut rng = Rng(seed | 1);
+    let mut st = Stats {
+        ops: 0,
+        gets: 0,
+        hits: 0,
+        errors: 0,
+        lat_us: Vec::new(),
+    };
+    let mut out = Vec::new();
+    let mut line = Vec::new();
+    let mut kinds: Vec<Vec<bool>> = vec![Vec::new(); conns];
+    loop {
+        if deadline.is_some_and(|d| Instant::now() >= d) || budget.is_some_and(|b| st.ops >= b) {
+            break;
+        }
+        let sent = Instant::now();
+        for (i, (s, _)) in socks.iter_mut().enumerate() {
+            out.clear();
+            kinds[i].clear();
+            for _ in 0..a.pipeline {
+                let get = (rng.next() % 10_000) as f64 / 10_000.0 < get_share;
+                let k = key(rng.next() % a.keyspace.max(1), a.key_size);
+                encode(&mut out, a.protocol, get, &k, &value);
+                kinds[i].push(get);
+            }
+            s.write_all(&out)?;
+        }
+        for (i, (_, r)) in socks.iter_mut().enumerate() {
+            for &get in &kinds[i] {
+                let (ok, hit) = read_reply(r, a.protocol, get, &mut line)?;
+                st.ops += 1;
+                st.gets += u64::from(get);
+                st.hits += u64::from(hit);
+                st.errors += u64::from(!ok);
+                st.lat_us
+                    .push(sent.elapsed().as_micros().min(u32::MAX as u128) as u32);
+            }
+        }
+    }
+    Ok(st)
+}
+
+pub fn run(a: BenchArgs) -> ExitCode {
+    let share = match a
+        .ratio
+        .split_once(':')
+        .and_then(|(g, s)| Some((g.parse::<f64>().ok()?, s.parse::<f64>().ok()?)))
+    {
+        Some((g, s)) if g >= 0.0 && s >= 0.0 && g + s > 0.0 => g / (g + s),
+        _ => {
+            eprintln!("kura: --ratio expects GETS:SETS, e.g. 9:1");
+            return ExitCode::from(2);
+        }
+    };
+    if a.threads == 0 || a.connections < a.threads || a.pipeline == 0 {
+        eprintln!("kura: need at least one connection per thread and a pipeline of 1 or more");
+        return ExitCode::from(2);
+    }
+    if a.preload {
+        let pre = BenchArgs {
+            ratio: "0:1".into(),
+            pipeline: 100,
+            ..a.clone()
+        };
+        let mut s = match TcpStream::connect((a.host.as_str(), a.port)) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("kura: cannot connect to {}:{}: {e}", a.host, a.port);
+                return ExitCode::from(2);
+            }
+        };
+        let mut r = BufReader::new(s.try_clone().expect("clone socket"));
+        let value = vec![b'v'; a.value_size];
+        let mut line = Vec::new();
+        let mut i = 0;
+        while i < a.keyspace {
+            let mut out = Vec::new();
+            let n = (a.keyspace - i).min(pre.pipeline as u64);
+            for j in 0..n {
+                encode(&mut out, a.protocol, false, &key(i + j, a.key_size), &value);
+            }
+            if s.write_all(&out).is_err() {
+                eprintln!("kura: preload failed");
+                return ExitCode::from(1);
+            }
+            for _ in 0..n {
+                if !matches!(
+                    read_reply(&mut r, a.protocol, false, &mut line),
+                    Ok((true, _))
+                ) {
+                    eprintln!("kura: preload: a set was refused");
+                    return ExitCode::from(1);
+                }
+            }
+            i += n;
+        }
+    }
+    let duration = a.duration.or(if a.requests.is_none() {
+        Some(10.0)
+    } else {
+        None
+    });
+    let start = Instant::now();
+    let deadline = duration.map(|d| start + Duration::from_secs_f64(d));
+    let per_thread_budget = a.requests.map(|r| r.div_ceil(a.threads as u64));
+    let results: Vec<std::io::Result<Stats>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..a.threads)
+            .map(|t| {
+                let conns = a.connections / a.threads + usize::from(t < a.connections % a.threads);
+                let a = &a;
+                sc.spawn(move || {
+                    worker(
+                        a,
+                        conns,
+                        0x9E37_79B9 ^ (t as u64 + 1) * 7919,
+                        deadline,
+                        per_thread_budget,
+                        share,
+                    )
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("worker panicked")))
+            })
+            .collect()
+    });
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut total = Stats {
+        ops: 0,
+        gets: 0,
+        hits: 0,
+        errors: 0,
+        lat_us: Vec::new(),
+    };
+    for r in results {
+        match r {
+            Ok(s) => {
+                total.ops += s.ops;
+                total.gets += s.gets;
+                total.hits += s.hits;
+                total.errors += s.errors;
+                total.lat_us.extend(s.lat_us);
+            }
+            Err(e) => {
+                eprintln!("kura: benchmark connection failed: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
+    total.lat_us.sort_unstable();
+    let pct = |p: f64| -> u32 {
+        if total.lat_us.is_empty() {
+            return 0;
+        }
+        let i = ((total.lat_us.len() as f64 * p).ceil() as usize).clamp(1, total.lat_us.len()) - 1;
+        total.lat_us[i]
+    };
+    let ops_s = total.ops as f64 / elapsed;
+    println!(
+        "{} ops in {elapsed:.2}s: {ops_s:.0} ops/s; latency p50 {} us, p99 {} us, p99.9 {} us; gets {} (hits {}), errors {}",
+        total.ops, pct(0.5), pct(0.99), pct(0.999), total.gets, total.hits, total.errors
+    );
+    println!(
+        "RESULT protocol={:?} connections={} threads={} pipeline={} key_size={} value_size={} keyspace={} ratio={} ops={} seconds={elapsed:.3} ops_per_sec={ops_s:.0} p50_us={} p99_us={} p999_us={} errors={}",
+        a.protocol, a.connections, a.threads, a.pipeline, a.key_size, a.value_size, a.keyspace, a.ratio, total.ops, pct(0.5), pct(0.99), pct(0.999), total.errors
+    );
+    if total.errors > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
