@@ -282,7 +282,7 @@ pub fn run(a: BenchArgs) -> ExitCode {
                     worker(
                         a,
                         conns,
-                        0x9E37_79B9 ^ (t as u64 + 1) * 7919,
+                        0x9E37_79B9 ^ ((t as u64 + 1) * 7919),
                         deadline,
                         per_thread_budget,
                         share,
