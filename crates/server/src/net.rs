@@ -68,6 +68,8 @@ struct Conn {
     closing: bool,
     /// Registered for writability too (only while replies wait for the socket).
     wants_write: bool,
+    /// The client closed its side (replies still owed are written first).
+    eof: bool,
 }
 
 /// Serve until `stop` is set: spawn the workers, wait for them.
@@ -129,12 +131,17 @@ fn worker(
     // Reads land here first (zeroed once), then only the bytes read are copied to the
     // connection's buffer.
     let mut scratch = vec![0u8; READ_CHUNK];
+    let mut touched: Vec<(usize, bool)> = Vec::new();
+    // `sync=always` writes of this thread wait for one sync per event batch (see phase 2).
+    kura_engine::durability::set_deferred(true);
     while !stop.load(Ordering::Relaxed) {
         match poll.poll(&mut events, Some(Duration::from_millis(100))) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         }
+        // Phase 1: read and execute; replies wait in the connections' buffers.
+        touched.clear();
         for ev in events.iter() {
             let t = ev.token().0;
             if t < nl {
@@ -150,11 +157,21 @@ fn worker(
                 continue;
             }
             let idx = t - nl;
-            let done = match conns.get_mut(idx).and_then(Option::as_mut) {
-                Some(c) => !drive(c, store, shared, &limits, &mut scratch),
-                None => false,
+            if let Some(c) = conns.get_mut(idx).and_then(Option::as_mut) {
+                let alive = read_and_execute(c, store, shared, &limits, &mut scratch);
+                touched.push((idx, alive));
+            }
+        }
+        // Phase 2: one sync for every deferred `sync=always` write of the batch (a group
+        // commit), and only then the replies: nothing is acknowledged before it is durable.
+        let durable = !kura_engine::durability::take_pending() || store.sync().is_ok();
+        for &(idx, alive) in &touched {
+            let keep = match conns.get_mut(idx).and_then(Option::as_mut) {
+                Some(c) if durable && alive => finish(c),
+                Some(_) => false, // a failed sync: drop the connection, not the durability
+                None => continue,
             };
-            if done {
+            if !keep {
                 close(&mut poll, &mut conns, &mut free, idx, shared);
             } else if let Some(Some(c)) = conns.get_mut(idx) {
                 // Change the registration only when writability starts or stops to matter.
@@ -165,7 +182,8 @@ fn worker(
                     } else {
                         Interest::READABLE
                     };
-                    poll.registry().reregister(&mut c.sock, Token(t), want)?;
+                    poll.registry()
+                        .reregister(&mut c.sock, Token(nl + idx), want)?;
                     c.wants_write = pending;
                 }
             }
@@ -234,6 +252,7 @@ fn accept_all(
             last: Instant::now(),
             closing: false,
             wants_write: false,
+            eof: false,
         });
         shared.curr_connections.fetch_add(1, Ordering::Relaxed);
         shared.total_connections.fetch_add(1, Ordering::Relaxed);
@@ -254,9 +273,9 @@ fn close(
     }
 }
 
-/// Read what is there, answer every complete request, write the replies. False when the
-/// connection is finished.
-fn drive(
+/// Read what is there and execute every complete request (replies go to the output buffer).
+/// False when the connection failed.
+fn read_and_execute(
     c: &mut Conn,
     store: &dyn Store,
     shared: &Shared,
@@ -264,13 +283,9 @@ fn drive(
     scratch: &mut [u8],
 ) -> bool {
     c.last = Instant::now();
-    let mut eof = false;
-    while c.wbuf.len() - c.wpos < MAX_PENDING_OUT && !c.closing {
+    while c.wbuf.len() - c.wpos < MAX_PENDING_OUT && !c.closing && !c.eof {
         match c.sock.read(scratch) {
-            Ok(0) => {
-                eof = true;
-                break;
-            }
+            Ok(0) => c.eof = true,
             Ok(n) => {
                 c.rbuf.extend_from_slice(&scratch[..n]);
                 process(c, store, shared, limits);
@@ -287,11 +302,17 @@ fn drive(
             },
         }
     }
+    true
+}
+
+/// Write the replies; false when the connection is finished (the client hung up, or it asked
+/// to close and has everything).
+fn finish(c: &mut Conn) -> bool {
     if flush(c).is_err() {
         return false;
     }
     let drained = c.wpos == c.wbuf.len();
-    !(eof || (c.closing && drained))
+    !((c.eof || c.closing) && drained)
 }
 
 /// Decode and execute every complete request in the read buffer.

@@ -974,11 +974,14 @@ impl Inner {
     }
 
     fn after_write(&self) -> Result<()> {
-        if self.sync == SyncMode::Always {
-            self.group_commit()
-        } else {
-            Ok(())
+        if self.sync != SyncMode::Always {
+            return Ok(());
         }
+        if crate::durability::deferred() {
+            crate::durability::note_pending();
+            return Ok(());
+        }
+        self.group_commit()
     }
 
     // ------------------------------------------------------------------ durability

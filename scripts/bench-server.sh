@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Kura's server against memcached, in one run, alternating, REPS repetitions, medians.
+# Servers: memcached (Debian package, -t THREADS), `kura serve '*'`, `kura serve P.kh` (default
+# sync) and `kura serve 'P.kh#sync=always'`, each with THREADS worker threads.
+# Workloads (100-byte keys, 400-byte values, CONNS connections, key space 10,000 preloaded):
+# get only, 90:10, 50:50, set only; text and binary protocol; no pipelining and PIPELINE deep.
+# Every run lasts SECS seconds (bounded). Prints medians, ratios to memcached and p99s.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPS=${REPS:-3} SECS=${SECS:-2} THREADS=${THREADS:-2} CONNS=${CONNS:-128} PIPELINE=${PIPELINE:-16}
+RATIOS=${RATIOS:-"1:0 9:1 1:1 0:1"} PROTOS=${PROTOS:-"text binary"} DEPTHS=${DEPTHS:-"1 $PIPELINE"}
+command -v memcached >/dev/null || { echo "need memcached: apt-get install -y memcached" >&2; exit 1; }
+cargo build --release -q -p kura
+KURA="$PWD/target/release/kura"
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() { for p in "${PIDS[@]:-}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+start() { # NAME: start it, record its port in PORT[NAME] and its pid in PIDS
+	local name=$1 port
+	port=$(free_port)
+	case $name in
+	memcached) memcached -u root -l 127.0.0.1 -p "$port" -t "$THREADS" -U 0 -m 2048 -c 4096 & ;;
+	kura-mem) "$KURA" serve '*' --port "$port" --threads "$THREADS" 2>/dev/null & ;;
+	kura-kh) "$KURA" serve "$WORK/d$port.kh" --port "$port" --threads "$THREADS" 2>/dev/null & ;;
+	kura-always) "$KURA" serve "$WORK/a$port.kh#sync=always" --port "$port" --threads "$THREADS" 2>/dev/null & ;;
+	esac
+	PIDS+=($!)
+	for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.05; done
+	PORT[$name]=$port
+}
+
+SERVERS="memcached kura-mem kura-kh kura-always"
+declare -A PORT
+for s in $SERVERS; do start "$s"; done
+RAW="$WORK/raw"
+for rep in $(seq "$REPS"); do
+	for proto in $PROTOS; do for depth in $DEPTHS; do for ratio in $RATIOS; do
+		# Alternate which server goes first.
+		order=$SERVERS; ((rep % 2 == 0)) && order=$(echo "$SERVERS" | tr ' ' '\n' | tac | tr '\n' ' ')
+		for s in $order; do
+			line=$("$KURA" bench --port "${PORT[$s]}" --protocol "$proto" --connections "$CONNS" \
+				--threads "$THREADS" --pipeline "$depth" --ratio "$ratio" --duration "$SECS" --preload | grep '^RESULT' || echo "RESULT failed")
+			ops=$(sed -n 's/.* ops_per_sec=\([0-9]*\).*/\1/p' <<<"$line"); p99=$(sed -n 's/.* p99_us=\([0-9]*\).*/\1/p' <<<"$line")
+			echo "$proto $depth $ratio $s ${ops:-0} ${p99:-0}" >>"$RAW"
+			echo "rep $rep: $proto depth=$depth ratio=$ratio $s: ${ops:-?} ops/s p99 ${p99:-?} us" >&2
+		done
+	done; done; done
+done
+printf '\nmedians of %s runs of %ss; %s connections, %s client and %s server threads\n\n' "$REPS" "$SECS" "$CONNS" "$THREADS" "$THREADS"
+printf '| protocol | pipeline | get:set | memcached ops/s | Kura * | Kura .kh | Kura .kh sync=always | * / mc | .kh / mc | always / .kh | p99 µs mc / * / .kh / always |\n'
+printf '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n'
+sort -k1,1 -k2,2n -k3,3 "$RAW" | awk '
+	function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t } return a[int((n + 1) / 2)] }
+	{ k = $1 " " $2 " " $3; keys[k] = 1; n[k, $4]++; o[k, $4, n[k, $4]] = $5; l[k, $4, n[k, $4]] = $6 }
+	END {
+		split("memcached kura-mem kura-kh kura-always", S, " ")
+		for (k in keys) {
+			for (i = 1; i <= 4; i++) { s = S[i]; c = n[k, s]; delete a; delete b
+				for (j = 1; j <= c; j++) { a[j] = o[k, s, j]; b[j] = l[k, s, j] }
+				m[s] = med(a, c); q[s] = med(b, c) }
+			split(k, f, " ")
+			printf "| %s | %s | %s | %d | %d | %d | %d | %.2f | %.2f | %.2f | %d / %d / %d / %d |\n", f[1], f[2], f[3], m["memcached"], m["kura-mem"], m["kura-kh"], m["kura-always"], m["kura-mem"] / (m["memcached"] ? m["memcached"] : 1), m["kura-kh"] / (m["memcached"] ? m["memcached"] : 1), m["kura-always"] / (m["kura-kh"] ? m["kura-kh"] : 1), q["memcached"], q["kura-mem"], q["kura-kh"], q["kura-always"]
+		}
+	}' | sort
