@@ -114,6 +114,32 @@ impl Log {
     }
 }
 
+/// Allow enough descriptors for `max_connections` (plus files and listeners): raise the soft
+/// limit up to the hard one, and say so when that is still too few.
+fn raise_fd_limit(max_connections: usize, log: &Log) {
+    let want = max_connections as u64 + 256;
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return;
+        }
+        if r.rlim_cur < want {
+            r.rlim_cur = want.min(r.rlim_max);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
+    if r.rlim_cur < want {
+        log.line(&format!(
+            "open-file limit {} is below --max-connections {max_connections}: connections past it are refused",
+            r.rlim_cur
+        ));
+    }
+}
+
 pub fn run(a: ServeArgs) -> ExitCode {
     if a.daemon {
         // SAFETY: no thread has been started yet; daemon(3) forks and detaches. The working
@@ -149,6 +175,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
         );
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
+    raise_fd_limit(a.max_connections, &log);
     // Open (and recover) the database before listening.
     let store = match kura_engine::open(&a.name) {
         Ok(s) => s,

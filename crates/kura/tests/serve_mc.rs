@@ -164,3 +164,93 @@ fn bad_input_gets_errors_and_the_server_keeps_serving() {
         &format!("VERSION 1.6.21-kura-{}\r\n", env!("CARGO_PKG_VERSION")),
     );
 }
+
+fn rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// 10,000 idle connections, a client sending one byte at a time and a line of 8 MB without a
+/// newline: the server keeps answering others, and its memory stays bounded.
+#[test]
+fn idle_floods_slow_clients_and_huge_lines_do_not_starve_others() {
+    // This test process needs descriptors for its 10,000 connections too.
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
+        r.rlim_cur = r.rlim_max.min(30_000);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+    }
+    let n = if r.rlim_cur >= 11_000 {
+        10_000
+    } else {
+        (r.rlim_cur as usize).saturating_sub(500)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kura"))
+        .args([
+            "serve",
+            "*",
+            "--port",
+            "0",
+            "--threads",
+            "2",
+            "--max-connections",
+            "20000",
+        ])
+        .current_dir(dir.path())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = loop {
+        let l = lines.next().unwrap().unwrap();
+        if let Some(rest) = l.split("listening on ").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let srv = Server { child, addr };
+    let before = rss_kb(srv.child.id());
+    let idle: Vec<TcpStream> = (0..n)
+        .map(|_| TcpStream::connect(&srv.addr).unwrap())
+        .collect();
+    let mut c = srv.connect();
+    roundtrip(
+        &mut c,
+        b"set k 0 0 1\r\nx\r\nget k\r\n",
+        "STORED\r\nVALUE k 0 1\r\nx\r\nEND\r\n",
+    );
+    let with_idle = rss_kb(srv.child.id());
+    assert!(
+        with_idle < before + 64 * 1024,
+        "{n} idle connections took {} KiB",
+        with_idle.saturating_sub(before)
+    );
+    // A slow client: one byte at a time, while another client is served meanwhile.
+    let mut slow = srv.connect();
+    for &b in b"set s 0 0 2\r\nhi\r" {
+        slow.write_all(&[b]).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        roundtrip(&mut c, b"get k\r\n", "VALUE k 0 1\r\nx\r\nEND\r\n");
+    }
+    roundtrip(&mut slow, b"\n", "STORED\r\n");
+    // 8 MB without a newline: an error, the connection is closed, the server goes on.
+    let mut big = srv.connect();
+    let line = vec![b'a'; 8 << 20];
+    let _ = big.write_all(&line); // the server may close before all of it is sent
+    let mut got = String::new();
+    let _ = big.read_to_string(&mut got);
+    assert!(got.starts_with("CLIENT_ERROR line too long"), "{got:?}");
+    roundtrip(&mut c, b"get s\r\n", "VALUE s 0 2\r\nhi\r\nEND\r\n");
+    assert!(rss_kb(srv.child.id()) < before + 128 * 1024, "memory grew");
+    drop(idle);
+}
