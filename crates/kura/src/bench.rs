@@ -49,6 +49,131 @@ pub struct BenchArgs {
     /// Store every key of the key space first (not timed).
     #[arg(long)]
     preload: bool,
+    /// Bulk mode: store N distinct records `bulk:%010d` (values of 100–180 bytes, ~140 bytes a
+    /// record with the key, derived from the key so they can be checked) over the connections,
+    /// pipelined; with --verify, read every one back and compare. Text protocol.
+    #[arg(long)]
+    bulk: Option<u64>,
+    /// With --bulk: read back and verify instead of writing.
+    #[arg(long, requires = "bulk")]
+    verify: bool,
+}
+
+/// The value of bulk record `i`: 100 to 180 bytes, a function of `i`.
+fn bulk_value(i: u64) -> Vec<u8> {
+    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let len = 100 + (x % 81) as usize;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            b'a' + (x % 26) as u8
+        })
+        .collect()
+}
+
+/// Write (or read back and check) records `lo..hi` on one connection, `depth` at a time.
+fn bulk_range(a: &BenchArgs, lo: u64, hi: u64, depth: u64) -> std::io::Result<(u64, u64)> {
+    let s = TcpStream::connect((a.host.as_str(), a.port))?;
+    s.set_nodelay(true)?;
+    let mut w = s.try_clone()?;
+    let mut r = BufReader::with_capacity(1 << 20, s);
+    let (mut done, mut bad) = (0u64, 0u64);
+    let mut out = Vec::with_capacity(1 << 20);
+    let mut line = Vec::new();
+    let mut i = lo;
+    while i < hi {
+        let n = (hi - i).min(depth);
+        out.clear();
+        for j in i..i + n {
+            let k = format!("bulk:{j:010}");
+            if a.verify {
+                out.extend_from_slice(format!("get {k}\r\n").as_bytes());
+            } else {
+                let v = bulk_value(j);
+                out.extend_from_slice(format!("set {k} 0 0 {}\r\n", v.len()).as_bytes());
+                out.extend_from_slice(&v);
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+        w.write_all(&out)?;
+        for j in i..i + n {
+            line.clear();
+            r.read_until(b'\n', &mut line)?;
+            if !a.verify {
+                bad += u64::from(!line.starts_with(b"STORED"));
+                done += 1;
+                continue;
+            }
+            if line.starts_with(b"VALUE ") {
+                let len: usize = std::str::from_utf8(&line)
+                    .ok()
+                    .and_then(|l| l.split_whitespace().nth(3))
+                    .and_then(|x| x.parse().ok())
+                    .unwrap_or(0);
+                let mut v = vec![0u8; len + 2];
+                r.read_exact(&mut v)?;
+                v.truncate(len);
+                bad += u64::from(v != bulk_value(j));
+                line.clear();
+                r.read_until(b'\n', &mut line)?;
+            } else {
+                bad += 1; // END without a value: missing
+            }
+            done += 1;
+        }
+        i += n;
+    }
+    Ok((done, bad))
+}
+
+fn run_bulk(a: &BenchArgs, n: u64) -> ExitCode {
+    let start = Instant::now();
+    let conns = a.connections.max(1) as u64;
+    let results: Vec<std::io::Result<(u64, u64)>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..conns)
+            .map(|c| {
+                let (lo, hi) = (n * c / conns, n * (c + 1) / conns);
+                sc.spawn(move || bulk_range(a, lo, hi, a.pipeline.max(1) as u64))
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("panicked")))
+            })
+            .collect()
+    });
+    let secs = start.elapsed().as_secs_f64();
+    let (mut done, mut bad) = (0, 0);
+    for r in results {
+        match r {
+            Ok((d, b)) => {
+                done += d;
+                bad += b;
+            }
+            Err(e) => {
+                eprintln!("kura: bulk connection failed: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
+    let what = if a.verify { "verified" } else { "stored" };
+    println!(
+        "{done} records {what} in {secs:.1}s ({:.0}/s); {bad} missing or wrong",
+        done as f64 / secs
+    );
+    println!(
+        "RESULT bulk={} records={done} seconds={secs:.3} per_sec={:.0} bad={bad}",
+        if a.verify { "verify" } else { "load" },
+        done as f64 / secs
+    );
+    if bad > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 struct Stats {
@@ -211,6 +336,9 @@ fn worker(
 }
 
 pub fn run(a: BenchArgs) -> ExitCode {
+    if let Some(n) = a.bulk {
+        return run_bulk(&a, n);
+    }
     let share = match a
         .ratio
         .split_once(':')
