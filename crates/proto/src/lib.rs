@@ -1,8 +1,8 @@
 //! Kura's protocol codecs: pure functions from bytes to requests and from replies to bytes, with
 //! no sockets, no runtime and no storage (see docs/ARCHITECTURE.md).
 //!
-//! Work in progress for issue 3: the memcached text protocol's classic commands are here; the
-//! meta commands, the memcached binary protocol and protocol sniffing come next.
+//! So far: the memcached text protocol (`mc_text`, classic and meta commands) and the memcached
+//! binary protocol (`mc_bin`). Tokyo Tyrant and HTTP come with issue 4.
 
 pub mod mc_bin;
 pub mod mc_text;

@@ -4,7 +4,8 @@
 //! Every error says how many bytes to skip to stay in sync with the client and whether the
 //! connection must be closed (memcached closes it only when a line is too long to be a command).
 //!
-//! Not yet covered (issue 3): the meta commands (mg, ms, md, ma, mn, me).
+//! The meta commands (mg, ms, md, ma, mn, me) are decoded into their key, data block and flag
+//! tokens; the executor interprets the flags.
 
 use std::fmt;
 
@@ -112,6 +113,33 @@ pub enum Request<'a> {
         noreply: bool,
     },
     Quit,
+    /// `mg <key> <flags>*`
+    MetaGet {
+        key: &'a [u8],
+        flags: Keys<'a>,
+    },
+    /// `ms <key> <datalen> <flags>*` and its data block.
+    MetaSet {
+        key: &'a [u8],
+        data: &'a [u8],
+        flags: Keys<'a>,
+    },
+    /// `md <key> <flags>*`
+    MetaDelete {
+        key: &'a [u8],
+        flags: Keys<'a>,
+    },
+    /// `ma <key> <flags>*`
+    MetaArith {
+        key: &'a [u8],
+        flags: Keys<'a>,
+    },
+    /// `mn`
+    MetaNoop,
+    /// `me <key>`
+    MetaDebug {
+        key: &'a [u8],
+    },
 }
 
 /// The result of decoding the start of a buffer.
@@ -427,6 +455,60 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<Request<'a>>
             let group = toks.next();
             done(Request::Stats { group })
         }
+        b"mg" | b"md" | b"ma" | b"me" => {
+            let Some(key) = toks.next() else {
+                return client("bad command line format");
+            };
+            if !valid_key(key, limits) {
+                return client("bad command line format");
+            }
+            let start = key.as_ptr() as usize - line.as_ptr() as usize + key.len();
+            let flags = Keys(&line[start..]);
+            done(match cmd {
+                b"mg" => Request::MetaGet { key, flags },
+                b"md" => Request::MetaDelete { key, flags },
+                b"ma" => Request::MetaArith { key, flags },
+                _ => Request::MetaDebug { key },
+            })
+        }
+        b"mn" => done(Request::MetaNoop),
+        b"ms" => {
+            let (Some(key), Some(len)) = (toks.next(), toks.next()) else {
+                return client("bad command line format");
+            };
+            let Some(bytes) = parse_u64(len) else {
+                return client("bad data chunk");
+            };
+            let skip = usize::try_from((line_len as u64).saturating_add(bytes).saturating_add(2))
+                .unwrap_or(usize::MAX);
+            if !valid_key(key, limits) {
+                return Err(DecodeError::new(
+                    ErrorKind::Client("bad command line format"),
+                    skip,
+                ));
+            }
+            if bytes > limits.max_value as u64 {
+                return Err(DecodeError::new(ErrorKind::TooLarge, skip));
+            }
+            let start = len.as_ptr() as usize - line.as_ptr() as usize + len.len();
+            let flags = Keys(&line[start..]);
+            let bytes = bytes as usize;
+            let total = line_len + bytes + 2;
+            if buf.len() < total {
+                return Ok(Decoded::Incomplete);
+            }
+            if &buf[line_len + bytes..total] != b"\r\n" {
+                return Err(DecodeError::new(ErrorKind::BadDataChunk, line_len + bytes));
+            }
+            Ok(Decoded::Complete {
+                request: Request::MetaSet {
+                    key,
+                    data: &buf[line_len..line_len + bytes],
+                    flags,
+                },
+                consumed: total,
+            })
+        }
         b"version" => done(Request::Version),
         b"quit" => done(Request::Quit),
         b"verbosity" => {
@@ -724,6 +806,36 @@ mod tests {
                 Err(e) => panic!("cut {cut}: {e}"),
             }
         }
+    }
+
+    #[test]
+    fn meta_commands() {
+        match one(b"mg key v c f O123 q\r\n").0 {
+            Request::MetaGet { key, flags } => {
+                assert_eq!(key, b"key");
+                assert_eq!(
+                    flags.iter().collect::<Vec<_>>(),
+                    vec![&b"v"[..], b"c", b"f", b"O123", b"q"]
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let (r, n) = one(b"ms k 3 T60 F5 MA\r\nabc\r\nmn\r\n");
+        assert_eq!(n, 23);
+        assert!(matches!(r, Request::MetaSet { data: b"abc", .. }));
+        assert_eq!(one(b"mn\r\n").0, Request::MetaNoop);
+        assert!(matches!(one(b"md k q\r\n").0, Request::MetaDelete { .. }));
+        assert!(matches!(
+            one(b"ma k D5 MD v\r\n").0,
+            Request::MetaArith { .. }
+        ));
+        assert!(matches!(
+            one(b"me k\r\n").0,
+            Request::MetaDebug { key: b"k" }
+        ));
+        assert!(matches!(err(b"mg\r\n").kind, ErrorKind::Client(_)));
+        assert_eq!(err(b"ms k 2000000\r\n").kind, ErrorKind::TooLarge);
+        assert_eq!(decode(b"ms k 3\r\nab", &lim()), Ok(Decoded::Incomplete));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! loop (issue 3, next) feeds decoded requests in and writes the bytes out.
 
 use kura_engine::{Decision, Error, Outcome, Store};
-use kura_proto::mc_text::{self, reply, Request, StoreMode};
+use kura_proto::mc_text::{self, reply, Keys, Request, StoreMode};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// The version reported to clients: the memcached release whose protocol Kura follows, then
@@ -313,8 +313,336 @@ fn run(
         }
         Request::Verbosity { noreply, .. } => quiet(noreply, out, reply::OK),
         Request::Quit => return Ok(Next::Close),
+        Request::MetaNoop => out.extend_from_slice(b"MN\r\n"),
+        Request::MetaGet { key, flags } => meta_get(store, shared, key, flags, now, out)?,
+        Request::MetaSet { key, data, flags } => {
+            meta_set(store, shared, key, data, flags, now, out)?
+        }
+        Request::MetaDelete { key, flags } => meta_delete(store, shared, key, flags, out)?,
+        Request::MetaArith { key, flags } => meta_arith(store, shared, key, flags, now, out)?,
+        Request::MetaDebug { key } => match store.get(key)? {
+            Some(r) => {
+                out.extend_from_slice(b"ME ");
+                out.extend_from_slice(key);
+                let exp = ttl_left(r.meta.expires, now);
+                out.extend_from_slice(
+                    format!(
+                        " exp={exp} la=0 cas={} fetch=no cls=1 size={}\r\n",
+                        r.meta.version,
+                        key.len() + r.value.len()
+                    )
+                    .as_bytes(),
+                );
+            }
+            None => out.extend_from_slice(b"EN\r\n"),
+        },
     }
     Ok(Next::Continue)
+}
+
+// ----- meta commands -----
+
+/// The argument of the first flag token starting with `c` (e.g. `T60` → `60`).
+fn meta_arg<'a>(flags: Keys<'a>, c: u8) -> Option<&'a [u8]> {
+    flags.iter().find(|t| t[0] == c).map(|t| &t[1..])
+}
+
+fn meta_has(flags: Keys<'_>, c: u8) -> bool {
+    flags.iter().any(|t| t == [c])
+}
+
+fn meta_num<T: std::str::FromStr>(flags: Keys<'_>, c: u8) -> Result<Option<T>, ()> {
+    match meta_arg(flags, c) {
+        None => Ok(None),
+        Some(a) => std::str::from_utf8(a)
+            .ok()
+            .and_then(|a| a.parse().ok())
+            .map(Some)
+            .ok_or(()),
+    }
+}
+
+/// Seconds left before `expires` (-1: never).
+fn ttl_left(expires: u64, now: u64) -> i64 {
+    if expires == 0 {
+        -1
+    } else {
+        expires.saturating_sub(now) as i64
+    }
+}
+
+/// The return flags a meta request asked for, in the order it asked for them.
+fn meta_ret(
+    out: &mut Vec<u8>,
+    flags: Keys<'_>,
+    key: &[u8],
+    meta: Option<&kura_engine::Meta>,
+    size: usize,
+    now: u64,
+) {
+    for t in flags.iter() {
+        let rest = &t[1..];
+        match (t[0], meta) {
+            (b'k', _) if rest.is_empty() => {
+                out.extend_from_slice(b" k");
+                out.extend_from_slice(key);
+            }
+            (b'O', _) => {
+                out.extend_from_slice(b" O");
+                out.extend_from_slice(rest);
+            }
+            (b'c', Some(m)) if rest.is_empty() => {
+                out.extend_from_slice(format!(" c{}", m.version).as_bytes())
+            }
+            (b'f', Some(m)) if rest.is_empty() => {
+                out.extend_from_slice(format!(" f{}", m.flags).as_bytes())
+            }
+            (b's', Some(_)) if rest.is_empty() => {
+                out.extend_from_slice(format!(" s{size}").as_bytes())
+            }
+            (b't', Some(m)) if rest.is_empty() => {
+                out.extend_from_slice(format!(" t{}", ttl_left(m.expires, now)).as_bytes())
+            }
+            _ => {}
+        }
+    }
+}
+
+fn meta_bad(out: &mut Vec<u8>, what: &str) {
+    out.extend_from_slice(format!("CLIENT_ERROR {what}\r\n").as_bytes());
+}
+
+fn meta_get(
+    store: &dyn Store,
+    shared: &Shared,
+    key: &[u8],
+    flags: Keys<'_>,
+    now: u64,
+    out: &mut Vec<u8>,
+) -> Result<(), Error> {
+    if meta_has(flags, b'b') {
+        meta_bad(out, "base64 keys are not supported");
+        return Ok(());
+    }
+    let Ok(touch) = meta_num::<i64>(flags, b'T') else {
+        meta_bad(out, "bad token in command line format");
+        return Ok(());
+    };
+    shared.cmd_get.fetch_add(1, Relaxed);
+    let found = match touch {
+        Some(t) => {
+            let expires = absolute_expiry(t, now);
+            let mut value = None;
+            let meta = store.accept(key, &mut |cur| match cur {
+                Some(c) => {
+                    value = Some(c.value.to_vec());
+                    Decision::Touch { expires }
+                }
+                None => Decision::Keep,
+            })?;
+            value.zip(meta)
+        }
+        None => store.get(key)?.map(|r| (r.value, r.meta)),
+    };
+    match found {
+        Some((value, meta)) => {
+            shared.get_hits.fetch_add(1, Relaxed);
+            let with_value = meta_has(flags, b'v');
+            if with_value {
+                out.extend_from_slice(format!("VA {}", value.len()).as_bytes());
+            } else {
+                out.extend_from_slice(b"HD");
+            }
+            meta_ret(out, flags, key, Some(&meta), value.len(), now);
+            out.extend_from_slice(b"\r\n");
+            if with_value {
+                out.extend_from_slice(&value);
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+        None => {
+            shared.get_misses.fetch_add(1, Relaxed);
+            if !meta_has(flags, b'q') {
+                out.extend_from_slice(b"EN");
+                meta_ret(out, flags, key, None, 0, now);
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+    }
+    Ok(())
+}
+
+fn meta_set(
+    store: &dyn Store,
+    shared: &Shared,
+    key: &[u8],
+    data: &[u8],
+    flags: Keys<'_>,
+    now: u64,
+    out: &mut Vec<u8>,
+) -> Result<(), Error> {
+    if meta_has(flags, b'b') {
+        meta_bad(out, "base64 keys are not supported");
+        return Ok(());
+    }
+    let (Ok(cflags), Ok(ttl), Ok(cas)) = (
+        meta_num::<u32>(flags, b'F'),
+        meta_num::<i64>(flags, b'T'),
+        meta_num::<u64>(flags, b'C'),
+    ) else {
+        meta_bad(out, "bad token in command line format");
+        return Ok(());
+    };
+    shared.cmd_set.fetch_add(1, Relaxed);
+    let (cflags, expires) = (cflags.unwrap_or(0), absolute_expiry(ttl.unwrap_or(0), now));
+    let mode = meta_arg(flags, b'M')
+        .and_then(|m| m.first().copied())
+        .unwrap_or(b'S');
+    let outcome: Result<kura_engine::Meta, &[u8]> = match (mode.to_ascii_uppercase(), cas) {
+        (b'S', Some(c)) | (b'R', Some(c)) => match store.cas(key, c, data, cflags, expires)? {
+            Outcome::Stored(m) => Ok(m),
+            Outcome::VersionMismatch => Err(b"EX"),
+            _ => Err(b"NF"),
+        },
+        (b'S', None) => Ok(store.put_with(key, data, cflags, expires)?),
+        (b'E', _) => match store.putkeep(key, data, cflags, expires)? {
+            Outcome::Stored(m) => Ok(m),
+            _ => Err(b"NS"),
+        },
+        (b'R', None) => match store.replace(key, data, cflags, expires)? {
+            Outcome::Stored(m) => Ok(m),
+            _ => Err(b"NS"),
+        },
+        (b'A', _) | (b'P', _) => {
+            match store.concat(key, data, mode.eq_ignore_ascii_case(&b'P'), false)? {
+                Some(m) => Ok(m),
+                None => Err(b"NF"),
+            }
+        }
+        _ => {
+            meta_bad(out, "invalid mode for ms");
+            return Ok(());
+        }
+    };
+    match outcome {
+        Ok(m) => {
+            if !meta_has(flags, b'q') {
+                out.extend_from_slice(b"HD");
+                meta_ret(out, flags, key, Some(&m), data.len(), now);
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+        Err(code) => {
+            out.extend_from_slice(code);
+            meta_ret(out, flags, key, None, 0, now);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    Ok(())
+}
+
+fn meta_delete(
+    store: &dyn Store,
+    shared: &Shared,
+    key: &[u8],
+    flags: Keys<'_>,
+    out: &mut Vec<u8>,
+) -> Result<(), Error> {
+    let Ok(cas) = meta_num::<u64>(flags, b'C') else {
+        meta_bad(out, "bad token in command line format");
+        return Ok(());
+    };
+    let code: &[u8] = match store.out_if(key, cas.unwrap_or(0))? {
+        Outcome::Deleted => {
+            shared.delete_hits.fetch_add(1, Relaxed);
+            if meta_has(flags, b'q') {
+                return Ok(());
+            }
+            b"HD"
+        }
+        Outcome::VersionMismatch => b"EX",
+        _ => {
+            shared.delete_misses.fetch_add(1, Relaxed);
+            b"NF"
+        }
+    };
+    out.extend_from_slice(code);
+    meta_ret(out, flags, key, None, 0, 0);
+    out.extend_from_slice(b"\r\n");
+    Ok(())
+}
+
+fn meta_arith(
+    store: &dyn Store,
+    shared: &Shared,
+    key: &[u8],
+    flags: Keys<'_>,
+    now: u64,
+    out: &mut Vec<u8>,
+) -> Result<(), Error> {
+    let (Ok(delta), Ok(vivify), Ok(initial)) = (
+        meta_num::<u64>(flags, b'D'),
+        meta_num::<i64>(flags, b'N'),
+        meta_num::<u64>(flags, b'J'),
+    ) else {
+        meta_bad(out, "bad token in command line format");
+        return Ok(());
+    };
+    let decr = matches!(
+        meta_arg(flags, b'M').and_then(|m| m.first().copied()),
+        Some(b'D' | b'd' | b'-')
+    );
+    let (hits, misses) = if decr {
+        (&shared.decr_hits, &shared.decr_misses)
+    } else {
+        (&shared.incr_hits, &shared.incr_misses)
+    };
+    let result = loop {
+        match store.incr_decimal(key, delta.unwrap_or(1), decr) {
+            Ok(Some((n, m))) => {
+                hits.fetch_add(1, Relaxed);
+                break Some((n, m));
+            }
+            Ok(None) => {
+                misses.fetch_add(1, Relaxed);
+                let Some(ttl) = vivify else { break None };
+                let n = initial.unwrap_or(0);
+                let v = n.to_string();
+                if let Outcome::Stored(m) =
+                    store.putkeep(key, v.as_bytes(), 0, absolute_expiry(ttl, now))?
+                {
+                    break Some((n, m));
+                }
+            }
+            Err(Error::NotNumeric) => {
+                out.extend_from_slice(reply::NON_NUMERIC);
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    match result {
+        Some((n, m)) => {
+            let text = n.to_string();
+            if meta_has(flags, b'v') {
+                out.extend_from_slice(format!("VA {}", text.len()).as_bytes());
+                meta_ret(out, flags, key, Some(&m), text.len(), now);
+                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(text.as_bytes());
+                out.extend_from_slice(b"\r\n");
+            } else if !meta_has(flags, b'q') {
+                out.extend_from_slice(b"HD");
+                meta_ret(out, flags, key, Some(&m), text.len(), now);
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+        None => {
+            out.extend_from_slice(b"NF");
+            meta_ret(out, flags, key, None, 0, now);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    Ok(())
 }
 
 fn stats(store: &dyn Store, shared: &Shared, group: Option<&[u8]>, now: u64, out: &mut Vec<u8>) {
@@ -491,6 +819,23 @@ mod tests {
                 now + 7,
             );
             assert_eq!(r, "STORED\r\nOK\r\nEND\r\n");
+        }
+    }
+
+    #[test]
+    fn meta_commands() {
+        for db in kinds() {
+            let sh = Shared::new(0, 1 << 20);
+            let now = kura_engine::store::now_secs();
+            let r = session(&*db, &sh, b"ms k 5 F7 T100\r\nhello\r\nmg k v f s t k O9\r\nmg nope v\r\nmg nope v q\r\nmn\r\n", now);
+            assert_eq!(r, "HD\r\nVA 5 f7 s5 t100 kk O9\r\nhello\r\nEN\r\nMN\r\n");
+            let r = session(&*db, &sh, b"mg k c\r\n", now);
+            let cas: u64 = r.trim().strip_prefix("HD c").unwrap().parse().unwrap();
+            let r = session(&*db, &sh, format!("ms k 1 C{}\r\nx\r\nms k 1 C{cas}\r\ny\r\nms k 1 ME\r\nz\r\nms k 2 MA\r\n!!\r\nms no 1 MR\r\nz\r\nms no 1 MA\r\nz\r\nmg k v\r\n", cas + 9).as_bytes(), now);
+            assert_eq!(r, "EX\r\nHD\r\nNS\r\nHD\r\nNS\r\nNF\r\nVA 3\r\ny!!\r\n");
+            let r = session(&*db, &sh, b"ma c v\r\nma c v N0 J10\r\nma c v D5\r\nma c v MD D100\r\nma k\r\nmd c q\r\nmd c\r\nme k\r\nme none\r\n", now);
+            assert!(r.starts_with("NF\r\nVA 2\r\n10\r\nVA 2\r\n15\r\nVA 1\r\n0\r\nCLIENT_ERROR cannot increment or decrement non-numeric value\r\nNF\r\nME k exp=-1 la=0 cas="), "{r}");
+            assert!(r.ends_with(" fetch=no cls=1 size=4\r\nEN\r\n"), "{r}");
         }
     }
 
