@@ -394,46 +394,34 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<Request<'a>>
             }
             done(Request::Delete { key, noreply })
         }
-        b"incr" | b"decr" => {
+        b"incr" | b"decr" | b"touch" => {
+            // `<cmd> <key> <number> [noreply]`
             args = toks.collect();
             if args.len() < 2 || args.len() > 3 {
                 return Err(DecodeError::new(ErrorKind::UnknownCommand, line_len));
             }
             let noreply = args.get(2).is_some_and(|t| *t == b"noreply");
-            if args.len() == 3 && !noreply {
+            if args.len() == 3 && !noreply || !valid_key(args[0], limits) {
                 return client("bad command line format");
             }
-            if !valid_key(args[0], limits) {
-                return client("bad command line format");
+            let key = args[0];
+            if cmd == b"touch" {
+                let Some(exptime) = parse_i64(args[1]) else {
+                    return client("invalid exptime argument");
+                };
+                return done(Request::Touch {
+                    key,
+                    exptime,
+                    noreply,
+                });
             }
             let Some(delta) = parse_u64(args[1]) else {
                 return client("invalid numeric delta argument");
             };
             done(Request::Arith {
-                key: args[0],
+                key,
                 delta,
                 decr: cmd == b"decr",
-                noreply,
-            })
-        }
-        b"touch" => {
-            args = toks.collect();
-            if args.len() < 2 || args.len() > 3 {
-                return Err(DecodeError::new(ErrorKind::UnknownCommand, line_len));
-            }
-            let noreply = args.get(2).is_some_and(|t| *t == b"noreply");
-            if args.len() == 3 && !noreply {
-                return client("bad command line format");
-            }
-            if !valid_key(args[0], limits) {
-                return client("bad command line format");
-            }
-            let Some(exptime) = parse_i64(args[1]) else {
-                return client("invalid exptime argument");
-            };
-            done(Request::Touch {
-                key: args[0],
-                exptime,
                 noreply,
             })
         }

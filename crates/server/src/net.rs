@@ -356,20 +356,26 @@ fn process(c: &mut Conn, store: &dyn Store, shared: &Shared, limits: &Limits) {
             Ok(Decoded::Incomplete) => break,
             Err(e) => {
                 e.encode(&mut c.wbuf);
-                let avail = c.rbuf.len() - pos;
-                if e.consumed > avail {
-                    c.skip = e.consumed - avail;
-                    pos = c.rbuf.len();
-                } else {
-                    pos += e.consumed;
-                }
-                if e.close {
-                    c.closing = true;
-                }
+                pos = skip_refused(c, pos, e.consumed, e.close);
             }
         }
     }
     c.rbuf.drain(..pos);
+}
+
+/// After a refused request at `pos` that spans `consumed` bytes: the position to go on from.
+/// Bytes not received yet are skipped as they arrive; `close` ends the connection.
+fn skip_refused(c: &mut Conn, pos: usize, consumed: usize, close: bool) -> usize {
+    if close {
+        c.closing = true;
+    }
+    let avail = c.rbuf.len() - pos;
+    if consumed > avail {
+        c.skip = consumed - avail;
+        c.rbuf.len()
+    } else {
+        pos + consumed
+    }
 }
 
 fn process_binary(
@@ -393,16 +399,7 @@ fn process_binary(
                 if let Some(st) = e.status {
                     mc_bin::encode_error(&mut c.wbuf, e.opcode, st, e.opaque);
                 }
-                let avail = c.rbuf.len() - pos;
-                if e.consumed > avail {
-                    c.skip = e.consumed - avail;
-                    pos = c.rbuf.len();
-                } else {
-                    pos += e.consumed;
-                }
-                if e.close {
-                    c.closing = true;
-                }
+                pos = skip_refused(c, pos, e.consumed, e.close);
             }
         }
     }
