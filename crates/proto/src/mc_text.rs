@@ -237,6 +237,39 @@ fn parse_i64(t: &[u8]) -> Option<i64> {
     }
 }
 
+/// The data block of a storage command whose line (of `line_len` bytes) announced `bytes`:
+/// `Ok(None)` until it has arrived, then the block and the bytes used by line and block. A bad
+/// key or a block over the limit is refused and the whole block skipped (memcached does the
+/// same, so the block is not taken for commands); a block not followed by `\r\n` is a bad
+/// data chunk (memcached answers and goes on reading after the announced bytes).
+fn data_block<'a>(
+    buf: &'a [u8],
+    line_len: usize,
+    key: &[u8],
+    bytes: u64,
+    limits: &Limits,
+) -> Result<Option<(&'a [u8], usize)>, DecodeError> {
+    let skip = usize::try_from((line_len as u64).saturating_add(bytes).saturating_add(2))
+        .unwrap_or(usize::MAX);
+    if !valid_key(key, limits) {
+        return Err(DecodeError::new(
+            ErrorKind::Client("bad command line format"),
+            skip,
+        ));
+    }
+    if bytes > limits.max_value as u64 {
+        return Err(DecodeError::new(ErrorKind::TooLarge, skip));
+    }
+    let bytes = bytes as usize;
+    if buf.len() < skip {
+        return Ok(None);
+    }
+    if &buf[line_len + bytes..skip] != b"\r\n" {
+        return Err(DecodeError::new(ErrorKind::BadDataChunk, line_len + bytes));
+    }
+    Ok(Some((&buf[line_len..line_len + bytes], skip)))
+}
+
 /// Decode one request from the start of `buf`.
 pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<Request<'a>>, DecodeError> {
     let Some(nl) = buf.iter().position(|&b| b == b'\n') else {
@@ -341,40 +374,21 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<Request<'a>>
             if bytes < 0 {
                 return client("bad data chunk");
             }
-            let bytes = bytes as u64;
-            let skip = usize::try_from((line_len as u64).saturating_add(bytes).saturating_add(2))
-                .unwrap_or(usize::MAX);
-            if !valid_key(key, limits) {
-                // Like memcached, swallow the data block too, so it is not taken for commands.
-                return Err(DecodeError::new(
-                    ErrorKind::Client("bad command line format"),
-                    skip,
-                ));
-            }
-            if bytes > limits.max_value as u64 {
-                // Skip the block (it may not have arrived yet: the caller keeps skipping).
-                return Err(DecodeError::new(ErrorKind::TooLarge, skip));
-            }
-            let bytes = bytes as usize;
-            let total = line_len + bytes + 2;
-            if buf.len() < total {
+            let Some((data, consumed)) = data_block(buf, line_len, key, bytes as u64, limits)?
+            else {
                 return Ok(Decoded::Incomplete);
-            }
-            if &buf[line_len + bytes..total] != b"\r\n" {
-                // memcached answers and then treats the rest as a new line.
-                return Err(DecodeError::new(ErrorKind::BadDataChunk, line_len + bytes));
-            }
+            };
             Ok(Decoded::Complete {
                 request: Request::Store {
                     mode,
                     key,
                     flags,
                     exptime,
-                    data: &buf[line_len..line_len + bytes],
+                    data,
                     cas,
                     noreply,
                 },
-                consumed: total,
+                consumed,
             })
         }
         b"delete" => {
@@ -467,34 +481,14 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<Request<'a>>
             let Some(bytes) = parse_u64(len) else {
                 return client("bad data chunk");
             };
-            let skip = usize::try_from((line_len as u64).saturating_add(bytes).saturating_add(2))
-                .unwrap_or(usize::MAX);
-            if !valid_key(key, limits) {
-                return Err(DecodeError::new(
-                    ErrorKind::Client("bad command line format"),
-                    skip,
-                ));
-            }
-            if bytes > limits.max_value as u64 {
-                return Err(DecodeError::new(ErrorKind::TooLarge, skip));
-            }
             let start = len.as_ptr() as usize - line.as_ptr() as usize + len.len();
             let flags = Keys(&line[start..]);
-            let bytes = bytes as usize;
-            let total = line_len + bytes + 2;
-            if buf.len() < total {
+            let Some((data, consumed)) = data_block(buf, line_len, key, bytes, limits)? else {
                 return Ok(Decoded::Incomplete);
-            }
-            if &buf[line_len + bytes..total] != b"\r\n" {
-                return Err(DecodeError::new(ErrorKind::BadDataChunk, line_len + bytes));
-            }
+            };
             Ok(Decoded::Complete {
-                request: Request::MetaSet {
-                    key,
-                    data: &buf[line_len..line_len + bytes],
-                    flags,
-                },
-                consumed: total,
+                request: Request::MetaSet { key, data, flags },
+                consumed,
             })
         }
         b"version" => done(Request::Version),
