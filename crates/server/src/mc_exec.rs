@@ -1,6 +1,6 @@
 //! Executes memcached requests on a [`Store`] and writes memcached replies: the storage adapter
 //! between the codec (`kura_proto::mc_text`) and the database. No sockets here: the connection
-//! loop (issue 3, next) feeds decoded requests in and writes the bytes out.
+//! loop (`crate::net`) feeds decoded requests in and writes the bytes out.
 
 use kura_engine::{Decision, Error, Outcome, Store};
 use kura_proto::mc_text::{self, reply, Keys, Request, StoreMode};

@@ -198,9 +198,9 @@ impl Tail {
     }
 }
 
-/// One lane: an independent log. A key always goes to the lane of its shard, so writers of
-/// different lanes share no lock and no cache line, and each key's records are ordered by their
-/// position in one log.
+/// One lane: an independent log with its own active segment and buffer. Each thread writes to
+/// its own lane (see `Inner::my_lane`), so writers on different threads share no log lock and
+/// no buffer; the records of one key may be in several lanes, ordered by their shard seq.
 #[repr(align(128))]
 struct Lane(Mutex<Tail>);
 
