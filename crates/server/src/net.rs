@@ -55,6 +55,65 @@ pub fn sniff(first: u8) -> Protocol {
 const MAX_PENDING_OUT: usize = 4 << 20;
 const READ_CHUNK: usize = 64 << 10;
 
+/// The commit thread: workers ask for a sync (a ticket) instead of waiting for one, and are woken
+/// when it is done; one fsync then covers the writes of every worker that asked meanwhile.
+struct Committer {
+    state: std::sync::Mutex<CommitState>,
+    cv: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct CommitState {
+    /// Highest ticket handed out.
+    requested: u64,
+    /// Every ticket up to this one is durable.
+    done: u64,
+    /// A sync failed: nothing after it will be acknowledged.
+    failed: bool,
+    stop: bool,
+    wakers: Vec<Arc<mio::Waker>>,
+}
+
+impl Committer {
+    /// A ticket for the writes made so far by the calling thread.
+    fn request(&self) -> u64 {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.requested += 1;
+        self.cv.notify_one();
+        st.requested
+    }
+
+    fn status(&self) -> (u64, bool) {
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        (st.done, st.failed)
+    }
+
+    fn run(&self, store: &dyn Store) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            while st.requested == st.done && !st.stop {
+                st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+            if st.requested == st.done {
+                return; // stopping, nothing owed
+            }
+            let target = st.requested;
+            drop(st);
+            // Started after every ticket up to `target` was requested, so it covers them.
+            let ok = store.sync().is_ok();
+            st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.done = target;
+            st.failed |= !ok;
+            for w in &st.wakers {
+                let _ = w.wake();
+            }
+        }
+    }
+}
+
+/// The waker's token (no connection or listener has it).
+const WAKE: Token = Token(usize::MAX);
+
 struct Conn {
     sock: TcpStream,
     rbuf: Vec<u8>,
@@ -70,6 +129,8 @@ struct Conn {
     wants_write: bool,
     /// The client closed its side (replies still owed are written first).
     eof: bool,
+    /// Replies wait until this commit ticket is durable (0: none owed).
+    ticket: u64,
 }
 
 /// Serve until `stop` is set: spawn the workers, wait for them.
@@ -83,6 +144,16 @@ pub fn serve(
     for l in &listeners {
         l.set_nonblocking(true)?;
     }
+    let committer = Arc::new(Committer {
+        state: std::sync::Mutex::new(CommitState::default()),
+        cv: std::sync::Condvar::new(),
+    });
+    let commit_thread = {
+        let (c, store) = (committer.clone(), store.clone());
+        std::thread::Builder::new()
+            .name("kura-commit".into())
+            .spawn(move || c.run(&*store))?
+    };
     let mut workers = Vec::new();
     for i in 0..cfg.threads.max(1) {
         let ls: Vec<TcpListener> = listeners
@@ -90,10 +161,11 @@ pub fn serve(
             .map(|l| l.try_clone().map(TcpListener::from_std))
             .collect::<io::Result<_>>()?;
         let (store, shared, cfg, stop) = (store.clone(), shared.clone(), cfg.clone(), stop.clone());
+        let committer = committer.clone();
         workers.push(
             std::thread::Builder::new()
                 .name(format!("kura-worker-{i}"))
-                .spawn(move || worker(ls, &*store, &shared, &cfg, &stop))?,
+                .spawn(move || worker(ls, &*store, &shared, &cfg, &stop, &committer))?,
         );
     }
     let mut res = Ok(());
@@ -104,6 +176,12 @@ pub fn serve(
             Err(_) => res = Err(io::Error::other("a worker thread panicked")),
         }
     }
+    {
+        let mut st = committer.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.stop = true;
+        committer.cv.notify_all();
+    }
+    let _ = commit_thread.join();
     res
 }
 
@@ -113,8 +191,18 @@ fn worker(
     shared: &Shared,
     cfg: &Config,
     stop: &AtomicBool,
+    committer: &Committer,
 ) -> io::Result<()> {
     let mut poll = Poll::new()?;
+    let waker = Arc::new(mio::Waker::new(poll.registry(), WAKE)?);
+    committer
+        .state
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .wakers
+        .push(waker);
+    // Connections whose replies wait for a commit ticket.
+    let mut held: Vec<usize> = Vec::new();
     let mut events = Events::with_capacity(1024);
     let nl = listeners.len();
     for (i, l) in listeners.iter_mut().enumerate() {
@@ -144,6 +232,9 @@ fn worker(
         touched.clear();
         for ev in events.iter() {
             let t = ev.token().0;
+            if ev.token() == WAKE {
+                continue; // a commit finished: the held replies are handled below
+            }
             if t < nl {
                 accept_all(
                     &listeners[t],
@@ -162,13 +253,49 @@ fn worker(
                 touched.push((idx, alive));
             }
         }
-        // Phase 2: one sync for every deferred `sync=always` write of the batch (a group
-        // commit), and only then the replies: nothing is acknowledged before it is durable.
-        let durable = !kura_engine::durability::take_pending() || store.sync().is_ok();
+        // Phase 2: the deferred `sync=always` writes of the batch get a commit ticket from the
+        // commit thread (one fsync covers every worker that asks meanwhile); their replies
+        // wait for it, and the worker goes on serving. Nothing is acknowledged before it is
+        // durable.
+        if kura_engine::durability::take_pending() {
+            let ticket = committer.request();
+            for &(idx, _) in &touched {
+                if let Some(c) = conns.get_mut(idx).and_then(Option::as_mut) {
+                    if c.ticket == 0 {
+                        held.push(idx);
+                    }
+                    c.ticket = ticket;
+                }
+            }
+        }
+        let (done, failed) = if held.is_empty() {
+            (0, false)
+        } else {
+            committer.status()
+        };
+        // Connections whose commit is done (or failed) are finished with the rest.
+        held.retain(|&idx| {
+            let Some(c) = conns.get_mut(idx).and_then(Option::as_mut) else {
+                return false;
+            };
+            if c.ticket <= done || failed {
+                if !touched.iter().any(|&(i, _)| i == idx) {
+                    touched.push((idx, true));
+                }
+                false
+            } else {
+                true
+            }
+        });
         for &(idx, alive) in &touched {
             let keep = match conns.get_mut(idx).and_then(Option::as_mut) {
-                Some(c) if durable && alive => finish(c),
-                Some(_) => false, // a failed sync: drop the connection, not the durability
+                Some(c) if c.ticket > done => continue, // still waiting for its commit
+                Some(c) if failed && c.ticket > 0 => false, // a failed sync: drop, not durability
+                Some(c) if alive => {
+                    c.ticket = 0;
+                    finish(c)
+                }
+                Some(_) => false,
                 None => continue,
             };
             if !keep {
@@ -203,11 +330,15 @@ fn worker(
             }
         }
     }
-    // Stopping: hand out what is already answered, then close.
+    // Stopping: hand out what is already answered (after a last sync for held replies),
+    // then close.
+    let durable = held.is_empty() || store.sync().is_ok();
     for i in 0..conns.len() {
         if let Some(c) = conns[i].as_mut() {
-            let _ = c.sock.set_nodelay(true);
-            let _ = flush(c);
+            if c.ticket == 0 || durable {
+                let _ = c.sock.set_nodelay(true);
+                let _ = flush(c);
+            }
         }
         close(&mut poll, &mut conns, &mut free, i, shared);
     }
@@ -253,6 +384,7 @@ fn accept_all(
             closing: false,
             wants_write: false,
             eof: false,
+            ticket: 0,
         });
         shared.curr_connections.fetch_add(1, Ordering::Relaxed);
         shared.total_connections.fetch_add(1, Ordering::Relaxed);
