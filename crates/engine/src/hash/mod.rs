@@ -1653,7 +1653,10 @@ impl Inner {
                 if let Some(id) = self.compaction_candidate() {
                     let _ = self.compact_segment(id, false, Some(64 << 20));
                 }
-                let (ckptsiz, total) = (self.cfg.lock().ckptsiz, self.data_size());
+                // Two statements: the `cfg` guard must be gone before `data_size` takes the lane
+                // locks (a writer rolling a segment holds its lane lock and then takes `cfg`).
+                let ckptsiz = self.cfg.lock().ckptsiz;
+                let total = self.data_size();
                 if self.appended_total() >= ckptsiz.max(total / 4) {
                     let _ = self.checkpoint();
                 }

@@ -485,6 +485,56 @@ fn large_puts_race_with_small_writes_of_the_same_key() {
     }
 }
 
+/// Regression: the background thread held the `cfg` lock while taking the lane locks, and a
+/// writer rolling a segment holds its lane lock and then takes `cfg`: a deadlock once a roll
+/// met the maintenance tick. Writers rolling tiny segments across several ticks must finish.
+#[test]
+fn rolling_writers_and_maintenance_do_not_deadlock() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Arc::new(
+        DiskHash::open(
+            &dir.path().join("r.kh"),
+            &Params::parse("segsiz=64k#sync=none#bufsiz=4k").unwrap(),
+        )
+        .unwrap(),
+    );
+    let progress = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_millis(3500);
+    let writers: Vec<_> = (0..2)
+        .map(|t| {
+            let (db, progress) = (db.clone(), progress.clone());
+            std::thread::spawn(move || {
+                let mut i = 0u64;
+                while Instant::now() < deadline {
+                    db.put(format!("{t}-{}", i % 5000).as_bytes(), &[7u8; 300])
+                        .unwrap();
+                    progress.fetch_add(1, Ordering::Relaxed);
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    // A watchdog instead of a hang: progress must not stop for 5 s.
+    let mut last = 0;
+    let mut still = Instant::now();
+    while writers.iter().any(|w| !w.is_finished()) {
+        std::thread::sleep(Duration::from_millis(100));
+        let p = progress.load(Ordering::Relaxed);
+        if p != last {
+            last = p;
+            still = Instant::now();
+        }
+        assert!(
+            still.elapsed() < Duration::from_secs(5),
+            "writers stopped: deadlock"
+        );
+    }
+    for w in writers {
+        w.join().unwrap();
+    }
+    assert!(db.check().unwrap().healthy());
+}
+
 #[test]
 fn io_faults_poison_then_reopen_is_consistent() {
     for (n, fault) in [
