@@ -219,16 +219,7 @@ fn encode(out: &mut Vec<u8>, proto: Proto, get: bool, k: &[u8], value: &[u8]) {
         Proto::Binary => {
             let (opcode, extras): (u8, &[u8]) = if get { (0x00, &[]) } else { (0x01, &[0; 8]) };
             let val: &[u8] = if get { &[] } else { value };
-            out.push(0x80);
-            out.push(opcode);
-            out.extend_from_slice(&(k.len() as u16).to_be_bytes());
-            out.push(extras.len() as u8);
-            out.extend_from_slice(&[0, 0, 0]);
-            out.extend_from_slice(&((extras.len() + k.len() + val.len()) as u32).to_be_bytes());
-            out.extend_from_slice(&[0; 12]);
-            out.extend_from_slice(extras);
-            out.extend_from_slice(k);
-            out.extend_from_slice(val);
+            kura_proto::mc_bin::encode_request(out, opcode, 0, 0, extras, k, val);
         }
     }
 }

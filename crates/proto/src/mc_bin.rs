@@ -208,6 +208,29 @@ fn bad_magic() -> DecodeError {
     }
 }
 
+/// Append a request packet (for clients, load generators and tests).
+pub fn encode_request(
+    out: &mut Vec<u8>,
+    opcode: u8,
+    opaque: u32,
+    cas: u64,
+    extras: &[u8],
+    key: &[u8],
+    value: &[u8],
+) {
+    out.push(REQ_MAGIC);
+    out.push(opcode);
+    out.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    out.push(extras.len() as u8);
+    out.extend_from_slice(&[0, 0, 0]);
+    out.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
+    out.extend_from_slice(&opaque.to_be_bytes());
+    out.extend_from_slice(&cas.to_be_bytes());
+    out.extend_from_slice(extras);
+    out.extend_from_slice(key);
+    out.extend_from_slice(value);
+}
+
 /// Append a response packet.
 #[allow(clippy::too_many_arguments)]
 pub fn encode_response(
@@ -255,8 +278,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// Build a request packet.
-    pub fn packet(
+    fn packet(
         opcode: u8,
         opaque: u32,
         cas: u64,
@@ -264,17 +286,8 @@ mod tests {
         key: &[u8],
         value: &[u8],
     ) -> Vec<u8> {
-        let mut v = vec![REQ_MAGIC, opcode];
-        v.extend_from_slice(&(key.len() as u16).to_be_bytes());
-        v.push(extras.len() as u8);
-        v.push(0);
-        v.extend_from_slice(&[0, 0]);
-        v.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
-        v.extend_from_slice(&opaque.to_be_bytes());
-        v.extend_from_slice(&cas.to_be_bytes());
-        v.extend_from_slice(extras);
-        v.extend_from_slice(key);
-        v.extend_from_slice(value);
+        let mut v = Vec::new();
+        encode_request(&mut v, opcode, opaque, cas, extras, key, value);
         v
     }
 

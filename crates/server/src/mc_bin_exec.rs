@@ -279,16 +279,8 @@ mod tests {
         key: &[u8],
         value: &[u8],
     ) -> Vec<u8> {
-        let mut v = vec![0x80, opcode];
-        v.extend_from_slice(&(key.len() as u16).to_be_bytes());
-        v.push(extras.len() as u8);
-        v.extend_from_slice(&[0, 0, 0]);
-        v.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
-        v.extend_from_slice(&opaque.to_be_bytes());
-        v.extend_from_slice(&cas.to_be_bytes());
-        v.extend_from_slice(extras);
-        v.extend_from_slice(key);
-        v.extend_from_slice(value);
+        let mut v = Vec::new();
+        kura_proto::mc_bin::encode_request(&mut v, opcode, opaque, cas, extras, key, value);
         v
     }
 
