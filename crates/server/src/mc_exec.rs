@@ -2,6 +2,7 @@
 //! between the codec (`kura_proto::mc_text`) and the database. No sockets here: the connection
 //! loop (`crate::net`) feeds decoded requests in and writes the bytes out.
 
+use crate::mask::Mask;
 use kura_engine::{Decision, Error, Outcome, Store};
 use kura_proto::mc_text::{self, reply, Keys, Request, StoreMode};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -41,6 +42,14 @@ pub struct Shared {
     pub max_item_size: u64,
     /// A pending `flush_all <delay>`: the unix time at which every record goes (0 = none).
     pub flush_at: AtomicU64,
+    /// Operations refused on every protocol (`--mask`).
+    pub mask: Mask,
+    /// The database name the server was started with (Tyrant's `path`).
+    pub db_name: String,
+    /// The server id (Tyrant's `sid`): from `--sid`, else derived from the port.
+    pub sid: u32,
+    /// The main listening port.
+    pub port: u16,
 }
 
 impl Shared {
@@ -70,6 +79,10 @@ impl Shared {
             total_connections: z(),
             max_item_size,
             flush_at: z(),
+            mask: Mask::NONE,
+            db_name: String::new(),
+            sid: 1,
+            port: 0,
         }
     }
 }

@@ -1,0 +1,238 @@
+//! The command mask (`--mask` / `--unmask`): refuse chosen operations on every protocol.
+//!
+//! A mask names *operations* (Tokyo Tyrant's command names: `put`, `out`, `vanish`, …), not wire
+//! commands, so `--mask out` refuses a Tyrant `out`, a memcached `delete` / `md`, an HTTP
+//! `DELETE` and a Kyoto Tycoon `/rpc/remove` alike. Group names refuse whole sets: `all`,
+//! `allorg` (the Tyrant binary protocol), `allmc` (both memcached protocols), `allhttp` (HTTP,
+//! Tyrant's and Kyoto Tycoon's), `allread`, `allwrite` and `allmanage`. `--unmask` removes names
+//! again, after every `--mask`, so `--mask all --unmask get,stat` leaves a read-only server that
+//! only answers `get` and `stat`.
+
+use std::fmt;
+
+/// An operation, whatever protocol asked for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Op {
+    Put,
+    PutKeep,
+    PutCat,
+    PutShl,
+    PutNr,
+    Out,
+    Get,
+    Mget,
+    Vsiz,
+    IterInit,
+    IterNext,
+    Fwmkeys,
+    AddInt,
+    AddDouble,
+    Ext,
+    Sync,
+    Optimize,
+    Vanish,
+    Copy,
+    Restore,
+    SetMst,
+    Rnum,
+    Size,
+    Stat,
+    Misc,
+    Repl,
+}
+
+/// The protocol family a request came in on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Proto {
+    /// The Tokyo Tyrant binary protocol ("the original").
+    Tyrant,
+    /// memcached text or binary.
+    Memcached,
+    /// HTTP: Tyrant's REST, Kyoto Tycoon's RPC and REST.
+    Http,
+}
+
+/// What an operation does, for `allread` / `allwrite` / `allmanage`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    Read,
+    Write,
+    Manage,
+}
+
+/// Every operation with its mask name and class.
+pub const OPS: &[(Op, &str, Class)] = &[
+    (Op::Put, "put", Class::Write),
+    (Op::PutKeep, "putkeep", Class::Write),
+    (Op::PutCat, "putcat", Class::Write),
+    (Op::PutShl, "putshl", Class::Write),
+    (Op::PutNr, "putnr", Class::Write),
+    (Op::Out, "out", Class::Write),
+    (Op::Get, "get", Class::Read),
+    (Op::Mget, "mget", Class::Read),
+    (Op::Vsiz, "vsiz", Class::Read),
+    (Op::IterInit, "iterinit", Class::Read),
+    (Op::IterNext, "iternext", Class::Read),
+    (Op::Fwmkeys, "fwmkeys", Class::Read),
+    (Op::AddInt, "addint", Class::Write),
+    (Op::AddDouble, "adddouble", Class::Write),
+    (Op::Ext, "ext", Class::Write),
+    (Op::Sync, "sync", Class::Manage),
+    (Op::Optimize, "optimize", Class::Manage),
+    (Op::Vanish, "vanish", Class::Write),
+    (Op::Copy, "copy", Class::Manage),
+    (Op::Restore, "restore", Class::Manage),
+    (Op::SetMst, "setmst", Class::Manage),
+    (Op::Rnum, "rnum", Class::Read),
+    (Op::Size, "size", Class::Read),
+    (Op::Stat, "stat", Class::Read),
+    (Op::Misc, "misc", Class::Manage),
+    (Op::Repl, "repl", Class::Manage),
+];
+
+impl Op {
+    pub fn name(self) -> &'static str {
+        OPS[self as usize].1
+    }
+    pub fn class(self) -> Class {
+        OPS[self as usize].2
+    }
+}
+
+/// One bit per (operation, protocol) pair: bit `op * 3 + proto`.
+const PROTOS: [Proto; 3] = [Proto::Tyrant, Proto::Memcached, Proto::Http];
+
+#[inline]
+fn bit(op: Op, proto: Proto) -> u128 {
+    1u128 << (op as u32 * 3 + proto as u32)
+}
+
+/// A set of refused (operation, protocol) pairs. The default refuses nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Mask(u128);
+
+/// An unknown name in a mask expression.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownName(pub String);
+
+impl fmt::Display for UnknownName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown command name `{}` in a mask (names: {}, all, allorg, allmc, allhttp, \
+             allread, allwrite, allmanage)",
+            self.0,
+            OPS.iter().map(|o| o.1).collect::<Vec<_>>().join(", ")
+        )
+    }
+}
+
+impl std::error::Error for UnknownName {}
+
+/// The pairs selected by `keep`.
+fn select(keep: impl Fn(Op, Class, Proto) -> bool) -> u128 {
+    let mut m = 0;
+    for &(op, _, class) in OPS {
+        for p in PROTOS {
+            if keep(op, class, p) {
+                m |= bit(op, p);
+            }
+        }
+    }
+    m
+}
+
+/// The pairs named by a comma- or space-separated list of names (case-insensitive). Group names
+/// expand to their pairs, so a later `--unmask` of one operation takes it out of the group.
+fn bits(expr: &str) -> Result<u128, UnknownName> {
+    let mut m = 0;
+    for name in expr.split([',', ' ']).filter(|n| !n.is_empty()) {
+        let lower = name.to_ascii_lowercase();
+        m |= match lower.as_str() {
+            "all" => select(|_, _, _| true),
+            "allorg" => select(|_, _, p| p == Proto::Tyrant),
+            "allmc" => select(|_, _, p| p == Proto::Memcached),
+            "allhttp" => select(|_, _, p| p == Proto::Http),
+            "allread" => select(|_, c, _| c == Class::Read),
+            "allwrite" => select(|_, c, _| c == Class::Write),
+            "allmanage" => select(|_, c, _| c == Class::Manage),
+            n => match OPS.iter().find(|o| o.1 == n) {
+                Some(o) => select(|op, _, _| op == o.0),
+                None => return Err(UnknownName(name.to_string())),
+            },
+        };
+    }
+    Ok(m)
+}
+
+impl Mask {
+    /// Nothing refused.
+    pub const NONE: Mask = Mask(0);
+
+    /// Refuse the named operations / groups too.
+    pub fn mask(self, expr: &str) -> Result<Mask, UnknownName> {
+        Ok(Mask(self.0 | bits(expr)?))
+    }
+
+    /// Allow the named operations / groups again.
+    pub fn unmask(self, expr: &str) -> Result<Mask, UnknownName> {
+        Ok(Mask(self.0 & !bits(expr)?))
+    }
+
+    /// Whether `op` asked for over `proto` is refused.
+    #[inline]
+    pub fn denies(self, op: Op, proto: Proto) -> bool {
+        self.0 & bit(op, proto) != 0
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The operation names refused over `proto`, for logs and `stat`.
+    pub fn names(self, proto: Proto) -> Vec<&'static str> {
+        OPS.iter()
+            .filter(|o| self.denies(o.0, proto))
+            .map(|o| o.1)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn op_table_is_in_enum_order() {
+        for (i, o) in OPS.iter().enumerate() {
+            assert_eq!(o.0 as usize, i, "{}", o.1);
+        }
+    }
+
+    #[test]
+    fn names_groups_and_unmask() {
+        let m = Mask::NONE.mask("out,vanish").unwrap();
+        for p in [Proto::Tyrant, Proto::Memcached, Proto::Http] {
+            assert!(m.denies(Op::Out, p));
+            assert!(m.denies(Op::Vanish, p));
+            assert!(!m.denies(Op::Put, p));
+            assert!(!m.denies(Op::Get, p));
+        }
+        let m = Mask::NONE.mask("allmc").unwrap();
+        assert!(m.denies(Op::Get, Proto::Memcached));
+        assert!(!m.denies(Op::Get, Proto::Tyrant));
+        let m = Mask::NONE.mask("allwrite").unwrap();
+        assert!(m.denies(Op::PutNr, Proto::Http));
+        assert!(!m.denies(Op::Get, Proto::Http));
+        assert!(!m.denies(Op::Sync, Proto::Http));
+        let m = Mask::NONE.mask("ALL").unwrap().unmask("get stat").unwrap();
+        assert!(!m.denies(Op::Get, Proto::Tyrant));
+        assert!(!m.denies(Op::Stat, Proto::Memcached));
+        assert!(m.denies(Op::Mget, Proto::Tyrant));
+        assert_eq!(m.names(Proto::Tyrant).len(), OPS.len() - 2);
+        assert!(Mask::NONE.mask("put,bogus").is_err());
+        assert!(Mask::default().is_empty());
+        assert!(!Mask::default().denies(Op::Put, Proto::Tyrant));
+    }
+}
