@@ -19,10 +19,31 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv || { need_pkg /nonexistent python3-venv && python3 -m venv .venv; }
 fi
 .venv/bin/pip install -q -r tests/clients/requirements.txt
+
+# pytyrant (PyPI) is the only pure-Python Tokyo Tyrant client there is, and it predates
+# Python 3: fetch its release from PyPI and convert it mechanically (2to3, then bytes for the
+# wire: the frame header, the receive buffer, the misc function names; collections.abc for the
+# dict mixin). The protocol code stays the library's own.
+port_pytyrant() {
+    local dest=.venv/ported
+    [ -f "$dest/pytyrant.py" ] && return 0
+    local tmp; tmp=$(mktemp -d)
+    .venv/bin/pip download -q --no-deps --no-binary :all: -d "$tmp" pytyrant==1.1.17
+    tar xzf "$tmp"/pytyrant-1.1.17.tar.gz -C "$tmp"
+    cp "$tmp"/pytyrant-1.1.17/pytyrant.py "$tmp"/p.py
+    .venv/bin/python -W ignore -m lib2to3 -w -n "$tmp"/p.py >/dev/null 2>&1
+    sed -i -e 's/^import UserDict$/import collections.abc/' \
+        -e 's/^class PyTyrant(object, UserDict.DictMixin):/class PyTyrant(collections.abc.MutableMapping):/' \
+        -e "s/^    d = ''$/    d = b''/" \
+        -e 's/return \[chr(MAGIC) + chr(code)\]/return [bytes([MAGIC, code])]/' \
+        -e 's/self\.t\.misc("\([a-z]*\)"/self.t.misc(b"\1"/' "$tmp"/p.py
+    mkdir -p "$dest" && mv "$tmp"/p.py "$dest/pytyrant.py" && rm -rf "$tmp"
+}
+port_pytyrant
 cargo build -q -p kura
 KURA="$PWD/target/debug/kura"
 
-KURA_BIN="$KURA" .venv/bin/python -m pytest -q tests/clients
+KURA_BIN="$KURA" PYTHONPATH="$PWD/.venv/ported" .venv/bin/python -m pytest -q tests/clients
 
 # The tools below need a running server: start one on a free port, stop it at the end.
 work=$(mktemp -d)

@@ -6,7 +6,8 @@
 //!
 //! Both kinds accept `capnum` (maximum number of records), `capsiz` (maximum bytes, counted as
 //! key + value + a fixed per-record overhead, with k/m/g/t suffixes) and `bnum` (initial capacity
-//! hint; the tree accepts and ignores it). A `capnum` or `capsiz` of 0 (the default) means
+//! hint, used for at most [`MAX_PRESIZE`] records so that no name or remote `optimize` can make
+//! the server reserve unbounded memory; the tree accepts and ignores it). A `capnum` or `capsiz` of 0 (the default) means
 //! unbounded. With a bound the database is a cache: writes that push it over the bound evict
 //! records, and a single record larger than `capsiz` is refused with [`Error::TooLarge`].
 //! `optimize` accepts the same three parameters to retune a live database.
@@ -103,6 +104,9 @@ const REAP_STEPS: usize = 4;
 const MAX_SHARD_RECORDS: usize = u32::MAX as usize;
 /// The parameters both kinds accept.
 const ALLOWED: &[&str] = &["capnum", "capsiz", "bnum"];
+/// `bnum` reserves room for at most this many records up front (about 1 GB); beyond, the
+/// hash grows as records arrive.
+pub const MAX_PRESIZE: u64 = 1 << 24;
 
 // ------------------------------------------------------------------------------------------------
 // Records
@@ -659,6 +663,7 @@ impl MemHash {
     }
 
     fn reserve(&self, bnum: u64) -> Result<()> {
+        let bnum = bnum.min(MAX_PRESIZE);
         let per = usize::try_from(bnum.div_ceil(SHARDS as u64)).unwrap_or(usize::MAX);
         for i in 0..SHARDS {
             self.shard(i).write().reserve(per)?;
@@ -2009,6 +2014,17 @@ mod tests {
             assert_eq!(copy.get(b"flagged").unwrap().unwrap().meta.flags, 9);
             assert!(copy.get(b"gone").unwrap().is_none());
         }
+    }
+
+    /// A huge `bnum` (from a name, or a remote `optimize bnum=4444444449` found by the Tyrant
+    /// fuzzer) once reserved billions of buckets and ran the server out of memory; it is only a
+    /// hint, capped for pre-sizing.
+    #[test]
+    fn a_huge_bnum_does_not_reserve_unbounded_memory() {
+        let db = hash("bnum=4444444449");
+        db.put(b"k", b"v").unwrap();
+        db.optimize("bnum=18446744073709551615").unwrap();
+        assert_eq!(db.get(b"k").unwrap().unwrap().value, b"v");
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! `kura bench`: a load generator for memcached servers (Kura or memcached itself), text or
-//! binary protocol. Threads × connections, each connection sending `pipeline` requests per round
+//! binary protocol, and for Tokyo Tyrant servers (get / put / putnr). Threads × connections, each connection sending `pipeline` requests per round
 //! trip; random keys from a key space; a get:set ratio; bounded by a duration or a request count.
 //! Prints throughput and latency percentiles, and one machine-readable `RESULT` line.
 
@@ -10,8 +10,12 @@ use std::time::{Duration, Instant};
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum, Debug)]
 pub enum Proto {
+    /// memcached text.
     Text,
+    /// memcached binary.
     Binary,
+    /// Tokyo Tyrant binary (get and put, or putnr with --putnr).
+    Tyrant,
 }
 
 #[derive(clap::Args, Clone, Debug)]
@@ -49,6 +53,9 @@ pub struct BenchArgs {
     /// Store every key of the key space first (not timed).
     #[arg(long)]
     preload: bool,
+    /// With --protocol tyrant: send the sets as putnr (no reply is awaited).
+    #[arg(long)]
+    putnr: bool,
     /// Bulk mode: store N distinct records `bulk:%010d` (values of 100–180 bytes, ~140 bytes a
     /// record with the key, derived from the key so they can be checked) over the connections,
     /// pipelined; with --verify, read every one back and compare. Text protocol.
@@ -184,7 +191,14 @@ struct Stats {
     lat_us: Vec<u32>,
 }
 
+/// Key number `i` as `size` bytes: `key:000000000042xxx…` from 16 bytes on; below that, `i`
+/// in decimal padded with zeros to `size` digits (`00000042`, as tcrtest and tchtest write).
 fn key(i: u64, size: usize) -> Vec<u8> {
+    if size < 16 {
+        let size = size.max(1);
+        let modulo = 10u64.checked_pow(size as u32).unwrap_or(u64::MAX);
+        return format!("{:0size$}", i % modulo).into_bytes();
+    }
     let mut k = format!("key:{i:012}").into_bytes();
     k.resize(size.max(k.len()), b'x');
     k.truncate(size.max(16));
@@ -202,8 +216,12 @@ impl Rng {
     }
 }
 
-fn encode(out: &mut Vec<u8>, proto: Proto, get: bool, k: &[u8], value: &[u8]) {
+fn encode(out: &mut Vec<u8>, proto: Proto, putnr: bool, get: bool, k: &[u8], value: &[u8]) {
+    use kura_proto::tt_bin::{encode_request, Request};
     match proto {
+        Proto::Tyrant if get => encode_request(&Request::Get { key: k }, out),
+        Proto::Tyrant if putnr => encode_request(&Request::PutNr { key: k, value }, out),
+        Proto::Tyrant => encode_request(&Request::Put { key: k, value }, out),
         Proto::Text if get => {
             out.extend_from_slice(b"get ");
             out.extend_from_slice(k);
@@ -228,10 +246,26 @@ fn encode(out: &mut Vec<u8>, proto: Proto, get: bool, k: &[u8], value: &[u8]) {
 fn read_reply(
     r: &mut BufReader<TcpStream>,
     proto: Proto,
+    putnr: bool,
     get: bool,
     line: &mut Vec<u8>,
 ) -> std::io::Result<(bool, bool)> {
     match proto {
+        Proto::Tyrant if !get && putnr => Ok((true, false)), // no reply to wait for
+        Proto::Tyrant => {
+            let mut code = [0u8; 1];
+            r.read_exact(&mut code)?;
+            if code[0] != 0 {
+                return Ok((get, false)); // a get of an absent key answers 1: a miss, not an error
+            }
+            if get {
+                let mut len = [0u8; 4];
+                r.read_exact(&mut len)?;
+                let n = u32::from_be_bytes(len) as u64;
+                std::io::copy(&mut r.by_ref().take(n), &mut std::io::sink())?;
+            }
+            Ok((true, get))
+        }
         Proto::Text => {
             line.clear();
             r.read_until(b'\n', line)?;
@@ -306,14 +340,14 @@ fn worker(
             for _ in 0..a.pipeline {
                 let get = (rng.next() % 10_000) as f64 / 10_000.0 < get_share;
                 let k = key(rng.next() % a.keyspace.max(1), a.key_size);
-                encode(&mut out, a.protocol, get, &k, &value);
+                encode(&mut out, a.protocol, a.putnr, get, &k, &value);
                 kinds[i].push(get);
             }
             s.write_all(&out)?;
         }
         for (i, (_, r)) in socks.iter_mut().enumerate() {
             for &get in &kinds[i] {
-                let (ok, hit) = read_reply(r, a.protocol, get, &mut line)?;
+                let (ok, hit) = read_reply(r, a.protocol, a.putnr, get, &mut line)?;
                 st.ops += 1;
                 st.gets += u64::from(get);
                 st.hits += u64::from(hit);
@@ -321,6 +355,23 @@ fn worker(
                 st.lat_us
                     .push(sent.elapsed().as_micros().min(u32::MAX as u128) as u32);
             }
+        }
+    }
+    if a.protocol == Proto::Tyrant && a.putnr {
+        // putnr is not answered: one get per connection makes the timed run include the
+        // server executing every putnr sent before it.
+        for (s, r) in socks.iter_mut() {
+            out.clear();
+            encode(
+                &mut out,
+                a.protocol,
+                false,
+                true,
+                &key(0, a.key_size),
+                &value,
+            );
+            s.write_all(&out)?;
+            read_reply(r, a.protocol, false, true, &mut line)?;
         }
     }
     Ok(st)
@@ -366,7 +417,14 @@ pub fn run(a: BenchArgs) -> ExitCode {
             let mut out = Vec::new();
             let n = (a.keyspace - i).min(pre.pipeline as u64);
             for j in 0..n {
-                encode(&mut out, a.protocol, false, &key(i + j, a.key_size), &value);
+                encode(
+                    &mut out,
+                    a.protocol,
+                    false,
+                    false,
+                    &key(i + j, a.key_size),
+                    &value,
+                );
             }
             if s.write_all(&out).is_err() {
                 eprintln!("kura: preload failed");
@@ -374,7 +432,7 @@ pub fn run(a: BenchArgs) -> ExitCode {
             }
             for _ in 0..n {
                 if !matches!(
-                    read_reply(&mut r, a.protocol, false, &mut line),
+                    read_reply(&mut r, a.protocol, false, false, &mut line),
                     Ok((true, _))
                 ) {
                     eprintln!("kura: preload: a set was refused");

@@ -127,7 +127,7 @@ pub enum DbCommand {
 }
 
 /// Why a command did not succeed.
-enum Fail {
+pub(crate) enum Fail {
     /// A negative answer: exit status 1.
     No(String),
     /// An error: exit status 2.
@@ -142,7 +142,7 @@ impl From<Error> for Fail {
     }
 }
 
-type Res = Result<(), Fail>;
+pub(crate) type Res = Result<(), Fail>;
 
 /// Run one `kura db` command; returns the exit status.
 pub fn run(cmd: DbCommand) -> ExitCode {
@@ -257,11 +257,11 @@ fn with_db_mode(name: &str, readonly: bool, f: impl FnOnce(&dyn Store) -> Res) -
 }
 
 /// A key for messages: escaped like the TSV output, so control bytes are visible.
-fn show(key: &[u8]) -> String {
+pub(crate) fn show(key: &[u8]) -> String {
     String::from_utf8_lossy(&tsv::escape(key)).into_owned()
 }
 
-fn stdout_err(e: io::Error) -> Fail {
+pub(crate) fn stdout_err(e: io::Error) -> Fail {
     if e.kind() == io::ErrorKind::BrokenPipe {
         Fail::BrokenPipe
     } else {
@@ -269,7 +269,7 @@ fn stdout_err(e: io::Error) -> Fail {
     }
 }
 
-fn print(bytes: &[u8]) -> Res {
+pub(crate) fn print(bytes: &[u8]) -> Res {
     let mut out = io::stdout().lock();
     out.write_all(bytes).map_err(stdout_err)?;
     out.flush().map_err(stdout_err)
@@ -365,7 +365,7 @@ fn list(db: &dyn Store, prefix: &[u8], limit: usize, values: bool) -> Res {
 }
 
 /// A progress counter on stderr, shown only when stderr is a terminal.
-struct Progress {
+pub(crate) struct Progress {
     enabled: bool,
     shown: bool,
     verb: &'static str,
@@ -375,7 +375,7 @@ struct Progress {
 impl Progress {
     const EVERY: Duration = Duration::from_millis(200);
 
-    fn new(verb: &'static str, enabled: bool) -> Progress {
+    pub(crate) fn new(verb: &'static str, enabled: bool) -> Progress {
         Progress {
             enabled: enabled && io::stderr().is_terminal(),
             shown: false,
@@ -385,7 +385,7 @@ impl Progress {
     }
 
     /// Show `count` (and a percentage when `of` is known), at most every [`Self::EVERY`].
-    fn tick(&mut self, count: u64, done: u64, of: Option<u64>) {
+    pub(crate) fn tick(&mut self, count: u64, done: u64, of: Option<u64>) {
         if self.enabled && self.last.elapsed() >= Self::EVERY {
             self.last = Instant::now();
             self.show(count, done, of);
@@ -402,7 +402,7 @@ impl Progress {
     }
 
     /// Show the final count when a progress line was shown at all.
-    fn finish(&mut self, count: u64, done: u64, of: Option<u64>) {
+    pub(crate) fn finish(&mut self, count: u64, done: u64, of: Option<u64>) {
         if self.shown {
             self.show(count, done, of);
             eprintln!();
@@ -421,14 +421,14 @@ impl Drop for Progress {
 }
 
 /// Where `import` reads from.
-struct Input {
-    reader: Box<dyn BufRead>,
-    label: String,
-    size: Option<u64>,
+pub(crate) struct Input {
+    pub(crate) reader: Box<dyn BufRead>,
+    pub(crate) label: String,
+    pub(crate) size: Option<u64>,
 }
 
 impl Input {
-    fn open(file: Option<&Path>) -> Result<Input, Fail> {
+    pub(crate) fn open(file: Option<&Path>) -> Result<Input, Fail> {
         Ok(match file {
             Some(p) => {
                 let f = File::open(p)
@@ -476,8 +476,70 @@ impl Batch {
     }
 }
 
-fn import(db: &dyn Store, mut input: Input) -> Res {
-    let label = input.label.clone();
+/// Reads the records of a TSV import: `KEY<TAB>VALUE` lines in the `export` format; a trailing
+/// CR is ignored and empty lines are skipped.
+pub(crate) struct TsvReader {
+    input: Input,
+    line: Vec<u8>,
+    /// The number of the last line read (from 1).
+    pub(crate) lineno: u64,
+    /// Bytes read so far (for the progress percentage).
+    pub(crate) read: u64,
+}
+
+impl TsvReader {
+    pub(crate) fn new(input: Input) -> TsvReader {
+        TsvReader {
+            input,
+            line: Vec::new(),
+            lineno: 0,
+            read: 0,
+        }
+    }
+
+    pub(crate) fn label(&self) -> &str {
+        &self.input.label
+    }
+
+    pub(crate) fn size(&self) -> Option<u64> {
+        self.input.size
+    }
+
+    /// The next record; `Ok(None)` at the end of the input; `Ok(Some(Err(msg)))` for a
+    /// malformed line (`lineno` names it); `Err` when the input cannot be read.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn next(&mut self) -> Result<Option<Result<(Vec<u8>, Vec<u8>), String>>, Fail> {
+        loop {
+            self.line.clear();
+            let n = self
+                .input
+                .reader
+                .read_until(b'\n', &mut self.line)
+                .map_err(|e| Fail::Err(format!("reading {}: {e}", self.input.label)))?;
+            if n == 0 {
+                return Ok(None);
+            }
+            self.lineno += 1;
+            self.read += n as u64;
+            let body = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
+            if body.is_empty() || body == b"\r" {
+                continue;
+            }
+            return Ok(Some(
+                tsv::parse_line(body)
+                    .map_err(|e| e.to_string())
+                    .and_then(|(k, v)| {
+                        engine::store::check_sizes(&k, v.len()).map_err(|e| e.to_string())?;
+                        Ok((k, v))
+                    }),
+            ));
+        }
+    }
+}
+
+fn import(db: &dyn Store, input: Input) -> Res {
+    let mut rd = TsvReader::new(input);
+    let label = rd.label().to_string();
     let mut progress = Progress::new("imported", true);
     let mut batch = Batch {
         ops: Vec::with_capacity(BATCH_RECORDS),
@@ -485,9 +547,6 @@ fn import(db: &dyn Store, mut input: Input) -> Res {
         bytes: 0,
     };
     let mut imported = 0u64;
-    let mut read = 0u64;
-    let mut lineno = 0u64;
-    let mut line = Vec::new();
     let write_err = |imported: u64, lineno: u64, e: Error| {
         Fail::Err(format!(
             "{label}: writing the records before line {}: {e} ({imported} records were \
@@ -495,34 +554,15 @@ fn import(db: &dyn Store, mut input: Input) -> Res {
             lineno + 1
         ))
     };
-    loop {
-        line.clear();
-        let n = input
-            .reader
-            .read_until(b'\n', &mut line)
-            .map_err(|e| Fail::Err(format!("reading {label}: {e}")))?;
-        if n == 0 {
-            break;
-        }
-        lineno += 1;
-        read += n as u64;
-        let body = line.strip_suffix(b"\n").unwrap_or(&line);
-        if body.is_empty() || body == b"\r" {
-            continue;
-        }
-        let parsed = tsv::parse_line(body)
-            .map_err(|e| e.to_string())
-            .and_then(|(k, v)| {
-                engine::store::check_sizes(&k, v.len()).map_err(|e| e.to_string())?;
-                Ok((k, v))
-            });
+    while let Some(parsed) = rd.next()? {
+        let lineno = rd.lineno;
         let (key, value) = match parsed {
             Ok(kv) => kv,
             Err(msg) => {
                 imported += batch
                     .flush(db)
                     .map_err(|e| write_err(imported, lineno - 1, e))?;
-                progress.finish(imported, read, input.size);
+                progress.finish(imported, rd.read, rd.size());
                 return Err(Fail::Err(format!(
                     "{label}: line {lineno}: {msg}; stopped there ({imported} records before it were \
                      imported)"
@@ -546,13 +586,13 @@ fn import(db: &dyn Store, mut input: Input) -> Res {
             imported += batch
                 .flush(db)
                 .map_err(|e| write_err(imported, lineno, e))?;
-            progress.tick(imported, read, input.size);
+            progress.tick(imported, rd.read, rd.size());
         }
     }
     imported += batch
         .flush(db)
-        .map_err(|e| write_err(imported, lineno, e))?;
-    progress.finish(imported, read, input.size);
+        .map_err(|e| write_err(imported, rd.lineno, e))?;
+    progress.finish(imported, rd.read, rd.size());
     Ok(())
 }
 

@@ -3,6 +3,7 @@
 
 mod bench;
 mod db;
+mod remote;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -21,8 +22,11 @@ enum Command {
     /// Work on a database file directly (create, get, put, import, export, check, …).
     #[command(subcommand)]
     Db(db::DbCommand),
-    /// Serve a database over the network (memcached text and binary protocols so far).
+    /// Serve a database over the network: memcached text and binary, Tokyo Tyrant, HTTP (Tyrant's
+    /// and Kyoto Tycoon's), all on one port.
     Serve(serve::ServeArgs),
+    /// Manage a running server over the Tokyo Tyrant protocol (what tcrmgr was).
+    Remote(remote::RemoteArgs),
     /// Load a memcached-protocol server (Kura or memcached) and report throughput and latency.
     Bench(bench::BenchArgs),
 }
@@ -31,6 +35,7 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Db(cmd) => db::run(cmd),
         Command::Serve(args) => serve::run(args),
+        Command::Remote(args) => remote::run(args),
         Command::Bench(args) => bench::run(args),
     }
 }

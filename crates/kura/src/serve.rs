@@ -2,6 +2,7 @@
 //! database is open and recovered), serve until SIGTERM / SIGINT, then finish, sync and close.
 
 use kura_engine::name::parse_size;
+use kura_server::mask::Mask;
 use kura_server::mc_exec::Shared;
 use kura_server::net::{self, Config};
 use std::io::Write;
@@ -46,6 +47,32 @@ pub struct ServeArgs {
     /// Detach from the terminal and run in the background.
     #[arg(long)]
     daemon: bool,
+    /// Refuse these operations on every protocol: a comma-separated list of Tyrant command
+    /// names (put, putkeep, putcat, putshl, putnr, out, get, mget, vsiz, iterinit, iternext,
+    /// fwmkeys, addint, adddouble, ext, sync, optimize, vanish, copy, restore, setmst, rnum,
+    /// size, stat, misc, repl) or groups (all, allorg = the Tyrant binary protocol, allmc,
+    /// allhttp, allread, allwrite, allmanage). `out` refuses memcached `delete`, HTTP `DELETE`
+    /// and Kyoto Tycoon `remove` too. Repeatable.
+    #[arg(long, value_name = "NAMES")]
+    mask: Vec<String>,
+    /// Allow these operations again (applied after every --mask). Repeatable.
+    #[arg(long, value_name = "NAMES")]
+    unmask: Vec<String>,
+    /// Server id reported by Tyrant `stat` (default: derived from the port).
+    #[arg(long)]
+    sid: Option<u32>,
+}
+
+/// The mask from every `--mask`, then every `--unmask`.
+fn command_mask(a: &ServeArgs) -> Result<Mask, String> {
+    let mut m = Mask::NONE;
+    for e in &a.mask {
+        m = m.mask(e).map_err(|e| e.to_string())?;
+    }
+    for e in &a.unmask {
+        m = m.unmask(e).map_err(|e| e.to_string())?;
+    }
+    Ok(m)
 }
 
 fn item_size(s: &str) -> Result<u64, String> {
@@ -141,6 +168,13 @@ fn raise_fd_limit(max_connections: usize, log: &Log) {
 }
 
 pub fn run(a: ServeArgs) -> ExitCode {
+    let mask = match command_mask(&a) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("kura: {e}");
+            return ExitCode::from(2);
+        }
+    };
     if a.daemon {
         // SAFETY: no thread has been started yet; daemon(3) forks and detaches. The working
         // directory is kept so that relative database paths stay valid.
@@ -214,7 +248,22 @@ pub fn run(a: ServeArgs) -> ExitCode {
         max_item_size: a.max_item_size as usize,
         idle_timeout: a.timeout.map(Duration::from_secs),
     };
-    let shared = Arc::new(Shared::new(kura_engine::store::now_secs(), a.max_item_size));
+    let port = listeners
+        .first()
+        .and_then(|l| l.local_addr().ok())
+        .map_or(a.port, |addr| addr.port());
+    if !mask.is_empty() {
+        log.line(&format!(
+            "command mask: {} refused over Tyrant",
+            mask.names(kura_server::mask::Proto::Tyrant).join(",")
+        ));
+    }
+    let mut shared = Shared::new(kura_engine::store::now_secs(), a.max_item_size);
+    shared.mask = mask;
+    shared.db_name = a.name.clone();
+    shared.port = port;
+    shared.sid = a.sid.unwrap_or(u32::from(port).max(1));
+    let shared = Arc::new(shared);
     let stop = Arc::new(AtomicBool::new(false));
     // Watch the signal flags: stop the workers, reopen the log.
     let watcher = {

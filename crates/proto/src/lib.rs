@@ -1,8 +1,9 @@
 //! Kura's protocol codecs: pure functions from bytes to requests and from replies to bytes, with
 //! no sockets, no runtime and no storage (see docs/ARCHITECTURE.md).
 //!
-//! So far: the memcached text protocol (`mc_text`, classic and meta commands) and the memcached
-//! binary protocol (`mc_bin`). Tokyo Tyrant and HTTP come with issue 4.
+//! The memcached text protocol (`mc_text`, classic and meta commands), the memcached binary
+//! protocol (`mc_bin`), the Tokyo Tyrant binary protocol (`tt_bin`, both directions), HTTP/1.1
+//! (`http`) and Kyoto Tycoon's TSV bodies (`kt_tsv`).
 
 pub mod http;
 pub mod kt_tsv;

@@ -58,6 +58,7 @@ pub mod status {
     pub const NON_NUMERIC: u16 = 0x0006;
     pub const UNKNOWN_COMMAND: u16 = 0x0081;
     pub const OUT_OF_MEMORY: u16 = 0x0082;
+    pub const NOT_SUPPORTED: u16 = 0x0083;
 }
 
 /// One request: the header fields that matter and borrowed body parts.
@@ -268,6 +269,7 @@ pub fn encode_error(out: &mut Vec<u8>, opcode: u8, status: u16, opaque: u32) {
         status::NOT_STORED => b"Not stored.",
         status::NON_NUMERIC => b"Non-numeric server-side value for incr or decr",
         status::UNKNOWN_COMMAND => b"Unknown command",
+        status::NOT_SUPPORTED => b"Not supported: refused by the server's mask",
         _ => b"Out of memory",
     };
     encode_response(out, opcode, status, opaque, 0, &[], &[], text);

@@ -1,9 +1,9 @@
 //! Kura's server: accept connections, sniff the protocol, decode → execute on a `Store` →
 //! encode. It never names a concrete database kind.
 //!
-//! Served so far: the memcached text (classic and meta commands) and binary protocols
-//! (`mc_exec`, `mc_bin_exec`) over the connection loop in `net`. Tokyo Tyrant and HTTP come
-//! with issue 4.
+//! Executors: memcached text and binary (`mc_exec`, `mc_bin_exec`), Tokyo Tyrant (`tt_exec`),
+//! HTTP — Tyrant's REST, Kyoto Tycoon's RPC and REST (`http_exec`); the command mask every one
+//! of them checks (`mask`); the connection loop (`net`).
 
 pub mod http_exec;
 pub mod mask;

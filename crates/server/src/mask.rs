@@ -87,7 +87,7 @@ pub const OPS: &[(Op, &str, Class)] = &[
     (Op::Rnum, "rnum", Class::Read),
     (Op::Size, "size", Class::Read),
     (Op::Stat, "stat", Class::Read),
-    (Op::Misc, "misc", Class::Manage),
+    (Op::Misc, "misc", Class::Write),
     (Op::Repl, "repl", Class::Manage),
 ];
 

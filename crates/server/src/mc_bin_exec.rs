@@ -1,6 +1,7 @@
 //! Executes memcached binary-protocol requests on a [`Store`] (same semantics and counters as
 //! the text protocol in [`crate::mc_exec`]).
 
+use crate::mask::{Mask, Op, Proto};
 use crate::mc_exec::{absolute_expiry, flush_if_due, stat_pairs, Next, Shared};
 use kura_engine::{Decision, Error, Outcome, Store};
 use kura_proto::mc_bin::{encode_error, encode_response, op, status, Request};
@@ -14,6 +15,10 @@ pub fn execute(
     now: u64,
     out: &mut Vec<u8>,
 ) -> Next {
+    if !shared.mask.is_empty() && masked(shared.mask, req.opcode) {
+        encode_error(out, req.opcode, status::NOT_SUPPORTED, req.opaque);
+        return Next::Continue;
+    }
     if let Err(e) = flush_if_due(store, shared, now).and_then(|_| run(store, shared, req, now, out))
     {
         let st = match e {
@@ -28,6 +33,24 @@ pub fn execute(
         Next::Close
     } else {
         Next::Continue
+    }
+}
+
+/// Whether the command mask refuses the opcode (checked as the Tyrant operation it performs,
+/// like the text protocol).
+fn masked(mask: Mask, opcode: u8) -> bool {
+    let deny = |o| mask.denies(o, Proto::Memcached);
+    match opcode {
+        op::GET | op::GETQ | op::GETK | op::GETKQ => deny(Op::Get),
+        op::GAT | op::GATQ | op::GATK | op::GATKQ => deny(Op::Get) || deny(Op::Put),
+        op::SET | op::SETQ | op::REPLACE | op::REPLACEQ | op::TOUCH => deny(Op::Put),
+        op::ADD | op::ADDQ => deny(Op::PutKeep),
+        op::APPEND | op::APPENDQ | op::PREPEND | op::PREPENDQ => deny(Op::PutCat),
+        op::DELETE | op::DELETEQ => deny(Op::Out),
+        op::INCREMENT | op::INCREMENTQ | op::DECREMENT | op::DECREMENTQ => deny(Op::AddInt),
+        op::FLUSH | op::FLUSHQ => deny(Op::Vanish),
+        op::STAT => deny(Op::Stat),
+        _ => false,
     }
 }
 
@@ -326,6 +349,27 @@ mod tests {
         let mut v = flags.to_be_bytes().to_vec();
         v.extend_from_slice(&exp.to_be_bytes());
         v
+    }
+
+    #[test]
+    fn the_mask_refuses_by_operation() {
+        let db = kura_engine::open("*").unwrap();
+        let mut sh = Shared::new(0, 1 << 20);
+        sh.mask = Mask::NONE.mask("out").unwrap();
+        let mut input = packet(op::SET, 1, 0, &se(0, 0), b"k", b"v");
+        input.extend(packet(op::DELETEQ, 2, 0, &[], b"k", b""));
+        input.extend(packet(op::GET, 3, 0, &[], b"k", b""));
+        let r = run_all(&*db, &sh, &input);
+        let st: Vec<(u8, u16)> = r.iter().map(|p| (p.0, p.1)).collect();
+        assert_eq!(
+            st,
+            [
+                (op::SET, status::OK),
+                (op::DELETEQ, status::NOT_SUPPORTED),
+                (op::GET, status::OK)
+            ]
+        );
+        assert_eq!(r[2].6, b"v");
     }
 
     #[test]

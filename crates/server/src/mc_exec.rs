@@ -2,7 +2,7 @@
 //! between the codec (`kura_proto::mc_text`) and the database. No sockets here: the connection
 //! loop (`crate::net`) feeds decoded requests in and writes the bytes out.
 
-use crate::mask::Mask;
+use crate::mask::{Mask, Op, Proto};
 use kura_engine::{Decision, Error, Outcome, Store};
 use kura_proto::mc_text::{self, reply, Keys, Request, StoreMode};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -127,6 +127,50 @@ pub fn flush_if_due(store: &dyn Store, shared: &Shared, now: u64) -> Result<(), 
     Ok(())
 }
 
+/// The reply to a request the command mask refuses.
+pub const REFUSED: &[u8] = b"SERVER_ERROR command refused by the server's mask\r\n";
+
+/// Whether the command mask refuses `req` (see [`crate::mask`]): memcached commands are
+/// checked as the Tyrant operations they perform (`delete` is `out`, `add` is `putkeep`, …).
+fn masked(mask: Mask, req: &Request<'_>) -> bool {
+    let deny = |op| mask.denies(op, Proto::Memcached);
+    match req {
+        Request::Get { .. } | Request::MetaGet { .. } | Request::MetaDebug { .. } => deny(Op::Get),
+        Request::Gat { .. } => deny(Op::Get) || deny(Op::Put),
+        Request::Store { mode, .. } => deny(match mode {
+            StoreMode::Add => Op::PutKeep,
+            StoreMode::Append | StoreMode::Prepend => Op::PutCat,
+            StoreMode::Set | StoreMode::Replace | StoreMode::Cas => Op::Put,
+        }),
+        Request::MetaSet { flags, .. } => {
+            deny(match flags.iter().find(|f| f.first() == Some(&b'M')) {
+                Some([_, b'E' | b'e', ..]) => Op::PutKeep,
+                Some([_, b'A' | b'a' | b'P' | b'p', ..]) => Op::PutCat,
+                _ => Op::Put,
+            })
+        }
+        Request::Touch { .. } => deny(Op::Put),
+        Request::Delete { .. } | Request::MetaDelete { .. } => deny(Op::Out),
+        Request::Arith { .. } | Request::MetaArith { .. } => deny(Op::AddInt),
+        Request::FlushAll { .. } => deny(Op::Vanish),
+        Request::Stats { .. } => deny(Op::Stat),
+        Request::Version | Request::Verbosity { .. } | Request::Quit | Request::MetaNoop => false,
+    }
+}
+
+/// Whether the client asked for no reply (`noreply`, or the meta `q` flag).
+fn noreply(req: &Request<'_>) -> bool {
+    match req {
+        Request::Store { noreply, .. }
+        | Request::Delete { noreply, .. }
+        | Request::Arith { noreply, .. }
+        | Request::Touch { noreply, .. }
+        | Request::FlushAll { noreply, .. }
+        | Request::Verbosity { noreply, .. } => *noreply,
+        _ => false,
+    }
+}
+
 /// Execute one request, appending its reply (if any) to `out`.
 pub fn execute(
     store: &dyn Store,
@@ -135,6 +179,12 @@ pub fn execute(
     now: u64,
     out: &mut Vec<u8>,
 ) -> Next {
+    if !shared.mask.is_empty() && masked(shared.mask, req) {
+        if !noreply(req) {
+            out.extend_from_slice(REFUSED);
+        }
+        return Next::Continue;
+    }
     if let Err(e) = flush_if_due(store, shared, now) {
         server_error(out, &e);
         return Next::Continue;
@@ -759,6 +809,45 @@ mod tests {
             kura_engine::open("*").unwrap(),
             kura_engine::open("+").unwrap(),
         ]
+    }
+
+    #[test]
+    fn the_mask_refuses_by_operation() {
+        let db = kura_engine::open("*").unwrap();
+        let mut sh = Shared::new(1000, 1 << 20);
+        sh.mask = Mask::NONE.mask("out,vanish").unwrap();
+        let r = session(
+            &*db,
+            &sh,
+            b"set a 0 0 1\r\nx\r\ndelete a\r\ndelete a noreply\r\nmd a\r\nflush_all\r\nget a\r\n",
+            1000,
+        );
+        let refused = std::str::from_utf8(REFUSED).unwrap();
+        assert_eq!(
+            r,
+            format!("STORED\r\n{refused}{refused}{refused}VALUE a 0 1\r\nx\r\nEND\r\n")
+        );
+        sh.mask = Mask::NONE.mask("allwrite").unwrap();
+        let r = session(
+            &*db,
+            &sh,
+            b"set b 0 0 1\r\ny\r\nincr a 1\r\nms b 1 MA\r\nz\r\nget a b\r\nversion\r\n",
+            1000,
+        );
+        assert!(
+            r.starts_with(&format!(
+                "{refused}{refused}{refused}VALUE a 0 1\r\nx\r\nEND\r\nVERSION "
+            )),
+            "{r}"
+        );
+        sh.mask = Mask::NONE.mask("allmc").unwrap();
+        assert_eq!(session(&*db, &sh, b"get a\r\n", 1000), refused);
+        // Another protocol's group leaves memcached alone.
+        sh.mask = Mask::NONE.mask("allorg,allhttp").unwrap();
+        assert_eq!(
+            session(&*db, &sh, b"get a\r\n", 1000),
+            "VALUE a 0 1\r\nx\r\nEND\r\n"
+        );
     }
 
     #[test]

@@ -3,16 +3,17 @@
 //! buffer is decoded and executed, and all their replies go out in one write. Nothing is shared
 //! between connections but the store and a few counters.
 //!
-//! Protocols are told apart by the first byte of a connection ([`sniff`]); the memcached text
-//! and binary protocols are served; Tokyo Tyrant and HTTP (issue 4) get a clear error and the
-//! connection is closed.
+//! Protocols are told apart by the first byte of a connection ([`sniff`]): memcached text and
+//! binary, Tokyo Tyrant binary and HTTP (Tyrant's and Kyoto Tycoon's), each with its own codec
+//! (`kura_proto`) and executor, all on the same store.
 
-use crate::mc_bin_exec;
 use crate::mc_exec::{self, Next, Shared};
+use crate::tt_exec::{self, TtState};
+use crate::{http_exec, mc_bin_exec};
 use kura_engine::store::now_secs;
 use kura_engine::Store;
-use kura_proto::mc_bin;
 use kura_proto::mc_text::{self, Decoded, Limits};
+use kura_proto::{http, mc_bin, tt_bin};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use std::io::{self, Read, Write};
@@ -114,7 +115,7 @@ impl Committer {
 /// The waker's token (no connection or listener has it).
 const WAKE: Token = Token(usize::MAX);
 
-struct Conn {
+struct Conn<'s> {
     sock: TcpStream,
     rbuf: Vec<u8>,
     wbuf: Vec<u8>,
@@ -131,6 +132,15 @@ struct Conn {
     eof: bool,
     /// Replies wait until this commit ticket is durable (0: none owed).
     ticket: u64,
+    /// Tokyo Tyrant connections only: the iterator (`iterinit` / `iternext`).
+    tt: Option<Box<TtState<'s>>>,
+}
+
+/// The codec limits of every protocol, from the server settings.
+struct AllLimits {
+    mc: Limits,
+    tt: tt_bin::Limits,
+    http: http::Limits,
 }
 
 /// Serve until `stop` is set: spawn the workers, wait for them.
@@ -185,9 +195,9 @@ pub fn serve(
     res
 }
 
-fn worker(
+fn worker<'s>(
     mut listeners: Vec<TcpListener>,
-    store: &dyn Store,
+    store: &'s dyn Store,
     shared: &Shared,
     cfg: &Config,
     stop: &AtomicBool,
@@ -208,12 +218,22 @@ fn worker(
     for (i, l) in listeners.iter_mut().enumerate() {
         poll.registry().register(l, Token(i), Interest::READABLE)?;
     }
-    let mut conns: Vec<Option<Conn>> = Vec::new();
+    let mut conns: Vec<Option<Conn<'s>>> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
-    let limits = Limits {
-        max_line: 2048,
-        max_key: 250,
-        max_value: cfg.max_item_size,
+    let limits = AllLimits {
+        mc: Limits {
+            max_line: 2048,
+            max_key: 250,
+            max_value: cfg.max_item_size,
+        },
+        tt: tt_bin::Limits {
+            max_value: cfg.max_item_size,
+            ..tt_bin::Limits::default()
+        },
+        http: http::Limits {
+            max_body: cfg.max_item_size.saturating_mul(2).saturating_add(64 << 10),
+            ..http::Limits::default()
+        },
     };
     let mut last_sweep = Instant::now();
     // Reads land here first (zeroed once), then only the bytes read are copied to the
@@ -348,7 +368,7 @@ fn worker(
 fn accept_all(
     listener: &TcpListener,
     poll: &mut Poll,
-    conns: &mut Vec<Option<Conn>>,
+    conns: &mut Vec<Option<Conn<'_>>>,
     free: &mut Vec<usize>,
     nl: usize,
     shared: &Shared,
@@ -385,6 +405,7 @@ fn accept_all(
             wants_write: false,
             eof: false,
             ticket: 0,
+            tt: None,
         });
         shared.curr_connections.fetch_add(1, Ordering::Relaxed);
         shared.total_connections.fetch_add(1, Ordering::Relaxed);
@@ -393,7 +414,7 @@ fn accept_all(
 
 fn close(
     poll: &mut Poll,
-    conns: &mut [Option<Conn>],
+    conns: &mut [Option<Conn<'_>>],
     free: &mut Vec<usize>,
     idx: usize,
     shared: &Shared,
@@ -407,11 +428,11 @@ fn close(
 
 /// Read what is there and execute every complete request (replies go to the output buffer).
 /// False when the connection failed.
-fn read_and_execute(
-    c: &mut Conn,
-    store: &dyn Store,
+fn read_and_execute<'s>(
+    c: &mut Conn<'s>,
+    store: &'s dyn Store,
     shared: &Shared,
-    limits: &Limits,
+    limits: &AllLimits,
     scratch: &mut [u8],
 ) -> bool {
     c.last = Instant::now();
@@ -439,7 +460,7 @@ fn read_and_execute(
 
 /// Write the replies; false when the connection is finished (the client hung up, or it asked
 /// to close and has everything).
-fn finish(c: &mut Conn) -> bool {
+fn finish(c: &mut Conn<'_>) -> bool {
     if flush(c).is_err() {
         return false;
     }
@@ -448,7 +469,7 @@ fn finish(c: &mut Conn) -> bool {
 }
 
 /// Decode and execute every complete request in the read buffer.
-fn process(c: &mut Conn, store: &dyn Store, shared: &Shared, limits: &Limits) {
+fn process<'s>(c: &mut Conn<'s>, store: &'s dyn Store, shared: &Shared, limits: &AllLimits) {
     let mut pos = 0;
     if c.skip > 0 {
         let n = c.skip.min(c.rbuf.len());
@@ -458,25 +479,31 @@ fn process(c: &mut Conn, store: &dyn Store, shared: &Shared, limits: &Limits) {
     if c.proto.is_none() && pos < c.rbuf.len() {
         let p = sniff(c.rbuf[pos]);
         c.proto = Some(p);
-        let refuse: Option<&[u8]> = match p {
-            Protocol::MemcachedText | Protocol::MemcachedBinary => None,
-            Protocol::TokyoTyrant => Some(b"SERVER_ERROR the Tokyo Tyrant protocol is not served yet\r\n"),
-            Protocol::Http => Some(
-                b"HTTP/1.1 501 Not Implemented\r\nContent-Type: text/plain\r\nContent-Length: 27\r\nConnection: close\r\n\r\nHTTP is not served yet.\r\n\r\n",
-            ),
-        };
-        if let Some(msg) = refuse {
-            c.wbuf.extend_from_slice(msg);
-            c.closing = true;
-            c.rbuf.clear();
-            return;
+        if p == Protocol::TokyoTyrant {
+            let mut st = TtState::new();
+            st.fd = std::os::fd::AsRawFd::as_raw_fd(&c.sock);
+            c.tt = Some(Box::new(st));
         }
     }
     let now = now_secs();
-    if c.proto == Some(Protocol::MemcachedBinary) {
-        process_binary(c, pos, store, shared, limits, now);
-        return;
+    match c.proto {
+        Some(Protocol::MemcachedBinary) => process_binary(c, pos, store, shared, &limits.mc, now),
+        Some(Protocol::TokyoTyrant) => process_tyrant(c, pos, store, shared, &limits.tt, now),
+        Some(Protocol::Http) => process_http(c, pos, store, shared, &limits.http, now),
+        Some(Protocol::MemcachedText) | None => {
+            process_text(c, pos, store, shared, &limits.mc, now)
+        }
     }
+}
+
+fn process_text(
+    c: &mut Conn<'_>,
+    mut pos: usize,
+    store: &dyn Store,
+    shared: &Shared,
+    limits: &Limits,
+    now: u64,
+) {
     while pos < c.rbuf.len() && !c.closing {
         match mc_text::decode(&c.rbuf[pos..], limits) {
             Ok(Decoded::Complete { request, consumed }) => {
@@ -495,9 +522,81 @@ fn process(c: &mut Conn, store: &dyn Store, shared: &Shared, limits: &Limits) {
     c.rbuf.drain(..pos);
 }
 
+fn process_tyrant<'s>(
+    c: &mut Conn<'s>,
+    mut pos: usize,
+    store: &'s dyn Store,
+    shared: &Shared,
+    limits: &tt_bin::Limits,
+    now: u64,
+) {
+    let Some(st) = c.tt.as_deref_mut() else {
+        c.closing = true;
+        return;
+    };
+    while pos < c.rbuf.len() && !c.closing {
+        match tt_bin::decode(&c.rbuf[pos..], limits) {
+            Ok(tt_bin::Decoded::Complete { request, consumed }) => {
+                if tt_exec::execute(store, shared, st, &request, now, &mut c.wbuf) == Next::Close {
+                    c.closing = true;
+                }
+                pos += consumed;
+            }
+            Ok(tt_bin::Decoded::Incomplete) => break,
+            Err(e) => {
+                if let Some(code) = e.reply {
+                    c.wbuf.push(code);
+                }
+                if e.close {
+                    c.closing = true;
+                }
+                let avail = c.rbuf.len() - pos;
+                if e.consumed > avail {
+                    c.skip = e.consumed - avail;
+                    pos = c.rbuf.len();
+                } else {
+                    pos += e.consumed;
+                }
+            }
+        }
+    }
+    c.rbuf.drain(..pos.min(c.rbuf.len()));
+}
+
+fn process_http(
+    c: &mut Conn<'_>,
+    mut pos: usize,
+    store: &dyn Store,
+    shared: &Shared,
+    limits: &http::Limits,
+    now: u64,
+) {
+    while pos < c.rbuf.len() && !c.closing {
+        match http::decode(&c.rbuf[pos..], limits) {
+            Ok(http::Decoded::Complete { request, consumed }) => {
+                if http_exec::execute(store, shared, &request, now, &mut c.wbuf) == Next::Close {
+                    c.closing = true;
+                }
+                pos += consumed;
+            }
+            Ok(http::Decoded::Incomplete) => break,
+            Ok(http::Decoded::Continue) => {
+                // `Expect: 100-continue`: the client waits for this before sending the body.
+                c.wbuf.extend_from_slice(http::CONTINUE);
+                break;
+            }
+            Err(e) => {
+                e.write(&mut c.wbuf);
+                pos = skip_refused(c, pos, e.consumed, e.close);
+            }
+        }
+    }
+    c.rbuf.drain(..pos.min(c.rbuf.len()));
+}
+
 /// After a refused request at `pos` that spans `consumed` bytes: the position to go on from.
 /// Bytes not received yet are skipped as they arrive; `close` ends the connection.
-fn skip_refused(c: &mut Conn, pos: usize, consumed: usize, close: bool) -> usize {
+fn skip_refused(c: &mut Conn<'_>, pos: usize, consumed: usize, close: bool) -> usize {
     if close {
         c.closing = true;
     }
@@ -511,7 +610,7 @@ fn skip_refused(c: &mut Conn, pos: usize, consumed: usize, close: bool) -> usize
 }
 
 fn process_binary(
-    c: &mut Conn,
+    c: &mut Conn<'_>,
     mut pos: usize,
     store: &dyn Store,
     shared: &Shared,
@@ -539,7 +638,7 @@ fn process_binary(
 }
 
 /// Write pending replies until done or the socket is full.
-fn flush(c: &mut Conn) -> io::Result<()> {
+fn flush(c: &mut Conn<'_>) -> io::Result<()> {
     while c.wpos < c.wbuf.len() {
         match c.sock.write(&c.wbuf[c.wpos..]) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -602,7 +701,7 @@ mod tests {
     }
 
     #[test]
-    fn serves_pipelined_text_and_refuses_other_protocols() {
+    fn serves_every_protocol_on_one_port() {
         let (addr, stop, h) = start(2);
         let mut s = std::net::TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -637,13 +736,26 @@ mod tests {
         let mut resp = [0u8; 24];
         b.read_exact(&mut resp).unwrap();
         assert_eq!((resp[0], resp[1], resp[7]), (0x81, 0x0a, 0));
-        // Tyrant's magic byte is not served yet: an error, then the connection closes.
+        // Tyrant's magic byte: a Tyrant get of the record stored over memcached text.
         let mut t = std::net::TcpStream::connect(addr).unwrap();
         t.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        t.write_all(&[0xC8, 0x10]).unwrap();
-        let mut out = String::new();
-        t.read_to_string(&mut out).unwrap();
-        assert!(out.starts_with("SERVER_ERROR"), "{out}");
+        roundtrip(
+            &mut t,
+            &[0xC8, 0x30, 0, 0, 0, 1, b'a'],
+            &[0, 0, 0, 0, 3, b'a', b'b', b'c'],
+        );
+        // An upper-case first byte: HTTP, the same record over Tyrant's REST interface.
+        let mut w = std::net::TcpStream::connect(addr).unwrap();
+        w.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        w.write_all(b"GET /a HTTP/1.0\r\n\r\n").unwrap();
+        let mut out = Vec::new();
+        w.read_to_end(&mut out).unwrap();
+        assert!(out.starts_with(b"HTTP/1.0 200") || out.starts_with(b"HTTP/1.1 200"));
+        assert!(
+            out.ends_with(b"\r\n\r\nabc"),
+            "{}",
+            String::from_utf8_lossy(&out)
+        );
         roundtrip(&mut s, b"quit\r\n", b"");
         stop.store(true, Ordering::Relaxed);
         h.join().unwrap().unwrap();

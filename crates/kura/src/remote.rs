@@ -1,0 +1,494 @@
+//! `kura remote …`: manage a running server over the Tokyo Tyrant binary protocol, the
+//! successor of Tyrant's `tcrmgr` (it works against a real Tokyo Tyrant server too).
+//!
+//! Exit status, as for `kura db`: `0` success; `1` a negative answer (the key is absent, the
+//! key exists for `put --keep`, the server refused the operation); `2` an error (cannot
+//! connect, bad usage, a malformed reply, a malformed import line).
+
+use crate::db::{print, show, stdout_err, Fail, Input, Progress, Res, TsvReader};
+use clap::Subcommand;
+use kura_engine::tsv;
+use kura_proto::tt_bin::{decode_reply, encode_request, DecodedReply, Reply, Request};
+use std::ffi::OsString;
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+#[command(
+    after_help = "Exit status: 0 on success, 1 when the key is absent / already exists \
+                        or the server refused the operation, 2 on errors (connection, usage, \
+                        malformed reply or input)."
+)]
+pub struct RemoteArgs {
+    /// Server address.
+    #[arg(long, default_value = "127.0.0.1", global = true)]
+    host: String,
+    /// Server port.
+    #[arg(long, default_value_t = 1978, global = true)]
+    port: u16,
+    /// Give up on a reply after this many seconds.
+    #[arg(long, default_value_t = 60, global = true)]
+    timeout: u64,
+    #[command(subcommand)]
+    cmd: RemoteCommand,
+}
+
+#[derive(Subcommand)]
+pub enum RemoteCommand {
+    /// Print the record count and size, then the server's `stat` fields.
+    Inform,
+    /// Store a record (replacing any existing value unless an option says otherwise).
+    Put {
+        key: OsString,
+        value: OsString,
+        /// Do not overwrite: status 1 when the key exists (Tyrant putkeep).
+        #[arg(long, conflicts_with_all = ["cat", "shl", "nr"])]
+        keep: bool,
+        /// Append to the existing value (Tyrant putcat).
+        #[arg(long, conflicts_with_all = ["shl", "nr"])]
+        cat: bool,
+        /// Append, then keep only the last WIDTH bytes (Tyrant putshl).
+        #[arg(long, value_name = "WIDTH")]
+        shl: Option<u32>,
+        /// Do not wait for a reply (Tyrant putnr).
+        #[arg(long)]
+        nr: bool,
+    },
+    /// Remove a record (status 1 when it is absent).
+    Out { key: OsString },
+    /// Write the value of KEY to stdout as raw bytes (status 1 when absent).
+    Get { key: OsString },
+    /// Print `KEY<TAB>VALUE` (TSV-escaped) for every KEY that exists.
+    Mget {
+        #[arg(required = true)]
+        keys: Vec<OsString>,
+    },
+    /// List keys, one per line, TSV-escaped.
+    List {
+        /// Only keys starting with these bytes (Tyrant fwmkeys).
+        #[arg(long)]
+        prefix: Option<OsString>,
+        /// At most this many keys.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Print `KEY<TAB>VALUE` lines (the `import` format).
+        #[arg(long)]
+        values: bool,
+    },
+    /// Call a script function of the server (Tyrant ext).
+    Ext {
+        name: OsString,
+        #[arg(default_value = "")]
+        key: OsString,
+        #[arg(default_value = "")]
+        value: OsString,
+        /// Lock the record while the function runs.
+        #[arg(long)]
+        record_lock: bool,
+        /// Lock the whole database while the function runs.
+        #[arg(long)]
+        global_lock: bool,
+    },
+    /// Make every acknowledged write durable on the server.
+    Sync,
+    /// Compact the server's database, optionally retuning it (e.g. `bnum=1000000`).
+    Optimize {
+        #[arg(default_value = "")]
+        params: String,
+    },
+    /// Remove every record.
+    Vanish,
+    /// Hot-copy the server's database to PATH (on the server's machine).
+    Copy { path: PathBuf },
+    /// Call a `misc` function (putlist, outlist, getlist, getpart, iterinit, iternext, sync,
+    /// optimize, vanish, error, cacheclear, regex, range, …); prints the result list, one
+    /// TSV-escaped element per line.
+    Misc {
+        func: String,
+        args: Vec<OsString>,
+        /// Do not write the update log (Tyrant's RDBMONOULOG).
+        #[arg(long)]
+        no_ulog: bool,
+    },
+    /// Store every `KEY<TAB>VALUE` line of FILE (or stdin), the `kura db export` format, in
+    /// batches; a progress bar on a terminal.
+    Import { file: Option<PathBuf> },
+    /// Print the server's version.
+    Version,
+}
+
+/// One connection to a Tyrant-protocol server: send a request, read its reply.
+struct Remote {
+    sock: TcpStream,
+    out: Vec<u8>,
+    buf: Vec<u8>,
+}
+
+impl Remote {
+    fn connect(a: &RemoteArgs) -> Result<Remote, Fail> {
+        let addr = format!("{}:{}", a.host, a.port);
+        let sock = TcpStream::connect(&addr)
+            .map_err(|e| Fail::Err(format!("cannot connect to {addr}: {e}")))?;
+        let _ = sock.set_nodelay(true);
+        let t = Some(Duration::from_secs(a.timeout.max(1)));
+        let _ = sock.set_read_timeout(t);
+        let _ = sock.set_write_timeout(t);
+        Ok(Remote {
+            sock,
+            out: Vec::new(),
+            buf: Vec::new(),
+        })
+    }
+
+    fn call(&mut self, req: &Request<'_>) -> Result<Reply, Fail> {
+        self.out.clear();
+        encode_request(req, &mut self.out);
+        self.sock.write_all(&self.out).map_err(net_err)?;
+        if matches!(req, Request::PutNr { .. }) {
+            return Ok(Reply::None);
+        }
+        let c = req.cmd();
+        loop {
+            match decode_reply(c, &self.buf).map_err(|e| Fail::Err(e.to_string()))? {
+                DecodedReply::Complete { reply, consumed } => {
+                    self.buf.drain(..consumed);
+                    return Ok(reply);
+                }
+                DecodedReply::Incomplete => {
+                    let mut chunk = [0u8; 64 << 10];
+                    let n = self.sock.read(&mut chunk).map_err(net_err)?;
+                    if n == 0 {
+                        return Err(Fail::Err("the server closed the connection".into()));
+                    }
+                    self.buf.extend_from_slice(&chunk[..n]);
+                }
+            }
+        }
+    }
+
+    /// A request whose success is a bare code 0; anything else is `fail`.
+    fn ok(&mut self, req: &Request<'_>, fail: impl FnOnce(u8) -> Fail) -> Res {
+        match self.call(req)? {
+            Reply::Code(0) | Reply::None => Ok(()),
+            Reply::Code(c) => Err(fail(c)),
+            other => Err(unexpected(req, &other)),
+        }
+    }
+}
+
+fn net_err(e: io::Error) -> Fail {
+    Fail::Err(format!("talking to the server: {e}"))
+}
+
+fn unexpected(req: &Request<'_>, r: &Reply) -> Fail {
+    Fail::Err(format!("unexpected reply to {}: {r:?}", req.name()))
+}
+
+fn refused(what: &str) -> impl FnOnce(u8) -> Fail + '_ {
+    move |c| Fail::No(format!("{what} failed (the server answered code {c})"))
+}
+
+/// Run one `kura remote` command; returns the exit status.
+pub fn run(a: RemoteArgs) -> ExitCode {
+    match dispatch(&a) {
+        Ok(()) | Err(Fail::BrokenPipe) => ExitCode::SUCCESS,
+        Err(Fail::No(m)) => {
+            eprintln!("kura: {m}");
+            ExitCode::from(1)
+        }
+        Err(Fail::Err(m)) => {
+            eprintln!("kura: {m}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn dispatch(a: &RemoteArgs) -> Res {
+    let mut r = Remote::connect(a)?;
+    let b = |s: &OsString| s.as_bytes().to_vec();
+    match &a.cmd {
+        RemoteCommand::Inform => inform(&mut r),
+        RemoteCommand::Put {
+            key,
+            value,
+            keep,
+            cat,
+            shl,
+            nr,
+        } => {
+            let (key, value) = (b(key), b(value));
+            let (key, value) = (key.as_slice(), value.as_slice());
+            let req = if *keep {
+                Request::PutKeep { key, value }
+            } else if *cat {
+                Request::PutCat { key, value }
+            } else if let Some(w) = shl {
+                let width =
+                    i32::try_from(*w).map_err(|_| Fail::Err(format!("--shl {w}: too large")))?;
+                Request::PutShl { key, value, width }
+            } else if *nr {
+                Request::PutNr { key, value }
+            } else {
+                Request::Put { key, value }
+            };
+            let what = if *keep {
+                format!("{}: the key already exists", show(key))
+            } else {
+                format!("put {}", show(key))
+            };
+            r.ok(&req, |c| {
+                if *keep {
+                    Fail::No(what)
+                } else {
+                    Fail::No(format!("{what} failed (code {c})"))
+                }
+            })?;
+            if *nr {
+                // putnr has no reply: a round trip tells that it was read and executed.
+                count(&mut r, Request::Rnum)?;
+            }
+            Ok(())
+        }
+        RemoteCommand::Out { key } => {
+            let key = b(key);
+            r.ok(&Request::Out { key: &key }, |_| {
+                Fail::No(format!("{}: no such record", show(&key)))
+            })
+        }
+        RemoteCommand::Get { key } => {
+            let key = b(key);
+            let req = Request::Get { key: &key };
+            match r.call(&req)? {
+                Reply::Value(v) => print(&v),
+                Reply::Code(_) => Err(Fail::No(format!("{}: no such record", show(&key)))),
+                other => Err(unexpected(&req, &other)),
+            }
+        }
+        RemoteCommand::Mget { keys } => {
+            let keys: Vec<Vec<u8>> = keys.iter().map(b).collect();
+            let req = Request::Mget {
+                keys: keys.iter().map(Vec::as_slice).collect(),
+            };
+            match r.call(&req)? {
+                Reply::Pairs(pairs) => {
+                    let mut out = Vec::new();
+                    for (k, v) in &pairs {
+                        tsv::write_line(&mut out, k, v);
+                    }
+                    print(&out)
+                }
+                Reply::Code(c) => Err(refused("mget")(c)),
+                other => Err(unexpected(&req, &other)),
+            }
+        }
+        RemoteCommand::List {
+            prefix,
+            limit,
+            values,
+        } => list(&mut r, prefix.as_ref().map(b), *limit, *values),
+        RemoteCommand::Ext {
+            name,
+            key,
+            value,
+            record_lock,
+            global_lock,
+        } => {
+            let (name, key, value) = (b(name), b(key), b(value));
+            let opts = u32::from(*record_lock) | (u32::from(*global_lock) << 1);
+            let req = Request::Ext {
+                name: &name,
+                opts,
+                key: &key,
+                value: &value,
+            };
+            match r.call(&req)? {
+                Reply::Value(v) => print(&v),
+                Reply::Code(c) => Err(refused("ext")(c)),
+                other => Err(unexpected(&req, &other)),
+            }
+        }
+        RemoteCommand::Sync => r.ok(&Request::Sync, refused("sync")),
+        RemoteCommand::Optimize { params } => r.ok(
+            &Request::Optimize {
+                params: params.as_bytes(),
+            },
+            refused("optimize"),
+        ),
+        RemoteCommand::Vanish => r.ok(&Request::Vanish, refused("vanish")),
+        RemoteCommand::Copy { path } => r.ok(
+            &Request::Copy {
+                path: path.as_os_str().as_bytes(),
+            },
+            refused("copy"),
+        ),
+        RemoteCommand::Misc {
+            func,
+            args,
+            no_ulog,
+        } => {
+            let args: Vec<Vec<u8>> = args.iter().map(b).collect();
+            let req = Request::Misc {
+                name: func.as_bytes(),
+                opts: u32::from(*no_ulog),
+                args: args.iter().map(Vec::as_slice).collect(),
+            };
+            match r.call(&req)? {
+                Reply::List(items) => {
+                    let mut out = Vec::new();
+                    for it in &items {
+                        tsv::escape_into(&mut out, it);
+                        out.push(b'\n');
+                    }
+                    print(&out)
+                }
+                Reply::Code(c) => Err(refused(&format!("misc {func}"))(c)),
+                other => Err(unexpected(&req, &other)),
+            }
+        }
+        RemoteCommand::Import { file } => import(&mut r, Input::open(file.as_deref())?),
+        RemoteCommand::Version => {
+            let stat = stat(&mut r)?;
+            let v = stat
+                .iter()
+                .find(|(k, _)| k == "version")
+                .map_or("unknown", |(_, v)| v.as_str());
+            print(format!("{v}\n").as_bytes())
+        }
+    }
+}
+
+fn stat(r: &mut Remote) -> Result<Vec<(String, String)>, Fail> {
+    match r.call(&Request::Stat)? {
+        Reply::Stat(text) => Ok(text
+            .lines()
+            .filter_map(|l| l.split_once('\t'))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()),
+        Reply::Code(c) => Err(refused("stat")(c)),
+        other => Err(unexpected(&Request::Stat, &other)),
+    }
+}
+
+fn count(r: &mut Remote, req: Request<'_>) -> Result<u64, Fail> {
+    match r.call(&req)? {
+        Reply::U64(n) => Ok(n),
+        Reply::Code(c) => Err(refused(req.name())(c)),
+        other => Err(unexpected(&req, &other)),
+    }
+}
+
+fn inform(r: &mut Remote) -> Res {
+    let records = count(r, Request::Rnum)?;
+    let size = count(r, Request::Size)?;
+    let mut out = format!("records: {records}\nsize: {size}\n");
+    for (k, v) in stat(r)?.iter().filter(|(k, _)| k != "rnum" && k != "size") {
+        out.push_str(&format!("{k}: {v}\n"));
+    }
+    print(out.as_bytes())
+}
+
+fn list(r: &mut Remote, prefix: Option<Vec<u8>>, limit: Option<usize>, values: bool) -> Res {
+    let limit = limit.unwrap_or(usize::MAX);
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    let mut emit = |r: &mut Remote, key: &[u8]| -> Res {
+        let mut line = Vec::new();
+        if values {
+            match r.call(&Request::Get { key })? {
+                Reply::Value(v) => tsv::write_line(&mut line, key, &v),
+                _ => return Ok(()), // removed meanwhile
+            }
+        } else {
+            tsv::escape_into(&mut line, key);
+            line.push(b'\n');
+        }
+        out.write_all(&line).map_err(stdout_err)
+    };
+    if let Some(prefix) = prefix {
+        let max = i32::try_from(limit).unwrap_or(-1);
+        let req = Request::Fwmkeys {
+            prefix: &prefix,
+            max,
+        };
+        let keys = match r.call(&req)? {
+            Reply::List(keys) => keys,
+            Reply::Code(c) => return Err(refused("fwmkeys")(c)),
+            other => return Err(unexpected(&req, &other)),
+        };
+        for k in keys.iter().take(limit) {
+            emit(r, k)?;
+        }
+    } else {
+        r.ok(&Request::IterInit, refused("iterinit"))?;
+        let mut n = 0;
+        while n < limit {
+            match r.call(&Request::IterNext)? {
+                Reply::Value(k) => emit(r, &k)?,
+                Reply::Code(_) => break, // the end
+                other => return Err(unexpected(&Request::IterNext, &other)),
+            }
+            n += 1;
+        }
+    }
+    out.flush().map_err(stdout_err)
+}
+
+/// Records per `misc putlist` of `import`.
+const BATCH_RECORDS: usize = 1000;
+/// Bytes after which an `import` batch is sent early.
+const BATCH_BYTES: usize = 8 << 20;
+
+fn import(r: &mut Remote, input: Input) -> Res {
+    let mut rd = TsvReader::new(input);
+    let label = rd.label().to_string();
+    let mut progress = Progress::new("imported", true);
+    let mut batch: Vec<Vec<u8>> = Vec::new();
+    let mut bytes = 0usize;
+    let mut imported = 0u64;
+    let send = |r: &mut Remote, batch: &mut Vec<Vec<u8>>| -> Result<u64, Fail> {
+        if batch.is_empty() {
+            return Ok(0);
+        }
+        let req = Request::Misc {
+            name: b"putlist",
+            opts: 0,
+            args: batch.iter().map(Vec::as_slice).collect(),
+        };
+        match r.call(&req)? {
+            Reply::List(_) => {}
+            Reply::Code(c) => return Err(refused("misc putlist")(c)),
+            other => return Err(unexpected(&req, &other)),
+        }
+        let n = batch.len() as u64 / 2;
+        batch.clear();
+        Ok(n)
+    };
+    while let Some(parsed) = rd.next()? {
+        let (key, value) = match parsed {
+            Ok(kv) => kv,
+            Err(e) => {
+                imported += send(r, &mut batch)?;
+                progress.finish(imported, rd.read, rd.size());
+                return Err(Fail::Err(format!(
+                    "{label}: line {}: {e}; stopped there ({imported} records before it \
+                     were imported)",
+                    rd.lineno
+                )));
+            }
+        };
+        bytes += key.len() + value.len();
+        batch.push(key);
+        batch.push(value);
+        if batch.len() >= 2 * BATCH_RECORDS || bytes >= BATCH_BYTES {
+            imported += send(r, &mut batch)?;
+            bytes = 0;
+            progress.tick(imported, rd.read, rd.size());
+        }
+    }
+    imported += send(r, &mut batch)?;
+    progress.finish(imported, rd.read, rd.size());
+    Ok(())
+}

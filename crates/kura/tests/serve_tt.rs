@@ -1,0 +1,349 @@
+//! `kura serve` as a Tokyo Tyrant client sees it (the real binary on a free loopback port,
+//! frames built by `kura_proto::tt_bin`), `kura remote` against it, the command mask across
+//! protocols, and bad Tyrant input.
+
+mod common;
+
+use common::{port_of, Server};
+use kura_proto::tt_bin::{decode_reply, encode_request, DecodedReply, Reply, Request};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Output};
+
+/// Send one request, read its whole reply.
+fn call(s: &mut TcpStream, req: &Request<'_>) -> Reply {
+    let mut out = Vec::new();
+    encode_request(req, &mut out);
+    s.write_all(&out).unwrap();
+    let mut buf = Vec::new();
+    loop {
+        match decode_reply(req.cmd(), &buf).expect("well-formed reply") {
+            DecodedReply::Complete { reply, consumed } => {
+                assert_eq!(consumed, buf.len(), "nothing after the reply");
+                return reply;
+            }
+            DecodedReply::Incomplete => {
+                let mut chunk = [0u8; 65536];
+                let n = s.read(&mut chunk).unwrap();
+                assert!(n > 0, "server closed the connection");
+                buf.extend_from_slice(&chunk[..n]);
+            }
+        }
+    }
+}
+
+fn remote(addr: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kura"))
+        .args(["remote", "--port", port_of(addr)])
+        .args(args)
+        .output()
+        .expect("run kura remote")
+}
+
+#[test]
+fn every_command_over_tcp_and_pipelined() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = Server::start(dir.path(), "t.kh");
+    let mut s = srv.connect();
+    let put = |k: &'static [u8], v: &'static [u8]| Request::Put { key: k, value: v };
+    assert_eq!(call(&mut s, &put(b"a", b"1")), Reply::Code(0));
+    assert_eq!(
+        call(
+            &mut s,
+            &Request::PutKeep {
+                key: b"a",
+                value: b"2"
+            }
+        ),
+        Reply::Code(1)
+    );
+    assert_eq!(
+        call(
+            &mut s,
+            &Request::PutCat {
+                key: b"a",
+                value: b"23"
+            }
+        ),
+        Reply::Code(0)
+    );
+    assert_eq!(
+        call(
+            &mut s,
+            &Request::PutShl {
+                key: b"a",
+                value: b"45",
+                width: 3
+            }
+        ),
+        Reply::Code(0)
+    );
+    assert_eq!(
+        call(&mut s, &Request::Get { key: b"a" }),
+        Reply::Value(b"345".to_vec())
+    );
+    assert_eq!(call(&mut s, &Request::Vsiz { key: b"a" }), Reply::Int(3));
+    assert_eq!(
+        call(&mut s, &Request::AddInt { key: b"n", num: 40 }),
+        Reply::Int(40)
+    );
+    assert_eq!(
+        call(&mut s, &Request::AddInt { key: b"n", num: 2 }),
+        Reply::Int(42)
+    );
+    assert_eq!(
+        call(
+            &mut s,
+            &Request::AddDouble {
+                key: b"d",
+                integ: 2,
+                fract: 500_000_000_000
+            }
+        ),
+        Reply::Double(2.5)
+    );
+    // addint on a record that is not a 4-byte integer fails and leaves it alone.
+    assert_eq!(
+        call(&mut s, &Request::AddInt { key: b"a", num: 1 }),
+        Reply::Code(1)
+    );
+    assert_eq!(call(&mut s, &Request::Rnum), Reply::U64(3));
+    assert_eq!(
+        call(
+            &mut s,
+            &Request::Mget {
+                keys: vec![b"a", b"zz", b"n"]
+            }
+        ),
+        Reply::Pairs(vec![
+            (b"a".to_vec(), b"345".to_vec()),
+            (b"n".to_vec(), 42i32.to_le_bytes().to_vec())
+        ])
+    );
+    assert_eq!(call(&mut s, &Request::Out { key: b"zz" }), Reply::Code(1));
+    assert_eq!(call(&mut s, &Request::Out { key: b"d" }), Reply::Code(0));
+    assert_eq!(call(&mut s, &Request::Get { key: b"d" }), Reply::Code(1));
+
+    // Pipelined: 500 putnr and puts in one write, then a count.
+    let mut out = Vec::new();
+    let keys: Vec<Vec<u8>> = (0..500).map(|i| format!("p{i:04}").into_bytes()).collect();
+    for (i, k) in keys.iter().enumerate() {
+        let r = if i % 2 == 0 {
+            Request::PutNr { key: k, value: k }
+        } else {
+            Request::Put { key: k, value: k }
+        };
+        encode_request(&r, &mut out);
+    }
+    s.write_all(&out).unwrap();
+    let mut codes = vec![0u8; 250];
+    s.read_exact(&mut codes).unwrap();
+    assert!(codes.iter().all(|&c| c == 0));
+    assert_eq!(call(&mut s, &Request::Rnum), Reply::U64(502));
+    match call(
+        &mut s,
+        &Request::Fwmkeys {
+            prefix: b"p01",
+            max: -1,
+        },
+    ) {
+        Reply::List(mut l) => {
+            l.sort();
+            let want: Vec<Vec<u8>> = (100..200)
+                .map(|i| format!("p{i:04}").into_bytes())
+                .collect();
+            assert_eq!(l, want);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Iteration sees every record once.
+    assert_eq!(call(&mut s, &Request::IterInit), Reply::Code(0));
+    let mut seen = Vec::new();
+    while let Reply::Value(k) = call(&mut s, &Request::IterNext) {
+        seen.push(k);
+    }
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 502);
+    assert_eq!(call(&mut s, &Request::Sync), Reply::Code(0));
+    match call(&mut s, &Request::Stat) {
+        Reply::Stat(text) => {
+            assert!(text.contains("rnum\t502\n"), "{text}");
+            assert!(text.contains("path\tt.kh\n"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A hot copy while the server runs, then vanish.
+    let copy = dir.path().join("copy.kh");
+    let path = copy.to_str().unwrap().as_bytes();
+    assert_eq!(call(&mut s, &Request::Copy { path }), Reply::Code(0));
+    assert_eq!(call(&mut s, &Request::Vanish), Reply::Code(0));
+    assert_eq!(call(&mut s, &Request::Rnum), Reply::U64(0));
+    // No update log or replication yet: clear failures, the connection stays usable.
+    assert_eq!(
+        call(
+            &mut s,
+            &Request::Restore {
+                path: b"/nope",
+                ts: 0,
+                opts: 0
+            }
+        ),
+        Reply::Code(1)
+    );
+    assert_eq!(call(&mut s, &Request::Rnum), Reply::U64(0));
+    let check = Command::new(env!("CARGO_BIN_EXE_kura"))
+        .args(["db", "get", copy.to_str().unwrap(), "a"])
+        .output()
+        .unwrap();
+    assert_eq!(check.stdout, b"345");
+}
+
+#[test]
+fn kura_remote_manages_a_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = Server::start(dir.path(), "r.kh");
+    let a = &srv.addr;
+    assert!(remote(a, &["put", "k", "v"]).status.success());
+    let got = remote(a, &["get", "k"]);
+    assert!(got.status.success());
+    assert_eq!(got.stdout, b"v");
+    let keep = remote(a, &["put", "--keep", "k", "x"]);
+    assert_eq!(keep.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&keep.stderr).contains("already exists"));
+    let missing = remote(a, &["get", "nope"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(missing.stdout.is_empty());
+    assert_eq!(remote(a, &["out", "nope"]).status.code(), Some(1));
+    // Import TSV (escapes round-trip), list, mget, misc.
+    let tsv = dir.path().join("in.tsv");
+    std::fs::write(&tsv, b"t1\tone\nt\\x002\ttwo\\tvalue\n").unwrap();
+    let imp = remote(a, &["import", tsv.to_str().unwrap()]);
+    assert!(imp.status.success(), "{imp:?}");
+    let list = remote(a, &["list", "--prefix", "t", "--values"]);
+    let mut lines: Vec<&str> = std::str::from_utf8(&list.stdout).unwrap().lines().collect();
+    lines.sort();
+    assert_eq!(lines, ["t1\tone", "t\\x002\ttwo\\tvalue"]);
+    let mget = remote(a, &["mget", "k", "t1", "zz"]);
+    assert_eq!(mget.stdout, b"k\tv\nt1\tone\n");
+    let misc = remote(a, &["misc", "getlist", "k"]);
+    assert_eq!(misc.stdout, b"k\nv\n");
+    assert_eq!(
+        remote(a, &["misc", "nosuchfunction"]).status.code(),
+        Some(1)
+    );
+    let inform = remote(a, &["inform"]);
+    let text = String::from_utf8_lossy(&inform.stdout);
+    assert!(text.starts_with("records: 3\n"), "{text}");
+    assert!(remote(a, &["sync"]).status.success());
+    assert!(remote(a, &["optimize"]).status.success());
+    assert!(remote(a, &["version"]).status.success());
+    assert!(remote(a, &["vanish"]).status.success());
+    assert!(remote(a, &["list"]).stdout.is_empty());
+    // Bad input: a malformed import line stops with status 2 and names the line.
+    std::fs::write(&tsv, b"ok\t1\nno tab here\n").unwrap();
+    let bad = remote(a, &["import", tsv.to_str().unwrap()]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("line 2"));
+    // No server: a clear error, status 2.
+    let none = Command::new(env!("CARGO_BIN_EXE_kura"))
+        .args(["remote", "--port", "1", "get", "k"])
+        .output()
+        .unwrap();
+    assert_eq!(none.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("cannot connect"));
+}
+
+#[test]
+fn the_mask_applies_to_every_protocol() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = Server::start_with(dir.path(), "*", &["--mask", "out,vanish"]);
+    let mut t = srv.connect();
+    assert_eq!(
+        call(
+            &mut t,
+            &Request::Put {
+                key: b"k",
+                value: b"v"
+            }
+        ),
+        Reply::Code(0)
+    );
+    assert_eq!(call(&mut t, &Request::Out { key: b"k" }), Reply::Code(1));
+    assert_eq!(call(&mut t, &Request::Vanish), Reply::Code(1));
+    let mut m = srv.connect();
+    m.write_all(b"delete k\r\nflush_all\r\nget k\r\n").unwrap();
+    let want = "SERVER_ERROR command refused by the server's mask\r\n\
+                SERVER_ERROR command refused by the server's mask\r\n\
+                VALUE k 0 1\r\nv\r\nEND\r\n";
+    let mut got = vec![0u8; want.len()];
+    m.read_exact(&mut got).unwrap();
+    assert_eq!(String::from_utf8_lossy(&got), want);
+    let mut h = srv.connect();
+    h.write_all(b"DELETE /k HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+        .unwrap();
+    let mut buf = [0u8; 12];
+    h.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"HTTP/1.1 403");
+    assert_eq!(
+        call(&mut t, &Request::Get { key: b"k" }),
+        Reply::Value(b"v".to_vec())
+    );
+    // An unknown mask name is refused at start-up.
+    let bad = Command::new(env!("CARGO_BIN_EXE_kura"))
+        .args(["serve", "*", "--port", "0", "--mask", "bogus"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("bogus"));
+}
+
+#[test]
+fn bad_tyrant_input_closes_that_connection_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = Server::start(dir.path(), "b.kh");
+    let mut good = srv.connect();
+    assert_eq!(
+        call(
+            &mut good,
+            &Request::Put {
+                key: b"k",
+                value: b"v"
+            }
+        ),
+        Reply::Code(0)
+    );
+    let frames: Vec<Vec<u8>> = vec![
+        // put with a key length of 2^31 and a value length of 2^31.
+        vec![0xC8, 0x10, 0x80, 0, 0, 0, 0x80, 0, 0, 0, b'x'],
+        // an unknown command byte.
+        vec![0xC8, 0xEE, 0, 0, 0, 0],
+        // mget announcing 2^31 - 1 keys.
+        vec![0xC8, 0x31, 0x7F, 0xFF, 0xFF, 0xFF, 0, 0, 0, 1, b'k'],
+        // a wrong magic byte after a good request.
+        [
+            &[0xC8, 0x80][..], // rnum
+            &[0x00, 0x01, 0x02],
+        ]
+        .concat(),
+    ];
+    for f in &frames {
+        let mut bad = srv.connect();
+        bad.write_all(f).unwrap();
+        // The server answers what it can, then closes: reading ends with EOF, not a hang.
+        let mut rest = Vec::new();
+        let _ = bad.read_to_end(&mut rest);
+        assert!(rest.len() <= 9, "{f:?} -> {rest:?}");
+    }
+    // A truncated frame: the server waits for the rest; the client gives up and goes.
+    {
+        let mut t = srv.connect();
+        t.write_all(&[0xC8, 0x10, 0, 0, 0, 5, 0, 0, 0, 5, b'a', b'b'])
+            .unwrap();
+    }
+    assert_eq!(
+        call(&mut good, &Request::Get { key: b"k" }),
+        Reply::Value(b"v".to_vec())
+    );
+    assert_eq!(call(&mut good, &Request::Rnum), Reply::U64(1));
+}

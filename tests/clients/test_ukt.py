@@ -1,0 +1,84 @@
+"""ukt (a Kyoto Tycoon client from PyPI) against kura serve, over Kyoto Tycoon's HTTP RPC.
+
+ukt posts TSV bodies with base64 columns (`colenc=B`) to `/rpc/...` on the same port that serves
+memcached and Tyrant. Its single-key get/set/remove default to Kyoto Tycoon's separate binary
+protocol, so the `*_http` forms are used here.
+"""
+import time
+
+import pytest
+
+ukt = pytest.importorskip("ukt")
+
+
+@pytest.fixture
+def kt(server):
+    host, port = server
+    c = ukt.KyotoTycoon(host, port, serializer=ukt.KT_NONE)
+    yield c
+    c.close_all()
+
+
+def test_set_get_remove(kt):
+    assert kt.set_http("k", b"hello")
+    assert kt.get_http("k") == b"hello"
+    assert kt.get_http("missing") is None
+    assert kt.remove_http("k") == 1
+    assert kt.remove_http("k") == 0
+    value = bytes(range(256)) * 10
+    assert kt.set_http("bin\tkey\n", value)
+    assert kt.get_http("bin\tkey\n") == value
+
+
+def test_add_replace_append_cas_seize(kt):
+    assert kt.add("a", b"1")
+    assert not kt.add("a", b"2")  # 450: exists
+    assert kt.replace("a", b"3")
+    assert not kt.replace("nope", b"x")
+    assert kt.append("a", b"4")
+    assert kt.get_http("a") == b"34"
+    assert kt.cas("a", b"34", b"new")
+    assert not kt.cas("a", b"34", b"newer")
+    assert kt.get_http("a") == b"new"
+    assert kt.check("a") and not kt.check("nope")
+    assert kt.length("a") == 3
+    assert kt.seize("a") == b"new"
+    assert kt.seize("a") is None
+
+
+def test_increment(kt):
+    assert kt.increment("n", 5) == 5
+    assert kt.increment("n", -2) == 3
+    assert kt.increment_double("d", 1.5) == pytest.approx(1.5)
+    assert kt.increment_double("d", 0.25) == pytest.approx(1.75)
+
+
+def test_bulk_and_matching(kt):
+    data = {"user:%02d" % i: b"v%d" % i for i in range(20)}
+    assert kt.set_bulk_http(data) == 20
+    got = kt.get_bulk_http(["user:01", "user:19", "missing"])
+    assert got == {"user:01": b"v1", "user:19": b"v19"}
+    assert sorted(kt.match_prefix("user:1")) == ["user:1%d" % i for i in range(10)]
+    assert len(kt.match_prefix("user:", max_keys=5)) == 5
+    assert sorted(kt.match_regex(r"^user:0[0-4]$")) == ["user:0%d" % i for i in range(5)]
+    assert kt.remove_bulk_http(["user:00", "user:01", "missing"]) == 2
+    assert kt.count() == 18
+
+
+def test_expiration(kt):
+    assert kt.set_http("t", b"x", expire_time=1)
+    assert kt.get_http("t") == b"x"
+    time.sleep(2.1)
+    assert kt.get_http("t") is None
+
+
+def test_status_report_and_management(kt):
+    kt.set_http("a", b"1")
+    st = kt.status()
+    assert st["count"] == 1 and st["size"] > 0
+    rep = kt.report()
+    assert "count" in rep or "db_total_count" in rep
+    assert kt.synchronize()
+    assert kt.vacuum()
+    assert kt.clear()
+    assert kt.count() == 0
