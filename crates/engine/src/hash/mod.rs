@@ -2067,8 +2067,10 @@ impl Store for DiskHash {
     fn cursor(&self) -> Result<Box<dyn Cursor + '_>> {
         self.inner.check_open()?;
         let first = self.inner.segs.load().oldest().unwrap_or(0);
+        let seqs = self.inner.shards.iter().map(|s| s.0.read().seq).collect();
         Ok(Box::new(HashCursor {
             db: self,
+            seqs,
             seg: first,
             off: SEG_HEADER_LEN as u64,
             pending: std::collections::VecDeque::new(),
@@ -2343,6 +2345,11 @@ impl Store for DiskHash {
 /// Iterates the log in order and yields each record the index still points at.
 struct HashCursor<'a> {
     db: &'a DiskHash,
+    /// Every shard's seq when the cursor was made: a record version written later is not
+    /// returned. Without this bound a client that rewrites each record it visits (append-only
+    /// log: the new version lands ahead of the cursor) would iterate forever. Compaction keeps
+    /// a record's seq when it relocates it, so unmodified records are still found.
+    seqs: Box<[u64]>,
     seg: u32,
     off: u64,
     pending: std::collections::VecDeque<(Vec<u8>, Record)>,
@@ -2374,6 +2381,9 @@ impl HashCursor<'_> {
                     }
                     let key = &rec[h.key_off..h.key_off + h.klen];
                     let (shard, tag) = inner.hash(key);
+                    if h.fields.seq > self.seqs[shard] {
+                        return Ok(()); // written after the cursor was made
+                    }
                     let here = Slot {
                         tag,
                         seg: id,

@@ -642,6 +642,34 @@ fn optimize_changes_compression() {
     assert_eq!(db.get(b"k7").unwrap().unwrap().value, vec![b'z'; 4000]);
 }
 
+/// A client that rewrites every record it visits (iterate-and-update, as Tyrant clients do with
+/// iterinit / iternext) iterated forever: each new version is appended ahead of the cursor.
+/// A cursor now returns only versions older than itself, and every key once.
+#[test]
+fn rewriting_each_visited_record_ends_the_iteration() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = DiskHash::open(
+        &dir.path().join("r.kh"),
+        &Params::parse("segsiz=64k").unwrap(),
+    )
+    .unwrap();
+    for i in 0..3000 {
+        db.put(format!("k{i:05}").as_bytes(), b"v").unwrap();
+    }
+    let mut seen = BTreeMap::new();
+    let mut c = db.cursor().unwrap();
+    while let Some((k, r)) = c.next().unwrap() {
+        assert!(seen.len() < 3000 || !seen.contains_key(&k), "endless");
+        db.putcat(&k, b"+").unwrap();
+        db.put(format!("new-{}", seen.len()).as_bytes(), b"x")
+            .unwrap();
+        assert!(seen.insert(k, r.value).is_none(), "a key returned twice");
+    }
+    assert_eq!(seen.len(), 3000);
+    assert!(seen.values().all(|v| v == b"v"));
+    assert_eq!(db.get(b"k00042").unwrap().unwrap().value, b"v+");
+}
+
 #[test]
 fn vanish_copy_and_cursor() {
     let dir = tempfile::tempdir().unwrap();
