@@ -82,3 +82,30 @@ def test_status_report_and_management(kt):
     assert kt.vacuum()
     assert kt.clear()
     assert kt.count() == 0
+
+
+def test_binary_protocol_single_and_bulk(kt):
+    """ukt's default get/set/remove and *_bulk use Kyoto Tycoon's binary protocol (0xB8–0xBA)."""
+    assert kt.set("b1", b"one") == 1
+    assert kt.get("b1") == b"one"
+    assert kt.get("absent") is None
+    assert kt.set_bulk({"b2": b"two", "b3": b"three"}) == 2
+    assert kt.get_bulk(["b1", "b2", "b3", "absent"]) == {"b1": b"one", "b2": b"two", "b3": b"three"}
+    assert kt.remove_bulk(["b1", "b2", "absent"]) == 2
+    assert kt.remove("b3") == 1
+    assert kt.get_bulk(["b1", "b2", "b3"]) == {}
+    value = bytes(range(256)) * 100
+    kt.set("big", value)
+    assert kt.get("big") == value
+    # The same record over HTTP RPC: one store behind both.
+    assert kt.get_http("big") == value
+    # No reply requested: the next request still sees the write.
+    kt.set_bulk({"nr": b"x"}, no_reply=True)
+    assert kt.get("nr") == b"x"
+
+
+def test_binary_expiration(kt):
+    kt.set("bt", b"x", expire_time=1)
+    assert kt.get("bt") == b"x"
+    time.sleep(2.1)
+    assert kt.get("bt") is None

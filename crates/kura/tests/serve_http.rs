@@ -138,6 +138,17 @@ fn bad_http_input_gets_4xx_and_others_keep_being_served() {
         let st = status(&r);
         assert!((400..500).contains(&st) || st == 505, "{what}: {r}");
     }
+    // Kyoto Tycoon's binary protocol: a set_bulk announcing 2^31 records is answered with the
+    // error magic 0xBF and the connection is closed.
+    let r = {
+        let mut t = srv.connect();
+        t.write_all(&[0xB8, 0, 0, 0, 0, 0x80, 0, 0, 0, 0, 0])
+            .unwrap();
+        let mut out = Vec::new();
+        let _ = t.read_to_end(&mut out);
+        out
+    };
+    assert_eq!(r, [0xBF]);
     // A truncated request, then the client goes away.
     {
         let mut t = TcpStream::connect(&srv.addr).unwrap();

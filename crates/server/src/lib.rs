@@ -2,10 +2,12 @@
 //! encode. It never names a concrete database kind.
 //!
 //! Executors: memcached text and binary (`mc_exec`, `mc_bin_exec`), Tokyo Tyrant (`tt_exec`),
-//! HTTP — Tyrant's REST, Kyoto Tycoon's RPC and REST (`http_exec`); the command mask every one
+//! HTTP — Tyrant's REST, Kyoto Tycoon's RPC and REST (`http_exec`), Kyoto Tycoon's binary
+//! protocol (`kt_bin_exec`); the command mask every one
 //! of them checks (`mask`); the connection loop (`net`).
 
 pub mod http_exec;
+pub mod kt_bin_exec;
 pub mod mask;
 pub mod mc_bin_exec;
 pub mod mc_exec;

@@ -9,11 +9,11 @@
 
 use crate::mc_exec::{self, Next, Shared};
 use crate::tt_exec::{self, TtState};
-use crate::{http_exec, mc_bin_exec};
+use crate::{http_exec, kt_bin_exec, mc_bin_exec};
 use kura_engine::store::now_secs;
 use kura_engine::Store;
 use kura_proto::mc_text::{self, Decoded, Limits};
-use kura_proto::{http, mc_bin, tt_bin};
+use kura_proto::{http, kt_bin, mc_bin, tt_bin};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use std::io::{self, Read, Write};
@@ -37,16 +37,18 @@ pub enum Protocol {
     MemcachedText,
     MemcachedBinary,
     TokyoTyrant,
+    KyotoBinary,
     Http,
 }
 
 /// Tell the protocol from the first byte a client sends: 0x80 memcached binary, 0xC8 Tokyo
-/// Tyrant, an upper-case letter an HTTP method, anything else memcached text (whose commands
-/// are lower-case).
+/// Tyrant, 0xB1 / 0xB4 / 0xB8–0xBA Kyoto Tycoon's binary protocol, an upper-case letter an HTTP
+/// method, anything else memcached text (whose commands are lower-case).
 pub fn sniff(first: u8) -> Protocol {
     match first {
         0x80 => Protocol::MemcachedBinary,
         0xC8 => Protocol::TokyoTyrant,
+        b if kt_bin::is_magic(b) => Protocol::KyotoBinary,
         b'A'..=b'Z' => Protocol::Http,
         _ => Protocol::MemcachedText,
     }
@@ -140,6 +142,7 @@ struct Conn<'s> {
 struct AllLimits {
     mc: Limits,
     tt: tt_bin::Limits,
+    kt: kt_bin::Limits,
     http: http::Limits,
 }
 
@@ -229,6 +232,10 @@ fn worker<'s>(
         tt: tt_bin::Limits {
             max_value: cfg.max_item_size,
             ..tt_bin::Limits::default()
+        },
+        kt: kt_bin::Limits {
+            max_value: cfg.max_item_size,
+            ..kt_bin::Limits::default()
         },
         http: http::Limits {
             max_body: cfg.max_item_size.saturating_mul(2).saturating_add(64 << 10),
@@ -489,6 +496,7 @@ fn process<'s>(c: &mut Conn<'s>, store: &'s dyn Store, shared: &Shared, limits: 
     match c.proto {
         Some(Protocol::MemcachedBinary) => process_binary(c, pos, store, shared, &limits.mc, now),
         Some(Protocol::TokyoTyrant) => process_tyrant(c, pos, store, shared, &limits.tt, now),
+        Some(Protocol::KyotoBinary) => process_kyoto(c, pos, store, shared, &limits.kt, now),
         Some(Protocol::Http) => process_http(c, pos, store, shared, &limits.http, now),
         Some(Protocol::MemcachedText) | None => {
             process_text(c, pos, store, shared, &limits.mc, now)
@@ -557,6 +565,33 @@ fn process_tyrant<'s>(
                 } else {
                     pos += e.consumed;
                 }
+            }
+        }
+    }
+    c.rbuf.drain(..pos.min(c.rbuf.len()));
+}
+
+fn process_kyoto(
+    c: &mut Conn<'_>,
+    mut pos: usize,
+    store: &dyn Store,
+    shared: &Shared,
+    limits: &kt_bin::Limits,
+    now: u64,
+) {
+    while pos < c.rbuf.len() && !c.closing {
+        match kt_bin::decode(&c.rbuf[pos..], limits) {
+            Ok(kt_bin::Decoded::Complete { request, consumed }) => {
+                if kt_bin_exec::execute(store, shared, &request, now, &mut c.wbuf) == Next::Close {
+                    c.closing = true;
+                }
+                pos += consumed;
+            }
+            Ok(kt_bin::Decoded::Incomplete) => break,
+            Err(e) => {
+                // No error of this protocol leaves the stream readable: answer, then close.
+                kt_bin::reply_error(&mut c.wbuf);
+                pos = skip_refused(c, pos, e.consumed, true);
             }
         }
     }
@@ -661,6 +696,9 @@ mod tests {
     fn sniffing() {
         assert_eq!(sniff(0x80), Protocol::MemcachedBinary);
         assert_eq!(sniff(0xC8), Protocol::TokyoTyrant);
+        for b in [0xB1, 0xB4, 0xB8, 0xB9, 0xBA] {
+            assert_eq!(sniff(b), Protocol::KyotoBinary);
+        }
         assert_eq!(sniff(b'G'), Protocol::Http);
         assert_eq!(sniff(b'P'), Protocol::Http);
         assert_eq!(sniff(b'g'), Protocol::MemcachedText);
