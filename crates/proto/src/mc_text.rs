@@ -5,7 +5,8 @@
 //! connection must be closed (memcached closes it only when a line is too long to be a command).
 //!
 //! The meta commands (mg, ms, md, ma, mn, me) are decoded into their key, data block and flag
-//! tokens; the executor interprets the flags.
+//! tokens; the executor interprets the flags (including `b`: the key token is then base64,
+//! passed through untouched here and decoded by the executor).
 
 use std::fmt;
 
@@ -815,6 +816,27 @@ mod tests {
             one(b"me k\r\n").0,
             Request::MetaDebug { key: b"k" }
         ));
+        // A base64 key (`b` flag) is an ordinary key token to the codec: `+`, `/`, `=` included.
+        match one(b"mg a+b/Yw== b k v N30 R10\r\n").0 {
+            Request::MetaGet { key, flags } => {
+                assert_eq!(key, b"a+b/Yw==");
+                assert_eq!(
+                    flags.iter().collect::<Vec<_>>(),
+                    vec![&b"b"[..], b"k", b"v", b"N30", b"R10"]
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        match one(b"ms 44OG44K544OI 2 b I C5\r\npo\r\n").0 {
+            Request::MetaSet { key, data, flags } => {
+                assert_eq!((key, data), (&b"44OG44K544OI"[..], &b"po"[..]));
+                assert_eq!(
+                    flags.iter().collect::<Vec<_>>(),
+                    vec![&b"b"[..], b"I", b"C5"]
+                );
+            }
+            other => panic!("{other:?}"),
+        }
         assert!(matches!(err(b"mg\r\n").kind, ErrorKind::Client(_)));
         assert_eq!(err(b"ms k 2000000\r\n").kind, ErrorKind::TooLarge);
         assert_eq!(decode(b"ms k 3\r\nab", &lim()), Ok(Decoded::Incomplete));

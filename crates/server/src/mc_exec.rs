@@ -5,7 +5,11 @@
 use crate::mask::{Mask, Op, Proto};
 use kura_engine::{Decision, Error, Outcome, Store};
 use kura_proto::mc_text::{self, reply, Keys, Request, StoreMode};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard};
 
 /// The version reported to clients: the memcached release whose protocol Kura follows, then
 /// Kura's own version. Clients and test tools read the leading numbers to pick features
@@ -50,6 +54,8 @@ pub struct Shared {
     pub sid: u32,
     /// The main listening port.
     pub port: u16,
+    /// memcached's per-item stale / win-token bits for the meta commands (see [`ItemStates`]).
+    pub item_states: ItemStates,
 }
 
 impl Shared {
@@ -83,7 +89,127 @@ impl Shared {
             db_name: String::new(),
             sid: 1,
             port: 0,
+            item_states: ItemStates::new(),
         }
+    }
+}
+
+/// memcached keeps two bits on every item for its anti-stampede meta protocol: *stale*
+/// (`md <key> I`, or `ms … I` with an older CAS: the value may still be served, flagged `X`)
+/// and *win token sent* (one client was told `W`, "you recache it"; everyone else is told `Z`
+/// until the item is written again). Kura's records carry no spare bits, and the state is cache
+/// metadata that memcached itself loses on restart and on eviction, so Kura keeps it here, in
+/// memory, per server:
+///
+/// - an entry maps a key to the record version it was recorded for. Every write to a record
+///   gives it a new version, so any later modification (set, cas, incr, append, delete, touch,
+///   flush, …) leaves the entry describing a version that no longer exists: it is ignored and
+///   dropped when next looked at — the state clears itself exactly where memcached's item bits
+///   disappear with the replaced item. (A plain `touch`/`gat` also bumps a Kura version, so it
+///   clears the state where memcached would keep it; the meta commands' own touches carry the
+///   state over to the new version.)
+/// - memory is bounded: [`ITEM_STATE_SHARDS`] shards of at most [`ITEM_STATES_PER_SHARD`]
+///   entries (16 Ki keys in all, a few MiB at worst with 250-byte keys); when a shard is full
+///   its oldest entry is evicted. Losing an entry costs what memcached's eviction of the item
+///   costs: a later client may win the recache again, or a stale value is served as fresh.
+/// - each shard's lock is held across the read / decide / mark of one meta command, so two
+///   clients racing on the same key cannot both be handed `W`.
+#[derive(Debug)]
+pub struct ItemStates {
+    shards: Vec<Mutex<StateShard>>,
+}
+
+/// Shards of [`ItemStates`] (and of its lock).
+pub const ITEM_STATE_SHARDS: usize = 64;
+/// Entries kept per shard before the oldest is evicted.
+pub const ITEM_STATES_PER_SHARD: usize = 256;
+
+/// The stale / win-token state of one record version.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct ItemState {
+    /// Marked stale (`X`).
+    stale: bool,
+    /// A win token (`W`) was handed out (later readers get `Z`).
+    token_sent: bool,
+}
+
+#[derive(Debug, Default)]
+struct StateShard {
+    /// key → (record version, state, insertion tick).
+    map: HashMap<Vec<u8>, (u64, ItemState, u64)>,
+    /// insertion tick → key: the eviction order (oldest first).
+    order: BTreeMap<u64, Vec<u8>>,
+    tick: u64,
+}
+
+impl StateShard {
+    /// The state of `key` at record `version` (default: neither stale nor won).
+    fn get(&mut self, key: &[u8], version: u64) -> ItemState {
+        match self.map.get(key) {
+            Some(&(v, st, _)) if v == version => st,
+            Some(&(_, _, tick)) => {
+                // Recorded for an older version: the record changed since, the state is gone.
+                self.map.remove(key);
+                self.order.remove(&tick);
+                ItemState::default()
+            }
+            None => ItemState::default(),
+        }
+    }
+
+    /// Record the state of `key` at record `version` (a default state removes the entry).
+    fn set(&mut self, key: &[u8], version: u64, st: ItemState) {
+        if let Some((_, _, tick)) = self.map.remove(key) {
+            self.order.remove(&tick);
+        }
+        if st == ItemState::default() {
+            return;
+        }
+        while self.map.len() >= ITEM_STATES_PER_SHARD {
+            let Some((_, oldest)) = self.order.pop_first() else {
+                break;
+            };
+            self.map.remove(&oldest);
+        }
+        self.tick += 1;
+        self.map.insert(key.to_vec(), (version, st, self.tick));
+        self.order.insert(self.tick, key.to_vec());
+    }
+}
+
+impl ItemStates {
+    pub fn new() -> ItemStates {
+        ItemStates {
+            shards: (0..ITEM_STATE_SHARDS)
+                .map(|_| Mutex::new(StateShard::default()))
+                .collect(),
+        }
+    }
+
+    /// The locked shard of `key`.
+    fn lock(&self, key: &[u8]) -> MutexGuard<'_, StateShard> {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        key.hash(&mut h);
+        let shard = &self.shards[h.finish() as usize % self.shards.len()];
+        shard.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Entries held (all shards).
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).map.len())
+            .sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Default for ItemStates {
+    fn default() -> Self {
+        ItemStates::new()
     }
 }
 
@@ -381,7 +507,7 @@ fn run(
         Request::MetaSet { key, data, flags } => {
             meta_set(store, shared, key, data, flags, now, out)?
         }
-        Request::MetaDelete { key, flags } => meta_delete(store, shared, key, flags, out)?,
+        Request::MetaDelete { key, flags } => meta_delete(store, shared, key, flags, now, out)?,
         Request::MetaArith { key, flags } => meta_arith(store, shared, key, flags, now, out)?,
         Request::MetaDebug { key } => match store.get(key)? {
             Some(r) => {
@@ -434,7 +560,25 @@ fn ttl_left(expires: u64, now: u64) -> i64 {
     }
 }
 
-/// The return flags a meta request asked for, in the order it asked for them.
+/// The key of a meta request: base64-decoded when the request has the `b` flag. `None` (the
+/// error reply written) when it does not decode; memcached answers `CLIENT_ERROR error decoding
+/// key` (and, for ms, skips the data block first — the codec already consumed it).
+fn meta_key<'k>(flags: Keys<'_>, key: &'k [u8], out: &mut Vec<u8>) -> Option<Cow<'k, [u8]>> {
+    use base64::Engine;
+    if !meta_has(flags, b'b') {
+        return Some(Cow::Borrowed(key));
+    }
+    match base64::engine::general_purpose::STANDARD.decode(key) {
+        Ok(k) if !k.is_empty() => Some(Cow::Owned(k)),
+        _ => {
+            meta_bad(out, "error decoding key");
+            None
+        }
+    }
+}
+
+/// The return flags a meta request asked for, in the order it asked for them. With `b` the
+/// key (`k`) is returned base64-encoded and followed by a `b` flag, as memcached does.
 fn meta_ret(
     out: &mut Vec<u8>,
     flags: Keys<'_>,
@@ -448,7 +592,14 @@ fn meta_ret(
         match (t[0], meta) {
             (b'k', _) if rest.is_empty() => {
                 out.extend_from_slice(b" k");
-                out.extend_from_slice(key);
+                if meta_has(flags, b'b') {
+                    use base64::Engine;
+                    let enc = base64::engine::general_purpose::STANDARD.encode(key);
+                    out.extend_from_slice(enc.as_bytes());
+                    out.extend_from_slice(b" b");
+                } else {
+                    out.extend_from_slice(key);
+                }
             }
             (b'O', _) => {
                 out.extend_from_slice(b" O");
@@ -475,6 +626,10 @@ fn meta_bad(out: &mut Vec<u8>, what: &str) {
     out.extend_from_slice(format!("CLIENT_ERROR {what}\r\n").as_bytes());
 }
 
+/// `mg`. Besides the return flags: `T` touches, `N<ttl>` creates an empty item on a miss and
+/// hands this client the win (`W`), `R<ttl>` hands out the win when the item's remaining TTL is
+/// below the token; a win already handed out shows as `Z`, a stale item as `X` (and its first
+/// reader wins). `W`, `X` and `Z` follow the requested flags, in memcached's order: `Z X W`.
 fn meta_get(
     store: &dyn Store,
     shared: &Shared,
@@ -483,40 +638,95 @@ fn meta_get(
     now: u64,
     out: &mut Vec<u8>,
 ) -> Result<(), Error> {
-    if meta_has(flags, b'b') {
-        meta_bad(out, "base64 keys are not supported");
+    let Some(key) = meta_key(flags, key, out) else {
         return Ok(());
-    }
-    let Ok(touch) = meta_num::<i64>(flags, b'T') else {
+    };
+    let (Ok(touch), Ok(vivify), Ok(recache)) = (
+        meta_num::<i64>(flags, b'T'),
+        meta_num::<i64>(flags, b'N'),
+        meta_num::<i64>(flags, b'R'),
+    ) else {
         meta_bad(out, "bad token in command line format");
         return Ok(());
     };
     shared.cmd_get.fetch_add(1, Relaxed);
-    let found = match touch {
-        Some(t) => {
-            let expires = absolute_expiry(t, now);
-            let mut value = None;
-            let meta = store.accept(key, &mut |cur| match cur {
-                Some(c) => {
-                    value = Some(c.value.to_vec());
-                    Decision::Touch { expires }
+    let mut states = shared.item_states.lock(&key);
+    // The record version before this request changed anything, and whether `N` created it.
+    let mut before = 0;
+    let mut created = false;
+    let found = if touch.is_some() || vivify.is_some() {
+        let mut value = None;
+        let meta = store.accept(&key, &mut |cur| match cur {
+            Some(c) => {
+                value = Some(c.value.to_vec());
+                before = c.meta.version;
+                created = false;
+                match touch {
+                    Some(t) => Decision::Touch {
+                        expires: absolute_expiry(t, now),
+                    },
+                    None => Decision::Keep,
+                }
+            }
+            None => match vivify {
+                Some(ttl) => {
+                    value = Some(Vec::new());
+                    created = true;
+                    Decision::Put {
+                        value: Vec::new(),
+                        flags: 0,
+                        expires: absolute_expiry(ttl, now),
+                    }
                 }
                 None => Decision::Keep,
-            })?;
-            value.zip(meta)
-        }
-        None => store.get(key)?.map(|r| (r.value, r.meta)),
+            },
+        })?;
+        value.zip(meta)
+    } else {
+        store.get(&key)?.map(|r| {
+            before = r.meta.version;
+            (r.value, r.meta)
+        })
     };
     match found {
         Some((value, meta)) => {
             shared.get_hits.fetch_add(1, Relaxed);
+            let st = if created {
+                ItemState::default()
+            } else {
+                states.get(&key, before)
+            };
+            let mut won = created
+                || recache.is_some_and(|r| {
+                    !st.token_sent && meta.expires != 0 && meta.expires < absolute_expiry(r, now)
+                });
             let with_value = meta_has(flags, b'v');
             if with_value {
                 out.extend_from_slice(format!("VA {}", value.len()).as_bytes());
             } else {
                 out.extend_from_slice(b"HD");
             }
-            meta_ret(out, flags, key, Some(&meta), value.len(), now);
+            meta_ret(out, flags, &key, Some(&meta), value.len(), now);
+            if st.token_sent {
+                out.extend_from_slice(b" Z");
+            }
+            if st.stale {
+                out.extend_from_slice(b" X");
+                // A stale item's first reader wins the recache.
+                won |= !st.token_sent;
+            }
+            if won {
+                out.extend_from_slice(b" W");
+            }
+            let after = ItemState {
+                stale: st.stale,
+                token_sent: st.token_sent || won,
+            };
+            if after != st || (meta.version != before && after != ItemState::default()) {
+                // New state, or our own touch moved the record to a new version.
+                states.set(&key, meta.version, after);
+            }
+            drop(states);
             out.extend_from_slice(b"\r\n");
             if with_value {
                 out.extend_from_slice(&value);
@@ -524,10 +734,11 @@ fn meta_get(
             }
         }
         None => {
+            drop(states);
             shared.get_misses.fetch_add(1, Relaxed);
             if !meta_has(flags, b'q') {
                 out.extend_from_slice(b"EN");
-                meta_ret(out, flags, key, None, 0, now);
+                meta_ret(out, flags, &key, None, 0, now);
                 out.extend_from_slice(b"\r\n");
             }
         }
@@ -544,10 +755,10 @@ fn meta_set(
     now: u64,
     out: &mut Vec<u8>,
 ) -> Result<(), Error> {
-    if meta_has(flags, b'b') {
-        meta_bad(out, "base64 keys are not supported");
+    let Some(key) = meta_key(flags, key, out) else {
         return Ok(());
-    }
+    };
+    let key = &*key;
     let (Ok(cflags), Ok(ttl), Ok(cas)) = (
         meta_num::<u32>(flags, b'F'),
         meta_num::<i64>(flags, b'T'),
@@ -562,6 +773,13 @@ fn meta_set(
         .and_then(|m| m.first().copied())
         .unwrap_or(b'S');
     let outcome: Result<kura_engine::Meta, &[u8]> = match (mode.to_ascii_uppercase(), cas) {
+        (b'S', Some(c)) | (b'R', Some(c)) if meta_has(flags, b'I') => {
+            match cas_or_stale(store, shared, key, c, data, cflags, expires)? {
+                Outcome::Stored(m) => Ok(m),
+                Outcome::VersionMismatch => Err(b"EX"),
+                _ => Err(b"NF"),
+            }
+        }
         (b'S', Some(c)) | (b'R', Some(c)) => match store.cas(key, c, data, cflags, expires)? {
             Outcome::Stored(m) => Ok(m),
             Outcome::VersionMismatch => Err(b"EX"),
@@ -604,32 +822,138 @@ fn meta_set(
     Ok(())
 }
 
+/// `ms <key> … C<cas> I`: a compare-and-swap that, when `cas` is older than the record's
+/// version (Kura's versions only grow), still stores the value but as a stale item: the old
+/// expiry is kept, the item is marked stale and a win token already handed out stays handed
+/// out (memcached's "set-to-invalid if CAS is older").
+fn cas_or_stale(
+    store: &dyn Store,
+    shared: &Shared,
+    key: &[u8],
+    cas: u64,
+    data: &[u8],
+    cflags: u32,
+    expires: u64,
+) -> Result<Outcome, Error> {
+    kura_engine::store::check_sizes(key, data.len())?;
+    let mut states = shared.item_states.lock(key);
+    // `None` once the visitor decided to store.
+    let mut failed = Some(Outcome::NotFound);
+    let mut stale_from = None;
+    let meta = store.accept(key, &mut |cur| match cur {
+        None => {
+            failed = Some(Outcome::NotFound);
+            Decision::Keep
+        }
+        Some(c) if cas <= c.meta.version => {
+            failed = None;
+            let stale = cas != c.meta.version;
+            stale_from = stale.then_some(c.meta.version);
+            Decision::Put {
+                value: data.to_vec(),
+                flags: cflags,
+                expires: if stale { c.meta.expires } else { expires },
+            }
+        }
+        Some(_) => {
+            failed = Some(Outcome::VersionMismatch);
+            Decision::Keep
+        }
+    })?;
+    Ok(match (failed, meta) {
+        (None, Some(m)) => {
+            if let Some(old) = stale_from {
+                let sent = states.get(key, old).token_sent;
+                let st = ItemState {
+                    stale: true,
+                    token_sent: sent,
+                };
+                states.set(key, m.version, st);
+            }
+            Outcome::Stored(m)
+        }
+        (None, None) => Outcome::NotFound,
+        (Some(r), _) => r,
+    })
+}
+
+/// `md`. With `I` the item is not deleted but marked stale (its next reader wins the recache),
+/// gets a new CAS and, with `T<ttl>`, a new expiry.
 fn meta_delete(
     store: &dyn Store,
     shared: &Shared,
     key: &[u8],
     flags: Keys<'_>,
+    now: u64,
     out: &mut Vec<u8>,
 ) -> Result<(), Error> {
-    let Ok(cas) = meta_num::<u64>(flags, b'C') else {
+    let Some(key) = meta_key(flags, key, out) else {
+        return Ok(());
+    };
+    let key = &*key;
+    let (Ok(cas), Ok(ttl)) = (meta_num::<u64>(flags, b'C'), meta_num::<i64>(flags, b'T')) else {
         meta_bad(out, "bad token in command line format");
         return Ok(());
     };
-    let code: &[u8] = match store.out_if(key, cas.unwrap_or(0))? {
-        Outcome::Deleted => {
-            shared.delete_hits.fetch_add(1, Relaxed);
-            if meta_has(flags, b'q') {
-                return Ok(());
+    let outcome = if meta_has(flags, b'I') {
+        let mut states = shared.item_states.lock(key);
+        let mut result = Outcome::NotFound;
+        let meta = store.accept(key, &mut |cur| match cur {
+            None => {
+                result = Outcome::NotFound;
+                Decision::Keep
             }
-            b"HD"
+            Some(c) if cas.is_some_and(|v| v != c.meta.version) => {
+                result = Outcome::VersionMismatch;
+                Decision::Keep
+            }
+            Some(c) => {
+                result = Outcome::Stored(c.meta);
+                // A touch gives the record a new version: memcached's CAS bump.
+                Decision::Touch {
+                    expires: ttl.map_or(c.meta.expires, |t| absolute_expiry(t, now)),
+                }
+            }
+        })?;
+        match (result, meta) {
+            (Outcome::Stored(_), Some(m)) => {
+                // Stale, and no win token out yet: the next reader wins.
+                let st = ItemState {
+                    stale: true,
+                    token_sent: false,
+                };
+                states.set(key, m.version, st);
+                if meta_has(flags, b'q') {
+                    return Ok(());
+                }
+                b"HD" as &[u8]
+            }
+            (Outcome::VersionMismatch, _) => {
+                shared.delete_misses.fetch_add(1, Relaxed);
+                b"EX"
+            }
+            _ => {
+                shared.delete_misses.fetch_add(1, Relaxed);
+                b"NF"
+            }
         }
-        Outcome::VersionMismatch => b"EX",
-        _ => {
-            shared.delete_misses.fetch_add(1, Relaxed);
-            b"NF"
+    } else {
+        match store.out_if(key, cas.unwrap_or(0))? {
+            Outcome::Deleted => {
+                shared.delete_hits.fetch_add(1, Relaxed);
+                if meta_has(flags, b'q') {
+                    return Ok(());
+                }
+                b"HD" as &[u8]
+            }
+            Outcome::VersionMismatch => b"EX",
+            _ => {
+                shared.delete_misses.fetch_add(1, Relaxed);
+                b"NF"
+            }
         }
     };
-    out.extend_from_slice(code);
+    out.extend_from_slice(outcome);
     meta_ret(out, flags, key, None, 0, 0);
     out.extend_from_slice(b"\r\n");
     Ok(())
@@ -643,6 +967,10 @@ fn meta_arith(
     now: u64,
     out: &mut Vec<u8>,
 ) -> Result<(), Error> {
+    let Some(key) = meta_key(flags, key, out) else {
+        return Ok(());
+    };
+    let key = &*key;
     let (Ok(delta), Ok(vivify), Ok(initial)) = (
         meta_num::<u64>(flags, b'D'),
         meta_num::<i64>(flags, b'N'),
@@ -939,6 +1267,230 @@ mod tests {
             assert!(r.starts_with("NF\r\nVA 2\r\n10\r\nVA 2\r\n15\r\nVA 1\r\n0\r\nCLIENT_ERROR cannot increment or decrement non-numeric value\r\nNF\r\nME k exp=-1 la=0 cas="), "{r}");
             assert!(r.ends_with(" fetch=no cls=1 size=4\r\nEN\r\n"), "{r}");
         }
+    }
+
+    /// The number after flag `c` in the first line of a meta reply (e.g. `c` of `HD c12 W`).
+    fn flag_num(reply: &str, c: char) -> u64 {
+        let line = reply.lines().next().unwrap();
+        let tok = line.split(' ').skip(1).find(|t| t.starts_with(c)).unwrap();
+        tok[1..].parse().unwrap_or_else(|_| panic!("{reply}"))
+    }
+
+    #[test]
+    fn meta_base64_keys() {
+        // 44OG44K544OI is "テスト" (tesuto in katakana), memcached's own test key.
+        let tesuto = "テスト".as_bytes();
+        for db in kinds() {
+            let sh = Shared::new(0, 1 << 20);
+            let now = kura_engine::store::now_secs();
+            let r = session(
+                &*db,
+                &sh,
+                b"ms 44OG44K544OI 2 b k\r\npo\r\nmg 44OG44K544OI v\r\nmg 44OG44K544OI b v k s\r\n",
+                now,
+            );
+            assert_eq!(
+                r,
+                "HD k44OG44K544OI b\r\nEN\r\nVA 2 k44OG44K544OI b s2\r\npo\r\n"
+            );
+            // The store holds the decoded key.
+            assert_eq!(db.get(tesuto).unwrap().unwrap().value, b"po");
+            assert!(db.get(b"44OG44K544OI").unwrap().is_none());
+            // ma and md decode too; a miss returns the key encoded as well.
+            let r = session(&*db, &sh, b"ma bnVt b N0 J5 v k\r\nma bnVt b v\r\nmd 44OG44K544OI b q\r\nmg 44OG44K544OI b k v\r\nmd 44OG44K544OI b k O1\r\n", now);
+            assert_eq!(
+                r,
+                "VA 1 kbnVt b\r\n5\r\nVA 1\r\n6\r\nEN k44OG44K544OI b\r\nNF k44OG44K544OI b O1\r\n"
+            );
+            assert_eq!(db.get(b"num").unwrap().unwrap().value, b"6");
+            // Not base64: memcached's error, and ms skips its data block first.
+            let r = session(
+                &*db,
+                &sh,
+                b"mg a*b b v\r\nms !!!! 2 b\r\nxx\r\nmd Zm9 b\r\nma ==== b\r\nmn\r\n",
+                now,
+            );
+            let e = "CLIENT_ERROR error decoding key\r\n";
+            assert_eq!(r, format!("{e}{e}{e}{e}MN\r\n"));
+        }
+    }
+
+    #[test]
+    fn meta_vivify_win_then_token_sent_then_normal_hit() {
+        for db in kinds() {
+            let sh = Shared::new(0, 1 << 20);
+            let now = kura_engine::store::now_secs();
+            // Pipelined: the first client creates the empty item and wins, the second sees Z.
+            let r = session(
+                &*db,
+                &sh,
+                b"mg needwin s c v N30 t\r\nmg needwin s t v N30\r\nmg needwin s\r\n",
+                now,
+            );
+            let cas = flag_num(&r, 'c');
+            assert_eq!(
+                r,
+                format!("VA 0 s0 c{cas} t30 W\r\n\r\nVA 0 s0 t30 Z\r\n\r\nHD s0 Z\r\n")
+            );
+            assert_eq!(sh.get_hits.load(Relaxed), 3);
+            // A wrong CAS fails; the winner's CAS store succeeds and the item is normal again.
+            let r = session(
+                &*db,
+                &sh,
+                format!("ms needwin 2 C{} T120\r\nnu\r\nms needwin 2 C{cas} T120\r\nmu\r\nmg needwin s k t v N30\r\n", cas + 5000).as_bytes(),
+                now,
+            );
+            assert_eq!(r, "EX\r\nHD\r\nVA 2 s2 kneedwin t120\r\nmu\r\n");
+            // q does not hide a vivified hit (memcached: the miss returns data anyway).
+            let r = session(&*db, &sh, b"mg quietautov s N30 t q\r\nmn\r\n", now);
+            assert_eq!(r, "HD s0 t30 W\r\nMN\r\n");
+            // Any other write clears the token: a plain set, then a normal hit.
+            let r = session(
+                &*db,
+                &sh,
+                b"mg quietautov s\r\nset quietautov 0 0 1\r\nx\r\nmg quietautov s v\r\n",
+                now,
+            );
+            assert_eq!(r, "HD s0 Z\r\nSTORED\r\nVA 1 s1\r\nx\r\n");
+        }
+    }
+
+    #[test]
+    fn meta_recache_when_ttl_is_low() {
+        for db in kinds() {
+            let sh = Shared::new(0, 1 << 20);
+            let now = kura_engine::store::now_secs();
+            let r = session(
+                &*db,
+                &sh,
+                b"ms rc 2 T120\r\nmu\r\nmg rc v R30\r\nmg rc c v R130\r\nmg rc v R130\r\nset forever 0 0 1\r\nf\r\nmg forever R130\r\n",
+                now,
+            );
+            let cas = flag_num(&r["HD\r\nVA 2\r\nmu\r\n".len()..], 'c');
+            // TTL 120 is not below 30: no win; below 130: the first wins, the next sees Z; an
+            // item that never expires never triggers R.
+            assert_eq!(
+                r,
+                format!(
+                    "HD\r\nVA 2\r\nmu\r\nVA 2 c{cas} W\r\nmu\r\nVA 2 Z\r\nmu\r\nSTORED\r\nHD\r\n"
+                )
+            );
+            let r = session(
+                &*db,
+                &sh,
+                format!("ms rc 4 C{cas} T300\r\nzuuu\r\nmg rc s t v R130\r\n").as_bytes(),
+                now,
+            );
+            assert_eq!(r, "HD\r\nVA 4 s4 t300\r\nzuuu\r\n");
+        }
+    }
+
+    #[test]
+    fn meta_invalidate_serve_stale_and_revalidate() {
+        for db in kinds() {
+            let sh = Shared::new(0, 1 << 20);
+            let now = kura_engine::store::now_secs();
+            let r = session(
+                &*db,
+                &sh,
+                b"set toinv 0 0 3\r\nmoo\r\nmg toinv s v\r\nmd toinv I T30\r\nmg toinv s t c v\r\n",
+                now,
+            );
+            let tail = "STORED\r\nVA 3 s3\r\nmoo\r\nHD\r\n";
+            assert!(r.starts_with(tail), "{r}");
+            let cas = flag_num(&r[tail.len()..], 'c');
+            // Marked stale (not deleted), TTL lowered, CAS bumped; the first reader wins.
+            assert_eq!(
+                &r[tail.len()..],
+                format!("VA 3 s3 t30 c{cas} X W\r\nmoo\r\n")
+            );
+            assert_eq!(sh.delete_hits.load(Relaxed), 0);
+            // A CAS that is merely old fails without I; with I it stores, but stays stale,
+            // keeps its TTL and the token already sent.
+            let r = session(
+                &*db,
+                &sh,
+                b"ms toinv 1 T90 C0\r\nf\r\nms toinv 1 I T90 C1\r\nf\r\nmg toinv s t c v\r\n",
+                now,
+            );
+            let tail = "EX\r\nHD\r\n";
+            assert!(r.starts_with(tail), "{r}");
+            let cas2 = flag_num(&r[tail.len()..], 'c');
+            assert!(cas2 > cas);
+            assert_eq!(
+                &r[tail.len()..],
+                format!("VA 1 s1 t30 c{cas2} Z X\r\nf\r\n")
+            );
+            // A newer CAS than the item's fails even with I.
+            let r = session(
+                &*db,
+                &sh,
+                format!("ms toinv 1 I C{}\r\nz\r\n", cas2 + 1000).as_bytes(),
+                now,
+            );
+            assert_eq!(r, "EX\r\n");
+            // The right CAS revalidates: no stale, win or token flags, new TTL and CAS.
+            let r = session(
+                &*db,
+                &sh,
+                format!("ms toinv 1 T90 C{cas2}\r\ng\r\nmg toinv s t v\r\n").as_bytes(),
+                now,
+            );
+            assert_eq!(r, "HD\r\nVA 1 s1 t90\r\ng\r\n");
+            // md I: CAS mismatch, miss, quiet; a touch by mg carries the state to the new
+            // version, a plain delete removes the item.
+            let r = session(
+                &*db,
+                &sh,
+                b"md toinv I C1\r\nmd nope I k\r\nmd toinv I q\r\nmg toinv T60 t\r\nmg toinv t\r\nmd toinv\r\nmg toinv v\r\n",
+                now,
+            );
+            assert_eq!(
+                r,
+                "EX\r\nNF knope\r\nHD t60 X W\r\nHD t60 Z X\r\nHD\r\nEN\r\n"
+            );
+            assert!(sh.item_states.len() <= 1);
+        }
+    }
+
+    #[test]
+    fn item_states_are_bounded_and_cleared_by_new_versions() {
+        let mut sh = StateShard::default();
+        let won = ItemState {
+            stale: false,
+            token_sent: true,
+        };
+        sh.set(b"k", 5, won);
+        assert_eq!(sh.get(b"k", 5), won);
+        // Another version of the record: the state is gone, and the entry dropped.
+        assert_eq!(sh.get(b"k", 6), ItemState::default());
+        assert!(sh.map.is_empty() && sh.order.is_empty());
+        // Setting the default state removes the entry.
+        sh.set(b"k", 7, won);
+        sh.set(b"k", 7, ItemState::default());
+        assert!(sh.map.is_empty() && sh.order.is_empty());
+        // Full: the oldest entries go first; updating an entry makes it young again.
+        for i in 0..ITEM_STATES_PER_SHARD + 10 {
+            sh.set(format!("k{i}").as_bytes(), 1, won);
+            if i == 20 {
+                sh.set(b"k0", 2, won);
+            }
+        }
+        assert_eq!(sh.map.len(), ITEM_STATES_PER_SHARD);
+        assert_eq!(sh.order.len(), ITEM_STATES_PER_SHARD);
+        assert_eq!(sh.get(b"k1", 1), ItemState::default());
+        assert_eq!(sh.get(b"k0", 2), won);
+        assert_eq!(
+            sh.get(format!("k{}", ITEM_STATES_PER_SHARD + 9).as_bytes(), 1),
+            won
+        );
+        // The whole table stays within its shards' bounds.
+        let t = ItemStates::new();
+        for i in 0..ITEM_STATE_SHARDS * ITEM_STATES_PER_SHARD * 2 {
+            t.lock(format!("x{i}").as_bytes())
+                .set(format!("x{i}").as_bytes(), 1, won);
+        }
+        assert!(t.len() <= ITEM_STATE_SHARDS * ITEM_STATES_PER_SHARD);
     }
 
     #[test]
