@@ -493,183 +493,202 @@ fn process<'s>(c: &mut Conn<'s>, store: &'s dyn Store, shared: &Shared, limits: 
         }
     }
     let now = now_secs();
+    let at = Ctx { store, shared, now };
     match c.proto {
-        Some(Protocol::MemcachedBinary) => process_binary(c, pos, store, shared, &limits.mc, now),
-        Some(Protocol::TokyoTyrant) => process_tyrant(c, pos, store, shared, &limits.tt, now),
-        Some(Protocol::KyotoBinary) => process_kyoto(c, pos, store, shared, &limits.kt, now),
-        Some(Protocol::Http) => process_http(c, pos, store, shared, &limits.http, now),
-        Some(Protocol::MemcachedText) | None => {
-            process_text(c, pos, store, shared, &limits.mc, now)
+        Some(Protocol::MemcachedBinary) => drive(c, pos, &mut McBinary(at, &limits.mc)),
+        Some(Protocol::TokyoTyrant) => {
+            // The iterator state leaves the connection while the loop borrows it.
+            let Some(mut st) = c.tt.take() else { return };
+            drive(c, pos, &mut Tyrant(store, at, &limits.tt, &mut st));
+            c.tt = Some(st);
         }
+        Some(Protocol::KyotoBinary) => drive(c, pos, &mut KyotoBinary(at, &limits.kt)),
+        Some(Protocol::Http) => drive(c, pos, &mut Http(at, &limits.http)),
+        Some(Protocol::MemcachedText) | None => drive(c, pos, &mut McText(at, &limits.mc)),
     }
 }
 
-fn process_text(
-    c: &mut Conn<'_>,
-    mut pos: usize,
-    store: &dyn Store,
-    shared: &Shared,
-    limits: &Limits,
-    now: u64,
-) {
-    while pos < c.rbuf.len() && !c.closing {
-        match mc_text::decode(&c.rbuf[pos..], limits) {
-            Ok(Decoded::Complete { request, consumed }) => {
-                if mc_exec::execute(store, shared, &request, now, &mut c.wbuf) == Next::Close {
-                    c.closing = true;
-                }
-                pos += consumed;
-            }
-            Ok(Decoded::Incomplete) => break,
-            Err(e) => {
-                e.encode(&mut c.wbuf);
-                pos = skip_refused(c, pos, e.consumed, e.close);
-            }
-        }
-    }
-    c.rbuf.drain(..pos);
+/// What decoding the start of the buffer found.
+enum Step<R> {
+    /// A whole request and the bytes it takes.
+    Request(R, usize),
+    /// More bytes are needed (anything to send meanwhile is already in the output).
+    More,
+    /// A request that is refused: its error reply is written; skip `consumed` bytes (also
+    /// those not received yet) and close the connection if `close`.
+    Refused { consumed: usize, close: bool },
 }
 
-fn process_tyrant<'s>(
-    c: &mut Conn<'s>,
-    mut pos: usize,
-    store: &'s dyn Store,
-    shared: &Shared,
-    limits: &tt_bin::Limits,
+/// One protocol as the connection loop drives it: its codec and its executor.
+trait Wire {
+    type Req<'a>;
+    fn decode<'a>(&mut self, buf: &'a [u8], out: &mut Vec<u8>) -> Step<Self::Req<'a>>;
+    fn execute(&mut self, req: &Self::Req<'_>, out: &mut Vec<u8>) -> Next;
+}
+
+/// What every executor gets.
+#[derive(Clone, Copy)]
+struct Ctx<'x> {
+    store: &'x dyn Store,
+    shared: &'x Shared,
     now: u64,
-) {
-    let Some(st) = c.tt.as_deref_mut() else {
-        c.closing = true;
-        return;
-    };
+}
+
+/// Decode and execute the requests from `pos` on, then drop what was consumed.
+fn drive<W: Wire>(c: &mut Conn<'_>, mut pos: usize, w: &mut W) {
     while pos < c.rbuf.len() && !c.closing {
-        match tt_bin::decode(&c.rbuf[pos..], limits) {
-            Ok(tt_bin::Decoded::Complete { request, consumed }) => {
-                if tt_exec::execute(store, shared, st, &request, now, &mut c.wbuf) == Next::Close {
+        let (consumed, close) = match w.decode(&c.rbuf[pos..], &mut c.wbuf) {
+            Step::Request(req, consumed) => {
+                if w.execute(&req, &mut c.wbuf) == Next::Close {
                     c.closing = true;
                 }
                 pos += consumed;
+                continue;
             }
-            Ok(tt_bin::Decoded::Incomplete) => break,
-            Err(e) => {
-                if let Some(code) = e.reply {
-                    c.wbuf.push(code);
-                }
-                if e.close {
-                    c.closing = true;
-                }
-                let avail = c.rbuf.len() - pos;
-                if e.consumed > avail {
-                    c.skip = e.consumed - avail;
-                    pos = c.rbuf.len();
-                } else {
-                    pos += e.consumed;
-                }
-            }
+            Step::More => break,
+            Step::Refused { consumed, close } => (consumed, close),
+        };
+        if close {
+            c.closing = true;
+        }
+        let avail = c.rbuf.len() - pos;
+        if consumed > avail {
+            c.skip = consumed - avail;
+            pos = c.rbuf.len();
+        } else {
+            pos += consumed;
         }
     }
     c.rbuf.drain(..pos.min(c.rbuf.len()));
 }
 
-fn process_kyoto(
-    c: &mut Conn<'_>,
-    mut pos: usize,
-    store: &dyn Store,
-    shared: &Shared,
-    limits: &kt_bin::Limits,
-    now: u64,
-) {
-    while pos < c.rbuf.len() && !c.closing {
-        match kt_bin::decode(&c.rbuf[pos..], limits) {
-            Ok(kt_bin::Decoded::Complete { request, consumed }) => {
-                if kt_bin_exec::execute(store, shared, &request, now, &mut c.wbuf) == Next::Close {
-                    c.closing = true;
-                }
-                pos += consumed;
-            }
-            Ok(kt_bin::Decoded::Incomplete) => break,
+struct McText<'x>(Ctx<'x>, &'x Limits);
+
+impl Wire for McText<'_> {
+    type Req<'a> = mc_text::Request<'a>;
+    fn decode<'a>(&mut self, buf: &'a [u8], out: &mut Vec<u8>) -> Step<Self::Req<'a>> {
+        match mc_text::decode(buf, self.1) {
+            Ok(Decoded::Complete { request, consumed }) => Step::Request(request, consumed),
+            Ok(Decoded::Incomplete) => Step::More,
             Err(e) => {
-                // No error of this protocol leaves the stream readable: answer, then close.
-                kt_bin::reply_error(&mut c.wbuf);
-                pos = skip_refused(c, pos, e.consumed, true);
+                e.encode(out);
+                Step::Refused {
+                    consumed: e.consumed,
+                    close: e.close,
+                }
             }
         }
     }
-    c.rbuf.drain(..pos.min(c.rbuf.len()));
-}
-
-fn process_http(
-    c: &mut Conn<'_>,
-    mut pos: usize,
-    store: &dyn Store,
-    shared: &Shared,
-    limits: &http::Limits,
-    now: u64,
-) {
-    while pos < c.rbuf.len() && !c.closing {
-        match http::decode(&c.rbuf[pos..], limits) {
-            Ok(http::Decoded::Complete { request, consumed }) => {
-                if http_exec::execute(store, shared, &request, now, &mut c.wbuf) == Next::Close {
-                    c.closing = true;
-                }
-                pos += consumed;
-            }
-            Ok(http::Decoded::Incomplete) => break,
-            Ok(http::Decoded::Continue) => {
-                // `Expect: 100-continue`: the client waits for this before sending the body.
-                c.wbuf.extend_from_slice(http::CONTINUE);
-                break;
-            }
-            Err(e) => {
-                e.write(&mut c.wbuf);
-                pos = skip_refused(c, pos, e.consumed, e.close);
-            }
-        }
-    }
-    c.rbuf.drain(..pos.min(c.rbuf.len()));
-}
-
-/// After a refused request at `pos` that spans `consumed` bytes: the position to go on from.
-/// Bytes not received yet are skipped as they arrive; `close` ends the connection.
-fn skip_refused(c: &mut Conn<'_>, pos: usize, consumed: usize, close: bool) -> usize {
-    if close {
-        c.closing = true;
-    }
-    let avail = c.rbuf.len() - pos;
-    if consumed > avail {
-        c.skip = consumed - avail;
-        c.rbuf.len()
-    } else {
-        pos + consumed
+    fn execute(&mut self, req: &Self::Req<'_>, out: &mut Vec<u8>) -> Next {
+        let Ctx { store, shared, now } = self.0;
+        mc_exec::execute(store, shared, req, now, out)
     }
 }
 
-fn process_binary(
-    c: &mut Conn<'_>,
-    mut pos: usize,
-    store: &dyn Store,
-    shared: &Shared,
-    limits: &Limits,
-    now: u64,
-) {
-    while pos < c.rbuf.len() && !c.closing {
-        match mc_bin::decode(&c.rbuf[pos..], limits) {
-            Ok(mc_bin::Decoded::Complete { request, consumed }) => {
-                if mc_bin_exec::execute(store, shared, &request, now, &mut c.wbuf) == Next::Close {
-                    c.closing = true;
-                }
-                pos += consumed;
-            }
-            Ok(mc_bin::Decoded::Incomplete) => break,
+struct McBinary<'x>(Ctx<'x>, &'x Limits);
+
+impl Wire for McBinary<'_> {
+    type Req<'a> = mc_bin::Request<'a>;
+    fn decode<'a>(&mut self, buf: &'a [u8], out: &mut Vec<u8>) -> Step<Self::Req<'a>> {
+        match mc_bin::decode(buf, self.1) {
+            Ok(mc_bin::Decoded::Complete { request, consumed }) => Step::Request(request, consumed),
+            Ok(mc_bin::Decoded::Incomplete) => Step::More,
             Err(e) => {
                 if let Some(st) = e.status {
-                    mc_bin::encode_error(&mut c.wbuf, e.opcode, st, e.opaque);
+                    mc_bin::encode_error(out, e.opcode, st, e.opaque);
                 }
-                pos = skip_refused(c, pos, e.consumed, e.close);
+                Step::Refused {
+                    consumed: e.consumed,
+                    close: e.close,
+                }
             }
         }
     }
-    c.rbuf.drain(..pos.min(c.rbuf.len()));
+    fn execute(&mut self, req: &Self::Req<'_>, out: &mut Vec<u8>) -> Next {
+        let Ctx { store, shared, now } = self.0;
+        mc_bin_exec::execute(store, shared, req, now, out)
+    }
+}
+
+/// The store again with its own lifetime: the connection's iterator borrows it for that long.
+struct Tyrant<'x, 's>(
+    &'s dyn Store,
+    Ctx<'x>,
+    &'x tt_bin::Limits,
+    &'x mut TtState<'s>,
+);
+
+impl Wire for Tyrant<'_, '_> {
+    type Req<'a> = tt_bin::Request<'a>;
+    fn decode<'a>(&mut self, buf: &'a [u8], out: &mut Vec<u8>) -> Step<Self::Req<'a>> {
+        match tt_bin::decode(buf, self.2) {
+            Ok(tt_bin::Decoded::Complete { request, consumed }) => Step::Request(request, consumed),
+            Ok(tt_bin::Decoded::Incomplete) => Step::More,
+            Err(e) => {
+                out.extend(e.reply);
+                Step::Refused {
+                    consumed: e.consumed,
+                    close: e.close,
+                }
+            }
+        }
+    }
+    fn execute(&mut self, req: &Self::Req<'_>, out: &mut Vec<u8>) -> Next {
+        let Ctx { shared, now, .. } = self.1;
+        tt_exec::execute(self.0, shared, self.3, req, now, out)
+    }
+}
+
+struct KyotoBinary<'x>(Ctx<'x>, &'x kt_bin::Limits);
+
+impl Wire for KyotoBinary<'_> {
+    type Req<'a> = kt_bin::Request<'a>;
+    fn decode<'a>(&mut self, buf: &'a [u8], out: &mut Vec<u8>) -> Step<Self::Req<'a>> {
+        match kt_bin::decode(buf, self.1) {
+            Ok(kt_bin::Decoded::Complete { request, consumed }) => Step::Request(request, consumed),
+            Ok(kt_bin::Decoded::Incomplete) => Step::More,
+            Err(e) => {
+                // No error of this protocol leaves the stream readable: answer, then close.
+                kt_bin::reply_error(out);
+                Step::Refused {
+                    consumed: e.consumed,
+                    close: true,
+                }
+            }
+        }
+    }
+    fn execute(&mut self, req: &Self::Req<'_>, out: &mut Vec<u8>) -> Next {
+        let Ctx { store, shared, now } = self.0;
+        kt_bin_exec::execute(store, shared, req, now, out)
+    }
+}
+
+struct Http<'x>(Ctx<'x>, &'x http::Limits);
+
+impl Wire for Http<'_> {
+    type Req<'a> = http::Request<'a>;
+    fn decode<'a>(&mut self, buf: &'a [u8], out: &mut Vec<u8>) -> Step<Self::Req<'a>> {
+        match http::decode(buf, self.1) {
+            Ok(http::Decoded::Complete { request, consumed }) => Step::Request(request, consumed),
+            Ok(http::Decoded::Incomplete) => Step::More,
+            Ok(http::Decoded::Continue) => {
+                // `Expect: 100-continue`: the client waits for this before sending the body.
+                out.extend_from_slice(http::CONTINUE);
+                Step::More
+            }
+            Err(e) => {
+                e.write(out);
+                Step::Refused {
+                    consumed: e.consumed,
+                    close: e.close,
+                }
+            }
+        }
+    }
+    fn execute(&mut self, req: &Self::Req<'_>, out: &mut Vec<u8>) -> Next {
+        let Ctx { store, shared, now } = self.0;
+        http_exec::execute(store, shared, req, now, out)
+    }
 }
 
 /// Write pending replies until done or the socket is full.
