@@ -720,6 +720,20 @@ impl Store for MemHash {
         }))
     }
 
+    fn view(&self, key: &[u8], f: &mut dyn FnMut(&[u8], Meta)) -> Result<bool> {
+        self.common.check_open()?;
+        let hash = xxh3_64(key);
+        let sh = self.shard(shard_of(hash)).read();
+        match sh.find(hash, key).map(|i| &sh.slots[i]) {
+            Some(r) if r.is_live_now() => {
+                r.mark_used();
+                f(r.value(), r.meta());
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     fn accept(
         &self,
         key: &[u8],
@@ -1249,6 +1263,19 @@ impl Store for MemTree {
             r.mark_used();
             r.record()
         }))
+    }
+
+    fn view(&self, key: &[u8], f: &mut dyn FnMut(&[u8], Meta)) -> Result<bool> {
+        self.common.check_open()?;
+        let t = self.inner.read();
+        match t.set.get(key).filter(|r| r.is_live_now()) {
+            Some(r) => {
+                r.mark_used();
+                f(r.value(), r.meta());
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 
     fn accept(
@@ -2025,6 +2052,23 @@ mod tests {
         db.put(b"k", b"v").unwrap();
         db.optimize("bnum=18446744073709551615").unwrap();
         assert_eq!(db.get(b"k").unwrap().unwrap().value, b"v");
+    }
+
+    #[test]
+    fn view_matches_get() {
+        for db in both("") {
+            db.put_with(b"a", b"one", 7, 0).unwrap();
+            db.put_with(b"old", b"x", 0, 1).unwrap();
+            for key in [&b"a"[..], b"old", b"absent"] {
+                let want = db.get(key).unwrap();
+                let mut seen = None;
+                let found = db
+                    .view(key, &mut |v, m| seen = Some((v.to_vec(), m)))
+                    .unwrap();
+                assert_eq!(found, want.is_some());
+                assert_eq!(seen, want.map(|r| (r.value, r.meta)));
+            }
+        }
     }
 
     #[test]

@@ -180,6 +180,20 @@ pub trait Store: Send + Sync {
     /// The live (present and not expired) record of `key`.
     fn get(&self, key: &[u8]) -> Result<Option<Record>>;
 
+    /// Show the live record of `key` to `f` without copying its value out: the value may be
+    /// borrowed from the store's own memory while a lock is held, so `f` must not call the
+    /// store. Returns whether the record was found (`f` is called only then). Servers use it
+    /// to encode a reply straight from the store, with no per-request allocation.
+    fn view(&self, key: &[u8], f: &mut dyn FnMut(&[u8], Meta)) -> Result<bool> {
+        Ok(match self.get(key)? {
+            Some(r) => {
+                f(&r.value, r.meta);
+                true
+            }
+            None => false,
+        })
+    }
+
     /// Atomically look at the live record of `key` and apply the visitor's decision. Returns the
     /// metadata of the record after the call (`None` when absent afterwards).
     fn accept(

@@ -74,7 +74,42 @@ fn run(
             let with_key = matches!(opc, op::GETK | op::GETKQ | op::GATK | op::GATKQ);
             let touch = matches!(opc, op::GAT | op::GATQ | op::GATK | op::GATKQ);
             shared.cmd_get.fetch_add(1, Relaxed);
-            let found = if touch {
+            if !touch {
+                // Encoded straight from the store's memory: no copy of the value.
+                let key: &[u8] = if with_key { req.key } else { &[] };
+                let hit = store.view(req.key, &mut |value, meta| {
+                    let flags = meta.flags.to_be_bytes();
+                    encode_response(
+                        out,
+                        opc,
+                        status::OK,
+                        opaque,
+                        meta.version,
+                        &flags,
+                        key,
+                        value,
+                    );
+                })?;
+                if hit {
+                    shared.get_hits.fetch_add(1, Relaxed);
+                } else {
+                    shared.get_misses.fetch_add(1, Relaxed);
+                    if !quiet {
+                        encode_response(
+                            out,
+                            opc,
+                            status::KEY_NOT_FOUND,
+                            opaque,
+                            0,
+                            &[],
+                            key,
+                            b"Not found",
+                        );
+                    }
+                }
+                return Ok(());
+            }
+            let found = {
                 shared.cmd_touch.fetch_add(1, Relaxed);
                 let Some(exp) = req.u32_extra() else {
                     fail(out, status::INVALID_ARGUMENTS);
@@ -90,8 +125,6 @@ fn run(
                     None => Decision::Keep,
                 })?;
                 value.zip(meta)
-            } else {
-                store.get(req.key)?.map(|r| (r.value, r.meta))
             };
             match found {
                 Some((value, meta)) => {

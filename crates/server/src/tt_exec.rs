@@ -212,10 +212,12 @@ fn run<'s>(
             let _ = store.put_with(key, value, 0, 0);
         }
         Request::Out { key } => code(out, store.out(key)?),
-        Request::Get { key } => match store.get(key)? {
-            Some(r) => tt_bin::reply_value(out, &r.value),
-            None => code(out, false),
-        },
+        Request::Get { key } => {
+            // Encoded straight from the store's memory: no copy of the value.
+            if !store.view(key, &mut |value, _| tt_bin::reply_value(out, value))? {
+                code(out, false);
+            }
+        }
         Request::Mget { ref keys } => {
             let recs = store.get_multi(keys)?;
             tt_bin::reply_pairs(

@@ -1887,6 +1887,40 @@ impl Store for DiskHash {
             }))
     }
 
+    fn view(&self, key: &[u8], f: &mut dyn FnMut(&[u8], Meta)) -> Result<bool> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        let (shard, tag) = inner.hash(key);
+        let tbl = self.shard(shard).read();
+        for slot in tbl.candidates(tag) {
+            // The record is read in place (from the map when it is flushed), under the shard
+            // lock, so compaction cannot move it meanwhile.
+            let seen = inner.with_record(slot.seg, slot.off as u64, |h, rec| {
+                if h.typ != T_PUT || &rec[h.key_off..h.key_off + h.klen] != key {
+                    return Ok::<_, Error>(None);
+                }
+                let meta = Meta {
+                    flags: h.fields.flags,
+                    expires: h.fields.expires,
+                    version: h.fields.seq,
+                };
+                if meta.expires != 0 && is_expired(meta.expires, now_secs()) {
+                    return Ok(Some(false));
+                }
+                if h.fields.compression == 0 {
+                    f(&rec[h.value_off()..h.len], meta);
+                } else {
+                    f(&decode_value(h, rec)?, meta);
+                }
+                Ok(Some(true))
+            })??;
+            if let Some(found) = seen {
+                return Ok(found);
+            }
+        }
+        Ok(false)
+    }
+
     fn accept(
         &self,
         key: &[u8],

@@ -735,6 +735,31 @@ fn rewriting_each_visited_record_ends_the_iteration() {
     assert_eq!(db.get(b"k00042").unwrap().unwrap().value, b"v+");
 }
 
+/// `view` shows exactly what `get` returns, borrowed in place: flushed or still in the lane
+/// buffer, compressed or not; nothing for expired or absent keys.
+#[test]
+fn view_matches_get() {
+    for params in ["segsiz=64k", "compress=zstd#bufsiz=1m"] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = DiskHash::open(&dir.path().join("w.kh"), &Params::parse(params).unwrap()).unwrap();
+        for i in 0..3000u32 {
+            let v = format!("value-{i}-").repeat(1 + i as usize % 7);
+            db.put_with(format!("k{i}").as_bytes(), v.as_bytes(), i, 0)
+                .unwrap();
+        }
+        db.put_with(b"gone", b"x", 0, 1).unwrap(); // expired long ago
+        for key in ["k0", "k1234", "k2999", "gone", "absent"] {
+            let want = db.get(key.as_bytes()).unwrap();
+            let mut seen = None;
+            let found = db
+                .view(key.as_bytes(), &mut |v, m| seen = Some((v.to_vec(), m)))
+                .unwrap();
+            assert_eq!(found, want.is_some(), "{params} {key}");
+            assert_eq!(seen, want.map(|r| (r.value, r.meta)), "{params} {key}");
+        }
+    }
+}
+
 #[test]
 fn vanish_copy_and_cursor() {
     let dir = tempfile::tempdir().unwrap();
