@@ -10,6 +10,18 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// A value alone on its cache line (128 bytes: adjacent-line prefetch pairs lines).
+#[repr(align(128))]
+#[derive(Debug, Default)]
+pub struct Padded<T>(pub T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// One segment file.
 pub struct Segment {
     pub id: u32,
@@ -21,8 +33,11 @@ pub struct Segment {
     pub file: Arc<dyn VFile>,
     /// Bytes written to the file (records below this offset are readable from the file).
     pub flushed: AtomicU64,
-    /// Bytes of live records (approximate; guides compaction).
-    pub live: AtomicU64,
+    /// Bytes of live records (approximate; guides compaction). Changed on nearly every write
+    /// (by its lane's writer, and by any thread overwriting a record here), so it has a cache
+    /// line of its own: next to `flushed`, which every read of the segment loads, each change
+    /// would pull that line away from the readers' cores.
+    pub live: Padded<AtomicU64>,
     /// Written since the last fdatasync.
     pub dirty: AtomicBool,
     /// No longer any lane's active segment: it never grows again.
@@ -51,7 +66,7 @@ impl Segment {
             path,
             file,
             flushed: AtomicU64::new(flushed),
-            live: AtomicU64::new(0),
+            live: Padded(AtomicU64::new(0)),
             dirty: AtomicBool::new(false),
             sealed: AtomicBool::new(false),
             horizon: AtomicU32::new(u32::MAX),
