@@ -33,6 +33,7 @@
 //! write without `xt` stores a record that never expires (Kyoto Tycoon's default), except
 //! REST PUT with Tyrant's putcat, which keeps the record's expiration.
 
+use crate::kt_bin_exec::{kt_expiry, XT_MAX};
 use crate::mask::{Op, Proto};
 use crate::mc_exec::{flush_if_due, Next, Shared};
 use crate::tt_exec::TtState;
@@ -53,8 +54,6 @@ pub const TT_PROTVER: &str = "0.91";
 /// The Kyoto Tycoon release whose RPC interface is served (reported by `/rpc/report`).
 pub const KT_VERSION: &str = "0.9.56";
 
-/// Kyoto Tycoon's largest expiration time (5 bytes); at or beyond it a record never expires.
-const XT_MAX: u64 = (1 << 40) - 1;
 /// Kyoto Tycoon's fixed-point unit of `increment_double`.
 const DEC_UNIT: i64 = 1_000_000_000_000_000;
 
@@ -194,21 +193,10 @@ fn atof(s: &[u8]) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// The absolute expiration (0 = never) of Kyoto Tycoon's `xt`: absent → never; positive →
-/// seconds from now; negative → the absolute unix time; at or beyond 2^40 − 1 → never.
-fn kt_expiry(xt: Option<&[u8]>, now: u64) -> u64 {
-    let Some(xt) = xt else { return 0 };
-    let x = atoi(xt);
-    let at = if x < 0 {
-        x.unsigned_abs()
-    } else {
-        now.saturating_add(x as u64)
-    };
-    if at >= XT_MAX {
-        0
-    } else {
-        at
-    }
+/// The absolute expiration (0 = never) of Kyoto Tycoon's `xt` parameter: absent → never, else
+/// as the binary protocol reads it ([`kt_expiry`]).
+fn kt_expiry_param(xt: Option<&[u8]>, now: u64) -> u64 {
+    xt.map_or(0, |xt| kt_expiry(atoi(xt), now))
 }
 
 // ----- Kyoto Tycoon's TSV-RPC -----
@@ -366,7 +354,7 @@ fn procedure(
     }
     let key = get(input, "key");
     let value = get(input, "value");
-    let expires = kt_expiry(get(input, "xt"), now);
+    let expires = kt_expiry_param(get(input, "xt"), now);
     let invalid = |out: &mut Output| Ok(fail(out, 400, "invalid parameters"));
     match name {
         b"status" => {
@@ -1903,10 +1891,10 @@ mod tests {
         assert_eq!(atof(b" -0.25"), -0.25);
         assert_eq!(atof(b"inf"), f64::INFINITY);
         assert_eq!(atof(b"junk"), 0.0);
-        assert_eq!(kt_expiry(None, now()), 0);
-        assert_eq!(kt_expiry(Some(b"10"), now()), now() + 10);
-        assert_eq!(kt_expiry(Some(b"-5"), now()), 5);
-        assert_eq!(kt_expiry(Some(b"-1099511627775"), now()), 0);
+        assert_eq!(kt_expiry_param(None, now()), 0);
+        assert_eq!(kt_expiry_param(Some(b"10"), now()), now() + 10);
+        assert_eq!(kt_expiry_param(Some(b"-5"), now()), 5);
+        assert_eq!(kt_expiry_param(Some(b"-1099511627775"), now()), 0);
         assert_eq!(split_double(-1.25), Some((-1, -250_000_000_000_000)));
         assert_eq!(split_double(f64::NAN), None);
     }

@@ -3,7 +3,7 @@
 
 use crate::mask::{Mask, Op, Proto};
 use crate::mc_exec::{absolute_expiry, flush_if_due, stat_pairs, Next, Shared};
-use kura_engine::{Decision, Error, Outcome, Store};
+use kura_engine::{Decision, Error, Meta, Outcome, Store};
 use kura_proto::mc_bin::{encode_error, encode_response, op, status, Request};
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -74,42 +74,21 @@ fn run(
             let with_key = matches!(opc, op::GETK | op::GETKQ | op::GATK | op::GATKQ);
             let touch = matches!(opc, op::GAT | op::GATQ | op::GATK | op::GATKQ);
             shared.cmd_get.fetch_add(1, Relaxed);
-            if !touch {
-                // Encoded straight from the store's memory: no copy of the value.
-                let key: &[u8] = if with_key { req.key } else { &[] };
-                let hit = store.view(req.key, &mut |value, meta| {
-                    let flags = meta.flags.to_be_bytes();
-                    encode_response(
-                        out,
-                        opc,
-                        status::OK,
-                        opaque,
-                        meta.version,
-                        &flags,
-                        key,
-                        value,
-                    );
-                })?;
-                if hit {
-                    shared.get_hits.fetch_add(1, Relaxed);
-                } else {
-                    shared.get_misses.fetch_add(1, Relaxed);
-                    if !quiet {
-                        encode_response(
-                            out,
-                            opc,
-                            status::KEY_NOT_FOUND,
-                            opaque,
-                            0,
-                            &[],
-                            key,
-                            b"Not found",
-                        );
-                    }
-                }
-                return Ok(());
-            }
-            let found = {
+            let key: &[u8] = if with_key { req.key } else { &[] };
+            let reply = |out: &mut Vec<u8>, value: &[u8], meta: Meta| {
+                let flags = meta.flags.to_be_bytes();
+                encode_response(
+                    out,
+                    opc,
+                    status::OK,
+                    opaque,
+                    meta.version,
+                    &flags,
+                    key,
+                    value,
+                );
+            };
+            let hit = if touch {
                 shared.cmd_touch.fetch_add(1, Relaxed);
                 let Some(exp) = req.u32_extra() else {
                     fail(out, status::INVALID_ARGUMENTS);
@@ -124,39 +103,33 @@ fn run(
                     }
                     None => Decision::Keep,
                 })?;
-                value.zip(meta)
+                // The reply carries the version after the touch: encoded once it is known.
+                match value.zip(meta) {
+                    Some((v, m)) => {
+                        reply(out, &v, m);
+                        true
+                    }
+                    None => false,
+                }
+            } else {
+                // Encoded straight from the store's memory: no copy of the value.
+                store.view(req.key, &mut |value, meta| reply(out, value, meta))?
             };
-            match found {
-                Some((value, meta)) => {
-                    shared.get_hits.fetch_add(1, Relaxed);
-                    let key: &[u8] = if with_key { req.key } else { &[] };
-                    let flags = meta.flags.to_be_bytes();
+            if hit {
+                shared.get_hits.fetch_add(1, Relaxed);
+            } else {
+                shared.get_misses.fetch_add(1, Relaxed);
+                if !quiet {
                     encode_response(
                         out,
                         opc,
-                        status::OK,
+                        status::KEY_NOT_FOUND,
                         opaque,
-                        meta.version,
-                        &flags,
+                        0,
+                        &[],
                         key,
-                        &value,
+                        b"Not found",
                     );
-                }
-                None => {
-                    shared.get_misses.fetch_add(1, Relaxed);
-                    if !quiet {
-                        let key: &[u8] = if with_key { req.key } else { &[] };
-                        encode_response(
-                            out,
-                            opc,
-                            status::KEY_NOT_FOUND,
-                            opaque,
-                            0,
-                            &[],
-                            key,
-                            b"Not found",
-                        );
-                    }
                 }
             }
         }

@@ -675,36 +675,45 @@ impl Inner {
         Ok(f(&h, rec))
     }
 
-    /// Find the slot of `key` in a shard table, reading candidate records to compare keys.
-    /// With `want_value`, also decode the current value.
-    fn find(&self, tbl: &Table, tag: u32, key: &[u8], want_value: bool) -> Result<Option<Found>> {
+    /// Show the record of `key` in a shard table to `f`: candidate records are read in place
+    /// (from the map when flushed) to compare keys; `f` sees the matching one's slot, header
+    /// and bytes. `None` when the key has no record.
+    fn find_with<R>(
+        &self,
+        tbl: &Table,
+        tag: u32,
+        key: &[u8],
+        mut f: impl FnMut(&Slot, &Header, &[u8]) -> Result<R>,
+    ) -> Result<Option<R>> {
         for slot in tbl.candidates(tag) {
             let r = self.with_record(slot.seg, slot.off as u64, |h, rec| {
                 if h.typ != T_PUT || &rec[h.key_off..h.key_off + h.klen] != key {
-                    return Ok::<_, Error>(None);
+                    return Ok(None);
                 }
-                let meta = Meta {
-                    flags: h.fields.flags,
-                    expires: h.fields.expires,
-                    version: h.fields.seq,
-                };
-                let value = if want_value {
-                    Some(decode_value(h, rec)?)
-                } else {
-                    None
-                };
-                Ok(Some(Found {
-                    slot: *slot,
-                    len: h.len,
-                    meta,
-                    value,
-                }))
+                f(slot, h, rec).map(Some)
             })??;
             if r.is_some() {
                 return Ok(r);
             }
         }
         Ok(None)
+    }
+
+    /// Find the slot of `key` in a shard table. With `want_value`, also decode the current
+    /// value.
+    fn find(&self, tbl: &Table, tag: u32, key: &[u8], want_value: bool) -> Result<Option<Found>> {
+        self.find_with(tbl, tag, key, |slot, h, rec| {
+            Ok(Found {
+                slot: *slot,
+                len: h.len,
+                meta: meta_of(h),
+                value: if want_value {
+                    Some(decode_value(h, rec)?)
+                } else {
+                    None
+                },
+            })
+        })
     }
 
     // ------------------------------------------------------------------ writing
@@ -1770,6 +1779,15 @@ fn write_checkpoint(
     vfs.sync_dir(dir)
 }
 
+/// The metadata a put record carries.
+fn meta_of(h: &Header) -> Meta {
+    Meta {
+        flags: h.fields.flags,
+        expires: h.fields.expires,
+        version: h.fields.seq,
+    }
+}
+
 fn decode_value(h: &Header, rec: &[u8]) -> Result<Vec<u8>> {
     let stored = &rec[h.value_off()..h.len];
     if h.fields.compression == 0 {
@@ -1892,33 +1910,20 @@ impl Store for DiskHash {
         inner.check_open()?;
         let (shard, tag) = inner.hash(key);
         let tbl = self.shard(shard).read();
-        for slot in tbl.candidates(tag) {
-            // The record is read in place (from the map when it is flushed), under the shard
-            // lock, so compaction cannot move it meanwhile.
-            let seen = inner.with_record(slot.seg, slot.off as u64, |h, rec| {
-                if h.typ != T_PUT || &rec[h.key_off..h.key_off + h.klen] != key {
-                    return Ok::<_, Error>(None);
-                }
-                let meta = Meta {
-                    flags: h.fields.flags,
-                    expires: h.fields.expires,
-                    version: h.fields.seq,
-                };
-                if meta.expires != 0 && is_expired(meta.expires, now_secs()) {
-                    return Ok(Some(false));
-                }
-                if h.fields.compression == 0 {
-                    f(&rec[h.value_off()..h.len], meta);
-                } else {
-                    f(&decode_value(h, rec)?, meta);
-                }
-                Ok(Some(true))
-            })??;
-            if let Some(found) = seen {
-                return Ok(found);
+        // Read in place under the shard lock, so compaction cannot move the record meanwhile.
+        let seen = inner.find_with(&tbl, tag, key, |_, h, rec| {
+            let meta = meta_of(h);
+            if meta.expires != 0 && is_expired(meta.expires, now_secs()) {
+                return Ok(false);
             }
-        }
-        Ok(false)
+            if h.fields.compression == 0 {
+                f(&rec[h.value_off()..h.len], meta);
+            } else {
+                f(&decode_value(h, rec)?, meta);
+            }
+            Ok(true)
+        })?;
+        Ok(seen == Some(true))
     }
 
     fn accept(
@@ -2437,11 +2442,7 @@ impl HashCursor<'_> {
                             key.to_vec(),
                             Record {
                                 value: decode_value(h, rec)?,
-                                meta: Meta {
-                                    flags: h.fields.flags,
-                                    expires: h.fields.expires,
-                                    version: h.fields.seq,
-                                },
+                                meta: meta_of(h),
                             },
                         ));
                     }
