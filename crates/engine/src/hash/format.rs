@@ -106,12 +106,56 @@ pub fn seed(salt: u64) -> u32 {
     (salt ^ (salt >> 32)) as u32
 }
 
-pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub fn put_varint(out: &mut impl Sink, mut v: u64) {
     while v >= 0x80 {
-        out.push((v as u8) | 0x80);
+        out.put(&[(v as u8) | 0x80]);
         v >>= 7;
     }
-    out.push(v as u8);
+    out.put(&[v as u8]);
+}
+
+/// Where encoders write: a `Vec`, or a [`HeaderBuf`] on the stack.
+pub trait Sink {
+    fn put(&mut self, b: &[u8]);
+}
+
+impl Sink for Vec<u8> {
+    #[inline]
+    fn put(&mut self, b: &[u8]) {
+        self.extend_from_slice(b);
+    }
+}
+
+/// A record header built on the stack (no allocation on the write path).
+pub struct HeaderBuf {
+    b: [u8; MAX_HEADER_LEN],
+    n: usize,
+}
+
+impl HeaderBuf {
+    /// The header of a put record of a `klen`-byte key and `vlen` stored value bytes.
+    pub fn put(klen: usize, vlen: usize, f: &PutFields) -> HeaderBuf {
+        let mut h = HeaderBuf {
+            b: [0; MAX_HEADER_LEN],
+            n: 0,
+        };
+        encode_put_header(&mut h, klen, vlen, f);
+        h
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &self.b[..self.n]
+    }
+}
+
+impl Sink for HeaderBuf {
+    #[inline]
+    fn put(&mut self, b: &[u8]) {
+        // A put header is at most MAX_HEADER_LEN bytes by construction (five varints and the
+        // flags), so this never runs past the array.
+        self.b[self.n..self.n + b.len()].copy_from_slice(b);
+        self.n += b.len();
+    }
 }
 
 /// Decode a varint at `*pos`, advancing it; `None` when truncated or longer than 10 bytes.
@@ -151,7 +195,7 @@ pub fn encode_put(out: &mut Vec<u8>, key: &[u8], value: &[u8], f: &PutFields) ->
 }
 
 /// Append only the header of a put record (through the fields, before the key).
-pub fn encode_put_header(out: &mut Vec<u8>, klen: usize, vlen: usize, f: &PutFields) {
+pub fn encode_put_header(out: &mut impl Sink, klen: usize, vlen: usize, f: &PutFields) {
     let mut bits = T_PUT | (f.compression << COMP_SHIFT);
     if f.flags != 0 {
         bits |= B_FLAGS;
@@ -159,7 +203,7 @@ pub fn encode_put_header(out: &mut Vec<u8>, klen: usize, vlen: usize, f: &PutFie
     if f.expires != 0 {
         bits |= B_EXPIRES;
     }
-    out.extend_from_slice(&[0, 0, 0, 0, bits]);
+    out.put(&[0, 0, 0, 0, bits]);
     put_varint(out, klen as u64);
     put_varint(out, vlen as u64);
     if f.compression != 0 {
@@ -167,7 +211,7 @@ pub fn encode_put_header(out: &mut Vec<u8>, klen: usize, vlen: usize, f: &PutFie
     }
     put_varint(out, f.seq);
     if f.flags != 0 {
-        out.extend_from_slice(&f.flags.to_le_bytes());
+        out.put(&f.flags.to_le_bytes());
     }
     if f.expires != 0 {
         put_varint(out, f.expires);

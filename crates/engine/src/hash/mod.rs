@@ -19,7 +19,9 @@ pub mod format;
 pub mod index;
 pub mod segment;
 
-use self::format::{Header, PutFields, SEG_HEADER_LEN, T_BATCH, T_CLEAR, T_DELETE, T_PUT};
+use self::format::{
+    Header, HeaderBuf, PutFields, SEG_HEADER_LEN, T_BATCH, T_CLEAR, T_DELETE, T_PUT,
+};
 use self::index::{Slot, Table};
 use self::segment::{corrupt_at, parse_seg_file_name, seg_file_name, SegTable, Segment};
 use crate::compress;
@@ -38,7 +40,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-const NSHARDS: usize = 32;
+/// log2 of the number of index shards.
+const SHARD_BITS: u32 = 6;
+const NSHARDS: usize = 1 << SHARD_BITS;
 const CKPT_NAME: &str = "index.ki";
 const CKPT_TMP: &str = "index.ki.tmp";
 const LOCK_NAME: &str = "LOCK";
@@ -183,6 +187,9 @@ thread_local! {
 }
 static NEXT_THREAD_LANE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+/// Segments whose live-byte changes a lane collects before adding them to the counters.
+const LIVE_PENDING: usize = 8;
+
 /// The end of one lane's log: the active segment and the bytes not yet handed to the OS.
 struct Tail {
     seg: Arc<Segment>,
@@ -190,12 +197,66 @@ struct Tail {
     buf: Vec<u8>,
     /// Bytes appended to this lane since the last checkpoint.
     appended: u64,
+    /// Live-byte changes made by this lane's puts and deletes, not yet added to the segments'
+    /// counters: (segment id, delta) for up to `LIVE_PENDING` segments. Adding them on every
+    /// write moved the counters' cache lines between the writing cores (a put that
+    /// overwrites a record changes the counter of the segment the other thread appends to);
+    /// collected here, they are added when the lane flushes (at least every `FLUSH_TICK`),
+    /// when a ninth segment comes up, and before a checkpoint records them.
+    live: [(u32, i64); LIVE_PENDING],
+    nlive: usize,
 }
 
 impl Tail {
+    fn new(seg: Arc<Segment>) -> Tail {
+        Tail {
+            seg,
+            buf: Vec::new(),
+            appended: 0,
+            live: [(0, 0); LIVE_PENDING],
+            nlive: 0,
+        }
+    }
+
     fn end(&self) -> u64 {
         self.seg.flushed() + self.buf.len() as u64
     }
+
+    /// Note a live-byte change of segment `seg`; false when the list is full.
+    #[inline]
+    fn note_live(&mut self, seg: u32, delta: i64) -> bool {
+        for e in &mut self.live[..self.nlive] {
+            if e.0 == seg {
+                e.1 += delta;
+                return true;
+            }
+        }
+        if self.nlive == LIVE_PENDING {
+            return false;
+        }
+        self.live[self.nlive] = (seg, delta);
+        self.nlive += 1;
+        true
+    }
+}
+
+/// A value as it is stored: compressed with the database's codec when that made it smaller.
+struct Stored<'a> {
+    bytes: std::borrow::Cow<'a, [u8]>,
+    /// Codec code (0 = stored raw).
+    code: u8,
+    /// Uncompressed length when compressed, else 0.
+    raw_len: u64,
+}
+
+/// Who accounts the live bytes of a record written by `write_put` / `write_delete`.
+#[derive(Clone, Copy)]
+enum Acct {
+    /// The lane, lazily: the new record (a put) becomes live and `old` (segment, length), the
+    /// record it replaces, dies. For writers that point the index at the record right away.
+    Lane { old: Option<(u32, usize)> },
+    /// The caller, through `set_slot` / `remove_slot`.
+    Caller,
 }
 
 /// One lane: an independent log with its own active segment and buffer. Each thread writes to
@@ -473,18 +534,14 @@ fn open_inner(
     // Placeholder tails until recovery knows each lane's active segment.
     let tails: Box<[Lane]> = (0..lanes)
         .map(|lane| {
-            Lane(Mutex::new(Tail {
-                seg: Arc::new(Segment::new(
-                    0,
-                    lane,
-                    salt,
-                    dir.join("none"),
-                    Arc::new(NullFile),
-                    SEG_HEADER_LEN as u64,
-                )),
-                buf: Vec::new(),
-                appended: 0,
-            }))
+            Lane(Mutex::new(Tail::new(Arc::new(Segment::new(
+                0,
+                lane,
+                salt,
+                dir.join("none"),
+                Arc::new(NullFile),
+                SEG_HEADER_LEN as u64,
+            )))))
         })
         .collect();
     let next_seg = table.segs.keys().next_back().map_or(1, |&id| id + 1);
@@ -558,8 +615,8 @@ struct Checkpoint {
     replay: Vec<(u32, u64)>,
     /// (id, valid length, live bytes, horizon)
     segs: Vec<(u32, u64, u64, u32)>,
-    /// Per shard: (seq, slots)
-    shards: Vec<(u64, Vec<Slot>)>,
+    /// Per shard: (seq, table)
+    shards: Vec<(u64, Table)>,
 }
 
 impl Inner {
@@ -568,7 +625,7 @@ impl Inner {
     #[inline]
     fn hash(&self, key: &[u8]) -> (usize, u32) {
         let h = xxhash_rust::xxh3::xxh3_64_with_seed(key, self.hash_seed.load(Ordering::Relaxed));
-        ((h >> 59) as usize, h as u32)
+        ((h >> (64 - SHARD_BITS)) as usize, h as u32)
     }
 
     /// The lane this thread writes to: threads are spread over the lanes, so writers on
@@ -746,8 +803,33 @@ impl Inner {
         Error::Io(std::io::Error::new(e.kind(), e.to_string()))
     }
 
-    /// Hand the buffer to the OS. Called with the tail lock held.
+    /// Add the lane's pending live-byte changes to the segments' counters.
+    fn flush_live(&self, tail: &mut Tail) {
+        if tail.nlive == 0 {
+            return;
+        }
+        let segs = self.segs.load();
+        for &(id, delta) in &tail.live[..tail.nlive] {
+            if let Some(s) = segs.get(id) {
+                s.add_live(delta);
+            }
+        }
+        tail.nlive = 0;
+    }
+
+    /// Note a live-byte change in the lane (see `Tail::live`).
+    #[inline]
+    fn note_live(&self, tail: &mut Tail, seg: u32, delta: i64) {
+        if !tail.note_live(seg, delta) {
+            self.flush_live(tail);
+            tail.note_live(seg, delta);
+        }
+    }
+
+    /// Hand the buffer to the OS (and the pending live-byte changes to the counters). Called
+    /// with the tail lock held.
     fn flush(&self, tail: &mut Tail) -> Result<()> {
+        self.flush_live(tail);
         if tail.buf.is_empty() {
             return Ok(());
         }
@@ -896,50 +978,88 @@ impl Inner {
     }
 
     /// A value as stored: compressed with the configured codec when that makes it smaller.
-    /// Returns (stored bytes, codec code, raw length or 0).
-    fn stored_form<'a>(&self, value: &'a [u8]) -> (std::borrow::Cow<'a, [u8]>, u8, u64) {
+    fn stored_form<'a>(&self, value: &'a [u8]) -> Stored<'a> {
         let comp = Compression::from_code(self.compression.load(Ordering::Relaxed))
             .unwrap_or(Compression::None);
         match compress::compress(comp, value) {
-            Some(z) => (z.into(), comp as u8, value.len() as u64),
-            None => (value.into(), 0, 0),
+            Some(z) => Stored {
+                bytes: z.into(),
+                code: comp as u8,
+                raw_len: value.len() as u64,
+            },
+            None => Stored {
+                bytes: value.into(),
+                code: 0,
+                raw_len: 0,
+            },
         }
     }
 
-    /// Encode and append a put record. Returns (segment, offset, length).
+    /// Encode and append a put record of a value already in its stored form. Returns
+    /// (segment, offset, length).
+    #[allow(clippy::too_many_arguments)]
     fn write_put(
         &self,
         lane: usize,
         key: &[u8],
-        value: &[u8],
+        stored: &Stored<'_>,
         flags: u32,
         expires: u64,
         seq: u64,
+        acct: Acct,
     ) -> Result<(u32, u64, usize)> {
-        let (stored, code, raw_len) = self.stored_form(value);
         let fields = PutFields {
             flags,
             expires,
             seq,
-            compression: code,
-            raw_len,
+            compression: stored.code,
+            raw_len: stored.raw_len,
         };
-        let mut hdr = Vec::with_capacity(32);
-        format::encode_put_header(&mut hdr, key.len(), stored.len(), &fields);
+        let hdr = HeaderBuf::put(key.len(), stored.bytes.len(), &fields);
         if expires != 0 {
             self.expiring.fetch_add(1, Ordering::Relaxed);
         }
+        let len = hdr.as_slice().len() + key.len() + stored.bytes.len();
         let mut tail = self.tails[lane].0.lock();
-        let (seg, off) = self.append(&mut tail, &[&hdr, key, &stored], true)?;
-        Ok((seg, off, hdr.len() + key.len() + stored.len()))
+        let (seg, off) = self.append(&mut tail, &[hdr.as_slice(), key, &stored.bytes], true)?;
+        if let Acct::Lane { old } = acct {
+            self.note_live(&mut tail, seg, len as i64);
+            if let Some((oseg, olen)) = old {
+                self.note_live(&mut tail, oseg, -(olen as i64));
+            }
+        }
+        Ok((seg, off, len))
     }
 
-    fn write_delete(&self, lane: usize, key: &[u8], seq: u64) -> Result<()> {
+    fn write_delete(&self, lane: usize, key: &[u8], seq: u64, acct: Acct) -> Result<()> {
         let mut rec = Vec::with_capacity(key.len() + 16);
         format::encode_delete(&mut rec, key, seq);
         let mut tail = self.tails[lane].0.lock();
         self.append(&mut tail, &[&rec], true)?;
+        if let Acct::Lane {
+            old: Some((oseg, olen)),
+        } = acct
+        {
+            self.note_live(&mut tail, oseg, -(olen as i64));
+        }
         Ok(())
+    }
+
+    /// Point `key` (whose old slot, if any, is `old`) at the record at (`seg`, `off`), without
+    /// live-byte accounting (the lane did it: `Acct::Lane`).
+    #[inline]
+    fn point(&self, tbl: &mut Table, tag: u32, old: Option<Slot>, seg: u32, off: u64) {
+        let new = Slot {
+            tag,
+            seg,
+            off: off as u32,
+        };
+        match old {
+            Some(o) => {
+                tbl.replace(&o, new);
+            }
+            None => tbl.insert(new),
+        }
     }
 
     /// Point `key` (whose old slot, if any, is `old`) at a new record.
@@ -977,16 +1097,7 @@ impl Inner {
 
     fn add_live(&self, seg: u32, delta: i64) {
         if let Some(s) = self.segs.load().get(seg) {
-            if delta >= 0 {
-                s.live.fetch_add(delta as u64, Ordering::Relaxed);
-            } else {
-                let d = delta.unsigned_abs();
-                let _ = s
-                    .live
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-                        Some(v.saturating_sub(d))
-                    });
-            }
+            s.add_live(delta);
         }
     }
 
@@ -1096,6 +1207,7 @@ impl Inner {
                 if reset_appended {
                     t.appended = 0;
                 }
+                self.flush_live(t);
                 (t.seg.id, t.end())
             })
             .collect()
@@ -1134,7 +1246,9 @@ impl Inner {
             + self.tails.iter().map(|t| t.0.lock().appended).sum::<u64>()
     }
 
-    fn read_checkpoint(&self) -> Option<Checkpoint> {
+    /// Read and decode the checkpoint; `None` unless it is intact and every slot points into a
+    /// segment of `known` (sorted ids of the segments on disk).
+    fn read_checkpoint(&self, known: &[u32]) -> Option<Checkpoint> {
         let f = self.vfs.open(&self.dir.join(CKPT_NAME), false).ok()?;
         let len = f.len().ok()? as usize;
         if len < 40 {
@@ -1186,15 +1300,22 @@ impl Inner {
             let seq = u64_at(pos)?;
             pos += 8;
             let n = format::get_varint(body, &mut pos)? as usize;
-            let mut v = Vec::with_capacity(n.min(body.len() / 5));
+            // Each slot takes at least 5 bytes: a count beyond that is corrupt.
+            if n > (body.len() - pos) / 5 {
+                return None;
+            }
+            let mut v = Vec::with_capacity(n);
             let mut loc = 0u64;
+            let mut last_seg = 0u32; // known to exist (0: none yet)
             for _ in 0..n {
                 loc = loc.checked_add(format::get_varint(body, &mut pos)?)?;
                 let tag = u32_at(pos)?;
                 pos += 4;
                 let seg = (loc >> 32) as u32;
-                if seg == 0 {
-                    return None;
+                if seg != last_seg {
+                    // Slots come sorted by location: one search per segment.
+                    known.binary_search(&seg).ok()?;
+                    last_seg = seg;
                 }
                 v.push(Slot {
                     tag,
@@ -1202,7 +1323,8 @@ impl Inner {
                     off: loc as u32,
                 });
             }
-            shards.push((seq, v));
+            let table = Table::from_slots(v);
+            shards.push((seq, table));
         }
         (pos == body.len()).then_some(Checkpoint {
             hash_seed,
@@ -1219,7 +1341,8 @@ impl Inner {
     fn recover(&self) -> Result<()> {
         let table = self.segs.load_full();
         let lane_of_seg = |id: u32| table.get(id).map(|s| s.lane);
-        let ckpt = self.read_checkpoint().filter(|c| {
+        let known: Vec<u32> = table.segs.keys().copied().collect();
+        let ckpt = self.read_checkpoint(&known).filter(|c| {
             // Usable only if every sealed segment it counted on still has its bytes (a segment
             // it lists may be gone: compaction removes a segment after checkpointing its moves).
             c.segs.iter().all(|&(id, len, _, _)| match lane_of_seg(id) {
@@ -1347,19 +1470,13 @@ impl Inner {
     /// Fill the index from a checkpoint; false (and an empty index) when it was written for
     /// other segments or points into a segment that does not exist.
     fn load_checkpoint(&self, table: &SegTable, c: Checkpoint) -> bool {
-        let known: Vec<u32> = table.segs.keys().copied().collect();
+        // (Every slot's segment was checked against the segments on disk while decoding.)
         if c.hash_seed != self.hash_seed.load(Ordering::Relaxed) {
             return false;
         }
-        if c.shards
-            .iter()
-            .any(|(_, v)| v.iter().any(|s| known.binary_search(&s.seg).is_err()))
-        {
-            return false;
-        }
-        for (i, (seq, v)) in c.shards.into_iter().enumerate() {
+        for (i, (seq, t)) in c.shards.into_iter().enumerate() {
             let mut g = self.shards[i].0.write();
-            g.table = Table::from_slots(v);
+            g.table = t;
             g.table.set_max_load(shard_max_load(i));
             g.seq = seq;
         }
@@ -1539,7 +1656,7 @@ impl Inner {
             if !has_older || self.find(&tbl, tag, key, false)?.is_some() {
                 return Ok(0);
             }
-            self.write_delete(lane, key, h.fields.seq)?;
+            self.write_delete(lane, key, h.fields.seq, Acct::Caller)?;
             return Ok(key.len() as u64 + 8);
         }
         if !tbl.contains(&here) {
@@ -1552,7 +1669,7 @@ impl Inner {
                 .fetch_add(1, Ordering::Relaxed);
             if has_older {
                 let seq = tbl.next_seq(key);
-                self.write_delete(lane, key, seq)?;
+                self.write_delete(lane, key, seq, Acct::Caller)?;
             }
             return Ok(0);
         }
@@ -1564,10 +1681,11 @@ impl Inner {
             let (s, o, len) = self.write_put(
                 lane,
                 key,
-                &value,
+                &self.stored_form(&value),
                 h.fields.flags,
                 h.fields.expires,
                 h.fields.seq,
+                Acct::Caller,
             )?;
             self.set_slot(&mut tbl, tag, Some((here, h.len)), s, o, len);
             return Ok(len as u64);
@@ -1759,7 +1877,8 @@ fn write_checkpoint(
     }
     for i in 0..NSHARDS {
         let (seq, mut v) = shard(i);
-        v.sort_unstable_by_key(Slot::loc);
+        // Sorted by location, so that each location is a small delta from the previous one.
+        index::radix_sort_by_key(&mut v, Slot::loc);
         out.extend_from_slice(&seq.to_le_bytes());
         format::put_varint(&mut out, v.len() as u64);
         let mut prev = 0u64;
@@ -1832,7 +1951,16 @@ impl DiskHash {
             });
             seq
         };
-        let written = inner.write_put(inner.my_lane(), key, value, flags, expires, seq);
+        let stored = inner.stored_form(value);
+        let written = inner.write_put(
+            inner.my_lane(),
+            key,
+            &stored,
+            flags,
+            expires,
+            seq,
+            Acct::Caller,
+        );
         let mut tbl = self.shard(shard).write();
         let pos = tbl.inflight.iter().position(|f| f.seq == seq);
         let superseded = pos.is_some_and(|p| tbl.inflight.swap_remove(p).superseded);
@@ -1954,9 +2082,18 @@ impl Store for DiskHash {
             } => {
                 check_sizes(key, value.len())?;
                 let seq = tbl.next_seq(key);
-                let (s, o, len) =
-                    inner.write_put(inner.my_lane(), key, &value, flags, expires, seq)?;
-                inner.set_slot(&mut tbl, tag, old, s, o, len);
+                let (s, o, _) = inner.write_put(
+                    inner.my_lane(),
+                    key,
+                    &inner.stored_form(&value),
+                    flags,
+                    expires,
+                    seq,
+                    Acct::Lane {
+                        old: old.map(|(o, l)| (o.seg, l)),
+                    },
+                )?;
+                inner.point(&mut tbl, tag, old.map(|o| o.0), s, o);
                 Some(Meta {
                     flags,
                     expires,
@@ -1968,9 +2105,18 @@ impl Store for DiskHash {
                 Some(f) => {
                     let v = f.value.as_deref().unwrap_or_default();
                     let seq = tbl.next_seq(key);
-                    let (s, o, len) =
-                        inner.write_put(inner.my_lane(), key, v, f.meta.flags, expires, seq)?;
-                    inner.set_slot(&mut tbl, tag, old, s, o, len);
+                    let (s, o, _) = inner.write_put(
+                        inner.my_lane(),
+                        key,
+                        &inner.stored_form(v),
+                        f.meta.flags,
+                        expires,
+                        seq,
+                        Acct::Lane {
+                            old: old.map(|(o, l)| (o.seg, l)),
+                        },
+                    )?;
+                    inner.point(&mut tbl, tag, old.map(|o| o.0), s, o);
                     Some(Meta {
                         flags: f.meta.flags,
                         expires,
@@ -1981,8 +2127,11 @@ impl Store for DiskHash {
             Decision::Remove => {
                 if let Some((o, len)) = old {
                     let seq = tbl.next_seq(key);
-                    inner.write_delete(inner.my_lane(), key, seq)?;
-                    inner.remove_slot(&mut tbl, o, len);
+                    let acct = Acct::Lane {
+                        old: Some((o.seg, len)),
+                    };
+                    inner.write_delete(inner.my_lane(), key, seq, acct)?;
+                    tbl.remove(&o);
                 }
                 None
             }
@@ -1999,12 +2148,18 @@ impl Store for DiskHash {
         if value.len() >= LARGE_VALUE {
             return self.put_large(key, value, flags, expires);
         }
+        // Compressed (when configured) before the shard is locked.
+        let stored = inner.stored_form(value);
         let (shard, tag) = inner.hash(key);
         let mut tbl = self.shard(shard).write();
-        let old = inner.find(&tbl, tag, key, false)?.map(|f| (f.slot, f.len));
+        let old = inner.find(&tbl, tag, key, false)?;
         let seq = tbl.next_seq(key);
-        let (s, o, len) = inner.write_put(inner.my_lane(), key, value, flags, expires, seq)?;
-        inner.set_slot(&mut tbl, tag, old, s, o, len);
+        let acct = Acct::Lane {
+            old: old.as_ref().map(|f| (f.slot.seg, f.len)),
+        };
+        let (s, o, _) =
+            inner.write_put(inner.my_lane(), key, &stored, flags, expires, seq, acct)?;
+        inner.point(&mut tbl, tag, old.map(|f| f.slot), s, o);
         drop(tbl);
         inner.after_write()?;
         Ok(Meta {
@@ -2024,8 +2179,11 @@ impl Store for DiskHash {
             return Ok(false);
         };
         let seq = tbl.next_seq(key);
-        inner.write_delete(inner.my_lane(), key, seq)?;
-        inner.remove_slot(&mut tbl, f.slot, f.len);
+        let acct = Acct::Lane {
+            old: Some((f.slot.seg, f.len)),
+        };
+        inner.write_delete(inner.my_lane(), key, seq, acct)?;
+        tbl.remove(&f.slot);
         drop(tbl);
         inner.after_write()?;
         Ok(f.meta.expires == 0 || !is_expired(f.meta.expires, now_secs()))
@@ -2064,7 +2222,7 @@ impl Store for DiskHash {
                     flags,
                     expires,
                 } => {
-                    let (stored, code, raw_len) = inner.stored_form(value);
+                    let stored = inner.stored_form(value);
                     if *expires != 0 {
                         inner.expiring.fetch_add(1, Ordering::Relaxed);
                     }
@@ -2072,10 +2230,10 @@ impl Store for DiskHash {
                         flags: *flags,
                         expires: *expires,
                         seq,
-                        compression: code,
-                        raw_len,
+                        compression: stored.code,
+                        raw_len: stored.raw_len,
                     };
-                    format::encode_put(&mut body, key, &stored, &fields);
+                    format::encode_put(&mut body, key, &stored.bytes, &fields);
                 }
                 BatchOp::Remove { key } => {
                     format::encode_delete(&mut body, key, seq);

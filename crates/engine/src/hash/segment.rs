@@ -74,6 +74,20 @@ impl Segment {
         }
     }
 
+    /// Change the live-byte count (never below zero).
+    pub fn add_live(&self, delta: i64) {
+        if delta >= 0 {
+            self.live.fetch_add(delta as u64, Ordering::Relaxed);
+        } else {
+            let d = delta.unsigned_abs();
+            let _ = self
+                .live
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                    Some(v.saturating_sub(d))
+                });
+        }
+    }
+
     pub fn flushed(&self) -> u64 {
         self.flushed.load(Ordering::Acquire)
     }
