@@ -1045,6 +1045,33 @@ impl Inner {
         Ok(())
     }
 
+    /// Write a new record of `key` and point the index at it, under the shard's write lock
+    /// (`tbl`); `old` is the key's current slot and record length. The lane accounts the live
+    /// bytes. Returns the new record's metadata.
+    #[allow(clippy::too_many_arguments)]
+    fn put_locked(
+        &self,
+        tbl: &mut ShardState,
+        tag: u32,
+        key: &[u8],
+        old: Option<(Slot, usize)>,
+        stored: &Stored<'_>,
+        flags: u32,
+        expires: u64,
+    ) -> Result<Meta> {
+        let seq = tbl.next_seq(key);
+        let acct = Acct::Lane {
+            old: old.map(|(o, l)| (o.seg, l)),
+        };
+        let (s, o, _) = self.write_put(self.my_lane(), key, stored, flags, expires, seq, acct)?;
+        self.point(tbl, tag, old.map(|o| o.0), s, o);
+        Ok(Meta {
+            flags,
+            expires,
+            version: seq,
+        })
+    }
+
     /// Point `key` (whose old slot, if any, is `old`) at the record at (`seg`, `off`), without
     /// live-byte accounting (the lane did it: `Acct::Lane`).
     #[inline]
@@ -2081,47 +2108,15 @@ impl Store for DiskHash {
                 expires,
             } => {
                 check_sizes(key, value.len())?;
-                let seq = tbl.next_seq(key);
-                let (s, o, _) = inner.write_put(
-                    inner.my_lane(),
-                    key,
-                    &inner.stored_form(&value),
-                    flags,
-                    expires,
-                    seq,
-                    Acct::Lane {
-                        old: old.map(|(o, l)| (o.seg, l)),
-                    },
-                )?;
-                inner.point(&mut tbl, tag, old.map(|o| o.0), s, o);
-                Some(Meta {
-                    flags,
-                    expires,
-                    version: seq,
-                })
+                let stored = inner.stored_form(&value);
+                Some(inner.put_locked(&mut tbl, tag, key, old, &stored, flags, expires)?)
             }
             Decision::Touch { expires } => match live {
                 None => return Ok(None),
                 Some(f) => {
-                    let v = f.value.as_deref().unwrap_or_default();
-                    let seq = tbl.next_seq(key);
-                    let (s, o, _) = inner.write_put(
-                        inner.my_lane(),
-                        key,
-                        &inner.stored_form(v),
-                        f.meta.flags,
-                        expires,
-                        seq,
-                        Acct::Lane {
-                            old: old.map(|(o, l)| (o.seg, l)),
-                        },
-                    )?;
-                    inner.point(&mut tbl, tag, old.map(|o| o.0), s, o);
-                    Some(Meta {
-                        flags: f.meta.flags,
-                        expires,
-                        version: seq,
-                    })
+                    let stored = inner.stored_form(f.value.as_deref().unwrap_or_default());
+                    let flags = f.meta.flags;
+                    Some(inner.put_locked(&mut tbl, tag, key, old, &stored, flags, expires)?)
                 }
             },
             Decision::Remove => {
@@ -2152,21 +2147,11 @@ impl Store for DiskHash {
         let stored = inner.stored_form(value);
         let (shard, tag) = inner.hash(key);
         let mut tbl = self.shard(shard).write();
-        let old = inner.find(&tbl, tag, key, false)?;
-        let seq = tbl.next_seq(key);
-        let acct = Acct::Lane {
-            old: old.as_ref().map(|f| (f.slot.seg, f.len)),
-        };
-        let (s, o, _) =
-            inner.write_put(inner.my_lane(), key, &stored, flags, expires, seq, acct)?;
-        inner.point(&mut tbl, tag, old.map(|f| f.slot), s, o);
+        let old = inner.find(&tbl, tag, key, false)?.map(|f| (f.slot, f.len));
+        let meta = inner.put_locked(&mut tbl, tag, key, old, &stored, flags, expires)?;
         drop(tbl);
         inner.after_write()?;
-        Ok(Meta {
-            flags,
-            expires,
-            version: seq,
-        })
+        Ok(meta)
     }
 
     fn out(&self, key: &[u8]) -> Result<bool> {
