@@ -115,14 +115,8 @@ impl Request<'_> {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Decoded<'a> {
-    Complete {
-        request: Request<'a>,
-        consumed: usize,
-    },
-    Incomplete,
-}
+/// The result of decoding the start of a buffer (see [`crate::Decoded`]).
+pub type Decoded<'a> = crate::Decoded<Request<'a>>;
 
 /// A request that cannot be served. Every error of this protocol leaves the stream
 /// unsynchronised (`close` is always true today): send [`ERROR`] (see [`reply_error`]) and

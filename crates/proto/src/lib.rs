@@ -11,3 +11,13 @@ pub mod kt_tsv;
 pub mod mc_bin;
 pub mod mc_text;
 pub mod tt_bin;
+
+/// The result of decoding the start of a buffer, shared by the codecs whose decoders either
+/// return a whole request or ask for more bytes (HTTP adds a third case, its own type).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decoded<T> {
+    /// A whole request, and how many bytes it took.
+    Complete { request: T, consumed: usize },
+    /// More bytes are needed.
+    Incomplete,
+}

@@ -126,14 +126,8 @@ impl Request<'_> {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Decoded<'a> {
-    Complete {
-        request: Request<'a>,
-        consumed: usize,
-    },
-    Incomplete,
-}
+/// The result of decoding the start of a buffer (see [`crate::Decoded`]).
+pub type Decoded<'a> = crate::Decoded<Request<'a>>;
 
 /// A request that cannot be served as sent.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -143,14 +143,7 @@ pub enum Request<'a> {
     },
 }
 
-/// The result of decoding the start of a buffer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Decoded<T> {
-    /// A whole request, and how many bytes it took.
-    Complete { request: T, consumed: usize },
-    /// More bytes are needed.
-    Incomplete,
-}
+pub use crate::Decoded;
 
 /// What went wrong with the input, and how to carry on.
 #[derive(Clone, Debug, PartialEq, Eq)]

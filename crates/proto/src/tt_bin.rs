@@ -280,14 +280,8 @@ pub fn cmd_name(c: u8) -> Option<&'static str> {
     })
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Decoded<'a> {
-    Complete {
-        request: Request<'a>,
-        consumed: usize,
-    },
-    Incomplete,
-}
+/// The result of decoding the start of a buffer (see [`crate::Decoded`]).
+pub type Decoded<'a> = crate::Decoded<Request<'a>>;
 
 /// A request that cannot be served as sent; says what the connection does next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -126,7 +126,8 @@ impl Sink for Vec<u8> {
     }
 }
 
-/// A record header built on the stack (no allocation on the write path).
+/// A record header built on the stack (no allocation on the write path); the key and value
+/// follow it as separate parts.
 pub struct HeaderBuf {
     b: [u8; MAX_HEADER_LEN],
     n: usize,
@@ -140,6 +141,16 @@ impl HeaderBuf {
             n: 0,
         };
         encode_put_header(&mut h, klen, vlen, f);
+        h
+    }
+
+    /// The header of a delete record of a `klen`-byte key.
+    pub fn delete(klen: usize, seq: u64) -> HeaderBuf {
+        let mut h = HeaderBuf {
+            b: [0; MAX_HEADER_LEN],
+            n: 0,
+        };
+        encode_delete_header(&mut h, klen, seq);
         h
     }
 
@@ -220,11 +231,16 @@ pub fn encode_put_header(out: &mut impl Sink, klen: usize, vlen: usize, f: &PutF
 
 pub fn encode_delete(out: &mut Vec<u8>, key: &[u8], seq: u64) -> usize {
     let start = out.len();
-    out.extend_from_slice(&[0, 0, 0, 0, T_DELETE]);
-    put_varint(out, key.len() as u64);
-    put_varint(out, seq);
+    encode_delete_header(out, key.len(), seq);
     out.extend_from_slice(key);
     out.len() - start
+}
+
+/// The header of a delete record (crc left zero), before its key.
+fn encode_delete_header(out: &mut impl Sink, klen: usize, seq: u64) {
+    out.put(&[0, 0, 0, 0, T_DELETE]);
+    put_varint(out, klen as u64);
+    put_varint(out, seq);
 }
 
 pub fn encode_clear(out: &mut Vec<u8>, id: u64, lanes: usize) -> usize {

@@ -1032,10 +1032,9 @@ impl Inner {
     }
 
     fn write_delete(&self, lane: usize, key: &[u8], seq: u64, acct: Acct) -> Result<()> {
-        let mut rec = Vec::with_capacity(key.len() + 16);
-        format::encode_delete(&mut rec, key, seq);
+        let hdr = HeaderBuf::delete(key.len(), seq);
         let mut tail = self.tails[lane].0.lock();
-        self.append(&mut tail, &[&rec], true)?;
+        self.append(&mut tail, &[hdr.as_slice(), key], true)?;
         if let Acct::Lane {
             old: Some((oseg, olen)),
         } = acct
@@ -1089,7 +1088,8 @@ impl Inner {
         }
     }
 
-    /// Point `key` (whose old slot, if any, is `old`) at a new record.
+    /// Point `key` (whose old slot, if any, is `old`) at a new record, accounting the live
+    /// bytes at once.
     fn set_slot(
         &self,
         tbl: &mut Table,
@@ -1099,20 +1099,10 @@ impl Inner {
         off: u64,
         len: usize,
     ) {
-        let new = Slot {
-            tag,
-            seg,
-            off: off as u32,
-        };
+        self.point(tbl, tag, old.map(|(o, _)| o), seg, off);
         self.add_live(seg, len as i64);
-        match old {
-            Some((o, olen)) => {
-                tbl.replace(&o, new);
-                self.add_live(o.seg, -(olen as i64));
-            }
-            None => {
-                tbl.insert(new);
-            }
+        if let Some((o, olen)) = old {
+            self.add_live(o.seg, -(olen as i64));
         }
     }
 
