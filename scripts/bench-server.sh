@@ -4,10 +4,13 @@
 # sync) and `kura serve 'P.kh#sync=always'`, each with THREADS worker threads.
 # Workloads (100-byte keys, 400-byte values, CONNS connections, key space 10,000 preloaded):
 # get only, 90:10, 50:50, set only; text and binary protocol; no pipelining and PIPELINE deep.
+# VSIZE and KEYSPACE change the value size and the key space (large values: VSIZE=65536
+# KEYSPACE=256 CONNS=32 RATIOS=1:0 DEPTHS=1).
 # Every run lasts SECS seconds (bounded). Prints medians, ratios to memcached and p99s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${REPS:-3} SECS=${SECS:-2} THREADS=${THREADS:-2} CONNS=${CONNS:-128} PIPELINE=${PIPELINE:-16}
+VSIZE=${VSIZE:-400} KEYSPACE=${KEYSPACE:-10000}
 RATIOS=${RATIOS:-"1:0 9:1 1:1 0:1"} PROTOS=${PROTOS:-"text binary"} DEPTHS=${DEPTHS:-"1 $PIPELINE"}
 command -v memcached >/dev/null || { echo "need memcached: apt-get install -y memcached" >&2; exit 1; }
 cargo build --release -q -p kura
@@ -43,14 +46,16 @@ for rep in $(seq "$REPS"); do
 		order=$SERVERS; ((rep % 2 == 0)) && order=$(echo "$SERVERS" | tr ' ' '\n' | tac | tr '\n' ' ')
 		for s in $order; do
 			line=$("$KURA" bench --port "${PORT[$s]}" --protocol "$proto" --connections "$CONNS" \
-				--threads "$THREADS" --pipeline "$depth" --ratio "$ratio" --duration "$SECS" --preload | grep '^RESULT' || echo "RESULT failed")
+				--threads "$THREADS" --pipeline "$depth" --ratio "$ratio" --duration "$SECS" --preload \
+				--key-size 100 --value-size "$VSIZE" --keyspace "$KEYSPACE" | grep '^RESULT' || echo "RESULT failed")
 			ops=$(sed -n 's/.* ops_per_sec=\([0-9]*\).*/\1/p' <<<"$line"); p99=$(sed -n 's/.* p99_us=\([0-9]*\).*/\1/p' <<<"$line")
 			echo "$proto $depth $ratio $s ${ops:-0} ${p99:-0}" >>"$RAW"
 			echo "rep $rep: $proto depth=$depth ratio=$ratio $s: ${ops:-?} ops/s p99 ${p99:-?} us" >&2
 		done
 	done; done; done
 done
-printf '\nmedians of %s runs of %ss; %s connections, %s client and %s server threads\n\n' "$REPS" "$SECS" "$CONNS" "$THREADS" "$THREADS"
+printf '\nmedians of %s runs of %ss; %s connections, %s client and %s server threads; %s-byte values, %s keys\n\n' \
+	"$REPS" "$SECS" "$CONNS" "$THREADS" "$THREADS" "$VSIZE" "$KEYSPACE"
 printf '| protocol | pipeline | get:set | memcached ops/s | Kura * | Kura .kh | Kura .kh sync=always | * / mc | .kh / mc | always / .kh | p99 µs mc / * / .kh / always |\n'
 printf '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n'
 sort -k1,1 -k2,2n -k3,3 "$RAW" | awk '

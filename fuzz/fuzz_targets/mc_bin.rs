@@ -4,6 +4,7 @@
 use kura_proto::mc_bin::{decode, Decoded, REQ_MAGIC};
 use kura_proto::mc_text::Limits;
 use kura_server::mc_bin_exec::execute;
+use kura_server::out::Out;
 use kura_server::mc_exec::{Next, Shared};
 use libfuzzer_sys::fuzz_target;
 
@@ -20,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
         *b = REQ_MAGIC;
     }
     let mut pos = 0;
-    let mut out = Vec::new();
+    let mut out = Out::default();
     while pos < input.len() {
         match decode(&input[pos..], &limits) {
             Ok(Decoded::Complete { request, consumed }) => {
@@ -40,6 +41,7 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     // Every response is a whole packet.
+    let out = out.contiguous();
     let mut p = 0;
     while p < out.len() {
         assert!(out.len() - p >= 24 && out[p] == 0x81);

@@ -24,6 +24,20 @@ pub trait VFile: Send + Sync {
     fn sync(&self) -> io::Result<()>;
     fn len(&self) -> io::Result<u64>;
     fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Write zeros to `len` bytes at `off` (past the records) and make them durable, so that
+    /// records later written over them change no file metadata and their fdatasync has no
+    /// size or block allocation to journal (docs/ARCHITECTURE.md, "Zeros ahead of the log").
+    /// The zeros stay in the page cache, so those later partial-page writes need no read.
+    fn zero_fill(&self, off: u64, len: u64) -> io::Result<()> {
+        let zeros = [0u8; 64 << 10];
+        let mut at = off;
+        while at < off + len {
+            let n = (off + len - at).min(zeros.len() as u64) as usize;
+            self.write_at(&zeros[..n], at)?;
+            at += n as u64;
+        }
+        self.sync()
+    }
 }
 
 /// A file system.
@@ -51,6 +65,12 @@ pub trait Vfs: Send + Sync {
 /// A read-only shared memory map of a file.
 pub struct Map {
     map: memmap2::Mmap,
+}
+
+impl AsRef<[u8]> for Map {
+    fn as_ref(&self) -> &[u8] {
+        &self.map
+    }
 }
 
 impl Map {
@@ -95,6 +115,38 @@ impl VFile for OsFile {
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.0.set_len(len)
+    }
+    fn zero_fill(&self, off: u64, len: u64) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        // Written back a piece at a time as it goes, so that a concurrent fdatasync of the
+        // records (which flushes every dirty page of the file) never waits behind more than one
+        // piece of zeros.
+        const PIECE: usize = 256 << 10;
+        let zeros = vec![0u8; PIECE];
+        let mut at = off;
+        while at < off + len {
+            let n = (off + len - at).min(PIECE as u64);
+            self.0.write_all_at(&zeros[..n as usize], at)?;
+            let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                | libc::SYNC_FILE_RANGE_WRITE
+                | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+            // SAFETY: a plain system call on a descriptor this file owns.
+            let r =
+                unsafe { libc::sync_file_range(self.0.as_raw_fd(), at as i64, n as i64, flags) };
+            if r != 0 {
+                let e = io::Error::last_os_error();
+                // A file system that cannot write back a range (tmpfs) has no need to.
+                if !matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINVAL | libc::ENOSYS | libc::ESPIPE)
+                ) {
+                    return Err(e);
+                }
+            }
+            at += n;
+        }
+        // The blocks' allocation and the new size.
+        self.0.sync_data()
     }
 }
 

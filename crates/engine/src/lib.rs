@@ -21,5 +21,6 @@ pub mod tsv;
 pub use error::{Error, Result};
 pub use name::{open, open_readonly, Compression, Params, SyncMode};
 pub use store::{
-    BatchOp, CheckReport, Current, Cursor, Decision, Kind, Meta, Outcome, Record, Store,
+    BatchOp, CheckReport, Current, Cursor, Decision, Kind, Meta, Outcome, Pinned, Record, Shown,
+    Store,
 };

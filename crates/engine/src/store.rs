@@ -27,6 +27,65 @@ pub struct Record {
     pub meta: Meta,
 }
 
+/// A stored value held by shared ownership of the memory it lies in (a segment file's mapping),
+/// so it can outlive the call that found it: a server writes it to a socket straight from that
+/// memory, with no copy ([`Store::view_shared`]). The bytes never change while it is held (a log
+/// is only appended to, and a segment's file is removed, never cut below its records, while it
+/// runs).
+#[derive(Clone)]
+pub struct Pinned {
+    owner: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>,
+    off: usize,
+    len: usize,
+}
+
+impl Pinned {
+    /// `len` bytes at `off` of what `owner` holds; `None` when they are not all there.
+    pub fn new(
+        owner: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>,
+        off: usize,
+        len: usize,
+    ) -> Option<Pinned> {
+        let end = off.checked_add(len)?;
+        ((*owner).as_ref().len() >= end).then_some(Pinned { owner, off, len })
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &(*self.owner).as_ref()[self.off..self.off + self.len]
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl std::fmt::Debug for Pinned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Pinned({} bytes)", self.len)
+    }
+}
+
+/// A value shown by [`Store::view_shared`].
+pub enum Shown<'a> {
+    /// Borrowed for the call only.
+    Bytes(&'a [u8]),
+    /// Kept as long as wanted.
+    Pinned(Pinned),
+}
+
+impl Shown<'_> {
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Shown::Bytes(b) => b,
+            Shown::Pinned(p) => p.bytes(),
+        }
+    }
+}
+
 /// The current record of a key, as shown to an [`Store::accept`] visitor.
 #[derive(Clone, Copy, Debug)]
 pub struct Current<'a> {
@@ -192,6 +251,20 @@ pub trait Store: Send + Sync {
             }
             None => false,
         })
+    }
+
+    /// Like [`Store::view`], but a value of at least `min` bytes that lies in memory the store
+    /// can share (an on-disk hash's mapped, uncompressed record) is shown as [`Shown::Pinned`],
+    /// which the caller may keep after the call: servers queue it for the socket instead of
+    /// copying it. Other values are shown borrowed, as by `view`.
+    fn view_shared(
+        &self,
+        key: &[u8],
+        min: usize,
+        f: &mut dyn FnMut(Shown<'_>, Meta),
+    ) -> Result<bool> {
+        let _ = min;
+        self.view(key, &mut |v, m| f(Shown::Bytes(v), m))
     }
 
     /// Atomically look at the live record of `key` and apply the visitor's decision. Returns the

@@ -238,7 +238,24 @@ pub fn encode_response(
     key: &[u8],
     value: &[u8],
 ) {
-    let blen = (extras.len() + key.len() + value.len()) as u32;
+    encode_response_header(out, opcode, status, opaque, cas, extras, key, value.len());
+    out.extend_from_slice(value);
+}
+
+/// Append a response packet up to its value: the header (whose body length counts a value of
+/// `value_len` bytes), the extras and the key. The caller sends the value after it.
+#[allow(clippy::too_many_arguments)]
+pub fn encode_response_header(
+    out: &mut Vec<u8>,
+    opcode: u8,
+    status: u16,
+    opaque: u32,
+    cas: u64,
+    extras: &[u8],
+    key: &[u8],
+    value_len: usize,
+) {
+    let blen = (extras.len() + key.len() + value_len) as u32;
     out.push(RES_MAGIC);
     out.push(opcode);
     out.extend_from_slice(&(key.len() as u16).to_be_bytes());
@@ -250,7 +267,6 @@ pub fn encode_response(
     out.extend_from_slice(&cas.to_be_bytes());
     out.extend_from_slice(extras);
     out.extend_from_slice(key);
-    out.extend_from_slice(value);
 }
 
 /// Append an error response whose body is the status text (as memcached sends).

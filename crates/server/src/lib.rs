@@ -4,7 +4,7 @@
 //! Executors: memcached text and binary (`mc_exec`, `mc_bin_exec`), Tokyo Tyrant (`tt_exec`),
 //! HTTP — Tyrant's REST, Kyoto Tycoon's RPC and REST (`http_exec`), Kyoto Tycoon's binary
 //! protocol (`kt_bin_exec`); the command mask every one
-//! of them checks (`mask`); the connection loop (`net`).
+//! of them checks (`mask`); the connection loop (`net`) and its output queue (`out`).
 
 pub mod http_exec;
 pub mod kt_bin_exec;
@@ -12,4 +12,5 @@ pub mod mask;
 pub mod mc_bin_exec;
 pub mod mc_exec;
 pub mod net;
+pub mod out;
 pub mod tt_exec;

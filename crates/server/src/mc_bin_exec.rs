@@ -3,8 +3,11 @@
 
 use crate::mask::{Mask, Op, Proto};
 use crate::mc_exec::{absolute_expiry, flush_if_due, stat_pairs, Next, Shared};
-use kura_engine::{Decision, Error, Meta, Outcome, Store};
-use kura_proto::mc_bin::{encode_error, encode_response, op, status, Request};
+use crate::out::{Out, PIN_MIN};
+use kura_engine::{Decision, Error, Meta, Outcome, Shown, Store};
+use kura_proto::mc_bin::{
+    encode_error, encode_response, encode_response_header, op, status, Request,
+};
 use std::sync::atomic::Ordering::Relaxed;
 
 /// Execute one request, appending its response packets (if any) to `out`.
@@ -13,7 +16,7 @@ pub fn execute(
     shared: &Shared,
     req: &Request<'_>,
     now: u64,
-    out: &mut Vec<u8>,
+    out: &mut Out,
 ) -> Next {
     if !shared.mask.is_empty() && masked(shared.mask, req.opcode) {
         encode_error(out, req.opcode, status::NOT_SUPPORTED, req.opaque);
@@ -59,7 +62,7 @@ fn run(
     shared: &Shared,
     req: &Request<'_>,
     now: u64,
-    out: &mut Vec<u8>,
+    out: &mut Out,
 ) -> Result<(), Error> {
     let quiet = req.quiet();
     let (opc, opaque) = (req.opcode, req.opaque);
@@ -112,8 +115,25 @@ fn run(
                     None => false,
                 }
             } else {
-                // Encoded straight from the store's memory: no copy of the value.
-                store.view(req.key, &mut |value, meta| reply(out, value, meta))?
+                // Encoded straight from the store's memory; a large value in a segment's
+                // mapping is queued for writev by reference, not copied.
+                store.view_shared(req.key, PIN_MIN, &mut |value, meta| match value {
+                    Shown::Bytes(v) => reply(out, v, meta),
+                    Shown::Pinned(p) => {
+                        let flags = meta.flags.to_be_bytes();
+                        encode_response_header(
+                            out,
+                            opc,
+                            status::OK,
+                            opaque,
+                            meta.version,
+                            &flags,
+                            key,
+                            p.len(),
+                        );
+                        out.push_pinned(p);
+                    }
+                })?
             };
             if hit {
                 shared.get_hits.fetch_add(1, Relaxed);
@@ -317,7 +337,7 @@ mod tests {
     type Resp = (u8, u16, u32, u64, Vec<u8>, Vec<u8>, Vec<u8>);
 
     fn run_all(db: &dyn Store, sh: &Shared, input: &[u8]) -> Vec<Resp> {
-        let mut out = Vec::new();
+        let mut out = Out::default();
         let mut pos = 0;
         while let Ok(Decoded::Complete { request, consumed }) =
             decode(&input[pos..], &Limits::default())
@@ -327,6 +347,7 @@ mod tests {
                 break;
             }
         }
+        let out = out.contiguous();
         let mut res = Vec::new();
         let mut p = 0;
         while p < out.len() {

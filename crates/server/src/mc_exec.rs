@@ -3,7 +3,8 @@
 //! loop (`crate::net`) feeds decoded requests in and writes the bytes out.
 
 use crate::mask::{Mask, Op, Proto};
-use kura_engine::{Decision, Error, Outcome, Store};
+use crate::out::{Out, PIN_MIN};
+use kura_engine::{Decision, Error, Outcome, Shown, Store};
 use kura_proto::mc_text::{self, reply, Keys, Request, StoreMode};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -56,6 +57,10 @@ pub struct Shared {
     pub port: u16,
     /// memcached's per-item stale / win-token bits for the meta commands (see [`ItemStates`]).
     pub item_states: ItemStates,
+    /// Tyrant commands received, by operation (`crate::mask::Op` order: Tyrant's `cnt_*`).
+    pub tt_counts: [AtomicU64; crate::mask::OPS.len()],
+    /// Tyrant's `cnt_put_miss`, `cnt_out_miss`, `cnt_get_miss`.
+    pub tt_misses: [AtomicU64; 3],
 }
 
 impl Shared {
@@ -68,6 +73,8 @@ impl Shared {
             cmd_set: z(),
             cmd_touch: z(),
             cmd_flush: z(),
+            tt_counts: std::array::from_fn(|_| z()),
+            tt_misses: std::array::from_fn(|_| z()),
             get_hits: z(),
             get_misses: z(),
             delete_hits: z(),
@@ -303,7 +310,7 @@ pub fn execute(
     shared: &Shared,
     req: &Request<'_>,
     now: u64,
-    out: &mut Vec<u8>,
+    out: &mut Out,
 ) -> Next {
     if !shared.mask.is_empty() && masked(shared.mask, req) {
         if !noreply(req) {
@@ -329,7 +336,7 @@ fn run(
     shared: &Shared,
     req: &Request<'_>,
     now: u64,
-    out: &mut Vec<u8>,
+    out: &mut Out,
 ) -> Result<Next, Error> {
     let quiet = |noreply: bool, out: &mut Vec<u8>, line: &[u8]| {
         if !noreply {
@@ -340,10 +347,18 @@ fn run(
         Request::Get { keys, cas } => {
             for key in keys.iter() {
                 shared.cmd_get.fetch_add(1, Relaxed);
-                // Encoded straight from the store's memory: no copy of the value, no allocation.
-                let hit = store.view(key, &mut |value, meta| {
+                // Encoded straight from the store's memory, no allocation; a large value in a
+                // segment's mapping is not even copied: it is queued for writev by reference.
+                let hit = store.view_shared(key, PIN_MIN, &mut |value, meta| {
                     let cas = cas.then_some(meta.version);
-                    mc_text::encode_value(out, key, meta.flags, value, cas);
+                    match value {
+                        Shown::Bytes(v) => mc_text::encode_value(out, key, meta.flags, v, cas),
+                        Shown::Pinned(p) => {
+                            mc_text::encode_value_header(out, key, meta.flags, p.len(), cas);
+                            out.push_pinned(p);
+                            out.extend_from_slice(b"\r\n");
+                        }
+                    }
                 })?;
                 if hit {
                     shared.get_hits.fetch_add(1, Relaxed);
@@ -1111,7 +1126,7 @@ mod tests {
 
     /// Run a whole client transcript through the codec and the executor.
     fn session(store: &dyn Store, shared: &Shared, input: &[u8], now: u64) -> String {
-        let mut out = Vec::new();
+        let mut out = Out::default();
         let mut pos = 0;
         let limits = Limits::default();
         while pos < input.len() {
@@ -1129,7 +1144,7 @@ mod tests {
                 }
             }
         }
-        String::from_utf8_lossy(&out).into_owned()
+        String::from_utf8_lossy(&out.contiguous()).into_owned()
     }
 
     fn kinds() -> Vec<std::sync::Arc<dyn Store>> {

@@ -8,6 +8,7 @@
 //! (`kura_proto`) and executor, all on the same store.
 
 use crate::mc_exec::{self, Next, Shared};
+use crate::out::Out;
 use crate::tt_exec::{self, TtState};
 use crate::{http_exec, kt_bin_exec, mc_bin_exec};
 use kura_engine::store::now_secs;
@@ -120,8 +121,7 @@ const WAKE: Token = Token(usize::MAX);
 struct Conn<'s> {
     sock: TcpStream,
     rbuf: Vec<u8>,
-    wbuf: Vec<u8>,
-    wpos: usize,
+    out: Out,
     /// Bytes still to discard (the rest of a refused data block).
     skip: usize,
     proto: Option<Protocol>,
@@ -329,7 +329,7 @@ fn worker<'s>(
                 close(&mut poll, &mut conns, &mut free, idx, shared);
             } else if let Some(Some(c)) = conns.get_mut(idx) {
                 // Change the registration only when writability starts or stops to matter.
-                let pending = c.wpos < c.wbuf.len();
+                let pending = !c.out.is_drained();
                 if pending != c.wants_write {
                     let want = if pending {
                         Interest::READABLE | Interest::WRITABLE
@@ -403,8 +403,7 @@ fn accept_all(
         conns[idx] = Some(Conn {
             sock,
             rbuf: Vec::new(),
-            wbuf: Vec::new(),
-            wpos: 0,
+            out: Out::default(),
             skip: 0,
             proto: None,
             last: Instant::now(),
@@ -443,7 +442,7 @@ fn read_and_execute<'s>(
     scratch: &mut [u8],
 ) -> bool {
     c.last = Instant::now();
-    while c.wbuf.len() - c.wpos < MAX_PENDING_OUT && !c.closing && !c.eof {
+    while c.out.pending() < MAX_PENDING_OUT && !c.closing && !c.eof {
         match c.sock.read(scratch) {
             Ok(0) => c.eof = true,
             Ok(n) => {
@@ -471,7 +470,7 @@ fn finish(c: &mut Conn<'_>) -> bool {
     if flush(c).is_err() {
         return false;
     }
-    let drained = c.wpos == c.wbuf.len();
+    let drained = c.out.is_drained();
     !((c.eof || c.closing) && drained)
 }
 
@@ -523,7 +522,7 @@ enum Step<R> {
 trait Wire {
     type Req<'a>;
     fn decode<'a>(&mut self, buf: &'a [u8], out: &mut Vec<u8>) -> Step<Self::Req<'a>>;
-    fn execute(&mut self, req: &Self::Req<'_>, out: &mut Vec<u8>) -> Next;
+    fn execute(&mut self, req: &Self::Req<'_>, out: &mut Out) -> Next;
 }
 
 /// What every executor gets.
@@ -537,9 +536,9 @@ struct Ctx<'x> {
 /// Decode and execute the requests from `pos` on, then drop what was consumed.
 fn drive<W: Wire>(c: &mut Conn<'_>, mut pos: usize, w: &mut W) {
     while pos < c.rbuf.len() && !c.closing {
-        let (consumed, close) = match w.decode(&c.rbuf[pos..], &mut c.wbuf) {
+        let (consumed, close) = match w.decode(&c.rbuf[pos..], &mut c.out) {
             Step::Request(req, consumed) => {
-                if w.execute(&req, &mut c.wbuf) == Next::Close {
+                if w.execute(&req, &mut c.out) == Next::Close {
                     c.closing = true;
                 }
                 pos += consumed;
@@ -579,7 +578,7 @@ impl Wire for McText<'_> {
             }
         }
     }
-    fn execute(&mut self, req: &Self::Req<'_>, out: &mut Vec<u8>) -> Next {
+    fn execute(&mut self, req: &Self::Req<'_>, out: &mut Out) -> Next {
         let Ctx { store, shared, now } = self.0;
         mc_exec::execute(store, shared, req, now, out)
     }
@@ -604,7 +603,7 @@ impl Wire for McBinary<'_> {
             }
         }
     }
-    fn execute(&mut self, req: &Self::Req<'_>, out: &mut Vec<u8>) -> Next {
+    fn execute(&mut self, req: &Self::Req<'_>, out: &mut Out) -> Next {
         let Ctx { store, shared, now } = self.0;
         mc_bin_exec::execute(store, shared, req, now, out)
     }
@@ -633,7 +632,7 @@ impl Wire for Tyrant<'_, '_> {
             }
         }
     }
-    fn execute(&mut self, req: &Self::Req<'_>, out: &mut Vec<u8>) -> Next {
+    fn execute(&mut self, req: &Self::Req<'_>, out: &mut Out) -> Next {
         let Ctx { shared, now, .. } = self.1;
         tt_exec::execute(self.0, shared, self.3, req, now, out)
     }
@@ -657,7 +656,7 @@ impl Wire for KyotoBinary<'_> {
             }
         }
     }
-    fn execute(&mut self, req: &Self::Req<'_>, out: &mut Vec<u8>) -> Next {
+    fn execute(&mut self, req: &Self::Req<'_>, out: &mut Out) -> Next {
         let Ctx { store, shared, now } = self.0;
         kt_bin_exec::execute(store, shared, req, now, out)
     }
@@ -685,7 +684,7 @@ impl Wire for Http<'_> {
             }
         }
     }
-    fn execute(&mut self, req: &Self::Req<'_>, out: &mut Vec<u8>) -> Next {
+    fn execute(&mut self, req: &Self::Req<'_>, out: &mut Out) -> Next {
         let Ctx { store, shared, now } = self.0;
         http_exec::execute(store, shared, req, now, out)
     }
@@ -693,18 +692,7 @@ impl Wire for Http<'_> {
 
 /// Write pending replies until done or the socket is full.
 fn flush(c: &mut Conn<'_>) -> io::Result<()> {
-    while c.wpos < c.wbuf.len() {
-        match c.sock.write(&c.wbuf[c.wpos..]) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => c.wpos += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    c.wbuf.clear();
-    c.wpos = 0;
-    Ok(())
+    c.out.write_to(&mut c.sock).map(|_| ())
 }
 
 #[cfg(test)]

@@ -10,11 +10,12 @@
 //! engine error). An engine error is never a panic and never closes the connection: the
 //! command answers its failure form (see [`tt_bin::reply_failure`]).
 
-use crate::mask::{Op, Proto};
+use crate::mask::{Op, Proto, OPS};
 use crate::mc_exec::{flush_if_due, Next, Shared};
 use kura_engine::{BatchOp, Cursor, Decision, Error, Kind, Outcome, Record, Store};
 use kura_proto::tt_bin::{self, cmd, Request, FAIL, OK};
 use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
 
 /// The Tyrant release whose protocol Kura speaks, reported by `stat`.
 pub const TT_VERSION: &str = "1.1.41";
@@ -130,6 +131,11 @@ pub fn op_of(req: &Request<'_>) -> Op {
     }
 }
 
+/// Indexes of `Shared::tt_misses`.
+const PUT_MISS: usize = 0;
+const OUT_MISS: usize = 1;
+const GET_MISS: usize = 2;
+
 /// Execute one request, appending its reply (if any) to `out`.
 ///
 /// Returns [`Next::Close`] only for `repl`: Kura has no update log to stream, so it hangs up
@@ -143,7 +149,10 @@ pub fn execute<'s>(
     out: &mut Vec<u8>,
 ) -> Next {
     let c = req.cmd();
-    if shared.mask.denies(op_of(req), Proto::Tyrant) {
+    let op = op_of(req);
+    // Counted as ttserver counts: every command received, refused ones too.
+    shared.tt_counts[op as usize].fetch_add(1, Relaxed);
+    if shared.mask.denies(op, Proto::Tyrant) {
         return refuse(c, out);
     }
     let start = out.len();
@@ -152,6 +161,12 @@ pub fn execute<'s>(
     match done.and_then(|_| run(store, shared, st, req, now, out)) {
         Ok(next) => next,
         Err(_) => {
+            if matches!(
+                op,
+                Op::Put | Op::PutKeep | Op::PutCat | Op::PutShl | Op::PutNr
+            ) {
+                shared.tt_misses[PUT_MISS].fetch_add(1, Relaxed);
+            }
             // Nothing half-written goes out: the failure form replaces it.
             out.truncate(start);
             tt_bin::reply_failure(out, c);
@@ -196,6 +211,9 @@ fn run<'s>(
         }
         Request::PutKeep { key, value } => {
             let stored = matches!(store.putkeep(key, value, 0, 0)?, Outcome::Stored(_));
+            if !stored {
+                shared.tt_misses[PUT_MISS].fetch_add(1, Relaxed);
+            }
             code(out, stored);
         }
         Request::PutCat { key, value } => {
@@ -209,12 +227,21 @@ fn run<'s>(
         }
         Request::PutNr { key, value } => {
             // No reply, whatever happens: an error is swallowed here rather than answered.
-            let _ = store.put_with(key, value, 0, 0);
+            if store.put_with(key, value, 0, 0).is_err() {
+                shared.tt_misses[PUT_MISS].fetch_add(1, Relaxed);
+            }
         }
-        Request::Out { key } => code(out, store.out(key)?),
+        Request::Out { key } => {
+            let found = store.out(key)?;
+            if !found {
+                shared.tt_misses[OUT_MISS].fetch_add(1, Relaxed);
+            }
+            code(out, found);
+        }
         Request::Get { key } => {
             // Encoded straight from the store's memory: no copy of the value.
             if !store.view(key, &mut |value, _| tt_bin::reply_value(out, value))? {
+                shared.tt_misses[GET_MISS].fetch_add(1, Relaxed);
                 code(out, false);
             }
         }
@@ -699,6 +726,15 @@ fn stat_text(store: &dyn Store, shared: &Shared, st: &TtState<'_>, now: u64) -> 
         "ru_real",
         &format_args!("{:.6}", (time - shared.started as f64).max(0.0)),
     );
+    for (i, (_, name, _)) in OPS.iter().enumerate() {
+        line(&format!("cnt_{name}"), &shared.tt_counts[i].load(Relaxed));
+    }
+    for (i, name) in ["put", "out", "get"].iter().enumerate() {
+        line(
+            &format!("cnt_{name}_miss"),
+            &shared.tt_misses[i].load(Relaxed),
+        );
+    }
     line("kura_version", &env!("CARGO_PKG_VERSION"));
     line("port", &shared.port);
     let masked = shared.mask.names(Proto::Tyrant);
@@ -1305,6 +1341,19 @@ mod tests {
             c.sh.sid = 7;
             c.st.fd = 12;
             db.put(b"a", b"1").unwrap();
+            // Counted per command, with ttserver's three misses.
+            c.r(Request::Put {
+                key: b"p",
+                value: b"1",
+            });
+            c.r(Request::PutKeep {
+                key: b"p",
+                value: b"2",
+            });
+            c.r(Request::Get { key: b"p" });
+            c.r(Request::Get { key: b"nothing" });
+            c.r(Request::Out { key: b"nothing" });
+            c.r(Request::Out { key: b"p" });
             let Reply::Stat(text) = c.r(Request::Stat) else {
                 panic!()
             };
@@ -1324,6 +1373,32 @@ mod tests {
                     assert!(fields.contains_key(name), "{name}");
                 }
             }
+            for (name, want) in [
+                ("cnt_put", "1"),
+                ("cnt_putkeep", "1"),
+                ("cnt_get", "2"),
+                ("cnt_out", "2"),
+                ("cnt_stat", "1"),
+                ("cnt_vanish", "0"),
+                ("cnt_repl", "0"),
+                ("cnt_put_miss", "1"),
+                ("cnt_out_miss", "1"),
+                ("cnt_get_miss", "1"),
+            ] {
+                assert_eq!(fields.get(name), Some(&want), "{kind}: {name} in {text}");
+            }
+            let names: Vec<&str> = text.lines().filter_map(|l| l.split('\t').next()).collect();
+            let cnt: Vec<&str> = names
+                .iter()
+                .copied()
+                .filter(|n| n.starts_with("cnt_"))
+                .collect();
+            assert_eq!(cnt.len(), 29, "ttserver's 26 counters and 3 misses");
+            assert_eq!(
+                (cnt[0], cnt[25]),
+                ("cnt_put", "cnt_repl"),
+                "in ttserver's order"
+            );
             assert_eq!(fields["version"], "1.1.41");
             assert_eq!(fields["sid"], "7");
             assert_eq!(fields["rnum"], "1");
