@@ -78,9 +78,11 @@ fn run(
             let touch = matches!(opc, op::GAT | op::GATQ | op::GATK | op::GATKQ);
             shared.cmd_get.fetch_add(1, Relaxed);
             let key: &[u8] = if with_key { req.key } else { &[] };
-            let reply = |out: &mut Vec<u8>, value: &[u8], meta: Meta| {
+            // A large value in a segment's mapping is queued by reference, not copied.
+            let reply = |out: &mut Out, value: Shown<'_>, meta: Meta| {
                 let flags = meta.flags.to_be_bytes();
-                encode_response(
+                let len = value.bytes().len();
+                encode_response_header(
                     out,
                     opc,
                     status::OK,
@@ -88,8 +90,12 @@ fn run(
                     meta.version,
                     &flags,
                     key,
-                    value,
+                    len,
                 );
+                match value {
+                    Shown::Bytes(v) => out.extend_from_slice(v),
+                    Shown::Pinned(p) => out.push_pinned(p),
+                }
             };
             let hit = if touch {
                 shared.cmd_touch.fetch_add(1, Relaxed);
@@ -109,31 +115,14 @@ fn run(
                 // The reply carries the version after the touch: encoded once it is known.
                 match value.zip(meta) {
                     Some((v, m)) => {
-                        reply(out, &v, m);
+                        reply(out, Shown::Bytes(&v), m);
                         true
                     }
                     None => false,
                 }
             } else {
-                // Encoded straight from the store's memory; a large value in a segment's
-                // mapping is queued for writev by reference, not copied.
-                store.view_shared(req.key, PIN_MIN, &mut |value, meta| match value {
-                    Shown::Bytes(v) => reply(out, v, meta),
-                    Shown::Pinned(p) => {
-                        let flags = meta.flags.to_be_bytes();
-                        encode_response_header(
-                            out,
-                            opc,
-                            status::OK,
-                            opaque,
-                            meta.version,
-                            &flags,
-                            key,
-                            p.len(),
-                        );
-                        out.push_pinned(p);
-                    }
-                })?
+                // Encoded straight from the store's memory.
+                store.view_shared(req.key, PIN_MIN, &mut |value, meta| reply(out, value, meta))?
             };
             if hit {
                 shared.get_hits.fetch_add(1, Relaxed);

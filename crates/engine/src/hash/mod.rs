@@ -429,32 +429,31 @@ impl DiskHash {
             }
         })?;
         let inner = open_inner(path, cfg, compression, vfs, readonly, lock)?;
-        let inner = Arc::new(inner);
-        let mut bg = Vec::new();
+        let db = DiskHash {
+            inner: Arc::new(inner),
+            bg: Mutex::new(Vec::new()),
+        };
+        let mut threads: Vec<(&str, BgThread)> = Vec::new();
         if !readonly {
-            let w = inner.clone();
-            bg.push(
-                std::thread::Builder::new()
-                    .name("kura-kh-bg".into())
-                    .spawn(move || w.background())
-                    .map_err(Error::Io)?,
-            );
-            if inner.sync == SyncMode::Always {
-                let w = inner.clone();
-                bg.push(
-                    std::thread::Builder::new()
-                        .name("kura-kh-fill".into())
-                        .spawn(move || w.filler())
-                        .map_err(Error::Io)?,
-                );
+            threads.push(("kura-kh-bg", Inner::background));
+            if db.inner.sync == SyncMode::Always {
+                threads.push(("kura-kh-fill", Inner::filler));
             }
         }
-        Ok(DiskHash {
-            inner,
-            bg: Mutex::new(bg),
-        })
+        for (name, run) in threads {
+            let w = db.inner.clone();
+            let h = std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || run(w))
+                .map_err(Error::Io)?; // dropping `db` stops the threads already started
+            db.bg.lock().push(h);
+        }
+        Ok(db)
     }
 }
+
+/// A background thread's body.
+type BgThread = fn(Arc<Inner>);
 
 /// Scan the records of `seg` from `from` to `end`, calling `f(offset, header, record)` for each
 /// valid one. Returns the offset of the first byte that is not a valid record (== `end` when
