@@ -213,17 +213,43 @@ pub fn encode_request(
     key: &[u8],
     value: &[u8],
 ) {
-    out.push(REQ_MAGIC);
-    out.push(opcode);
-    out.extend_from_slice(&(key.len() as u16).to_be_bytes());
-    out.push(extras.len() as u8);
-    out.extend_from_slice(&[0, 0, 0]);
-    out.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
-    out.extend_from_slice(&opaque.to_be_bytes());
-    out.extend_from_slice(&cas.to_be_bytes());
-    out.extend_from_slice(extras);
-    out.extend_from_slice(key);
+    let head = Head {
+        magic: REQ_MAGIC,
+        opcode,
+        vbucket_or_status: 0,
+        opaque,
+        cas,
+    };
+    head.encode(out, extras, key, value.len());
     out.extend_from_slice(value);
+}
+
+/// The fixed fields of a packet header (requests carry a vbucket where responses carry the
+/// status; the data type is always 0).
+struct Head {
+    magic: u8,
+    opcode: u8,
+    vbucket_or_status: u16,
+    opaque: u32,
+    cas: u64,
+}
+
+impl Head {
+    /// Append the 24-byte header (its body length counting a value of `value_len` bytes),
+    /// the extras and the key.
+    fn encode(&self, out: &mut Vec<u8>, extras: &[u8], key: &[u8], value_len: usize) {
+        out.push(self.magic);
+        out.push(self.opcode);
+        out.extend_from_slice(&(key.len() as u16).to_be_bytes());
+        out.push(extras.len() as u8);
+        out.push(0);
+        out.extend_from_slice(&self.vbucket_or_status.to_be_bytes());
+        out.extend_from_slice(&((extras.len() + key.len() + value_len) as u32).to_be_bytes());
+        out.extend_from_slice(&self.opaque.to_be_bytes());
+        out.extend_from_slice(&self.cas.to_be_bytes());
+        out.extend_from_slice(extras);
+        out.extend_from_slice(key);
+    }
 }
 
 /// Append a response packet.
@@ -255,18 +281,14 @@ pub fn encode_response_header(
     key: &[u8],
     value_len: usize,
 ) {
-    let blen = (extras.len() + key.len() + value_len) as u32;
-    out.push(RES_MAGIC);
-    out.push(opcode);
-    out.extend_from_slice(&(key.len() as u16).to_be_bytes());
-    out.push(extras.len() as u8);
-    out.push(0);
-    out.extend_from_slice(&status.to_be_bytes());
-    out.extend_from_slice(&blen.to_be_bytes());
-    out.extend_from_slice(&opaque.to_be_bytes());
-    out.extend_from_slice(&cas.to_be_bytes());
-    out.extend_from_slice(extras);
-    out.extend_from_slice(key);
+    let head = Head {
+        magic: RES_MAGIC,
+        opcode,
+        vbucket_or_status: status,
+        opaque,
+        cas,
+    };
+    head.encode(out, extras, key, value_len);
 }
 
 /// Append an error response whose body is the status text (as memcached sends).

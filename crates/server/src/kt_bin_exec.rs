@@ -60,16 +60,16 @@ pub fn execute(
             return Next::Close;
         }
     };
-    let mut reply = Vec::new();
+    // Encoded in place; taken back when it fails or no reply was asked for.
+    let start = out.len();
     let ok = !shared.mask.denies(op, Proto::Http)
         && flush_if_due(store, shared, now).is_ok()
-        && run(store, shared, req, now, &mut reply).is_ok();
-    if !req.no_reply() {
-        if ok {
-            out.extend_from_slice(&reply);
-        } else {
-            kt_bin::reply_error(out);
-        }
+        && run(store, shared, req, now, out).is_ok();
+    if !ok || req.no_reply() {
+        out.truncate(start);
+    }
+    if !ok && !req.no_reply() {
+        kt_bin::reply_error(out);
     }
     Next::Continue
 }
