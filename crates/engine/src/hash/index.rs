@@ -103,10 +103,13 @@ impl Slots {
     /// A zeroed array of `len` slots. Large arrays are anonymous memory maps, aligned to and
     /// advised into huge pages; the kernel zero-fills their pages on first touch (so nothing is
     /// written twice). Small ones come from the allocator.
+    ///
+    /// Every page is touched by a write before the table is used (`prefault`).
     fn zeroed(len: usize) -> Slots {
         let bytes = Self::bytes(len);
         if bytes >= HUGE {
             if let Some(ptr) = map_huge(bytes) {
+                prefault(ptr.as_ptr().cast(), bytes);
                 return Slots {
                     ptr,
                     len,
@@ -120,11 +123,31 @@ impl Slots {
         let Some(ptr) = std::ptr::NonNull::new(raw.cast::<Slot>()) else {
             std::alloc::handle_alloc_error(layout)
         };
+        prefault(raw, bytes);
         Slots {
             ptr,
             len,
             mapped: false,
         }
+    }
+}
+
+/// Touch every 4 KiB page of fresh zeroed memory with a write of zero.
+///
+/// Fresh anonymous memory that is *read* first gets the kernel's shared zero page; the first
+/// write then replaces it, and replacing a mapped page flushes the TLB of every core running
+/// the process: an inter-processor interrupt that stalls the other writer threads too. A
+/// probe reads the table before an insert writes it, so without this every page of a new
+/// table cost one such flush (a third of the time of a 2-thread load into a pre-sized index).
+/// Writing first maps a private zeroed page directly, with no flush.
+fn prefault(ptr: *mut u8, bytes: usize) {
+    const PAGE: usize = 4096;
+    let mut at = 0;
+    while at < bytes {
+        // SAFETY: `at < bytes` lies inside the allocation of `bytes` bytes at `ptr`, which
+        // holds zeros and is not shared yet; writing a zero changes no value.
+        unsafe { std::ptr::write_volatile(ptr.add(at), 0u8) };
+        at += PAGE;
     }
 }
 
@@ -210,16 +233,62 @@ impl std::fmt::Debug for Slots {
 const MAX_LOAD: f64 = 0.85;
 /// Minimum number of home positions.
 const MIN_CAP: usize = 16;
+/// From this many home positions, a table past its load limit grows without blocking its shard
+/// (`Table::wants_growth`): the writer makes the new memory after releasing the shard lock,
+/// installs it under the lock in constant time, and the slots then move over a few at a time
+/// with each later write (`Moving`). An insert grows a table by itself, moving every slot at
+/// once, only `SLACK` past the limit. Smaller tables always grow at once: that is cheap.
+const DEFER_CAP: usize = 1024;
+const SLACK: f64 = 0.06;
+/// Old positions moved to the new array per write while a table grows.
+const MOVE_STEP: usize = 32;
+
+/// Memory for a table's next size, made (and its pages faulted in) without holding the
+/// table: see `Table::grow_into`. Also memory a table no longer needs (`Table::take_retired`),
+/// to be freed after the lock is released.
+pub struct Spare {
+    slots: Slots,
+    cap: usize,
+}
+
+impl Spare {
+    pub fn new(cap: usize) -> Spare {
+        Spare {
+            slots: Slots::zeroed(cap + overflow(cap)),
+            cap,
+        }
+    }
+}
+
+/// The previous array of a growing table. Its slots move to the new array in tag order: every
+/// slot with a tag below `Table::bound` is in the new array, every other one in this array at
+/// a position of at least `pos`. The positions below `pos` are stale and never read: a tag of
+/// at least `bound` has its home at or after `pos`, since `pos` was an empty position (or 0)
+/// when `bound` was set to `pos`'s first home tag, and no run crosses an empty position.
+#[derive(Clone, Debug)]
+struct Moving {
+    slots: Slots,
+    cap: usize,
+    pos: usize,
+}
 
 #[derive(Clone, Debug)]
 pub struct Table {
     /// `cap` home positions followed by the overflow area.
     slots: Slots,
     cap: usize,
+    /// Slots in the table (in both arrays while it grows).
     len: usize,
     /// Load at which the table doubles (shards use different ones so that they do not all
     /// double at the same moment).
     max_load: f64,
+    /// Tags below this are in `slots`, the others in `moving` (`u64::MAX` when not growing:
+    /// every tag is in `slots`). Kept here so that a lookup decides with no extra load.
+    bound: u64,
+    moving: Option<Box<Moving>>,
+    /// The previous array once every slot has moved out of it, for the writer to free after
+    /// releasing the shard lock.
+    retired: Option<Slots>,
 }
 
 impl Default for Table {
@@ -230,6 +299,51 @@ impl Default for Table {
 
 fn overflow(cap: usize) -> usize {
     cap / 8 + 32
+}
+
+#[inline]
+fn home_in(tag: u32, cap: usize) -> usize {
+    ((tag as u64 * cap as u64) >> 32) as usize
+}
+
+/// Insert `slot` into the array `slots` of `cap` home positions, keeping it sorted; false
+/// when its run would leave the overflow area (nothing changed).
+fn insert_in(slots: &mut [Slot], cap: usize, slot: Slot) -> bool {
+    let mut p = home_in(slot.tag, cap);
+    while p < slots.len() && !slots[p].is_empty() && slots[p].tag <= slot.tag {
+        p += 1;
+    }
+    let Some(empty) = slots[p..].iter().position(Slot::is_empty) else {
+        return false;
+    };
+    let e = p + empty;
+    slots.copy_within(p..e, p + 1);
+    slots[p] = slot;
+    true
+}
+
+/// Where `slot` is in the array `slots` of `cap` home positions.
+fn position_in(slots: &[Slot], cap: usize, slot: &Slot) -> Option<usize> {
+    let h = home_in(slot.tag, cap);
+    slots[h..]
+        .iter()
+        .take_while(|s| !s.is_empty() && s.tag <= slot.tag)
+        .position(|s| s == slot)
+        .map(|p| h + p)
+}
+
+/// Remove the slot at `i` of the array `slots` of `cap` home positions, shifting left every
+/// following slot that sits after its home.
+fn remove_at(slots: &mut [Slot], cap: usize, mut i: usize) {
+    loop {
+        let j = i + 1;
+        if j >= slots.len() || slots[j].is_empty() || home_in(slots[j].tag, cap) >= j {
+            slots[i] = Slot::default();
+            return;
+        }
+        slots[i] = slots[j];
+        i = j;
+    }
 }
 
 impl Table {
@@ -243,6 +357,9 @@ impl Table {
             cap,
             len: 0,
             max_load: MAX_LOAD,
+            bound: u64::MAX,
+            moving: None,
+            retired: None,
         }
     }
 
@@ -251,9 +368,27 @@ impl Table {
         self.max_load = l.clamp(0.5, 0.9);
     }
 
+    /// The array that holds `tag`, and its number of home positions.
     #[inline]
-    fn home(&self, tag: u32) -> usize {
-        ((tag as u64 * self.cap as u64) >> 32) as usize
+    fn part(&self, tag: u32) -> (&[Slot], usize) {
+        if (tag as u64) < self.bound {
+            return (&self.slots, self.cap);
+        }
+        match &self.moving {
+            Some(m) => (&m.slots, m.cap),
+            None => (&self.slots, self.cap),
+        }
+    }
+
+    #[inline]
+    fn part_mut(&mut self, tag: u32) -> (&mut [Slot], usize) {
+        if (tag as u64) < self.bound {
+            return (&mut self.slots, self.cap);
+        }
+        match &mut self.moving {
+            Some(m) => (&mut m.slots, m.cap),
+            None => (&mut self.slots, self.cap),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -266,13 +401,15 @@ impl Table {
 
     /// Bytes of memory the table occupies.
     pub fn memory(&self) -> usize {
-        self.slots.len() * std::mem::size_of::<Slot>()
+        let old = self.moving.as_ref().map_or(0, |m| m.slots.len());
+        (self.slots.len() + old) * std::mem::size_of::<Slot>()
     }
 
     /// The slots whose tag is `tag`.
     #[inline]
     pub fn candidates(&self, tag: u32) -> impl Iterator<Item = &Slot> + '_ {
-        self.slots[self.home(tag)..]
+        let (slots, cap) = self.part(tag);
+        slots[home_in(tag, cap)..]
             .iter()
             .take_while(move |s| !s.is_empty() && s.tag <= tag)
             .filter(move |s| s.tag == tag)
@@ -283,77 +420,170 @@ impl Table {
         self.candidates(slot.tag).any(|s| s == slot)
     }
 
-    fn position(&self, slot: &Slot) -> Option<usize> {
-        let h = self.home(slot.tag);
-        self.slots[h..]
-            .iter()
-            .take_while(|s| !s.is_empty() && s.tag <= slot.tag)
-            .position(|s| s == slot)
-            .map(|p| h + p)
-    }
-
     /// Overwrite slot `old` with `new` (same tag). Returns false when `old` is absent.
     pub fn replace(&mut self, old: &Slot, new: Slot) -> bool {
         debug_assert_eq!(old.tag, new.tag);
-        match self.position(old) {
+        self.step();
+        let (slots, cap) = self.part_mut(old.tag);
+        match position_in(slots, cap, old) {
             Some(p) => {
-                self.slots[p] = new;
+                slots[p] = new;
                 true
             }
             None => false,
         }
     }
 
+    /// Whether the table is past its load limit and its writer should grow it: make a
+    /// `Spare::new(grow_cap())` without the lock, then `grow_into` it under the lock.
+    #[inline]
+    pub fn wants_growth(&self) -> bool {
+        self.moving.is_none() && self.len as f64 > self.cap as f64 * self.max_load
+    }
+
+    /// The capacity `wants_growth` asks for.
+    pub fn grow_cap(&self) -> usize {
+        self.cap * 2
+    }
+
+    /// Start growing into `spare` if it is larger than the table (else another writer grew it
+    /// first, and `spare` comes back to be freed). Constant time: the slots move later, a few
+    /// with each write (`step`).
+    pub fn grow_into(&mut self, spare: Spare) -> Option<Spare> {
+        if spare.cap <= self.cap || self.moving.is_some() {
+            return Some(spare);
+        }
+        let old = std::mem::replace(&mut self.slots, spare.slots);
+        self.moving = Some(Box::new(Moving {
+            slots: old,
+            cap: self.cap,
+            pos: 0,
+        }));
+        self.cap = spare.cap;
+        self.bound = 0;
+        None
+    }
+
+    /// The previous array of a finished growth, to be freed once the lock is released.
+    pub fn take_retired(&mut self) -> Option<Spare> {
+        self.retired.take().map(|slots| Spare { slots, cap: 0 })
+    }
+
+    /// Move the next `MOVE_STEP` old positions (and up to the next empty one) of a growing
+    /// table to its new array.
+    #[inline]
+    fn step(&mut self) {
+        if self.moving.is_some() {
+            self.move_slots(MOVE_STEP);
+        }
+    }
+
+    /// Move at least `n` old positions of a growing table, stopping at an empty one (or the
+    /// end, which finishes the growth).
+    fn move_slots(&mut self, n: usize) {
+        let Some(m) = self.moving.as_mut() else {
+            return;
+        };
+        let end = m.pos.saturating_add(n).min(m.slots.len());
+        let mut p = m.pos;
+        // The moving slots come in tag order and every tag in the new array is smaller: each
+        // goes to the first empty position from its home, which is never before the position
+        // after the one moved just before it (`next`): a sequential pass, as in a resize.
+        let mut next = 0;
+        while p < m.slots.len() && (p < end || !m.slots[p].is_empty()) {
+            let s = m.slots[p];
+            if !s.is_empty() {
+                let mut q = home_in(s.tag, self.cap).max(next);
+                while q < self.slots.len() && !self.slots[q].is_empty() {
+                    q += 1;
+                }
+                if q >= self.slots.len() {
+                    // The new array's overflow area ran out (pathological tags): rebuild.
+                    m.pos = p;
+                    return self.rebuild_grown();
+                }
+                self.slots[q] = s;
+                next = q + 1;
+            }
+            p += 1;
+        }
+        if p >= m.slots.len() {
+            let done = self.moving.take().expect("growing");
+            self.retired = Some(done.slots);
+            self.bound = u64::MAX;
+        } else {
+            m.pos = p;
+            // Every tag whose home in the old array is before `p` has moved.
+            self.bound = (p as u64) << (32 - m.cap.trailing_zeros());
+        }
+    }
+
+    /// Finish a growth under way at once.
+    fn settle(&mut self) {
+        if self.moving.is_some() {
+            self.move_slots(usize::MAX);
+        }
+    }
+
+    /// Finish a growth whose new array ran out of overflow room: every slot into a table of
+    /// twice the size.
+    fn rebuild_grown(&mut self) {
+        let all: Vec<Slot> = self.iter().copied().collect();
+        let cap = self.cap * 2;
+        self.moving = None;
+        self.bound = u64::MAX;
+        self.slots = Slots::zeroed(cap + overflow(cap));
+        self.cap = cap;
+        self.len = 0;
+        let n = all.len();
+        self.fill_sorted(all.into_iter(), n);
+    }
+
     /// Insert a slot (the caller guarantees no equal slot exists).
     pub fn insert(&mut self, slot: Slot) {
         debug_assert!(!slot.is_empty());
-        if (self.len + 1) as f64 > self.cap as f64 * self.max_load {
+        self.step();
+        let limit = if self.cap >= DEFER_CAP {
+            self.max_load + SLACK
+        } else {
+            self.max_load
+        };
+        if (self.len + 1) as f64 > self.cap as f64 * limit {
             self.resize(self.cap * 2);
         }
         loop {
-            let mut p = self.home(slot.tag);
-            while p < self.slots.len() && !self.slots[p].is_empty() && self.slots[p].tag <= slot.tag
-            {
-                p += 1;
+            let (slots, cap) = self.part_mut(slot.tag);
+            if insert_in(slots, cap, slot) {
+                self.len += 1;
+                return;
             }
-            let Some(empty) = self.slots[p..].iter().position(Slot::is_empty) else {
-                // The run reaches the end of the overflow area.
-                self.resize(self.cap * 2);
-                continue;
-            };
-            let e = p + empty;
-            self.slots.copy_within(p..e, p + 1);
-            self.slots[p] = slot;
-            self.len += 1;
-            return;
+            // The run reaches the end of the overflow area.
+            self.resize(self.cap * 2);
         }
     }
 
     /// Remove this exact slot. Returns false when absent.
     pub fn remove(&mut self, slot: &Slot) -> bool {
-        let Some(mut i) = self.position(slot) else {
+        self.step();
+        let (slots, cap) = self.part_mut(slot.tag);
+        let Some(i) = position_in(slots, cap, slot) else {
             return false;
         };
-        // Shift left every following slot that sits after its home.
-        loop {
-            let j = i + 1;
-            if j >= self.slots.len()
-                || self.slots[j].is_empty()
-                || self.home(self.slots[j].tag) >= j
-            {
-                self.slots[i] = Slot::default();
-                break;
-            }
-            self.slots[i] = self.slots[j];
-            i = j;
-        }
+        remove_at(slots, cap, i);
         self.len -= 1;
         true
     }
 
     /// Every slot, in tag order.
     pub fn iter(&self) -> impl Iterator<Item = &Slot> + '_ {
-        self.slots.iter().filter(|s| !s.is_empty())
+        let old: &[Slot] = match &self.moving {
+            Some(m) => &m.slots[m.pos..],
+            None => &[],
+        };
+        self.slots
+            .iter()
+            .chain(old.iter())
+            .filter(|s| !s.is_empty())
     }
 
     pub fn clear(&mut self) {
@@ -370,13 +600,19 @@ impl Table {
 
     /// Make room for `additional` more slots without growing.
     pub fn reserve(&mut self, additional: usize) {
+        self.settle();
         let want = Table::with_capacity(self.len + additional).cap;
         if want > self.cap {
             self.resize(want);
         }
     }
 
+    /// Grow to `cap` home positions at once (finishing a growth under way first).
     fn resize(&mut self, cap: usize) {
+        self.settle();
+        if cap <= self.cap {
+            return;
+        }
         let old = std::mem::replace(&mut self.slots, Slots::zeroed(cap + overflow(cap)));
         let n = self.len;
         self.cap = cap;
@@ -391,12 +627,13 @@ impl Table {
         self.fill_sorted(slots, n);
     }
 
-    /// Fill an empty table from slots given in tag order: one sequential pass.
+    /// Fill an empty table (not growing) from slots given in tag order: one sequential pass.
     fn fill_sorted(&mut self, slots: impl Iterator<Item = Slot>, n: usize) {
+        debug_assert!(self.moving.is_none());
         let mut next = 0usize;
         let mut pending = Vec::new();
         for s in slots {
-            let p = self.home(s.tag).max(next);
+            let p = home_in(s.tag, self.cap).max(next);
             if p >= self.slots.len() {
                 pending.push(s);
                 continue;
@@ -430,31 +667,46 @@ impl Table {
     }
 
     /// Check the invariants (tests and `check`): sorted, each slot at or after its home with no
-    /// empty slot in between, and the count right.
+    /// empty slot in between, and the count right; while growing, the same for the unmoved
+    /// part of the old array, every tag below `bound` in the new array and none in the old.
     pub fn verify(&self) -> Result<(), String> {
-        let mut n = 0;
-        let mut prev: Option<u32> = None;
-        let mut last_empty: Option<usize> = None;
-        for (i, s) in self.slots.iter().enumerate() {
-            if s.is_empty() {
-                last_empty = Some(i);
-                continue;
-            }
-            n += 1;
-            if prev.is_some_and(|p| p > s.tag) {
-                return Err(format!("slot {i} out of tag order"));
-            }
-            prev = Some(s.tag);
-            let h = self.home(s.tag);
-            if h > i || last_empty.is_some_and(|e| e >= h) {
-                return Err(format!("slot {i} is not reachable from its home {h}"));
-            }
+        let mut n = verify_part(&self.slots, 0, self.cap, 0, self.bound)?;
+        if let Some(m) = &self.moving {
+            n += verify_part(&m.slots, m.pos, m.cap, self.bound, u64::MAX)
+                .map_err(|e| format!("old array: {e}"))?;
         }
         if n != self.len {
             return Err(format!("{} slots counted as {}", n, self.len));
         }
         Ok(())
     }
+}
+
+/// Check one array from position `from` (see `Table::verify`), every tag in `lo..hi` (`hi`
+/// `u64::MAX`: no upper limit); returns its number of slots.
+fn verify_part(slots: &[Slot], from: usize, cap: usize, lo: u64, hi: u64) -> Result<usize, String> {
+    let mut n = 0;
+    let mut prev: Option<u32> = None;
+    let mut last_empty: Option<usize> = None;
+    for (i, s) in slots.iter().enumerate().skip(from) {
+        if s.is_empty() {
+            last_empty = Some(i);
+            continue;
+        }
+        n += 1;
+        if prev.is_some_and(|p| p > s.tag) {
+            return Err(format!("slot {i} out of tag order"));
+        }
+        if (s.tag as u64) < lo || (hi != u64::MAX && s.tag as u64 >= hi) {
+            return Err(format!("slot {i} has tag {} outside {lo}..{hi}", s.tag));
+        }
+        prev = Some(s.tag);
+        let h = home_in(s.tag, cap);
+        if h > i || h < from || last_empty.is_some_and(|e| e >= h) {
+            return Err(format!("slot {i} is not reachable from its home {h}"));
+        }
+    }
+    Ok(n)
 }
 
 #[cfg(test)]
@@ -570,6 +822,114 @@ mod tests {
             got.sort_by_key(|s| (s.tag, s.off));
             model.sort_by_key(|s| (s.tag, s.off));
             prop_assert_eq!(got, model);
+        }
+
+        /// A table that grows a few slots at a time (`grow_into`, then `step` with each
+        /// write) answers like a multiset at every point of the move, in both arrays, and
+        /// keeps its invariants; growing again, retiring and settling all keep the contents.
+        #[test]
+        fn grows_while_it_is_written(
+            start in 0usize..3000,
+            tag_bits in 8u32..32,
+            ops in proptest::collection::vec((0u8..10, any::<u32>(), any::<u32>()), 1..1500),
+        ) {
+            let mut t = Table::default();
+            let mut model: Vec<Slot> = Vec::new();
+            let mut x = 0x2545_f491_4f6c_dd1du64 ^ start as u64;
+            let mask = if tag_bits == 32 { u32::MAX } else { (1u32 << tag_bits) - 1 };
+            let scatter = |v: u32| (v & mask).wrapping_mul(0x9e37_79b1);
+            for i in 0..start {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let s = slot(scatter(x as u32), i as u32);
+                t.insert(s);
+                model.push(s);
+            }
+            for (kind, a, b) in ops {
+                match kind {
+                    0..=3 => {
+                        let s = slot(scatter(a), b);
+                        if !model.contains(&s) { t.insert(s); model.push(s); }
+                    }
+                    4 | 5 if !model.is_empty() => {
+                        let i = a as usize % model.len();
+                        let s = model.swap_remove(i);
+                        prop_assert!(t.remove(&s));
+                    }
+                    6 if !model.is_empty() => {
+                        let i = a as usize % model.len();
+                        let new = Slot { off: b, seg: 2, ..model[i] };
+                        if !model.contains(&new) {
+                            prop_assert!(t.replace(&model[i], new));
+                            model[i] = new;
+                        }
+                    }
+                    7 | 8 => {
+                        // Grow as a writer would, or try to while a growth is under way.
+                        let spare = Spare::new(t.grow_cap());
+                        drop(t.grow_into(spare));
+                        drop(t.take_retired());
+                    }
+                    _ => {
+                        let s = slot(scatter(a), b);
+                        prop_assert_eq!(t.contains(&s), model.contains(&s));
+                        let present = model.iter().position(|m| *m == s);
+                        prop_assert_eq!(t.remove(&s), present.is_some());
+                        if let Some(p) = present { model.swap_remove(p); }
+                    }
+                }
+                prop_assert!(t.verify().is_ok(), "{:?}", t.verify());
+                prop_assert_eq!(t.len(), model.len());
+            }
+            for m in &model {
+                prop_assert!(t.candidates(m.tag).any(|s| s == m), "lost {:?}", m);
+            }
+            let mut got: Vec<Slot> = t.iter().copied().collect();
+            prop_assert!(got.windows(2).all(|w| w[0].tag <= w[1].tag), "iter out of tag order");
+            got.sort_by_key(|s| (s.tag, s.off, s.seg));
+            model.sort_by_key(|s| (s.tag, s.off, s.seg));
+            prop_assert_eq!(&got, &model);
+            // Settling (as `reserve` does) finishes any growth and changes nothing else.
+            t.reserve(0);
+            prop_assert!(t.moving.is_none());
+            t.verify().map_err(TestCaseError::fail)?;
+            let mut after: Vec<Slot> = t.iter().copied().collect();
+            after.sort_by_key(|s| (s.tag, s.off, s.seg));
+            prop_assert_eq!(after, model);
+        }
+    }
+
+    /// A growth moves every slot once enough writes follow it, then hands the old array
+    /// back to be freed.
+    #[test]
+    fn a_growth_finishes_and_retires_the_old_array() {
+        let mut t = Table::default();
+        let tag = |i: u32| i.wrapping_mul(2_654_435_761);
+        for i in 0..20_000u32 {
+            t.insert(slot(tag(i), i));
+        }
+        assert!(t.cap >= DEFER_CAP);
+        let old_cap = t.cap;
+        assert!(t.grow_into(Spare::new(t.grow_cap())).is_none());
+        assert!(t.moving.is_some());
+        assert_eq!(t.cap, 2 * old_cap);
+        let mut writes = 0;
+        while t.moving.is_some() {
+            t.insert(slot(tag(20_000 + writes), 20_000 + writes));
+            writes += 1;
+            t.verify().unwrap();
+        }
+        // MOVE_STEP positions per write (a little more to reach an empty position).
+        let positions = old_cap + overflow(old_cap);
+        assert!(
+            writes as usize <= positions / MOVE_STEP + 1,
+            "{writes} writes"
+        );
+        assert!(t.take_retired().is_some());
+        assert!(t.take_retired().is_none());
+        for i in 0..20_000 + writes {
+            assert!(t.contains(&slot(tag(i), i)), "lost {i}");
         }
     }
 }

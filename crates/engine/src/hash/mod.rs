@@ -1,13 +1,15 @@
 //! The on-disk hash database (`PATH.kh`): a log-structured hash.
 //!
 //! A database is a directory of append-only segment files of checksummed records plus an index
-//! checkpoint. The index lives in memory: 32 shards, each a `RwLock` over its write sequence and
+//! checkpoint. The index lives in memory: 64 shards, each a `RwLock` over its write sequence and
 //! an ordered linear-probing table of 12-byte slots (32-bit hash tag, segment id, offset) — no
 //! key bytes in memory. A read locks one shard for reading and checks the candidate records on
 //! disk (memory-mapped). A write locks one shard for writing, takes the shard's next seq, appends
 //! its record to the writing thread's lane (its own log and buffer: a short critical section, one
 //! memcpy) and points the slot at it. Writers on different shards run in parallel and share no
-//! log; the seq orders a key's records across lanes.
+//! log; the seq orders a key's records across lanes. Nothing slow happens under a shard lock:
+//! a full lane buffer is written to the file, and a table's next array is made, after the lock
+//! is released (`Inner::after_write`, `DiskHash::unlock`).
 //!
 //! Durability: see docs/ARCHITECTURE.md. In short: records reach the file through a per-lane
 //! write buffer flushed every 50 ms (and whenever it fills); `sync=always` makes each write wait
@@ -297,8 +299,12 @@ enum Acct {
 /// One lane: an independent log with its own active segment and buffer. Each thread writes to
 /// its own lane (see `Inner::my_lane`), so writers on different threads share no log lock and
 /// no buffer; the records of one key may be in several lanes, ordered by their shard seq.
+///
+/// The flag says that the buffer has reached `bufsiz`: a writer then flushes it after it has
+/// released the shard lock (`Inner::after_write`), so that the other writers never wait
+/// behind a `bufsiz` write to the file. `append` flushes by itself only at twice `bufsiz`.
 #[repr(align(128))]
-struct Lane(Mutex<Tail>);
+struct Lane(Mutex<Tail>, AtomicBool);
 
 /// The last fill of a lane's active segment (`Inner::fill_lane`): zeros from `from` to `to` of
 /// segment `seg` (`to` 0 when it failed).
@@ -611,14 +617,17 @@ fn open_inner(
     // Placeholder tails until recovery knows each lane's active segment.
     let tails: Box<[Lane]> = (0..lanes)
         .map(|lane| {
-            Lane(Mutex::new(Tail::new(Arc::new(Segment::new(
-                0,
-                lane,
-                salt,
-                dir.join("none"),
-                Arc::new(NullFile),
-                SEG_HEADER_LEN as u64,
-            )))))
+            Lane(
+                Mutex::new(Tail::new(Arc::new(Segment::new(
+                    0,
+                    lane,
+                    salt,
+                    dir.join("none"),
+                    Arc::new(NullFile),
+                    SEG_HEADER_LEN as u64,
+                )))),
+                AtomicBool::new(false),
+            )
         })
         .collect();
     let next_seg = table.segs.keys().next_back().map_or(1, |&id| id + 1);
@@ -1153,7 +1162,9 @@ impl Inner {
             if seal {
                 format::seal(&mut tail.buf[start..], seed);
             }
-            if tail.buf.len() >= bufsiz {
+            // Writers flush a full buffer once they have left the shard lock (`Lane`); this
+            // bounds the buffer when nobody does.
+            if tail.buf.len() >= 2 * bufsiz {
                 self.flush(tail)?;
             }
         }
@@ -1206,6 +1217,7 @@ impl Inner {
         let len = hdr.as_slice().len() + key.len() + stored.bytes.len();
         let mut tail = self.tails[lane].0.lock();
         let (seg, off) = self.append(&mut tail, &[hdr.as_slice(), key, &stored.bytes], true)?;
+        self.note_full(lane, &tail);
         if let Acct::Lane { old } = acct {
             self.note_live(&mut tail, seg, len as i64);
             if let Some((oseg, olen)) = old {
@@ -1219,6 +1231,7 @@ impl Inner {
         let hdr = HeaderBuf::delete(key.len(), seq);
         let mut tail = self.tails[lane].0.lock();
         self.append(&mut tail, &[hdr.as_slice(), key], true)?;
+        self.note_full(lane, &tail);
         if let Acct::Lane {
             old: Some((oseg, olen)),
         } = acct
@@ -1302,8 +1315,26 @@ impl Inner {
         }
     }
 
+    /// Raise the lane's flag when its buffer is full (see `Lane`).
+    #[inline]
+    fn note_full(&self, lane: usize, tail: &Tail) {
+        if tail.buf.len() >= self.bufsiz.load(Ordering::Relaxed) as usize {
+            self.tails[lane].1.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// After a write, once the shard lock is released: flush this thread's lane if its buffer
+    /// is full, and with `sync=always` wait until the write is durable.
     fn after_write(&self) -> Result<()> {
         if self.sync != SyncMode::Always {
+            let lane = &self.tails[self.my_lane()];
+            if lane.1.load(Ordering::Relaxed) {
+                lane.1.store(false, Ordering::Relaxed);
+                let mut tail = lane.0.lock();
+                if tail.buf.len() >= self.bufsiz.load(Ordering::Relaxed) as usize {
+                    self.flush(&mut tail)?;
+                }
+            }
             return Ok(());
         }
         if crate::durability::deferred() {
@@ -2154,6 +2185,24 @@ impl DiskHash {
         &self.inner.shards[i].0
     }
 
+    /// Release a shard's write lock after a write that may have inserted or removed. When the
+    /// shard's table asks to grow, make the new memory (faulting its pages in) without the
+    /// lock and install it under the lock (the slots move over with later writes); memory
+    /// the table no longer needs is freed after the lock is released. So the shard's other
+    /// writers never wait for the kernel or for a whole table to be copied.
+    #[inline]
+    fn unlock(&self, i: usize, mut tbl: RwLockWriteGuard<'_, ShardState>) {
+        let retired = tbl.take_retired();
+        let grow = tbl.wants_growth().then(|| tbl.grow_cap());
+        drop(tbl);
+        drop(retired);
+        if let Some(cap) = grow {
+            let spare = index::Spare::new(cap);
+            let unused = self.shard(i).write().grow_into(spare);
+            drop(unused);
+        }
+    }
+
     fn stop_background(&self) {
         *self.inner.stop.lock() = true;
         self.inner.stop_cv.notify_all();
@@ -2231,7 +2280,7 @@ impl DiskHash {
             let old = inner.find(&tbl, tag, key, false)?.map(|f| (f.slot, f.len));
             inner.set_slot(&mut tbl, tag, old, s, o, len);
         }
-        drop(tbl);
+        self.unlock(shard, tbl);
         inner.after_write()?;
         Ok(Meta {
             flags,
@@ -2358,7 +2407,7 @@ impl Store for DiskHash {
                 None
             }
         };
-        drop(tbl);
+        self.unlock(shard, tbl);
         inner.after_write()?;
         Ok(result)
     }
@@ -2376,7 +2425,7 @@ impl Store for DiskHash {
         let mut tbl = self.shard(shard).write();
         let old = inner.find(&tbl, tag, key, false)?.map(|f| (f.slot, f.len));
         let meta = inner.put_locked(&mut tbl, tag, key, old, &stored, flags, expires)?;
-        drop(tbl);
+        self.unlock(shard, tbl);
         inner.after_write()?;
         Ok(meta)
     }

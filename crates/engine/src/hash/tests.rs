@@ -1038,21 +1038,29 @@ fn corrupt_checkpoint_falls_back_to_full_rebuild() {
     assert!(db.get(b"k5").unwrap().is_none());
 }
 
+/// Four writers, each with its own keys, put, overwrite and delete while reading back: enough
+/// records that every shard's table grows while it is written (the slots move a few at a time
+/// with later writes) and, with a small `bufsiz`, that lanes are flushed after the writes
+/// leave the shard lock. Every key ends as its writer left it, after a reopen too.
 #[test]
 fn concurrent_writers_and_readers() {
+    const PER: u32 = 40_000;
     let dir = tempfile::tempdir().unwrap();
-    let db = Arc::new(
-        DiskHash::open(
-            &dir.path().join("m.kh"),
-            &Params::parse("segsiz=1m#sync=none").unwrap(),
-        )
-        .unwrap(),
-    );
-    let hs: Vec<_> = (0..4)
+    let path = dir.path().join("m.kh");
+    let params = Params::parse("segsiz=1m#bufsiz=16k#sync=none").unwrap();
+    let db = Arc::new(DiskHash::open(&path, &params).unwrap());
+    let expect = |i: u32| -> Option<Vec<u8>> {
+        match i % 10 {
+            0 => None,
+            1..=3 => Some(format!("again {i}").into_bytes()),
+            _ => Some(i.to_le_bytes().to_vec()),
+        }
+    };
+    let hs: Vec<_> = (0..4u32)
         .map(|t| {
             let db = db.clone();
             std::thread::spawn(move || {
-                for i in 0..5000u32 {
+                for i in 0..PER {
                     let k = format!("{t}:{i}");
                     db.put(k.as_bytes(), &i.to_le_bytes()).unwrap();
                     if i % 7 == 0 {
@@ -1061,6 +1069,30 @@ fn concurrent_writers_and_readers() {
                             i.to_le_bytes()
                         );
                     }
+                    // Go back to an earlier key of this thread: overwrite or delete it.
+                    if i >= 100 {
+                        let j = i - 100;
+                        let kj = format!("{t}:{j}");
+                        match j % 10 {
+                            0 => assert!(db.out(kj.as_bytes()).unwrap()),
+                            1..=3 => {
+                                db.put(kj.as_bytes(), format!("again {j}").as_bytes())
+                                    .unwrap();
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                for j in PER - 100..PER {
+                    let kj = format!("{t}:{j}");
+                    match j % 10 {
+                        0 => assert!(db.out(kj.as_bytes()).unwrap()),
+                        1..=3 => {
+                            db.put(kj.as_bytes(), format!("again {j}").as_bytes())
+                                .unwrap();
+                        }
+                        _ => {}
+                    }
                 }
             })
         })
@@ -1068,8 +1100,23 @@ fn concurrent_writers_and_readers() {
     for h in hs {
         h.join().unwrap();
     }
-    assert_eq!(db.count(), 20000);
-    assert!(db.check().unwrap().healthy());
+    let verify = |db: &DiskHash| {
+        assert_eq!(db.count(), 4 * PER as u64 * 9 / 10);
+        for t in 0..4 {
+            for i in 0..PER {
+                let got = db
+                    .get(format!("{t}:{i}").as_bytes())
+                    .unwrap()
+                    .map(|r| r.value);
+                assert_eq!(got, expect(i), "key {t}:{i}");
+            }
+        }
+        assert!(db.check().unwrap().healthy());
+    };
+    verify(&db);
+    Arc::into_inner(db).unwrap().close().unwrap();
+    let db = DiskHash::open(&path, &params).unwrap();
+    verify(&db);
 }
 
 #[derive(Clone, Debug)]
