@@ -25,7 +25,7 @@ use self::format::{
     Header, HeaderBuf, PutFields, SEG_HEADER_LEN, T_BATCH, T_CLEAR, T_DELETE, T_PUT,
 };
 use self::index::{Slot, Table};
-use self::segment::{corrupt_at, parse_seg_file_name, seg_file_name, SegTable, Segment};
+use self::segment::{corrupt_at, parse_seg_file_name, seg_file_name, Retired, SegTable, Segment};
 use crate::compress;
 use crate::error::{Error, Result};
 use crate::io::{OsVfs, VFile, Vfs};
@@ -348,7 +348,15 @@ struct Inner {
     /// Seeds every record checksum (the same for every segment of a database).
     salt: u64,
     shards: Box<[Shard]>,
+    /// The segment table. Replaced only through `set_segs`, which keeps `segs_raw` pointing
+    /// at the same table for `segs_locked`.
     segs: ArcSwap<SegTable>,
+    segs_raw: std::sync::atomic::AtomicPtr<SegTable>,
+    segs_update: Mutex<()>,
+    /// Segment tables and maps replaced while a reader under a shard lock may still be
+    /// looking at them through a plain pointer (`segs_locked`, `Published::peek`); freed by
+    /// `reclaim`.
+    retired: Retired,
     lanes: usize,
     tails: Box<[Lane]>,
     next_seg: AtomicU32,
@@ -631,6 +639,7 @@ fn open_inner(
         })
         .collect();
     let next_seg = table.segs.keys().next_back().map_or(1, |&id| id + 1);
+    let table = Arc::new(table);
     let inner = Inner {
         dir: dir.to_path_buf(),
         vfs,
@@ -643,7 +652,10 @@ fn open_inner(
         hash_seed: AtomicU64::new(salt),
         salt,
         shards,
-        segs: ArcSwap::from_pointee(table),
+        segs_raw: std::sync::atomic::AtomicPtr::new(Arc::as_ptr(&table) as *mut SegTable),
+        segs: ArcSwap::new(table),
+        segs_update: Mutex::new(()),
+        retired: Retired::default(),
         lanes,
         tails,
         next_seg: AtomicU32::new(next_seg),
@@ -783,22 +795,66 @@ impl Inner {
         seg.read_file(off, out, len)
     }
 
-    /// Call `f` with the complete verified record at (`seg`, `off`).
+    /// The segment table, by a plain pointer load (no `ArcSwap` guard: this is on every read).
+    ///
+    /// # Safety
+    /// The caller holds a shard lock while it uses the table, or no other thread can be
+    /// reclaiming (see `Published::peek` and `reclaim`).
+    #[inline]
+    unsafe fn segs_locked(&self) -> &SegTable {
+        // SAFETY: `segs_raw` always points at the table `segs` holds or at a replaced one in
+        // `retired`, which `reclaim` frees only after taking every shard lock once.
+        unsafe { &*self.segs_raw.load(Ordering::Acquire) }
+    }
+
+    /// Replace the segment table with `f` of it (serialised; the old one is retired).
+    fn set_segs(&self, f: impl FnOnce(&SegTable) -> SegTable) {
+        let _g = self.segs_update.lock();
+        let old = self.segs.load_full();
+        let new = Arc::new(f(&old));
+        self.segs_raw
+            .store(Arc::as_ptr(&new) as *mut SegTable, Ordering::Release);
+        self.segs.store(new);
+        self.retired.push(Box::new(old));
+    }
+
+    /// Free what was retired before this call once no reader can be looking at it: a reader
+    /// peeks only under a shard lock, so after every shard lock has been taken once, each
+    /// reader that saw a retired pointer has finished. Must be called with no shard or lane
+    /// lock held.
+    fn reclaim(&self) {
+        if self.retired.is_empty() {
+            return;
+        }
+        let batch = self.retired.take();
+        for sh in self.shards.iter() {
+            drop(sh.0.write());
+        }
+        drop(batch);
+    }
+
+    /// Call `f` with the complete verified record at (`seg`, `off`). The caller holds a shard
+    /// lock.
     fn with_record<R>(
         &self,
         seg_id: u32,
         off: u64,
         f: impl FnOnce(&Header, &[u8]) -> R,
     ) -> Result<R> {
-        let segs = self.segs.load();
+        // SAFETY: every caller holds a shard lock (this reads the records a shard's table
+        // points at).
+        let segs = unsafe { self.segs_locked() };
         let seg = segs
             .get(seg_id)
             .ok_or_else(|| Error::Corrupt(format!("index points into missing segment {seg_id}")))?;
         let mut f = Some(f);
         if off < seg.flushed() {
-            if let Some(r) = seg.with_mapped(off, |res| {
-                res.map(|(h, rec)| (f.take().expect("called once"))(&h, rec))
-            }) {
+            // SAFETY: as above.
+            if let Some(r) = unsafe {
+                seg.with_mapped(off, |res| {
+                    res.map(|(h, rec)| (f.take().expect("called once"))(&h, rec))
+                })
+            } {
                 return r;
             }
         }
@@ -1074,10 +1130,10 @@ impl Inner {
         seg.dirty.store(true, Ordering::Release);
         let segsiz = self.cfg.lock().segsiz;
         if let Some(m) = self.vfs.map(&path, segsiz as usize) {
-            seg.map.store(Some(Arc::new(m)));
+            seg.map.store(Some(Arc::new(m)), &self.retired);
         }
         let seg = Arc::new(seg);
-        self.segs.rcu(|t| {
+        self.set_segs(|t| {
             let mut t = SegTable::clone(t);
             t.segs.insert(id, seg.clone());
             t
@@ -1102,7 +1158,7 @@ impl Inner {
             if !seg.sealed.load(Ordering::Acquire) {
                 active.push(m);
             } else if mapped > msiz {
-                seg.map.store(None);
+                seg.map.store(None, &self.retired);
             }
         }
         if mapped > msiz {
@@ -1685,7 +1741,7 @@ impl Inner {
         for lane in 0..self.lanes {
             if let Some(active) = table.segs.values().rev().find(|s| s.lane == lane) {
                 if let Some(m) = self.vfs.map(&active.path, segsiz) {
-                    active.map.store(Some(Arc::new(m)));
+                    active.map.store(Some(Arc::new(m)), &self.retired);
                 }
                 self.tails[lane].0.lock().set_seg(active.clone());
             }
@@ -1695,7 +1751,7 @@ impl Inner {
             if !active.contains(&s.id) {
                 s.sealed.store(true, Ordering::Release);
                 if let Some(m) = self.vfs.map(&s.path, s.flushed() as usize) {
-                    s.map.store(Some(Arc::new(m)));
+                    s.map.store(Some(Arc::new(m)), &self.retired);
                 }
             }
         }
@@ -1781,7 +1837,7 @@ impl Inner {
         if ids.is_empty() {
             return Ok(());
         }
-        self.segs.rcu(|t| {
+        self.set_segs(|t| {
             let mut t = SegTable::clone(t);
             for id in ids {
                 t.segs.remove(id);
@@ -1792,6 +1848,9 @@ impl Inner {
             let _ = self.vfs.remove(&self.dir.join(seg_file_name(id)));
         }
         self.vfs.sync_dir(&self.dir).map_err(|e| self.poison(&e))?;
+        // Close the removed segments' files and maps now (every caller holds no shard or lane
+        // lock here).
+        self.reclaim();
         Ok(())
     }
 
@@ -2041,6 +2100,7 @@ impl Inner {
             if last_maint.elapsed() >= Duration::from_secs(1) {
                 last_maint = Instant::now();
                 self.trim_maps();
+                self.reclaim();
                 let Some(_m) = self.maint.try_lock() else {
                     continue;
                 };
@@ -2794,6 +2854,7 @@ impl Store for DiskHash {
             }
         };
         inner.closed.store(true, Ordering::Release);
+        inner.reclaim();
         inner.lock.lock().take();
         res
     }

@@ -5,10 +5,93 @@ use super::format::{self, Header, MAX_HEADER_LEN};
 use crate::error::{Error, Result};
 use crate::io::{Map, VFile};
 use arc_swap::ArcSwapOption;
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// Values replaced in a `Published`, kept until no reader can be looking at them (see
+/// `Published::peek` and `Inner::reclaim`).
+#[derive(Default)]
+pub struct Retired(Mutex<Vec<Box<dyn std::any::Any + Send + Sync>>>);
+
+impl Retired {
+    pub fn push(&self, v: Box<dyn std::any::Any + Send + Sync>) {
+        self.0.lock().push(v);
+    }
+
+    /// Everything retired so far.
+    pub fn take(&self) -> Vec<Box<dyn std::any::Any + Send + Sync>> {
+        std::mem::take(&mut *self.0.lock())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.lock().is_empty()
+    }
+}
+
+/// A value replaced as a whole (copy on write) and read two ways:
+/// - `load` / `load_full`: an `ArcSwap` guard, safe anywhere;
+/// - `peek`: one plain pointer load, with no atomic read-modify-write or fence, for the hot
+///   paths, which run under a shard lock. A replaced value goes to the database's `Retired`
+///   list and is freed only after every shard lock has been taken once since
+///   (`Inner::reclaim`): a reader that peeked it under some shard lock has released that lock
+///   by then, and a reader that takes a shard lock later sees the new pointer.
+pub struct Published<T> {
+    arc: ArcSwapOption<T>,
+    raw: AtomicPtr<T>,
+    /// Serialises stores, so that `raw` always matches `arc`.
+    store: Mutex<()>,
+}
+
+fn raw_of<T>(v: &Option<Arc<T>>) -> *mut T {
+    v.as_ref()
+        .map_or(std::ptr::null_mut(), |a| Arc::as_ptr(a) as *mut T)
+}
+
+impl<T: Send + Sync + 'static> Published<T> {
+    pub fn new(v: Option<Arc<T>>) -> Published<T> {
+        Published {
+            raw: AtomicPtr::new(raw_of(&v)),
+            arc: ArcSwapOption::new(v),
+            store: Mutex::new(()),
+        }
+    }
+
+    pub fn load(&self) -> arc_swap::Guard<Option<Arc<T>>> {
+        self.arc.load()
+    }
+
+    pub fn load_full(&self) -> Option<Arc<T>> {
+        self.arc.load_full()
+    }
+
+    /// Replace the value; the old one goes to `retired`.
+    pub fn store(&self, v: Option<Arc<T>>, retired: &Retired) {
+        let _g = self.store.lock();
+        let p = raw_of(&v);
+        let old = self.arc.swap(v);
+        self.raw.store(p, Ordering::Release);
+        if let Some(old) = old {
+            retired.push(Box::new(old));
+        }
+    }
+
+    /// The current value, by a plain load.
+    ///
+    /// # Safety
+    /// The caller holds a shard lock (read or write) of the database whose `Retired` list
+    /// this value's replacements go to, for as long as it uses the reference; or no other
+    /// thread can be reclaiming (the database is being opened).
+    #[inline]
+    pub unsafe fn peek(&self) -> Option<&T> {
+        // SAFETY: `raw` is null or points into an `Arc` still held by `arc` or, once
+        // replaced, by the retired list, which is not freed while the caller holds a shard
+        // lock (see the type's documentation).
+        unsafe { self.raw.load(Ordering::Acquire).as_ref() }
+    }
+}
 
 /// A value alone on its cache line (128 bytes: adjacent-line prefetch pairs lines).
 #[repr(align(128))]
@@ -46,7 +129,7 @@ pub struct Segment {
     /// is sealed; `u32::MAX` while unknown). A delete record in this segment can hide only
     /// records in those segments.
     pub horizon: AtomicU32,
-    pub map: ArcSwapOption<Map>,
+    pub map: Published<Map>,
 }
 
 impl Segment {
@@ -70,7 +153,7 @@ impl Segment {
             dirty: AtomicBool::new(false),
             sealed: AtomicBool::new(false),
             horizon: AtomicU32::new(u32::MAX),
-            map: ArcSwapOption::empty(),
+            map: Published::new(None),
         }
     }
 
@@ -108,13 +191,16 @@ impl Segment {
 
     /// Call `f` with the complete, verified record at `off` when it lies in the mapped, flushed
     /// part: the zero-copy fast path. `None` when the caller must take the slow path.
-    pub fn with_mapped<R>(
+    ///
+    /// # Safety
+    /// As `Published::peek`: the caller holds a shard lock.
+    pub unsafe fn with_mapped<R>(
         &self,
         off: u64,
         f: impl FnOnce(Result<(Header, &[u8])>) -> R,
     ) -> Option<R> {
-        let guard = self.map.load();
-        let m = guard.as_ref()?.as_slice();
+        // SAFETY: the caller holds a shard lock.
+        let m = unsafe { self.map.peek() }?.as_slice();
         let end = (self.flushed() as usize).min(m.len());
         let avail = m.get(off as usize..end)?;
         let res = match format::parse_header(&avail[..avail.len().min(MAX_HEADER_LEN)]) {

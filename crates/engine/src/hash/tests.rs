@@ -1260,3 +1260,79 @@ fn view_shared_pins_mapped_values_that_outlive_compaction() {
     .unwrap();
     assert_eq!(kind, "bytes", "a compressed value is decoded, not pinned");
 }
+
+/// Readers find records through plain pointers to the segment table and the segment maps
+/// (`segs_locked`, `Published::peek`), which are freed only after every shard lock has been
+/// taken once. Race them against everything that replaces those: segments rolled every few
+/// hundred writes, old ones unmapped (a tiny `msiz`), compacted away in the background and by
+/// `optimize`. Every value read must be whole and no older than one the reader saw before.
+#[test]
+fn readers_race_segment_removal_and_unmapping() {
+    const KEYS: u32 = 500;
+    let dir = tempfile::tempdir().unwrap();
+    let params = Params::parse("segsiz=64k#msiz=1#compact=0.1#sync=none").unwrap();
+    let db = Arc::new(DiskHash::open(&dir.path().join("r.kh"), &params).unwrap());
+    let value = |k: u32, v: u32| format!("{k}:{v}:{}", "x".repeat(40 + (k % 50) as usize));
+    for k in 0..KEYS {
+        db.put(&k.to_le_bytes(), value(k, 0).as_bytes()).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (db, stop) = (db.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut v = 1;
+            while !stop.load(Ordering::Relaxed) {
+                for k in 0..KEYS {
+                    db.put(&k.to_le_bytes(), value(k, v).as_bytes()).unwrap();
+                }
+                v += 1;
+            }
+            v
+        })
+    };
+    let readers: Vec<_> = (0..2)
+        .map(|r| {
+            let (db, stop) = (db.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut seen = vec![0u32; KEYS as usize];
+                let mut reads = 0u64;
+                let mut k = r * 7;
+                while !stop.load(Ordering::Relaxed) {
+                    k = (k + 13) % KEYS;
+                    let got = db.get(&k.to_le_bytes()).unwrap().expect("present");
+                    let text = String::from_utf8(got.value).unwrap();
+                    let mut parts = text.split(':');
+                    assert_eq!(parts.next(), Some(k.to_string().as_str()), "{text}");
+                    let v: u32 = parts.next().unwrap().parse().unwrap();
+                    assert_eq!(text, value(k, v), "torn value");
+                    assert!(
+                        v >= seen[k as usize],
+                        "key {k} went back from {}",
+                        seen[k as usize]
+                    );
+                    seen[k as usize] = v;
+                    reads += 1;
+                }
+                reads
+            })
+        })
+        .collect();
+    let until = Instant::now() + Duration::from_millis(1500);
+    let mut optimized = 0;
+    while Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(200));
+        db.optimize("").unwrap();
+        optimized += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let rounds = writer.join().unwrap();
+    for r in readers {
+        assert!(r.join().unwrap() > 0);
+    }
+    assert!(
+        rounds > 2 && optimized > 0,
+        "rounds {rounds}, optimized {optimized}"
+    );
+    assert!(counter(&db, "compactions") > 0);
+    assert!(db.check().unwrap().healthy());
+}
