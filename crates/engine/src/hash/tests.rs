@@ -1060,30 +1060,8 @@ fn concurrent_writers_and_readers() {
         .map(|t| {
             let db = db.clone();
             std::thread::spawn(move || {
-                for i in 0..PER {
-                    let k = format!("{t}:{i}");
-                    db.put(k.as_bytes(), &i.to_le_bytes()).unwrap();
-                    if i % 7 == 0 {
-                        assert_eq!(
-                            db.get(k.as_bytes()).unwrap().unwrap().value,
-                            i.to_le_bytes()
-                        );
-                    }
-                    // Go back to an earlier key of this thread: overwrite or delete it.
-                    if i >= 100 {
-                        let j = i - 100;
-                        let kj = format!("{t}:{j}");
-                        match j % 10 {
-                            0 => assert!(db.out(kj.as_bytes()).unwrap()),
-                            1..=3 => {
-                                db.put(kj.as_bytes(), format!("again {j}").as_bytes())
-                                    .unwrap();
-                            }
-                            _ => {}
-                        }
-                    }
-                }
-                for j in PER - 100..PER {
+                // Go back to an earlier key of this thread: overwrite or delete it.
+                let revisit = |j: u32| {
                     let kj = format!("{t}:{j}");
                     match j % 10 {
                         0 => assert!(db.out(kj.as_bytes()).unwrap()),
@@ -1093,7 +1071,21 @@ fn concurrent_writers_and_readers() {
                         }
                         _ => {}
                     }
+                };
+                for i in 0..PER {
+                    let k = format!("{t}:{i}");
+                    db.put(k.as_bytes(), &i.to_le_bytes()).unwrap();
+                    if i % 7 == 0 {
+                        assert_eq!(
+                            db.get(k.as_bytes()).unwrap().unwrap().value,
+                            i.to_le_bytes()
+                        );
+                    }
+                    if i >= 100 {
+                        revisit(i - 100);
+                    }
                 }
+                (PER - 100..PER).for_each(revisit);
             })
         })
         .collect();
