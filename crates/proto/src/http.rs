@@ -1093,22 +1093,15 @@ mod tests {
         assert_eq!(n + n2, buf.len());
         // Equal duplicates are fine, different ones are not.
         one(b"PUT / HTTP/1.1\r\nContent-Length: 1\r\ncontent-length: 1\r\n\r\nx");
-        assert_eq!(
-            err(b"PUT / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nxy").status,
-            400
-        );
-        assert_eq!(
-            err(b"PUT / HTTP/1.1\r\nContent-Length: -1\r\n\r\n").status,
-            400
-        );
-        assert_eq!(
-            err(b"PUT / HTTP/1.1\r\nContent-Length: 1 2\r\n\r\n").status,
-            400
-        );
-        assert_eq!(
-            err(b"PUT / HTTP/1.1\r\nContent-Length: 0x10\r\n\r\n").status,
-            400
-        );
+        let bad: [&[u8]; 4] = [
+            b"PUT / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nxy",
+            b"PUT / HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+            b"PUT / HTTP/1.1\r\nContent-Length: 1 2\r\n\r\n",
+            b"PUT / HTTP/1.1\r\nContent-Length: 0x10\r\n\r\n",
+        ];
+        for b in bad {
+            assert_eq!(err(b).status, 400, "{:?}", String::from_utf8_lossy(b));
+        }
     }
 
     #[test]

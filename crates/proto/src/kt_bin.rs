@@ -364,11 +364,8 @@ pub enum Reply {
     Pairs(Vec<(Vec<u8>, Vec<u8>)>),
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DecodedReply {
-    Complete { reply: Reply, consumed: usize },
-    Incomplete,
-}
+/// A decoded reply of this protocol.
+pub type DecodedReply = crate::DecodedReply<Reply>;
 
 /// A reply that does not follow the protocol (the connection is unusable).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -21,3 +21,13 @@ pub enum Decoded<T> {
     /// More bytes are needed.
     Incomplete,
 }
+
+/// The result of decoding the start of a buffer of replies (the client side of `tt_bin` and
+/// `kt_bin`): a whole reply, or a need for more bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DecodedReply<R> {
+    /// A whole reply, and how many bytes it took.
+    Complete { reply: R, consumed: usize },
+    /// More bytes are needed.
+    Incomplete,
+}

@@ -871,11 +871,8 @@ pub enum Reply {
     Sid(u32),
 }
 
-#[derive(Clone, Debug, PartialEq)]
-pub enum DecodedReply {
-    Complete { reply: Reply, consumed: usize },
-    Incomplete,
-}
+/// A decoded reply of this protocol.
+pub type DecodedReply = crate::DecodedReply<Reply>;
 
 /// A reply that does not follow the protocol (the connection is unusable).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

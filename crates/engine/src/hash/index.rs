@@ -498,9 +498,11 @@ impl Table {
                     q += 1;
                 }
                 if q >= self.slots.len() {
-                    // The new array's overflow area ran out (pathological tags): rebuild.
+                    // The new array's overflow area ran out (pathological tags): rebuild
+                    // from every slot (`iter` reads the old array from `pos`).
                     m.pos = p;
-                    return self.rebuild_grown();
+                    let all: Vec<Slot> = self.iter().copied().collect();
+                    return self.rebuild(all.len(), all.into_iter());
                 }
                 self.slots[q] = s;
                 next = q + 1;
@@ -523,20 +525,6 @@ impl Table {
         if self.moving.is_some() {
             self.move_slots(usize::MAX);
         }
-    }
-
-    /// Finish a growth whose new array ran out of overflow room: every slot into a table of
-    /// twice the size.
-    fn rebuild_grown(&mut self) {
-        let all: Vec<Slot> = self.iter().copied().collect();
-        let cap = self.cap * 2;
-        self.moving = None;
-        self.bound = u64::MAX;
-        self.slots = Slots::zeroed(cap + overflow(cap));
-        self.cap = cap;
-        self.len = 0;
-        let n = all.len();
-        self.fill_sorted(all.into_iter(), n);
     }
 
     /// Insert a slot (the caller guarantees no equal slot exists).
@@ -898,6 +886,28 @@ mod tests {
             after.sort_by_key(|s| (s.tag, s.off, s.seg));
             prop_assert_eq!(after, model);
         }
+    }
+
+    /// Runs of one tag at the very end of the tag space while a table grows: inserts into the
+    /// old array run out of overflow room, which finishes the growth at once and grows again.
+    #[test]
+    fn equal_tags_at_the_end_across_a_growth() {
+        let mut t = Table::default();
+        for i in 0..6000 {
+            t.insert(slot(u32::MAX, i));
+        }
+        assert!(t.cap >= DEFER_CAP);
+        assert!(t.grow_into(Spare::new(t.grow_cap())).is_none());
+        for i in 6000..30_000 {
+            t.insert(slot(u32::MAX, i));
+            if i % 997 == 0 {
+                t.verify().unwrap();
+            }
+        }
+        t.verify().unwrap();
+        assert_eq!(t.candidates(u32::MAX).count(), 30_000);
+        assert!(t.remove(&slot(u32::MAX, 12_345)));
+        assert_eq!(t.len(), 29_999);
     }
 
     /// A growth moves every slot once enough writes follow it, then hands the old array

@@ -1218,8 +1218,8 @@ impl Inner {
             if seal {
                 format::seal(&mut tail.buf[start..], seed);
             }
-            // Writers flush a full buffer once they have left the shard lock (`Lane`); this
-            // bounds the buffer when nobody does.
+            // Writers flush a full buffer once they have left the shard lock (`Lane`,
+            // `note_full`); this bounds the buffer when nobody does.
             if tail.buf.len() >= 2 * bufsiz {
                 self.flush(tail)?;
             }
@@ -1371,7 +1371,8 @@ impl Inner {
         }
     }
 
-    /// Raise the lane's flag when its buffer is full (see `Lane`).
+    /// Raise the lane's flag when its buffer is full (see `Lane`). Called by the writes that
+    /// end with `after_write`, which flushes it.
     #[inline]
     fn note_full(&self, lane: usize, tail: &Tail) {
         if tail.buf.len() >= self.bufsiz.load(Ordering::Relaxed) as usize {
@@ -2258,6 +2259,7 @@ impl DiskHash {
         drop(retired);
         if let Some(cap) = grow {
             let spare = index::Spare::new(cap);
+            // Bound first, so that the lock (a temporary) is released before the drop.
             let unused = self.shard(i).write().grow_into(spare);
             drop(unused);
         }
@@ -2505,7 +2507,7 @@ impl Store for DiskHash {
         };
         inner.write_delete(inner.my_lane(), key, seq, acct)?;
         tbl.remove(&f.slot);
-        drop(tbl);
+        self.unlock(shard, tbl);
         inner.after_write()?;
         Ok(f.meta.expires == 0 || !is_expired(f.meta.expires, now_secs()))
     }
@@ -2566,8 +2568,11 @@ impl Store for DiskHash {
         let mut hdr = Vec::with_capacity(16);
         format::encode_batch_header(&mut hdr, body.len(), ops.len());
         let (seg, off) = {
-            let mut tail = inner.tails[inner.my_lane()].0.lock();
-            inner.append(&mut tail, &[&hdr, &body], true)?
+            let lane = inner.my_lane();
+            let mut tail = inner.tails[lane].0.lock();
+            let at = inner.append(&mut tail, &[&hdr, &body], true)?;
+            inner.note_full(lane, &tail);
+            at
         };
         let base = off + hdr.len() as u64;
         for (i, op) in ops.iter().enumerate() {
