@@ -322,6 +322,9 @@ impl VFile for SimFile {
 #[derive(Clone, Default)]
 pub struct SimVfs {
     files: Arc<Mutex<HashMap<PathBuf, Arc<SimFile>>>>,
+    /// The directory entries as of each directory's last `sync_dir`: what a crash leaves.
+    /// Files created, removed or renamed since then come back to this state.
+    names: Arc<Mutex<HashMap<PathBuf, Arc<SimFile>>>>,
     locks: Arc<Mutex<std::collections::HashSet<PathBuf>>>,
     shared: Arc<SimShared>,
 }
@@ -422,6 +425,10 @@ impl SimVfs {
             st.durable = img;
             st.pending.clear();
         }
+        drop(files);
+        // Directory entries not made durable by a `sync_dir` are lost (created files vanish,
+        // removed ones come back), as on a real file system after a power loss.
+        *self.files.lock() = self.names.lock().clone();
         self.locks.lock().clear();
     }
 
@@ -445,6 +452,7 @@ impl SimVfs {
 
     /// Delete a file outright (to test recovery without it).
     pub fn remove_file(&self, path: &Path) -> bool {
+        self.names.lock().remove(path);
         self.files.lock().remove(path).is_some()
     }
 
@@ -514,8 +522,15 @@ impl Vfs for SimVfs {
         let files = self.files.lock();
         files.contains_key(path) || files.keys().any(|p| p.starts_with(path))
     }
-    fn sync_dir(&self, _dir: &Path) -> io::Result<()> {
-        self.shared.tick()
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.shared.tick()?;
+        let files = self.files.lock();
+        let mut names = self.names.lock();
+        names.retain(|p, _| p.parent() != Some(dir));
+        for (p, f) in files.iter().filter(|(p, _)| p.parent() == Some(dir)) {
+            names.insert(p.clone(), f.clone());
+        }
+        Ok(())
     }
     fn lock(&self, path: &Path) -> io::Result<Box<dyn std::any::Any + Send + Sync>> {
         let mut locks = self.locks.lock();
@@ -537,6 +552,7 @@ mod tests {
     fn sim_crash_drops_unsynced() {
         let fs = SimVfs::new();
         let f = fs.open(Path::new("/d/a"), true).unwrap();
+        fs.sync_dir(Path::new("/d")).unwrap();
         f.write_at(b"hello", 0).unwrap();
         f.sync().unwrap();
         f.write_at(b"world", 5).unwrap();
@@ -545,6 +561,33 @@ mod tests {
         fs.crash(CrashMode::DropUnsynced);
         let f = fs.open(Path::new("/d/a"), false).unwrap();
         assert_eq!(f.len().unwrap(), 5);
+    }
+
+    #[test]
+    fn sim_crash_forgets_names_not_synced() {
+        let fs = SimVfs::new();
+        let d = Path::new("/d");
+        let a = fs.open(&d.join("a"), true).unwrap();
+        a.write_at(b"a", 0).unwrap();
+        a.sync().unwrap();
+        fs.sync_dir(d).unwrap();
+        let b = fs.open(&d.join("b"), true).unwrap();
+        b.write_at(b"b", 0).unwrap();
+        b.sync().unwrap();
+        fs.rename(&d.join("a"), &d.join("c")).unwrap();
+        fs.crash(CrashMode::DropUnsynced);
+        // `b` was synced but its name was not; the rename was not either.
+        assert_eq!(fs.list(d).unwrap(), vec!["a".to_string()]);
+        let b = fs.open(&d.join("b"), true).unwrap();
+        b.write_at(b"b", 0).unwrap();
+        fs.sync_dir(d).unwrap();
+        fs.remove(&d.join("a")).unwrap();
+        fs.crash(CrashMode::DropUnsynced);
+        let mut names = fs.list(d).unwrap();
+        names.sort();
+        assert_eq!(names, vec!["a".to_string(), "b".to_string()]);
+        // The data of `b` was never synced: only its name survived.
+        assert_eq!(fs.open(&d.join("b"), false).unwrap().len().unwrap(), 0);
     }
 
     #[test]

@@ -22,7 +22,7 @@ pub mod index;
 pub mod segment;
 
 use self::format::{
-    Header, HeaderBuf, PutFields, SEG_HEADER_LEN, T_BATCH, T_CLEAR, T_DELETE, T_PUT,
+    Header, HeaderBuf, PutFields, MAX_HEADER_LEN, SEG_HEADER_LEN, T_BATCH, T_CLEAR, T_DELETE, T_PUT,
 };
 use self::index::{Slot, Table};
 use self::segment::{corrupt_at, parse_seg_file_name, seg_file_name, Retired, SegTable, Segment};
@@ -52,6 +52,14 @@ const CKPT_MAGIC: &[u8; 8] = b"KURAIDX1";
 const CKPT_VERSION: u32 = 1;
 /// How often the background thread hands the write buffer to the OS.
 const FLUSH_TICK: Duration = Duration::from_millis(50);
+/// How often the compaction thread looks for segments to compact.
+const COMPACT_TICK: Duration = Duration::from_millis(100);
+/// How long one round of background compaction may hold the maintenance lock.
+const COMPACT_BUDGET: Duration = Duration::from_millis(500);
+/// Segments waiting for compaction beyond which the compaction thread stops yielding the CPU.
+const COMPACT_BACKLOG: usize = 8;
+/// Background compaction copies live records at most this fast (bytes per second).
+const COMPACT_RATE: u64 = 64 << 20;
 
 const PARAMS: &[&str] = &[
     "bnum", "sync", "compress", "segsiz", "bufsiz", "msiz", "compact", "ckptsiz", "lanes",
@@ -186,7 +194,12 @@ fn shard_max_load(i: usize) -> f64 {
 thread_local! {
     /// This thread's lane number (before `% lanes`), given out on first use.
     static THREAD_LANE: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+    /// This thread's buffer for records read outside the maps (still in a lane's buffer, or in
+    /// an unmapped segment), kept between reads so that they allocate nothing.
+    static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
+/// The largest `SCRATCH` buffer a thread keeps after a read.
+const SCRATCH_KEEP: usize = 64 << 10;
 static NEXT_THREAD_LANE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Segments whose live-byte changes a lane collects before adding them to the counters.
@@ -366,6 +379,12 @@ struct Inner {
     is_poisoned: AtomicBool,
     closed: AtomicBool,
     commit: Mutex<CommitState>,
+    /// Sealed segments that compaction found a damaged record in (it leaves them be).
+    damaged: Mutex<Vec<u32>>,
+    /// Held for the whole of `sync_now`.
+    sync_one: Mutex<()>,
+    /// A segment was created since the directory was last synced.
+    dir_dirty: AtomicBool,
     commit_cv: Condvar,
     /// Where recovery replays each lane from (set by a valid checkpoint).
     replay_from: Mutex<Option<Vec<(u32, u64)>>>,
@@ -450,6 +469,7 @@ impl DiskHash {
         let mut threads: Vec<(&str, BgThread)> = Vec::new();
         if !readonly {
             threads.push(("kura-kh-bg", Inner::background));
+            threads.push(("kura-kh-gc", Inner::compactor));
             if db.inner.sync == SyncMode::Always {
                 threads.push(("kura-kh-fill", Inner::filler));
             }
@@ -468,6 +488,24 @@ impl DiskHash {
 
 /// A background thread's body.
 type BgThread = fn(Arc<Inner>);
+
+/// The share of a segment's bytes that no record in the index needs.
+fn dead_share(s: &Segment) -> f64 {
+    let total = s.flushed().saturating_sub(SEG_HEADER_LEN as u64).max(1);
+    1.0 - (s.live.load(Ordering::Relaxed) as f64 / total as f64)
+}
+
+/// Set the calling thread's nice value, best effort (Linux: per thread).
+fn set_thread_nice(nice: i32) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: plain system calls on the calling thread, no memory passed.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, nice);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = nice;
+}
 
 /// Scan the records of `seg` from `from` to `end`, calling `f(offset, header, record)` for each
 /// valid one. Returns the offset of the first byte that is not a valid record (== `end` when
@@ -665,6 +703,9 @@ fn open_inner(
         is_poisoned: AtomicBool::new(false),
         closed: AtomicBool::new(false),
         commit: Mutex::new(CommitState::default()),
+        sync_one: Mutex::new(()),
+        damaged: Mutex::new(Vec::new()),
+        dir_dirty: AtomicBool::new(false),
         commit_cv: Condvar::new(),
         replay_from: Mutex::new(None),
         maint: Mutex::new(()),
@@ -859,23 +900,57 @@ impl Inner {
             }
         }
         let f = f.take().expect("not yet called");
-        let mut buf = Vec::new();
-        let end = self.seg_end(seg);
-        let avail = end.saturating_sub(off) as usize;
-        self.read_range(seg, off, avail.min(256), &mut buf)?;
-        let h = format::parse_header(&buf)
-            .ok_or_else(|| corrupt_at(seg_id, off, "bad record header"))?;
+        // Taken out of the thread's slot, so a nested read (none today) would just allocate.
+        let mut buf = SCRATCH.with(std::cell::Cell::take);
+        let res = self.read_record(seg, off, &mut buf).and_then(|h| {
+            let rec = &buf[..h.len];
+            if format::verify(rec, seg.seed) {
+                Ok(f(&h, rec))
+            } else {
+                Err(corrupt_at(seg_id, off, "checksum mismatch"))
+            }
+        });
+        if buf.capacity() <= SCRATCH_KEEP {
+            SCRATCH.with(|c| c.set(buf));
+        }
+        res
+    }
+
+    /// Copy the whole record at `off` of `seg` into `out` and return its header, from the
+    /// file or from the lane's buffer, taking the tail lock at most once. Records never straddle
+    /// the flushed end (a flush writes the whole buffer), so one source always holds all of it.
+    /// The caller verifies the checksum.
+    fn read_record(&self, seg: &Segment, off: u64, out: &mut Vec<u8>) -> Result<Header> {
+        out.clear();
+        let bad = |what| corrupt_at(seg.id, off, what);
+        if off >= seg.flushed() {
+            let tail = self.tails[seg.lane].0.lock();
+            let flushed = tail.seg.flushed();
+            if tail.seg.id == seg.id && off >= flushed {
+                let avail = tail
+                    .buf
+                    .get((off - flushed) as usize..)
+                    .ok_or_else(|| bad("read past the end of the log"))?;
+                let h = format::parse_header(&avail[..avail.len().min(MAX_HEADER_LEN)])
+                    .ok_or_else(|| bad("bad record header"))?;
+                let rec = avail
+                    .get(..h.len)
+                    .ok_or_else(|| bad("record runs past the end"))?;
+                out.extend_from_slice(rec);
+                return Ok(h);
+            }
+            // Flushed since the first look: the file has it now.
+        }
+        let avail = seg.flushed().saturating_sub(off) as usize;
+        seg.read_file(off, out, avail.min(MAX_HEADER_LEN))?;
+        let h = format::parse_header(out).ok_or_else(|| bad("bad record header"))?;
         if h.len > avail {
-            return Err(corrupt_at(seg_id, off, "record runs past the end"));
+            return Err(bad("record runs past the end"));
         }
-        if h.len > buf.len() {
-            self.read_range(seg, off, h.len, &mut buf)?;
+        if h.len > out.len() {
+            seg.read_file(off, out, h.len)?;
         }
-        let rec = &buf[..h.len];
-        if !format::verify(rec, seg.seed) {
-            return Err(corrupt_at(seg_id, off, "checksum mismatch"));
-        }
-        Ok(f(&h, rec))
+        Ok(h)
     }
 
     /// Show the record of `key` in a shard table to `f`: candidate records are read in place
@@ -1138,7 +1213,10 @@ impl Inner {
             t.segs.insert(id, seg.clone());
             t
         });
-        self.vfs.sync_dir(&self.dir).map_err(|e| self.poison(&e))?;
+        // Its name becomes durable with the next sync, before any of its records can be
+        // reported durable (an fsync of the directory here, under the shard and lane locks,
+        // was most of a roll's time, and up to 11 ms).
+        self.dir_dirty.store(true, Ordering::Release);
         Ok(seg)
     }
 
@@ -1436,7 +1514,14 @@ impl Inner {
     }
 
     /// Flush the buffer and fdatasync every segment written since its last sync.
+    ///
+    /// Syncs run one at a time: a sync that found a segment clean because another had just
+    /// taken its dirty flag must not return before that other one's fdatasync has finished
+    /// (a checkpoint's sync could otherwise let a group commit acknowledge writes early).
+    /// The directory is synced after the segments, so the name of every segment whose records
+    /// this sync made durable is durable too.
     fn sync_now(&self) -> Result<()> {
+        let _one = self.sync_one.lock();
         for t in self.tails.iter() {
             let mut tail = t.0.lock();
             self.flush(&mut tail)?;
@@ -1448,6 +1533,12 @@ impl Inner {
                     seg.dirty.store(true, Ordering::Release);
                     return Err(self.poison(&e));
                 }
+            }
+        }
+        if self.dir_dirty.swap(false, Ordering::AcqRel) {
+            if let Err(e) = self.vfs.sync_dir(&self.dir) {
+                self.dir_dirty.store(true, Ordering::Release);
+                return Err(self.poison(&e));
             }
         }
         self.counters.syncs.fetch_add(1, Ordering::Relaxed);
@@ -1861,19 +1952,80 @@ impl Inner {
     /// `recode` re-encodes values with the current compression. Called with `maint` held.
     /// Returns false when it stopped early (close requested) or could not compact.
     fn compact_segment(&self, id: u32, recode: bool, rate: Option<u64>) -> Result<bool> {
-        let Some(seg) = self.segs.load().get(id).cloned() else {
+        if self.segs.load().get(id).is_none() {
             return Ok(true);
+        }
+        let Some(moved) = self.relocate_segment(id, recode, rate)? else {
+            return Ok(false);
+        };
+        self.drop_compacted(&[(id, moved)])?;
+        Ok(true)
+    }
+
+    /// Compact sealed segments, the most garbage first, until none is past the threshold or
+    /// `budget` is spent; then one checkpoint for all of them, and they are removed. Keeps up
+    /// with writers that overwrite a small set of keys at disk speed (one segment at a time,
+    /// each with its own checkpoint, did not). Called with `maint` held. Returns how many.
+    fn compact_some(&self, budget: Duration) -> Result<usize> {
+        let started = Instant::now();
+        let mut done: Vec<(u32, u64)> = Vec::new();
+        while started.elapsed() < budget {
+            let skip: Vec<u32> = done.iter().map(|d| d.0).collect();
+            let Some(id) = self.compaction_candidate(&skip) else {
+                break;
+            };
+            match self.relocate_segment(id, false, Some(COMPACT_RATE)) {
+                Ok(Some(moved)) => done.push((id, moved)),
+                Ok(None) => break,
+                Err(e) => {
+                    // What was copied so far is still worth its checkpoint.
+                    self.drop_compacted(&done)?;
+                    return Err(e);
+                }
+            }
+        }
+        self.drop_compacted(&done)?;
+        Ok(done.len())
+    }
+
+    /// After their live records were copied: make the copies durable and save the index (the
+    /// originals must not disappear before), then remove the segments.
+    fn drop_compacted(&self, done: &[(u32, u64)]) -> Result<()> {
+        if done.is_empty() {
+            return Ok(());
+        }
+        self.checkpoint()?;
+        let ids: Vec<u32> = done.iter().map(|d| d.0).collect();
+        self.drop_segments(&ids)?;
+        for &(_, moved) in done {
+            self.counters.compactions.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .relocated_bytes
+                .fetch_add(moved, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Copy the live records of sealed segment `id` to the end of the log. Returns the bytes
+    /// written, or `None` when it stopped early (close requested, a clear that must wait) or
+    /// the segment is not sealed. A segment that is gone has nothing to copy.
+    fn relocate_segment(&self, id: u32, recode: bool, rate: Option<u64>) -> Result<Option<u64>> {
+        let Some(seg) = self.segs.load().get(id).cloned() else {
+            return Ok(Some(0));
         };
         if !seg.sealed.load(Ordering::Acquire) {
-            return Ok(false);
+            return Ok(None);
         }
         let has_older = self.may_hide(&seg);
         let started = Instant::now();
         let mut moved = 0u64;
+        let mut paced = 0u64;
+        let mut seen = 0u32;
         let mut aborted = false;
         let end = seg.flushed();
-        scan_segment(self, &seg, SEG_HEADER_LEN as u64, end, |off, h, rec| {
-            if *self.stop.lock() {
+        let stopped = scan_segment(self, &seg, SEG_HEADER_LEN as u64, end, |off, h, rec| {
+            seen = seen.wrapping_add(1);
+            if seen.is_multiple_of(256) && *self.stop.lock() {
                 aborted = true;
                 return Ok(false);
             }
@@ -1894,7 +2046,8 @@ impl Inner {
                     }
                 }
             }
-            if let Some(rate) = rate {
+            if let Some(rate) = rate.filter(|_| moved != paced) {
+                paced = moved;
                 let due = Duration::from_secs_f64(moved as f64 / rate as f64);
                 if let Some(wait) = due.checked_sub(started.elapsed()) {
                     std::thread::sleep(wait.min(Duration::from_millis(100)));
@@ -1903,16 +2056,20 @@ impl Inner {
             Ok(true)
         })?;
         if aborted {
-            return Ok(false);
+            return Ok(None);
         }
-        // The copies must be durable, and the index saved, before the original disappears.
-        self.checkpoint()?;
-        self.drop_segments(&[id])?;
-        self.counters.compactions.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .relocated_bytes
-            .fetch_add(moved, Ordering::Relaxed);
-        Ok(true)
+        if stopped < end {
+            // A damaged record in a sealed segment: the records after it were not looked at,
+            // so the segment must stay (`check` reports it). Background compaction leaves it
+            // alone from now on.
+            self.damaged.lock().push(id);
+            return Err(corrupt_at(
+                id,
+                stopped,
+                "damaged record; the segment was not compacted",
+            ));
+        }
+        Ok(Some(moved))
     }
 
     /// Whether a segment that existed while `seg` was written still exists: then a delete or
@@ -1940,12 +2097,17 @@ impl Inner {
         let key = &rec[h.key_off..h.key_off + h.klen];
         let (shard, tag) = self.hash(key);
         let lane = self.my_lane();
-        let mut tbl = self.shards[shard].0.write();
         let here = Slot {
             tag,
             seg: seg.id,
             off: off as u32,
         };
+        // Most records of a segment worth compacting are dead, and a dead one stays dead (no
+        // slot is ever pointed back at it): a shared look spares the writers an exclusive lock.
+        if h.typ == T_PUT && !self.shards[shard].0.read().contains(&here) {
+            return Ok(0);
+        }
+        let mut tbl = self.shards[shard].0.write();
         if h.typ == T_DELETE {
             // Needed only to hide an older put in an older segment, and only while the key
             // has no newer live record.
@@ -1999,19 +2161,27 @@ impl Inner {
         Ok(len as u64)
     }
 
-    /// The sealed segment most worth compacting, if any is past the threshold.
-    fn compaction_candidate(&self) -> Option<u32> {
+    /// How many sealed segments are past the compaction threshold.
+    fn compaction_backlog(&self) -> usize {
         let threshold = self.cfg.lock().compact;
         self.segs
             .load()
             .segs
             .values()
-            .filter(|s| s.sealed.load(Ordering::Acquire))
-            .map(|s| {
-                let total = s.flushed().saturating_sub(SEG_HEADER_LEN as u64).max(1);
-                let dead = 1.0 - (s.live.load(Ordering::Relaxed) as f64 / total as f64);
-                (s.id, dead)
-            })
+            .filter(|s| s.sealed.load(Ordering::Acquire) && dead_share(s) >= threshold)
+            .count()
+    }
+
+    /// The sealed segment most worth compacting, if any is past the threshold.
+    fn compaction_candidate(&self, skip: &[u32]) -> Option<u32> {
+        let threshold = self.cfg.lock().compact;
+        self.segs
+            .load()
+            .segs
+            .values()
+            .filter(|s| s.sealed.load(Ordering::Acquire) && !skip.contains(&s.id))
+            .filter(|s| !self.damaged.lock().contains(&s.id))
+            .map(|s| (s.id, dead_share(s)))
             .filter(|&(_, dead)| dead >= threshold)
             .max_by(|a, b| a.1.total_cmp(&b.1))
             .map(|(id, _)| id)
@@ -2074,7 +2244,6 @@ impl Inner {
     fn background(self: Arc<Self>) {
         let mut last_sync = Instant::now();
         let mut last_maint = Instant::now();
-        let mut last_sweep = Instant::now();
         loop {
             {
                 let mut stop = self.stop.lock();
@@ -2102,12 +2271,49 @@ impl Inner {
                 last_maint = Instant::now();
                 self.trim_maps();
                 self.reclaim();
-                let Some(_m) = self.maint.try_lock() else {
-                    continue;
-                };
-                if let Some(id) = self.compaction_candidate() {
-                    let _ = self.compact_segment(id, false, Some(64 << 20));
+            }
+        }
+    }
+
+    /// The compaction thread: every `COMPACT_TICK`, compacts what is past the threshold (for
+    /// up to `COMPACT_BUDGET` at a time), checkpoints when enough was appended, and every 10
+    /// seconds drops expired records. Its own thread, so the flushes and interval syncs of
+    /// `background` never wait behind it.
+    fn compactor(self: Arc<Self>) {
+        let mut nice = 0;
+        let mut last_sweep = Instant::now();
+        let mut last_ckpt_look = Instant::now();
+        loop {
+            {
+                let mut stop = self.stop.lock();
+                if !*stop {
+                    self.stop_cv.wait_for(&mut stop, COMPACT_TICK);
                 }
+                if *stop {
+                    return;
+                }
+            }
+            if self.is_poisoned.load(Ordering::Acquire) {
+                continue;
+            }
+            let Some(_m) = self.maint.try_lock() else {
+                continue;
+            };
+            // At nice 10 compaction takes a small share of a busy CPU instead of preempting
+            // the threads that serve requests (and all of an idle one); when it falls behind
+            // it competes as an equal, so the dead space it leaves stays bounded.
+            let want = if self.compaction_backlog() > COMPACT_BACKLOG {
+                0
+            } else {
+                10
+            };
+            if want != nice {
+                nice = want;
+                set_thread_nice(nice);
+            }
+            let _ = self.compact_some(COMPACT_BUDGET);
+            if last_ckpt_look.elapsed() >= Duration::from_secs(1) {
+                last_ckpt_look = Instant::now();
                 // Two statements: the `cfg` guard must be gone before `data_size` takes the lane
                 // locks (a writer rolling a segment holds its lane lock and then takes `cfg`).
                 let ckptsiz = self.cfg.lock().ckptsiz;
@@ -2115,10 +2321,10 @@ impl Inner {
                 if self.appended_total() >= ckptsiz.max(total / 4) {
                     let _ = self.checkpoint();
                 }
-                if last_sweep.elapsed() >= Duration::from_secs(10) {
-                    last_sweep = Instant::now();
-                    let _ = self.sweep_expired();
-                }
+            }
+            if last_sweep.elapsed() >= Duration::from_secs(10) {
+                last_sweep = Instant::now();
+                let _ = self.sweep_expired();
             }
         }
     }

@@ -177,13 +177,15 @@ impl Segment {
 
     /// Read `len` bytes at `off` from the file part (the caller checked `off + len <= flushed`).
     pub fn read_file(&self, off: u64, out: &mut Vec<u8>, len: usize) -> Result<()> {
-        out.clear();
         if let Some(m) = self.map.load().as_ref() {
             if let Some(b) = m.as_slice().get(off as usize..off as usize + len) {
+                out.clear();
                 out.extend_from_slice(b);
                 return Ok(());
             }
         }
+        // Every byte is read over: only the part that grows is zeroed, not the whole buffer.
+        out.truncate(len);
         out.resize(len, 0);
         self.file.read_at(out, off)?;
         Ok(())
