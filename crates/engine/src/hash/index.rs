@@ -76,6 +76,7 @@ pub fn radix_sort_by_key(v: &mut Vec<Slot>, key: impl Fn(&Slot) -> u64) {
 const HUGE: usize = 2 << 20;
 
 /// The slot array: zeroed memory (an all-zero slot is empty), huge-page backed when large.
+#[repr(C)]
 struct Slots {
     ptr: std::ptr::NonNull<Slot>,
     len: usize,
@@ -272,19 +273,23 @@ struct Moving {
     pos: usize,
 }
 
+/// Laid out (`repr(C)`) so that, behind the shard's lock word, what every write reads or
+/// writes (the array, `cap`, `len`, `bound`) shares the lock's cache line, and the fields that
+/// change only when the table grows come after (see `ShardState`).
 #[derive(Clone, Debug)]
+#[repr(C)]
 pub struct Table {
     /// `cap` home positions followed by the overflow area.
     slots: Slots,
     cap: usize,
     /// Slots in the table (in both arrays while it grows).
     len: usize,
-    /// Load at which the table doubles (shards use different ones so that they do not all
-    /// double at the same moment).
-    max_load: f64,
     /// Tags below this are in `slots`, the others in `moving` (`u64::MAX` when not growing:
     /// every tag is in `slots`). Kept here so that a lookup decides with no extra load.
     bound: u64,
+    /// Load at which the table doubles (shards use different ones so that they do not all
+    /// double at the same moment).
+    max_load: f64,
     moving: Option<Box<Moving>>,
     /// The previous array once every slot has moved out of it, for the writer to free after
     /// releasing the shard lock.
@@ -695,6 +700,20 @@ fn verify_part(slots: &[Slot], from: usize, cap: usize, lo: u64, hi: u64) -> Res
         }
     }
     Ok(n)
+}
+
+#[cfg(test)]
+impl Table {
+    /// Offsets of the fields every write reads or writes, and the size of the table.
+    pub(crate) fn hot_field_ends() -> [usize; 4] {
+        use std::mem::{offset_of, size_of};
+        [
+            offset_of!(Table, slots) + size_of::<Slots>(),
+            offset_of!(Table, cap) + size_of::<usize>(),
+            offset_of!(Table, len) + size_of::<usize>(),
+            offset_of!(Table, bound) + size_of::<u64>(),
+        ]
+    }
 }
 
 #[cfg(test)]

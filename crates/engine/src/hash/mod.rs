@@ -138,12 +138,16 @@ fn loc_of(seg: u32, off: u64) -> u64 {
     ((seg as u64) << 32) | off
 }
 
-/// One shard of the index: its table and its write sequence.
+/// One shard of the index: its table and its write sequence. `repr(C)`, with `seq` and the
+/// table's hot fields first: right behind the lock word, in its cache line (`Table`). Two
+/// writer threads hand a shard's lines back and forth on about every other write; before, the
+/// fields a write touches spanned both of the shard's lines.
 #[derive(Default)]
+#[repr(C)]
 struct ShardState {
-    table: Table,
     /// The seq of the shard's latest write; the next write takes `seq + 1`.
     seq: u64,
+    table: Table,
     /// Large puts being written without the shard lock (see `DiskHash::put_large`).
     inflight: Vec<Inflight>,
 }
@@ -2241,19 +2245,19 @@ impl Inner {
         }
     }
 
+    /// Wait `tick` for a background thread's next round; false once the database is closing.
+    fn pause(&self, tick: Duration) -> bool {
+        let mut stop = self.stop.lock();
+        if !*stop {
+            self.stop_cv.wait_for(&mut stop, tick);
+        }
+        !*stop
+    }
+
     fn background(self: Arc<Self>) {
         let mut last_sync = Instant::now();
         let mut last_maint = Instant::now();
-        loop {
-            {
-                let mut stop = self.stop.lock();
-                if !*stop {
-                    self.stop_cv.wait_for(&mut stop, FLUSH_TICK);
-                }
-                if *stop {
-                    return;
-                }
-            }
+        while self.pause(FLUSH_TICK) {
             if self.poisoned.lock().is_some() {
                 continue;
             }
@@ -2283,16 +2287,7 @@ impl Inner {
         let mut nice = 0;
         let mut last_sweep = Instant::now();
         let mut last_ckpt_look = Instant::now();
-        loop {
-            {
-                let mut stop = self.stop.lock();
-                if !*stop {
-                    self.stop_cv.wait_for(&mut stop, COMPACT_TICK);
-                }
-                if *stop {
-                    return;
-                }
-            }
+        while self.pause(COMPACT_TICK) {
             if self.is_poisoned.load(Ordering::Acquire) {
                 continue;
             }

@@ -1430,3 +1430,20 @@ fn readers_race_segment_removal_and_unmapping() {
     assert!(counter(&db, "compactions") > 0);
     assert!(db.check().unwrap().healthy());
 }
+
+#[test]
+fn a_shards_hot_fields_share_the_lock_words_cache_line() {
+    // Two writing cores pass a shard's lines back and forth; what every write touches (the
+    // lock word, the seq and the table's array, capacity, length and bound) must be one line.
+    let sh = Shard(RwLock::new(ShardState::default()));
+    let base = &sh as *const Shard as usize;
+    let state = sh.0.data_ptr() as usize - base;
+    assert_eq!(base % 64, 0, "a shard must start a cache line");
+    let seq_end = state + std::mem::offset_of!(ShardState, seq) + 8;
+    let table = state + std::mem::offset_of!(ShardState, table);
+    let mut ends = vec![seq_end];
+    ends.extend(Table::hot_field_ends().iter().map(|e| table + e));
+    for end in ends {
+        assert!(end <= 64, "a hot field ends at byte {end} of the shard");
+    }
+}
