@@ -79,7 +79,7 @@ use crate::error::{Error, Result};
 use crate::name::Params;
 use crate::store::{
     check_sizes, is_expired, now_secs, BatchOp, CheckReport, Current, Cursor, Decision, Kind, Meta,
-    Record, Store,
+    Pinned, Record, Shown, Store,
 };
 use hashbrown::HashTable;
 use parking_lot::{RwLock, RwLockWriteGuard};
@@ -88,8 +88,10 @@ use std::cmp::Ordering;
 use std::collections::BTreeSet;
 use std::ops::Bound::{self, Excluded, Included, Unbounded};
 use std::path::Path;
+use std::ptr::NonNull;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
+use std::sync::Arc;
 use xxhash_rust::xxh3::xxh3_64;
 
 /// Number of shards of the hash (a power of two).
@@ -114,15 +116,23 @@ pub const MAX_PRESIZE: u64 = 1 << 24;
 
 /// Reference bit of the CLOCK, packed into the key length.
 const REF_BIT: u32 = 1 << 31;
+/// Set in the key length word when the record's block is an `Arc<[u8]>`, not a `Box<[u8]>`.
+const SHARED_BIT: u32 = 1 << 30;
+/// The key length bits of that word (keys are at most 64 KiB).
+const KLEN_MASK: u32 = !(REF_BIT | SHARED_BIT);
+/// Values at least this large are stored in a shared block, which `view_shared` hands out
+/// (for a server to write to the socket) without copying the value.
+pub const SHARE_MIN: usize = 16 << 10;
 
 /// One stored record: 40 bytes plus one heap block holding key and value.
 ///
 /// The atomics are written only under the owning lock held for writing, except the reference
 /// bit, which readers set under a read lock.
 struct Rec {
-    /// Key followed by value.
-    data: Box<[u8]>,
-    /// Key length (low 31 bits) and the CLOCK reference bit ([`REF_BIT`]).
+    /// Key followed by value: a block from `Box::into_raw`, or with [`SHARED_BIT`] one
+    /// reference to a block from `Arc::into_raw` (the same 16-byte pointer either way).
+    data: NonNull<[u8]>,
+    /// Key length (low 30 bits), [`SHARED_BIT`] and the CLOCK reference bit ([`REF_BIT`]).
     klen_ref: AtomicU32,
     flags: u32,
     expires: AtomicU64,
@@ -132,12 +142,25 @@ struct Rec {
 impl Rec {
     /// The caller has checked the key length with [`check_sizes`] (so it fits in 31 bits).
     fn new(key: &[u8], value: &[u8], flags: u32, expires: u64, version: u64) -> Rec {
-        let mut data = Vec::with_capacity(key.len() + value.len());
-        data.extend_from_slice(key);
-        data.extend_from_slice(value);
+        let len = key.len() + value.len();
+        let klen = key.len() as u32 & KLEN_MASK;
+        let (data, klen_ref) = if value.len() >= SHARE_MIN {
+            let mut block = Arc::<[u8]>::new_uninit_slice(len);
+            let dst = Arc::get_mut(&mut block).expect("a new Arc is unique");
+            dst[..key.len()].write_copy_of_slice(key);
+            dst[key.len()..].write_copy_of_slice(value);
+            // SAFETY: every byte was just written.
+            let block = unsafe { block.assume_init() };
+            (Arc::into_raw(block).cast_mut(), klen | SHARED_BIT)
+        } else {
+            let mut block = Vec::with_capacity(len);
+            block.extend_from_slice(key);
+            block.extend_from_slice(value);
+            (Box::into_raw(block.into_boxed_slice()), klen)
+        };
         Rec {
-            data: data.into_boxed_slice(),
-            klen_ref: AtomicU32::new(key.len() as u32 & !REF_BIT),
+            data: NonNull::new(data).expect("Box and Arc pointers are never null"),
+            klen_ref: AtomicU32::new(klen_ref),
             flags,
             expires: AtomicU64::new(expires),
             version: AtomicU64::new(version),
@@ -145,18 +168,58 @@ impl Rec {
     }
 
     #[inline]
+    fn data(&self) -> &[u8] {
+        // SAFETY: `data` is a live block this record owns (or holds a reference to) until it is
+        // dropped, and no one writes to it.
+        unsafe { self.data.as_ref() }
+    }
+
+    #[inline]
+    fn is_shared(&self) -> bool {
+        self.klen_ref.load(Relaxed) & SHARED_BIT != 0
+    }
+
+    /// Another reference to the record's block, when it is shared.
+    fn share(&self) -> Option<Arc<[u8]>> {
+        self.is_shared().then(|| {
+            let p = self.data.as_ptr().cast_const();
+            // SAFETY: with SHARED_BIT, `data` came from `Arc::into_raw` and this record still
+            // holds that reference, so the count is at least 1; the new reference is owned by
+            // the returned `Arc`.
+            unsafe {
+                Arc::increment_strong_count(p);
+                Arc::from_raw(p)
+            }
+        })
+    }
+
+    #[inline]
     fn klen(&self) -> usize {
-        ((self.klen_ref.load(Relaxed) & !REF_BIT) as usize).min(self.data.len())
+        ((self.klen_ref.load(Relaxed) & KLEN_MASK) as usize).min(self.data().len())
     }
 
     #[inline]
     fn key(&self) -> &[u8] {
-        &self.data[..self.klen()]
+        &self.data()[..self.klen()]
     }
 
     #[inline]
     fn value(&self) -> &[u8] {
-        &self.data[self.klen()..]
+        &self.data()[self.klen()..]
+    }
+
+    /// The value for `view_shared`: pinned when it is at least `min` bytes and shared.
+    fn shown(&self, min: usize) -> Shown<'_> {
+        let value = self.value();
+        if value.len() >= min {
+            if let Some(p) = self
+                .share()
+                .and_then(|b| Pinned::of_bytes(b, self.klen(), value.len()))
+            {
+                return Shown::Pinned(p);
+            }
+        }
+        Shown::Bytes(value)
     }
 
     #[inline]
@@ -218,6 +281,27 @@ impl Rec {
         }
     }
 }
+
+impl Drop for Rec {
+    fn drop(&mut self) {
+        let p = self.data.as_ptr();
+        // SAFETY: `data` came from `Arc::into_raw` (with SHARED_BIT) or `Box::into_raw` in
+        // `Rec::new`, and is given back exactly once, here.
+        unsafe {
+            if self.is_shared() {
+                drop(Arc::from_raw(p.cast_const()));
+            } else {
+                drop(Box::from_raw(p));
+            }
+        }
+    }
+}
+
+// SAFETY: a `Rec` owns its block like a `Box<[u8]>` or holds a reference to it like an
+// `Arc<[u8]>` (both Send and Sync), never writes to it, and its other fields are atomics or
+// plain data.
+unsafe impl Send for Rec {}
+unsafe impl Sync for Rec {}
 
 // Ordered by key, for the tree's `BTreeSet`.
 impl PartialEq for Rec {
@@ -336,7 +420,7 @@ impl Common {
 
     #[inline]
     fn charge(&self, rec: &Rec) -> u64 {
-        self.charge_of(rec.data.len())
+        self.charge_of(rec.data().len())
     }
 
     /// The size limits of every kind, plus `capsiz` for a single record.
@@ -728,6 +812,25 @@ impl Store for MemHash {
             Some(r) if r.is_live_now() => {
                 r.mark_used();
                 f(r.value(), r.meta());
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    fn view_shared(
+        &self,
+        key: &[u8],
+        min: usize,
+        f: &mut dyn FnMut(Shown<'_>, Meta),
+    ) -> Result<bool> {
+        self.common.check_open()?;
+        let hash = xxh3_64(key);
+        let sh = self.shard(shard_of(hash)).read();
+        match sh.find(hash, key).map(|i| &sh.slots[i]) {
+            Some(r) if r.is_live_now() => {
+                r.mark_used();
+                f(r.shown(min), r.meta());
                 Ok(true)
             }
             _ => Ok(false),
@@ -1272,6 +1375,24 @@ impl Store for MemTree {
             Some(r) => {
                 r.mark_used();
                 f(r.value(), r.meta());
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn view_shared(
+        &self,
+        key: &[u8],
+        min: usize,
+        f: &mut dyn FnMut(Shown<'_>, Meta),
+    ) -> Result<bool> {
+        self.common.check_open()?;
+        let t = self.inner.read();
+        match t.set.get(key).filter(|r| r.is_live_now()) {
+            Some(r) => {
+                r.mark_used();
+                f(r.shown(min), r.meta());
                 Ok(true)
             }
             None => Ok(false),
@@ -2068,6 +2189,53 @@ mod tests {
                 assert_eq!(found, want.is_some());
                 assert_eq!(seen, want.map(|r| (r.value, r.meta)));
             }
+        }
+    }
+
+    #[test]
+    fn large_values_are_shown_pinned_and_outlive_their_record() {
+        for db in both("") {
+            let big: Vec<u8> = (0..SHARE_MIN + 5).map(|i| (i % 251) as u8).collect();
+            db.put_with(b"big", &big, 3, 0).unwrap();
+            db.put_with(b"small", b"tiny", 0, 0).unwrap();
+            let mut kept = None;
+            let mut shown = |key: &[u8], min: usize| {
+                let mut pinned = None;
+                assert!(db
+                    .view_shared(key, min, &mut |v, m| {
+                        pinned = Some(matches!(v, Shown::Pinned(_)));
+                        if let Shown::Pinned(p) = v {
+                            kept = Some((p, m));
+                        }
+                    })
+                    .unwrap());
+                pinned.unwrap()
+            };
+            assert!(!shown(b"small", 0), "a small value is shown borrowed");
+            assert!(
+                !shown(b"big", big.len() + 1),
+                "below `min` it is shown borrowed"
+            );
+            assert!(shown(b"big", 1024));
+            let (p, m) = kept.take().unwrap();
+            assert_eq!(p.bytes(), &big[..]);
+            assert_eq!(m.flags, 3);
+            // The record goes (overwritten, then removed, and the store emptied); what was
+            // handed out stays whole.
+            db.put_with(b"big", &vec![9; SHARE_MIN * 2], 0, 0).unwrap();
+            assert!(db.out(b"big").unwrap());
+            db.vanish().unwrap();
+            assert_eq!(p.bytes(), &big[..]);
+            drop(p);
+            // Shared records read, append and iterate like any other.
+            db.put_with(b"big", &big, 0, 0).unwrap();
+            db.putcat(b"big", b"tail").unwrap();
+            let got = db.get(b"big").unwrap().unwrap().value;
+            assert_eq!(&got[..big.len()], &big[..]);
+            assert_eq!(&got[big.len()..], b"tail");
+            let mut c = db.cursor().unwrap();
+            let (k, r) = c.next().unwrap().unwrap();
+            assert_eq!((k.as_slice(), r.value.len()), (&b"big"[..], big.len() + 4));
         }
     }
 

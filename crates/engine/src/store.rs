@@ -27,16 +27,32 @@ pub struct Record {
     pub meta: Meta,
 }
 
-/// A stored value held by shared ownership of the memory it lies in (a segment file's mapping),
-/// so it can outlive the call that found it: a server writes it to a socket straight from that
-/// memory, with no copy ([`Store::view_shared`]). The bytes never change while it is held (a log
-/// is only appended to, and a segment's file is removed, never cut below its records, while it
-/// runs).
+/// A stored value held by shared ownership of the memory it lies in (a segment file's mapping,
+/// or an in-memory record's block), so it can outlive the call that found it: a server writes
+/// it to a socket straight from that memory, with no copy ([`Store::view_shared`]). The bytes
+/// never change while it is held (a log is only appended to, and a segment's file is removed,
+/// never cut below its records, while it runs; an in-memory record's block is never written
+/// after it is made).
 #[derive(Clone)]
 pub struct Pinned {
-    owner: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>,
+    owner: Owner,
     off: usize,
     len: usize,
+}
+
+#[derive(Clone)]
+enum Owner {
+    Dyn(std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>),
+    Bytes(std::sync::Arc<[u8]>),
+}
+
+impl Owner {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Owner::Dyn(o) => (**o).as_ref(),
+            Owner::Bytes(b) => b,
+        }
+    }
 }
 
 impl Pinned {
@@ -46,12 +62,21 @@ impl Pinned {
         off: usize,
         len: usize,
     ) -> Option<Pinned> {
+        Pinned::of(Owner::Dyn(owner), off, len)
+    }
+
+    /// `len` bytes at `off` of a shared block.
+    pub fn of_bytes(block: std::sync::Arc<[u8]>, off: usize, len: usize) -> Option<Pinned> {
+        Pinned::of(Owner::Bytes(block), off, len)
+    }
+
+    fn of(owner: Owner, off: usize, len: usize) -> Option<Pinned> {
         let end = off.checked_add(len)?;
-        ((*owner).as_ref().len() >= end).then_some(Pinned { owner, off, len })
+        (owner.bytes().len() >= end).then_some(Pinned { owner, off, len })
     }
 
     pub fn bytes(&self) -> &[u8] {
-        &(*self.owner).as_ref()[self.off..self.off + self.len]
+        &self.owner.bytes()[self.off..self.off + self.len]
     }
 
     pub fn len(&self) -> usize {
