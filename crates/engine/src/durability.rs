@@ -27,6 +27,11 @@ pub fn note_pending() {
     PENDING.with(|p| p.set(true));
 }
 
+/// Whether this thread owes a sync (and remember it).
+pub fn pending() -> bool {
+    PENDING.with(Cell::get)
+}
+
 /// Whether this thread owes a sync (and forget it: the caller syncs now).
 pub fn take_pending() -> bool {
     PENDING.with(|p| p.replace(false))

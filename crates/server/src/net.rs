@@ -288,7 +288,16 @@ fn worker<'s>(
             let idx = t - nl;
             if let Some(c) = conns.get_mut(idx).and_then(Option::as_mut) {
                 let alive = read_and_execute(c, store, shared, &limits, &mut scratch);
-                touched.push((idx, alive));
+                if c.ticket == 0 && !kura_engine::durability::pending() {
+                    // Nothing of this batch so far waits for a commit: the replies go out now,
+                    // not after the rest of the batch (up to 1024 connections) is executed.
+                    let keep = alive && finish(c);
+                    settle(
+                        &mut poll, &mut conns, &mut free, idx, keep, nl, shared, mine,
+                    )?;
+                } else {
+                    touched.push((idx, alive));
+                }
             }
         }
         // Phase 2: the deferred `sync=always` writes of the batch get a commit ticket from the
@@ -336,22 +345,9 @@ fn worker<'s>(
                 Some(_) => false,
                 None => continue,
             };
-            if !keep {
-                close(&mut poll, &mut conns, &mut free, idx, shared, mine);
-            } else if let Some(Some(c)) = conns.get_mut(idx) {
-                // Change the registration only when writability starts or stops to matter.
-                let pending = !c.out.is_drained();
-                if pending != c.wants_write {
-                    let want = if pending {
-                        Interest::READABLE | Interest::WRITABLE
-                    } else {
-                        Interest::READABLE
-                    };
-                    poll.registry()
-                        .reregister(&mut c.sock, Token(nl + idx), want)?;
-                    c.wants_write = pending;
-                }
-            }
+            settle(
+                &mut poll, &mut conns, &mut free, idx, keep, nl, shared, mine,
+            )?;
         }
         if let Some(idle) = cfg.idle_timeout {
             if last_sweep.elapsed() >= Duration::from_secs(1) {
@@ -577,6 +573,38 @@ fn read_and_execute<'s>(
 
 /// Write the replies; false when the connection is finished (the client hung up, or it asked
 /// to close and has everything).
+/// After a connection's replies were handed to the socket: close it unless `keep`, else
+/// watch for writability exactly while output is left over.
+#[allow(clippy::too_many_arguments)]
+fn settle(
+    poll: &mut Poll,
+    conns: &mut [Option<Conn<'_>>],
+    free: &mut Vec<usize>,
+    idx: usize,
+    keep: bool,
+    nl: usize,
+    shared: &Shared,
+    mine: &Mine,
+) -> io::Result<()> {
+    if !keep {
+        close(poll, conns, free, idx, shared, mine);
+    } else if let Some(Some(c)) = conns.get_mut(idx) {
+        // Change the registration only when writability starts or stops to matter.
+        let pending = !c.out.is_drained();
+        if pending != c.wants_write {
+            let want = if pending {
+                Interest::READABLE | Interest::WRITABLE
+            } else {
+                Interest::READABLE
+            };
+            poll.registry()
+                .reregister(&mut c.sock, Token(nl + idx), want)?;
+            c.wants_write = pending;
+        }
+    }
+    Ok(())
+}
+
 fn finish(c: &mut Conn<'_>) -> bool {
     if flush(c).is_err() {
         return false;

@@ -499,6 +499,18 @@ fn dead_share(s: &Segment) -> f64 {
     1.0 - (s.live.load(Ordering::Relaxed) as f64 / total as f64)
 }
 
+/// Keep a compaction that has copied `moved` bytes since `started` at `rate` bytes a second
+/// (sleeping at most 100 ms at a time); `paced` is what the last call saw.
+fn pace(rate: Option<u64>, moved: u64, paced: &mut u64, started: Instant) {
+    if let Some(rate) = rate.filter(|_| moved != *paced) {
+        *paced = moved;
+        let due = Duration::from_secs_f64(moved as f64 / rate as f64);
+        if let Some(wait) = due.checked_sub(started.elapsed()) {
+            std::thread::sleep(wait.min(Duration::from_millis(100)));
+        }
+    }
+}
+
 /// Set the calling thread's nice value, best effort (Linux: per thread).
 fn set_thread_nice(nice: i32) {
     #[cfg(target_os = "linux")]
@@ -2027,6 +2039,11 @@ impl Inner {
         let mut seen = 0u32;
         let mut aborted = false;
         let end = seg.flushed();
+        // Plain puts are only noted during the scan (shard, tag, offset) and checked against
+        // the index afterwards, one shard lock per shard: a segment worth compacting is mostly
+        // dead records, and a lock per record moved the shards' lock lines between the
+        // compacting core and the writers' for nothing.
+        let mut puts: Vec<(u32, u32, u32)> = Vec::new();
         let stopped = scan_segment(self, &seg, SEG_HEADER_LEN as u64, end, |off, h, rec| {
             seen = seen.wrapping_add(1);
             if seen.is_multiple_of(256) && *self.stop.lock() {
@@ -2034,6 +2051,10 @@ impl Inner {
                 return Ok(false);
             }
             match h.typ {
+                T_PUT if !recode => {
+                    let (shard, tag) = self.hash(&rec[h.key_off..h.key_off + h.klen]);
+                    puts.push((shard as u32, tag, off as u32));
+                }
                 T_PUT | T_DELETE => moved += self.relocate(&seg, off, h, rec, has_older, recode)?,
                 T_BATCH => {
                     for_each_sub(rec, h, |pos, sh, srec| {
@@ -2050,17 +2071,36 @@ impl Inner {
                     }
                 }
             }
-            if let Some(rate) = rate.filter(|_| moved != paced) {
-                paced = moved;
-                let due = Duration::from_secs_f64(moved as f64 / rate as f64);
-                if let Some(wait) = due.checked_sub(started.elapsed()) {
-                    std::thread::sleep(wait.min(Duration::from_millis(100)));
-                }
-            }
+            pace(rate, moved, &mut paced, started);
             Ok(true)
         })?;
         if aborted {
             return Ok(None);
+        }
+        if stopped >= end {
+            puts.sort_unstable_by_key(|p| p.0);
+            let mut live = Vec::new();
+            for group in puts.chunk_by(|a, b| a.0 == b.0) {
+                let tbl = self.shards[group[0].0 as usize].0.read();
+                live.extend(
+                    group
+                        .iter()
+                        .filter(|&&(_, tag, off)| tbl.contains(&Slot { tag, seg: id, off })),
+                );
+            }
+            for (i, &(shard, _, off)) in live.iter().enumerate() {
+                if i % 256 == 255 && *self.stop.lock() {
+                    return Ok(None);
+                }
+                let rec = {
+                    let _shard = self.shards[shard as usize].0.read();
+                    self.with_record(id, off as u64, |_, rec| rec.to_vec())?
+                };
+                let h = format::parse_header(&rec)
+                    .ok_or_else(|| corrupt_at(id, off as u64, "bad record header"))?;
+                moved += self.relocate(&seg, off as u64, &h, &rec, has_older, recode)?;
+                pace(rate, moved, &mut paced, started);
+            }
         }
         if stopped < end {
             // A damaged record in a sealed segment: the records after it were not looked at,
