@@ -790,6 +790,24 @@ impl MemHash {
     }
 }
 
+impl MemHash {
+    /// Show `f` the live record of `key` under its shard's read lock (marking it used).
+    /// Whether there was one.
+    fn with_live(&self, key: &[u8], f: impl FnOnce(&Rec)) -> Result<bool> {
+        self.common.check_open()?;
+        let hash = xxh3_64(key);
+        let sh = self.shard(shard_of(hash)).read();
+        match sh.find(hash, key).map(|i| &sh.slots[i]) {
+            Some(r) if r.is_live_now() => {
+                r.mark_used();
+                f(r);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+}
+
 impl Store for MemHash {
     fn get(&self, key: &[u8]) -> Result<Option<Record>> {
         self.common.check_open()?;
@@ -805,17 +823,7 @@ impl Store for MemHash {
     }
 
     fn view(&self, key: &[u8], f: &mut dyn FnMut(&[u8], Meta)) -> Result<bool> {
-        self.common.check_open()?;
-        let hash = xxh3_64(key);
-        let sh = self.shard(shard_of(hash)).read();
-        match sh.find(hash, key).map(|i| &sh.slots[i]) {
-            Some(r) if r.is_live_now() => {
-                r.mark_used();
-                f(r.value(), r.meta());
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
+        self.with_live(key, |r| f(r.value(), r.meta()))
     }
 
     fn view_shared(
@@ -824,17 +832,7 @@ impl Store for MemHash {
         min: usize,
         f: &mut dyn FnMut(Shown<'_>, Meta),
     ) -> Result<bool> {
-        self.common.check_open()?;
-        let hash = xxh3_64(key);
-        let sh = self.shard(shard_of(hash)).read();
-        match sh.find(hash, key).map(|i| &sh.slots[i]) {
-            Some(r) if r.is_live_now() => {
-                r.mark_used();
-                f(r.shown(min), r.meta());
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
+        self.with_live(key, |r| f(r.shown(min), r.meta()))
     }
 
     fn accept(
@@ -1358,6 +1356,23 @@ impl MemTree {
     }
 }
 
+impl MemTree {
+    /// Show `f` the live record of `key` under the read lock (marking it used). Whether there
+    /// was one.
+    fn with_live(&self, key: &[u8], f: impl FnOnce(&Rec)) -> Result<bool> {
+        self.common.check_open()?;
+        let t = self.inner.read();
+        match t.set.get(key).filter(|r| r.is_live_now()) {
+            Some(r) => {
+                r.mark_used();
+                f(r);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+}
+
 impl Store for MemTree {
     fn get(&self, key: &[u8]) -> Result<Option<Record>> {
         self.common.check_open()?;
@@ -1369,16 +1384,7 @@ impl Store for MemTree {
     }
 
     fn view(&self, key: &[u8], f: &mut dyn FnMut(&[u8], Meta)) -> Result<bool> {
-        self.common.check_open()?;
-        let t = self.inner.read();
-        match t.set.get(key).filter(|r| r.is_live_now()) {
-            Some(r) => {
-                r.mark_used();
-                f(r.value(), r.meta());
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        self.with_live(key, |r| f(r.value(), r.meta()))
     }
 
     fn view_shared(
@@ -1387,16 +1393,7 @@ impl Store for MemTree {
         min: usize,
         f: &mut dyn FnMut(Shown<'_>, Meta),
     ) -> Result<bool> {
-        self.common.check_open()?;
-        let t = self.inner.read();
-        match t.set.get(key).filter(|r| r.is_live_now()) {
-            Some(r) => {
-                r.mark_used();
-                f(r.shown(min), r.meta());
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        self.with_live(key, |r| f(r.shown(min), r.meta()))
     }
 
     fn accept(
