@@ -36,6 +36,18 @@ start() { # NAME: start it, record its port in PORT[NAME] and its pid in PIDS
 	PORT[$name]=$port
 }
 
+# Before each run, wait (at most 5 s) until no server is still busy with the previous run's
+# aftermath (a Kura server compacting what a write-heavy run left, say): otherwise that work
+# shares the two cores with whichever server is measured next, memcached included.
+cpu_ticks() { local t=0 p; for p in "${PIDS[@]}"; do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat" 2>/dev/null || echo 0))); done; echo "$t"; }
+settle() {
+	local before after
+	for _ in $(seq 25); do
+		before=$(cpu_ticks); sleep 0.2; after=$(cpu_ticks)
+		((after - before <= 1)) && return
+	done
+}
+
 SERVERS="memcached kura-mem kura-kh kura-always"
 declare -A PORT
 for s in $SERVERS; do start "$s"; done
@@ -45,6 +57,7 @@ for rep in $(seq "$REPS"); do
 		# Alternate which server goes first.
 		order=$SERVERS; ((rep % 2 == 0)) && order=$(echo "$SERVERS" | tr ' ' '\n' | tac | tr '\n' ' ')
 		for s in $order; do
+			settle
 			line=$("$KURA" bench --port "${PORT[$s]}" --protocol "$proto" --connections "$CONNS" \
 				--threads "$THREADS" --pipeline "$depth" --ratio "$ratio" --duration "$SECS" --preload \
 				--key-size 100 --value-size "$VSIZE" --keyspace "$KEYSPACE" | grep '^RESULT' || echo "RESULT failed")
