@@ -279,7 +279,8 @@ pub trait Store: Send + Sync {
     }
 
     /// Like [`Store::view`], but a value of at least `min` bytes that lies in memory the store
-    /// can share (an on-disk hash's mapped, uncompressed record) is shown as [`Shown::Pinned`],
+    /// can share (an on-disk hash's mapped, uncompressed record, or an in-memory record's shared
+    /// block) is shown as [`Shown::Pinned`],
     /// which the caller may keep after the call: servers queue it for the socket instead of
     /// copying it. Other values are shown borrowed, as by `view`.
     fn view_shared(

@@ -704,7 +704,7 @@ fn verify_part(slots: &[Slot], from: usize, cap: usize, lo: u64, hi: u64) -> Res
 
 #[cfg(test)]
 impl Table {
-    /// Offsets of the fields every write reads or writes, and the size of the table.
+    /// Where each field that every write reads or writes ends (byte offset within the table).
     pub(crate) fn hot_field_ends() -> [usize; 4] {
         use std::mem::{offset_of, size_of};
         [

@@ -1974,7 +1974,7 @@ impl Inner {
         let Some(moved) = self.relocate_segment(id, recode, rate)? else {
             return Ok(false);
         };
-        self.drop_compacted(&[(id, moved)])?;
+        self.drop_compacted(&[id], moved)?;
         Ok(true)
     }
 
@@ -1984,47 +1984,56 @@ impl Inner {
     /// each with its own checkpoint, did not). Called with `maint` held. Returns how many.
     fn compact_some(&self, budget: Duration) -> Result<usize> {
         let started = Instant::now();
-        let mut done: Vec<(u32, u64)> = Vec::new();
+        let mut done = Vec::new();
+        let mut moved = 0;
         while started.elapsed() < budget {
-            let skip: Vec<u32> = done.iter().map(|d| d.0).collect();
-            let Some(id) = self.compaction_candidate(&skip) else {
+            let Some(id) = self.compaction_candidate(&done) else {
                 break;
             };
             match self.relocate_segment(id, false, Some(COMPACT_RATE)) {
-                Ok(Some(moved)) => done.push((id, moved)),
+                Ok(Some(m)) => {
+                    done.push(id);
+                    moved += m;
+                }
                 Ok(None) => break,
                 Err(e) => {
                     // What was copied so far is still worth its checkpoint.
-                    self.drop_compacted(&done)?;
+                    self.drop_compacted(&done, moved)?;
                     return Err(e);
                 }
             }
         }
-        self.drop_compacted(&done)?;
+        self.drop_compacted(&done, moved)?;
         Ok(done.len())
     }
 
-    /// After their live records were copied: make the copies durable and save the index (the
-    /// originals must not disappear before), then remove the segments.
-    fn drop_compacted(&self, done: &[(u32, u64)]) -> Result<()> {
-        if done.is_empty() {
+    /// After the live records of segments `ids` were copied (`moved` bytes in all): make the
+    /// copies durable and save the index (the originals must not disappear before), then remove
+    /// the segments.
+    fn drop_compacted(&self, ids: &[u32], moved: u64) -> Result<()> {
+        if ids.is_empty() {
             return Ok(());
         }
         self.checkpoint()?;
-        let ids: Vec<u32> = done.iter().map(|d| d.0).collect();
-        self.drop_segments(&ids)?;
-        for &(_, moved) in done {
-            self.counters.compactions.fetch_add(1, Ordering::Relaxed);
-            self.counters
-                .relocated_bytes
-                .fetch_add(moved, Ordering::Relaxed);
-        }
+        self.drop_segments(ids)?;
+        self.counters
+            .compactions
+            .fetch_add(ids.len() as u64, Ordering::Relaxed);
+        self.counters
+            .relocated_bytes
+            .fetch_add(moved, Ordering::Relaxed);
         Ok(())
     }
 
     /// Copy the live records of sealed segment `id` to the end of the log. Returns the bytes
     /// written, or `None` when it stopped early (close requested, a clear that must wait) or
     /// the segment is not sealed. A segment that is gone has nothing to copy.
+    ///
+    /// Puts (plain or in a batch) are only noted during the scan (shard, tag, offset) and
+    /// checked against the index afterwards, one read lock per shard; only the live ones are
+    /// read again and copied. A segment worth compacting is mostly dead records, and a lock per
+    /// record moved the shards' lock lines between the compacting core and the writers'.
+    /// (`recode` rewrites every value, so then each record goes to `relocate` as it is met.)
     fn relocate_segment(&self, id: u32, recode: bool, rate: Option<u64>) -> Result<Option<u64>> {
         let Some(seg) = self.segs.load().get(id).cloned() else {
             return Ok(Some(0));
@@ -2039,11 +2048,16 @@ impl Inner {
         let mut seen = 0u32;
         let mut aborted = false;
         let end = seg.flushed();
-        // Plain puts are only noted during the scan (shard, tag, offset) and checked against
-        // the index afterwards, one shard lock per shard: a segment worth compacting is mostly
-        // dead records, and a lock per record moved the shards' lock lines between the
-        // compacting core and the writers' for nothing.
         let mut puts: Vec<(u32, u32, u32)> = Vec::new();
+        let mut one = |off: u64, h: &Header, rec: &[u8], moved: &mut u64| -> Result<()> {
+            if h.typ == T_PUT && !recode {
+                let (shard, tag) = self.hash(&rec[h.key_off..h.key_off + h.klen]);
+                puts.push((shard as u32, tag, off as u32));
+            } else {
+                *moved += self.relocate(&seg, off, h, rec, has_older, recode)?;
+            }
+            Ok(())
+        };
         let stopped = scan_segment(self, &seg, SEG_HEADER_LEN as u64, end, |off, h, rec| {
             seen = seen.wrapping_add(1);
             if seen.is_multiple_of(256) && *self.stop.lock() {
@@ -2051,16 +2065,10 @@ impl Inner {
                 return Ok(false);
             }
             match h.typ {
-                T_PUT if !recode => {
-                    let (shard, tag) = self.hash(&rec[h.key_off..h.key_off + h.klen]);
-                    puts.push((shard as u32, tag, off as u32));
-                }
-                T_PUT | T_DELETE => moved += self.relocate(&seg, off, h, rec, has_older, recode)?,
+                T_PUT | T_DELETE => one(off, h, rec, &mut moved)?,
                 T_BATCH => {
                     for_each_sub(rec, h, |pos, sh, srec| {
-                        moved +=
-                            self.relocate(&seg, off + pos as u64, sh, srec, has_older, recode)?;
-                        Ok(())
+                        one(off + pos as u64, sh, srec, &mut moved)
                     })?;
                 }
                 _ => {
@@ -2077,31 +2085,6 @@ impl Inner {
         if aborted {
             return Ok(None);
         }
-        if stopped >= end {
-            puts.sort_unstable_by_key(|p| p.0);
-            let mut live = Vec::new();
-            for group in puts.chunk_by(|a, b| a.0 == b.0) {
-                let tbl = self.shards[group[0].0 as usize].0.read();
-                live.extend(
-                    group
-                        .iter()
-                        .filter(|&&(_, tag, off)| tbl.contains(&Slot { tag, seg: id, off })),
-                );
-            }
-            for (i, &(shard, _, off)) in live.iter().enumerate() {
-                if i % 256 == 255 && *self.stop.lock() {
-                    return Ok(None);
-                }
-                let rec = {
-                    let _shard = self.shards[shard as usize].0.read();
-                    self.with_record(id, off as u64, |_, rec| rec.to_vec())?
-                };
-                let h = format::parse_header(&rec)
-                    .ok_or_else(|| corrupt_at(id, off as u64, "bad record header"))?;
-                moved += self.relocate(&seg, off as u64, &h, &rec, has_older, recode)?;
-                pace(rate, moved, &mut paced, started);
-            }
-        }
         if stopped < end {
             // A damaged record in a sealed segment: the records after it were not looked at,
             // so the segment must stay (`check` reports it). Background compaction leaves it
@@ -2112,6 +2095,29 @@ impl Inner {
                 stopped,
                 "damaged record; the segment was not compacted",
             ));
+        }
+        puts.sort_unstable_by_key(|p| p.0);
+        let mut live = Vec::new();
+        for group in puts.chunk_by(|a, b| a.0 == b.0) {
+            let tbl = self.shards[group[0].0 as usize].0.read();
+            live.extend(
+                group
+                    .iter()
+                    .filter(|&&(_, tag, off)| tbl.contains(&Slot { tag, seg: id, off })),
+            );
+        }
+        for (i, &(shard, _, off)) in live.iter().enumerate() {
+            if i % 256 == 255 && *self.stop.lock() {
+                return Ok(None);
+            }
+            let rec = {
+                let _shard = self.shards[shard as usize].0.read();
+                self.with_record(id, off as u64, |_, rec| rec.to_vec())?
+            };
+            let h = format::parse_header(&rec)
+                .ok_or_else(|| corrupt_at(id, off as u64, "bad record header"))?;
+            moved += self.relocate(&seg, off as u64, &h, &rec, has_older, recode)?;
+            pace(rate, moved, &mut paced, started);
         }
         Ok(Some(moved))
     }
@@ -2146,11 +2152,6 @@ impl Inner {
             seg: seg.id,
             off: off as u32,
         };
-        // Most records of a segment worth compacting are dead, and a dead one stays dead (no
-        // slot is ever pointed back at it): a shared look spares the writers an exclusive lock.
-        if h.typ == T_PUT && !self.shards[shard].0.read().contains(&here) {
-            return Ok(0);
-        }
         let mut tbl = self.shards[shard].0.write();
         if h.typ == T_DELETE {
             // Needed only to hide an older put in an older segment, and only while the key
@@ -2205,28 +2206,26 @@ impl Inner {
         Ok(len as u64)
     }
 
-    /// How many sealed segments are past the compaction threshold.
-    fn compaction_backlog(&self) -> usize {
+    /// The sealed segments past the compaction threshold (and not found damaged), with the
+    /// share of each that is dead.
+    fn compactable(&self) -> Vec<(u32, f64)> {
         let threshold = self.cfg.lock().compact;
+        let damaged = self.damaged.lock();
         self.segs
             .load()
             .segs
             .values()
-            .filter(|s| s.sealed.load(Ordering::Acquire) && dead_share(s) >= threshold)
-            .count()
-    }
-
-    /// The sealed segment most worth compacting, if any is past the threshold.
-    fn compaction_candidate(&self, skip: &[u32]) -> Option<u32> {
-        let threshold = self.cfg.lock().compact;
-        self.segs
-            .load()
-            .segs
-            .values()
-            .filter(|s| s.sealed.load(Ordering::Acquire) && !skip.contains(&s.id))
-            .filter(|s| !self.damaged.lock().contains(&s.id))
+            .filter(|s| s.sealed.load(Ordering::Acquire) && !damaged.contains(&s.id))
             .map(|s| (s.id, dead_share(s)))
             .filter(|&(_, dead)| dead >= threshold)
+            .collect()
+    }
+
+    /// The sealed segment most worth compacting, not in `skip`, if any is past the threshold.
+    fn compaction_candidate(&self, skip: &[u32]) -> Option<u32> {
+        self.compactable()
+            .into_iter()
+            .filter(|(id, _)| !skip.contains(id))
             .max_by(|a, b| a.1.total_cmp(&b.1))
             .map(|(id, _)| id)
     }
@@ -2298,7 +2297,7 @@ impl Inner {
         let mut last_sync = Instant::now();
         let mut last_maint = Instant::now();
         while self.pause(FLUSH_TICK) {
-            if self.poisoned.lock().is_some() {
+            if self.is_poisoned.load(Ordering::Acquire) {
                 continue;
             }
             for t in self.tails.iter() {
@@ -2337,7 +2336,7 @@ impl Inner {
             // At nice 10 compaction takes a small share of a busy CPU instead of preempting
             // the threads that serve requests (and all of an idle one); when it falls behind
             // it competes as an equal, so the dead space it leaves stays bounded.
-            let want = if self.compaction_backlog() > COMPACT_BACKLOG {
+            let want = if self.compactable().len() > COMPACT_BACKLOG {
                 0
             } else {
                 10
