@@ -28,6 +28,11 @@ pub trait VFile: Send + Sync {
     /// records later written over them change no file metadata and their fdatasync has no
     /// size or block allocation to journal (docs/ARCHITECTURE.md, "Zeros ahead of the log").
     /// The zeros stay in the page cache, so those later partial-page writes need no read.
+    /// Ask the OS to start writing `len` bytes at `off` back to the device, without waiting
+    /// and without any promise of durability: a hint, so that a later `sync` has less to wait
+    /// for. `len` 0 means up to the end of the file. Ignores errors (the later `sync` reports
+    /// any that matter).
+    fn start_writeback(&self, _off: u64, _len: u64) {}
     fn zero_fill(&self, off: u64, len: u64) -> io::Result<()> {
         let zeros = [0u8; 64 << 10];
         let mut at = off;
@@ -115,6 +120,18 @@ impl VFile for OsFile {
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.0.set_len(len)
+    }
+    fn start_writeback(&self, off: u64, len: u64) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a plain system call on a descriptor this file owns.
+        unsafe {
+            libc::sync_file_range(
+                self.0.as_raw_fd(),
+                off as i64,
+                len as i64,
+                libc::SYNC_FILE_RANGE_WRITE,
+            );
+        }
     }
     fn zero_fill(&self, off: u64, len: u64) -> io::Result<()> {
         use std::os::fd::AsRawFd;

@@ -40,6 +40,12 @@ impl Slot {
 /// twice (by location to write, by tag to load); this is several times faster than a
 /// comparison sort there.
 pub fn radix_sort_by_key(v: &mut Vec<Slot>, key: impl Fn(&Slot) -> u64) {
+    radix_sort_with(v, &mut Vec::new(), key);
+}
+
+/// `radix_sort_by_key` with a scratch vector kept by the caller (so that sorting many arrays
+/// in turn allocates, and faults in, its memory once).
+pub fn radix_sort_with(v: &mut Vec<Slot>, tmp: &mut Vec<Slot>, key: impl Fn(&Slot) -> u64) {
     if v.len() < 64 {
         v.sort_by_key(|s| key(s));
         return;
@@ -51,7 +57,8 @@ pub fn radix_sort_by_key(v: &mut Vec<Slot>, key: impl Fn(&Slot) -> u64) {
             c[((k >> (8 * d)) & 0xff) as usize] += 1;
         }
     }
-    let mut tmp = vec![Slot::default(); v.len()];
+    tmp.clear();
+    tmp.resize(v.len(), Slot::default());
     for (d, c) in counts.iter().enumerate() {
         if c.contains(&v.len()) {
             continue; // the same byte in every key
@@ -67,7 +74,7 @@ pub fn radix_sort_by_key(v: &mut Vec<Slot>, key: impl Fn(&Slot) -> u64) {
             tmp[pos[b]] = *s;
             pos[b] += 1;
         }
-        std::mem::swap(v, &mut tmp);
+        std::mem::swap(v, tmp);
     }
 }
 
@@ -311,6 +318,14 @@ fn home_in(tag: u32, cap: usize) -> usize {
     ((tag as u64 * cap as u64) >> 32) as usize
 }
 
+/// The address of `tag`'s home position in an array at `base` of `cap` home positions (from
+/// `Table::home_array`). Only an address to prefetch: computed without the table's lock, it
+/// may point into an array since replaced, and must never be dereferenced.
+#[inline]
+pub fn home_addr(base: usize, cap: usize, tag: u32) -> usize {
+    base.wrapping_add(home_in(tag, cap).wrapping_mul(std::mem::size_of::<Slot>()))
+}
+
 /// Insert `slot` into the array `slots` of `cap` home positions, keeping it sorted; false
 /// when its run would leave the overflow area (nothing changed).
 fn insert_in(slots: &mut [Slot], cap: usize, slot: Slot) -> bool {
@@ -398,6 +413,12 @@ impl Table {
 
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// The address of the array that new slots go to, and its number of home positions: a
+    /// hint for prefetching a tag's home without holding the table (`home_addr`).
+    pub fn home_array(&self) -> (usize, usize) {
+        (self.slots.ptr.as_ptr() as usize, self.cap)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -568,6 +589,25 @@ impl Table {
     }
 
     /// Every slot, in tag order.
+    /// Append every slot to `v` (as `iter` gives them), without a branch per position.
+    pub fn copy_into(&self, v: &mut Vec<Slot>) {
+        let old: &[Slot] = match &self.moving {
+            Some(m) => &m.slots[m.pos..],
+            None => &[],
+        };
+        for part in [&self.slots[..], old] {
+            let start = v.len();
+            v.resize(start + part.len(), Slot::default());
+            let dst = &mut v[start..];
+            let mut n = 0;
+            for s in part {
+                dst[n] = *s;
+                n += usize::from(!s.is_empty());
+            }
+            v.truncate(start + n);
+        }
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &Slot> + '_ {
         let old: &[Slot] = match &self.moving {
             Some(m) => &m.slots[m.pos..],
@@ -749,6 +789,33 @@ mod tests {
                 assert_eq!(a, b, "n={n}");
             }
         }
+    }
+
+    #[test]
+    fn copy_into_gives_what_iter_gives_while_growing() {
+        let mut t = Table::with_capacity(2000);
+        for i in 0..1500u32 {
+            t.insert(Slot {
+                tag: i.wrapping_mul(0x9E37_79B9),
+                seg: 1,
+                off: i,
+            });
+        }
+        let mut v = vec![Slot::default()]; // appended to, not replaced
+        t.copy_into(&mut v);
+        let want: Vec<Slot> = std::iter::once(Slot::default())
+            .chain(t.iter().copied())
+            .collect();
+        assert_eq!(v, want);
+        // Mid-growth: slots in both arrays.
+        let spare = Spare::new(t.grow_cap());
+        assert!(t.grow_into(spare).is_none());
+        t.step();
+        assert!(t.moving.is_some());
+        let mut v = Vec::new();
+        t.copy_into(&mut v);
+        assert_eq!(v, t.iter().copied().collect::<Vec<_>>());
+        assert_eq!(v.len(), 1500);
     }
 
     #[test]

@@ -37,7 +37,7 @@ use crate::store::{
 use arc_swap::ArcSwap;
 use parking_lot::{Condvar, Mutex, RwLock, RwLockWriteGuard};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -50,6 +50,9 @@ const CKPT_TMP: &str = "index.ki.tmp";
 const LOCK_NAME: &str = "LOCK";
 const CKPT_MAGIC: &[u8; 8] = b"KURAIDX1";
 const CKPT_VERSION: u32 = 1;
+/// Records written to a segment between two requests to the OS to start writing them back
+/// (`Inner::flush`).
+const WRITEBACK_STEP: u64 = 1 << 20;
 /// How often the background thread hands the write buffer to the OS.
 const FLUSH_TICK: Duration = Duration::from_millis(50);
 /// How often the compaction thread looks for segments to compact.
@@ -189,6 +192,16 @@ impl ShardState {
 #[repr(align(128))]
 struct Shard(RwLock<ShardState>);
 
+/// Where a shard's table array was at its last write (`Table::home_array`), read without the
+/// shard's lock to prefetch a key's home position while the lock is being taken
+/// (`Inner::locate`). Apart from the shards, and written only when an array is replaced, so
+/// its cache line stays shared by every core.
+#[derive(Default)]
+struct TableHint {
+    base: AtomicUsize,
+    cap: AtomicUsize,
+}
+
 /// The load at which shard `i`'s table doubles: spread over 0.70..0.85 so that the shards,
 /// which fill at the same rate, do not all double within the same few writes.
 fn shard_max_load(i: usize) -> f64 {
@@ -230,6 +243,9 @@ struct Tail {
     fill_asked: bool,
     /// Bytes after `seg.flushed`.
     buf: Vec<u8>,
+    /// The OS was asked to start writing the active segment back up to here
+    /// (`Inner::flush`).
+    written_back: u64,
     /// Bytes appended to this lane since the last checkpoint.
     appended: u64,
     /// Live-byte changes made by this lane's puts and deletes, not yet added to the segments'
@@ -248,6 +264,7 @@ impl Tail {
             alloc: seg.flushed(),
             fill_from: NO_FILL,
             fill_asked: false,
+            written_back: seg.flushed(),
             seg,
             buf: Vec::new(),
             appended: 0,
@@ -273,6 +290,7 @@ impl Tail {
     fn set_seg(&mut self, seg: Arc<Segment>) {
         debug_assert_eq!(self.fill_from, NO_FILL);
         self.alloc = seg.flushed();
+        self.written_back = seg.flushed();
         self.seg = seg;
     }
 
@@ -365,6 +383,8 @@ struct Inner {
     /// Seeds every record checksum (the same for every segment of a database).
     salt: u64,
     shards: Box<[Shard]>,
+    /// One per shard (`TableHint`).
+    hints: Box<[TableHint]>,
     /// The segment table. Replaced only through `set_segs`, which keeps `segs_raw` pointing
     /// at the same table for `segs_locked`.
     segs: ArcSwap<SegTable>,
@@ -466,6 +486,7 @@ impl DiskHash {
             }
         })?;
         let inner = open_inner(path, cfg, compression, vfs, readonly, lock)?;
+        inner.note_tables();
         let db = DiskHash {
             inner: Arc::new(inner),
             bg: Mutex::new(Vec::new()),
@@ -488,6 +509,21 @@ impl DiskHash {
         }
         Ok(db)
     }
+}
+
+/// Ask the CPU to fetch the cache line at `addr`: a hint that never faults and changes
+/// nothing, whatever the address.
+#[inline]
+fn prefetch(addr: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHT0 only hints the cache; it does not access memory in the program's sense
+    // and ignores addresses that are not mapped.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>(addr as *const i8);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = addr;
 }
 
 /// A background thread's body.
@@ -706,6 +742,7 @@ fn open_inner(
         hash_seed: AtomicU64::new(salt),
         salt,
         shards,
+        hints: (0..NSHARDS).map(|_| TableHint::default()).collect(),
         segs_raw: std::sync::atomic::AtomicPtr::new(Arc::as_ptr(&table) as *mut SegTable),
         segs: ArcSwap::new(table),
         segs_update: Mutex::new(()),
@@ -785,6 +822,40 @@ impl Inner {
     fn hash(&self, key: &[u8]) -> (usize, u32) {
         let h = xxhash_rust::xxh3::xxh3_64_with_seed(key, self.hash_seed.load(Ordering::Relaxed));
         ((h >> (64 - SHARD_BITS)) as usize, h as u32)
+    }
+
+    /// `hash`, and start fetching the key's home position in its shard's table into the
+    /// cache. A lookup in a large index is a cache miss; started here, it overlaps with taking
+    /// the shard lock, whose cache line comes from the other core about every other time when
+    /// two threads write.
+    #[inline]
+    fn locate(&self, key: &[u8]) -> (usize, u32) {
+        let (shard, tag) = self.hash(key);
+        let hint = &self.hints[shard];
+        let base = hint.base.load(Ordering::Relaxed);
+        if base != 0 {
+            let addr = index::home_addr(base, hint.cap.load(Ordering::Relaxed), tag);
+            prefetch(addr);
+        }
+        (shard, tag)
+    }
+
+    /// Record where shard `i`'s table array is (`TableHint`); called with the shard locked.
+    #[inline]
+    fn note_table(&self, i: usize, tbl: &Table) {
+        let (base, cap) = tbl.home_array();
+        let hint = &self.hints[i];
+        if hint.base.load(Ordering::Relaxed) != base || hint.cap.load(Ordering::Relaxed) != cap {
+            hint.cap.store(cap, Ordering::Relaxed);
+            hint.base.store(base, Ordering::Relaxed);
+        }
+    }
+
+    /// `note_table` for every shard (after open, vanish and optimize replace the tables).
+    fn note_tables(&self) {
+        for (i, s) in self.shards.iter().enumerate() {
+            self.note_table(i, &s.0.read());
+        }
     }
 
     /// The lane this thread writes to: threads are spread over the lanes, so writers on
@@ -1083,11 +1154,18 @@ impl Inner {
         if let Err(e) = tail.seg.file.write_at(&tail.buf, at) {
             return Err(self.poison(&e));
         }
-        tail.seg
-            .flushed
-            .store(at + tail.buf.len() as u64, Ordering::Release);
+        let end = at + tail.buf.len() as u64;
+        tail.seg.flushed.store(end, Ordering::Release);
         tail.seg.dirty.store(true, Ordering::Release);
         tail.buf.clear();
+        // Start writing back what the OS holds dirty, a few MiB at a time, without waiting: the
+        // next sync (or a checkpoint's, or close's) then finds little left to write, instead
+        // of the whole interval's records at once.
+        if self.sync != SyncMode::Always && end >= tail.written_back + WRITEBACK_STEP {
+            let from = tail.written_back;
+            tail.seg.file.start_writeback(from, end - from);
+            tail.written_back = end;
+        }
         Ok(())
     }
 
@@ -1543,6 +1621,21 @@ impl Inner {
             self.flush(&mut tail)?;
         }
         let segs = self.segs.load();
+        // With several files to sync, all of them are written back at once first: each sync
+        // then waits only for what is left of its own file.
+        if segs
+            .segs
+            .values()
+            .filter(|s| s.dirty.load(Ordering::Acquire))
+            .nth(1)
+            .is_some()
+        {
+            for seg in segs.segs.values() {
+                if seg.dirty.load(Ordering::Acquire) {
+                    seg.file.start_writeback(0, 0);
+                }
+            }
+        }
         for seg in segs.segs.values() {
             if seg.dirty.swap(false, Ordering::AcqRel) {
                 if let Err(e) = seg.file.sync() {
@@ -1580,7 +1673,8 @@ impl Inner {
             self.hash_seed.load(Ordering::Relaxed),
             &replay,
             &segs,
-            |i| self.snapshot_shard(i),
+            self.count() as usize,
+            |i, v| self.snapshot_into(i, v),
             || {
                 self.sync_now()
                     .map_err(|e| std::io::Error::other(e.to_string()))
@@ -1611,8 +1705,15 @@ impl Inner {
 
     /// Copy of every shard's slots (each shard consistent in itself).
     fn snapshot_shard(&self, i: usize) -> (u64, Vec<Slot>) {
+        let mut v = Vec::new();
+        (self.snapshot_into(i, &mut v), v)
+    }
+
+    /// Append shard `i`'s slots to `v`; returns the shard's seq.
+    fn snapshot_into(&self, i: usize, v: &mut Vec<Slot>) -> u64 {
         let g = self.shards[i].0.read();
-        (g.seq, g.iter().copied().collect())
+        g.copy_into(v);
+        g.seq
     }
 
     fn snapshot_shards(&self) -> Vec<(u64, Vec<Slot>)> {
@@ -2392,16 +2493,24 @@ fn guard_of<'a, 'g>(
 }
 
 /// Write an index checkpoint (layout in docs/ARCHITECTURE.md) to `dir` atomically: stream it
-/// to a temporary file shard by shard (`shard(i)` snapshots shard i), call `before_commit`
-/// (which makes the data the snapshots point at durable), sync the file, rename it over the old
-/// checkpoint, sync the directory.
+/// to a temporary file shard by shard (`shard(i, v)` snapshots shard i into `v` and returns its
+/// seq), call `before_commit` (which makes the data the snapshots point at durable), sync the
+/// file, rename it over the old checkpoint, sync the directory.
+///
+/// With more than one core and at least `PARALLEL_CKPT` slots (`slots` is about how many there
+/// are), a second thread encodes the second half of the shards into memory while this one
+/// encodes and writes the first half, then writes the second: encoding is most of a
+/// checkpoint's time. Memory then holds half of the encoded index for a moment (about 3 bytes a
+/// record).
+#[allow(clippy::too_many_arguments)]
 fn write_checkpoint(
     vfs: &dyn Vfs,
     dir: &Path,
     hash_seed: u64,
     replay: &[(u32, u64)],
     segs: &[(u32, u64, u64, u32)],
-    mut shard: impl FnMut(usize) -> (u64, Vec<Slot>),
+    slots: usize,
+    shard: impl Fn(usize, &mut Vec<Slot>) -> u64 + Sync,
     before_commit: impl FnOnce() -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     let tmp = dir.join(CKPT_TMP);
@@ -2414,6 +2523,8 @@ fn write_checkpoint(
         if out.len() >= 1 << 20 || last {
             crc = crc32c::crc32c_append(crc, out);
             f.write_at(out, at)?;
+            // Written back while the rest is encoded, so that the final sync is short.
+            f.start_writeback(at, out.len() as u64);
             at += out.len() as u64;
             out.clear();
         }
@@ -2435,19 +2546,46 @@ fn write_checkpoint(
         out.extend_from_slice(&live.to_le_bytes());
         out.extend_from_slice(&horizon.to_le_bytes());
     }
-    for i in 0..NSHARDS {
-        let (seq, mut v) = shard(i);
-        // Sorted by location, so that each location is a small delta from the previous one.
-        index::radix_sort_by_key(&mut v, Slot::loc);
-        out.extend_from_slice(&seq.to_le_bytes());
-        format::put_varint(&mut out, v.len() as u64);
-        let mut prev = 0u64;
-        for s in &v {
-            format::put_varint(&mut out, s.loc() - prev);
-            out.extend_from_slice(&s.tag.to_le_bytes());
-            prev = s.loc();
+    // Scratch for one shard's slots and for sorting them, reused from shard to shard.
+    let encode = |i: usize, v: &mut Vec<Slot>, tmp: &mut Vec<Slot>, out: &mut Vec<u8>| {
+        v.clear();
+        let seq = shard(i, v);
+        encode_shard(seq, v, tmp, out);
+    };
+    let (mut v, mut scratch) = (Vec::new(), Vec::new());
+    let parallel =
+        slots >= PARALLEL_CKPT && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+    if parallel {
+        // A helper encodes the second half of the shards into its own buffer while this thread
+        // encodes and writes the first half: one hand-off, since every wait for the other
+        // thread costs a wake-up (a quarter of a millisecond on a virtual machine).
+        std::thread::scope(|s| -> std::io::Result<()> {
+            let encode = &encode;
+            let helper = s.spawn(move || {
+                let (mut v, mut scratch, mut o) = (Vec::new(), Vec::new(), Vec::new());
+                for i in NSHARDS / 2..NSHARDS {
+                    encode(i, &mut v, &mut scratch, &mut o);
+                }
+                o
+            });
+            for i in 0..NSHARDS / 2 {
+                encode(i, &mut v, &mut scratch, &mut out);
+                emit(&mut out, false)?;
+            }
+            let rest = helper
+                .join()
+                .map_err(|_| std::io::Error::other("checkpoint encoder thread panicked"))?;
+            for chunk in rest.chunks(1 << 20) {
+                out.extend_from_slice(chunk);
+                emit(&mut out, false)?;
+            }
+            Ok(())
+        })?;
+    } else {
+        for i in 0..NSHARDS {
+            encode(i, &mut v, &mut scratch, &mut out);
+            emit(&mut out, false)?;
         }
-        emit(&mut out, false)?;
     }
     emit(&mut out, true)?;
     before_commit()?;
@@ -2456,6 +2594,24 @@ fn write_checkpoint(
     drop(f);
     vfs.rename(&tmp, &dir.join(CKPT_NAME))?;
     vfs.sync_dir(dir)
+}
+
+/// Checkpoints of at least this many slots are encoded by two threads (`write_checkpoint`).
+const PARALLEL_CKPT: usize = 1 << 16;
+
+/// One shard of a checkpoint: its seq, its number of slots, then the slots sorted by location
+/// (so that each location is a small delta from the previous one), each as the varint delta
+/// of its location and its tag. `tmp` is scratch for the sort.
+fn encode_shard(seq: u64, v: &mut Vec<Slot>, tmp: &mut Vec<Slot>, out: &mut Vec<u8>) {
+    index::radix_sort_with(v, tmp, Slot::loc);
+    out.extend_from_slice(&seq.to_le_bytes());
+    format::put_varint(out, v.len() as u64);
+    let mut prev = 0u64;
+    for s in v.iter() {
+        format::put_varint(out, s.loc() - prev);
+        out.extend_from_slice(&s.tag.to_le_bytes());
+        prev = s.loc();
+    }
 }
 
 /// The metadata a put record carries.
@@ -2495,12 +2651,15 @@ impl DiskHash {
     fn unlock(&self, i: usize, mut tbl: RwLockWriteGuard<'_, ShardState>) {
         let retired = tbl.take_retired();
         let grow = tbl.wants_growth().then(|| tbl.grow_cap());
+        self.inner.note_table(i, &tbl);
         drop(tbl);
         drop(retired);
         if let Some(cap) = grow {
             let spare = index::Spare::new(cap);
-            // Bound first, so that the lock (a temporary) is released before the drop.
-            let unused = self.shard(i).write().grow_into(spare);
+            let mut tbl = self.shard(i).write();
+            let unused = tbl.grow_into(spare);
+            self.inner.note_table(i, &tbl);
+            drop(tbl);
             drop(unused);
         }
     }
@@ -2525,7 +2684,7 @@ impl DiskHash {
     ) -> Result<bool> {
         let inner = &self.inner;
         inner.check_open()?;
-        let (shard, tag) = inner.hash(key);
+        let (shard, tag) = inner.locate(key);
         let tbl = self.shard(shard).read();
         // Read in place under the shard lock, so compaction cannot move the record meanwhile.
         let seen = inner.find_with(&tbl, tag, key, |slot, h, rec| {
@@ -2634,7 +2793,7 @@ impl Drop for DiskHash {
 impl Store for DiskHash {
     fn get(&self, key: &[u8]) -> Result<Option<Record>> {
         self.inner.check_open()?;
-        let (shard, tag) = self.inner.hash(key);
+        let (shard, tag) = self.inner.locate(key);
         let tbl = self.shard(shard).read();
         Ok(self
             .inner
@@ -2667,7 +2826,7 @@ impl Store for DiskHash {
         let inner = &self.inner;
         inner.check_writable()?;
         check_sizes(key, 0)?;
-        let (shard, tag) = inner.hash(key);
+        let (shard, tag) = inner.locate(key);
         let mut tbl = self.shard(shard).write();
         let found = inner.find(&tbl, tag, key, true)?;
         let now = now_secs();
@@ -2723,7 +2882,7 @@ impl Store for DiskHash {
         }
         // Compressed (when configured) before the shard is locked.
         let stored = inner.stored_form(value);
-        let (shard, tag) = inner.hash(key);
+        let (shard, tag) = inner.locate(key);
         let mut tbl = self.shard(shard).write();
         let old = inner.find(&tbl, tag, key, false)?.map(|f| (f.slot, f.len));
         let meta = inner.put_locked(&mut tbl, tag, key, old, &stored, flags, expires)?;
@@ -2736,7 +2895,7 @@ impl Store for DiskHash {
         let inner = &self.inner;
         inner.check_writable()?;
         check_sizes(key, 0)?;
-        let (shard, tag) = inner.hash(key);
+        let (shard, tag) = inner.locate(key);
         let mut tbl = self.shard(shard).write();
         let Some(f) = inner.find(&tbl, tag, key, false)? else {
             return Ok(false);
@@ -2894,6 +3053,7 @@ impl Store for DiskHash {
                 t.reserve(want);
             }
         }
+        self.inner.note_tables();
         self.rewrite_all(recode)
     }
 
@@ -2917,8 +3077,9 @@ impl Store for DiskHash {
                 inner.append(tail, &[&c], true)?;
             }
         }
-        for g in guards.iter_mut() {
+        for (i, g) in guards.iter_mut().enumerate() {
             g.clear();
+            inner.note_table(i, g);
         }
         inner.expiring.store(0, Ordering::Relaxed);
         inner.sync_now()?;
@@ -2982,14 +3143,18 @@ impl Store for DiskHash {
         }
         // The copy's checkpoint: the snapshot and where replay starts. It lists no segment
         // lengths: the copy's segments are exactly what was copied.
-        let mut shards = shards.into_iter();
         write_checkpoint(
             &OsVfs,
             dest,
             inner.hash_seed.load(Ordering::Relaxed),
             &replay,
             &[],
-            |_| shards.next().unwrap_or_default(),
+            shards.iter().map(|s| s.1.len()).sum(),
+            |i, v| {
+                let (seq, slots) = &shards[i];
+                v.extend_from_slice(slots);
+                *seq
+            },
             || Ok(()),
         )?;
         Ok(())

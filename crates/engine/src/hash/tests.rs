@@ -1447,3 +1447,63 @@ fn a_shards_hot_fields_share_the_lock_words_cache_line() {
         assert!(end <= 64, "a hot field ends at byte {end} of the shard");
     }
 }
+
+/// A checkpoint large enough to be encoded by two threads (`PARALLEL_CKPT`) holds exactly the
+/// index: every shard's seq and slots, in the shards' order.
+#[test]
+fn a_checkpoint_encoded_by_two_threads_holds_the_whole_index() {
+    let fs = SimVfs::new();
+    let db = sim_open(&fs, "sync=none");
+    let n = PARALLEL_CKPT as u32 * 5 / 4;
+    for i in 0..n {
+        db.put(&i.to_be_bytes(), b"v").unwrap();
+    }
+    for i in (0..n).step_by(7) {
+        db.out(&i.to_be_bytes()).unwrap();
+    }
+    let _m = db.inner.maint.lock();
+    db.inner.checkpoint().unwrap();
+    let live = db.inner.snapshot_shards();
+    let known: Vec<u32> = db.inner.segs.load().segs.keys().copied().collect();
+    let ckpt = db
+        .inner
+        .read_checkpoint(&known)
+        .expect("a valid checkpoint");
+    assert_eq!(ckpt.shards.len(), NSHARDS);
+    let mut total = 0;
+    for (i, ((seq, mut want), (cseq, table))) in live.into_iter().zip(ckpt.shards).enumerate() {
+        assert_eq!(cseq, seq, "shard {i}: seq");
+        let mut got: Vec<Slot> = table.iter().copied().collect();
+        got.sort_by_key(|s| (s.tag, s.loc()));
+        want.sort_by_key(|s| (s.tag, s.loc()));
+        assert_eq!(got, want, "shard {i}: slots");
+        total += got.len();
+    }
+    assert_eq!(total as u64, db.count());
+    assert!(
+        total >= PARALLEL_CKPT,
+        "the checkpoint must take the two-thread path"
+    );
+}
+
+/// The prefetch hints (`TableHint`) follow every shard's table as it grows, and after vanish.
+#[test]
+fn table_hints_follow_the_tables() {
+    let fs = SimVfs::new();
+    let db = sim_open(&fs, "sync=none");
+    let check = |db: &DiskHash| {
+        for (i, s) in db.inner.shards.iter().enumerate() {
+            let (base, cap) = s.0.read().home_array();
+            let hint = &db.inner.hints[i];
+            assert_eq!(hint.base.load(Ordering::Relaxed), base, "shard {i}: base");
+            assert_eq!(hint.cap.load(Ordering::Relaxed), cap, "shard {i}: cap");
+        }
+    };
+    check(&db);
+    for i in 0..50_000u32 {
+        db.put(&i.to_le_bytes(), b"v").unwrap();
+    }
+    check(&db);
+    db.vanish().unwrap();
+    check(&db);
+}
