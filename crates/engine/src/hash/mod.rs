@@ -50,9 +50,6 @@ const CKPT_TMP: &str = "index.ki.tmp";
 const LOCK_NAME: &str = "LOCK";
 const CKPT_MAGIC: &[u8; 8] = b"KURAIDX1";
 const CKPT_VERSION: u32 = 1;
-/// Records written to a segment between two requests to the OS to start writing them back
-/// (`Inner::flush`).
-const WRITEBACK_STEP: u64 = 1 << 20;
 /// How often the background thread hands the write buffer to the OS.
 const FLUSH_TICK: Duration = Duration::from_millis(50);
 /// How often the compaction thread looks for segments to compact.
@@ -243,9 +240,6 @@ struct Tail {
     fill_asked: bool,
     /// Bytes after `seg.flushed`.
     buf: Vec<u8>,
-    /// The OS was asked to start writing the active segment back up to here
-    /// (`Inner::flush`).
-    written_back: u64,
     /// Bytes appended to this lane since the last checkpoint.
     appended: u64,
     /// Live-byte changes made by this lane's puts and deletes, not yet added to the segments'
@@ -264,7 +258,6 @@ impl Tail {
             alloc: seg.flushed(),
             fill_from: NO_FILL,
             fill_asked: false,
-            written_back: seg.flushed(),
             seg,
             buf: Vec::new(),
             appended: 0,
@@ -290,7 +283,6 @@ impl Tail {
     fn set_seg(&mut self, seg: Arc<Segment>) {
         debug_assert_eq!(self.fill_from, NO_FILL);
         self.alloc = seg.flushed();
-        self.written_back = seg.flushed();
         self.seg = seg;
     }
 
@@ -1158,14 +1150,6 @@ impl Inner {
         tail.seg.flushed.store(end, Ordering::Release);
         tail.seg.dirty.store(true, Ordering::Release);
         tail.buf.clear();
-        // Start writing back what the OS holds dirty, a few MiB at a time, without waiting: the
-        // next sync (or a checkpoint's, or close's) then finds little left to write, instead
-        // of the whole interval's records at once.
-        if self.sync != SyncMode::Always && end >= tail.written_back + WRITEBACK_STEP {
-            let from = tail.written_back;
-            tail.seg.file.start_writeback(from, end - from);
-            tail.written_back = end;
-        }
         Ok(())
     }
 
@@ -1655,6 +1639,29 @@ impl Inner {
     }
 
     // ------------------------------------------------------------------ checkpoints
+
+    /// Ask the OS to start writing back what the lanes handed it since the last tick, without
+    /// waiting (`VFile::start_writeback`): the next sync (an interval's, a checkpoint's,
+    /// close's) then finds little left to write, instead of everything since the last one.
+    /// Done here, not by the writers: the request builds and queues the I/O in the calling
+    /// thread, which takes a fraction of a millisecond for a MiB.
+    fn start_writebacks(&self) {
+        if self.sync == SyncMode::Always {
+            return; // every write is synced anyway
+        }
+        let segs = self.segs.load();
+        for seg in segs.segs.values() {
+            if !seg.dirty.load(Ordering::Acquire) {
+                continue;
+            }
+            let end = seg.flushed();
+            let from = seg.written_back.load(Ordering::Relaxed);
+            if end > from {
+                seg.file.start_writeback(from, end - from);
+                seg.written_back.store(end, Ordering::Relaxed);
+            }
+        }
+    }
 
     /// Write an index checkpoint so that recovery replays only what follows it.
     /// Called with the `maint` lock held.
@@ -2405,6 +2412,7 @@ impl Inner {
                 let mut tail = t.0.lock();
                 let _ = self.flush(&mut tail);
             }
+            self.start_writebacks();
             if let SyncMode::Interval(d) = self.sync {
                 if last_sync.elapsed() >= d {
                     let _ = self.sync_now();

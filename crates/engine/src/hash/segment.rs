@@ -123,6 +123,9 @@ pub struct Segment {
     pub live: Padded<AtomicU64>,
     /// Written since the last fdatasync.
     pub dirty: AtomicBool,
+    /// The OS was asked to start writing the file back up to here (only the background
+    /// thread changes it: `Inner::start_writebacks`).
+    pub written_back: AtomicU64,
     /// No longer any lane's active segment: it never grows again.
     pub sealed: AtomicBool,
     /// Every segment that existed while this one was written has a smaller id (set when it
@@ -151,6 +154,7 @@ impl Segment {
             flushed: AtomicU64::new(flushed),
             live: Padded(AtomicU64::new(0)),
             dirty: AtomicBool::new(false),
+            written_back: AtomicU64::new(flushed),
             sealed: AtomicBool::new(false),
             horizon: AtomicU32::new(u32::MAX),
             map: Published::new(None),
