@@ -352,6 +352,12 @@ pub fn parse_header(buf: &[u8]) -> Option<Header> {
     Some(h)
 }
 
+/// Whether `rec` (whose header is `h`, checked to lie within it) is a put of `key`.
+#[inline]
+pub fn is_put_of(h: &Header, rec: &[u8], key: &[u8]) -> bool {
+    h.typ == T_PUT && rec.get(h.key_off..h.key_off + h.klen) == Some(key)
+}
+
 /// Verify the checksum of a complete record.
 #[inline]
 pub fn verify(rec: &[u8], seed: u32) -> bool {

@@ -199,6 +199,11 @@ struct TableHint {
     cap: AtomicUsize,
 }
 
+/// Every shard's `TableHint`, aligned to whole cache lines so that no other data, written more
+/// often, shares a line with them.
+#[repr(align(64))]
+struct TableHints([TableHint; NSHARDS]);
+
 /// The load at which shard `i`'s table doubles: spread over 0.70..0.85 so that the shards,
 /// which fill at the same rate, do not all double within the same few writes.
 fn shard_max_load(i: usize) -> f64 {
@@ -376,7 +381,7 @@ struct Inner {
     salt: u64,
     shards: Box<[Shard]>,
     /// One per shard (`TableHint`).
-    hints: Box<[TableHint]>,
+    hints: Box<TableHints>,
     /// The segment table. Replaced only through `set_segs`, which keeps `segs_raw` pointing
     /// at the same table for `segs_locked`.
     segs: ArcSwap<SegTable>,
@@ -734,7 +739,7 @@ fn open_inner(
         hash_seed: AtomicU64::new(salt),
         salt,
         shards,
-        hints: (0..NSHARDS).map(|_| TableHint::default()).collect(),
+        hints: Box::new(TableHints(std::array::from_fn(|_| TableHint::default()))),
         segs_raw: std::sync::atomic::AtomicPtr::new(Arc::as_ptr(&table) as *mut SegTable),
         segs: ArcSwap::new(table),
         segs_update: Mutex::new(()),
@@ -789,6 +794,19 @@ impl VFile for NullFile {
 }
 
 /// What a lookup found for a key.
+/// What a lookup (`Inner::find`) needs of the record it finds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Want {
+    /// Its slot and length: to replace or remove it. Its checksum is not verified (its value
+    /// is never used), and its metadata comes from an unverified header: a record whose value
+    /// was damaged can still be overwritten or deleted.
+    Slot,
+    /// Its verified metadata too.
+    Meta,
+    /// Its verified metadata and decoded value.
+    Value,
+}
+
 struct Found {
     slot: Slot,
     len: usize,
@@ -823,7 +841,7 @@ impl Inner {
     #[inline]
     fn locate(&self, key: &[u8]) -> (usize, u32) {
         let (shard, tag) = self.hash(key);
-        let hint = &self.hints[shard];
+        let hint = &self.hints.0[shard];
         let base = hint.base.load(Ordering::Relaxed);
         if base != 0 {
             let addr = index::home_addr(base, hint.cap.load(Ordering::Relaxed), tag);
@@ -836,10 +854,28 @@ impl Inner {
     #[inline]
     fn note_table(&self, i: usize, tbl: &Table) {
         let (base, cap) = tbl.home_array();
-        let hint = &self.hints[i];
+        let hint = &self.hints.0[i];
         if hint.base.load(Ordering::Relaxed) != base || hint.cap.load(Ordering::Relaxed) != cap {
             hint.cap.store(cap, Ordering::Relaxed);
             hint.base.store(base, Ordering::Relaxed);
+        }
+    }
+
+    /// Start fetching the header and key of the record `slot` points at (a shard lock held).
+    #[inline]
+    fn prefetch_record(&self, slot: &Slot) {
+        // SAFETY: the caller holds a shard lock.
+        let segs = unsafe { self.segs_locked() };
+        if let Some(seg) = segs.get(slot.seg) {
+            // SAFETY: as above.
+            if let Some(m) = unsafe { seg.map.peek() } {
+                let b = m.as_slice();
+                if (slot.off as usize) < b.len() {
+                    let a = b.as_ptr() as usize + slot.off as usize;
+                    prefetch(a);
+                    prefetch(a + 64);
+                }
+            }
         }
     }
 
@@ -953,13 +989,15 @@ impl Inner {
         drop(batch);
     }
 
-    /// Call `f` with the complete verified record at (`seg`, `off`). The caller holds a shard
-    /// lock.
-    fn with_record<R>(
+    /// Call `f` with the segment and the complete record at (`seg_id`, `off`): its header
+    /// parsed and within it, its checksum not verified (`with_record`, `with_key_record`).
+    /// From the map when it is there (no copy), else copied into the thread's buffer. The
+    /// caller holds a shard lock.
+    fn with_raw_record<R>(
         &self,
         seg_id: u32,
         off: u64,
-        f: impl FnOnce(&Header, &[u8]) -> R,
+        f: impl FnOnce(&Segment, &Header, &[u8]) -> Result<R>,
     ) -> Result<R> {
         // SAFETY: every caller holds a shard lock (this reads the records a shard's table
         // points at).
@@ -972,7 +1010,7 @@ impl Inner {
             // SAFETY: as above.
             if let Some(r) = unsafe {
                 seg.with_mapped(off, |res| {
-                    res.map(|(h, rec)| (f.take().expect("called once"))(&h, rec))
+                    res.and_then(|(h, rec)| (f.take().expect("called once"))(seg, &h, rec))
                 })
             } {
                 return r;
@@ -981,18 +1019,56 @@ impl Inner {
         let f = f.take().expect("not yet called");
         // Taken out of the thread's slot, so a nested read (none today) would just allocate.
         let mut buf = SCRATCH.with(std::cell::Cell::take);
-        let res = self.read_record(seg, off, &mut buf).and_then(|h| {
-            let rec = &buf[..h.len];
-            if format::verify(rec, seg.seed) {
-                Ok(f(&h, rec))
-            } else {
-                Err(corrupt_at(seg_id, off, "checksum mismatch"))
-            }
-        });
+        let res = self
+            .read_record(seg, off, &mut buf)
+            .and_then(|h| f(seg, &h, &buf[..h.len]));
         if buf.capacity() <= SCRATCH_KEEP {
             SCRATCH.with(|c| c.set(buf));
         }
         res
+    }
+
+    /// Call `f` with the complete verified record at (`seg`, `off`). The caller holds a shard
+    /// lock.
+    fn with_record<R>(
+        &self,
+        seg_id: u32,
+        off: u64,
+        f: impl FnOnce(&Header, &[u8]) -> R,
+    ) -> Result<R> {
+        self.with_raw_record(seg_id, off, |seg, h, rec| {
+            if format::verify(rec, seg.seed) {
+                Ok(f(h, rec))
+            } else {
+                Err(corrupt_at(seg_id, off, "checksum mismatch"))
+            }
+        })
+    }
+
+    /// Call `f` with the record at (`seg_id`, `off`) if it is a put of `key`; `Ok(None)` if it
+    /// is another key's (or not a put). The checksum of the matching record is verified only
+    /// with `verify`: a lookup that uses nothing but the record's length and key (a put or a
+    /// delete replacing it) reads the header and the key, not the whole record. Another key's
+    /// record (a rare tag collision) is always verified, so that damaged key bytes are an
+    /// error, never a key silently not found. Called with a shard lock held.
+    fn with_key_record<R>(
+        &self,
+        seg_id: u32,
+        off: u64,
+        key: &[u8],
+        verify: bool,
+        f: impl FnOnce(&Header, &[u8]) -> R,
+    ) -> Result<Option<R>> {
+        self.with_raw_record(seg_id, off, |seg, h, rec| {
+            let ours = format::is_put_of(h, rec, key);
+            if (verify || !ours) && !format::verify(rec, seg.seed) {
+                Err(corrupt_at(seg_id, off, "checksum mismatch"))
+            } else if ours {
+                Ok(Some(f(h, rec)))
+            } else {
+                Ok(None)
+            }
+        })
     }
 
     /// Copy the whole record at `off` of `seg` into `out` and return its header, from the
@@ -1034,23 +1110,22 @@ impl Inner {
 
     /// Show the record of `key` in a shard table to `f`: candidate records are read in place
     /// (from the map when flushed) to compare keys; `f` sees the matching one's slot, header
-    /// and bytes. `None` when the key has no record.
+    /// and bytes, its checksum verified with `verify` (`with_key_record`). `None` when the key
+    /// has no record.
     fn find_with<R>(
         &self,
         tbl: &Table,
         tag: u32,
         key: &[u8],
+        verify: bool,
         mut f: impl FnMut(&Slot, &Header, &[u8]) -> Result<R>,
     ) -> Result<Option<R>> {
         for slot in tbl.candidates(tag) {
-            let r = self.with_record(slot.seg, slot.off as u64, |h, rec| {
-                if h.typ != T_PUT || &rec[h.key_off..h.key_off + h.klen] != key {
-                    return Ok(None);
-                }
-                f(slot, h, rec).map(Some)
-            })??;
-            if r.is_some() {
-                return Ok(r);
+            let r = self.with_key_record(slot.seg, slot.off as u64, key, verify, |h, rec| {
+                f(slot, h, rec)
+            })?;
+            if let Some(r) = r {
+                return r.map(Some);
             }
         }
         Ok(None)
@@ -1064,15 +1139,14 @@ impl Inner {
         Pinned::new(map, off, bytes.len())
     }
 
-    /// Find the slot of `key` in a shard table. With `want_value`, also decode the current
-    /// value.
-    fn find(&self, tbl: &Table, tag: u32, key: &[u8], want_value: bool) -> Result<Option<Found>> {
-        self.find_with(tbl, tag, key, |slot, h, rec| {
+    /// Find the slot of `key` in a shard table, and what `want` asks for of its record.
+    fn find(&self, tbl: &Table, tag: u32, key: &[u8], want: Want) -> Result<Option<Found>> {
+        self.find_with(tbl, tag, key, want != Want::Slot, |slot, h, rec| {
             Ok(Found {
                 slot: *slot,
                 len: h.len,
                 meta: meta_of(h),
-                value: if want_value {
+                value: if want == Want::Value {
                     Some(decode_value(h, rec)?)
                 } else {
                     None
@@ -1474,6 +1548,52 @@ impl Inner {
         let (s, o, _) = self.write_put(self.my_lane(), key, stored, flags, expires, seq, acct)?;
         self.point(tbl, tag, old.map(|o| o.0), s, o);
         Ok(Meta {
+            flags,
+            expires,
+            version: seq,
+        })
+    }
+
+    /// A plain put under the shard's write lock (`tbl`): append the new record first, then
+    /// find the record it replaces. The old record's header and key are a cache miss (it was
+    /// written long enough ago to have left the cache); fetched while the new record is encoded
+    /// and copied into the lane, the miss is mostly hidden (sets over a small key space: 8–11 %
+    /// more of them a second, docs/BENCHMARKS.md). If the old record cannot be read (a damaged
+    /// header), the new record, already in the log, is indexed all the same (so that the index
+    /// agrees with the log) and the error is returned.
+    fn put_replacing(
+        &self,
+        tbl: &mut ShardState,
+        tag: u32,
+        key: &[u8],
+        stored: &Stored<'_>,
+        flags: u32,
+        expires: u64,
+    ) -> Result<Meta> {
+        let mut candidates = false;
+        for c in tbl.candidates(tag) {
+            self.prefetch_record(c);
+            candidates = true;
+        }
+        let seq = tbl.next_seq(key);
+        let lane = self.my_lane();
+        let acct = Acct::Lane { old: None };
+        let (seg, off, _) = self.write_put(lane, key, stored, flags, expires, seq, acct)?;
+        let found = if candidates {
+            self.find(tbl, tag, key, Want::Slot)
+        } else {
+            Ok(None) // a new key: no record with its tag
+        };
+        let old = match &found {
+            Ok(Some(f)) => Some((f.slot, f.len)),
+            _ => None,
+        };
+        if let Some((o, len)) = old {
+            let mut tail = self.tails[lane].0.lock();
+            self.note_live(&mut tail, o.seg, -(len as i64));
+        }
+        self.point(tbl, tag, old.map(|o| o.0), seg, off);
+        found.map(|_| Meta {
             flags,
             expires,
             version: seq,
@@ -2020,7 +2140,7 @@ impl Inner {
                 let (shard, tag) = self.hash(key);
                 let mut tbl = self.shards[shard].0.write();
                 tbl.seq = tbl.seq.max(seq);
-                let found = self.find(&tbl, tag, key, false)?;
+                let found = self.find(&tbl, tag, key, Want::Meta)?;
                 if found.as_ref().is_some_and(|f| f.meta.version >= seq)
                     || tombs.get(key).is_some_and(|&t| t >= seq)
                 {
@@ -2264,7 +2384,7 @@ impl Inner {
         if h.typ == T_DELETE {
             // Needed only to hide an older put in an older segment, and only while the key
             // has no newer live record.
-            if !has_older || self.find(&tbl, tag, key, false)?.is_some() {
+            if !has_older || self.find(&tbl, tag, key, Want::Slot)?.is_some() {
                 return Ok(0);
             }
             self.write_delete(lane, key, h.fields.seq, Acct::Caller)?;
@@ -2695,7 +2815,7 @@ impl DiskHash {
         let (shard, tag) = inner.locate(key);
         let tbl = self.shard(shard).read();
         // Read in place under the shard lock, so compaction cannot move the record meanwhile.
-        let seen = inner.find_with(&tbl, tag, key, |slot, h, rec| {
+        let seen = inner.find_with(&tbl, tag, key, true, |slot, h, rec| {
             let meta = meta_of(h);
             if meta.expires != 0 && is_expired(meta.expires, now_secs()) {
                 return Ok(false);
@@ -2746,7 +2866,9 @@ impl DiskHash {
         let superseded = pos.is_some_and(|p| tbl.inflight.swap_remove(p).superseded);
         let (s, o, len) = written?;
         if !superseded {
-            let old = inner.find(&tbl, tag, key, false)?.map(|f| (f.slot, f.len));
+            let old = inner
+                .find(&tbl, tag, key, Want::Slot)?
+                .map(|f| (f.slot, f.len));
             inner.set_slot(&mut tbl, tag, old, s, o, len);
         }
         self.unlock(shard, tbl);
@@ -2805,7 +2927,7 @@ impl Store for DiskHash {
         let tbl = self.shard(shard).read();
         Ok(self
             .inner
-            .find(&tbl, tag, key, true)?
+            .find(&tbl, tag, key, Want::Value)?
             .filter(|f| f.meta.expires == 0 || !is_expired(f.meta.expires, now_secs()))
             .map(|f| Record {
                 value: f.value.unwrap_or_default(),
@@ -2836,7 +2958,7 @@ impl Store for DiskHash {
         check_sizes(key, 0)?;
         let (shard, tag) = inner.locate(key);
         let mut tbl = self.shard(shard).write();
-        let found = inner.find(&tbl, tag, key, true)?;
+        let found = inner.find(&tbl, tag, key, Want::Value)?;
         let now = now_secs();
         let live = found.as_ref().filter(|f| !is_expired(f.meta.expires, now));
         let cur = live.map(|f| Current {
@@ -2892,9 +3014,9 @@ impl Store for DiskHash {
         let stored = inner.stored_form(value);
         let (shard, tag) = inner.locate(key);
         let mut tbl = self.shard(shard).write();
-        let old = inner.find(&tbl, tag, key, false)?.map(|f| (f.slot, f.len));
-        let meta = inner.put_locked(&mut tbl, tag, key, old, &stored, flags, expires)?;
+        let meta = inner.put_replacing(&mut tbl, tag, key, &stored, flags, expires);
         self.unlock(shard, tbl);
+        let meta = meta?;
         inner.after_write()?;
         Ok(meta)
     }
@@ -2905,7 +3027,7 @@ impl Store for DiskHash {
         check_sizes(key, 0)?;
         let (shard, tag) = inner.locate(key);
         let mut tbl = self.shard(shard).write();
-        let Some(f) = inner.find(&tbl, tag, key, false)? else {
+        let Some(f) = inner.find(&tbl, tag, key, Want::Slot)? else {
             return Ok(false);
         };
         let seq = tbl.next_seq(key);
@@ -2986,7 +3108,7 @@ impl Store for DiskHash {
             let (shard, tag) = hashed[i];
             let g = guard_of(&mut guards, shard)?;
             let old = inner
-                .find(g, tag, op.key(), false)?
+                .find(g, tag, op.key(), Want::Slot)?
                 .map(|f| (f.slot, f.len));
             let (start, len) = offs[i];
             match op {

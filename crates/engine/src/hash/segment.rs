@@ -195,8 +195,9 @@ impl Segment {
         Ok(())
     }
 
-    /// Call `f` with the complete, verified record at `off` when it lies in the mapped, flushed
-    /// part: the zero-copy fast path. `None` when the caller must take the slow path.
+    /// Call `f` with the complete record at `off` (header parsed and within the record; the
+    /// checksum is the caller's to verify) when it lies in the mapped, flushed part: the
+    /// zero-copy fast path. `None` when the caller must take the slow path.
     ///
     /// # Safety
     /// As `Published::peek`: the caller holds a shard lock.
@@ -210,14 +211,7 @@ impl Segment {
         let end = (self.flushed() as usize).min(m.len());
         let avail = m.get(off as usize..end)?;
         let res = match format::parse_header(&avail[..avail.len().min(MAX_HEADER_LEN)]) {
-            Some(h) if h.len <= avail.len() => {
-                let rec = &avail[..h.len];
-                if format::verify(rec, self.seed) {
-                    Ok((h, rec))
-                } else {
-                    Err(corrupt_at(self.id, off, "checksum mismatch"))
-                }
-            }
+            Some(h) if h.len <= avail.len() => Ok((h, &avail[..h.len])),
             Some(h) if off as usize + h.len > m.len() => return None,
             _ => Err(corrupt_at(self.id, off, "bad record header")),
         };
