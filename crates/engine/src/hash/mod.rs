@@ -1557,7 +1557,7 @@ impl Inner {
     /// A plain put under the shard's write lock (`tbl`): append the new record first, then
     /// find the record it replaces. The old record's header and key are a cache miss (it was
     /// written long enough ago to have left the cache); fetched while the new record is encoded
-    /// and copied into the lane, the miss is mostly hidden (sets over a small key space: 8–11 %
+    /// and copied into the lane, the miss is mostly hidden (sets over a small key space: 8–9 %
     /// more of them a second, docs/BENCHMARKS.md). If the old record cannot be read (a damaged
     /// header), the new record, already in the log, is indexed all the same (so that the index
     /// agrees with the log) and the error is returned.
@@ -2288,9 +2288,15 @@ impl Inner {
         };
         let stopped = scan_segment(self, &seg, SEG_HEADER_LEN as u64, end, |off, h, rec| {
             seen = seen.wrapping_add(1);
-            if seen.is_multiple_of(256) && *self.stop.lock() {
-                aborted = true;
-                return Ok(false);
+            if seen.is_multiple_of(256) {
+                if *self.stop.lock() {
+                    aborted = true;
+                    return Ok(false);
+                }
+                // Every 256 records (a few tens of microseconds of scanning), let a waiting
+                // thread have the core: otherwise a worker that this thread preempted waits
+                // out the rest of its time slice, which showed in the workers' p99 latency.
+                std::thread::yield_now();
             }
             match h.typ {
                 T_PUT | T_DELETE => one(off, h, rec, &mut moved)?,
