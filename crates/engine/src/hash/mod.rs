@@ -1919,38 +1919,46 @@ impl Inner {
             ));
             pos += 24;
         }
-        let mut shards = Vec::with_capacity(NSHARDS);
+        // Where each shard's section starts: one pass over the varints, so that the sections
+        // can then be decoded and their tables built by two threads.
+        let mut starts = Vec::with_capacity(NSHARDS);
+        let mut slots = 0usize;
         for _ in 0..NSHARDS {
-            let seq = u64_at(pos)?;
-            pos += 8;
+            starts.push(pos);
+            pos = pos.checked_add(8)?;
             let n = format::get_varint(body, &mut pos)? as usize;
             // Each slot takes at least 5 bytes: a count beyond that is corrupt.
-            if n > (body.len() - pos) / 5 {
+            if n > body.len().checked_sub(pos)? / 5 {
                 return None;
             }
-            let mut v = Vec::with_capacity(n);
-            let mut loc = 0u64;
-            let mut last_seg = 0u32; // known to exist (0: none yet)
             for _ in 0..n {
-                loc = loc.checked_add(format::get_varint(body, &mut pos)?)?;
-                let tag = u32_at(pos)?;
+                format::skip_varint(body, &mut pos)?;
                 pos += 4;
-                let seg = (loc >> 32) as u32;
-                if seg != last_seg {
-                    // Slots come sorted by location: one search per segment.
-                    known.binary_search(&seg).ok()?;
-                    last_seg = seg;
-                }
-                v.push(Slot {
-                    tag,
-                    seg,
-                    off: loc as u32,
-                });
             }
-            let table = Table::from_slots(v);
-            shards.push((seq, table));
+            slots += n;
         }
-        (pos == body.len()).then_some(Checkpoint {
+        if pos != body.len() {
+            return None;
+        }
+        let decode = |range: std::ops::Range<usize>| -> Option<Vec<(u64, Table)>> {
+            range
+                .map(|i| decode_ckpt_shard(body, starts[i], known))
+                .collect()
+        };
+        let parallel = slots >= PARALLEL_CKPT
+            && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+        let shards = if parallel {
+            let (first, second) = std::thread::scope(|s| {
+                let helper = s.spawn(|| decode(NSHARDS / 2..NSHARDS));
+                (decode(0..NSHARDS / 2), helper.join().ok().flatten())
+            });
+            let mut v = first?;
+            v.extend(second?);
+            v
+        } else {
+            decode(0..NSHARDS)?
+        };
+        Some(Checkpoint {
             hash_seed,
             replay,
             segs,
@@ -2730,7 +2738,38 @@ fn write_checkpoint(
     vfs.sync_dir(dir)
 }
 
-/// Checkpoints of at least this many slots are encoded by two threads (`write_checkpoint`).
+/// Decode the checkpoint section of one shard, which starts at `at` of `body` (checked to
+/// lie within it), and build the shard's table. `None` when it is damaged or points into a
+/// segment not in `known` (sorted).
+fn decode_ckpt_shard(body: &[u8], at: usize, known: &[u32]) -> Option<(u64, Table)> {
+    let mut pos = at;
+    let seq = u64::from_le_bytes(body.get(pos..pos + 8)?.try_into().ok()?);
+    pos += 8;
+    let n = format::get_varint(body, &mut pos)? as usize;
+    let mut v = Vec::with_capacity(n);
+    let mut loc = 0u64;
+    let mut last_seg = 0u32; // known to exist (0: none yet)
+    for _ in 0..n {
+        loc = loc.checked_add(format::get_varint(body, &mut pos)?)?;
+        let tag = u32::from_le_bytes(body.get(pos..pos + 4)?.try_into().ok()?);
+        pos += 4;
+        let seg = (loc >> 32) as u32;
+        if seg != last_seg {
+            // Slots come sorted by location: one search per segment.
+            known.binary_search(&seg).ok()?;
+            last_seg = seg;
+        }
+        v.push(Slot {
+            tag,
+            seg,
+            off: loc as u32,
+        });
+    }
+    Some((seq, Table::from_slots(v)))
+}
+
+/// Checkpoints of at least this many slots are encoded, and loaded, by two threads
+/// (`write_checkpoint`, `Inner::read_checkpoint`).
 const PARALLEL_CKPT: usize = 1 << 16;
 
 /// One shard of a checkpoint: its seq, its number of slots, then the slots sorted by location
