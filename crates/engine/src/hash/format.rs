@@ -401,7 +401,11 @@ mod tests {
         }
         assert_eq!(skip_varint(&buf, &mut b), None, "past the end");
         assert_eq!(skip_varint(&[0x80, 0x80], &mut 0), None, "truncated");
-        assert_eq!(skip_varint(&[0xff; 11], &mut 0), None, "longer than 10 bytes");
+        assert_eq!(
+            skip_varint(&[0xff; 11], &mut 0),
+            None,
+            "longer than 10 bytes"
+        );
     }
 
     #[test]
