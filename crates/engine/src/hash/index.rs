@@ -591,6 +591,9 @@ impl Table {
     /// Every slot, in tag order.
     /// Append every slot to `v` (as `iter` gives them), without a branch per position.
     pub fn copy_into(&self, v: &mut Vec<Slot>) {
+        if self.len == 0 {
+            return; // a table emptied by deletes keeps its size: nothing to look through
+        }
         let old: &[Slot] = match &self.moving {
             Some(m) => &m.slots[m.pos..],
             None => &[],
@@ -816,6 +819,13 @@ mod tests {
         t.copy_into(&mut v);
         assert_eq!(v, t.iter().copied().collect::<Vec<_>>());
         assert_eq!(v.len(), 1500);
+        // Emptied by removes: nothing is appended.
+        for s in v {
+            assert!(t.remove(&s));
+        }
+        let mut v = vec![Slot::default()];
+        t.copy_into(&mut v);
+        assert_eq!(v.len(), 1);
     }
 
     #[test]
