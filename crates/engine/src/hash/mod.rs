@@ -216,6 +216,8 @@ thread_local! {
     /// This thread's buffer for records read outside the maps (still in a lane's buffer, or in
     /// an unmapped segment), kept between reads so that they allocate nothing.
     static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+    /// Set in the database's own background threads (`Inner::background`, `Inner::compactor`).
+    static BACKGROUND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 /// The largest `SCRATCH` buffer a thread keeps after a read.
 const SCRATCH_KEEP: usize = 64 << 10;
@@ -507,6 +509,10 @@ impl DiskHash {
         Ok(db)
     }
 }
+
+/// Tables up to this many bytes are taken to be in the cache (`Inner::put_replacing`). Tests
+/// use a small bound, so that both orders are exercised by their small databases.
+const SMALL_TABLE: usize = if cfg!(test) { 2 << 10 } else { 128 << 10 };
 
 /// Ask the CPU to fetch the cache line at `addr`: a hint that never faults and changes
 /// nothing, whatever the address.
@@ -1570,15 +1576,24 @@ impl Inner {
         flags: u32,
         expires: u64,
     ) -> Result<Meta> {
+        // A small table is in the cache: look at the candidates first and fetch their records
+        // while appending. A large one is not: append first, while the key's home position
+        // (prefetched by `locate`) is fetched.
+        let small = tbl.memory() <= SMALL_TABLE;
         let mut candidates = false;
-        for c in tbl.candidates(tag) {
-            self.prefetch_record(c);
-            candidates = true;
+        if small {
+            for c in tbl.candidates(tag) {
+                self.prefetch_record(c);
+                candidates = true;
+            }
         }
         let seq = tbl.next_seq(key);
         let lane = self.my_lane();
         let acct = Acct::Lane { old: None };
         let (seg, off, _) = self.write_put(lane, key, stored, flags, expires, seq, acct)?;
+        if !small {
+            candidates = tbl.candidates(tag).next().is_some();
+        }
         let found = if candidates {
             self.find(tbl, tag, key, Want::Slot)
         } else {
@@ -1800,7 +1815,9 @@ impl Inner {
             self.hash_seed.load(Ordering::Relaxed),
             &replay,
             &segs,
-            self.count() as usize,
+            // Not in the background: a second encoding thread there would take the core the
+            // writers have (the maintenance thread itself runs at nice 10).
+            self.count() as usize >= PARALLEL_CKPT && !BACKGROUND.with(std::cell::Cell::get),
             |i, v| self.snapshot_into(i, v),
             || {
                 self.sync_now()
@@ -2536,6 +2553,7 @@ impl Inner {
     }
 
     fn background(self: Arc<Self>) {
+        BACKGROUND.with(|b| b.set(true));
         let mut last_sync = Instant::now();
         let mut last_maint = Instant::now();
         while self.pause(FLUSH_TICK) {
@@ -2566,6 +2584,7 @@ impl Inner {
     /// seconds drops expired records. Its own thread, so the flushes and interval syncs of
     /// `background` never wait behind it.
     fn compactor(self: Arc<Self>) {
+        BACKGROUND.with(|b| b.set(true));
         let mut nice = 0;
         let mut last_sweep = Instant::now();
         let mut last_ckpt_look = Instant::now();
@@ -2639,8 +2658,8 @@ fn guard_of<'a, 'g>(
 /// seq), call `before_commit` (which makes the data the snapshots point at durable), sync the
 /// file, rename it over the old checkpoint, sync the directory.
 ///
-/// With more than one core and at least `PARALLEL_CKPT` slots (`slots` is about how many there
-/// are), a second thread encodes the second half of the shards into memory while this one
+/// With `parallel` (at least `PARALLEL_CKPT` slots, not a background checkpoint) and more than
+/// one core, a second thread encodes the second half of the shards into memory while this one
 /// encodes and writes the first half, then writes the second: encoding is most of a
 /// checkpoint's time. Memory then holds half of the encoded index for a moment (about 3 bytes a
 /// record).
@@ -2651,7 +2670,7 @@ fn write_checkpoint(
     hash_seed: u64,
     replay: &[(u32, u64)],
     segs: &[(u32, u64, u64, u32)],
-    slots: usize,
+    parallel: bool,
     shard: impl Fn(usize, &mut Vec<Slot>) -> u64 + Sync,
     before_commit: impl FnOnce() -> std::io::Result<()>,
 ) -> std::io::Result<()> {
@@ -2695,8 +2714,7 @@ fn write_checkpoint(
         encode_shard(seq, v, tmp, out);
     };
     let (mut v, mut scratch) = (Vec::new(), Vec::new());
-    let parallel =
-        slots >= PARALLEL_CKPT && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+    let parallel = parallel && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
     if parallel {
         // A helper encodes the second half of the shards into its own buffer while this thread
         // encodes and writes the first half: one hand-off, since every wait for the other
@@ -3324,7 +3342,7 @@ impl Store for DiskHash {
             inner.hash_seed.load(Ordering::Relaxed),
             &replay,
             &[],
-            shards.iter().map(|s| s.1.len()).sum(),
+            shards.iter().map(|s| s.1.len()).sum::<usize>() >= PARALLEL_CKPT,
             |i, v| {
                 let (seq, slots) = &shards[i];
                 v.extend_from_slice(slots);
