@@ -1560,13 +1560,14 @@ impl Inner {
         })
     }
 
-    /// A plain put under the shard's write lock (`tbl`): append the new record first, then
-    /// find the record it replaces. The old record's header and key are a cache miss (it was
-    /// written long enough ago to have left the cache); fetched while the new record is encoded
-    /// and copied into the lane, the miss is mostly hidden (sets over a small key space: 8–9 %
-    /// more of them a second, docs/BENCHMARKS.md). If the old record cannot be read (a damaged
-    /// header), the new record, already in the log, is indexed all the same (so that the index
-    /// agrees with the log) and the error is returned.
+    /// A plain put under the shard's write lock (`tbl`): the new record is appended before the
+    /// record it replaces is looked for, so that a memory miss is fetched during the append.
+    /// With a small table, that miss is the old record's header and key (written long enough
+    /// ago to have left the cache; sets over a small key space: 8–9 % more of them a second);
+    /// with a large one, the key's home position in the table (1M new keys: 12 % faster). See
+    /// docs/BENCHMARKS.md. If the old record cannot be read (a damaged header), the new record,
+    /// already in the log, is indexed all the same (so that the index agrees with the log) and
+    /// the error is returned.
     fn put_replacing(
         &self,
         tbl: &mut ShardState,
