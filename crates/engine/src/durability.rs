@@ -27,7 +27,7 @@ pub fn note_pending() {
     PENDING.with(|p| p.set(true));
 }
 
-/// Whether this thread owes a sync (and remember it).
+/// Whether this thread owes a sync (`note_pending` was called since the last `take_pending`).
 pub fn pending() -> bool {
     PENDING.with(Cell::get)
 }

@@ -30,8 +30,7 @@ pub trait VFile: Send + Sync {
     /// The zeros stay in the page cache, so those later partial-page writes need no read.
     /// Ask the OS to start writing `len` bytes at `off` back to the device, without waiting
     /// and without any promise of durability: a hint, so that a later `sync` has less to wait
-    /// for. `len` 0 means up to the end of the file. Ignores errors (the later `sync` reports
-    /// any that matter).
+    /// for. Ignores errors (the later `sync` reports any that matter).
     fn start_writeback(&self, _off: u64, _len: u64) {}
     fn zero_fill(&self, off: u64, len: u64) -> io::Result<()> {
         let zeros = [0u8; 64 << 10];

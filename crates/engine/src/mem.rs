@@ -140,7 +140,7 @@ struct Rec {
 }
 
 impl Rec {
-    /// The caller has checked the key length with [`check_sizes`] (so it fits in 31 bits).
+    /// The caller has checked the key length with [`check_sizes`] (so it fits in 30 bits).
     fn new(key: &[u8], value: &[u8], flags: u32, expires: u64, version: u64) -> Rec {
         let len = key.len() + value.len();
         let klen = key.len() as u32 & KLEN_MASK;
@@ -810,16 +810,9 @@ impl MemHash {
 
 impl Store for MemHash {
     fn get(&self, key: &[u8]) -> Result<Option<Record>> {
-        self.common.check_open()?;
-        let hash = xxh3_64(key);
-        let sh = self.shard(shard_of(hash)).read();
-        Ok(sh.find(hash, key).and_then(|i| {
-            let r = &sh.slots[i];
-            r.is_live_now().then(|| {
-                r.mark_used();
-                r.record()
-            })
-        }))
+        let mut found = None;
+        self.with_live(key, |r| found = Some(r.record()))?;
+        Ok(found)
     }
 
     fn view(&self, key: &[u8], f: &mut dyn FnMut(&[u8], Meta)) -> Result<bool> {
@@ -1375,12 +1368,9 @@ impl MemTree {
 
 impl Store for MemTree {
     fn get(&self, key: &[u8]) -> Result<Option<Record>> {
-        self.common.check_open()?;
-        let t = self.inner.read();
-        Ok(t.set.get(key).filter(|r| r.is_live_now()).map(|r| {
-            r.mark_used();
-            r.record()
-        }))
+        let mut found = None;
+        self.with_live(key, |r| found = Some(r.record()))?;
+        Ok(found)
     }
 
     fn view(&self, key: &[u8], f: &mut dyn FnMut(&[u8], Meta)) -> Result<bool> {

@@ -571,8 +571,6 @@ fn read_and_execute<'s>(
     true
 }
 
-/// Write the replies; false when the connection is finished (the client hung up, or it asked
-/// to close and has everything).
 /// After a connection's replies were handed to the socket: close it unless `keep`, else
 /// watch for writability exactly while output is left over.
 #[allow(clippy::too_many_arguments)]
@@ -605,6 +603,8 @@ fn settle(
     Ok(())
 }
 
+/// Write the replies; false when the connection is finished (the client hung up, or it asked
+/// to close and has everything).
 fn finish(c: &mut Conn<'_>) -> bool {
     if flush(c).is_err() {
         return false;

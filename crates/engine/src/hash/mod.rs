@@ -799,7 +799,6 @@ impl VFile for NullFile {
     }
 }
 
-/// What a lookup found for a key.
 /// What a lookup (`Inner::find`) needs of the record it finds.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Want {
@@ -813,6 +812,7 @@ enum Want {
     Value,
 }
 
+/// What a lookup found for a key.
 struct Found {
     slot: Slot,
     len: usize,
@@ -1226,8 +1226,9 @@ impl Inner {
         if let Err(e) = tail.seg.file.write_at(&tail.buf, at) {
             return Err(self.poison(&e));
         }
-        let end = at + tail.buf.len() as u64;
-        tail.seg.flushed.store(end, Ordering::Release);
+        tail.seg
+            .flushed
+            .store(at + tail.buf.len() as u64, Ordering::Release);
         tail.seg.dirty.store(true, Ordering::Release);
         tail.buf.clear();
         Ok(())
@@ -1741,21 +1742,6 @@ impl Inner {
             self.flush(&mut tail)?;
         }
         let segs = self.segs.load();
-        // With several files to sync, all of them are written back at once first: each sync
-        // then waits only for what is left of its own file.
-        if segs
-            .segs
-            .values()
-            .filter(|s| s.dirty.load(Ordering::Acquire))
-            .nth(1)
-            .is_some()
-        {
-            for seg in segs.segs.values() {
-                if seg.dirty.load(Ordering::Acquire) {
-                    seg.file.start_writeback(0, 0);
-                }
-            }
-        }
         for seg in segs.segs.values() {
             if seg.dirty.swap(false, Ordering::AcqRel) {
                 if let Err(e) = seg.file.sync() {
@@ -1908,32 +1894,26 @@ impl Inner {
         {
             return None;
         }
-        let u32_at = |p: usize| -> Option<u32> {
-            Some(u32::from_le_bytes(body.get(p..p + 4)?.try_into().ok()?))
-        };
-        let u64_at = |p: usize| -> Option<u64> {
-            Some(u64::from_le_bytes(body.get(p..p + 8)?.try_into().ok()?))
-        };
-        let hash_seed = u64_at(16)?;
-        let lanes = u32_at(24)? as usize;
+        let hash_seed = le_u64(body, 16)?;
+        let lanes = le_u32(body, 24)? as usize;
         if lanes != self.lanes {
             return None;
         }
         let mut pos = 28;
         let mut replay = Vec::with_capacity(lanes);
         for _ in 0..lanes {
-            replay.push((u32_at(pos)?, u32_at(pos + 4)? as u64));
+            replay.push((le_u32(body, pos)?, le_u32(body, pos + 4)? as u64));
             pos += 8;
         }
-        let nsegs = u32_at(pos)? as usize;
+        let nsegs = le_u32(body, pos)? as usize;
         pos += 4;
         let mut segs = Vec::with_capacity(nsegs.min(1 << 16));
         for _ in 0..nsegs {
             segs.push((
-                u32_at(pos)?,
-                u64_at(pos + 4)?,
-                u64_at(pos + 12)?,
-                u32_at(pos + 20)?,
+                le_u32(body, pos)?,
+                le_u64(body, pos + 4)?,
+                le_u64(body, pos + 12)?,
+                le_u32(body, pos + 20)?,
             ));
             pos += 24;
         }
@@ -2370,12 +2350,10 @@ impl Inner {
             if i % 256 == 255 && *self.stop.lock() {
                 return Ok(None);
             }
-            let rec = {
+            let (h, rec) = {
                 let _shard = self.shards[shard as usize].0.read();
-                self.with_record(id, off as u64, |_, rec| rec.to_vec())?
+                self.with_record(id, off as u64, |h, rec| (*h, rec.to_vec()))?
             };
-            let h = format::parse_header(&rec)
-                .ok_or_else(|| corrupt_at(id, off as u64, "bad record header"))?;
             moved += self.relocate(&seg, off as u64, &h, &rec, has_older, recode)?;
             pace(rate, moved, &mut paced, started);
         }
@@ -2708,12 +2686,12 @@ fn write_checkpoint(
         out.extend_from_slice(&live.to_le_bytes());
         out.extend_from_slice(&horizon.to_le_bytes());
     }
-    // Scratch for one shard's slots and for sorting them, reused from shard to shard.
     let encode = |i: usize, v: &mut Vec<Slot>, tmp: &mut Vec<Slot>, out: &mut Vec<u8>| {
         v.clear();
         let seq = shard(i, v);
         encode_shard(seq, v, tmp, out);
     };
+    // Scratch for one shard's slots and for sorting them, reused from shard to shard.
     let (mut v, mut scratch) = (Vec::new(), Vec::new());
     let parallel = parallel && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
     if parallel {
@@ -2761,16 +2739,15 @@ fn write_checkpoint(
 /// lie within it), and build the shard's table. `None` when it is damaged or points into a
 /// segment not in `known` (sorted).
 fn decode_ckpt_shard(body: &[u8], at: usize, known: &[u32]) -> Option<(u64, Table)> {
-    let mut pos = at;
-    let seq = u64::from_le_bytes(body.get(pos..pos + 8)?.try_into().ok()?);
-    pos += 8;
+    let seq = le_u64(body, at)?;
+    let mut pos = at + 8;
     let n = format::get_varint(body, &mut pos)? as usize;
     let mut v = Vec::with_capacity(n);
     let mut loc = 0u64;
     let mut last_seg = 0u32; // known to exist (0: none yet)
     for _ in 0..n {
         loc = loc.checked_add(format::get_varint(body, &mut pos)?)?;
-        let tag = u32::from_le_bytes(body.get(pos..pos + 4)?.try_into().ok()?);
+        let tag = le_u32(body, pos)?;
         pos += 4;
         let seg = (loc >> 32) as u32;
         if seg != last_seg {
@@ -2785,6 +2762,20 @@ fn decode_ckpt_shard(body: &[u8], at: usize, known: &[u32]) -> Option<(u64, Tabl
         });
     }
     Some((seq, Table::from_slots(v)))
+}
+
+/// The little-endian `u32` at `pos` of `buf`, if it is all there.
+fn le_u32(buf: &[u8], pos: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(
+        buf.get(pos..pos.checked_add(4)?)?.try_into().ok()?,
+    ))
+}
+
+/// The little-endian `u64` at `pos` of `buf`, if it is all there.
+fn le_u64(buf: &[u8], pos: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(
+        buf.get(pos..pos.checked_add(8)?)?.try_into().ok()?,
+    ))
 }
 
 /// Checkpoints of at least this many slots are encoded, and loaded, by two threads
