@@ -78,17 +78,26 @@ pub fn radix_sort_with(v: &mut Vec<Slot>, tmp: &mut Vec<Slot>, key: impl Fn(&Slo
     }
 }
 
-/// Tables at least this large are aligned to, and advised into, 2 MiB huge pages: a random
-/// probe into a large index otherwise pays a TLB miss on top of the cache miss.
-const HUGE: usize = 2 << 20;
+use super::arena::{self, HUGE};
 
-/// The slot array: zeroed memory (an all-zero slot is empty), huge-page backed when large.
+/// The slot array: zeroed memory (an all-zero slot is empty), on huge pages (`arena`).
 #[repr(C)]
 struct Slots {
     ptr: std::ptr::NonNull<Slot>,
     len: usize,
-    /// Made by `map_huge` (else by the global allocator).
-    mapped: bool,
+    from: Backing,
+}
+
+/// Where a slot array's memory comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backing {
+    /// A block of this order from the shared arena (arrays under `HUGE` bytes). One byte, so
+    /// that `Slots` stays three words (`Table::hot_field_ends`).
+    Arena(u8),
+    /// A mapping of its own (`arena::map_huge`).
+    Mapped,
+    /// The global allocator (when no memory could be mapped).
+    Heap,
 }
 
 // SAFETY: `Slots` owns its allocation exclusively, like a `Box<[Slot]>`; `Slot` is plain data.
@@ -101,109 +110,64 @@ impl Slots {
         (len * std::mem::size_of::<Slot>()).max(1)
     }
 
-    fn small_layout(len: usize) -> std::alloc::Layout {
+    fn heap_layout(len: usize) -> std::alloc::Layout {
         match std::alloc::Layout::array::<Slot>(len.max(1)) {
             Ok(l) => l,
             Err(_) => std::alloc::handle_alloc_error(std::alloc::Layout::new::<Slot>()),
         }
     }
 
-    /// A zeroed array of `len` slots. Large arrays are anonymous memory maps, aligned to and
-    /// advised into huge pages; the kernel zero-fills their pages on first touch (so nothing is
-    /// written twice). Small ones come from the allocator.
+    /// A zeroed array of `len` slots on huge pages: a block of the shared arena when smaller
+    /// than `HUGE`, else a mapping of its own whose pages the kernel zero-fills on first touch
+    /// (so nothing is written twice). The global allocator only if mapping memory fails.
     ///
-    /// Every page is touched by a write before the table is used (`prefault`).
+    /// Every page is touched by a write before the table is used (`arena::prefault`).
     fn zeroed(len: usize) -> Slots {
         let bytes = Self::bytes(len);
-        if bytes >= HUGE {
-            if let Some(ptr) = map_huge(bytes) {
-                prefault(ptr.as_ptr().cast(), bytes);
+        if bytes < HUGE {
+            let order = arena::order_for(bytes);
+            if let Some(ptr) = arena::alloc(order) {
                 return Slots {
-                    ptr,
+                    ptr: ptr.cast(),
                     len,
-                    mapped: true,
+                    from: Backing::Arena(order as u8),
                 };
             }
+        } else if let Some(ptr) = arena::map_huge(bytes) {
+            arena::prefault(ptr.as_ptr(), bytes);
+            return Slots {
+                ptr: ptr.cast(),
+                len,
+                from: Backing::Mapped,
+            };
         }
-        let layout = Self::small_layout(len);
+        let layout = Self::heap_layout(len);
         // SAFETY: the layout has a non-zero size; zeroed memory is a valid array of empty slots.
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
         let Some(ptr) = std::ptr::NonNull::new(raw.cast::<Slot>()) else {
             std::alloc::handle_alloc_error(layout)
         };
-        prefault(raw, bytes);
+        arena::prefault(raw, bytes);
         Slots {
             ptr,
             len,
-            mapped: false,
+            from: Backing::Heap,
         }
     }
-}
-
-/// Touch every 4 KiB page of fresh zeroed memory with a write of zero.
-///
-/// Fresh anonymous memory that is *read* first gets the kernel's shared zero page; the first
-/// write then replaces it, and replacing a mapped page flushes the TLB of every core running
-/// the process: an inter-processor interrupt that stalls the other writer threads too. A
-/// probe reads the table before an insert writes it, so without this every page of a new
-/// table cost one such flush (a third of the time of a 2-thread load into a pre-sized index).
-/// Writing first maps a private zeroed page directly, with no flush.
-fn prefault(ptr: *mut u8, bytes: usize) {
-    const PAGE: usize = 4096;
-    let mut at = 0;
-    while at < bytes {
-        // SAFETY: `at < bytes` lies inside the allocation of `bytes` bytes at `ptr`, which
-        // holds zeros and is not shared yet; writing a zero changes no value.
-        unsafe { std::ptr::write_volatile(ptr.add(at), 0u8) };
-        at += PAGE;
-    }
-}
-
-/// Map `bytes` of zeroed anonymous memory at a huge-page-aligned address, advised into huge
-/// pages; `None` when the kernel refuses.
-fn map_huge(bytes: usize) -> Option<std::ptr::NonNull<Slot>> {
-    let len = bytes.div_ceil(HUGE) * HUGE;
-    // SAFETY: an anonymous private mapping with no address hint; checked for failure below.
-    let raw = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len + HUGE,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if raw == libc::MAP_FAILED {
-        return None;
-    }
-    let start = raw as usize;
-    let aligned = start.div_ceil(HUGE) * HUGE;
-    // SAFETY: trimming the unaligned head and the unused tail of the mapping just made; the
-    // kept range [aligned, aligned + len) lies inside it.
-    unsafe {
-        if aligned > start {
-            libc::munmap(raw, aligned - start);
-        }
-        let end = start + len + HUGE;
-        if end > aligned + len {
-            libc::munmap((aligned + len) as *mut libc::c_void, end - aligned - len);
-        }
-        // A hint: refused, the table simply uses small pages.
-        libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
-    }
-    std::ptr::NonNull::new(aligned as *mut Slot)
 }
 
 impl Drop for Slots {
     fn drop(&mut self) {
-        if self.mapped {
-            let len = Self::bytes(self.len).div_ceil(HUGE) * HUGE;
-            // SAFETY: the mapping made by `map_huge` for this length.
-            unsafe { libc::munmap(self.ptr.as_ptr().cast(), len) };
-        } else {
+        let ptr = self.ptr.cast::<u8>();
+        match self.from {
+            // SAFETY: the block `zeroed` took for this order; the array is gone with `self`.
+            Backing::Arena(order) => unsafe { arena::free(ptr, order as usize) },
+            // SAFETY: the mapping `zeroed` made for this length.
+            Backing::Mapped => unsafe { arena::unmap_huge(ptr, Self::bytes(self.len)) },
             // SAFETY: allocated in `zeroed` with this same layout.
-            unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), Self::small_layout(self.len)) }
+            Backing::Heap => unsafe {
+                std::alloc::dealloc(ptr.as_ptr(), Self::heap_layout(self.len))
+            },
         }
     }
 }

@@ -17,6 +17,7 @@
 //! the index (written atomically) bounds recovery to the log written after it; recovery stops a
 //! segment at its first record whose checksum fails and truncates the torn tail.
 
+mod arena;
 pub mod format;
 pub mod index;
 pub mod segment;
