@@ -116,20 +116,11 @@ static ARENA: Mutex<Arena> = Mutex::new(Arena {
 });
 
 impl Arena {
-    fn alloc(&mut self, order: usize) -> Option<NonNull<u8>> {
-        let from = (order..ORDERS).find(|&k| !self.free[k].is_empty());
-        let (k, addr, clean) = match from {
-            Some(k) => {
-                let (addr, clean) = self.free[k].pop_first().expect("not empty");
-                (k, addr, clean)
-            }
-            None => {
-                let p = map_huge(HUGE)?;
-                prefault(p.as_ptr(), HUGE);
-                self.used.insert(p.as_ptr() as usize, 0);
-                (ORDERS - 1, p.as_ptr() as usize, true)
-            }
-        };
+    /// A block of `order` from the free lists, split off a larger one if need be; `None` when
+    /// no free block is large enough.
+    fn take(&mut self, order: usize) -> Option<NonNull<u8>> {
+        let k = (order..ORDERS).find(|&k| !self.free[k].is_empty())?;
+        let (addr, clean) = self.free[k].pop_first().expect("not empty");
         // Split down to `order`, freeing the upper halves.
         for j in (order..k).rev() {
             self.free[j].insert(addr + block_bytes(j), clean);
@@ -140,6 +131,22 @@ impl Arena {
             unsafe { std::ptr::write_bytes(addr as *mut u8, 0, block_bytes(order)) };
         }
         NonNull::new(addr as *mut u8)
+    }
+
+    /// Add a chunk just mapped (and faulted in) as one free, zero block.
+    fn add_chunk(&mut self, chunk: NonNull<u8>) {
+        let addr = chunk.as_ptr() as usize;
+        self.used.insert(addr, 0);
+        self.free[ORDERS - 1].insert(addr, true);
+    }
+
+    #[cfg(test)]
+    fn alloc(&mut self, order: usize) -> Option<NonNull<u8>> {
+        if let Some(p) = self.take(order) {
+            return Some(p);
+        }
+        self.add_chunk(new_chunk()?);
+        self.take(order)
     }
 
     fn free(&mut self, addr: usize, order: usize) {
@@ -174,10 +181,25 @@ fn chunk_of(addr: usize) -> usize {
     addr & !(HUGE - 1)
 }
 
+/// A fresh chunk, mapped and faulted in (for the kernel, on a fresh huge page: zeroing 2 MiB).
+fn new_chunk() -> Option<NonNull<u8>> {
+    let p = map_huge(HUGE)?;
+    prefault(p.as_ptr(), HUGE);
+    Some(p)
+}
+
 /// A zeroed block of `block_bytes(order)` bytes from the shared arena, aligned to its size;
-/// `None` when no memory could be mapped.
+/// `None` when no memory could be mapped. A new chunk is mapped and faulted in without the
+/// arena's lock, so other threads' allocations and frees do not wait for the kernel.
 pub fn alloc(order: usize) -> Option<NonNull<u8>> {
-    ARENA.lock().alloc(order)
+    if let Some(p) = ARENA.lock().take(order) {
+        return Some(p);
+    }
+    let chunk = new_chunk()?;
+    let mut a = ARENA.lock();
+    a.add_chunk(chunk);
+    // Another thread may have taken part of the chunk meanwhile; it may also have added one.
+    a.take(order)
 }
 
 /// Give back a block.
@@ -249,6 +271,51 @@ mod tests {
         let (last, _) = a.free[ORDERS - 1].pop_first().expect("kept");
         // SAFETY: the kept chunk, now taken off the lists.
         unsafe { unmap_huge(NonNull::new(last as *mut u8).expect("not null"), HUGE) };
+    }
+
+    /// The shared arena under threads that allocate and free at once (chunks are mapped
+    /// without the lock): no block is handed out twice while in use.
+    #[test]
+    fn threads_share_the_arena() {
+        let threads: Vec<_> = (0..4u8)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    let mut live: Vec<(NonNull<u8>, usize, u8)> = Vec::new();
+                    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ u64::from(t);
+                    for i in 0..2000u32 {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        if !x.is_multiple_of(3) || live.is_empty() {
+                            let order = (x >> 8) as usize % (ORDERS - 2);
+                            let p = alloc(order).expect("memory");
+                            let fill = (i as u8) ^ t;
+                            // SAFETY: the block is ours.
+                            unsafe { std::ptr::write_bytes(p.as_ptr(), fill, block_bytes(order)) };
+                            live.push((p, order, fill));
+                        } else {
+                            let (p, o, f) = live.swap_remove((x >> 16) as usize % live.len());
+                            // SAFETY: the block is ours.
+                            let b =
+                                unsafe { std::slice::from_raw_parts(p.as_ptr(), block_bytes(o)) };
+                            assert!(b.iter().all(|&v| v == f), "a block kept its bytes");
+                            // SAFETY: taken from `alloc(o)`, no longer used.
+                            unsafe { free(p, o) };
+                        }
+                    }
+                    for (p, o, f) in live {
+                        // SAFETY: as above.
+                        let b = unsafe { std::slice::from_raw_parts(p.as_ptr(), block_bytes(o)) };
+                        assert!(b.iter().all(|&v| v == f), "a block kept its bytes");
+                        // SAFETY: as above.
+                        unsafe { free(p, o) };
+                    }
+                })
+            })
+            .collect();
+        for h in threads {
+            h.join().expect("no thread failed");
+        }
     }
 
     proptest::proptest! {

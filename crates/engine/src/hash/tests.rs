@@ -1587,3 +1587,62 @@ fn overwrites_into_small_and_large_tables_keep_the_newest_value() {
         2u32.to_le_bytes()
     );
 }
+
+/// A delete appends its record before it looks for the key (`delete_appending_first`): a
+/// record still in the thread's own lane buffer is found there (not by taking the lane's lock
+/// again), and a delete of a key that has no record leaves nothing in the log.
+#[test]
+fn deletes_find_records_in_their_own_buffer_and_leave_nothing_for_absent_keys() {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let fs = SimVfs::new();
+        let db = sim_open(&fs, "sync=none");
+        let key = |i: u32| format!("k{i}").into_bytes();
+        for i in 0..100 {
+            db.put(&key(i), b"value").unwrap();
+        }
+        let lane = db.inner.my_lane();
+        let logged = |db: &DiskHash| {
+            let t = db.inner.tails[lane].0.lock();
+            (t.buf.len(), t.appended)
+        };
+        let before = logged(&db);
+        assert!(before.0 > 0, "the puts are still in the lane's buffer");
+        for i in 1000..1100 {
+            assert!(!db.out(&key(i)).unwrap());
+        }
+        assert_eq!(
+            logged(&db),
+            before,
+            "deletes of absent keys appended nothing"
+        );
+        for i in 0..50 {
+            assert!(db.out(&key(i)).unwrap(), "{i}");
+            assert!(!db.out(&key(i)).unwrap(), "{i} again");
+        }
+        let after = logged(&db);
+        let one = HeaderBuf::delete(2, 1).as_slice().len() + 2;
+        assert!(
+            after.0 >= before.0 + 50 * one,
+            "one delete record per deleted key"
+        );
+        assert_eq!(after.1 - before.1, (after.0 - before.0) as u64);
+        let check = |db: &DiskHash| {
+            for i in 0..100 {
+                let want = (i >= 50).then(|| b"value".to_vec());
+                assert_eq!(db.get(&key(i)).unwrap().map(|r| r.value), want, "{i}");
+            }
+            assert_eq!(db.count(), 50);
+        };
+        check(&db);
+        db.close().unwrap();
+        drop(db);
+        let db = sim_open(&fs, "sync=none");
+        check(&db);
+        assert!(db.check().unwrap().healthy());
+        done.send(()).unwrap();
+    });
+    finished
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the deletes finished, without a failure and without waiting for their own lane");
+}
