@@ -8,19 +8,13 @@
 //! instead of each rounding up to one.
 //!
 //! Blocks are powers of two from `MIN_BLOCK` to a whole chunk, each aligned to its size; a
-//! freed block merges with its free buddy. A fresh chunk is zero (its pages are written once by
+//! freed block merges with its free buddy. A chunk that becomes wholly free is unmapped, except
+//! one kept for the next allocation. A fresh chunk is zero (its pages are written once by
 //! `prefault`); a block freed by its user is zeroed again only when it is handed out.
-//!
-//! The arena keeps `SPARE` wholly free chunks, faulted in ahead of need by a thread of its own
-//! (`refiller`), so that a table's growth (a small table grows under its shard's lock) rarely
-//! waits for the kernel to zero a huge page: on the virtual machine these figures come from, the
-//! first touch of a huge page the host has taken back runs at about 0.5 GB/s, 4 ms a chunk. A
-//! chunk that becomes wholly free beyond the `SPARE` is unmapped.
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A huge page, the arena's chunk size and the threshold for a mapping of its own.
 pub const HUGE: usize = 2 << 20;
@@ -28,8 +22,6 @@ pub const HUGE: usize = 2 << 20;
 const MIN_BLOCK: usize = 1 << 10;
 /// Block sizes `MIN_BLOCK << order` for `order` in `0..ORDERS`; the last is a whole chunk.
 const ORDERS: usize = (HUGE / MIN_BLOCK).trailing_zeros() as usize + 1;
-/// Wholly free chunks kept faulted in (4 MiB of memory).
-const SPARE: usize = 2;
 
 /// The order of the smallest block that holds `bytes` (at most `HUGE`).
 pub fn order_for(bytes: usize) -> usize {
@@ -122,11 +114,6 @@ static ARENA: Mutex<Arena> = Mutex::new(Arena {
     free: [const { BTreeMap::new() }; ORDERS],
     used: BTreeMap::new(),
 });
-/// Wakes the `refiller` when fewer than `SPARE` chunks are wholly free.
-static LOW: Condvar = Condvar::new();
-static REFILLER: std::sync::Once = std::sync::Once::new();
-/// Chunks the `refiller` has mapped (tests).
-static REFILLED: AtomicUsize = AtomicUsize::new(0);
 
 impl Arena {
     /// A block of `order` from the free lists, split off a larger one if need be; `None` when
@@ -162,11 +149,6 @@ impl Arena {
         self.take(order)
     }
 
-    /// Whether fewer than `SPARE` chunks are wholly free.
-    fn low(&self) -> bool {
-        self.free[ORDERS - 1].len() < SPARE
-    }
-
     fn free(&mut self, addr: usize, order: usize) {
         let chunk = chunk_of(addr);
         let used = self
@@ -184,8 +166,8 @@ impl Arena {
             addr = addr.min(buddy);
             order += 1;
         }
-        if order + 1 == ORDERS && !self.low() {
-            // A wholly free chunk, and `SPARE` are kept already: give this one back.
+        if order + 1 == ORDERS && !self.free[order].is_empty() {
+            // A wholly free chunk, and another is kept already: give this one back.
             self.used.remove(&chunk);
             // SAFETY: the whole chunk is free: no block of it is in use or on a free list.
             unsafe { unmap_huge(NonNull::new(chunk as *mut u8).expect("not null"), HUGE) };
@@ -207,62 +189,17 @@ fn new_chunk() -> Option<NonNull<u8>> {
 }
 
 /// A zeroed block of `block_bytes(order)` bytes from the shared arena, aligned to its size;
-/// `None` when no memory could be mapped. When no free block is large enough (the `refiller`
-/// fell behind), the chunk is mapped and faulted in here, without the arena's lock, so other
-/// threads' allocations and frees do not wait for the kernel.
+/// `None` when no memory could be mapped. A new chunk is mapped and faulted in without the
+/// arena's lock, so other threads' allocations and frees do not wait for the kernel.
 pub fn alloc(order: usize) -> Option<NonNull<u8>> {
-    let mut a = ARENA.lock();
-    let p = match a.take(order) {
-        Some(p) => p,
-        None => {
-            drop(a);
-            let chunk = new_chunk()?;
-            a = ARENA.lock();
-            a.add_chunk(chunk);
-            // Another thread may have taken part of the chunk meanwhile, or added one.
-            a.take(order)?
-        }
-    };
-    if a.low() {
-        drop(a);
-        REFILLER.call_once(|| {
-            // Without the thread, allocations simply map their own chunks.
-            let _ = std::thread::Builder::new()
-                .name("kura-arena".into())
-                .spawn(refiller);
-        });
-        LOW.notify_one();
+    if let Some(p) = ARENA.lock().take(order) {
+        return Some(p);
     }
-    Some(p)
-}
-
-/// The arena's thread: keeps `SPARE` chunks wholly free, mapping and faulting in new ones
-/// without the arena's lock.
-fn refiller() {
-    // Only on a core nobody else wants: preempting a writer that holds a shard lock would stall
-    // every writer of that shard. (Refused, the thread runs at normal priority.)
-    let idle = libc::sched_param { sched_priority: 0 };
-    // SAFETY: changes this thread's scheduling policy; `idle` is a valid parameter block.
-    unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle) };
+    let chunk = new_chunk()?;
     let mut a = ARENA.lock();
-    loop {
-        while !a.low() {
-            LOW.wait(&mut a);
-        }
-        drop(a);
-        let chunk = new_chunk();
-        a = ARENA.lock();
-        match chunk {
-            Some(c) => {
-                a.add_chunk(c);
-                REFILLED.fetch_add(1, Ordering::Relaxed);
-            }
-            // Out of memory for now: try again later rather than spin.
-            None => {
-                LOW.wait_for(&mut a, std::time::Duration::from_secs(1));
-            }
-        }
-    }
+    a.add_chunk(chunk);
+    // Another thread may have taken part of the chunk meanwhile; it may also have added one.
+    a.take(order)
 }
 
 /// Give back a block.
@@ -325,51 +262,15 @@ mod tests {
         for (p, o) in blocks {
             a.free(p, o);
         }
-        // Everything merged back into whole chunks; all but `SPARE` were unmapped.
-        assert_eq!(a.used.len(), SPARE);
-        assert!(a.used.values().all(|&u| u == 0));
+        // Everything merged back into whole chunks; all but one were unmapped.
+        assert_eq!(a.used.len(), 1);
+        assert_eq!(a.used.values().copied().collect::<Vec<_>>(), [0]);
         for (k, f) in a.free.iter().enumerate() {
-            let kept = if k == ORDERS - 1 { SPARE } else { 0 };
-            assert_eq!(f.len(), kept, "order {k}: {f:?}");
+            assert_eq!(f.len(), usize::from(k == ORDERS - 1), "order {k}: {f:?}");
         }
-        unmap_kept(&mut a);
-    }
-
-    /// Unmap the whole chunks a private arena kept.
-    fn unmap_kept(a: &mut Arena) {
-        while let Some((c, _)) = a.free[ORDERS - 1].pop_first() {
-            // SAFETY: a kept chunk, now taken off the lists: nothing uses it.
-            unsafe { unmap_huge(NonNull::new(c as *mut u8).expect("not null"), HUGE) };
-        }
-    }
-
-    /// Taking whole chunks until fewer than `SPARE` are free wakes the arena's thread, which
-    /// maps more.
-    #[test]
-    fn the_refiller_keeps_chunks_in_reserve() {
-        let wait_for = |what: &str, done: &dyn Fn() -> bool| {
-            let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
-            while !done() {
-                assert!(std::time::Instant::now() < until, "{what}");
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-        };
-        // Start the thread, and let it fill the reserve.
-        let p = alloc(0).expect("memory");
-        // SAFETY: taken from `alloc(0)` just above.
-        unsafe { free(p, 0) };
-        wait_for("the reserve was filled", &|| !ARENA.lock().low());
-        let before = REFILLED.load(Ordering::Relaxed);
-        let taken: Vec<NonNull<u8>> = (0..=SPARE)
-            .map(|_| alloc(ORDERS - 1).expect("memory"))
-            .collect();
-        wait_for("a chunk was refilled", &|| {
-            REFILLED.load(Ordering::Relaxed) > before
-        });
-        for p in taken {
-            // SAFETY: taken from `alloc(ORDERS - 1)` above.
-            unsafe { free(p, ORDERS - 1) };
-        }
+        let (last, _) = a.free[ORDERS - 1].pop_first().expect("kept");
+        // SAFETY: the kept chunk, now taken off the lists.
+        unsafe { unmap_huge(NonNull::new(last as *mut u8).expect("not null"), HUGE) };
     }
 
     /// The shared arena under threads that allocate and free at once (chunks are mapped
@@ -446,13 +347,15 @@ mod tests {
             for (p, o, _) in live {
                 a.free(p, o);
             }
-            proptest::prop_assert!(a.used.len() <= SPARE);
+            proptest::prop_assert!(a.used.len() <= 1);
             proptest::prop_assert!(a.used.values().all(|&u| u == 0));
             for (k, f) in a.free.iter().enumerate() {
-                let kept = if k == ORDERS - 1 { a.used.len() } else { 0 };
-                proptest::prop_assert_eq!(f.len(), kept);
+                proptest::prop_assert_eq!(f.len(), usize::from(k == ORDERS - 1 && !a.used.is_empty()));
             }
-            unmap_kept(&mut a);
+            if let Some((last, _)) = a.free[ORDERS - 1].pop_first() {
+                // SAFETY: the kept chunk, now taken off the lists.
+                unsafe { unmap_huge(NonNull::new(last as *mut u8).expect("not null"), HUGE) };
+            }
         }
     }
 }
