@@ -1646,3 +1646,44 @@ fn deletes_find_records_in_their_own_buffer_and_leave_nothing_for_absent_keys() 
         .recv_timeout(Duration::from_secs(60))
         .expect("the deletes finished, without a failure and without waiting for their own lane");
 }
+
+/// Two threads (so two lanes), flat out, each deleting the key the other keeps writing, whose
+/// record is then usually still in the other's lane buffer. A delete that held its own lane
+/// while it locked the other's (to read the record there) would sooner or later wait for the
+/// other thread while that one waits for it.
+#[test]
+fn threads_deleting_each_others_buffered_keys_do_not_deadlock() {
+    const ROUNDS: u32 = 200_000;
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let fs = SimVfs::new();
+        let db = Arc::new(sim_open(&fs, "sync=none"));
+        let workers: Vec<_> = [(b"a", b"b"), (b"b", b"a")]
+            .into_iter()
+            .map(|(mine, theirs)| {
+                let db = Arc::clone(&db);
+                std::thread::spawn(move || {
+                    let mut deleted = 0u32;
+                    for _ in 0..ROUNDS {
+                        db.put(mine, b"v").unwrap();
+                        deleted += u32::from(db.out(theirs).unwrap());
+                    }
+                    (db.inner.my_lane(), deleted)
+                })
+            })
+            .collect();
+        let res: Vec<(usize, u32)> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        assert_ne!(
+            res[0].0, res[1].0,
+            "the two threads write to different lanes"
+        );
+        assert!(
+            res.iter().all(|r| r.1 > 0),
+            "each thread deleted the other's key: {res:?}"
+        );
+        done.send(()).unwrap();
+    });
+    finished
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the deletes finished, without a failure and without waiting for each other");
+}
