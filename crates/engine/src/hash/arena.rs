@@ -116,9 +116,10 @@ static ARENA: Mutex<Arena> = Mutex::new(Arena {
 });
 
 impl Arena {
-    /// A block of `order` from the free lists, split off a larger one if need be; `None` when
-    /// no free block is large enough.
-    fn take(&mut self, order: usize) -> Option<NonNull<u8>> {
+    /// A block of `order` from the free lists, split off a larger one if need be, and whether
+    /// it still holds zeros; `None` when no free block is large enough. A block that does not
+    /// is zeroed by the caller (`zeroed`), after the arena's lock is released.
+    fn take(&mut self, order: usize) -> Option<(NonNull<u8>, bool)> {
         let k = (order..ORDERS).find(|&k| !self.free[k].is_empty())?;
         let (addr, clean) = self.free[k].pop_first().expect("not empty");
         // Split down to `order`, freeing the upper halves.
@@ -126,11 +127,7 @@ impl Arena {
             self.free[j].insert(addr + block_bytes(j), clean);
         }
         *self.used.get_mut(&chunk_of(addr)).expect("a mapped chunk") += block_bytes(order);
-        if !clean {
-            // SAFETY: the block lies in a mapped chunk and was free: nothing else uses it.
-            unsafe { std::ptr::write_bytes(addr as *mut u8, 0, block_bytes(order)) };
-        }
-        NonNull::new(addr as *mut u8)
+        Some((NonNull::new(addr as *mut u8)?, clean))
     }
 
     /// Add a chunk just mapped (and faulted in) as one free, zero block.
@@ -142,11 +139,10 @@ impl Arena {
 
     #[cfg(test)]
     fn alloc(&mut self, order: usize) -> Option<NonNull<u8>> {
-        if let Some(p) = self.take(order) {
-            return Some(p);
+        if self.free[order..].iter().all(BTreeMap::is_empty) {
+            self.add_chunk(new_chunk()?);
         }
-        self.add_chunk(new_chunk()?);
-        self.take(order)
+        self.take(order).map(|t| zeroed(t, order))
     }
 
     fn free(&mut self, addr: usize, order: usize) {
@@ -192,14 +188,28 @@ fn new_chunk() -> Option<NonNull<u8>> {
 /// `None` when no memory could be mapped. A new chunk is mapped and faulted in without the
 /// arena's lock, so other threads' allocations and frees do not wait for the kernel.
 pub fn alloc(order: usize) -> Option<NonNull<u8>> {
-    if let Some(p) = ARENA.lock().take(order) {
-        return Some(p);
+    let taken = ARENA.lock().take(order);
+    let taken = match taken {
+        Some(t) => t,
+        None => {
+            let chunk = new_chunk()?;
+            let mut a = ARENA.lock();
+            a.add_chunk(chunk);
+            // Another thread may have taken part of the chunk meanwhile, or added one.
+            a.take(order)?
+        }
+    };
+    Some(zeroed(taken, order))
+}
+
+/// The block `take` returned, zeroed if it was not.
+fn zeroed((ptr, clean): (NonNull<u8>, bool), order: usize) -> NonNull<u8> {
+    if !clean {
+        // SAFETY: the block lies in a mapped chunk and was just taken off the free lists:
+        // nothing else uses it.
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, block_bytes(order)) };
     }
-    let chunk = new_chunk()?;
-    let mut a = ARENA.lock();
-    a.add_chunk(chunk);
-    // Another thread may have taken part of the chunk meanwhile; it may also have added one.
-    a.take(order)
+    ptr
 }
 
 /// Give back a block.
