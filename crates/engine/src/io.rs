@@ -24,14 +24,14 @@ pub trait VFile: Send + Sync {
     fn sync(&self) -> io::Result<()>;
     fn len(&self) -> io::Result<u64>;
     fn set_len(&self, len: u64) -> io::Result<()>;
-    /// Write zeros to `len` bytes at `off` (past the records) and make them durable, so that
-    /// records later written over them change no file metadata and their fdatasync has no
-    /// size or block allocation to journal (docs/ARCHITECTURE.md, "Zeros ahead of the log").
-    /// The zeros stay in the page cache, so those later partial-page writes need no read.
     /// Ask the OS to start writing `len` bytes at `off` back to the device, without waiting
     /// and without any promise of durability: a hint, so that a later `sync` has less to wait
     /// for. Ignores errors (the later `sync` reports any that matter).
     fn start_writeback(&self, _off: u64, _len: u64) {}
+    /// Write zeros to `len` bytes at `off` (past the records) and make them durable, so that
+    /// records later written over them change no file metadata and their fdatasync has no
+    /// size or block allocation to journal (docs/ARCHITECTURE.md, "Zeros ahead of the log").
+    /// The zeros stay in the page cache, so those later partial-page writes need no read.
     fn zero_fill(&self, off: u64, len: u64) -> io::Result<()> {
         let zeros = [0u8; 64 << 10];
         let mut at = off;

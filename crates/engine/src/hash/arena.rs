@@ -234,7 +234,7 @@ mod tests {
         assert_eq!(block_bytes(ORDERS - 1), HUGE);
     }
 
-    /// A private arena (the shared one is used by every test thread at once).
+    /// Panic unless the blocks (address, order) are pairwise disjoint.
     fn check_disjoint(blocks: &[(usize, usize)]) {
         let mut v: Vec<(usize, usize)> = blocks
             .iter()
@@ -246,6 +246,7 @@ mod tests {
         }
     }
 
+    /// On a private arena (the shared one is used by every test thread at once).
     #[test]
     fn blocks_are_aligned_zeroed_disjoint_and_merge_back() {
         let mut a = Arena::default();

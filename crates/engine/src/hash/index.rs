@@ -13,6 +13,8 @@
 //! There is no wrap-around: an overflow area after the last home position holds runs that spill
 //! past the end; a run that would leave it makes the table grow.
 
+use super::arena::{self, HUGE};
+
 /// Where the newest record of a key lives. `seg == 0` marks an empty slot (segment ids start
 /// at 1).
 /// All-zero bytes are a valid, empty slot (the table relies on it).
@@ -77,8 +79,6 @@ pub fn radix_sort_with(v: &mut Vec<Slot>, tmp: &mut Vec<Slot>, key: impl Fn(&Slo
         std::mem::swap(v, tmp);
     }
 }
-
-use super::arena::{self, HUGE};
 
 /// The slot array: zeroed memory (an all-zero slot is empty), on huge pages (`arena`).
 #[repr(C)]
@@ -552,7 +552,6 @@ impl Table {
         true
     }
 
-    /// Every slot, in tag order.
     /// Append every slot to `v` (as `iter` gives them), without a branch per position.
     pub fn copy_into(&self, v: &mut Vec<Slot>) {
         if self.len == 0 {
@@ -575,6 +574,7 @@ impl Table {
         }
     }
 
+    /// Every slot, in tag order.
     pub fn iter(&self) -> impl Iterator<Item = &Slot> + '_ {
         let old: &[Slot] = match &self.moving {
             Some(m) => &m.slots[m.pos..],

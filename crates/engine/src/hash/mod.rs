@@ -837,6 +837,18 @@ struct Found {
     value: Option<Vec<u8>>,
 }
 
+impl Found {
+    /// The record `h` at `slot`, with its decoded value when the lookup wants it.
+    fn new(slot: &Slot, h: &Header, value: Option<Vec<u8>>) -> Found {
+        Found {
+            slot: *slot,
+            len: h.len,
+            meta: meta_of(h),
+            value,
+        }
+    }
+}
+
 /// A checkpoint as read from disk.
 struct Checkpoint {
     hash_seed: u64,
@@ -1150,16 +1162,11 @@ impl Inner {
     /// Find the slot of `key` in a shard table, and what `want` asks for of its record.
     fn find(&self, tbl: &Table, tag: u32, key: &[u8], want: Want) -> Result<Option<Found>> {
         self.find_with(tbl, tag, key, want != Want::Slot, |slot, h, rec| {
-            Ok(Found {
-                slot: *slot,
-                len: h.len,
-                meta: meta_of(h),
-                value: if want == Want::Value {
-                    Some(decode_value(h, rec)?)
-                } else {
-                    None
-                },
-            })
+            let value = match want {
+                Want::Value => Some(decode_value(h, rec)?),
+                _ => None,
+            };
+            Ok(Found::new(slot, h, value))
         })
     }
 
@@ -1182,16 +1189,10 @@ impl Inner {
         let segs = unsafe { self.segs_locked() };
         for slot in tbl.candidates(tag) {
             let off = slot.off as u64;
-            let found = |h: &Header| Found {
-                slot: *slot,
-                len: h.len,
-                meta: meta_of(h),
-                value: None,
-            };
             if slot.seg == own.id && off >= flushed {
                 let (h, rec) = tail.buffered(off)?;
                 if key_record_is(own, off, &h, rec, key, false)? {
-                    return Ok(Some(Some(found(&h))));
+                    return Ok(Some(Some(Found::new(slot, &h, None))));
                 }
                 continue;
             }
@@ -1199,7 +1200,9 @@ impl Inner {
             if segs.get(slot.seg).is_some_and(|s| off >= s.flushed()) {
                 return Ok(None);
             }
-            if let Some(f) = self.with_key_record(slot.seg, off, key, false, |h, _| found(h))? {
+            let found =
+                self.with_key_record(slot.seg, off, key, false, |h, _| Found::new(slot, h, None))?;
+            if let Some(f) = found {
                 return Ok(Some(Some(f)));
             }
         }
@@ -2041,8 +2044,7 @@ impl Inner {
                 .map(|i| decode_ckpt_shard(body, starts[i], known))
                 .collect()
         };
-        let parallel = slots >= PARALLEL_CKPT
-            && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+        let parallel = slots >= PARALLEL_CKPT && more_than_one_core();
         let shards = if parallel {
             let (first, second) = std::thread::scope(|s| {
                 let helper = s.spawn(|| decode(NSHARDS / 2..NSHARDS));
@@ -2809,7 +2811,7 @@ fn write_checkpoint(
     };
     // Scratch for one shard's slots and for sorting them, reused from shard to shard.
     let (mut v, mut scratch) = (Vec::new(), Vec::new());
-    let parallel = parallel && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+    let parallel = parallel && more_than_one_core();
     if parallel {
         // A helper encodes the second half of the shards into its own buffer while this thread
         // encodes and writes the first half: one hand-off, since every wait for the other
@@ -2897,6 +2899,11 @@ fn le_u64(buf: &[u8], pos: usize) -> Option<u64> {
 /// Checkpoints of at least this many slots are encoded, and loaded, by two threads
 /// (`write_checkpoint`, `Inner::read_checkpoint`).
 const PARALLEL_CKPT: usize = 1 << 16;
+
+/// Whether a second thread can run beside this one (two-thread checkpoints).
+fn more_than_one_core() -> bool {
+    std::thread::available_parallelism().is_ok_and(|n| n.get() > 1)
+}
 
 /// One shard of a checkpoint: its seq, its number of slots, then the slots sorted by location
 /// (so that each location is a small delta from the previous one), each as the varint delta

@@ -1593,8 +1593,7 @@ fn overwrites_into_small_and_large_tables_keep_the_newest_value() {
 /// again), and a delete of a key that has no record leaves nothing in the log.
 #[test]
 fn deletes_find_records_in_their_own_buffer_and_leave_nothing_for_absent_keys() {
-    let (done, finished) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
+    finishes_within(Duration::from_secs(60), || {
         let fs = SimVfs::new();
         let db = sim_open(&fs, "sync=none");
         let key = |i: u32| format!("k{i}").into_bytes();
@@ -1640,11 +1639,7 @@ fn deletes_find_records_in_their_own_buffer_and_leave_nothing_for_absent_keys() 
         let db = sim_open(&fs, "sync=none");
         check(&db);
         assert!(db.check().unwrap().healthy());
-        done.send(()).unwrap();
     });
-    finished
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the deletes finished, without a failure and without waiting for their own lane");
 }
 
 /// Two threads (so two lanes), flat out, each deleting the key the other keeps writing, whose
@@ -1654,8 +1649,7 @@ fn deletes_find_records_in_their_own_buffer_and_leave_nothing_for_absent_keys() 
 #[test]
 fn threads_deleting_each_others_buffered_keys_do_not_deadlock() {
     const ROUNDS: u32 = 200_000;
-    let (done, finished) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
+    finishes_within(Duration::from_secs(120), || {
         let fs = SimVfs::new();
         let db = Arc::new(sim_open(&fs, "sync=none"));
         let workers: Vec<_> = [(b"a", b"b"), (b"b", b"a")]
@@ -1681,9 +1675,18 @@ fn threads_deleting_each_others_buffered_keys_do_not_deadlock() {
             res.iter().all(|r| r.1 > 0),
             "each thread deleted the other's key: {res:?}"
         );
+    });
+}
+
+/// Run `f` on a thread of its own and fail unless it returns within `limit`: a test of a
+/// deadlock then fails instead of hanging. (A panic in `f` fails it too.)
+fn finishes_within(limit: Duration, f: impl FnOnce() + Send + 'static) {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        f();
         done.send(()).unwrap();
     });
     finished
-        .recv_timeout(Duration::from_secs(120))
-        .expect("the deletes finished, without a failure and without waiting for each other");
+        .recv_timeout(limit)
+        .expect("finished in time, without a failure (a deadlock never finishes)");
 }
