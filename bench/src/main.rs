@@ -22,8 +22,12 @@
 mod scale;
 
 use clap::{Args, Parser, Subcommand};
+use kura_engine::hash::DiskHash;
+use kura_engine::name::split_name;
 use kura_engine::Store;
+use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Parser)]
@@ -85,6 +89,11 @@ struct Common {
     /// Seed for the shuffles of --rnd.
     #[arg(long, default_value_t = 19_780_211)]
     seed: u64,
+    /// `write` to a `.kh` only: split the keys between the threads by index shard
+    /// (`DiskHash::shard_of`) instead of by key range, so that no two threads write to the
+    /// same shard. The split is computed after the open and is not timed.
+    #[arg(long, conflicts_with = "draw")]
+    by_shard: bool,
 }
 
 fn main() -> ExitCode {
@@ -162,17 +171,37 @@ fn plan(c: &Common, phase: u64) -> Vec<Vec<u64>> {
                 return (lo..hi).map(|_| 1 + rng.below(n)).collect();
             }
             let mut keys: Vec<u64> = (lo..hi).collect();
-            if c.rnd {
-                let mut rng =
-                    SplitMix(c.seed ^ (phase << 48) ^ i.wrapping_mul(0x2545_F491_4F6C_DD1D));
-                for j in (1..keys.len()).rev() {
-                    let k = rng.below(j as u64 + 1) as usize;
-                    keys.swap(j, k);
-                }
-            }
+            shuffle_if(c, phase, i, &mut keys);
             keys
         })
         .collect()
+}
+
+/// With `--rnd`, shuffle thread `i`'s keys (Fisher–Yates).
+fn shuffle_if(c: &Common, phase: u64, i: u64, keys: &mut [u64]) {
+    if c.rnd {
+        let mut rng = SplitMix(c.seed ^ (phase << 48) ^ i.wrapping_mul(0x2545_F491_4F6C_DD1D));
+        for j in (1..keys.len()).rev() {
+            let k = rng.below(j as u64 + 1) as usize;
+            keys.swap(j, k);
+        }
+    }
+}
+
+/// `plan` for `--by-shard`: thread `t` of `T` gets the keys of shards `s` with
+/// `s * T / SHARDS == t`, in key order (or shuffled with `--rnd`).
+fn plan_by_shard(c: &Common, phase: u64, db: &DiskHash) -> Vec<Vec<u64>> {
+    let t = c.threads as usize;
+    let mut keys = vec![Vec::new(); t];
+    let mut buf = [0u8; 20];
+    for n in 1..=c.records {
+        let s = db.shard_of(key_of(n, &mut buf));
+        keys[s * t / DiskHash::SHARDS].push(n);
+    }
+    for (i, k) in keys.iter_mut().enumerate() {
+        shuffle_if(c, phase, i as u64, k);
+    }
+    keys
 }
 
 // ----- phases -----
@@ -249,8 +278,21 @@ fn worker(db: &dyn Store, keys: &[u64], op: Op) -> BenchResult<Tally> {
     Ok(tally)
 }
 
-fn open(name: &str) -> BenchResult<std::sync::Arc<dyn Store>> {
+fn open(name: &str) -> BenchResult<Arc<dyn Store>> {
     kura_engine::open(name).map_err(|e| format!("open `{name}`: {e}"))
+}
+
+/// Open `name`, which must name an on-disk hash (`PATH.kh#…`), as a `DiskHash`.
+fn open_hash(name: &str) -> BenchResult<Arc<DiskHash>> {
+    let (path, params) = split_name(name).map_err(|e| format!("open `{name}`: {e}"))?;
+    if !path.ends_with(".kh") {
+        return Err(format!(
+            "--by-shard needs an on-disk hash (`PATH.kh`), not `{name}`"
+        ));
+    }
+    DiskHash::open(Path::new(path), &params)
+        .map(Arc::new)
+        .map_err(|e| format!("open `{name}`: {e}"))
 }
 
 fn secs(d: Duration) -> f64 {
@@ -298,10 +340,27 @@ fn header(what: &str, c: &Common) {
 
 fn cmd_write(c: &Common) -> BenchResult<bool> {
     header("write", c);
-    let keys = plan(c, 1);
+    let by_range = (!c.by_shard).then(|| plan(c, 1));
     let start = Instant::now();
-    let db = open(&c.name)?;
+    let (db, hash) = if c.by_shard {
+        let h = open_hash(&c.name)?;
+        (Arc::clone(&h) as Arc<dyn Store>, Some(h))
+    } else {
+        (open(&c.name)?, None)
+    };
     let t_open = start.elapsed();
+    // Not timed: the split by shard needs the open database (its hash seed).
+    let t_plan = Instant::now();
+    let keys = match (by_range, hash) {
+        (Some(k), _) => k,
+        (None, Some(h)) => plan_by_shard(c, 1, &h),
+        (None, None) => unreachable!("--by-shard opens a DiskHash"),
+    };
+    let t_plan = t_plan.elapsed();
+    if c.by_shard {
+        let sizes: Vec<String> = keys.iter().map(|k| k.len().to_string()).collect();
+        println!("  keys per thread (by shard): {}", sizes.join(" "));
+    }
     let before = db.count();
     if before != 0 {
         println!("  note: the database already holds {before} records");
@@ -327,7 +386,7 @@ fn cmd_write(c: &Common) -> BenchResult<bool> {
     let t0 = Instant::now();
     drop(db);
     t_close += t0.elapsed();
-    let total = start.elapsed() - t_size;
+    let total = start.elapsed() - t_size - t_plan;
     println!(
         "  kind: {kind}; records now: {count}; size: {size} bytes\n  \
          open {:.3}s  put {:.3}s  sync {:.3}s  close {:.3}s  total {:.3}s  ({} puts/s)",
@@ -344,16 +403,20 @@ fn cmd_write(c: &Common) -> BenchResult<bool> {
         c.records,
         total,
         &format!(
-            "file_size={size} count={count} put_seconds={:.3} sync_seconds={:.3} close_seconds={:.3}",
+            "file_size={size} count={count} put_seconds={:.3} sync_seconds={:.3} close_seconds={:.3} by_shard={}",
             secs(t_put),
             secs(t_sync),
-            secs(t_close)
+            secs(t_close),
+            u8::from(c.by_shard)
         ),
     );
     Ok(true)
 }
 
 fn cmd_read(c: &Common) -> BenchResult<bool> {
+    if c.by_shard {
+        return Err("--by-shard is for `write` only".into());
+    }
     header("read", c);
     let keys = plan(c, 2);
     let start = Instant::now();
@@ -399,6 +462,9 @@ fn cmd_read(c: &Common) -> BenchResult<bool> {
 }
 
 fn cmd_order(c: &Common) -> BenchResult<bool> {
+    if c.by_shard {
+        return Err("--by-shard is for `write` only".into());
+    }
     header("order", c);
     let set_keys = plan(c, 1);
     let get_keys = plan(c, 2);
@@ -499,7 +565,43 @@ mod tests {
             rnd,
             draw: false,
             seed: 7,
+            by_shard: false,
         }
+    }
+
+    #[test]
+    fn by_shard_gives_each_thread_whole_shards_and_every_key_once() {
+        let dir = std::env::temp_dir().join(format!("kura-bench-shard-{}", std::process::id()));
+        let name = format!("{}/s.kh", dir.display());
+        let db = open_hash(&name).unwrap();
+        for (t, rnd) in [(2, false), (3, true)] {
+            let c = common(5000, t, rnd);
+            let p = plan_by_shard(&c, 1, &db);
+            assert_eq!(p.len() as u64, t);
+            let mut b = [0u8; 20];
+            let mut owner = vec![None; DiskHash::SHARDS];
+            for (i, keys) in p.iter().enumerate() {
+                assert!(keys.len() > 1000, "thread {i} got {} keys", keys.len());
+                for &n in keys {
+                    let s = db.shard_of(key_of(n, &mut b));
+                    assert_eq!(
+                        *owner[s].get_or_insert(i),
+                        i,
+                        "shard {s} split between threads"
+                    );
+                }
+            }
+            let mut all: Vec<u64> = p.concat();
+            assert!(
+                !all.windows(2).all(|w| w[0] < w[1]),
+                "the keys interleave, not ranges"
+            );
+            all.sort_unstable();
+            assert_eq!(all, (1..=5000).collect::<Vec<_>>());
+        }
+        assert!(open_hash("*").is_err(), "--by-shard needs a .kh");
+        drop(db);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

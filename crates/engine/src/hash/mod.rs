@@ -466,6 +466,20 @@ fn random_u64() -> u64 {
 }
 
 impl DiskHash {
+    /// How many shards the index has (`shard_of` is below it).
+    pub const SHARDS: usize = NSHARDS;
+
+    /// The index shard `key` belongs to, in `0..DiskHash::SHARDS`; the same for the life of
+    /// this open database (the hash seed is the database's own).
+    ///
+    /// Each shard has one lock, and two threads writing keys of the same shards hand that
+    /// lock's cache line back and forth. A bulk loader that splits its keys between threads
+    /// by shard (thread `t` of `T` taking the keys with `shard_of(key) * T / SHARDS == t`)
+    /// avoids that: see `kura-bench write --by-shard` and docs/BENCHMARKS.md.
+    pub fn shard_of(&self, key: &[u8]) -> usize {
+        self.inner.hash(key).0
+    }
+
     /// Open (creating when missing) the database directory at `path` on the real file system.
     pub fn open(path: &Path, params: &Params) -> Result<DiskHash> {
         Self::open_with(path, params, Arc::new(OsVfs), false)
