@@ -1,0 +1,120 @@
+//! `kura serve --daemon --pid FILE --log FILE`: the command returns at once, the detached
+//! server writes its pid and its log, reopens the log on SIGHUP (log rotation) and, on
+//! SIGTERM, syncs, closes the database and removes the pid file.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Poll `f` every 20 ms for up to 20 s; panic with `what` when it never holds.
+fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "timed out: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+fn roundtrip(addr: &str, send: &[u8], expect: &str) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(send).unwrap();
+    let mut got = vec![0u8; expect.len()];
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(String::from_utf8_lossy(&got), expect);
+}
+
+fn signal(pid: i32, sig: libc::c_int) {
+    // SAFETY: kill(2) with a pid this test started (through the daemon's fork).
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "kill {pid}");
+}
+
+/// Kills the daemon if the test fails half-way.
+struct Reaper(i32);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        if self.0 > 0 {
+            // SAFETY: as in `signal`.
+            unsafe { libc::kill(self.0, libc::SIGKILL) };
+        }
+    }
+}
+
+#[test]
+fn daemon_writes_pid_and_log_reopens_the_log_on_sighup_and_stops_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pid_file, log_file) = (dir.path().join("k.pid"), dir.path().join("k.log"));
+    let started = Instant::now();
+    let status = Command::new(env!("CARGO_BIN_EXE_kura"))
+        .args(["serve", "d.kh", "--port", "0", "--threads", "2", "--daemon"])
+        .args(["--pid", "k.pid", "--log", "k.log"])
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "{status}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "--daemon returns at once"
+    );
+
+    // The pid file appears once the database is open and the port listens.
+    let pid: i32 = wait_for("the pid file", || read(&pid_file).trim().parse().ok());
+    let mut reaper = Reaper(pid);
+    assert_ne!(pid as u32, std::process::id());
+    let addr = wait_for("the listening line in the log", || {
+        let log = read(&log_file);
+        let rest = log.split("listening on ").nth(1)?;
+        Some(rest.split_whitespace().next()?.to_string())
+    });
+    roundtrip(&addr, b"set k 5 0 2\r\nhi\r\n", "STORED\r\n");
+
+    // Log rotation: the file is moved away, SIGHUP makes the server open a new one.
+    let rotated = dir.path().join("k.log.1");
+    std::fs::rename(&log_file, &rotated).unwrap();
+    signal(pid, libc::SIGHUP);
+    wait_for("a new log file after SIGHUP", || {
+        read(&log_file).contains("log reopened").then_some(())
+    });
+    assert!(
+        read(&rotated).contains("listening on"),
+        "the old log is kept"
+    );
+    roundtrip(&addr, b"get k\r\n", "VALUE k 5 2\r\nhi\r\nEND\r\n");
+
+    // SIGTERM: synced, closed, pid file removed; the record is there for the next open.
+    signal(pid, libc::SIGTERM);
+    wait_for("the pid file removed", || {
+        (!pid_file.exists()).then_some(())
+    });
+    reaper.0 = 0;
+    assert!(
+        read(&log_file).contains("stopped; database synced and closed"),
+        "{}",
+        read(&log_file)
+    );
+    let out = wait_for("the database lock released", || {
+        let o = Command::new(env!("CARGO_BIN_EXE_kura"))
+            .args(["db", "get", "d.kh", "k"])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        o.status.success().then_some(o)
+    });
+    assert_eq!(out.stdout, b"hi");
+}
