@@ -33,6 +33,7 @@
 //! write without `xt` stores a record that never expires (Kyoto Tycoon's default), except
 //! REST PUT with Tyrant's putcat, which keeps the record's expiration.
 
+use crate::counter::Counter;
 use crate::kt_bin_exec::{kt_expiry, XT_MAX};
 use crate::mask::{Op, Proto};
 use crate::mc_exec::{flush_if_due, Next, Shared};
@@ -43,7 +44,7 @@ use kura_proto::http::{self, Method, Request};
 use kura_proto::kt_tsv::{self, ColEnc};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 
 /// The Tokyo Tyrant release whose HTTP interface is served (reported by OPTIONS).
 pub const TT_VERSION: &str = "1.1.41";
@@ -135,8 +136,8 @@ fn send(out: &mut Vec<u8>, req: &Request<'_>, now: u64, reply: Reply) -> Next {
     }
 }
 
-fn bump(counter: &AtomicU64) {
-    counter.fetch_add(1, Relaxed);
+fn bump(counter: &Counter) {
+    counter.add(1);
 }
 
 /// Kyoto Cabinet's error text: `DB: <code>: <name>: <message>`.
@@ -541,7 +542,7 @@ fn procedure(
             if !ops.is_empty() {
                 store.write_batch(&ops)?;
             }
-            shared.cmd_set.fetch_add(ops.len() as u64, Relaxed);
+            shared.cmd_set.add(ops.len() as u64);
             set(out, "num", ops.len().to_string());
             Ok(200)
         }
@@ -816,7 +817,7 @@ fn status(store: &dyn Store, shared: &Shared, out: &mut Output) {
 }
 
 fn report(store: &dyn Store, shared: &Shared, now: u64, out: &mut Output) {
-    let c = |a: &AtomicU64| a.load(Relaxed).to_string();
+    let c = |a: &Counter| a.get().to_string();
     let (count, size) = (store.count(), store.size());
     set(
         out,
@@ -825,7 +826,11 @@ fn report(store: &dyn Store, shared: &Shared, now: u64, out: &mut Output) {
     );
     set(out, "db_total_count", count.to_string());
     set(out, "db_total_size", size.to_string());
-    set(out, "serv_conn_count", c(&shared.curr_connections));
+    set(
+        out,
+        "serv_conn_count",
+        shared.curr_connections.load(Relaxed).to_string(),
+    );
     set(out, "serv_task_count", "0");
     set(out, "serv_current_time", format!("{now}.000000"));
     set(
@@ -837,10 +842,7 @@ fn report(store: &dyn Store, shared: &Shared, now: u64, out: &mut Output) {
     set(out, "cnt_get", c(&shared.cmd_get));
     set(out, "cnt_get_misses", c(&shared.get_misses));
     set(out, "cnt_set", c(&shared.cmd_set));
-    let (hits, misses) = (
-        shared.delete_hits.load(Relaxed),
-        shared.delete_misses.load(Relaxed),
-    );
+    let (hits, misses) = (shared.delete_hits.get(), shared.delete_misses.get());
     set(out, "cnt_remove", (hits + misses).to_string());
     set(out, "cnt_remove_misses", misses.to_string());
     set(

@@ -21,7 +21,6 @@ use crate::mc_exec::{flush_if_due, Next, Shared};
 use kura_engine::{BatchOp, Error, Store};
 use kura_proto::kt_bin::{self, Request};
 use std::collections::HashSet;
-use std::sync::atomic::Ordering::Relaxed;
 
 /// Kyoto Tycoon's largest expiration time; at or beyond it a record never expires.
 pub const XT_MAX: u64 = (1 << 40) - 1;
@@ -100,7 +99,7 @@ fn run(
                 .collect();
             ops.reverse();
             store.write_batch(&ops)?;
-            shared.cmd_set.fetch_add(mine.len() as u64, Relaxed);
+            shared.cmd_set.add(mine.len() as u64);
             kt_bin::reply_count(out, kt_bin::SET_BULK, mine.len() as u32);
         }
         Request::RemoveBulk { keys, .. } => {
@@ -108,9 +107,9 @@ fn run(
             for &(db, k) in keys {
                 if db == 0 && store.out(k)? {
                     n += 1;
-                    shared.delete_hits.fetch_add(1, Relaxed);
+                    shared.delete_hits.add(1);
                 } else {
-                    shared.delete_misses.fetch_add(1, Relaxed);
+                    shared.delete_misses.add(1);
                 }
             }
             kt_bin::reply_count(out, kt_bin::REMOVE_BULK, n);
@@ -118,11 +117,11 @@ fn run(
         Request::GetBulk { keys } => {
             let mut found = Vec::new();
             for &(db, k) in keys {
-                shared.cmd_get.fetch_add(1, Relaxed);
+                shared.cmd_get.add(1);
                 let rec = if db == 0 { store.get(k)? } else { None };
                 match rec {
                     Some(r) => {
-                        shared.get_hits.fetch_add(1, Relaxed);
+                        shared.get_hits.add(1);
                         let xt = if r.meta.expires == 0 {
                             XT_MAX
                         } else {
@@ -131,7 +130,7 @@ fn run(
                         found.push((db, k, r.value, xt as i64));
                     }
                     None => {
-                        shared.get_misses.fetch_add(1, Relaxed);
+                        shared.get_misses.add(1);
                     }
                 }
             }
@@ -225,8 +224,8 @@ mod tests {
                     (0, b"d".to_vec(), b"5".to_vec(), (*NOW + 500) as i64),
                 ])
             );
-            assert_eq!(sh.get_hits.load(Relaxed), 3);
-            assert_eq!(sh.get_misses.load(Relaxed), 2);
+            assert_eq!(sh.get_hits.get(), 3);
+            assert_eq!(sh.get_misses.get(), 2);
             let rm = Request::RemoveBulk {
                 no_reply: false,
                 keys: vec![(0, b"a"), (0, b"zz"), (1, b"b")],

@@ -76,7 +76,7 @@ fn run(
         op::GET | op::GETQ | op::GETK | op::GETKQ | op::GAT | op::GATQ | op::GATK | op::GATKQ => {
             let with_key = matches!(opc, op::GETK | op::GETKQ | op::GATK | op::GATKQ);
             let touch = matches!(opc, op::GAT | op::GATQ | op::GATK | op::GATKQ);
-            shared.cmd_get.fetch_add(1, Relaxed);
+            shared.cmd_get.add(1);
             let key: &[u8] = if with_key { req.key } else { &[] };
             // A large value in a segment's mapping is queued by reference, not copied.
             let reply = |out: &mut Out, value: Shown<'_>, meta: Meta| {
@@ -98,7 +98,7 @@ fn run(
                 }
             };
             let hit = if touch {
-                shared.cmd_touch.fetch_add(1, Relaxed);
+                shared.cmd_touch.add(1);
                 let Some(exp) = req.u32_extra() else {
                     fail(out, status::INVALID_ARGUMENTS);
                     return Ok(());
@@ -125,9 +125,9 @@ fn run(
                 store.view_shared(req.key, PIN_MIN, &mut |value, meta| reply(out, value, meta))?
             };
             if hit {
-                shared.get_hits.fetch_add(1, Relaxed);
+                shared.get_hits.add(1);
             } else {
-                shared.get_misses.fetch_add(1, Relaxed);
+                shared.get_misses.add(1);
                 if !quiet {
                     encode_response(
                         out,
@@ -143,7 +143,7 @@ fn run(
             }
         }
         op::SET | op::SETQ | op::ADD | op::ADDQ | op::REPLACE | op::REPLACEQ => {
-            shared.cmd_set.fetch_add(1, Relaxed);
+            shared.cmd_set.add(1);
             let Some((flags, exp)) = req.store_extras() else {
                 fail(out, status::INVALID_ARGUMENTS);
                 return Ok(());
@@ -166,7 +166,7 @@ fn run(
             }
         }
         op::APPEND | op::APPENDQ | op::PREPEND | op::PREPENDQ => {
-            shared.cmd_set.fetch_add(1, Relaxed);
+            shared.cmd_set.add(1);
             let front = matches!(opc, op::PREPEND | op::PREPENDQ);
             match store.concat(req.key, req.value, front, false)? {
                 Some(m) => ok(out, m.version),
@@ -175,12 +175,12 @@ fn run(
         }
         op::DELETE | op::DELETEQ => match store.out_if(req.key, req.cas)? {
             Outcome::Deleted => {
-                shared.delete_hits.fetch_add(1, Relaxed);
+                shared.delete_hits.add(1);
                 ok(out, 0)
             }
             Outcome::VersionMismatch => fail(out, status::KEY_EXISTS),
             _ => {
-                shared.delete_misses.fetch_add(1, Relaxed);
+                shared.delete_misses.add(1);
                 fail(out, status::KEY_NOT_FOUND)
             }
         },
@@ -199,15 +199,15 @@ fn run(
             let result = loop {
                 match store.incr_decimal(req.key, delta, decr) {
                     Ok(Some((n, m))) => {
-                        hits.fetch_add(1, Relaxed);
+                        hits.add(1);
                         break Some((n, m.version));
                     }
                     Ok(None) if exp == u32::MAX => {
-                        misses.fetch_add(1, Relaxed);
+                        misses.add(1);
                         break None;
                     }
                     Ok(None) => {
-                        misses.fetch_add(1, Relaxed);
+                        misses.add(1);
                         let expires = absolute_expiry(i64::from(exp), now);
                         let v = initial.to_string();
                         if let Outcome::Stored(m) =
@@ -240,24 +240,24 @@ fn run(
             }
         }
         op::TOUCH => {
-            shared.cmd_touch.fetch_add(1, Relaxed);
+            shared.cmd_touch.add(1);
             let Some(exp) = req.u32_extra() else {
                 fail(out, status::INVALID_ARGUMENTS);
                 return Ok(());
             };
             match store.touch(req.key, absolute_expiry(i64::from(exp), now))? {
                 Some(m) => {
-                    shared.touch_hits.fetch_add(1, Relaxed);
+                    shared.touch_hits.add(1);
                     ok(out, m.version)
                 }
                 None => {
-                    shared.touch_misses.fetch_add(1, Relaxed);
+                    shared.touch_misses.add(1);
                     fail(out, status::KEY_NOT_FOUND)
                 }
             }
         }
         op::FLUSH | op::FLUSHQ => {
-            shared.cmd_flush.fetch_add(1, Relaxed);
+            shared.cmd_flush.add(1);
             let delay = req.u32_extra().unwrap_or(0);
             if delay == 0 {
                 shared.flush_at.store(0, Relaxed);
@@ -284,6 +284,9 @@ fn run(
         op::VERBOSITY => ok(out, 0),
         op::STAT => {
             let group = (!req.key.is_empty()).then_some(req.key);
+            if group == Some(b"reset".as_slice()) {
+                shared.reset_stats(); // then only the terminating packet, as memcached
+            }
             for (name, value) in stat_pairs(store, shared, group, now) {
                 encode_response(
                     out,
@@ -414,6 +417,27 @@ mod tests {
             (5, vec![], b"two".to_vec())
         );
         assert_eq!((r[2].0, r[2].2), (op::NOOP, 6));
+    }
+
+    #[test]
+    fn stat_reset_zeroes_the_counters() {
+        let db = kura_engine::open("*").unwrap();
+        let sh = Shared::new(0, 1 << 20);
+        let mut input = packet(op::GET, 1, 0, &[], b"nope", b"");
+        input.extend(packet(op::SET, 2, 0, &se(0, 0), b"k", b"v"));
+        run_all(&*db, &sh, &input);
+        assert_eq!(
+            (sh.cmd_get.get(), sh.get_misses.get(), sh.cmd_set.get()),
+            (1, 1, 1)
+        );
+        let r = run_all(&*db, &sh, &packet(op::STAT, 3, 0, &[], b"reset", b""));
+        assert_eq!(r.len(), 1, "only the terminating packet");
+        assert_eq!((r[0].1, r[0].2), (status::OK, 3));
+        assert_eq!(
+            (sh.cmd_get.get(), sh.get_misses.get(), sh.cmd_set.get()),
+            (0, 0, 0)
+        );
+        assert_eq!(db.count(), 1, "records stay");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! between the codec (`kura_proto::mc_text`) and the database. No sockets here: the connection
 //! loop (`crate::net`) feeds decoded requests in and writes the bytes out.
 
+use crate::counter::Counter;
 use crate::mask::{Mask, Op, Proto};
 use crate::out::{Out, PIN_MIN};
 use kura_engine::{Decision, Error, Outcome, Shown, Store};
@@ -25,23 +26,23 @@ const RELATIVE_LIMIT: i64 = 60 * 60 * 24 * 30;
 pub struct Shared {
     pub started: u64,
     pub version: &'static str,
-    pub cmd_get: AtomicU64,
-    pub cmd_set: AtomicU64,
-    pub cmd_touch: AtomicU64,
-    pub cmd_flush: AtomicU64,
-    pub get_hits: AtomicU64,
-    pub get_misses: AtomicU64,
-    pub delete_hits: AtomicU64,
-    pub delete_misses: AtomicU64,
-    pub incr_hits: AtomicU64,
-    pub incr_misses: AtomicU64,
-    pub decr_hits: AtomicU64,
-    pub decr_misses: AtomicU64,
-    pub cas_hits: AtomicU64,
-    pub cas_misses: AtomicU64,
-    pub cas_badval: AtomicU64,
-    pub touch_hits: AtomicU64,
-    pub touch_misses: AtomicU64,
+    pub cmd_get: Counter,
+    pub cmd_set: Counter,
+    pub cmd_touch: Counter,
+    pub cmd_flush: Counter,
+    pub get_hits: Counter,
+    pub get_misses: Counter,
+    pub delete_hits: Counter,
+    pub delete_misses: Counter,
+    pub incr_hits: Counter,
+    pub incr_misses: Counter,
+    pub decr_hits: Counter,
+    pub decr_misses: Counter,
+    pub cas_hits: Counter,
+    pub cas_misses: Counter,
+    pub cas_badval: Counter,
+    pub touch_hits: Counter,
+    pub touch_misses: Counter,
     pub curr_connections: AtomicU64,
     pub total_connections: AtomicU64,
     pub max_item_size: u64,
@@ -58,9 +59,9 @@ pub struct Shared {
     /// memcached's per-item stale / win-token bits for the meta commands (see [`ItemStates`]).
     pub item_states: ItemStates,
     /// Tyrant commands received, by operation (`crate::mask::Op` order: Tyrant's `cnt_*`).
-    pub tt_counts: [AtomicU64; crate::mask::OPS.len()],
+    pub tt_counts: [Counter; crate::mask::OPS.len()],
     /// Tyrant's `cnt_put_miss`, `cnt_out_miss`, `cnt_get_miss`.
-    pub tt_misses: [AtomicU64; 3],
+    pub tt_misses: [Counter; 3],
 }
 
 impl Shared {
@@ -69,25 +70,25 @@ impl Shared {
         Shared {
             started: now,
             version: VERSION,
-            cmd_get: z(),
-            cmd_set: z(),
-            cmd_touch: z(),
-            cmd_flush: z(),
-            tt_counts: std::array::from_fn(|_| z()),
-            tt_misses: std::array::from_fn(|_| z()),
-            get_hits: z(),
-            get_misses: z(),
-            delete_hits: z(),
-            delete_misses: z(),
-            incr_hits: z(),
-            incr_misses: z(),
-            decr_hits: z(),
-            decr_misses: z(),
-            cas_hits: z(),
-            cas_misses: z(),
-            cas_badval: z(),
-            touch_hits: z(),
-            touch_misses: z(),
+            cmd_get: Counter::new(),
+            cmd_set: Counter::new(),
+            cmd_touch: Counter::new(),
+            cmd_flush: Counter::new(),
+            tt_counts: std::array::from_fn(|_| Counter::new()),
+            tt_misses: std::array::from_fn(|_| Counter::new()),
+            get_hits: Counter::new(),
+            get_misses: Counter::new(),
+            delete_hits: Counter::new(),
+            delete_misses: Counter::new(),
+            incr_hits: Counter::new(),
+            incr_misses: Counter::new(),
+            decr_hits: Counter::new(),
+            decr_misses: Counter::new(),
+            cas_hits: Counter::new(),
+            cas_misses: Counter::new(),
+            cas_badval: Counter::new(),
+            touch_hits: Counter::new(),
+            touch_misses: Counter::new(),
             curr_connections: z(),
             total_connections: z(),
             max_item_size,
@@ -98,6 +99,38 @@ impl Shared {
             port: 0,
             item_states: ItemStates::new(),
         }
+    }
+}
+
+impl Shared {
+    /// `stats reset`: every request and hit/miss counter back to zero, and
+    /// `total_connections` (as memcached does; current connections and items stay).
+    pub fn reset_stats(&self) {
+        for c in [
+            &self.cmd_get,
+            &self.cmd_set,
+            &self.cmd_touch,
+            &self.cmd_flush,
+            &self.get_hits,
+            &self.get_misses,
+            &self.delete_hits,
+            &self.delete_misses,
+            &self.incr_hits,
+            &self.incr_misses,
+            &self.decr_hits,
+            &self.decr_misses,
+            &self.cas_hits,
+            &self.cas_misses,
+            &self.cas_badval,
+            &self.touch_hits,
+            &self.touch_misses,
+        ] {
+            c.reset();
+        }
+        for c in self.tt_counts.iter().chain(&self.tt_misses) {
+            c.reset();
+        }
+        self.total_connections.store(0, Relaxed);
     }
 }
 
@@ -346,7 +379,7 @@ fn run(
     match *req {
         Request::Get { keys, cas } => {
             for key in keys.iter() {
-                shared.cmd_get.fetch_add(1, Relaxed);
+                shared.cmd_get.add(1);
                 // Encoded straight from the store's memory, no allocation; a large value in a
                 // segment's mapping is not even copied: it is queued for writev by reference.
                 let hit = store.view_shared(key, PIN_MIN, &mut |value, meta| {
@@ -361,9 +394,9 @@ fn run(
                     }
                 })?;
                 if hit {
-                    shared.get_hits.fetch_add(1, Relaxed);
+                    shared.get_hits.add(1);
                 } else {
-                    shared.get_misses.fetch_add(1, Relaxed);
+                    shared.get_misses.add(1);
                 }
             }
             out.extend_from_slice(reply::END);
@@ -371,8 +404,8 @@ fn run(
         Request::Gat { exptime, keys, cas } => {
             let expires = absolute_expiry(exptime, now);
             for key in keys.iter() {
-                shared.cmd_get.fetch_add(1, Relaxed);
-                shared.cmd_touch.fetch_add(1, Relaxed);
+                shared.cmd_get.add(1);
+                shared.cmd_touch.add(1);
                 let mut value = None;
                 let meta = store.accept(key, &mut |cur| match cur {
                     Some(c) => {
@@ -383,13 +416,13 @@ fn run(
                 })?;
                 match (value, meta) {
                     (Some(v), Some(m)) => {
-                        shared.get_hits.fetch_add(1, Relaxed);
-                        shared.touch_hits.fetch_add(1, Relaxed);
+                        shared.get_hits.add(1);
+                        shared.touch_hits.add(1);
                         mc_text::encode_value(out, key, m.flags, &v, cas.then_some(m.version));
                     }
                     _ => {
-                        shared.get_misses.fetch_add(1, Relaxed);
-                        shared.touch_misses.fetch_add(1, Relaxed);
+                        shared.get_misses.add(1);
+                        shared.touch_misses.add(1);
                     }
                 }
             }
@@ -404,7 +437,7 @@ fn run(
             cas,
             noreply,
         } => {
-            shared.cmd_set.fetch_add(1, Relaxed);
+            shared.cmd_set.add(1);
             let expires = absolute_expiry(exptime, now);
             let line: &[u8] = match mode {
                 StoreMode::Set => {
@@ -428,15 +461,15 @@ fn run(
                 }
                 StoreMode::Cas => match store.cas(key, cas, data, flags, expires)? {
                     Outcome::Stored(_) => {
-                        shared.cas_hits.fetch_add(1, Relaxed);
+                        shared.cas_hits.add(1);
                         reply::STORED
                     }
                     Outcome::VersionMismatch => {
-                        shared.cas_badval.fetch_add(1, Relaxed);
+                        shared.cas_badval.add(1);
                         reply::EXISTS
                     }
                     _ => {
-                        shared.cas_misses.fetch_add(1, Relaxed);
+                        shared.cas_misses.add(1);
                         reply::NOT_FOUND
                     }
                 },
@@ -445,10 +478,10 @@ fn run(
         }
         Request::Delete { key, noreply } => {
             let line = if store.out(key)? {
-                shared.delete_hits.fetch_add(1, Relaxed);
+                shared.delete_hits.add(1);
                 reply::DELETED
             } else {
-                shared.delete_misses.fetch_add(1, Relaxed);
+                shared.delete_misses.add(1);
                 reply::NOT_FOUND
             };
             quiet(noreply, out, line);
@@ -466,13 +499,13 @@ fn run(
             };
             match store.incr_decimal(key, delta, decr) {
                 Ok(Some((n, _))) => {
-                    hits.fetch_add(1, Relaxed);
+                    hits.add(1);
                     if !noreply {
                         mc_text::encode_number(out, n);
                     }
                 }
                 Ok(None) => {
-                    misses.fetch_add(1, Relaxed);
+                    misses.add(1);
                     quiet(noreply, out, reply::NOT_FOUND);
                 }
                 Err(Error::NotNumeric) => out.extend_from_slice(reply::NON_NUMERIC),
@@ -484,21 +517,21 @@ fn run(
             exptime,
             noreply,
         } => {
-            shared.cmd_touch.fetch_add(1, Relaxed);
+            shared.cmd_touch.add(1);
             let line = match store.touch(key, absolute_expiry(exptime, now))? {
                 Some(_) => {
-                    shared.touch_hits.fetch_add(1, Relaxed);
+                    shared.touch_hits.add(1);
                     reply::TOUCHED
                 }
                 None => {
-                    shared.touch_misses.fetch_add(1, Relaxed);
+                    shared.touch_misses.add(1);
                     reply::NOT_FOUND
                 }
             };
             quiet(noreply, out, line);
         }
         Request::FlushAll { delay, noreply } => {
-            shared.cmd_flush.fetch_add(1, Relaxed);
+            shared.cmd_flush.add(1);
             if delay <= 0 {
                 shared.flush_at.store(0, Relaxed);
                 store.vanish()?;
@@ -664,7 +697,7 @@ fn meta_get(
         meta_bad(out, "bad token in command line format");
         return Ok(());
     };
-    shared.cmd_get.fetch_add(1, Relaxed);
+    shared.cmd_get.add(1);
     let mut states = shared.item_states.lock(&key);
     // The record version before this request changed anything, and whether `N` created it.
     let mut before = 0;
@@ -705,7 +738,7 @@ fn meta_get(
     };
     match found {
         Some((value, meta)) => {
-            shared.get_hits.fetch_add(1, Relaxed);
+            shared.get_hits.add(1);
             let st = if created {
                 ItemState::default()
             } else {
@@ -750,7 +783,7 @@ fn meta_get(
         }
         None => {
             drop(states);
-            shared.get_misses.fetch_add(1, Relaxed);
+            shared.get_misses.add(1);
             if !meta_has(flags, b'q') {
                 out.extend_from_slice(b"EN");
                 meta_ret(out, flags, &key, None, 0, now);
@@ -782,7 +815,7 @@ fn meta_set(
         meta_bad(out, "bad token in command line format");
         return Ok(());
     };
-    shared.cmd_set.fetch_add(1, Relaxed);
+    shared.cmd_set.add(1);
     let (cflags, expires) = (cflags.unwrap_or(0), absolute_expiry(ttl.unwrap_or(0), now));
     let mode = meta_arg(flags, b'M')
         .and_then(|m| m.first().copied())
@@ -944,18 +977,18 @@ fn meta_delete(
                 b"HD" as &[u8]
             }
             (Outcome::VersionMismatch, _) => {
-                shared.delete_misses.fetch_add(1, Relaxed);
+                shared.delete_misses.add(1);
                 b"EX"
             }
             _ => {
-                shared.delete_misses.fetch_add(1, Relaxed);
+                shared.delete_misses.add(1);
                 b"NF"
             }
         }
     } else {
         match store.out_if(key, cas.unwrap_or(0))? {
             Outcome::Deleted => {
-                shared.delete_hits.fetch_add(1, Relaxed);
+                shared.delete_hits.add(1);
                 if meta_has(flags, b'q') {
                     return Ok(());
                 }
@@ -963,7 +996,7 @@ fn meta_delete(
             }
             Outcome::VersionMismatch => b"EX",
             _ => {
-                shared.delete_misses.fetch_add(1, Relaxed);
+                shared.delete_misses.add(1);
                 b"NF"
             }
         }
@@ -1006,11 +1039,11 @@ fn meta_arith(
     let result = loop {
         match store.incr_decimal(key, delta.unwrap_or(1), decr) {
             Ok(Some((n, m))) => {
-                hits.fetch_add(1, Relaxed);
+                hits.add(1);
                 break Some((n, m));
             }
             Ok(None) => {
-                misses.fetch_add(1, Relaxed);
+                misses.add(1);
                 let Some(ttl) = vivify else { break None };
                 let n = initial.unwrap_or(0);
                 let v = n.to_string();
@@ -1059,7 +1092,10 @@ fn stats(store: &dyn Store, shared: &Shared, group: Option<&[u8]>, now: u64, out
             }
             out.extend_from_slice(reply::END);
         }
-        Some(b"reset") => out.extend_from_slice(b"RESET\r\n"),
+        Some(b"reset") => {
+            shared.reset_stats();
+            out.extend_from_slice(b"RESET\r\n");
+        }
         // Like memcached: an unknown group (`stats noreply` included) is an error.
         Some(_) => out.extend_from_slice(b"ERROR\r\n"),
     }
@@ -1074,7 +1110,7 @@ pub fn stat_pairs(
 ) -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = Vec::new();
     let mut s = |n: &str, x: &dyn std::fmt::Display| v.push((n.to_string(), x.to_string()));
-    let c = |a: &AtomicU64| a.load(Relaxed);
+    let c = |a: &Counter| a.get();
     match group {
         None => {
             s("pid", &std::process::id());
@@ -1082,8 +1118,8 @@ pub fn stat_pairs(
             s("time", &now);
             s("version", &shared.version);
             s("pointer_size", &(8 * std::mem::size_of::<usize>()));
-            s("curr_connections", &c(&shared.curr_connections));
-            s("total_connections", &c(&shared.total_connections));
+            s("curr_connections", &shared.curr_connections.load(Relaxed));
+            s("total_connections", &shared.total_connections.load(Relaxed));
             s("cmd_get", &c(&shared.cmd_get));
             s("cmd_set", &c(&shared.cmd_set));
             s("cmd_flush", &c(&shared.cmd_flush));
@@ -1347,7 +1383,7 @@ mod tests {
                 r,
                 format!("VA 0 s0 c{cas} t30 W\r\n\r\nVA 0 s0 t30 Z\r\n\r\nHD s0 Z\r\n")
             );
-            assert_eq!(sh.get_hits.load(Relaxed), 3);
+            assert_eq!(sh.get_hits.get(), 3);
             // A wrong CAS fails; the winner's CAS store succeeds and the item is normal again.
             let r = session(
                 &*db,
@@ -1419,7 +1455,7 @@ mod tests {
                 &r[tail.len()..],
                 format!("VA 3 s3 t30 c{cas} X W\r\nmoo\r\n")
             );
-            assert_eq!(sh.delete_hits.load(Relaxed), 0);
+            assert_eq!(sh.delete_hits.get(), 0);
             // A CAS that is merely old fails without I; with I it stores, but stays stale,
             // keeps its TTL and the token already sent.
             let r = session(
@@ -1530,6 +1566,15 @@ mod tests {
         assert!(r.contains("STAT item_size_max 1048576\r\n"), "{r}");
         assert!(r.contains("END\r\nEND\r\nVERSION "), "{r}");
         assert!(r.ends_with("OK\r\n"));
+        let r = session(&*db, &sh, b"stats reset\r\nget a\r\nstats\r\n", 10);
+        assert!(r.starts_with("RESET\r\nVALUE a 0 1\r\nx\r\nEND\r\n"), "{r}");
+        assert!(
+            r.contains("STAT cmd_get 1\r\n")
+                && r.contains("STAT get_hits 1\r\n")
+                && r.contains("STAT get_misses 0\r\n")
+                && r.contains("STAT curr_items 1\r\n"),
+            "{r}"
+        );
         let r = session(
             &*db,
             &sh,

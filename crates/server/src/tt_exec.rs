@@ -15,7 +15,6 @@ use crate::mc_exec::{flush_if_due, Next, Shared};
 use kura_engine::{BatchOp, Cursor, Decision, Error, Kind, Outcome, Record, Store};
 use kura_proto::tt_bin::{self, cmd, Request, FAIL, OK};
 use std::path::PathBuf;
-use std::sync::atomic::Ordering::Relaxed;
 
 /// The Tyrant release whose protocol Kura speaks, reported by `stat`.
 pub const TT_VERSION: &str = "1.1.41";
@@ -151,7 +150,7 @@ pub fn execute<'s>(
     let c = req.cmd();
     let op = op_of(req);
     // Counted as ttserver counts: every command received, refused ones too.
-    shared.tt_counts[op as usize].fetch_add(1, Relaxed);
+    shared.tt_counts[op as usize].add(1);
     if shared.mask.denies(op, Proto::Tyrant) {
         return refuse(c, out);
     }
@@ -165,7 +164,7 @@ pub fn execute<'s>(
                 op,
                 Op::Put | Op::PutKeep | Op::PutCat | Op::PutShl | Op::PutNr
             ) {
-                shared.tt_misses[PUT_MISS].fetch_add(1, Relaxed);
+                shared.tt_misses[PUT_MISS].add(1);
             }
             // Nothing half-written goes out: the failure form replaces it.
             out.truncate(start);
@@ -212,7 +211,7 @@ fn run<'s>(
         Request::PutKeep { key, value } => {
             let stored = matches!(store.putkeep(key, value, 0, 0)?, Outcome::Stored(_));
             if !stored {
-                shared.tt_misses[PUT_MISS].fetch_add(1, Relaxed);
+                shared.tt_misses[PUT_MISS].add(1);
             }
             code(out, stored);
         }
@@ -228,20 +227,20 @@ fn run<'s>(
         Request::PutNr { key, value } => {
             // No reply, whatever happens: an error is swallowed here rather than answered.
             if store.put_with(key, value, 0, 0).is_err() {
-                shared.tt_misses[PUT_MISS].fetch_add(1, Relaxed);
+                shared.tt_misses[PUT_MISS].add(1);
             }
         }
         Request::Out { key } => {
             let found = store.out(key)?;
             if !found {
-                shared.tt_misses[OUT_MISS].fetch_add(1, Relaxed);
+                shared.tt_misses[OUT_MISS].add(1);
             }
             code(out, found);
         }
         Request::Get { key } => {
             // Encoded straight from the store's memory: no copy of the value.
             if !store.view(key, &mut |value, _| tt_bin::reply_value(out, value))? {
-                shared.tt_misses[GET_MISS].fetch_add(1, Relaxed);
+                shared.tt_misses[GET_MISS].add(1);
                 code(out, false);
             }
         }
@@ -727,13 +726,10 @@ fn stat_text(store: &dyn Store, shared: &Shared, st: &TtState<'_>, now: u64) -> 
         &format_args!("{:.6}", (time - shared.started as f64).max(0.0)),
     );
     for (i, (_, name, _)) in OPS.iter().enumerate() {
-        line(&format!("cnt_{name}"), &shared.tt_counts[i].load(Relaxed));
+        line(&format!("cnt_{name}"), &shared.tt_counts[i].get());
     }
     for (i, name) in ["put", "out", "get"].iter().enumerate() {
-        line(
-            &format!("cnt_{name}_miss"),
-            &shared.tt_misses[i].load(Relaxed),
-        );
+        line(&format!("cnt_{name}_miss"), &shared.tt_misses[i].get());
     }
     line("kura_version", &env!("CARGO_PKG_VERSION"));
     line("port", &shared.port);
