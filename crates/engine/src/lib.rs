@@ -9,6 +9,7 @@
 //! ```
 
 pub mod compress;
+pub mod counter;
 pub mod durability;
 pub mod error;
 pub mod hash;

@@ -20,15 +20,18 @@
 //! saves an allocator header and a pointer per record.
 //!
 //! * **Hash (`*`)**: 64 shards, each a `parking_lot::RwLock` over an index-map-like pair: a dense
-//!   `Vec<Rec>` and a `hashbrown::HashTable<u32>` of positions into it. A record costs its key and
-//!   value plus about 64 bytes: the 40-byte slot, a 4-byte index entry and 1 control byte per
-//!   bucket (at hashbrown's 44–88 % load, 6–11 bytes), and ~16 bytes of allocator header and
-//!   rounding for the key‖value block (more transiently while a `Vec` or table has spare capacity
-//!   after doubling). A `HashMap<Box<[u8]>, Entry>` would cost ~100 bytes and two allocations.
-//!   `capsiz` and [`Store::size`] charge exactly `key + value + 64` per record. The shard is
-//!   chosen by bits 32..38 of the key's xxh3 hash; the table itself uses the full hash, so shards
-//!   do not degrade the table's bucket distribution. Readers take one shard's read lock; writers on
-//!   different shards never contend.
+//!   `Vec<Rec>` and a `hashbrown::HashTable<u32>` of positions into it, plus the low 32 bits of
+//!   each key's hash in a `Vec<u32>` beside the slots. A record costs its key and value plus
+//!   about 68 bytes: the 40-byte slot, a 4-byte index entry and 1 control byte per bucket (at
+//!   hashbrown's 44–88 % load, 6–11 bytes), the 4-byte hash, and ~16 bytes of allocator header
+//!   and rounding for the key‖value block (more transiently while a `Vec` or table has spare
+//!   capacity after doubling). A `HashMap<Box<[u8]>, Entry>` would cost ~100 bytes and two
+//!   allocations. `capsiz` and [`Store::size`] charge exactly `key + value + 68` per record. The
+//!   shard is chosen by bits 32..38 of the key's xxh3 hash, the table bucket by the low 32 bits,
+//!   which the shard keeps: growing a table reads no record. Readers take one shard's read lock;
+//!   writers on different shards never contend, and share no counter: versions come from a
+//!   sequence per shard (with the shard in their low 6 bits), record and byte totals from
+//!   per-thread slots (`crate::counter`).
 //! * **Tree (`+`)**: one `parking_lot::RwLock<BTreeSet<Rec>>` (records ordered by key, looked up by
 //!   `&[u8]` through `Borrow`). A record costs its key and value plus about 80 bytes: the 40-byte
 //!   element in B-tree nodes that are typically 55–75 % full, the internal nodes, and the
@@ -75,6 +78,7 @@
 //!
 //! Expired records not yet reclaimed are still included in [`Store::count`] and [`Store::size`].
 
+use crate::counter::Counter;
 use crate::error::{Error, Result};
 use crate::name::Params;
 use crate::store::{
@@ -97,7 +101,7 @@ use xxhash_rust::xxh3::xxh3_64;
 /// Number of shards of the hash (a power of two).
 const SHARDS: usize = 64;
 /// Bytes charged per record of the hash on top of key and value (see the module doc).
-pub const HASH_RECORD_OVERHEAD: u64 = 64;
+pub const HASH_RECORD_OVERHEAD: u64 = 68;
 /// Bytes charged per record of the tree on top of key and value (see the module doc).
 pub const TREE_RECORD_OVERHEAD: u64 = 80;
 /// Records examined by the reaper hand on each write.
@@ -362,8 +366,10 @@ struct Common {
     capsiz: AtomicU64,
     /// 0 = not given.
     bnum: AtomicU64,
-    count: AtomicU64,
-    bytes: AtomicU64,
+    /// Records and charged bytes: changed by every write of every thread, so per-thread
+    /// slots (`Counter`) rather than one shared cache line.
+    count: Counter,
+    bytes: Counter,
     evictions: AtomicU64,
     expired_reclaimed: AtomicU64,
 }
@@ -379,8 +385,8 @@ impl Common {
             capnum: AtomicU64::new(t.capnum.unwrap_or(0)),
             capsiz: AtomicU64::new(t.capsiz.unwrap_or(0)),
             bnum: AtomicU64::new(t.bnum.unwrap_or(0)),
-            count: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
+            count: Counter::new(),
+            bytes: Counter::new(),
             evictions: AtomicU64::new(0),
             expired_reclaimed: AtomicU64::new(0),
         }
@@ -441,23 +447,22 @@ impl Common {
     fn over_cap(&self) -> bool {
         let capnum = self.capnum.load(Relaxed);
         let capsiz = self.capsiz.load(Relaxed);
-        (capnum != 0 && self.count.load(Relaxed) > capnum)
-            || (capsiz != 0 && self.bytes.load(Relaxed) > capsiz)
+        (capnum != 0 && self.count.get() > capnum) || (capsiz != 0 && self.bytes.get() > capsiz)
     }
 
     fn added(&self, rec: &Rec) {
-        self.count.fetch_add(1, Relaxed);
-        self.bytes.fetch_add(self.charge(rec), Relaxed);
+        self.count.add(1);
+        self.bytes.add(self.charge(rec));
     }
 
     fn removed(&self, rec: &Rec) {
-        self.count.fetch_sub(1, Relaxed);
-        self.bytes.fetch_sub(self.charge(rec), Relaxed);
+        self.count.sub(1);
+        self.bytes.sub(self.charge(rec));
     }
 
     fn replaced(&self, old: &Rec, new: &Rec) {
-        self.bytes.fetch_add(self.charge(new), Relaxed);
-        self.bytes.fetch_sub(self.charge(old), Relaxed);
+        self.bytes
+            .add(self.charge(new).wrapping_sub(self.charge(old)));
     }
 
     /// Count a removal done to respect a bound (`expired` says the victim had expired).
@@ -508,11 +513,11 @@ impl Common {
 
     /// Compare the counters with what a full scan found.
     fn check_totals(&self, records: u64, bytes: u64, problems: &mut Vec<String>) {
-        let count = self.count.load(Relaxed);
+        let count = self.count.get();
         if count != records {
             problems.push(format!("record counter says {count}, found {records}"));
         }
-        let b = self.bytes.load(Relaxed);
+        let b = self.bytes.get();
         if b != bytes {
             problems.push(format!("byte counter says {b}, found {bytes}"));
         }
@@ -526,7 +531,13 @@ impl Common {
 /// One shard of the hash: dense slots plus a table of positions (like an index map).
 #[derive(Default)]
 struct Shard {
+    /// Positions in `slots`, filed under `table_hash` of their key's hash.
     index: HashTable<u32>,
+    /// The low 32 bits of the hash of each slot's key (parallel to `slots`), so that growing
+    /// the table reads no record: recomputing every key's hash from the records made a fifth
+    /// of the time of a 1M-record load. Kept apart from the table, which lookups read, so that
+    /// its entries stay 4 bytes (8-byte entries made gets a fifth slower).
+    hashes: Vec<u32>,
     slots: Vec<Rec>,
     /// CLOCK hand (a position in `slots`).
     clock: usize,
@@ -534,18 +545,51 @@ struct Shard {
     reap: usize,
     /// Records with an expiration time.
     expiring: usize,
+    /// Writes to this shard so far (`Shard::next_version`); kept when the shard is emptied.
+    seq: u64,
 }
 
-/// Hash the record at a position, for table growth.
-fn rehasher(slots: &[Rec]) -> impl Fn(&u32) -> u64 + '_ {
-    move |&i| slots.get(i as usize).map_or(0, |r| xxh3_64(r.key()))
+/// The hash the table files an entry under, from the key hash's low 32 bits (the bits above
+/// pick the shard): spread over 64 bits so that the table's control byte (its top 7 bits) and
+/// bucket (its low bits) both vary.
+#[inline]
+fn table_hash(h32: u32) -> u64 {
+    u64::from(h32).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// `table_hash` of a key's full hash.
+#[inline]
+fn th(hash: u64) -> u64 {
+    table_hash(hash as u32)
+}
+
+/// Rehash an entry for table growth, from `Shard::hashes` (no record read).
+fn rehasher(hashes: &[u32]) -> impl Fn(&u32) -> u64 + '_ {
+    move |&i| hashes.get(i as usize).map_or(0, |&h| table_hash(h))
 }
 
 impl Shard {
+    /// A fresh version for a write to this shard, shard `si`: its own sequence with the shard in
+    /// the low bits. Versions are thus unique across shards and grow with every write of a key
+    /// (a key never leaves its shard), with no counter that every writer shares (one shared
+    /// `AtomicU64` moved its cache line between the writers' cores on every write).
+    #[inline]
+    fn next_version(&mut self, si: usize) -> u64 {
+        self.seq += 1;
+        (self.seq << SHARDS.trailing_zeros()) | si as u64
+    }
+
+    /// Empty the shard; its sequence goes on, so no version is ever handed out twice.
+    fn clear(&mut self) {
+        let seq = self.seq;
+        *self = Shard::default();
+        self.seq = seq;
+    }
+
     fn find(&self, hash: u64, key: &[u8]) -> Option<usize> {
         let slots = &self.slots;
         self.index
-            .find(hash, |&i| {
+            .find(th(hash), |&i| {
                 slots.get(i as usize).is_some_and(|r| r.key() == key)
             })
             .map(|&i| i as usize)
@@ -563,8 +607,9 @@ impl Shard {
         }
         let pos = self.slots.len() as u32;
         self.slots.push(rec);
-        let Shard { index, slots, .. } = self;
-        index.insert_unique(hash, pos, rehasher(slots));
+        self.hashes.push(hash as u32);
+        let Shard { index, hashes, .. } = self;
+        index.insert_unique(th(hash), pos, rehasher(hashes));
     }
 
     fn replace_at(&mut self, c: &Common, i: usize, rec: Rec) {
@@ -582,16 +627,17 @@ impl Shard {
         if i >= self.slots.len() {
             return None;
         }
-        if let Ok(e) = self.index.find_entry(hash, |&j| j as usize == i) {
+        if let Ok(e) = self.index.find_entry(th(hash), |&j| j as usize == i) {
             e.remove();
         }
         let last = self.slots.len() - 1;
         if i != last {
-            let h = xxh3_64(self.slots[last].key());
+            let h = table_hash(self.hashes[last]);
             if let Ok(mut e) = self.index.find_entry(h, |&j| j as usize == last) {
                 *e.get_mut() = i as u32;
             }
         }
+        self.hashes.swap_remove(i);
         let rec = self.slots.swap_remove(i);
         c.removed(&rec);
         if rec.expires() != 0 {
@@ -689,8 +735,9 @@ impl Shard {
 
     fn shrink(&mut self) {
         self.slots.shrink_to_fit();
-        let Shard { index, slots, .. } = self;
-        index.shrink_to_fit(rehasher(slots));
+        self.hashes.shrink_to_fit();
+        let Shard { index, hashes, .. } = self;
+        index.shrink_to_fit(rehasher(hashes));
     }
 
     fn reserve(&mut self, n: usize) -> Result<()> {
@@ -701,9 +748,12 @@ impl Shard {
         self.slots
             .try_reserve(more)
             .map_err(|e| fail(e.to_string()))?;
-        let Shard { index, slots, .. } = self;
+        self.hashes
+            .try_reserve(more)
+            .map_err(|e| fail(e.to_string()))?;
+        let Shard { index, hashes, .. } = self;
         index
-            .try_reserve(more, rehasher(slots))
+            .try_reserve(more, rehasher(hashes))
             .map_err(|e| fail(format!("{e:?}")))
     }
 }
@@ -836,7 +886,8 @@ impl Store for MemHash {
         self.common.check_open()?;
         let c = &self.common;
         let hash = xxh3_64(key);
-        let mut sh = self.shard(shard_of(hash)).write();
+        let si = shard_of(hash);
+        let mut sh = self.shard(si).write();
         let now = now_secs();
         let pos = sh.find(hash, key);
         let live = pos.filter(|&i| !sh.slots[i].is_expired(now));
@@ -852,7 +903,7 @@ impl Store for MemHash {
                 if pos.is_none() && !sh.has_room(1) {
                     return Err(Error::TooLarge("shard holds 2^32 records".into()));
                 }
-                let version = c.version();
+                let version = sh.next_version(si);
                 let rec = Rec::new(key, &value, flags, expires, version);
                 match pos {
                     Some(i) => sh.replace_at(c, i, rec),
@@ -866,7 +917,7 @@ impl Store for MemHash {
                 })
             }
             Decision::Touch { expires } if live.is_some() => {
-                let version = c.version();
+                let version = sh.next_version(si);
                 live.and_then(|i| sh.set_expiry(i, expires, version))
             }
             Decision::Remove => {
@@ -929,7 +980,8 @@ impl Store for MemHash {
         }
         let now = now_secs();
         for (op, &h) in ops.iter().zip(&hashes) {
-            let Some(sh) = guards[shard_of(h)].as_mut() else {
+            let si = shard_of(h);
+            let Some(sh) = guards[si].as_mut() else {
                 continue; // unreachable: every involved shard is locked
             };
             let pos = sh.find(h, op.key());
@@ -940,7 +992,8 @@ impl Store for MemHash {
                     flags,
                     expires,
                 } => {
-                    let rec = Rec::new(key, value, *flags, *expires, c.version());
+                    let version = sh.next_version(si);
+                    let rec = Rec::new(key, value, *flags, *expires, version);
                     match pos {
                         Some(i) => sh.replace_at(c, i, rec),
                         None => sh.insert_new(c, h, rec),
@@ -977,11 +1030,11 @@ impl Store for MemHash {
     }
 
     fn count(&self) -> u64 {
-        self.common.count.load(Relaxed)
+        self.common.count.get()
     }
 
     fn size(&self) -> u64 {
-        self.common.bytes.load(Relaxed)
+        self.common.bytes.get()
     }
 
     fn sync(&self) -> Result<()> {
@@ -1013,7 +1066,7 @@ impl Store for MemHash {
             for r in &sh.slots {
                 self.common.removed(r);
             }
-            *sh = Shard::default();
+            sh.clear();
         }
         Ok(())
     }
@@ -1036,10 +1089,11 @@ impl Store for MemHash {
         let mut bytes = 0;
         let guards: Vec<_> = (0..SHARDS).map(|i| self.shard(i).read()).collect();
         for (s, sh) in guards.iter().enumerate() {
-            if sh.index.len() != sh.slots.len() {
+            if sh.index.len() != sh.slots.len() || sh.hashes.len() != sh.slots.len() {
                 report.problems.push(format!(
-                    "shard {s}: index has {} entries for {} records",
+                    "shard {s}: index has {} entries and {} hashes for {} records",
                     sh.index.len(),
+                    sh.hashes.len(),
                     sh.slots.len()
                 ));
             }
@@ -1051,7 +1105,12 @@ impl Store for MemHash {
                         .problems
                         .push(format!("shard {s}: record {i} belongs to another shard"));
                 }
-                if sh.index.find(hash, |&j| j as usize == i).is_none() {
+                if sh.hashes.get(i) != Some(&(hash as u32)) {
+                    report
+                        .problems
+                        .push(format!("shard {s}: record {i} has a wrong cached hash"));
+                }
+                if sh.index.find(th(hash), |&j| j as usize == i).is_none() {
                     report
                         .problems
                         .push(format!("shard {s}: record {i} is missing from the index"));
@@ -1092,7 +1151,7 @@ impl Store for MemHash {
             for r in &sh.slots {
                 self.common.removed(r);
             }
-            *sh = Shard::default();
+            sh.clear();
         }
         Ok(())
     }
@@ -1483,11 +1542,11 @@ impl Store for MemTree {
     }
 
     fn count(&self) -> u64 {
-        self.common.count.load(Relaxed)
+        self.common.count.get()
     }
 
     fn size(&self) -> u64 {
-        self.common.bytes.load(Relaxed)
+        self.common.bytes.get()
     }
 
     fn sync(&self) -> Result<()> {
@@ -1705,12 +1764,32 @@ mod tests {
     }
 
     #[test]
+    fn hash_versions_are_unique_and_never_reused_after_vanish() {
+        let db = MemHash::open(&Params::default()).unwrap();
+        let first = db.put(b"k", b"1").unwrap().version;
+        db.vanish().unwrap();
+        let again = db.put(b"k", b"2").unwrap().version;
+        assert!(again > first, "{again} after vanish, {first} before");
+        let mut seen = std::collections::HashSet::from([again]);
+        for round in 0..3 {
+            for i in 0..2000 {
+                let m = db.put(format!("key{i}").as_bytes(), b"x").unwrap();
+                assert!(
+                    seen.insert(m.version),
+                    "round {round}: version {} twice",
+                    m.version
+                );
+            }
+        }
+    }
+
+    #[test]
     fn put_get_versions() {
         for db in both("") {
             let db = &*db;
             assert_eq!(db.get(b"a").unwrap(), None);
             let m1 = db.put(b"a", b"1").unwrap();
-            assert_eq!(m1.version, 1);
+            assert_ne!(m1.version, 0);
             let m2 = db.put_with(b"a", b"2", 7, 0).unwrap();
             assert!(m2.version > m1.version);
             let r = db.get(b"a").unwrap().unwrap();

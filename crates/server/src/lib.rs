@@ -4,9 +4,8 @@
 //! Executors: memcached text and binary (`mc_exec`, `mc_bin_exec`), Tokyo Tyrant (`tt_exec`),
 //! HTTP — Tyrant's REST, Kyoto Tycoon's RPC and REST (`http_exec`), Kyoto Tycoon's binary
 //! protocol (`kt_bin_exec`); the command mask every one
-//! of them checks (`mask`); the per-thread statistics counters (`counter`); the connection loop (`net`) and its output queue (`out`).
+//! of them checks (`mask`); the connection loop (`net`) and its output queue (`out`).
 
-pub mod counter;
 pub mod http_exec;
 pub mod kt_bin_exec;
 pub mod mask;

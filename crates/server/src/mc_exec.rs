@@ -2,9 +2,9 @@
 //! between the codec (`kura_proto::mc_text`) and the database. No sockets here: the connection
 //! loop (`crate::net`) feeds decoded requests in and writes the bytes out.
 
-use crate::counter::Counter;
 use crate::mask::{Mask, Op, Proto};
 use crate::out::{Out, PIN_MIN};
+use kura_engine::counter::Counter;
 use kura_engine::{Decision, Error, Outcome, Shown, Store};
 use kura_proto::mc_text::{self, reply, Keys, Request, StoreMode};
 use std::borrow::Cow;
