@@ -340,7 +340,7 @@ fn header(what: &str, c: &Common) {
 
 fn cmd_write(c: &Common) -> BenchResult<bool> {
     header("write", c);
-    let by_range = (!c.by_shard).then(|| plan(c, 1));
+    let mut keys = if c.by_shard { Vec::new() } else { plan(c, 1) };
     let start = Instant::now();
     let (db, hash) = if c.by_shard {
         let h = open_hash(&c.name)?;
@@ -351,16 +351,12 @@ fn cmd_write(c: &Common) -> BenchResult<bool> {
     let t_open = start.elapsed();
     // Not timed: the split by shard needs the open database (its hash seed).
     let t_plan = Instant::now();
-    let keys = match (by_range, hash) {
-        (Some(k), _) => k,
-        (None, Some(h)) => plan_by_shard(c, 1, &h),
-        (None, None) => unreachable!("--by-shard opens a DiskHash"),
-    };
-    let t_plan = t_plan.elapsed();
-    if c.by_shard {
+    if let Some(h) = hash {
+        keys = plan_by_shard(c, 1, &h);
         let sizes: Vec<String> = keys.iter().map(|k| k.len().to_string()).collect();
         println!("  keys per thread (by shard): {}", sizes.join(" "));
     }
+    let t_plan = t_plan.elapsed();
     let before = db.count();
     if before != 0 {
         println!("  note: the database already holds {before} records");

@@ -26,20 +26,27 @@ pub struct Counter([Slot; SLOTS]);
 static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
-    static MY_SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
+    static THREAD_NUMBER: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// The calling thread's number, given out in order on first use (0, 1, 2, …). Spreads threads
+/// over per-thread resources: a [`Counter`]'s slots, the on-disk hash's lanes.
+#[inline]
+pub fn thread_number() -> usize {
+    THREAD_NUMBER.with(|c| {
+        let mut n = c.get();
+        if n == usize::MAX {
+            n = NEXT_THREAD.fetch_add(1, Relaxed);
+            c.set(n);
+        }
+        n
+    })
 }
 
 /// The slot of the calling thread.
 #[inline]
 fn my_slot() -> usize {
-    MY_SLOT.with(|c| {
-        let mut s = c.get();
-        if s == usize::MAX {
-            s = NEXT_THREAD.fetch_add(1, Relaxed) % SLOTS;
-            c.set(s);
-        }
-        s
-    })
+    thread_number() % SLOTS
 }
 
 impl Counter {

@@ -212,8 +212,6 @@ fn shard_max_load(i: usize) -> f64 {
 }
 
 thread_local! {
-    /// This thread's lane number (before `% lanes`), given out on first use.
-    static THREAD_LANE: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
     /// This thread's buffer for records read outside the maps (still in a lane's buffer, or in
     /// an unmapped segment), kept between reads so that they allocate nothing.
     static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
@@ -222,7 +220,6 @@ thread_local! {
 }
 /// The largest `SCRATCH` buffer a thread keeps after a read.
 const SCRATCH_KEEP: usize = 64 << 10;
-static NEXT_THREAD_LANE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Segments whose live-byte changes a lane collects before adding them to the counters.
 const LIVE_PENDING: usize = 8;
@@ -947,14 +944,7 @@ impl Inner {
         if self.sync == SyncMode::Always {
             return 0;
         }
-        THREAD_LANE.with(|c| {
-            let mut n = c.get();
-            if n == usize::MAX {
-                n = NEXT_THREAD_LANE.fetch_add(1, Ordering::Relaxed);
-                c.set(n);
-            }
-            n % self.lanes
-        })
+        crate::counter::thread_number() % self.lanes
     }
 
     /// Where a segment's records end now (including bytes still in its lane's buffer).
