@@ -1104,6 +1104,7 @@ impl Inner {
         &self,
         seg_id: u32,
         off: u64,
+        whole: bool,
         f: impl FnOnce(&Segment, &Header, &[u8]) -> Result<R>,
     ) -> Result<R> {
         // SAFETY: every caller holds a shard lock (this reads the records a shard's table
@@ -1127,8 +1128,8 @@ impl Inner {
         // Taken out of the thread's slot, so a nested read (none today) would just allocate.
         let mut buf = SCRATCH.with(std::cell::Cell::take);
         let res = self
-            .read_record(seg, off, &mut buf)
-            .and_then(|h| f(seg, &h, &buf[..h.len]));
+            .read_record(seg, off, whole, &mut buf)
+            .and_then(|h| f(seg, &h, &buf[..h.len.min(buf.len())]));
         if buf.capacity() <= SCRATCH_KEEP {
             SCRATCH.with(|c| c.set(buf));
         }
@@ -1143,7 +1144,7 @@ impl Inner {
         off: u64,
         f: impl FnOnce(&Header, &[u8]) -> R,
     ) -> Result<R> {
-        self.with_raw_record(seg_id, off, |seg, h, rec| {
+        self.with_raw_record(seg_id, off, true, |seg, h, rec| {
             if format::verify(rec, seg.seed) {
                 Ok(f(h, rec))
             } else {
@@ -1152,30 +1153,53 @@ impl Inner {
         })
     }
 
-    /// Call `f` with the record at (`seg_id`, `off`) if it is a put of `key`; `Ok(None)` if it
-    /// is another key's (or not a put). The checksum of the matching record is verified only
-    /// with `verify`: a lookup that uses nothing but the record's length and key (a put or a
-    /// delete replacing it) reads the header and the key, not the whole record. Another key's
-    /// record (a rare tag collision) is always verified, so that damaged key bytes are an
-    /// error, never a key silently not found. Called with a shard lock held.
+    /// Call `f` with the complete verified record at (`seg_id`, `off`) if it is a put of
+    /// `key`; `Ok(None)` if it is another key's (or not a put). Another key's record (a rare
+    /// tag collision) is verified too, so that damaged key bytes are an error, never a key
+    /// silently not found. Called with a shard lock held.
     fn with_key_record<R>(
         &self,
         seg_id: u32,
         off: u64,
         key: &[u8],
-        verify: bool,
         f: impl FnOnce(&Header, &[u8]) -> R,
     ) -> Result<Option<R>> {
-        self.with_raw_record(seg_id, off, |seg, h, rec| {
-            Ok(key_record_is(seg, off, h, rec, key, verify)?.then(|| f(h, rec)))
+        self.with_raw_record(seg_id, off, true, |seg, h, rec| {
+            Ok(key_record_is(seg, off, h, rec, key, true)?.then(|| f(h, rec)))
         })
     }
 
-    /// Copy the whole record at `off` of `seg` into `out` and return its header, from the
-    /// file or from the lane's buffer, taking the tail lock at most once. Records never straddle
-    /// the flushed end (a flush writes the whole buffer), so one source always holds all of it.
-    /// The caller verifies the checksum.
-    fn read_record(&self, seg: &Segment, off: u64, out: &mut Vec<u8>) -> Result<Header> {
+    /// The header of the record at (`seg_id`, `off`) if it is a put of `key`, not verified;
+    /// `Ok(None)` if it is another key's (or not a put). For a lookup that uses nothing but
+    /// the record's length and key (a put or a delete replacing it): of a record read from
+    /// the file, only the first `FIRST_READ` bytes are read when they hold the key. Another
+    /// key's record (a rare tag collision) is read whole and verified, as in
+    /// `with_key_record`. Called with a shard lock held.
+    fn key_header(&self, seg_id: u32, off: u64, key: &[u8]) -> Result<Option<Header>> {
+        let ours = self.with_raw_record(seg_id, off, false, |_, h, part| {
+            Ok(format::is_put_of(h, part, key).then_some(*h))
+        })?;
+        if ours.is_some() {
+            return Ok(ours);
+        }
+        self.with_raw_record(seg_id, off, true, |seg, h, rec| {
+            Ok(key_record_is(seg, off, h, rec, key, false)?.then_some(*h))
+        })
+    }
+
+    /// Copy the record at `off` of `seg` into `out` and return its header, from the file or
+    /// from the lane's buffer, taking the tail lock at most once. Records never straddle the
+    /// flushed end (a flush writes the whole buffer), so one source always holds all of it.
+    /// Without `whole`, a record read from the file may stop after its key: `out` then holds
+    /// the first `FIRST_READ` bytes (or more, up to the end of the key). The caller verifies
+    /// the checksum.
+    fn read_record(
+        &self,
+        seg: &Segment,
+        off: u64,
+        whole: bool,
+        out: &mut Vec<u8>,
+    ) -> Result<Header> {
         out.clear();
         let bad = |what| corrupt_at(seg.id, off, what);
         if off >= seg.flushed() {
@@ -1195,28 +1219,26 @@ impl Inner {
         if h.len > avail {
             return Err(bad("record runs past the end"));
         }
-        if h.len > out.len() {
-            seg.read_file(off, out, h.len)?;
+        let key_end = h.key_off + h.klen;
+        if h.len > out.len() && (whole || key_end > out.len()) {
+            seg.read_file(off, out, if whole { h.len } else { key_end })?;
         }
         Ok(h)
     }
 
     /// Show the record of `key` in a shard table to `f`: candidate records are read in place
     /// (from the map when flushed) to compare keys; `f` sees the matching one's slot, header
-    /// and bytes, its checksum verified with `verify` (`with_key_record`). `None` when the key
-    /// has no record.
+    /// and bytes, its checksum verified (`with_key_record`). `None` when the key has no record.
     fn find_with<R>(
         &self,
         tbl: &Table,
         tag: u32,
         key: &[u8],
-        verify: bool,
         mut f: impl FnMut(&Slot, &Header, &[u8]) -> Result<R>,
     ) -> Result<Option<R>> {
         for slot in tbl.candidates(tag) {
-            let r = self.with_key_record(slot.seg, slot.off as u64, key, verify, |h, rec| {
-                f(slot, h, rec)
-            })?;
+            let r =
+                self.with_key_record(slot.seg, slot.off as u64, key, |h, rec| f(slot, h, rec))?;
             if let Some(r) = r {
                 return r.map(Some);
             }
@@ -1234,7 +1256,15 @@ impl Inner {
 
     /// Find the slot of `key` in a shard table, and what `want` asks for of its record.
     fn find(&self, tbl: &Table, tag: u32, key: &[u8], want: Want) -> Result<Option<Found>> {
-        self.find_with(tbl, tag, key, want != Want::Slot, |slot, h, rec| {
+        if want == Want::Slot {
+            for slot in tbl.candidates(tag) {
+                if let Some(h) = self.key_header(slot.seg, slot.off as u64, key)? {
+                    return Ok(Some(Found::new(slot, &h, None)));
+                }
+            }
+            return Ok(None);
+        }
+        self.find_with(tbl, tag, key, |slot, h, rec| {
             let value = match want {
                 Want::Value => Some(decode_value(h, rec)?),
                 _ => None,
@@ -1273,10 +1303,8 @@ impl Inner {
             if segs.get(slot.seg).is_some_and(|s| off >= s.flushed()) {
                 return Ok(None);
             }
-            let found =
-                self.with_key_record(slot.seg, off, key, false, |h, _| Found::new(slot, h, None))?;
-            if let Some(f) = found {
-                return Ok(Some(Some(f)));
+            if let Some(h) = self.key_header(slot.seg, off, key)? {
+                return Ok(Some(Some(Found::new(slot, &h, None))));
             }
         }
         Ok(Some(None))
@@ -3070,7 +3098,7 @@ impl DiskHash {
         let (shard, tag) = inner.locate(key);
         let tbl = self.shard(shard).read();
         // Read in place under the shard lock, so compaction cannot move the record meanwhile.
-        let seen = inner.find_with(&tbl, tag, key, true, |slot, h, rec| {
+        let seen = inner.find_with(&tbl, tag, key, |slot, h, rec| {
             let meta = meta_of(h);
             if meta.expires != 0 && is_expired(meta.expires, now_secs()) {
                 return Ok(false);
