@@ -153,6 +153,16 @@ struct ShardState {
     inflight: Vec<Inflight>,
 }
 
+/// A large put between its two halves (`DiskHash::large_put_begin`, `large_put_end`).
+struct LargePut {
+    shard: usize,
+    tag: u32,
+    lane: usize,
+    seq: u64,
+    /// Where its record was written (segment, offset, length).
+    written: Result<(u32, u64, usize)>,
+}
+
 /// A large put in flight: its key, its seq, and whether a later write of the key came first.
 struct Inflight {
     key: Box<[u8]>,
@@ -261,6 +271,10 @@ struct Tail {
     /// when a ninth segment comes up, and before a checkpoint records them.
     live: [(u32, i64); LIVE_PENDING],
     nlive: usize,
+    /// (segment, offset) of the records of large puts written to this lane whose slots are not
+    /// installed yet (`DiskHash::put_large`): a checkpoint's replay of this lane must start no
+    /// later than the first (`Inner::lane_positions`), since its snapshot may not have them.
+    large: Vec<(u32, u64)>,
 }
 
 impl Tail {
@@ -274,6 +288,7 @@ impl Tail {
             appended: 0,
             live: [(0, 0); LIVE_PENDING],
             nlive: 0,
+            large: Vec::new(),
         }
     }
 
@@ -348,6 +363,9 @@ enum Acct {
     Lane { old: Option<(u32, usize)> },
     /// The caller, through `set_slot` / `remove_slot`.
     Caller,
+    /// The caller, as `Caller`, for a large put that points the index at its record only
+    /// later: its segment counts it as pending (`Segment::pending`) until `large_put_done`.
+    Large,
 }
 
 /// One lane: an independent log with its own active segment and buffer. Each thread writes to
@@ -1713,6 +1731,15 @@ impl Inner {
         let mut tail = self.tails[lane].0.lock();
         let (seg, off) = self.append(&mut tail, &[hdr.as_slice(), key, &stored.bytes], true)?;
         self.note_full(lane, &tail);
+        if let Acct::Large = acct {
+            // Noted under the lane lock: a checkpoint reads the lane's positions under it, and
+            // the segment is sealed (by a later append to the lane) only after this, so
+            // compaction, which takes only sealed segments, sees the count.
+            tail.large.push((seg, off));
+            if let Some(s) = self.segs.load().get(seg) {
+                s.pending.fetch_add(1, Ordering::AcqRel);
+            }
+        }
         if let Acct::Lane { old } = acct {
             self.note_live(&mut tail, seg, len as i64);
             if let Some((oseg, olen)) = old {
@@ -1720,6 +1747,19 @@ impl Inner {
             }
         }
         Ok((seg, off, len))
+    }
+
+    /// A large put written with `Acct::Large` to lane `lane`, its record at (`seg`, `off`),
+    /// has pointed the index at it (or found that a later write of its key came first): the
+    /// segment may be compacted again, and checkpoints need not replay the record.
+    fn large_put_done(&self, lane: usize, seg: u32, off: u64) {
+        let mut tail = self.tails[lane].0.lock();
+        if let Some(i) = tail.large.iter().position(|&p| p == (seg, off)) {
+            tail.large.swap_remove(i);
+            if let Some(s) = self.segs.load().get(seg) {
+                s.pending.fetch_sub(1, Ordering::Release);
+            }
+        }
     }
 
     fn write_delete(&self, lane: usize, key: &[u8], seq: u64, acct: Acct) -> Result<()> {
@@ -2031,7 +2071,9 @@ impl Inner {
                     t.appended = 0;
                 }
                 self.flush_live(t);
-                (t.seg.id, t.end())
+                // Segment ids grow along a lane, so the smallest pair comes first in the log.
+                let end = (t.seg.id, t.end());
+                t.large.iter().copied().min().map_or(end, |p| p.min(end))
             })
             .collect()
     }
@@ -2476,6 +2518,12 @@ impl Inner {
         if !seg.sealed.load(Ordering::Acquire) {
             return Ok(None);
         }
+        if seg.pending.load(Ordering::Acquire) != 0 {
+            // A large put's record is here and its slot is not installed yet: the scan would
+            // take the record for dead. No put can add to a sealed segment, so once this is
+            // zero it stays zero, and every such record is in the index.
+            return Ok(None);
+        }
         let has_older = self.may_hide(&seg);
         let started = Instant::now();
         let mut moved = 0u64;
@@ -2658,7 +2706,11 @@ impl Inner {
             .load()
             .segs
             .values()
-            .filter(|s| s.sealed.load(Ordering::Acquire) && !damaged.contains(&s.id))
+            .filter(|s| {
+                s.sealed.load(Ordering::Acquire)
+                    && s.pending.load(Ordering::Acquire) == 0
+                    && !damaged.contains(&s.id)
+            })
             .map(|s| (s.id, dead_share(s)))
             .filter(|&(_, dead)| dead >= threshold)
             .collect()
@@ -3122,6 +3174,20 @@ impl DiskHash {
     /// taken first (that fixes the put's place in the key's history); the slot is installed
     /// afterwards unless a later write of the key came first, which the in-flight entry records.
     fn put_large(&self, key: &[u8], value: &[u8], flags: u32, expires: u64) -> Result<Meta> {
+        let begun = self.large_put_begin(key, value, flags, expires);
+        let seq = begun.seq;
+        self.large_put_end(key, begun)?;
+        self.inner.after_write()?;
+        Ok(Meta {
+            flags,
+            expires,
+            version: seq,
+        })
+    }
+
+    /// The first half of `put_large`: take the key's next seq (noting the put as in flight in
+    /// its shard) and write the record, with no lock held meanwhile.
+    fn large_put_begin(&self, key: &[u8], value: &[u8], flags: u32, expires: u64) -> LargePut {
         let inner = &self.inner;
         let (shard, tag) = inner.hash(key);
         let seq = {
@@ -3135,32 +3201,39 @@ impl DiskHash {
             seq
         };
         let stored = inner.stored_form(value);
-        let written = inner.write_put(
-            inner.my_lane(),
-            key,
-            &stored,
-            flags,
-            expires,
+        let lane = inner.my_lane();
+        let written = inner.write_put(lane, key, &stored, flags, expires, seq, Acct::Large);
+        LargePut {
+            shard,
+            tag,
+            lane,
             seq,
-            Acct::Caller,
-        );
-        let mut tbl = self.shard(shard).write();
-        let pos = tbl.inflight.iter().position(|f| f.seq == seq);
-        let superseded = pos.is_some_and(|p| tbl.inflight.swap_remove(p).superseded);
-        let (s, o, len) = written?;
-        if !superseded {
-            let old = inner
-                .find(&tbl, tag, key, Want::Slot)?
-                .map(|f| (f.slot, f.len));
-            inner.set_slot(&mut tbl, tag, old, s, o, len);
+            written,
         }
-        self.unlock(shard, tbl);
-        inner.after_write()?;
-        Ok(Meta {
-            flags,
-            expires,
-            version: seq,
-        })
+    }
+
+    /// The second half of `put_large`: point the index at the record, unless a later write of
+    /// the key (or a `vanish`) came first.
+    fn large_put_end(&self, key: &[u8], p: LargePut) -> Result<()> {
+        let inner = &self.inner;
+        let mut tbl = self.shard(p.shard).write();
+        let pos = tbl.inflight.iter().position(|f| f.seq == p.seq);
+        let superseded = pos.is_some_and(|i| tbl.inflight.swap_remove(i).superseded);
+        let (s, o, len) = p.written?;
+        let installed = if superseded {
+            Ok(())
+        } else {
+            inner.find(&tbl, p.tag, key, Want::Slot).map(|found| {
+                let old = found.map(|f| (f.slot, f.len));
+                inner.set_slot(&mut tbl, p.tag, old, s, o, len);
+            })
+        };
+        // After the slot (its segment may be compacted from now on), and also when it could
+        // not be installed.
+        inner.large_put_done(p.lane, s, o);
+        installed?;
+        self.unlock(p.shard, tbl);
+        Ok(())
     }
 
     /// Stop as a killed process would: no flush, no sync, no checkpoint. For crash tests (the
@@ -3490,6 +3563,10 @@ impl Store for DiskHash {
             let mut tails: Vec<_> = inner.tails.iter().map(|t| t.0.lock()).collect();
             let used = tails.iter().filter(|t| t.seg.id != 0).count();
             let id = random_u64();
+            for tail in tails.iter_mut() {
+                // Large puts in flight now come before the clear (see below).
+                tail.large.clear();
+            }
             for tail in tails.iter_mut().filter(|t| t.seg.id != 0) {
                 inner.roll(tail)?;
                 let mut c = Vec::new();
@@ -3499,6 +3576,11 @@ impl Store for DiskHash {
         }
         for (i, g) in guards.iter_mut().enumerate() {
             g.clear();
+            // A large put in flight wrote its record in a segment about to go: it comes before
+            // the clear, and must not point the index at its record afterwards.
+            for f in &mut g.inflight {
+                f.superseded = true;
+            }
             inner.note_table(i, g);
         }
         inner.expiring.store(0, Ordering::Relaxed);

@@ -1117,6 +1117,86 @@ fn compaction_copies_records_across_read_chunks() {
     check(&db);
 }
 
+/// A large put writes its record without holding its shard's lock and points the index at it
+/// afterwards. A compaction that came in between (the record's segment sealed and mostly dead
+/// meanwhile) must not take the record for dead and remove its segment.
+#[test]
+fn compaction_leaves_a_segment_with_a_large_put_in_flight() {
+    let fs = SimVfs::new();
+    let db = sim_open(&fs, "sync=none#lanes=1#segsiz=1m");
+    let big = vec![7u8; LARGE_VALUE];
+    let begun = db.large_put_begin(b"big", &big, 0, 0);
+    let seg = begun.written.as_ref().unwrap().0;
+    // Fill the record's segment with records that die at once, so that it is sealed and
+    // mostly dead.
+    for round in 0..3u8 {
+        for i in 0..1000 {
+            db.put(format!("k{i}").as_bytes(), &[round; 600]).unwrap();
+        }
+    }
+    let segs = || db.inner.segs.load();
+    assert!(segs().get(seg).unwrap().sealed.load(Ordering::Acquire));
+    db.optimize("").unwrap();
+    db.large_put_end(b"big", begun).unwrap();
+    assert_eq!(db.get(b"big").unwrap().unwrap().value, big);
+    // Once the put is done, its segment can go.
+    db.optimize("").unwrap();
+    assert!(segs().get(seg).is_none());
+    assert_eq!(db.get(b"big").unwrap().unwrap().value, big);
+    assert!(db.check().unwrap().healthy());
+}
+
+/// A checkpoint between the two halves of a large put: its snapshot does not have the put's
+/// slot yet, so recovery must replay the put's record (the replay must not start after it).
+#[test]
+fn checkpoint_during_a_large_put_still_recovers_it() {
+    let fs = SimVfs::new();
+    let params = "sync=none#lanes=1#segsiz=1m";
+    let db = sim_open(&fs, params);
+    db.put(b"small", b"x").unwrap();
+    let big = vec![7u8; LARGE_VALUE];
+    let begun = db.large_put_begin(b"big", &big, 0, 0);
+    let seg = begun.written.as_ref().unwrap().0;
+    // Enough after it that the lane moves on to another segment.
+    for i in 0..3000 {
+        db.put(format!("k{i}").as_bytes(), &[1; 600]).unwrap();
+    }
+    assert!(db.inner.tails[0].0.lock().seg.id > seg);
+    db.inner.checkpoint().unwrap();
+    db.large_put_end(b"big", begun).unwrap();
+    db.sync().unwrap();
+    db.abandon();
+    fs.crash(CrashMode::DropUnsynced);
+    let db = sim_open(&fs, params);
+    assert_eq!(db.get(b"big").unwrap().unwrap().value, big);
+    assert_eq!(db.get(b"k2999").unwrap().unwrap().value, [1; 600]);
+    assert_eq!(db.count(), 3002);
+    // Once the put is done, checkpoints move on past it.
+    db.inner.checkpoint().unwrap();
+    db.close().unwrap();
+    let db = sim_open(&fs, params);
+    assert_eq!(db.get(b"big").unwrap().unwrap().value, big);
+    assert_eq!(db.count(), 3002);
+    assert!(db.check().unwrap().healthy());
+}
+
+/// A `vanish` between the two halves of a large put removes the segment of its record: the put
+/// then counts as one that came before the clear.
+#[test]
+fn vanish_during_a_large_put_leaves_no_dangling_slot() {
+    let fs = SimVfs::new();
+    let db = sim_open(&fs, "sync=none#lanes=1#segsiz=1m");
+    db.put(b"small", b"x").unwrap();
+    let begun = db.large_put_begin(b"big", &vec![7u8; LARGE_VALUE], 0, 0);
+    db.vanish().unwrap();
+    db.large_put_end(b"big", begun).unwrap();
+    assert_eq!(db.get(b"big").unwrap(), None);
+    assert_eq!(db.count(), 0);
+    assert!(db.check().unwrap().healthy());
+    db.put(b"big", b"after").unwrap();
+    assert_eq!(db.get(b"big").unwrap().unwrap().value, b"after");
+}
+
 #[test]
 fn compaction_keeps_a_segment_with_a_damaged_record() {
     let fs = SimVfs::new();
