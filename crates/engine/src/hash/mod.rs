@@ -364,7 +364,7 @@ enum Acct {
     /// The caller, through `set_slot` / `remove_slot`.
     Caller,
     /// The caller, as `Caller`, for a large put that points the index at its record only
-    /// later: its segment counts it as pending (`Segment::pending`) until `large_put_done`.
+    /// later: the lane lists the record (`Tail::large`) until `large_put_done`.
     Large,
 }
 
@@ -621,9 +621,10 @@ const SCAN_CHUNK: usize = 1 << 20;
 #[cfg(test)]
 const SCAN_CHUNK: usize = 4096;
 
-/// Reads chosen records of one segment, at increasing offsets below `end` (flushed), through a
-/// buffer of up to `SCAN_CHUNK` bytes: one read per chunk instead of one per record.
-/// Compaction reads a segment's live records this way.
+/// Reads records of one segment at increasing offsets below `end` through a buffer of up to
+/// `SCAN_CHUNK` bytes: one read per chunk instead of one per record. Scans (`scan_segment`:
+/// recovery, compaction, checks) read every record this way, and compaction then the live
+/// ones again.
 struct ChunkReader<'a> {
     inner: &'a Inner,
     seg: &'a Segment,
@@ -644,12 +645,10 @@ impl<'a> ChunkReader<'a> {
         }
     }
 
-    /// The record at `off`, its checksum verified.
-    fn record(&mut self, off: u64) -> Result<(Header, &[u8])> {
-        let bad = |what| corrupt_at(self.seg.id, off, what);
-        if off >= self.end {
-            return Err(bad("read past the end of the log"));
-        }
+    /// The record at `off` (below `end`), its checksum verified; `None` when no valid record
+    /// starts there (a header that does not parse, a record running past `end`, a checksum
+    /// that fails). Errors are read errors.
+    fn valid(&mut self, off: u64) -> Result<Option<(Header, &[u8])>> {
         let held = self.start + self.buf.len() as u64;
         let header_held = off + format::MAX_HEADER_LEN as u64 <= held || held == self.end;
         if off < self.start || off >= held || !header_held {
@@ -658,9 +657,11 @@ impl<'a> ChunkReader<'a> {
             self.start = off;
         }
         let rel = (off - self.start) as usize;
-        let h = format::parse_header(&self.buf[rel..]).ok_or_else(|| bad("bad record header"))?;
+        let Some(h) = format::parse_header(&self.buf[rel..]) else {
+            return Ok(None);
+        };
         if h.len as u64 > self.end - off {
-            return Err(bad("record runs past the end"));
+            return Ok(None); // runs past the end: torn or damaged
         }
         let rel = if rel + h.len > self.buf.len() {
             self.inner.read_range(self.seg, off, h.len, &mut self.buf)?;
@@ -670,10 +671,17 @@ impl<'a> ChunkReader<'a> {
             rel
         };
         let rec = &self.buf[rel..rel + h.len];
-        if !format::verify(rec, self.seg.seed) {
-            return Err(bad("checksum mismatch"));
+        Ok(format::verify(rec, self.seg.seed).then_some((h, rec)))
+    }
+
+    /// The record at `off`, its checksum verified; an error when there is none.
+    fn record(&mut self, off: u64) -> Result<(Header, &[u8])> {
+        let (id, end) = (self.seg.id, self.end);
+        if off >= end {
+            return Err(corrupt_at(id, off, "read past the end of the log"));
         }
-        Ok((h, rec))
+        self.valid(off)?
+            .ok_or_else(|| corrupt_at(id, off, "damaged record"))
     }
 }
 
@@ -687,34 +695,12 @@ fn scan_segment(
     end: u64,
     mut f: impl FnMut(u64, &Header, &[u8]) -> Result<bool>,
 ) -> Result<u64> {
-    let mut buf = Vec::new();
-    let mut buf_start = from;
+    let mut reader = ChunkReader::new(inner, seg, end);
     let mut off = from;
     while off < end {
-        let rel = (off - buf_start) as usize;
-        // Make sure the buffer holds at least a full header (or up to `end`).
-        if rel + format::MAX_HEADER_LEN > buf.len() && buf_start + (buf.len() as u64) < end {
-            let want = ((end - off) as usize).min(SCAN_CHUNK);
-            inner.read_range(seg, off, want, &mut buf)?;
-            buf_start = off;
-            continue;
-        }
-        let avail = &buf[rel..];
-        let Some(h) = format::parse_header(avail) else {
+        let Some((h, rec)) = reader.valid(off)? else {
             return Ok(off);
         };
-        if h.len as u64 > end - off {
-            return Ok(off); // runs past the end: torn or damaged
-        }
-        if h.len > avail.len() {
-            inner.read_range(seg, off, h.len, &mut buf)?;
-            buf_start = off;
-            continue;
-        }
-        let rec = &avail[..h.len];
-        if !format::verify(rec, seg.seed) {
-            return Ok(off);
-        }
         if !f(off, &h, rec)? {
             return Ok(off + h.len as u64);
         }
@@ -1732,13 +1718,9 @@ impl Inner {
         let (seg, off) = self.append(&mut tail, &[hdr.as_slice(), key, &stored.bytes], true)?;
         self.note_full(lane, &tail);
         if let Acct::Large = acct {
-            // Noted under the lane lock: a checkpoint reads the lane's positions under it, and
-            // the segment is sealed (by a later append to the lane) only after this, so
-            // compaction, which takes only sealed segments, sees the count.
+            // Under the lane lock, which a checkpoint takes to read the lane's positions and
+            // compaction to look for pending records (`large_pending`).
             tail.large.push((seg, off));
-            if let Some(s) = self.segs.load().get(seg) {
-                s.pending.fetch_add(1, Ordering::AcqRel);
-            }
         }
         if let Acct::Lane { old } = acct {
             self.note_live(&mut tail, seg, len as i64);
@@ -1756,10 +1738,20 @@ impl Inner {
         let mut tail = self.tails[lane].0.lock();
         if let Some(i) = tail.large.iter().position(|&p| p == (seg, off)) {
             tail.large.swap_remove(i);
-            if let Some(s) = self.segs.load().get(seg) {
-                s.pending.fetch_sub(1, Ordering::Release);
-            }
         }
+    }
+
+    /// Whether a large put's record in `seg` is not in the index yet (`Tail::large` of the
+    /// segment's lane). Compaction would take it for dead. A sealed segment gets no new
+    /// records, so once this is false it stays false, and every such record is indexed (the
+    /// lane lock orders the check after `large_put_done`, which follows the slot).
+    fn large_pending(&self, seg: &Segment) -> bool {
+        self.tails[seg.lane]
+            .0
+            .lock()
+            .large
+            .iter()
+            .any(|p| p.0 == seg.id)
     }
 
     fn write_delete(&self, lane: usize, key: &[u8], seq: u64, acct: Acct) -> Result<()> {
@@ -2518,10 +2510,7 @@ impl Inner {
         if !seg.sealed.load(Ordering::Acquire) {
             return Ok(None);
         }
-        if seg.pending.load(Ordering::Acquire) != 0 {
-            // A large put's record is here and its slot is not installed yet: the scan would
-            // take the record for dead. No put can add to a sealed segment, so once this is
-            // zero it stays zero, and every such record is in the index.
+        if self.large_pending(&seg) {
             return Ok(None);
         }
         let has_older = self.may_hide(&seg);
@@ -2706,13 +2695,11 @@ impl Inner {
             .load()
             .segs
             .values()
-            .filter(|s| {
-                s.sealed.load(Ordering::Acquire)
-                    && s.pending.load(Ordering::Acquire) == 0
-                    && !damaged.contains(&s.id)
+            .filter(|s| s.sealed.load(Ordering::Acquire) && !damaged.contains(&s.id))
+            .filter_map(|s| {
+                let dead = dead_share(s);
+                (dead >= threshold && !self.large_pending(s)).then_some((s.id, dead))
             })
-            .map(|s| (s.id, dead_share(s)))
-            .filter(|&(_, dead)| dead >= threshold)
             .collect()
     }
 

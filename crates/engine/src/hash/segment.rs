@@ -133,10 +133,6 @@ pub struct Segment {
     /// records in those segments.
     pub horizon: AtomicU32,
     pub map: Published<Map>,
-    /// Large puts whose record is in this segment and whose slot is not installed yet
-    /// (`DiskHash::put_large` writes the record without its shard's lock). Compaction leaves
-    /// the segment alone until there is none: it would take the record for dead.
-    pub pending: AtomicU32,
 }
 
 impl Segment {
@@ -162,7 +158,6 @@ impl Segment {
             sealed: AtomicBool::new(false),
             horizon: AtomicU32::new(u32::MAX),
             map: Published::new(None),
-            pending: AtomicU32::new(0),
         }
     }
 
