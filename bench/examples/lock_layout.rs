@@ -260,6 +260,115 @@ impl Index for Apart {
     }
 }
 
+// ------------------------------------------------------------------ `brline`, `line2`
+
+/// Per-thread counts of the threads inside each shard (a "big-reader" lock): a put counts
+/// itself in its own thread's line, then checks that no one holds the shard exclusively, so
+/// that the shared side writes no line that another thread writes.
+#[repr(C, align(128))]
+struct Stripe([std::sync::atomic::AtomicU64; 64]);
+
+struct BrLock {
+    stripes: Vec<Stripe>,
+    exclusive: Vec<std::sync::atomic::AtomicBool>,
+}
+
+impl BrLock {
+    fn new() -> BrLock {
+        BrLock {
+            stripes: (0..16)
+                .map(|_| Stripe(std::array::from_fn(|_| Default::default())))
+                .collect(),
+            exclusive: (0..64).map(|_| Default::default()).collect(),
+        }
+    }
+
+    #[inline(always)]
+    fn enter(&self, me: usize, shard: usize) -> &std::sync::atomic::AtomicU64 {
+        let c = &self.stripes[me & 15].0[shard];
+        c.fetch_add(1, Ordering::SeqCst);
+        while self.exclusive[shard].load(Ordering::SeqCst) {
+            std::hint::spin_loop();
+        }
+        c
+    }
+}
+
+thread_local!(static ME: std::cell::Cell<usize> = const { std::cell::Cell::new(0) });
+
+/// `line` behind a big-reader lock per shard.
+struct BrInLine {
+    inner: InLine,
+    br: BrLock,
+}
+
+impl Index for BrInLine {
+    #[inline(always)]
+    fn prefetch(&self, hash: u64) {
+        self.inner.prefetch(hash)
+    }
+
+    #[inline(always)]
+    fn put(&self, hash: u64, lane: &mut Lane, key: &[u8]) {
+        let c = self.br.enter(ME.with(|m| m.get()), (hash >> 58) as usize);
+        self.inner.put(hash, lane, key);
+        c.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// A bucket of two cache lines: its lock, its seq and 10 slots.
+#[repr(C, align(128))]
+struct Bucket2 {
+    lock: AtomicU32,
+    seq: UnsafeCell<u64>,
+    slots: UnsafeCell<[Slot; 9]>,
+}
+
+// SAFETY: `seq` and `slots` are only touched with `lock` held.
+unsafe impl Sync for Bucket2 {}
+
+struct InLine2 {
+    buckets: Vec<Bucket2>,
+}
+
+impl Index for InLine2 {
+    #[inline(always)]
+    fn prefetch(&self, hash: u64) {
+        let b = &self.buckets[(hash >> 32) as usize % self.buckets.len()];
+        prefetch_addr(b);
+    }
+
+    #[inline(always)]
+    fn put(&self, hash: u64, lane: &mut Lane, key: &[u8]) {
+        let tag = hash as u32 | 1;
+        let n = self.buckets.len();
+        let mut b = (hash >> 32) as usize % n;
+        loop {
+            let bucket = &self.buckets[b];
+            lock(&bucket.lock);
+            // SAFETY: the bucket's lock is held.
+            let done = unsafe {
+                let slots = &mut *bucket.slots.get();
+                match slots.iter_mut().find(|s| s.seg == 0 || s.tag == tag) {
+                    Some(s) => {
+                        let seq = &mut *bucket.seq.get();
+                        *seq += 1;
+                        let off = lane.append(key, *seq);
+                        *s = Slot { tag, seg: 1, off };
+                        true
+                    }
+                    None => false,
+                }
+            };
+            bucket.lock.store(0, Ordering::Release);
+            if done {
+                return;
+            }
+            b = (b + 1) % n;
+        }
+    }
+}
+
 // ------------------------------------------------------------------ driver
 
 fn run<I: Index>(index: &I, threads: u64) -> f64 {
@@ -267,6 +376,7 @@ fn run<I: Index>(index: &I, threads: u64) -> f64 {
     std::thread::scope(|s| {
         for t in 0..threads {
             s.spawn(move || {
+                ME.with(|m| m.set(t as usize));
                 let mut lane = Lane {
                     buf: Vec::with_capacity(3 << 20),
                 };
@@ -293,15 +403,34 @@ fn main() {
     let (Some(layout), Some(threads)) =
         (args.get(1), args.get(2).and_then(|t| t.parse::<u64>().ok()))
     else {
-        eprintln!("usage: lock_layout shard|line|array THREADS");
+        eprintln!("usage: lock_layout shard|line|array|brline|line2 THREADS");
         std::process::exit(2);
     };
     let seconds = match layout.as_str() {
         "shard" => run(&Sharded::new(), threads.max(1)),
         "line" => run(&InLine::new(), threads.max(1)),
         "array" => run(&Apart::new(), threads.max(1)),
+        "brline" => run(
+            &BrInLine {
+                inner: InLine::new(),
+                br: BrLock::new(),
+            },
+            threads.max(1),
+        ),
+        "line2" => run(
+            &InLine2 {
+                buckets: (0..BUCKETS * 4 / 9)
+                    .map(|_| Bucket2 {
+                        lock: AtomicU32::new(0),
+                        seq: UnsafeCell::new(0),
+                        slots: UnsafeCell::new([Slot::default(); 9]),
+                    })
+                    .collect(),
+            },
+            threads.max(1),
+        ),
         _ => {
-            eprintln!("usage: lock_layout shard|line|array THREADS");
+            eprintln!("usage: lock_layout shard|line|array|brline|line2 THREADS");
             std::process::exit(2);
         }
     };

@@ -14,6 +14,7 @@
 //! past the end; a run that would leave it makes the table grow.
 
 use super::arena::{self, HUGE};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Where the newest record of a key lives. `seg == 0` marks an empty slot (segment ids start
 /// at 1).
@@ -80,11 +81,35 @@ pub fn radix_sort_with(v: &mut Vec<Slot>, tmp: &mut Vec<Slot>, key: impl Fn(&Slo
     }
 }
 
-/// The slot array: zeroed memory (an all-zero slot is empty), on huge pages (`arena`).
+/// Slots per bucket. A bucket is two cache lines (128 bytes): its lock-and-seq word, then
+/// `PER` slots.
+pub const PER: usize = 10;
+
+/// A bucket of the slot array: a word and `PER` slots. The word's bit 0 is the bucket's lock
+/// (taken by `Table::lock_run`, which writers that do not hold the whole table use); the other
+/// bits are the bucket's seq (`Run::seq`). The word sits in the same cache line as the first
+/// slots, so that a write moves no line other than the slots' own between writing cores (the
+/// measurement: docs/BENCHMARKS.md, "Two writers: where the locks must live").
+#[repr(C, align(128))]
+struct Bucket {
+    word: AtomicU64,
+    slots: [Slot; PER],
+}
+
+const _: () = assert!(std::mem::size_of::<Bucket>() == 128);
+
+/// The slot array: zeroed memory (an all-zero slot is empty, an all-zero word unlocked with
+/// seq 0), on huge pages (`arena`). Slots are addressed by position: position `p` is slot
+/// `p % PER` of bucket `p / PER`.
+///
+/// Every access goes through a raw pointer (no reference into the array outlives a call), so
+/// that `Table::lock_run` can write the slots of the buckets it locked while other threads
+/// hold the same `&Table`.
 #[repr(C)]
 struct Slots {
-    ptr: std::ptr::NonNull<Slot>,
-    len: usize,
+    ptr: std::ptr::NonNull<Bucket>,
+    /// Buckets.
+    nb: usize,
     from: Backing,
 }
 
@@ -100,36 +125,38 @@ enum Backing {
     Heap,
 }
 
-// SAFETY: `Slots` owns its allocation exclusively, like a `Box<[Slot]>`; `Slot` is plain data.
+// SAFETY: `Slots` owns its allocation exclusively, like a `Box<[Bucket]>`; `Slot` is plain
+// data and the words are atomics.
 unsafe impl Send for Slots {}
-// SAFETY: shared access only reads through `&[Slot]`.
+// SAFETY: shared access reads slots, and writes only those of buckets whose lock the writer
+// holds (`Table::lock_run`, whose contract excludes every other kind of access meanwhile).
 unsafe impl Sync for Slots {}
 
 impl Slots {
-    fn bytes(len: usize) -> usize {
-        (len * std::mem::size_of::<Slot>()).max(1)
+    fn bytes(nb: usize) -> usize {
+        nb.max(1) * std::mem::size_of::<Bucket>()
     }
 
-    fn heap_layout(len: usize) -> std::alloc::Layout {
-        match std::alloc::Layout::array::<Slot>(len.max(1)) {
+    fn heap_layout(nb: usize) -> std::alloc::Layout {
+        match std::alloc::Layout::array::<Bucket>(nb.max(1)) {
             Ok(l) => l,
-            Err(_) => std::alloc::handle_alloc_error(std::alloc::Layout::new::<Slot>()),
+            Err(_) => std::alloc::handle_alloc_error(std::alloc::Layout::new::<Bucket>()),
         }
     }
 
-    /// A zeroed array of `len` slots on huge pages: a block of the shared arena when smaller
+    /// A zeroed array of `nb` buckets on huge pages: a block of the shared arena when smaller
     /// than `HUGE`, else a mapping of its own whose pages the kernel zero-fills on first touch
     /// (so nothing is written twice). The global allocator only if mapping memory fails.
     ///
     /// Every page is touched by a write before the table is used (`arena::prefault`).
-    fn zeroed(len: usize) -> Slots {
-        let bytes = Self::bytes(len);
+    fn zeroed(nb: usize) -> Slots {
+        let bytes = Self::bytes(nb);
         if bytes < HUGE {
             let order = arena::order_for(bytes);
             if let Some(ptr) = arena::alloc(order) {
                 return Slots {
                     ptr: ptr.cast(),
-                    len,
+                    nb,
                     from: Backing::Arena(order as u8),
                 };
             }
@@ -137,22 +164,73 @@ impl Slots {
             arena::prefault(ptr.as_ptr(), bytes);
             return Slots {
                 ptr: ptr.cast(),
-                len,
+                nb,
                 from: Backing::Mapped,
             };
         }
-        let layout = Self::heap_layout(len);
-        // SAFETY: the layout has a non-zero size; zeroed memory is a valid array of empty slots.
+        let layout = Self::heap_layout(nb);
+        // SAFETY: the layout has a non-zero size; zeroed memory is a valid array of empty
+        // buckets.
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
-        let Some(ptr) = std::ptr::NonNull::new(raw.cast::<Slot>()) else {
+        let Some(ptr) = std::ptr::NonNull::new(raw.cast::<Bucket>()) else {
             std::alloc::handle_alloc_error(layout)
         };
         arena::prefault(raw, bytes);
         Slots {
             ptr,
-            len,
+            nb,
             from: Backing::Heap,
         }
+    }
+
+    /// Positions (slots) in the array.
+    #[inline]
+    fn len(&self) -> usize {
+        self.nb * PER
+    }
+
+    #[inline]
+    fn bucket(&self, b: usize) -> *mut Bucket {
+        debug_assert!(b < self.nb);
+        // SAFETY: `b` is within the allocation of `nb` buckets.
+        unsafe { self.ptr.as_ptr().add(b) }
+    }
+
+    #[inline]
+    fn slot_ptr(&self, p: usize) -> *mut Slot {
+        let b = self.bucket(p / PER);
+        // SAFETY: a field of a bucket inside the allocation; no reference is made.
+        unsafe {
+            std::ptr::addr_of_mut!((*b).slots)
+                .cast::<Slot>()
+                .add(p % PER)
+        }
+    }
+
+    #[inline]
+    fn get(&self, p: usize) -> Slot {
+        // SAFETY: a valid, aligned slot; plain data. See the type's notes on concurrency.
+        unsafe { self.slot_ptr(p).read() }
+    }
+
+    #[inline]
+    fn set(&self, p: usize, s: Slot) {
+        // SAFETY: as in `get`; the caller has the array exclusively (`&mut Table`) or holds
+        // the lock of this position's bucket (`Run`).
+        unsafe { self.slot_ptr(p).write(s) }
+    }
+
+    #[inline]
+    fn word(&self, b: usize) -> &AtomicU64 {
+        // SAFETY: the word of a bucket inside the allocation; atomics may be shared.
+        unsafe { &*std::ptr::addr_of!((*self.bucket(b)).word) }
+    }
+
+    /// Every non-empty slot from position `from` on, in order.
+    fn occupied(&self, from: usize) -> impl Iterator<Item = Slot> + '_ {
+        (from..self.len())
+            .map(|p| self.get(p))
+            .filter(|s| !s.is_empty())
     }
 }
 
@@ -163,48 +241,41 @@ impl Drop for Slots {
             // SAFETY: the block `zeroed` took for this order; the array is gone with `self`.
             Backing::Arena(order) => unsafe { arena::free(ptr, order as usize) },
             // SAFETY: the mapping `zeroed` made for this length.
-            Backing::Mapped => unsafe { arena::unmap_huge(ptr, Self::bytes(self.len)) },
+            Backing::Mapped => unsafe { arena::unmap_huge(ptr, Self::bytes(self.nb)) },
             // SAFETY: allocated in `zeroed` with this same layout.
             Backing::Heap => unsafe {
-                std::alloc::dealloc(ptr.as_ptr(), Self::heap_layout(self.len))
+                std::alloc::dealloc(ptr.as_ptr(), Self::heap_layout(self.nb))
             },
         }
     }
 }
 
-impl std::ops::Deref for Slots {
-    type Target = [Slot];
-    fn deref(&self) -> &[Slot] {
-        // SAFETY: `ptr` points at `len` initialised slots owned by `self`.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl std::ops::DerefMut for Slots {
-    fn deref_mut(&mut self) -> &mut [Slot] {
-        // SAFETY: as in `deref`, and `&mut self` makes the access exclusive.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
-}
-
 impl Clone for Slots {
     fn clone(&self) -> Slots {
-        let mut c = Slots::zeroed(self.len);
-        c.copy_from_slice(self);
+        let c = Slots::zeroed(self.nb);
+        // SAFETY: two distinct allocations of `nb` buckets; the source is not being written
+        // (cloning takes `&Table` outside any `Run`).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.ptr.as_ptr().cast::<u8>(),
+                c.ptr.as_ptr().cast::<u8>(),
+                Self::bytes(self.nb),
+            )
+        };
         c
     }
 }
 
 impl std::fmt::Debug for Slots {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Slots({})", self.len)
+        write!(f, "Slots({} buckets)", self.nb)
     }
 }
 
 /// Default maximum load (slots used / home positions) before the table doubles.
 const MAX_LOAD: f64 = 0.85;
-/// Minimum number of home positions.
-const MIN_CAP: usize = 16;
+/// Minimum number of buckets.
+const MIN_BUCKETS: usize = 8;
 /// From this many home positions, a table past its load limit grows without blocking its shard
 /// (`Table::wants_growth`): the writer makes the new memory after releasing the shard lock,
 /// installs it under the lock in constant time, and the slots then move over a few at a time
@@ -220,14 +291,13 @@ const MOVE_STEP: usize = 32;
 /// to be freed after the lock is released.
 pub struct Spare {
     slots: Slots,
-    cap: usize,
 }
 
 impl Spare {
-    pub fn new(cap: usize) -> Spare {
+    /// An array of `nb` buckets (a power of two: `Table::grow_cap`).
+    pub fn new(nb: usize) -> Spare {
         Spare {
-            slots: Slots::zeroed(cap + overflow(cap)),
-            cap,
+            slots: Slots::zeroed(nb),
         }
     }
 }
@@ -253,7 +323,8 @@ pub struct Table {
     /// `cap` home positions followed by the overflow area.
     slots: Slots,
     cap: usize,
-    /// Slots in the table (in both arrays while it grows).
+    /// Slots in the table (in both arrays while it grows). Writers through `lock_run` count
+    /// theirs elsewhere (the shard's, see `hash::Brl`), and add them here afterwards.
     len: usize,
     /// Tags below this are in `slots`, the others in `moving` (`u64::MAX` when not growing:
     /// every tag is in `slots`). Kept here so that a lookup decides with no extra load.
@@ -273,8 +344,10 @@ impl Default for Table {
     }
 }
 
-fn overflow(cap: usize) -> usize {
-    cap / 8 + 32
+/// Home positions of an array of `nb` buckets: all but the overflow area, an eighth of the
+/// buckets (at least 4), which holds runs that spill past the last home position.
+fn cap_of(nb: usize) -> usize {
+    (nb - (nb / 8).max(4)) * PER
 }
 
 #[inline]
@@ -282,63 +355,239 @@ fn home_in(tag: u32, cap: usize) -> usize {
     ((tag as u64 * cap as u64) >> 32) as usize
 }
 
+/// The smallest tag whose home in an array of `cap` home positions is `p` or later.
+fn first_home_tag(p: usize, cap: usize) -> u64 {
+    ((p as u64) << 32).div_ceil(cap as u64)
+}
+
 /// The address of `tag`'s home position in an array at `base` of `cap` home positions (from
 /// `Table::home_array`). Only an address to prefetch: computed without the table's lock, it
 /// may point into an array since replaced, and must never be dereferenced.
+/// Returns the address of the home position's bucket (its word, which a writer locks first)
+/// and of the home position itself.
 #[inline]
-pub fn home_addr(base: usize, cap: usize, tag: u32) -> usize {
-    base.wrapping_add(home_in(tag, cap).wrapping_mul(std::mem::size_of::<Slot>()))
+pub fn home_addr(base: usize, cap: usize, tag: u32) -> (usize, usize) {
+    let p = home_in(tag, cap);
+    let bucket = base.wrapping_add((p / PER) * std::mem::size_of::<Bucket>());
+    (
+        bucket,
+        bucket.wrapping_add(8 + (p % PER) * std::mem::size_of::<Slot>()),
+    )
 }
 
 /// Insert `slot` into the array `slots` of `cap` home positions, keeping it sorted; false
 /// when its run would leave the overflow area (nothing changed).
-fn insert_in(slots: &mut [Slot], cap: usize, slot: Slot) -> bool {
-    let mut p = home_in(slot.tag, cap);
-    while p < slots.len() && !slots[p].is_empty() && slots[p].tag <= slot.tag {
+fn insert_in(slots: &Slots, cap: usize, slot: Slot) -> bool {
+    insert_within(slots, home_in(slot.tag, cap), slots.len(), slot)
+}
+
+/// `insert_in` for a slot whose home is `home`, using positions before `end` only.
+#[inline]
+fn insert_within(slots: &Slots, home: usize, end: usize, slot: Slot) -> bool {
+    let mut p = home;
+    while p < end {
+        let s = slots.get(p);
+        if s.is_empty() || s.tag > slot.tag {
+            break;
+        }
         p += 1;
     }
-    let Some(empty) = slots[p..].iter().position(Slot::is_empty) else {
+    let mut e = p;
+    while e < end && !slots.get(e).is_empty() {
+        e += 1;
+    }
+    if e >= end {
         return false;
-    };
-    let e = p + empty;
-    slots.copy_within(p..e, p + 1);
-    slots[p] = slot;
+    }
+    while e > p {
+        slots.set(e, slots.get(e - 1));
+        e -= 1;
+    }
+    slots.set(p, slot);
     true
 }
 
 /// Where `slot` is in the array `slots` of `cap` home positions.
-fn position_in(slots: &[Slot], cap: usize, slot: &Slot) -> Option<usize> {
-    let h = home_in(slot.tag, cap);
-    slots[h..]
-        .iter()
-        .take_while(|s| !s.is_empty() && s.tag <= slot.tag)
-        .position(|s| s == slot)
-        .map(|p| h + p)
+#[inline]
+fn position_in(slots: &Slots, cap: usize, slot: &Slot) -> Option<usize> {
+    let mut p = home_in(slot.tag, cap);
+    while p < slots.len() {
+        let s = slots.get(p);
+        if s.is_empty() || s.tag > slot.tag {
+            return None;
+        }
+        if s == *slot {
+            return Some(p);
+        }
+        p += 1;
+    }
+    None
 }
 
 /// Remove the slot at `i` of the array `slots` of `cap` home positions, shifting left every
 /// following slot that sits after its home.
-fn remove_at(slots: &mut [Slot], cap: usize, mut i: usize) {
+#[inline]
+fn remove_at(slots: &Slots, cap: usize, mut i: usize) {
     loop {
         let j = i + 1;
-        if j >= slots.len() || slots[j].is_empty() || home_in(slots[j].tag, cap) >= j {
-            slots[i] = Slot::default();
+        let next = if j < slots.len() {
+            slots.get(j)
+        } else {
+            Slot::default()
+        };
+        if next.is_empty() || home_in(next.tag, cap) >= j {
+            slots.set(i, Slot::default());
             return;
         }
-        slots[i] = slots[j];
+        slots.set(i, next);
         i = j;
+    }
+}
+
+/// The slots whose tag is `tag` in the array `slots` of `cap` home positions.
+#[inline]
+fn candidates_in(slots: &Slots, cap: usize, tag: u32) -> impl Iterator<Item = Slot> + '_ {
+    (home_in(tag, cap)..slots.len())
+        .map(|p| slots.get(p))
+        .take_while(move |s| !s.is_empty() && s.tag <= tag)
+        .filter(move |s| s.tag == tag)
+}
+
+/// How many times a bucket lock is tried before the thread yields between tries.
+const SPINS: u32 = 64;
+
+/// Take the lock of the bucket whose word is `w`.
+#[inline]
+fn lock_word(w: &AtomicU64) {
+    let mut spins = 0;
+    loop {
+        let v = w.load(Ordering::Relaxed);
+        if v & 1 == 0
+            && w.compare_exchange_weak(v, v | 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            return;
+        }
+        spins += 1;
+        if spins < SPINS {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Release a bucket lock held by this thread (only the holder changes the word).
+#[inline]
+fn unlock_word(w: &AtomicU64) {
+    let v = w.load(Ordering::Relaxed);
+    debug_assert!(v & 1 == 1);
+    w.store(v & !1, Ordering::Release);
+}
+
+/// The buckets of one tag's run, locked: from the bucket of the tag's home position through
+/// the bucket of the first empty position at or after it (`Table::lock_run`). Everything a
+/// lookup, an insert, a replace or a remove of that tag reads or writes lies in them: a lookup
+/// stops at the first empty position, an insert shifts slots up to it, a remove shifts back
+/// slots from before it. Dropping the run releases the locks.
+pub struct Run<'a> {
+    slots: &'a Slots,
+    cap: usize,
+    tag: u32,
+    home: usize,
+    /// First and last locked buckets.
+    first: usize,
+    last: usize,
+}
+
+impl Run<'_> {
+    /// The tag whose run this is.
+    #[inline]
+    pub fn tag(&self) -> u32 {
+        self.tag
+    }
+
+    /// The positions this run may use: up to the end of its last bucket.
+    #[inline]
+    fn end(&self) -> usize {
+        (self.last + 1) * PER
+    }
+
+    /// The slots whose tag is the run's.
+    #[inline]
+    pub fn candidates(&self) -> impl Iterator<Item = Slot> + '_ {
+        candidates_in(self.slots, self.cap, self.tag)
+    }
+
+    /// The seq kept in the home bucket: the largest seq given out through it (0 at first).
+    #[inline]
+    pub fn seq(&self) -> u64 {
+        self.slots.word(self.first).load(Ordering::Relaxed) >> 1
+    }
+
+    /// Keep `seq` in the home bucket (which stays locked).
+    #[inline]
+    pub fn set_seq(&mut self, seq: u64) {
+        self.slots
+            .word(self.first)
+            .store((seq << 1) | 1, Ordering::Relaxed);
+    }
+
+    /// Insert `slot` (of the run's tag; the caller guarantees no equal slot exists). Always
+    /// fits: the run ends at an empty position.
+    #[inline]
+    pub fn insert(&mut self, slot: Slot) {
+        debug_assert_eq!(slot.tag, self.tag);
+        let fitted = insert_within(self.slots, self.home, self.end(), slot);
+        debug_assert!(fitted, "a locked run ends at an empty position");
+    }
+
+    /// Overwrite slot `old` with `new` (the run's tag). Returns false when `old` is absent.
+    #[inline]
+    pub fn replace(&mut self, old: &Slot, new: Slot) -> bool {
+        debug_assert!(old.tag == self.tag && new.tag == self.tag);
+        match position_in(self.slots, self.cap, old) {
+            Some(p) => {
+                self.slots.set(p, new);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Remove this exact slot (of the run's tag). Returns false when absent.
+    #[inline]
+    pub fn remove(&mut self, slot: &Slot) -> bool {
+        debug_assert_eq!(slot.tag, self.tag);
+        match position_in(self.slots, self.cap, slot) {
+            Some(i) => {
+                remove_at(self.slots, self.cap, i);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Drop for Run<'_> {
+    fn drop(&mut self) {
+        for b in self.first..=self.last {
+            unlock_word(self.slots.word(b));
+        }
     }
 }
 
 impl Table {
     /// A table that holds `n` slots without growing.
     pub fn with_capacity(n: usize) -> Table {
-        let cap = ((n as f64 / MAX_LOAD) as usize + 1)
-            .next_power_of_two()
-            .max(MIN_CAP);
+        let want = (n as f64 / MAX_LOAD) as usize + 1;
+        let mut nb = MIN_BUCKETS;
+        while cap_of(nb) < want {
+            nb *= 2;
+        }
         Table {
-            slots: Slots::zeroed(cap + overflow(cap)),
-            cap,
+            slots: Slots::zeroed(nb),
+            cap: cap_of(nb),
             len: 0,
             max_load: MAX_LOAD,
             bound: u64::MAX,
@@ -354,7 +603,7 @@ impl Table {
 
     /// The array that holds `tag`, and its number of home positions.
     #[inline]
-    fn part(&self, tag: u32) -> (&[Slot], usize) {
+    fn part(&self, tag: u32) -> (&Slots, usize) {
         if (tag as u64) < self.bound {
             return (&self.slots, self.cap);
         }
@@ -364,19 +613,13 @@ impl Table {
         }
     }
 
-    #[inline]
-    fn part_mut(&mut self, tag: u32) -> (&mut [Slot], usize) {
-        if (tag as u64) < self.bound {
-            return (&mut self.slots, self.cap);
-        }
-        match &mut self.moving {
-            Some(m) => (&mut m.slots, m.cap),
-            None => (&mut self.slots, self.cap),
-        }
-    }
-
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Add `n` (may be negative) slots inserted or removed through `lock_run` to the count.
+    pub fn add_len(&mut self, n: i64) {
+        self.len = (self.len as i64 + n).max(0) as usize;
     }
 
     /// The address of the array that new slots go to, and its number of home positions: a
@@ -389,35 +632,90 @@ impl Table {
         self.len == 0
     }
 
+    /// Whether a slot of the table is moving between two arrays (a growth under way).
+    pub fn is_moving(&self) -> bool {
+        self.moving.is_some()
+    }
+
+    /// Home positions of the array new slots go to.
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// The load limit (`set_max_load`).
+    pub fn max_load(&self) -> f64 {
+        self.max_load
+    }
+
     /// Bytes of memory the table occupies.
     pub fn memory(&self) -> usize {
-        let old = self.moving.as_ref().map_or(0, |m| m.slots.len());
-        (self.slots.len() + old) * std::mem::size_of::<Slot>()
+        let old = self.moving.as_ref().map_or(0, |m| m.slots.nb);
+        Slots::bytes(self.slots.nb + old)
     }
 
     /// The slots whose tag is `tag`.
     #[inline]
-    pub fn candidates(&self, tag: u32) -> impl Iterator<Item = &Slot> + '_ {
+    pub fn candidates(&self, tag: u32) -> impl Iterator<Item = Slot> + '_ {
         let (slots, cap) = self.part(tag);
-        slots[home_in(tag, cap)..]
-            .iter()
-            .take_while(move |s| !s.is_empty() && s.tag <= tag)
-            .filter(move |s| s.tag == tag)
+        candidates_in(slots, cap, tag)
     }
 
     /// Whether this exact slot is present.
     pub fn contains(&self, slot: &Slot) -> bool {
-        self.candidates(slot.tag).any(|s| s == slot)
+        self.candidates(slot.tag).any(|s| s == *slot)
+    }
+
+    /// Lock the run of `tag` (see `Run`), for a writer that does not hold the table
+    /// exclusively. `None` when the run reaches the end of the overflow area (nothing is then
+    /// held; the caller must insert with `&mut Table`, which grows the table).
+    ///
+    /// # Safety
+    /// Until the `Run` is dropped, every other thread uses this table only through `lock_run`
+    /// (and the methods of its `Run`), `len`, `capacity`, `memory` and `home_array`; the table
+    /// is not growing (`is_moving` false).
+    #[inline]
+    pub unsafe fn lock_run(&self, tag: u32) -> Option<Run<'_>> {
+        debug_assert!(self.moving.is_none());
+        let slots = &self.slots;
+        let home = home_in(tag, self.cap);
+        let first = home / PER;
+        lock_word(slots.word(first));
+        let mut b = first;
+        let mut p = home;
+        loop {
+            let end = (b + 1) * PER;
+            while p < end {
+                if slots.get(p).is_empty() {
+                    return Some(Run {
+                        slots,
+                        cap: self.cap,
+                        tag,
+                        home,
+                        first,
+                        last: b,
+                    });
+                }
+                p += 1;
+            }
+            if b + 1 >= slots.nb {
+                for l in first..=b {
+                    unlock_word(slots.word(l));
+                }
+                return None;
+            }
+            b += 1;
+            lock_word(slots.word(b));
+        }
     }
 
     /// Overwrite slot `old` with `new` (same tag). Returns false when `old` is absent.
     pub fn replace(&mut self, old: &Slot, new: Slot) -> bool {
         debug_assert_eq!(old.tag, new.tag);
         self.step();
-        let (slots, cap) = self.part_mut(old.tag);
+        let (slots, cap) = self.part(old.tag);
         match position_in(slots, cap, old) {
             Some(p) => {
-                slots[p] = new;
+                slots.set(p, new);
                 true
             }
             None => false,
@@ -431,16 +729,16 @@ impl Table {
         self.moving.is_none() && self.len as f64 > self.cap as f64 * self.max_load
     }
 
-    /// The capacity `wants_growth` asks for.
+    /// The number of buckets `wants_growth` asks for (for `Spare::new`).
     pub fn grow_cap(&self) -> usize {
-        self.cap * 2
+        self.slots.nb * 2
     }
 
     /// Start growing into `spare` if it is larger than the table (else another writer grew it
     /// first, and `spare` comes back to be freed). Constant time: the slots move later, a few
     /// with each write (`step`).
     pub fn grow_into(&mut self, spare: Spare) -> Option<Spare> {
-        if spare.cap <= self.cap || self.moving.is_some() {
+        if spare.slots.nb <= self.slots.nb || self.moving.is_some() {
             return Some(spare);
         }
         let old = std::mem::replace(&mut self.slots, spare.slots);
@@ -449,14 +747,14 @@ impl Table {
             cap: self.cap,
             pos: 0,
         }));
-        self.cap = spare.cap;
+        self.cap = cap_of(self.slots.nb);
         self.bound = 0;
         None
     }
 
     /// The previous array of a finished growth, to be freed once the lock is released.
     pub fn take_retired(&mut self) -> Option<Spare> {
-        self.retired.take().map(|slots| Spare { slots, cap: 0 })
+        self.retired.take().map(|slots| Spare { slots })
     }
 
     /// Move the next `MOVE_STEP` old positions (and up to the next empty one) of a growing
@@ -474,39 +772,44 @@ impl Table {
         let Some(m) = self.moving.as_mut() else {
             return;
         };
-        let end = m.pos.saturating_add(n).min(m.slots.len());
+        let old_len = m.slots.len();
+        let end = m.pos.saturating_add(n).min(old_len);
         let mut p = m.pos;
         // The moving slots come in tag order and every tag in the new array is smaller: each
         // goes to the first empty position from its home, which is never before the position
         // after the one moved just before it (`next`): a sequential pass, as in a resize.
         let mut next = 0;
-        while p < m.slots.len() && (p < end || !m.slots[p].is_empty()) {
-            let s = m.slots[p];
+        let new_len = self.slots.len();
+        while p < old_len {
+            let s = m.slots.get(p);
+            if p >= end && s.is_empty() {
+                break;
+            }
             if !s.is_empty() {
                 let mut q = home_in(s.tag, self.cap).max(next);
-                while q < self.slots.len() && !self.slots[q].is_empty() {
+                while q < new_len && !self.slots.get(q).is_empty() {
                     q += 1;
                 }
-                if q >= self.slots.len() {
+                if q >= new_len {
                     // The new array's overflow area ran out (pathological tags): rebuild
                     // from every slot (`iter` reads the old array from `pos`).
                     m.pos = p;
-                    let all: Vec<Slot> = self.iter().copied().collect();
+                    let all: Vec<Slot> = self.iter().collect();
                     return self.rebuild(all.len(), all.into_iter());
                 }
-                self.slots[q] = s;
+                self.slots.set(q, s);
                 next = q + 1;
             }
             p += 1;
         }
-        if p >= m.slots.len() {
+        if p >= old_len {
             let done = self.moving.take().expect("growing");
             self.retired = Some(done.slots);
             self.bound = u64::MAX;
         } else {
             m.pos = p;
             // Every tag whose home in the old array is before `p` has moved.
-            self.bound = (p as u64) << (32 - m.cap.trailing_zeros());
+            self.bound = first_home_tag(p, m.cap);
         }
     }
 
@@ -527,23 +830,23 @@ impl Table {
             self.max_load
         };
         if (self.len + 1) as f64 > self.cap as f64 * limit {
-            self.resize(self.cap * 2);
+            self.resize(self.grow_cap());
         }
         loop {
-            let (slots, cap) = self.part_mut(slot.tag);
+            let (slots, cap) = self.part(slot.tag);
             if insert_in(slots, cap, slot) {
                 self.len += 1;
                 return;
             }
             // The run reaches the end of the overflow area.
-            self.resize(self.cap * 2);
+            self.resize(self.grow_cap());
         }
     }
 
     /// Remove this exact slot. Returns false when absent.
     pub fn remove(&mut self, slot: &Slot) -> bool {
         self.step();
-        let (slots, cap) = self.part_mut(slot.tag);
+        let (slots, cap) = self.part(slot.tag);
         let Some(i) = position_in(slots, cap, slot) else {
             return false;
         };
@@ -557,17 +860,16 @@ impl Table {
         if self.len == 0 {
             return; // a table emptied by deletes keeps its size: nothing to look through
         }
-        let old: &[Slot] = match &self.moving {
-            Some(m) => &m.slots[m.pos..],
-            None => &[],
-        };
-        for part in [&self.slots[..], old] {
+        let old = self.moving.as_ref().map(|m| (&m.slots, m.pos));
+        for (part, from) in std::iter::once((&self.slots, 0)).chain(old) {
             let start = v.len();
-            v.resize(start + part.len(), Slot::default());
+            let n_pos = part.len() - from.min(part.len());
+            v.resize(start + n_pos, Slot::default());
             let dst = &mut v[start..];
             let mut n = 0;
-            for s in part {
-                dst[n] = *s;
+            for p in from..part.len() {
+                let s = part.get(p);
+                dst[n] = s;
                 n += usize::from(!s.is_empty());
             }
             v.truncate(start + n);
@@ -575,15 +877,9 @@ impl Table {
     }
 
     /// Every slot, in tag order.
-    pub fn iter(&self) -> impl Iterator<Item = &Slot> + '_ {
-        let old: &[Slot] = match &self.moving {
-            Some(m) => &m.slots[m.pos..],
-            None => &[],
-        };
-        self.slots
-            .iter()
-            .chain(old.iter())
-            .filter(|s| !s.is_empty())
+    pub fn iter(&self) -> impl Iterator<Item = Slot> + '_ {
+        let old = self.moving.as_ref().map(|m| m.slots.occupied(m.pos));
+        self.slots.occupied(0).chain(old.into_iter().flatten())
     }
 
     pub fn clear(&mut self) {
@@ -594,30 +890,30 @@ impl Table {
 
     /// Keep only the slots for which `f` is true.
     pub fn retain(&mut self, mut f: impl FnMut(&Slot) -> bool) {
-        let kept: Vec<Slot> = self.iter().copied().filter(|s| f(s)).collect();
+        let kept: Vec<Slot> = self.iter().filter(|s| f(s)).collect();
         self.rebuild(kept.len(), kept.into_iter());
     }
 
     /// Make room for `additional` more slots without growing.
     pub fn reserve(&mut self, additional: usize) {
         self.settle();
-        let want = Table::with_capacity(self.len + additional).cap;
-        if want > self.cap {
+        let want = Table::with_capacity(self.len + additional).slots.nb;
+        if want > self.slots.nb {
             self.resize(want);
         }
     }
 
-    /// Grow to `cap` home positions at once (finishing a growth under way first).
-    fn resize(&mut self, cap: usize) {
+    /// Grow to `nb` buckets at once (finishing a growth under way first).
+    fn resize(&mut self, nb: usize) {
         self.settle();
-        if cap <= self.cap {
+        if nb <= self.slots.nb {
             return;
         }
-        let old = std::mem::replace(&mut self.slots, Slots::zeroed(cap + overflow(cap)));
+        let old = std::mem::replace(&mut self.slots, Slots::zeroed(nb));
         let n = self.len;
-        self.cap = cap;
+        self.cap = cap_of(nb);
         self.len = 0;
-        self.fill_sorted(old.iter().copied().filter(|s| !s.is_empty()), n);
+        self.fill_sorted(old.occupied(0), n);
     }
 
     fn rebuild(&mut self, n: usize, slots: impl Iterator<Item = Slot>) {
@@ -632,21 +928,21 @@ impl Table {
         debug_assert!(self.moving.is_none());
         let mut next = 0usize;
         let mut pending = Vec::new();
+        let end = self.slots.len();
         for s in slots {
             let p = home_in(s.tag, self.cap).max(next);
-            if p >= self.slots.len() {
+            if p >= end {
                 pending.push(s);
                 continue;
             }
-            self.slots[p] = s;
+            self.slots.set(p, s);
             next = p + 1;
             self.len += 1;
         }
         debug_assert!(pending.is_empty() || n > 0);
         if !pending.is_empty() {
             // Overflow ran out (pathological tags): grow and insert the rest one by one.
-            let cap = self.cap * 2;
-            self.resize(cap);
+            self.resize(self.grow_cap());
             for s in pending {
                 self.insert(s);
             }
@@ -668,7 +964,8 @@ impl Table {
 
     /// Check the invariants (tests and `check`): sorted, each slot at or after its home with no
     /// empty slot in between, and the count right; while growing, the same for the unmoved
-    /// part of the old array, every tag below `bound` in the new array and none in the old.
+    /// part of the old array, every tag below `bound` in the new array and none in the old;
+    /// no bucket locked.
     pub fn verify(&self) -> Result<(), String> {
         let mut n = verify_part(&self.slots, 0, self.cap, 0, self.bound)?;
         if let Some(m) = &self.moving {
@@ -684,11 +981,15 @@ impl Table {
 
 /// Check one array from position `from` (see `Table::verify`), every tag in `lo..hi` (`hi`
 /// `u64::MAX`: no upper limit); returns its number of slots.
-fn verify_part(slots: &[Slot], from: usize, cap: usize, lo: u64, hi: u64) -> Result<usize, String> {
+fn verify_part(slots: &Slots, from: usize, cap: usize, lo: u64, hi: u64) -> Result<usize, String> {
+    if let Some(b) = (0..slots.nb).find(|&b| slots.word(b).load(Ordering::Relaxed) & 1 != 0) {
+        return Err(format!("bucket {b} is locked"));
+    }
     let mut n = 0;
     let mut prev: Option<u32> = None;
     let mut last_empty: Option<usize> = None;
-    for (i, s) in slots.iter().enumerate().skip(from) {
+    for i in from..slots.len() {
+        let s = slots.get(i);
         if s.is_empty() {
             last_empty = Some(i);
             continue;
@@ -708,7 +1009,6 @@ fn verify_part(slots: &[Slot], from: usize, cap: usize, lo: u64, hi: u64) -> Res
     }
     Ok(n)
 }
-
 #[cfg(test)]
 impl Table {
     /// Where each field that every write reads or writes ends (byte offset within the table).
@@ -770,9 +1070,7 @@ mod tests {
         }
         let mut v = vec![Slot::default()]; // appended to, not replaced
         t.copy_into(&mut v);
-        let want: Vec<Slot> = std::iter::once(Slot::default())
-            .chain(t.iter().copied())
-            .collect();
+        let want: Vec<Slot> = std::iter::once(Slot::default()).chain(t.iter()).collect();
         assert_eq!(v, want);
         // Mid-growth: slots in both arrays.
         let spare = Spare::new(t.grow_cap());
@@ -781,7 +1079,7 @@ mod tests {
         assert!(t.moving.is_some());
         let mut v = Vec::new();
         t.copy_into(&mut v);
-        assert_eq!(v, t.iter().copied().collect::<Vec<_>>());
+        assert_eq!(v, t.iter().collect::<Vec<_>>());
         assert_eq!(v.len(), 1500);
         // Emptied by removes: nothing is appended.
         for s in v {
@@ -866,7 +1164,7 @@ mod tests {
                 }
                 prop_assert!(t.verify().is_ok(), "{:?}", t.verify());
             }
-            let mut got: Vec<Slot> = t.iter().copied().collect();
+            let mut got: Vec<Slot> = t.iter().collect();
             got.sort_by_key(|s| (s.tag, s.off));
             model.sort_by_key(|s| (s.tag, s.off));
             prop_assert_eq!(got, model);
@@ -931,9 +1229,9 @@ mod tests {
                 prop_assert_eq!(t.len(), model.len());
             }
             for m in &model {
-                prop_assert!(t.candidates(m.tag).any(|s| s == m), "lost {:?}", m);
+                prop_assert!(t.candidates(m.tag).any(|s| s == *m), "lost {:?}", m);
             }
-            let mut got: Vec<Slot> = t.iter().copied().collect();
+            let mut got: Vec<Slot> = t.iter().collect();
             prop_assert!(got.windows(2).all(|w| w[0].tag <= w[1].tag), "iter out of tag order");
             got.sort_by_key(|s| (s.tag, s.off, s.seg));
             model.sort_by_key(|s| (s.tag, s.off, s.seg));
@@ -942,7 +1240,7 @@ mod tests {
             t.reserve(0);
             prop_assert!(t.moving.is_none());
             t.verify().map_err(TestCaseError::fail)?;
-            let mut after: Vec<Slot> = t.iter().copied().collect();
+            let mut after: Vec<Slot> = t.iter().collect();
             after.sort_by_key(|s| (s.tag, s.off, s.seg));
             prop_assert_eq!(after, model);
         }
@@ -981,6 +1279,7 @@ mod tests {
         }
         assert!(t.cap >= DEFER_CAP);
         let old_cap = t.cap;
+        let positions = t.slots.len();
         assert!(t.grow_into(Spare::new(t.grow_cap())).is_none());
         assert!(t.moving.is_some());
         assert_eq!(t.cap, 2 * old_cap);
@@ -991,7 +1290,6 @@ mod tests {
             t.verify().unwrap();
         }
         // MOVE_STEP positions per write (a little more to reach an empty position).
-        let positions = old_cap + overflow(old_cap);
         assert!(
             writes as usize <= positions / MOVE_STEP + 1,
             "{writes} writes"

@@ -200,6 +200,430 @@ impl ShardState {
 #[repr(align(128))]
 struct Shard(RwLock<ShardState>);
 
+/// Stripes of `Brl` counters: each thread counts itself in stripe `thread_number % STRIPES`.
+const BRL_STRIPES: usize = 16;
+
+/// One stripe's counters for one shard (`Brl`).
+#[derive(Default)]
+#[repr(C, align(32))]
+struct BrlCount {
+    /// Threads of this stripe now inside the shard (`Inner::enter`).
+    inside: AtomicU64,
+    /// Slots they inserted less slots they removed, not yet in the shard's table count.
+    delta: std::sync::atomic::AtomicI64,
+    /// The largest seq they gave out there since the shard was last made exclusive.
+    maxseq: AtomicU64,
+}
+
+/// A stripe's counters for every shard: a thread writes only the lines of its own stripe.
+#[repr(align(64))]
+struct BrlStripe([BrlCount; NSHARDS]);
+
+/// Every shard's mode flag, in lines of their own (read by every write, written rarely).
+#[repr(align(64))]
+struct BrlFlags([AtomicBool; NSHARDS]);
+
+/// A "big-reader" lock over each shard, so that single-key reads and writes of different keys
+/// share no written cache line (see docs/ARCHITECTURE.md, "Index (memory)").
+///
+/// A shard is in one of two modes:
+/// - fast: the operations of one key (`get`, `put`, `out`, `accept`, compaction's `relocate`)
+///   count themselves in their thread's stripe (`inside`), then lock only the buckets of their
+///   key's run in the table (`Table::lock_run`). The bucket's word, in the slots' own cache
+///   line, also holds the largest seq given out to a key whose home is in it; a write's seq
+///   is above it, above `ShardState::seq` and above the thread's own last seq (`CLOCK`), so
+///   a key's seqs rise whichever thread writes it. Inserts and removes are counted in the
+///   stripe (`delta`), the seqs given out too (`maxseq`), and the table's count and the
+///   shard's seq are brought up to date when the shard next becomes exclusive.
+/// - slow (`slow` set): everything goes through the shard's `RwLock`, as it always has.
+///
+/// `Inner::excl` takes the `RwLock` for writing, sets `slow`, waits until no thread is inside
+/// (a thread sets its count, then reads the flag; the exclusive side sets the flag, then reads
+/// the counts: both sequentially consistent, so one of them sees the other), and folds the
+/// counts in. Its guard sets the shard fast again when dropped, unless the table is growing
+/// or a large put is in flight (those keep the shard slow until they finish).
+struct Brl {
+    stripes: Box<[BrlStripe]>,
+    slow: BrlFlags,
+}
+
+impl Brl {
+    fn new() -> Brl {
+        Brl {
+            stripes: (0..BRL_STRIPES)
+                .map(|_| BrlStripe(std::array::from_fn(|_| BrlCount::default())))
+                .collect(),
+            slow: BrlFlags(std::array::from_fn(|_| AtomicBool::new(false))),
+        }
+    }
+
+    /// This thread's counters for `shard`, and whether the stripe is this thread's alone.
+    #[inline]
+    fn mine(&self, shard: usize) -> (&BrlCount, bool) {
+        let (stripe, own) = STRIPE.with(|c| (c.0, c.1));
+        (&self.stripes[stripe].0[shard], own)
+    }
+}
+
+/// The `Brl` stripe of a thread: one of its own while there are enough (`true`), given back
+/// when the thread ends; else the last stripe, which such threads share (`false`). A thread's
+/// own stripe is written with plain stores, a shared one with atomic read-modify-writes.
+struct StripeClaim(usize, bool);
+
+/// Stripes no thread holds (all but the shared last one, at first).
+static FREE_STRIPES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+static STRIPES_MADE: AtomicBool = AtomicBool::new(false);
+
+impl StripeClaim {
+    fn claim() -> StripeClaim {
+        let mut free = FREE_STRIPES.lock();
+        if !STRIPES_MADE.swap(true, Ordering::Relaxed) {
+            free.extend((0..BRL_STRIPES - 1).rev());
+        }
+        match free.pop() {
+            Some(i) => StripeClaim(i, true),
+            None => StripeClaim(BRL_STRIPES - 1, false),
+        }
+    }
+}
+
+impl Drop for StripeClaim {
+    fn drop(&mut self) {
+        if self.1 {
+            FREE_STRIPES.lock().push(self.0);
+        }
+    }
+}
+
+impl BrlCount {
+    /// Count this thread in, sequentially consistent with the reading of the shard's flag.
+    #[inline]
+    fn enter(&self, own: bool) {
+        if own {
+            let v = self.inside.load(Ordering::Relaxed);
+            self.inside.store(v + 1, Ordering::SeqCst);
+        } else {
+            self.inside.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Count this thread out: what it did before is seen by `excl` once it sees the count.
+    #[inline]
+    fn exit(&self, own: bool) {
+        if own {
+            let v = self.inside.load(Ordering::Relaxed);
+            self.inside.store(v - 1, Ordering::Release);
+        } else {
+            self.inside.fetch_sub(1, Ordering::Release);
+        }
+    }
+
+    /// Add `d` to the slot count; returns the new value.
+    #[inline]
+    fn add_delta(&self, own: bool, d: i64) -> i64 {
+        if own {
+            let v = self.delta.load(Ordering::Relaxed) + d;
+            self.delta.store(v, Ordering::Relaxed);
+            v
+        } else {
+            self.delta.fetch_add(d, Ordering::Relaxed) + d
+        }
+    }
+
+    /// Raise `maxseq` to `seq`.
+    #[inline]
+    fn note_seq(&self, own: bool, seq: u64) {
+        if seq > self.maxseq.load(Ordering::Relaxed) {
+            if own {
+                self.maxseq.store(seq, Ordering::Relaxed);
+            } else {
+                self.maxseq.fetch_max(seq, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Read-only access to the candidates of a tag: a shard's state (under its `RwLock`) or a
+/// locked run (`Fast`).
+trait Cands {
+    /// The slots whose tag is `tag`.
+    fn cands(&self, tag: u32) -> impl Iterator<Item = Slot> + '_;
+    /// Whether the table fits in the cache (`put_replacing`).
+    fn small(&self) -> bool;
+}
+
+/// What a write of one key does to the index: take a seq, change the key's slot.
+trait KeyIndex: Cands {
+    /// The seq `next_seq` will give.
+    fn peek_seq(&self) -> u64;
+    /// Take the next seq for a write of `key`.
+    fn next_seq(&mut self, key: &[u8]) -> u64;
+    fn insert(&mut self, slot: Slot);
+    fn replace(&mut self, old: &Slot, new: Slot) -> bool;
+    fn remove(&mut self, slot: &Slot) -> bool;
+}
+
+impl Cands for Table {
+    #[inline]
+    fn cands(&self, tag: u32) -> impl Iterator<Item = Slot> + '_ {
+        self.candidates(tag)
+    }
+    #[inline]
+    fn small(&self) -> bool {
+        self.memory() <= SMALL_TABLE
+    }
+}
+
+impl Cands for ShardState {
+    #[inline]
+    fn cands(&self, tag: u32) -> impl Iterator<Item = Slot> + '_ {
+        self.table.candidates(tag)
+    }
+    #[inline]
+    fn small(&self) -> bool {
+        self.table.small()
+    }
+}
+
+impl KeyIndex for ShardState {
+    #[inline]
+    fn peek_seq(&self) -> u64 {
+        self.seq + 1
+    }
+    #[inline]
+    fn next_seq(&mut self, key: &[u8]) -> u64 {
+        ShardState::next_seq(self, key)
+    }
+    #[inline]
+    fn insert(&mut self, slot: Slot) {
+        self.table.insert(slot)
+    }
+    #[inline]
+    fn replace(&mut self, old: &Slot, new: Slot) -> bool {
+        self.table.replace(old, new)
+    }
+    #[inline]
+    fn remove(&mut self, slot: &Slot) -> bool {
+        self.table.remove(slot)
+    }
+}
+
+/// A shard entered in fast mode (`Inner::enter`), and a key's run in it once locked
+/// (`Inner::fast`). Dropping it releases the buckets, counts what it did, leaves the shard
+/// and, when the table is past its load limit, grows it.
+struct Fast<'a> {
+    inner: &'a Inner,
+    shard: usize,
+    run: Option<index::Run<'a>>,
+    table: &'a Table,
+    /// The shard's seq, which stays as it is while the shard is fast.
+    base: u64,
+    count: &'a BrlCount,
+    /// Whether `count` is in this thread's own stripe.
+    own: bool,
+    /// The largest seq given out (0: none).
+    maxseq: u64,
+    delta: i64,
+}
+
+impl Fast<'_> {
+    /// The next seq for a key of the locked run: above the run's bucket, the shard and this
+    /// thread's last one.
+    #[inline]
+    fn seq_after(&self, floor: u64) -> u64 {
+        let run = self.run.as_ref().map_or(0, |r| r.seq());
+        self.base.max(run).max(floor).max(CLOCK.get()) + 1
+    }
+
+    /// Note that `seq` was given out (and is in the log).
+    #[inline]
+    fn gave(&mut self, seq: u64) {
+        self.maxseq = self.maxseq.max(seq);
+        CLOCK.set(CLOCK.get().max(seq));
+    }
+}
+
+impl Cands for Fast<'_> {
+    #[inline]
+    fn cands(&self, tag: u32) -> impl Iterator<Item = Slot> + '_ {
+        let run = self.run.as_ref().expect("held until dropped");
+        debug_assert_eq!(tag, run.tag());
+        run.candidates()
+    }
+    #[inline]
+    fn small(&self) -> bool {
+        self.table.small()
+    }
+}
+
+impl KeyIndex for Fast<'_> {
+    #[inline]
+    fn peek_seq(&self) -> u64 {
+        self.seq_after(0)
+    }
+    #[inline]
+    fn next_seq(&mut self, _key: &[u8]) -> u64 {
+        // No large put is in flight while the shard is fast: nothing to supersede.
+        let seq = self.peek_seq();
+        self.run.as_mut().expect("held").set_seq(seq);
+        self.gave(seq);
+        seq
+    }
+    #[inline]
+    fn insert(&mut self, slot: Slot) {
+        self.run.as_mut().expect("held").insert(slot);
+        self.delta += 1;
+    }
+    #[inline]
+    fn replace(&mut self, old: &Slot, new: Slot) -> bool {
+        self.run.as_mut().expect("held").replace(old, new)
+    }
+    #[inline]
+    fn remove(&mut self, slot: &Slot) -> bool {
+        let removed = self.run.as_mut().expect("held").remove(slot);
+        self.delta -= i64::from(removed);
+        removed
+    }
+}
+
+impl Drop for Fast<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        drop(self.run.take());
+        let mut grow = false;
+        if self.delta != 0 {
+            let d = self.count.add_delta(self.own, self.delta);
+            // Checked while still inside (the table's fields may change once out).
+            grow = self.delta > 0
+                && d % 32 == 0
+                && self.inner.fast_wants_growth(self.shard, self.table);
+        }
+        self.count.note_seq(self.own, self.maxseq);
+        // Release: `excl` sees the counts and the slots written before.
+        self.count.exit(self.own);
+        if grow {
+            self.inner.grow(self.shard);
+        }
+    }
+}
+
+/// A shard held exclusively (`Inner::excl`): its `RwLock` for writing, and no thread inside
+/// it in fast mode. Dropping it makes the shard fast again when it can be.
+struct Excl<'a> {
+    g: RwLockWriteGuard<'a, ShardState>,
+    slow: &'a AtomicBool,
+}
+
+impl std::ops::Deref for Excl<'_> {
+    type Target = ShardState;
+    fn deref(&self) -> &ShardState {
+        &self.g
+    }
+}
+
+impl std::ops::DerefMut for Excl<'_> {
+    fn deref_mut(&mut self) -> &mut ShardState {
+        &mut self.g
+    }
+}
+
+impl Drop for Excl<'_> {
+    fn drop(&mut self) {
+        if !self.g.table.is_moving() && self.g.inflight.is_empty() {
+            // Still under the write lock: fast threads see everything done under it.
+            self.slow.store(false, Ordering::Release);
+        }
+    }
+}
+
+impl Cands for Excl<'_> {
+    #[inline]
+    fn cands(&self, tag: u32) -> impl Iterator<Item = Slot> + '_ {
+        self.g.table.candidates(tag)
+    }
+    #[inline]
+    fn small(&self) -> bool {
+        self.g.table.small()
+    }
+}
+
+impl KeyIndex for Excl<'_> {
+    #[inline]
+    fn peek_seq(&self) -> u64 {
+        self.g.peek_seq()
+    }
+    #[inline]
+    fn next_seq(&mut self, key: &[u8]) -> u64 {
+        self.g.next_seq(key)
+    }
+    #[inline]
+    fn insert(&mut self, slot: Slot) {
+        self.g.table.insert(slot)
+    }
+    #[inline]
+    fn replace(&mut self, old: &Slot, new: Slot) -> bool {
+        self.g.table.replace(old, new)
+    }
+    #[inline]
+    fn remove(&mut self, slot: &Slot) -> bool {
+        self.g.table.remove(slot)
+    }
+}
+
+/// A key's place in a shard for a reader: a locked run, or the shard's `RwLock`.
+enum Reader<'a> {
+    Fast(Fast<'a>),
+    Shared(parking_lot::RwLockReadGuard<'a, ShardState>),
+    Excl(Excl<'a>),
+}
+
+/// A key's place in a shard for a writer: a locked run, or the shard held exclusively.
+enum Writer<'a> {
+    Fast(Fast<'a>),
+    Excl(Excl<'a>),
+}
+
+/// Run `$body` with `$k` bound to a `Writer`'s index view (`&mut impl KeyIndex`); a shard
+/// held exclusively is released through `$db.unlock` (which grows its table when due).
+macro_rules! with_writer {
+    ($db:expr, $shard:expr, $w:expr, $k:ident => $body:expr) => {
+        match $w {
+            Writer::Fast(mut f) => {
+                let $k = &mut f;
+                let r = $body;
+                drop(f);
+                r
+            }
+            Writer::Excl(mut g) => {
+                let $k: &mut ShardState = &mut g;
+                let r = $body;
+                $db.unlock($shard, g);
+                r
+            }
+        }
+    };
+}
+
+/// Run `$body` with `$k` bound to a `Reader`'s index view (`&impl Cands`).
+macro_rules! with_reader {
+    ($r:expr, $k:ident => $body:expr) => {
+        match $r {
+            Reader::Fast(f) => {
+                let $k = &f;
+                $body
+            }
+            Reader::Shared(g) => {
+                let $k: &ShardState = &g;
+                $body
+            }
+            Reader::Excl(g) => {
+                let $k: &ShardState = &g;
+                $body
+            }
+        }
+    };
+}
+
 /// Where a shard's table array was at its last write (`Table::home_array`), read without the
 /// shard's lock to prefetch a key's home position while the lock is being taken
 /// (`Inner::locate`). Apart from the shards, and written only when an array is replaced, so
@@ -227,6 +651,10 @@ thread_local! {
     static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
     /// Set in the database's own background threads (`Inner::background`, `Inner::compactor`).
     static BACKGROUND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The last seq this thread gave out in a fast shard, of any database (`Brl`).
+    static CLOCK: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// This thread's `Brl` stripe.
+    static STRIPE: StripeClaim = StripeClaim::claim();
 }
 /// How many bytes a read of a record from a segment's file (not mapped: see `msiz`) asks for
 /// first. Reading only the header first took a second system call for every record; this
@@ -420,6 +848,8 @@ struct Inner {
     /// Seeds every record checksum (the same for every segment of a database).
     salt: u64,
     shards: Box<[Shard]>,
+    /// The fast mode of the shards (`Brl`).
+    brl: Brl,
     /// One per shard (`TableHint`).
     hints: Box<TableHints>,
     /// The segment table. Replaced only through `set_segs`, which keeps `segs_raw` pointing
@@ -845,6 +1275,7 @@ fn open_inner(
         hash_seed: AtomicU64::new(salt),
         salt,
         shards,
+        brl: Brl::new(),
         hints: Box::new(TableHints(std::array::from_fn(|_| TableHint::default()))),
         segs_raw: std::sync::atomic::AtomicPtr::new(Arc::as_ptr(&table) as *mut SegTable),
         segs: ArcSwap::new(table),
@@ -962,8 +1393,11 @@ impl Inner {
         let hint = &self.hints.0[shard];
         let base = hint.base.load(Ordering::Relaxed);
         if base != 0 {
-            let addr = index::home_addr(base, hint.cap.load(Ordering::Relaxed), tag);
-            prefetch(addr);
+            let (bucket, addr) = index::home_addr(base, hint.cap.load(Ordering::Relaxed), tag);
+            prefetch(bucket);
+            if addr >= bucket + 64 {
+                prefetch(addr);
+            }
         }
         (shard, tag)
     }
@@ -976,6 +1410,224 @@ impl Inner {
         if hint.base.load(Ordering::Relaxed) != base || hint.cap.load(Ordering::Relaxed) != cap {
             hint.cap.store(cap, Ordering::Relaxed);
             hint.base.store(base, Ordering::Relaxed);
+        }
+    }
+
+    // ------------------------------------------------------------------ shard modes (`Brl`)
+
+    /// Hold shard `i` exclusively: its `RwLock` for writing, and (when the shard was fast) no
+    /// thread inside it any more, their counts folded into the shard's state.
+    fn excl(&self, i: usize) -> Excl<'_> {
+        let mut g = self.shards[i].0.write();
+        let slow = &self.brl.slow.0[i];
+        // Only a holder of the write lock changes the flag.
+        if !slow.load(Ordering::Relaxed) {
+            slow.store(true, Ordering::SeqCst);
+            let mut maxseq = 0u64;
+            let mut delta = 0i64;
+            for stripe in self.brl.stripes.iter() {
+                let c = &stripe.0[i];
+                let mut spins = 0u32;
+                while c.inside.load(Ordering::SeqCst) != 0 {
+                    spins += 1;
+                    if spins < 64 {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+                maxseq = maxseq.max(c.maxseq.swap(0, Ordering::AcqRel));
+                delta += c.delta.swap(0, Ordering::AcqRel);
+            }
+            // The shard's seq stays at least every seq given out, so that the next ones (in
+            // either mode) come after them all.
+            g.seq = g.seq.max(maxseq);
+            g.table.add_len(delta);
+        }
+        Excl { g, slow }
+    }
+
+    /// Enter shard `shard` in fast mode and lock the run of `tag`. `Err(false)` when the shard
+    /// is slow, `Err(true)` when the run reaches the end of the table (the caller then takes
+    /// the shard exclusively: an insert there grows the table).
+    #[inline]
+    fn fast(&self, shard: usize, tag: u32) -> std::result::Result<Fast<'_>, bool> {
+        let mut f = self.enter(shard).ok_or(false)?;
+        // SAFETY: while the shard is fast, every thread uses its table through `lock_run` or
+        // reads only its count, size and array (`count`, `note_table`); a fast shard's table
+        // is never growing (`Excl` keeps a growing shard slow).
+        f.run = Some(unsafe { f.table.lock_run(tag) }.ok_or(true)?);
+        Ok(f)
+    }
+
+    /// Enter shard `shard` in fast mode (no run locked yet); `None` when it is slow.
+    #[inline]
+    fn enter(&self, shard: usize) -> Option<Fast<'_>> {
+        let (count, own) = self.brl.mine(shard);
+        count.enter(own);
+        if self.brl.slow.0[shard].load(Ordering::SeqCst) {
+            count.exit(own);
+            return None;
+        }
+        // SAFETY: the shard is fast and this thread is counted inside it: nothing changes the
+        // shard's state until it leaves (`excl` waits for that; holders of the read lock only
+        // read it; `Excl` guards that set the shard fast had finished their changes).
+        let st = unsafe { &*self.shards[shard].0.data_ptr() };
+        Some(Fast {
+            inner: self,
+            shard,
+            run: None,
+            table: &st.table,
+            base: st.seq,
+            count,
+            own,
+            maxseq: 0,
+            delta: 0,
+        })
+    }
+
+    /// A plain put in fast mode: the record is appended first, with a seq from this thread's
+    /// clock, while the key's bucket (prefetched by `locate`) is fetched; then the run is
+    /// locked and the slot pointed at the record. When the bucket shows a later seq (a key of
+    /// it was written meanwhile by a thread whose clock ran ahead), the record is written
+    /// again with a seq past it and the first copy is dead: no key's seqs ever go down.
+    /// `None` when the shard is slow, or the run reaches the end of the table (after an
+    /// append, which is then dead): the caller holds the shard exclusively instead.
+    #[allow(clippy::too_many_arguments)]
+    fn put_fast(
+        &self,
+        shard: usize,
+        tag: u32,
+        key: &[u8],
+        stored: &Stored<'_>,
+        flags: u32,
+        expires: u64,
+    ) -> Option<Result<Meta>> {
+        let mut f = self.enter(shard)?;
+        let lane = self.my_lane();
+        let acct = Acct::Lane { old: None };
+        let mut seq = f.seq_after(0);
+        let (mut seg, mut off, len) =
+            match self.write_put(lane, key, stored, flags, expires, seq, acct) {
+                Ok(w) => w,
+                Err(e) => return Some(Err(e)),
+            };
+        f.gave(seq);
+        // SAFETY: as in `fast`.
+        let Some(run) = (unsafe { f.table.lock_run(tag) }) else {
+            self.dead_record(lane, seg, len);
+            return None;
+        };
+        let behind = run.seq() >= seq;
+        f.run = Some(run);
+        if behind {
+            self.dead_record(lane, seg, len);
+            seq = f.seq_after(0);
+            match self.write_put(lane, key, stored, flags, expires, seq, acct) {
+                Ok(w) => (seg, off, _) = w,
+                Err(e) => return Some(Err(e)),
+            }
+            f.gave(seq);
+        }
+        f.run.as_mut().expect("locked").set_seq(seq);
+        let found = if f.cands(tag).next().is_some() {
+            self.find(&f, tag, key, Want::Slot)
+        } else {
+            Ok(None) // a new key: no record with its tag
+        };
+        let old = match &found {
+            Ok(Some(f)) => Some((f.slot, f.len)),
+            _ => None,
+        };
+        if let Some((o, len)) = old {
+            let mut tail = self.tails[lane].0.lock();
+            self.note_live(&mut tail, o.seg, -(len as i64));
+        }
+        self.point(&mut f, tag, old.map(|o| o.0), seg, off);
+        Some(found.map(|_| Meta {
+            flags,
+            expires,
+            version: seq,
+        }))
+    }
+
+    /// A record just written to lane `lane` by `write_put` (counted live) is dead.
+    fn dead_record(&self, lane: usize, seg: u32, len: usize) {
+        let mut tail = self.tails[lane].0.lock();
+        self.note_live(&mut tail, seg, -(len as i64));
+    }
+
+    /// A reader's view of the run of `tag` in `shard`.
+    #[inline]
+    fn reader(&self, shard: usize, tag: u32) -> Reader<'_> {
+        loop {
+            match self.fast(shard, tag) {
+                Ok(f) => return Reader::Fast(f),
+                Err(true) => return Reader::Excl(self.excl(shard)),
+                Err(false) => {
+                    let g = self.shards[shard].0.read();
+                    // Made fast again before the read lock was ours: try again.
+                    if self.brl.slow.0[shard].load(Ordering::Acquire) {
+                        return Reader::Shared(g);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A writer's view of the run of `tag` in `shard`.
+    #[inline]
+    fn writer(&self, shard: usize, tag: u32) -> Writer<'_> {
+        match self.fast(shard, tag) {
+            Ok(f) => Writer::Fast(f),
+            Err(_) => Writer::Excl(self.excl(shard)),
+        }
+    }
+
+    /// Whether shard `shard`, whose table is `table`, is past its load limit by the counts of
+    /// every stripe (called inside the shard in fast mode, where the table's own count lags).
+    fn fast_wants_growth(&self, shard: usize, table: &Table) -> bool {
+        let d: i64 = self
+            .brl
+            .stripes
+            .iter()
+            .map(|s| s.0[shard].delta.load(Ordering::Relaxed))
+            .sum();
+        (table.len() as i64 + d) as f64 > table.capacity() as f64 * table.max_load()
+    }
+
+    /// Grow shard `i`'s table if it is past its load limit: the new array is made without
+    /// any lock, then installed (the slots move with the shard's next writes).
+    fn grow(&self, i: usize) {
+        let nb = {
+            let g = self.excl(i);
+            if !g.table.wants_growth() {
+                return;
+            }
+            g.table.grow_cap()
+        };
+        let spare = index::Spare::new(nb);
+        let mut g = self.excl(i);
+        let unused = g.table.grow_into(spare);
+        self.note_table(i, &g.table);
+        drop(g);
+        drop(unused);
+    }
+
+    /// Release a shard held exclusively after a write that may have inserted or removed.
+    /// When the shard's table asks to grow, make the new memory (faulting its pages in)
+    /// without the lock and install it under the lock (the slots move over with later
+    /// writes); memory the table no longer needs is freed after the lock is released. So the
+    /// shard's other writers never wait for the kernel or for a whole table to be copied.
+    #[inline]
+    fn unlock(&self, i: usize, mut tbl: Excl<'_>) {
+        let retired = tbl.table.take_retired();
+        let grow = tbl.table.wants_growth();
+        self.note_table(i, &tbl.table);
+        drop(tbl);
+        drop(retired);
+        if grow {
+            self.grow(i);
         }
     }
 
@@ -1094,8 +1746,8 @@ impl Inner {
             return;
         }
         let batch = self.retired.take();
-        for sh in self.shards.iter() {
-            drop(sh.0.write());
+        for i in 0..NSHARDS {
+            drop(self.excl(i));
         }
         drop(batch);
     }
@@ -1235,14 +1887,14 @@ impl Inner {
     /// and bytes, its checksum verified (`with_key_record`). `None` when the key has no record.
     fn find_with<R>(
         &self,
-        tbl: &Table,
+        tbl: &impl Cands,
         tag: u32,
         key: &[u8],
         mut f: impl FnMut(&Slot, &Header, &[u8]) -> Result<R>,
     ) -> Result<Option<R>> {
-        for slot in tbl.candidates(tag) {
+        for slot in tbl.cands(tag) {
             let r =
-                self.with_key_record(slot.seg, slot.off as u64, key, |h, rec| f(slot, h, rec))?;
+                self.with_key_record(slot.seg, slot.off as u64, key, |h, rec| f(&slot, h, rec))?;
             if let Some(r) = r {
                 return r.map(Some);
             }
@@ -1259,11 +1911,11 @@ impl Inner {
     }
 
     /// Find the slot of `key` in a shard table, and what `want` asks for of its record.
-    fn find(&self, tbl: &Table, tag: u32, key: &[u8], want: Want) -> Result<Option<Found>> {
+    fn find(&self, tbl: &impl Cands, tag: u32, key: &[u8], want: Want) -> Result<Option<Found>> {
         if want == Want::Slot {
-            for slot in tbl.candidates(tag) {
+            for slot in tbl.cands(tag) {
                 if let Some(h) = self.key_header(slot.seg, slot.off as u64, key)? {
-                    return Ok(Some(Found::new(slot, &h, None)));
+                    return Ok(Some(Found::new(&slot, &h, None)));
                 }
             }
             return Ok(None);
@@ -1285,7 +1937,7 @@ impl Inner {
     /// which takes no lane lock.
     fn find_holding(
         &self,
-        tbl: &Table,
+        tbl: &impl Cands,
         tag: u32,
         key: &[u8],
         tail: &Tail,
@@ -1294,12 +1946,12 @@ impl Inner {
         let flushed = own.flushed();
         // SAFETY: the caller holds a shard lock.
         let segs = unsafe { self.segs_locked() };
-        for slot in tbl.candidates(tag) {
+        for slot in tbl.cands(tag) {
             let off = slot.off as u64;
             if slot.seg == own.id && off >= flushed {
                 let (h, rec) = tail.buffered(off)?;
                 if key_record_is(own, off, &h, rec, key, false)? {
-                    return Ok(Some(Some(Found::new(slot, &h, None))));
+                    return Ok(Some(Some(Found::new(&slot, &h, None))));
                 }
                 continue;
             }
@@ -1308,7 +1960,7 @@ impl Inner {
                 return Ok(None);
             }
             if let Some(h) = self.key_header(slot.seg, off, key)? {
-                return Ok(Some(Some(Found::new(slot, &h, None))));
+                return Ok(Some(Some(Found::new(&slot, &h, None))));
             }
         }
         Ok(Some(None))
@@ -1336,11 +1988,11 @@ impl Inner {
     /// another lane's buffer (`find_holding`): the caller looks first instead.
     fn delete_appending_first(
         &self,
-        tbl: &mut ShardState,
+        tbl: &mut impl KeyIndex,
         tag: u32,
         key: &[u8],
     ) -> Result<Option<Option<Found>>> {
-        let seq = tbl.seq + 1; // taken (`next_seq`) only if the key has a record
+        let seq = tbl.peek_seq(); // taken (`next_seq`) only if the key has a record
         let hdr = HeaderBuf::delete(key.len(), seq);
         let len = hdr.as_slice().len() + key.len();
         let lane = self.my_lane();
@@ -1774,7 +2426,7 @@ impl Inner {
     #[allow(clippy::too_many_arguments)]
     fn put_locked(
         &self,
-        tbl: &mut ShardState,
+        tbl: &mut impl KeyIndex,
         tag: u32,
         key: &[u8],
         old: Option<(Slot, usize)>,
@@ -1805,7 +2457,7 @@ impl Inner {
     /// the error is returned.
     fn put_replacing(
         &self,
-        tbl: &mut ShardState,
+        tbl: &mut impl KeyIndex,
         tag: u32,
         key: &[u8],
         stored: &Stored<'_>,
@@ -1815,11 +2467,11 @@ impl Inner {
         // A small table is in the cache: look at the candidates first and fetch their records
         // while appending. A large one is not: append first, while the key's home position
         // (prefetched by `locate`) is fetched.
-        let small = tbl.memory() <= SMALL_TABLE;
+        let small = tbl.small();
         let mut candidates = false;
         if small {
-            for c in tbl.candidates(tag) {
-                self.prefetch_record(c);
+            for c in tbl.cands(tag) {
+                self.prefetch_record(&c);
                 candidates = true;
             }
         }
@@ -1828,7 +2480,7 @@ impl Inner {
         let acct = Acct::Lane { old: None };
         let (seg, off, _) = self.write_put(lane, key, stored, flags, expires, seq, acct)?;
         if !small {
-            candidates = tbl.candidates(tag).next().is_some();
+            candidates = tbl.cands(tag).next().is_some();
         }
         let found = if candidates {
             self.find(tbl, tag, key, Want::Slot)
@@ -1854,7 +2506,7 @@ impl Inner {
     /// Point `key` (whose old slot, if any, is `old`) at the record at (`seg`, `off`), without
     /// live-byte accounting (the lane did it: `Acct::Lane`).
     #[inline]
-    fn point(&self, tbl: &mut Table, tag: u32, old: Option<Slot>, seg: u32, off: u64) {
+    fn point(&self, tbl: &mut impl KeyIndex, tag: u32, old: Option<Slot>, seg: u32, off: u64) {
         let new = Slot {
             tag,
             seg,
@@ -1872,7 +2524,7 @@ impl Inner {
     /// bytes at once.
     fn set_slot(
         &self,
-        tbl: &mut Table,
+        tbl: &mut impl KeyIndex,
         tag: u32,
         old: Option<(Slot, usize)>,
         seg: u32,
@@ -1886,7 +2538,7 @@ impl Inner {
         }
     }
 
-    fn remove_slot(&self, tbl: &mut Table, old: Slot, len: usize) {
+    fn remove_slot(&self, tbl: &mut impl KeyIndex, old: Slot, len: usize) {
         if tbl.remove(&old) {
             self.add_live(old.seg, -(len as i64));
         }
@@ -2078,7 +2730,7 @@ impl Inner {
 
     /// Append shard `i`'s slots to `v`; returns the shard's seq.
     fn snapshot_into(&self, i: usize, v: &mut Vec<Slot>) -> u64 {
-        let g = self.shards[i].0.read();
+        let g = self.excl(i);
         g.copy_into(v);
         g.seq
     }
@@ -2263,8 +2915,8 @@ impl Inner {
             }
         }
         if cut.iter().any(Option::is_some) {
-            for sh in self.shards.iter() {
-                sh.0.write().retain(|s| {
+            for i in 0..NSHARDS {
+                self.excl(i).retain(|s| {
                     let lane = lane_of_seg(s.seg);
                     lane.and_then(|l| cut[l]).is_none_or(|c| s.loc() >= c)
                 });
@@ -2344,7 +2996,7 @@ impl Inner {
             return false;
         }
         for (i, (seq, t)) in c.shards.into_iter().enumerate() {
-            let mut g = self.shards[i].0.write();
+            let mut g = self.excl(i);
             g.table = t;
             g.table.set_max_load(shard_max_load(i));
             g.seq = seq;
@@ -2379,7 +3031,7 @@ impl Inner {
                 let key = &rec[h.key_off..h.key_off + h.klen];
                 let seq = h.fields.seq;
                 let (shard, tag) = self.hash(key);
-                let mut tbl = self.shards[shard].0.write();
+                let mut tbl = self.excl(shard);
                 tbl.seq = tbl.seq.max(seq);
                 let found = self.find(&tbl, tag, key, Want::Meta)?;
                 if found.as_ref().is_some_and(|f| f.meta.version >= seq)
@@ -2577,7 +3229,7 @@ impl Inner {
         puts.sort_unstable_by_key(|p| p.0);
         let mut live: Vec<u32> = Vec::new();
         for group in puts.chunk_by(|a, b| a.0 == b.0) {
-            let tbl = self.shards[group[0].0 as usize].0.read();
+            let tbl = self.excl(group[0].0 as usize);
             live.extend(
                 group
                     .iter()
@@ -2626,27 +3278,45 @@ impl Inner {
     ) -> Result<u64> {
         let key = &rec[h.key_off..h.key_off + h.klen];
         let (shard, tag) = self.hash(key);
+        with_writer!(self, shard, self.writer(shard, tag), tbl => {
+            self.relocate_in(tbl, tag, seg, off, h, rec, has_older, recode)
+        })
+    }
+
+    /// `relocate` with the key's run held.
+    #[allow(clippy::too_many_arguments)]
+    fn relocate_in(
+        &self,
+        tbl: &mut impl KeyIndex,
+        tag: u32,
+        seg: &Segment,
+        off: u64,
+        h: &Header,
+        rec: &[u8],
+        has_older: bool,
+        recode: bool,
+    ) -> Result<u64> {
+        let key = &rec[h.key_off..h.key_off + h.klen];
         let lane = self.my_lane();
         let here = Slot {
             tag,
             seg: seg.id,
             off: off as u32,
         };
-        let mut tbl = self.shards[shard].0.write();
         if h.typ == T_DELETE {
             // Needed only to hide an older put in an older segment, and only while the key
             // has no newer live record.
-            if !has_older || self.find(&tbl, tag, key, Want::Slot)?.is_some() {
+            if !has_older || self.find(tbl, tag, key, Want::Slot)?.is_some() {
                 return Ok(0);
             }
             self.write_delete(lane, key, h.fields.seq, Acct::Caller)?;
             return Ok(key.len() as u64 + 8);
         }
-        if !tbl.contains(&here) {
+        if !tbl.cands(tag).any(|s| s == here) {
             return Ok(0); // dead
         }
         if is_expired(h.fields.expires, now_secs()) {
-            self.remove_slot(&mut tbl, here, h.len);
+            self.remove_slot(tbl, here, h.len);
             self.counters
                 .expired_reclaimed
                 .fetch_add(1, Ordering::Relaxed);
@@ -2670,7 +3340,7 @@ impl Inner {
                 h.fields.seq,
                 Acct::Caller,
             )?;
-            self.set_slot(&mut tbl, tag, Some((here, h.len)), s, o, len);
+            self.set_slot(tbl, tag, Some((here, h.len)), s, o, len);
             return Ok(len as u64);
         } else {
             (&rec[h.value_off()..h.len], h.fields)
@@ -2682,7 +3352,7 @@ impl Inner {
             self.append(&mut tail, &[&hdr, key, stored], true)?
         };
         let len = hdr.len() + key.len() + stored.len();
-        self.set_slot(&mut tbl, tag, Some((here, h.len)), s, o, len);
+        self.set_slot(tbl, tag, Some((here, h.len)), s, o, len);
         Ok(len as u64)
     }
 
@@ -2719,9 +3389,9 @@ impl Inner {
         }
         let now = now_secs();
         let mut any_left = false;
-        for sh in self.shards.iter() {
-            let mut tbl = sh.0.write();
-            let slots: Vec<Slot> = tbl.iter().copied().collect();
+        for i in 0..NSHARDS {
+            let mut tbl = self.excl(i);
+            let slots: Vec<Slot> = tbl.iter().collect();
             for s in slots {
                 let exp = self.with_record(s.seg, s.off as u64, |h, _| h.fields.expires)?;
                 if is_expired(exp, now) {
@@ -2849,7 +3519,20 @@ impl Inner {
     }
 
     fn count(&self) -> u64 {
-        self.shards.iter().map(|s| s.0.read().len() as u64).sum()
+        // The table's count plus what fast writers counted in their stripes (read under the
+        // read lock, so that no `excl` moves counts from one to the other meanwhile).
+        (0..NSHARDS)
+            .map(|i| {
+                let g = self.shards[i].0.read();
+                let d: i64 = self
+                    .brl
+                    .stripes
+                    .iter()
+                    .map(|s| s.0[i].delta.load(Ordering::Relaxed))
+                    .sum();
+                (g.len() as i64 + d).max(0) as u64
+            })
+            .sum()
     }
 
     fn data_size(&self) -> u64 {
@@ -2884,7 +3567,7 @@ fn key_record_is(
 
 /// The locked shard `shard` among a batch's guards.
 fn guard_of<'a, 'g>(
-    guards: &'a mut [(usize, RwLockWriteGuard<'g, ShardState>)],
+    guards: &'a mut [(usize, Excl<'g>)],
     shard: usize,
 ) -> Result<&'a mut ShardState> {
     guards
@@ -3088,30 +3771,8 @@ fn decode_value(h: &Header, rec: &[u8]) -> Result<Vec<u8>> {
 // ---------------------------------------------------------------------------------------------
 
 impl DiskHash {
-    fn shard(&self, i: usize) -> &RwLock<ShardState> {
-        &self.inner.shards[i].0
-    }
-
-    /// Release a shard's write lock after a write that may have inserted or removed. When the
-    /// shard's table asks to grow, make the new memory (faulting its pages in) without the
-    /// lock and install it under the lock (the slots move over with later writes); memory
-    /// the table no longer needs is freed after the lock is released. So the shard's other
-    /// writers never wait for the kernel or for a whole table to be copied.
-    #[inline]
-    fn unlock(&self, i: usize, mut tbl: RwLockWriteGuard<'_, ShardState>) {
-        let retired = tbl.take_retired();
-        let grow = tbl.wants_growth().then(|| tbl.grow_cap());
-        self.inner.note_table(i, &tbl);
-        drop(tbl);
-        drop(retired);
-        if let Some(cap) = grow {
-            let spare = index::Spare::new(cap);
-            let mut tbl = self.shard(i).write();
-            let unused = tbl.grow_into(spare);
-            self.inner.note_table(i, &tbl);
-            drop(tbl);
-            drop(unused);
-        }
+    fn unlock(&self, i: usize, tbl: Excl<'_>) {
+        self.inner.unlock(i, tbl)
     }
 
     fn stop_background(&self) {
@@ -3135,9 +3796,8 @@ impl DiskHash {
         let inner = &self.inner;
         inner.check_open()?;
         let (shard, tag) = inner.locate(key);
-        let tbl = self.shard(shard).read();
         // Read in place under the shard lock, so compaction cannot move the record meanwhile.
-        let seen = inner.find_with(&tbl, tag, key, |slot, h, rec| {
+        let seen = with_reader!(inner.reader(shard, tag), tbl => inner.find_with(tbl, tag, key, |slot, h, rec| {
             let meta = meta_of(h);
             if meta.expires != 0 && is_expired(meta.expires, now_secs()) {
                 return Ok(false);
@@ -3152,7 +3812,7 @@ impl DiskHash {
                 _ => f(Shown::Bytes(value), meta),
             }
             Ok(true)
-        })?;
+        }))?;
         Ok(seen == Some(true))
     }
 
@@ -3178,7 +3838,7 @@ impl DiskHash {
         let inner = &self.inner;
         let (shard, tag) = inner.hash(key);
         let seq = {
-            let mut tbl = self.shard(shard).write();
+            let mut tbl = self.inner.excl(shard);
             let seq = tbl.next_seq(key);
             tbl.inflight.push(Inflight {
                 key: key.into(),
@@ -3203,7 +3863,7 @@ impl DiskHash {
     /// the key (or a `vanish`) came first.
     fn large_put_end(&self, key: &[u8], p: LargePut) -> Result<()> {
         let inner = &self.inner;
-        let mut tbl = self.shard(p.shard).write();
+        let mut tbl = inner.excl(p.shard);
         let pos = tbl.inflight.iter().position(|f| f.seq == p.seq);
         let superseded = pos.is_some_and(|i| tbl.inflight.swap_remove(i).superseded);
         let (s, o, len) = p.written?;
@@ -3221,6 +3881,80 @@ impl DiskHash {
         installed?;
         self.unlock(p.shard, tbl);
         Ok(())
+    }
+
+    /// `accept` with the key's run held: (what it returns, whether it wrote).
+    fn accept_in(
+        &self,
+        tbl: &mut impl KeyIndex,
+        tag: u32,
+        key: &[u8],
+        visitor: &mut dyn FnMut(Option<Current<'_>>) -> Decision,
+    ) -> Result<(Option<Meta>, bool)> {
+        let inner = &self.inner;
+        let found = inner.find(tbl, tag, key, Want::Value)?;
+        let now = now_secs();
+        let live = found.as_ref().filter(|f| !is_expired(f.meta.expires, now));
+        let cur = live.map(|f| Current {
+            value: f.value.as_deref().unwrap_or_default(),
+            meta: f.meta,
+        });
+        let decision = visitor(cur);
+        let old = found.as_ref().map(|f| (f.slot, f.len));
+        let result = match decision {
+            Decision::Keep => return Ok((live.map(|f| f.meta), false)),
+            Decision::Put {
+                value,
+                flags,
+                expires,
+            } => {
+                check_sizes(key, value.len())?;
+                let stored = inner.stored_form(&value);
+                Some(inner.put_locked(tbl, tag, key, old, &stored, flags, expires)?)
+            }
+            Decision::Touch { expires } => match live {
+                None => return Ok((None, false)),
+                Some(f) => {
+                    let stored = inner.stored_form(f.value.as_deref().unwrap_or_default());
+                    let flags = f.meta.flags;
+                    Some(inner.put_locked(tbl, tag, key, old, &stored, flags, expires)?)
+                }
+            },
+            Decision::Remove => {
+                if let Some((o, len)) = old {
+                    let seq = tbl.next_seq(key);
+                    let acct = Acct::Lane {
+                        old: Some((o.seg, len)),
+                    };
+                    inner.write_delete(inner.my_lane(), key, seq, acct)?;
+                    tbl.remove(&o);
+                }
+                None
+            }
+        };
+        Ok((result, true))
+    }
+
+    /// `out` with the key's run held: the removed record's slot and metadata, if it had one.
+    fn out_in(&self, tbl: &mut impl KeyIndex, tag: u32, key: &[u8]) -> Result<Option<Found>> {
+        let inner = &self.inner;
+        let f = match inner.delete_appending_first(tbl, tag, key)? {
+            Some(Some(f)) => f,
+            Some(None) => return Ok(None),
+            None => {
+                let Some(f) = inner.find(tbl, tag, key, Want::Slot)? else {
+                    return Ok(None);
+                };
+                let seq = tbl.next_seq(key);
+                let acct = Acct::Lane {
+                    old: Some((f.slot.seg, f.len)),
+                };
+                inner.write_delete(inner.my_lane(), key, seq, acct)?;
+                f
+            }
+        };
+        tbl.remove(&f.slot);
+        Ok(Some(f))
     }
 
     /// Stop as a killed process would: no flush, no sync, no checkpoint. For crash tests (the
@@ -3267,10 +4001,10 @@ impl Store for DiskHash {
     fn get(&self, key: &[u8]) -> Result<Option<Record>> {
         self.inner.check_open()?;
         let (shard, tag) = self.inner.locate(key);
-        let tbl = self.shard(shard).read();
-        Ok(self
-            .inner
-            .find(&tbl, tag, key, Want::Value)?
+        let found = with_reader!(self.inner.reader(shard, tag), tbl => {
+            self.inner.find(tbl, tag, key, Want::Value)
+        })?;
+        Ok(found
             .filter(|f| f.meta.expires == 0 || !is_expired(f.meta.expires, now_secs()))
             .map(|f| Record {
                 value: f.value.unwrap_or_default(),
@@ -3300,49 +4034,12 @@ impl Store for DiskHash {
         inner.check_writable()?;
         check_sizes(key, 0)?;
         let (shard, tag) = inner.locate(key);
-        let mut tbl = self.shard(shard).write();
-        let found = inner.find(&tbl, tag, key, Want::Value)?;
-        let now = now_secs();
-        let live = found.as_ref().filter(|f| !is_expired(f.meta.expires, now));
-        let cur = live.map(|f| Current {
-            value: f.value.as_deref().unwrap_or_default(),
-            meta: f.meta,
-        });
-        let decision = visitor(cur);
-        let old = found.as_ref().map(|f| (f.slot, f.len));
-        let result = match decision {
-            Decision::Keep => return Ok(live.map(|f| f.meta)),
-            Decision::Put {
-                value,
-                flags,
-                expires,
-            } => {
-                check_sizes(key, value.len())?;
-                let stored = inner.stored_form(&value);
-                Some(inner.put_locked(&mut tbl, tag, key, old, &stored, flags, expires)?)
-            }
-            Decision::Touch { expires } => match live {
-                None => return Ok(None),
-                Some(f) => {
-                    let stored = inner.stored_form(f.value.as_deref().unwrap_or_default());
-                    let flags = f.meta.flags;
-                    Some(inner.put_locked(&mut tbl, tag, key, old, &stored, flags, expires)?)
-                }
-            },
-            Decision::Remove => {
-                if let Some((o, len)) = old {
-                    let seq = tbl.next_seq(key);
-                    let acct = Acct::Lane {
-                        old: Some((o.seg, len)),
-                    };
-                    inner.write_delete(inner.my_lane(), key, seq, acct)?;
-                    tbl.remove(&o);
-                }
-                None
-            }
-        };
-        self.unlock(shard, tbl);
-        inner.after_write()?;
+        let (result, wrote) = with_writer!(self, shard, inner.writer(shard, tag), tbl => {
+            self.accept_in(tbl, tag, key, visitor)
+        })?;
+        if wrote {
+            inner.after_write()?;
+        }
         Ok(result)
     }
 
@@ -3356,9 +4053,15 @@ impl Store for DiskHash {
         // Compressed (when configured) before the shard is locked.
         let stored = inner.stored_form(value);
         let (shard, tag) = inner.locate(key);
-        let mut tbl = self.shard(shard).write();
-        let meta = inner.put_replacing(&mut tbl, tag, key, &stored, flags, expires);
-        self.unlock(shard, tbl);
+        let meta = match inner.put_fast(shard, tag, key, &stored, flags, expires) {
+            Some(meta) => meta,
+            None => {
+                let mut tbl = inner.excl(shard);
+                let meta = inner.put_replacing(&mut tbl, tag, key, &stored, flags, expires);
+                self.unlock(shard, tbl);
+                meta
+            }
+        };
         let meta = meta?;
         inner.after_write()?;
         Ok(meta)
@@ -3369,28 +4072,15 @@ impl Store for DiskHash {
         inner.check_writable()?;
         check_sizes(key, 0)?;
         let (shard, tag) = inner.locate(key);
-        let mut tbl = self.shard(shard).write();
-        let f = match inner.delete_appending_first(&mut tbl, tag, key)? {
-            Some(Some(f)) => f,
-            Some(None) => return Ok(false),
-            None => {
-                let Some(f) = inner.find(&tbl, tag, key, Want::Slot)? else {
-                    return Ok(false);
-                };
-                let seq = tbl.next_seq(key);
-                let acct = Acct::Lane {
-                    old: Some((f.slot.seg, f.len)),
-                };
-                inner.write_delete(inner.my_lane(), key, seq, acct)?;
-                f
-            }
+        let f = with_writer!(self, shard, inner.writer(shard, tag), tbl => {
+            self.out_in(tbl, tag, key)
+        })?;
+        let Some(f) = f else {
+            return Ok(false);
         };
-        tbl.remove(&f.slot);
-        self.unlock(shard, tbl);
         inner.after_write()?;
         Ok(f.meta.expires == 0 || !is_expired(f.meta.expires, now_secs()))
     }
-
     fn write_batch(&self, ops: &[BatchOp]) -> Result<()> {
         let inner = &self.inner;
         inner.check_writable()?;
@@ -3408,8 +4098,7 @@ impl Store for DiskHash {
         ids.sort_unstable();
         ids.dedup();
         // Lock every shard involved, in ascending order (the global lock order).
-        let mut guards: Vec<(usize, RwLockWriteGuard<'_, ShardState>)> =
-            ids.iter().map(|&i| (i, self.shard(i).write())).collect();
+        let mut guards: Vec<(usize, Excl<'_>)> = ids.iter().map(|&i| (i, inner.excl(i))).collect();
         // One frame holding every record; each takes the next seq of its shard.
         let mut body = Vec::new();
         let mut offs = Vec::with_capacity(ops.len()); // (start, len) in the body
@@ -3477,7 +4166,7 @@ impl Store for DiskHash {
     fn cursor(&self) -> Result<Box<dyn Cursor + '_>> {
         self.inner.check_open()?;
         let first = self.inner.segs.load().oldest().unwrap_or(0);
-        let seqs = self.inner.shards.iter().map(|s| s.0.read().seq).collect();
+        let seqs = (0..NSHARDS).map(|i| self.inner.excl(i).seq).collect();
         Ok(Box::new(HashCursor {
             db: self,
             seqs,
@@ -3527,8 +4216,8 @@ impl Store for DiskHash {
         let bnum = newcfg.bnum;
         *self.inner.cfg.lock() = newcfg;
         if bnum > 0 {
-            for sh in self.inner.shards.iter() {
-                let mut t = sh.0.write();
+            for i in 0..NSHARDS {
+                let mut t = self.inner.excl(i);
                 let want = (bnum.min(MAX_PRESIZE) as usize / NSHARDS).saturating_sub(t.len());
                 t.reserve(want);
             }
@@ -3541,7 +4230,7 @@ impl Store for DiskHash {
         let inner = &self.inner;
         inner.check_writable()?;
         let _m = inner.maint.lock();
-        let mut guards: Vec<_> = inner.shards.iter().map(|s| s.0.write()).collect();
+        let mut guards: Vec<_> = (0..NSHARDS).map(|i| inner.excl(i)).collect();
         // Each lane that has a log starts a new segment with a clear record: recovery forgets
         // everything of a lane before its clear (once it finds the clears of every lane), so
         // the old segments can go in any order.
@@ -3680,8 +4369,8 @@ impl Store for DiskHash {
                 Err(e) => rep.problems.push(format!("segment {}: {e}", seg.id)),
             }
         }
-        for (i, sh) in inner.shards.iter().enumerate() {
-            let t = sh.0.read();
+        for i in 0..NSHARDS {
+            let t = inner.excl(i);
             for s in t.iter() {
                 rep.records += 1;
                 let res = inner.with_record(s.seg, s.off as u64, |h, rec| {
@@ -3824,7 +4513,9 @@ impl HashCursor<'_> {
                         seg: id,
                         off: loc_off as u32,
                     };
-                    let live = inner.shards[shard].0.read().contains(&here);
+                    let live = with_reader!(inner.reader(shard, tag), k => {
+                        k.cands(tag).any(|s| s == here)
+                    });
                     if live {
                         collected.push((
                             key.to_vec(),
