@@ -3,10 +3,11 @@
 //! A database is a directory of append-only segment files of checksummed records plus an index
 //! checkpoint. The index lives in memory: 64 shards, each a `RwLock` over its write sequence and
 //! an ordered linear-probing table of 12-byte slots (32-bit hash tag, segment id, offset) — no
-//! key bytes in memory. A read locks one shard for reading and checks the candidate records on
-//! disk (memory-mapped). A write locks one shard for writing, takes the shard's next seq, appends
-//! its record to the writing thread's lane (its own log and buffer: a short critical section, one
-//! memcpy) and points the slot at it. Writers on different shards run in parallel and share no
+//! key bytes in memory — in 128-byte buckets, each with its own lock and seq (`Brl`: in a fast
+//! shard, one key's reads and writes lock only that key's buckets). A read checks the candidate
+//! records on disk (memory-mapped). A write takes a seq, appends its record to the writing
+//! thread's lane (its own log and buffer: a short critical section, one memcpy) and points the
+//! slot at it. Writers on different shards run in parallel and share no
 //! log; the seq orders a key's records across lanes. Nothing slow happens under a shard lock:
 //! a full lane buffer is written to the file, and a table's next array is made, after the lock
 //! is released (`Inner::after_write`, `DiskHash::unlock`).
@@ -1549,6 +1550,70 @@ impl Inner {
             expires,
             version: seq,
         }))
+    }
+
+    /// A delete in fast mode, appending first like `put_fast`: its delete record (seq from
+    /// the thread's clock) goes into the lane buffer while the key's bucket is fetched; then
+    /// the run is locked and the key looked for. Found: the slot is removed (after writing the
+    /// record again with a later seq if the bucket shows one at least as large). Not found:
+    /// the record is taken back out of the buffer if nothing came after it, else it stays, a
+    /// delete of an absent key, older than the bucket's seq it leaves: harmless on replay.
+    /// `None` when the shard is slow, the record would not stay in the buffer, or the run
+    /// reaches the end of the table: the caller then deletes through `writer`.
+    fn out_fast(&self, shard: usize, tag: u32, key: &[u8]) -> Option<Result<Option<Found>>> {
+        let mut f = self.enter(shard)?;
+        let lane = self.my_lane();
+        let mut seq = f.seq_after(0);
+        let hdr = HeaderBuf::delete(key.len(), seq);
+        let len = hdr.as_slice().len() + key.len();
+        let (seg_id, mark, appended) = {
+            let mut tail = self.tails[lane].0.lock();
+            if !self.stays_in_buffer(&tail, len) {
+                return None;
+            }
+            let (mark, seg_id) = (tail.buf.len(), tail.seg.id);
+            if let Err(e) = self.append(&mut tail, &[hdr.as_slice(), key], true) {
+                return Some(Err(e));
+            }
+            (seg_id, mark, tail.appended)
+        };
+        f.gave(seq);
+        // SAFETY: as in `fast`.
+        let run = unsafe { f.table.lock_run(tag) }?;
+        let behind = run.seq() >= seq;
+        let floor = run.seq().max(seq);
+        f.run = Some(run);
+        let found = match self.find(&f, tag, key, Want::Slot) {
+            Ok(found) => found,
+            Err(e) => {
+                f.run.as_mut().expect("locked").set_seq(floor);
+                return Some(Err(e));
+            }
+        };
+        let Some(found) = found else {
+            f.run.as_mut().expect("locked").set_seq(floor);
+            let mut tail = self.tails[lane].0.lock();
+            if tail.seg.id == seg_id && tail.buf.len() == mark + len && tail.appended == appended {
+                tail.buf.truncate(mark);
+                tail.appended -= len as u64;
+            }
+            return Some(Ok(None));
+        };
+        if behind {
+            seq = f.seq_after(0);
+            if let Err(e) = self.write_delete(lane, key, seq, Acct::Caller) {
+                return Some(Err(e));
+            }
+            f.gave(seq);
+        }
+        f.run.as_mut().expect("locked").set_seq(seq);
+        {
+            let mut tail = self.tails[lane].0.lock();
+            self.note_full(lane, &tail);
+            self.note_live(&mut tail, found.slot.seg, -(found.len as i64));
+        }
+        f.remove(&found.slot);
+        Some(Ok(Some(found)))
     }
 
     /// A record just written to lane `lane` by `write_put` (counted live) is dead.
@@ -4072,9 +4137,12 @@ impl Store for DiskHash {
         inner.check_writable()?;
         check_sizes(key, 0)?;
         let (shard, tag) = inner.locate(key);
-        let f = with_writer!(self, shard, inner.writer(shard, tag), tbl => {
-            self.out_in(tbl, tag, key)
-        })?;
+        let f = match inner.out_fast(shard, tag, key) {
+            Some(f) => f,
+            None => with_writer!(self, shard, inner.writer(shard, tag), tbl => {
+                self.out_in(tbl, tag, key)
+            }),
+        }?;
         let Some(f) = f else {
             return Ok(false);
         };
