@@ -5,14 +5,17 @@
 //! under a lock, taking a sequence number. 1,000,000 new keys `00000001`…, split between the
 //! threads by key range (as `kura-bench write -t 2`). Three places for the locks:
 //!
-//! - `shard`: the engine's layout today: 64 shards, each a `parking_lot::RwLock` whose cache
+//! - `shard`: the engine's layout until the tenth session: 64 shards, each a `parking_lot::RwLock` whose cache
 //!   line also holds the shard's seq, over a linear-probing table of its own;
 //! - `line`: one table of 64-byte buckets, each holding its own lock word, seq and 4 slots;
-//! - `array`: the same buckets, with their locks and seqs in arrays of their own.
+//! - `array`: the same buckets, with their locks and seqs in arrays of their own;
+//! - `brline`: `line`, each put also counting itself in and out of its key's shard in a
+//!   stripe of counters of its own thread (a "big-reader" lock, as the engine's fast mode);
+//! - `line2`: 128-byte buckets (two cache lines) of a lock word, a seq and 9 slots.
 //!
 //! Run: `cargo run --release -p kura-bench --example lock_layout -- LAYOUT THREADS`; it prints
 //! the seconds the puts took. Results and what they mean: docs/BENCHMARKS.md, "Two writers:
-//! what sharing the shards costs".
+//! where the locks must live" and "Two writers: locks in the slot lines".
 
 use parking_lot::RwLock;
 use std::cell::UnsafeCell;
@@ -135,7 +138,7 @@ fn lock(l: &AtomicU32) {
 
 /// Put into `slots` (bucket `b`, whose lock is held): false when the bucket is full.
 #[inline]
-fn put_in(slots: &mut [Slot; 4], seq: &mut u64, tag: u32, lane: &mut Lane, key: &[u8]) -> bool {
+fn put_in(slots: &mut [Slot], seq: &mut u64, tag: u32, lane: &mut Lane, key: &[u8]) -> bool {
     let Some(s) = slots.iter_mut().find(|s| s.seg == 0 || s.tag == tag) else {
         return false;
     };
@@ -316,7 +319,7 @@ impl Index for BrInLine {
     }
 }
 
-/// A bucket of two cache lines: its lock, its seq and 10 slots.
+/// A bucket of two cache lines: its lock, its seq and 9 slots.
 #[repr(C, align(128))]
 struct Bucket2 {
     lock: AtomicU32,
@@ -348,17 +351,13 @@ impl Index for InLine2 {
             lock(&bucket.lock);
             // SAFETY: the bucket's lock is held.
             let done = unsafe {
-                let slots = &mut *bucket.slots.get();
-                match slots.iter_mut().find(|s| s.seg == 0 || s.tag == tag) {
-                    Some(s) => {
-                        let seq = &mut *bucket.seq.get();
-                        *seq += 1;
-                        let off = lane.append(key, *seq);
-                        *s = Slot { tag, seg: 1, off };
-                        true
-                    }
-                    None => false,
-                }
+                put_in(
+                    &mut *bucket.slots.get(),
+                    &mut *bucket.seq.get(),
+                    tag,
+                    lane,
+                    key,
+                )
             };
             bucket.lock.store(0, Ordering::Release);
             if done {

@@ -453,8 +453,20 @@ fn candidates_in(slots: &Slots, cap: usize, tag: u32) -> impl Iterator<Item = Sl
         .filter(move |s| s.tag == tag)
 }
 
-/// How many times a bucket lock is tried before the thread yields between tries.
+/// How many times a wait spins before the thread yields between tries.
 const SPINS: u32 = 64;
+
+/// One more try of a short wait (`spins` counts them): spin at first, then yield, so that a
+/// waiter does not burn the core its holder may need.
+#[inline]
+pub fn back_off(spins: &mut u32) {
+    *spins += 1;
+    if *spins < SPINS {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
 
 /// Take the lock of the bucket whose word is `w`.
 #[inline]
@@ -468,12 +480,7 @@ fn lock_word(w: &AtomicU64) {
         {
             return;
         }
-        spins += 1;
-        if spins < SPINS {
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
-        }
+        back_off(&mut spins);
     }
 }
 

@@ -264,6 +264,14 @@ impl Brl {
         let (stripe, own) = STRIPE.with(|c| (c.0, c.1));
         (&self.stripes[stripe].0[shard], own)
     }
+
+    /// Slots inserted less slots removed in `shard` by fast writers, not yet folded in.
+    fn delta(&self, shard: usize) -> i64 {
+        self.stripes
+            .iter()
+            .map(|s| s.0[shard].delta.load(Ordering::Relaxed))
+            .sum()
+    }
 }
 
 /// The `Brl` stripe of a thread: one of its own while there are enough (`true`), given back
@@ -540,34 +548,34 @@ impl Drop for Excl<'_> {
 impl Cands for Excl<'_> {
     #[inline]
     fn cands(&self, tag: u32) -> impl Iterator<Item = Slot> + '_ {
-        self.g.table.candidates(tag)
+        Cands::cands(&*self.g, tag)
     }
     #[inline]
     fn small(&self) -> bool {
-        self.g.table.small()
+        Cands::small(&*self.g)
     }
 }
 
 impl KeyIndex for Excl<'_> {
     #[inline]
     fn peek_seq(&self) -> u64 {
-        self.g.peek_seq()
+        KeyIndex::peek_seq(&*self.g)
     }
     #[inline]
     fn next_seq(&mut self, key: &[u8]) -> u64 {
-        self.g.next_seq(key)
+        KeyIndex::next_seq(&mut *self.g, key)
     }
     #[inline]
     fn insert(&mut self, slot: Slot) {
-        self.g.table.insert(slot)
+        KeyIndex::insert(&mut *self.g, slot)
     }
     #[inline]
     fn replace(&mut self, old: &Slot, new: Slot) -> bool {
-        self.g.table.replace(old, new)
+        KeyIndex::replace(&mut *self.g, old, new)
     }
     #[inline]
     fn remove(&mut self, slot: &Slot) -> bool {
-        self.g.table.remove(slot)
+        KeyIndex::remove(&mut *self.g, slot)
     }
 }
 
@@ -858,7 +866,7 @@ struct Inner {
     segs: ArcSwap<SegTable>,
     segs_raw: std::sync::atomic::AtomicPtr<SegTable>,
     segs_update: Mutex<()>,
-    /// Segment tables and maps replaced while a reader under a shard lock may still be
+    /// Segment tables and maps replaced while a reader inside a shard may still be
     /// looking at them through a plain pointer (`segs_locked`, `Published::peek`); freed by
     /// `reclaim`.
     retired: Retired,
@@ -1430,12 +1438,7 @@ impl Inner {
                 let c = &stripe.0[i];
                 let mut spins = 0u32;
                 while c.inside.load(Ordering::SeqCst) != 0 {
-                    spins += 1;
-                    if spins < 64 {
-                        std::hint::spin_loop();
-                    } else {
-                        std::thread::yield_now();
-                    }
+                    index::back_off(&mut spins);
                 }
                 maxseq = maxseq.max(c.maxseq.swap(0, Ordering::AcqRel));
                 delta += c.delta.swap(0, Ordering::AcqRel);
@@ -1531,20 +1534,8 @@ impl Inner {
             f.gave(seq);
         }
         f.run.as_mut().expect("locked").set_seq(seq);
-        let found = if f.cands(tag).next().is_some() {
-            self.find(&f, tag, key, Want::Slot)
-        } else {
-            Ok(None) // a new key: no record with its tag
-        };
-        let old = match &found {
-            Ok(Some(f)) => Some((f.slot, f.len)),
-            _ => None,
-        };
-        if let Some((o, len)) = old {
-            let mut tail = self.tails[lane].0.lock();
-            self.note_live(&mut tail, o.seg, -(len as i64));
-        }
-        self.point(&mut f, tag, old.map(|o| o.0), seg, off);
+        let candidates = f.cands(tag).next().is_some();
+        let found = self.point_appended(&mut f, tag, key, lane, (seg, off), candidates);
         Some(found.map(|_| Meta {
             flags,
             expires,
@@ -1616,7 +1607,8 @@ impl Inner {
         Some(Ok(Some(found)))
     }
 
-    /// A record just written to lane `lane` by `write_put` (counted live) is dead.
+    /// A record counted live (by `write_put` to lane `lane`, or long ago) is dead: note it in
+    /// the lane.
     fn dead_record(&self, lane: usize, seg: u32, len: usize) {
         let mut tail = self.tails[lane].0.lock();
         self.note_live(&mut tail, seg, -(len as i64));
@@ -1652,13 +1644,8 @@ impl Inner {
     /// Whether shard `shard`, whose table is `table`, is past its load limit by the counts of
     /// every stripe (called inside the shard in fast mode, where the table's own count lags).
     fn fast_wants_growth(&self, shard: usize, table: &Table) -> bool {
-        let d: i64 = self
-            .brl
-            .stripes
-            .iter()
-            .map(|s| s.0[shard].delta.load(Ordering::Relaxed))
-            .sum();
-        (table.len() as i64 + d) as f64 > table.capacity() as f64 * table.max_load()
+        let n = table.len() as i64 + self.brl.delta(shard);
+        n as f64 > table.capacity() as f64 * table.max_load()
     }
 
     /// Grow shard `i`'s table if it is past its load limit: the new array is made without
@@ -1671,6 +1658,12 @@ impl Inner {
             }
             g.table.grow_cap()
         };
+        self.grow_to(i, nb);
+    }
+
+    /// Make an array of `nb` buckets without any lock and install it as shard `i`'s next
+    /// (unless another writer grew the table first).
+    fn grow_to(&self, i: usize, nb: usize) {
         let spare = index::Spare::new(nb);
         let mut g = self.excl(i);
         let unused = g.table.grow_into(spare);
@@ -1687,19 +1680,19 @@ impl Inner {
     #[inline]
     fn unlock(&self, i: usize, mut tbl: Excl<'_>) {
         let retired = tbl.table.take_retired();
-        let grow = tbl.table.wants_growth();
+        let grow = tbl.table.wants_growth().then(|| tbl.table.grow_cap());
         self.note_table(i, &tbl.table);
         drop(tbl);
         drop(retired);
-        if grow {
-            self.grow(i);
+        if let Some(nb) = grow {
+            self.grow_to(i, nb);
         }
     }
 
     /// Start fetching the header and key of the record `slot` points at (a shard lock held).
     #[inline]
     fn prefetch_record(&self, slot: &Slot) {
-        // SAFETY: the caller holds a shard lock.
+        // SAFETY: the caller is inside a shard (see `segs_locked`).
         let segs = unsafe { self.segs_locked() };
         if let Some(seg) = segs.get(slot.seg) {
             // SAFETY: as above.
@@ -1782,12 +1775,13 @@ impl Inner {
     /// The segment table, by a plain pointer load (no `ArcSwap` guard: this is on every read).
     ///
     /// # Safety
-    /// The caller holds a shard lock while it uses the table, or no other thread can be
-    /// reclaiming (see `Published::peek` and `reclaim`).
+    /// The caller is inside a shard while it uses the table (its lock held, or counted in
+    /// while it is fast: `Brl`), or no other thread can be reclaiming (see `Published::peek`
+    /// and `reclaim`).
     #[inline]
     unsafe fn segs_locked(&self) -> &SegTable {
         // SAFETY: `segs_raw` always points at the table `segs` holds or at a replaced one in
-        // `retired`, which `reclaim` frees only after taking every shard lock once.
+        // `retired`, which `reclaim` frees only after holding every shard exclusively once.
         unsafe { &*self.segs_raw.load(Ordering::Acquire) }
     }
 
@@ -1803,9 +1797,10 @@ impl Inner {
     }
 
     /// Free what was retired before this call once no reader can be looking at it: a reader
-    /// peeks only under a shard lock, so after every shard lock has been taken once, each
-    /// reader that saw a retired pointer has finished. Must be called with no shard or lane
-    /// lock held.
+    /// peeks only inside a shard (its lock held, or counted in while it is fast), so after
+    /// every shard has been held exclusively once (`excl`, which waits for the threads
+    /// inside), each reader that saw a retired pointer has finished. Must be called with no
+    /// shard or lane lock held.
     fn reclaim(&self) {
         if self.retired.is_empty() {
             return;
@@ -1820,7 +1815,7 @@ impl Inner {
     /// Call `f` with the segment and the complete record at (`seg_id`, `off`): its header
     /// parsed and within it, its checksum not verified (`with_record`, `with_key_record`).
     /// From the map when it is there (no copy), else copied into the thread's buffer. The
-    /// caller holds a shard lock.
+    /// caller is inside a shard.
     fn with_raw_record<R>(
         &self,
         seg_id: u32,
@@ -1828,7 +1823,7 @@ impl Inner {
         whole: bool,
         f: impl FnOnce(&Segment, &Header, &[u8]) -> Result<R>,
     ) -> Result<R> {
-        // SAFETY: every caller holds a shard lock (this reads the records a shard's table
+        // SAFETY: every caller is inside a shard (this reads the records a shard's table
         // points at).
         let segs = unsafe { self.segs_locked() };
         let seg = segs
@@ -2009,7 +2004,7 @@ impl Inner {
     ) -> Result<Option<Option<Found>>> {
         let own = &tail.seg;
         let flushed = own.flushed();
-        // SAFETY: the caller holds a shard lock.
+        // SAFETY: the caller is inside a shard (see `segs_locked`).
         let segs = unsafe { self.segs_locked() };
         for slot in tbl.cands(tag) {
             let off = slot.off as u64;
@@ -2547,6 +2542,29 @@ impl Inner {
         if !small {
             candidates = tbl.cands(tag).next().is_some();
         }
+        let found = self.point_appended(tbl, tag, key, lane, (seg, off), candidates);
+        found.map(|_| Meta {
+            flags,
+            expires,
+            version: seq,
+        })
+    }
+
+    /// The end of a put that appended its record (at `at`, in lane `lane`) before looking:
+    /// find the record it replaces (only when some slot has its tag: `candidates`), count that
+    /// one dead, and point the key at the new record. The key is pointed at it even when the
+    /// old record cannot be read (the error is returned), so that the index agrees with the
+    /// log.
+    #[allow(clippy::too_many_arguments)]
+    fn point_appended(
+        &self,
+        tbl: &mut impl KeyIndex,
+        tag: u32,
+        key: &[u8],
+        lane: usize,
+        at: (u32, u64),
+        candidates: bool,
+    ) -> Result<Option<Found>> {
         let found = if candidates {
             self.find(tbl, tag, key, Want::Slot)
         } else {
@@ -2557,15 +2575,10 @@ impl Inner {
             _ => None,
         };
         if let Some((o, len)) = old {
-            let mut tail = self.tails[lane].0.lock();
-            self.note_live(&mut tail, o.seg, -(len as i64));
+            self.dead_record(lane, o.seg, len);
         }
-        self.point(tbl, tag, old.map(|o| o.0), seg, off);
-        found.map(|_| Meta {
-            flags,
-            expires,
-            version: seq,
-        })
+        self.point(tbl, tag, old.map(|o| o.0), at.0, at.1);
+        found
     }
 
     /// Point `key` (whose old slot, if any, is `old`) at the record at (`seg`, `off`), without
@@ -3589,13 +3602,7 @@ impl Inner {
         (0..NSHARDS)
             .map(|i| {
                 let g = self.shards[i].0.read();
-                let d: i64 = self
-                    .brl
-                    .stripes
-                    .iter()
-                    .map(|s| s.0[i].delta.load(Ordering::Relaxed))
-                    .sum();
-                (g.len() as i64 + d).max(0) as u64
+                (g.len() as i64 + self.brl.delta(i)).max(0) as u64
             })
             .sum()
     }

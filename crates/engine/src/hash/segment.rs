@@ -34,10 +34,11 @@ impl Retired {
 /// A value replaced as a whole (copy on write) and read two ways:
 /// - `load` / `load_full`: an `ArcSwap` guard, safe anywhere;
 /// - `peek`: one plain pointer load, with no atomic read-modify-write or fence, for the hot
-///   paths, which run under a shard lock. A replaced value goes to the database's `Retired`
-///   list and is freed only after every shard lock has been taken once since
-///   (`Inner::reclaim`): a reader that peeked it under some shard lock has released that lock
-///   by then, and a reader that takes a shard lock later sees the new pointer.
+///   paths, which run inside a shard (its lock held, or counted in while it is fast). A
+///   replaced value goes to the database's `Retired` list and is freed only after every shard
+///   has been held exclusively once since (`Inner::reclaim`): a reader that peeked it inside
+///   some shard has left that shard by then, and a reader that enters a shard later sees the
+///   new pointer.
 pub struct Published<T> {
     arc: ArcSwapOption<T>,
     raw: AtomicPtr<T>,
@@ -81,9 +82,9 @@ impl<T: Send + Sync + 'static> Published<T> {
     /// The current value, by a plain load.
     ///
     /// # Safety
-    /// The caller holds a shard lock (read or write) of the database whose `Retired` list
-    /// this value's replacements go to, for as long as it uses the reference; or no other
-    /// thread can be reclaiming (the database is being opened).
+    /// The caller is inside a shard (its lock held, or counted in while it is fast) of the
+    /// database whose `Retired` list this value's replacements go to, for as long as it uses
+    /// the reference; or no other thread can be reclaiming (the database is being opened).
     #[inline]
     pub unsafe fn peek(&self) -> Option<&T> {
         // SAFETY: `raw` is null or points into an `Arc` still held by `arc` or, once
@@ -200,13 +201,13 @@ impl Segment {
     /// zero-copy fast path. `None` when the caller must take the slow path.
     ///
     /// # Safety
-    /// As `Published::peek`: the caller holds a shard lock.
+    /// As `Published::peek`: the caller is inside a shard.
     pub unsafe fn with_mapped<R>(
         &self,
         off: u64,
         f: impl FnOnce(Result<(Header, &[u8])>) -> R,
     ) -> Option<R> {
-        // SAFETY: the caller holds a shard lock.
+        // SAFETY: the caller is inside a shard.
         let m = unsafe { self.map.peek() }?.as_slice();
         let end = (self.flushed() as usize).min(m.len());
         let avail = m.get(off as usize..end)?;
