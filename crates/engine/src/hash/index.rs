@@ -87,7 +87,9 @@ pub const PER: usize = 10;
 
 /// A bucket of the slot array: a word and `PER` slots. The word's bit 0 is the bucket's lock
 /// (taken by `Table::lock_run`, which writers that do not hold the whole table use); the other
-/// bits are the bucket's seq (`Run::seq`). The word sits in the same cache line as the first
+/// bits are the bucket's seq (`Run::seq`). A run that changed a bucket's slots leaves its word
+/// larger than it found it, so the word is also the bucket's version, which lets readers read
+/// its slots without the lock (`Table::snapshot`, a seqlock). The word sits in the same cache line as the first
 /// slots, so that a write moves no line other than the slots' own between writing cores (the
 /// measurement: docs/BENCHMARKS.md, "Two writers: where the locks must live").
 #[repr(C, align(128))]
@@ -211,6 +213,16 @@ impl Slots {
     fn get(&self, p: usize) -> Slot {
         // SAFETY: a valid, aligned slot; plain data. See the type's notes on concurrency.
         unsafe { self.slot_ptr(p).read() }
+    }
+
+    /// `get` racing with writers of the position's bucket: the value may be torn, and is only
+    /// used once the bucket's word shows that no writer was there (`Table::snapshot`).
+    #[inline]
+    fn get_racy(&self, p: usize) -> Slot {
+        // SAFETY: a valid, aligned slot of plain data (any bytes are a valid `Slot`). A
+        // volatile read, as a seqlock's optimistic read must be: the compiler neither assumes
+        // the bytes stable nor elides the read.
+        unsafe { self.slot_ptr(p).read_volatile() }
     }
 
     #[inline]
@@ -344,10 +356,11 @@ impl Default for Table {
     }
 }
 
-/// Home positions of an array of `nb` buckets: all but the overflow area, an eighth of the
-/// buckets (at least 4), which holds runs that spill past the last home position.
+/// Home positions of an array of `nb` buckets: all but the overflow area, 1/32 of the buckets
+/// (at least 4), which holds runs that spill past the last home position (a run that would
+/// leave it makes the table grow).
 fn cap_of(nb: usize) -> usize {
-    (nb - (nb / 8).max(4)) * PER
+    (nb - (nb / 32).max(4)) * PER
 }
 
 #[inline]
@@ -478,18 +491,22 @@ fn lock_word(w: &AtomicU64) {
             && w.compare_exchange_weak(v, v | 1, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
         {
+            // A seqlock writer: a reader that sees any slot written after this sees the word
+            // locked (`Table::snapshot`). Free on x86.
+            std::sync::atomic::fence(Ordering::Release);
             return;
         }
         back_off(&mut spins);
     }
 }
 
-/// Release a bucket lock held by this thread (only the holder changes the word).
+/// Release a bucket lock held by this thread (only the holder changes the word), adding
+/// `add` to its seq.
 #[inline]
-fn unlock_word(w: &AtomicU64) {
+fn unlock_word(w: &AtomicU64, add: u64) {
     let v = w.load(Ordering::Relaxed);
     debug_assert!(v & 1 == 1);
-    w.store(v & !1, Ordering::Release);
+    w.store((v & !1) + (add << 1), Ordering::Release);
 }
 
 /// The buckets of one tag's run, locked: from the bucket of the tag's home position through
@@ -505,6 +522,10 @@ pub struct Run<'a> {
     /// First and last locked buckets.
     first: usize,
     last: usize,
+    /// The home bucket's seq when it was locked.
+    seq0: u64,
+    /// Whether a slot was written.
+    dirty: bool,
 }
 
 impl Run<'_> {
@@ -547,6 +568,7 @@ impl Run<'_> {
         debug_assert_eq!(slot.tag, self.tag);
         let fitted = insert_within(self.slots, self.home, self.end(), slot);
         debug_assert!(fitted, "a locked run ends at an empty position");
+        self.dirty = true;
     }
 
     /// Overwrite slot `old` with `new` (the run's tag). Returns false when `old` is absent.
@@ -556,6 +578,7 @@ impl Run<'_> {
         match position_in(self.slots, self.cap, old) {
             Some(p) => {
                 self.slots.set(p, new);
+                self.dirty = true;
                 true
             }
             None => false,
@@ -569,6 +592,7 @@ impl Run<'_> {
         match position_in(self.slots, self.cap, slot) {
             Some(i) => {
                 remove_at(self.slots, self.cap, i);
+                self.dirty = true;
                 true
             }
             None => false,
@@ -577,12 +601,42 @@ impl Run<'_> {
 }
 
 impl Drop for Run<'_> {
+    /// Unlock the buckets. When a slot was written, each word is left larger than it was
+    /// found (the home bucket's already is when its seq was raised), so that no optimistic
+    /// reader takes what it read meanwhile for a consistent view.
+    #[inline]
     fn drop(&mut self) {
+        let raised = self.seq() != self.seq0;
         for b in self.first..=self.last {
-            unlock_word(self.slots.word(b));
+            let add = self.dirty && !(b == self.first && raised);
+            unlock_word(self.slots.word(b), u64::from(add));
         }
     }
 }
+
+/// The most candidates `Table::snapshot` keeps; a tag with more is read under its locks.
+const SNAP_MAX: usize = 4;
+
+/// The candidates of a tag, read without locks (`Table::snapshot`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Snapshot {
+    slots: [Slot; SNAP_MAX],
+    n: usize,
+}
+
+impl Snapshot {
+    /// The slots whose tag is the snapshot's, in table order.
+    #[inline]
+    pub fn candidates(&self) -> impl Iterator<Item = Slot> + '_ {
+        self.slots[..self.n].iter().copied()
+    }
+}
+
+/// Buckets one snapshot may read (the home bucket and those its run spills into).
+const SNAP_BUCKETS: usize = 4;
+
+/// Tries of `Table::snapshot` before it gives up.
+const SNAP_TRIES: u32 = 8;
 
 impl Table {
     /// A table that holds `n` slots without growing.
@@ -678,9 +732,9 @@ impl Table {
     ///
     /// # Safety
     /// Until the `Run` is dropped, every other thread uses this table only through `lock_run`
-    /// (and the methods of its `Run`), `len`, `capacity`, `memory` and `home_array`; the table
-    /// is not growing (`is_moving` false).
-    #[inline]
+    /// (and the methods of its `Run`), `snapshot`, `len`, `capacity`, `memory` and
+    /// `home_array`; the table is not growing (`is_moving` false).
+    #[inline(always)]
     pub unsafe fn lock_run(&self, tag: u32) -> Option<Run<'_>> {
         debug_assert!(self.moving.is_none());
         let slots = &self.slots;
@@ -700,19 +754,78 @@ impl Table {
                         home,
                         first,
                         last: b,
+                        seq0: slots.word(first).load(Ordering::Relaxed) >> 1,
+                        dirty: false,
                     });
                 }
                 p += 1;
             }
             if b + 1 >= slots.nb {
                 for l in first..=b {
-                    unlock_word(slots.word(l));
+                    unlock_word(slots.word(l), 0);
                 }
                 return None;
             }
             b += 1;
             lock_word(slots.word(b));
         }
+    }
+
+    /// The candidates of `tag` read without taking a lock, as a seqlock reader: the words of
+    /// the buckets read are read before their slots and again after; the slots are taken only
+    /// when no word was locked or changed (`Run` leaves a word it changed slots under larger).
+    /// `None` after `SNAP_TRIES` tries that met writers, or when the tag has more than
+    /// `SNAP_MAX` candidates or its run spans more than `SNAP_BUCKETS` buckets: the caller
+    /// then locks the run.
+    ///
+    /// # Safety
+    /// As for `lock_run`.
+    #[inline]
+    pub unsafe fn snapshot(&self, tag: u32) -> Option<Snapshot> {
+        debug_assert!(self.moving.is_none());
+        let slots = &self.slots;
+        let home = home_in(tag, self.cap);
+        let first = home / PER;
+        let mut spins = 0;
+        'tries: while spins < SNAP_TRIES {
+            let mut words = [0u64; SNAP_BUCKETS];
+            let mut nw = 0;
+            let mut snap = Snapshot::default();
+            let mut p = home;
+            while p < slots.len() {
+                if p == home || p.is_multiple_of(PER) {
+                    if nw == SNAP_BUCKETS {
+                        return None;
+                    }
+                    let w = slots.word(first + nw).load(Ordering::Acquire);
+                    if w & 1 != 0 {
+                        back_off(&mut spins);
+                        continue 'tries;
+                    }
+                    words[nw] = w;
+                    nw += 1;
+                }
+                let s = slots.get_racy(p);
+                if s.is_empty() || s.tag > tag {
+                    break;
+                }
+                if s.tag == tag {
+                    if snap.n == SNAP_MAX {
+                        return None;
+                    }
+                    snap.slots[snap.n] = s;
+                    snap.n += 1;
+                }
+                p += 1;
+            }
+            // Orders the slot reads before the words' second reading (seqlock).
+            std::sync::atomic::fence(Ordering::Acquire);
+            if (0..nw).all(|i| slots.word(first + i).load(Ordering::Relaxed) == words[i]) {
+                return Some(snap);
+            }
+            back_off(&mut spins);
+        }
+        None
     }
 
     /// Overwrite slot `old` with `new` (same tag). Returns false when `old` is absent.
@@ -1273,6 +1386,100 @@ mod tests {
         assert_eq!(t.candidates(u32::MAX).count(), 30_000);
         assert!(t.remove(&slot(u32::MAX, 12_345)));
         assert_eq!(t.len(), 29_999);
+    }
+
+    /// Readers of a snapshot (no lock) race writers that lock runs and shift slots in the
+    /// same buckets: a snapshot that is taken always holds exactly the slots of its tag (none
+    /// missed while a shift passed it, none torn), and writers leave the table sound.
+    #[test]
+    fn snapshots_race_writers_of_the_same_buckets() {
+        use std::sync::atomic::AtomicBool;
+        let t = Table::with_capacity(3300);
+        let mix = |i: u32| i.wrapping_mul(2_654_435_761) ^ (i >> 7);
+        // Stable slots (segment 1), never written; writers churn others (segment 2) among them.
+        let stable: Vec<Slot> = (0..2000).map(|i| slot(mix(i), i)).collect();
+        let mut t = t;
+        for s in &stable {
+            t.insert(*s);
+        }
+        let t = t;
+        let done = AtomicBool::new(false);
+        let (taken, fallbacks) = std::thread::scope(|sc| {
+            let writers: Vec<_> = (0..2u32)
+                .map(|w| {
+                    let t = &t;
+                    sc.spawn(move || {
+                        let mut rng = 0x9e37_79b9_u64 ^ u64::from(w);
+                        let mut present = vec![false; 600];
+                        for _ in 0..3_000_000 {
+                            rng ^= rng << 13;
+                            rng ^= rng >> 7;
+                            rng ^= rng << 17;
+                            let i = (rng % 600) as usize;
+                            let id = 10_000 + w * 1000 + i as u32;
+                            let s = Slot {
+                                tag: mix(id),
+                                seg: 2,
+                                off: id,
+                            };
+                            // SAFETY: every thread uses `t` through `lock_run` and
+                            // `snapshot` only, and it never grows.
+                            let Some(mut run) = (unsafe { t.lock_run(s.tag) }) else {
+                                continue;
+                            };
+                            if present[i] {
+                                assert!(run.remove(&s));
+                            } else {
+                                run.insert(s);
+                            }
+                            present[i] = !present[i];
+                        }
+                    })
+                })
+                .collect();
+            let readers: Vec<_> = (0..2u32)
+                .map(|r| {
+                    let (t, stable, done) = (&t, &stable, &done);
+                    sc.spawn(move || {
+                        let (mut taken, mut fallbacks) = (0u64, 0u64);
+                        let mut i = r as usize;
+                        while !done.load(Ordering::Relaxed) {
+                            let s = stable[i % stable.len()];
+                            i += 7;
+                            // SAFETY: as for the writers.
+                            match unsafe { t.snapshot(s.tag) } {
+                                Some(snap) => {
+                                    let got: Vec<Slot> = snap.candidates().collect();
+                                    assert_eq!(got, vec![s], "snapshot of tag {:#x}", s.tag);
+                                    taken += 1;
+                                }
+                                None => fallbacks += 1,
+                            }
+                        }
+                        (taken, fallbacks)
+                    })
+                })
+                .collect();
+            for w in writers {
+                w.join().unwrap();
+            }
+            done.store(true, Ordering::Relaxed);
+            readers
+                .into_iter()
+                .map(|r| r.join().unwrap())
+                .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+        });
+        assert!(
+            taken > 1000,
+            "{taken} snapshots taken, {fallbacks} fell back"
+        );
+        let mut t = t;
+        let churn = t.iter().filter(|s| s.seg == 2).count() as i64;
+        t.add_len(churn);
+        t.verify().unwrap();
+        for s in &stable {
+            assert!(t.contains(s));
+        }
     }
 
     /// A growth moves every slot once enough writes follow it, then hands the old array

@@ -579,8 +579,31 @@ impl KeyIndex for Excl<'_> {
     }
 }
 
-/// A key's place in a shard for a reader: a locked run, or the shard's `RwLock`.
+/// A fast shard entered, and the candidates of a tag in it read without locking
+/// (`Table::snapshot`). The records they point at stay readable while the thread is inside
+/// the shard, but one may have moved and its segment left the segment table since: a read
+/// through a snapshot that fails is tried again under the run's locks (`with_reader!`).
+struct Snap<'a> {
+    _inside: Fast<'a>,
+    cands: index::Snapshot,
+    table: &'a Table,
+}
+
+impl Cands for Snap<'_> {
+    #[inline]
+    fn cands(&self, _tag: u32) -> impl Iterator<Item = Slot> + '_ {
+        self.cands.candidates()
+    }
+    #[inline]
+    fn small(&self) -> bool {
+        self.table.small()
+    }
+}
+
+/// A key's place in a shard for a reader: its candidates read optimistically, a locked run,
+/// or the shard's `RwLock`.
 enum Reader<'a> {
+    Snap(Snap<'a>),
     Fast(Fast<'a>),
     Shared(parking_lot::RwLockReadGuard<'a, ShardState>),
     Excl(Excl<'a>),
@@ -613,24 +636,39 @@ macro_rules! with_writer {
     };
 }
 
-/// Run `$body` with `$k` bound to a `Reader`'s index view (`&impl Cands`).
+/// Run `$body` (a `Result`) with `$k` bound to the index view (`&impl Cands`) of a reader of
+/// `$tag` in `$shard` (`Inner::reader`). A body that fails on an optimistic view is run again
+/// on a locked one: its error may come of a record that moved meanwhile (`Snap`).
 macro_rules! with_reader {
-    ($r:expr, $k:ident => $body:expr) => {
-        match $r {
-            Reader::Fast(f) => {
-                let $k = &f;
-                $body
-            }
-            Reader::Shared(g) => {
-                let $k: &ShardState = &g;
-                $body
-            }
-            Reader::Excl(g) => {
-                let $k: &ShardState = &g;
-                $body
-            }
+    ($db:expr, $shard:expr, $tag:expr, $k:ident => $body:expr) => {{
+        let mut optimistic = true;
+        loop {
+            let r = match $db.reader($shard, $tag, optimistic) {
+                Reader::Snap(s) => {
+                    let $k = &s;
+                    let r = $body;
+                    if r.is_err() {
+                        optimistic = false;
+                        continue;
+                    }
+                    r
+                }
+                Reader::Fast(f) => {
+                    let $k = &f;
+                    $body
+                }
+                Reader::Shared(g) => {
+                    let $k: &ShardState = &g;
+                    $body
+                }
+                Reader::Excl(g) => {
+                    let $k: &ShardState = &g;
+                    $body
+                }
+            };
+            break r;
         }
-    };
+    }};
 }
 
 /// Where a shard's table array was at its last write (`Table::home_array`), read without the
@@ -1614,9 +1652,23 @@ impl Inner {
         self.note_live(&mut tail, seg, -(len as i64));
     }
 
-    /// A reader's view of the run of `tag` in `shard`.
+    /// A reader's view of the run of `tag` in `shard`: read without locks when `optimistic`
+    /// and the shard is fast (unless writers keep changing it), else locked.
     #[inline]
-    fn reader(&self, shard: usize, tag: u32) -> Reader<'_> {
+    fn reader(&self, shard: usize, tag: u32, optimistic: bool) -> Reader<'_> {
+        if optimistic {
+            if let Some(f) = self.enter(shard) {
+                let table = f.table;
+                // SAFETY: as in `fast`.
+                if let Some(cands) = unsafe { table.snapshot(tag) } {
+                    return Reader::Snap(Snap {
+                        _inside: f,
+                        cands,
+                        table,
+                    });
+                }
+            }
+        }
         loop {
             match self.fast(shard, tag) {
                 Ok(f) => return Reader::Fast(f),
@@ -3869,7 +3921,7 @@ impl DiskHash {
         inner.check_open()?;
         let (shard, tag) = inner.locate(key);
         // Read in place under the shard lock, so compaction cannot move the record meanwhile.
-        let seen = with_reader!(inner.reader(shard, tag), tbl => inner.find_with(tbl, tag, key, |slot, h, rec| {
+        let seen = with_reader!(inner, shard, tag, tbl => inner.find_with(tbl, tag, key, |slot, h, rec| {
             let meta = meta_of(h);
             if meta.expires != 0 && is_expired(meta.expires, now_secs()) {
                 return Ok(false);
@@ -4073,7 +4125,7 @@ impl Store for DiskHash {
     fn get(&self, key: &[u8]) -> Result<Option<Record>> {
         self.inner.check_open()?;
         let (shard, tag) = self.inner.locate(key);
-        let found = with_reader!(self.inner.reader(shard, tag), tbl => {
+        let found = with_reader!(self.inner, shard, tag, tbl => {
             self.inner.find(tbl, tag, key, Want::Value)
         })?;
         Ok(found
@@ -4588,9 +4640,9 @@ impl HashCursor<'_> {
                         seg: id,
                         off: loc_off as u32,
                     };
-                    let live = with_reader!(inner.reader(shard, tag), k => {
-                        k.cands(tag).any(|s| s == here)
-                    });
+                    let live = with_reader!(inner, shard, tag, k => {
+                        Ok::<_, Error>(k.cands(tag).any(|s| s == here))
+                    })?;
                     if live {
                         collected.push((
                             key.to_vec(),
