@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The seed-004 bulk load: N records averaging 140 bytes (key + value) through the memcached
+# The seed-004 bulk load: N records (15-byte keys, values of 100-180 bytes, 140 on average)
+# through the memcached
 # text protocol into an on-disk .kh served by `kura serve`, then every one read back and
 # compared; the server is restarted in between (like the original test, to start cold).
 # Prints elapsed times, the server's peak RSS and the file size. Bounded by N.

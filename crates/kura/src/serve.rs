@@ -44,7 +44,8 @@ pub struct ServeArgs {
     /// Append log lines to this file (reopened on SIGHUP) instead of stderr.
     #[arg(long)]
     log: Option<PathBuf>,
-    /// Detach from the terminal and run in the background.
+    /// Detach from the terminal and run in the background. Returns once the server listens;
+    /// exits 2 with the reason when it cannot start (database, port).
     #[arg(long)]
     daemon: bool,
     /// Refuse these operations on every protocol: a comma-separated list of Tyrant command
@@ -167,6 +168,75 @@ fn raise_fd_limit(max_connections: usize, log: &Log) {
     }
 }
 
+/// What a daemon tells its parent once it listens (anything else is why it failed).
+const READY: &str = "ready";
+
+/// The detached child of `--daemon`, holding the pipe its parent waits on.
+struct Daemon(std::fs::File);
+
+impl Daemon {
+    /// Fork. The parent waits until the child reports (`report`) that it listens, or why it
+    /// could not start, or dies, and exits: 0 once the server is ready, else 2 with the
+    /// reason on stderr. So `kura serve --daemon` fails like `kura serve` when the database
+    /// cannot be opened or the port is taken. The child starts a new session, keeps the
+    /// working directory (relative database paths stay valid), and gets /dev/null as stdin,
+    /// stdout and stderr.
+    fn detach() -> std::io::Result<Daemon> {
+        use std::io::Read;
+        use std::os::fd::{AsRawFd, FromRawFd};
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two new descriptors into the array.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: the descriptors were just made and are owned by nothing else.
+        let (r, w) = unsafe {
+            (
+                std::fs::File::from_raw_fd(fds[0]),
+                std::fs::File::from_raw_fd(fds[1]),
+            )
+        };
+        // SAFETY: no thread has been started yet, so the child may go on running anything.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if pid > 0 {
+            drop(w);
+            let mut msg = String::new();
+            let _ = (&r).read_to_string(&mut msg);
+            if msg == READY {
+                std::process::exit(0);
+            }
+            if msg.is_empty() {
+                eprintln!("kura: the server stopped before it was ready");
+            } else {
+                eprintln!("kura: {msg}");
+            }
+            std::process::exit(2);
+        }
+        drop(r);
+        let null = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")?;
+        // SAFETY: plain system calls on descriptors this process owns.
+        unsafe {
+            libc::setsid();
+            for fd in 0..3 {
+                libc::dup2(null.as_raw_fd(), fd);
+            }
+        }
+        Ok(Daemon(w))
+    }
+
+    /// Tell the waiting parent `msg` (`READY`, or why the server did not start) and let it go.
+    fn report(self, msg: &str) {
+        use std::io::Write;
+        let _ = (&self.0).write_all(msg.as_bytes());
+    }
+}
+
 pub fn run(a: ServeArgs) -> ExitCode {
     let mask = match command_mask(&a) {
         Ok(m) => m,
@@ -175,23 +245,31 @@ pub fn run(a: ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let mut daemon = None;
     if a.daemon {
-        // SAFETY: no thread has been started yet; daemon(3) forks and detaches. The working
-        // directory is kept so that relative database paths stay valid.
-        if unsafe { libc::daemon(1, 0) } != 0 {
-            eprintln!(
-                "kura: cannot run in the background: {}",
-                std::io::Error::last_os_error()
-            );
-            return ExitCode::from(2);
+        match Daemon::detach() {
+            Ok(d) => daemon = Some(d),
+            Err(e) => {
+                eprintln!("kura: cannot run in the background: {e}");
+                return ExitCode::from(2);
+            }
         }
     }
+    // A failure before the server is ready: logged, and told to the waiting parent of a
+    // daemon (which prints it and exits non-zero).
+    let fail = |log: Option<&Log>, daemon: Option<Daemon>, msg: String| {
+        match log {
+            Some(l) => l.line(&msg),
+            None => eprintln!("kura: {msg}"),
+        }
+        if let Some(d) = daemon {
+            d.report(&msg);
+        }
+        ExitCode::from(2)
+    };
     let log = match Log::open(a.log.clone()) {
         Ok(l) => Arc::new(l),
-        Err(e) => {
-            eprintln!("kura: cannot open the log file: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return fail(None, daemon, format!("cannot open the log file: {e}")),
     };
     // SAFETY: the handlers only store to atomics, which is async-signal-safe.
     unsafe {
@@ -213,10 +291,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
     // Open (and recover) the database before listening.
     let store = match kura_engine::open(&a.name) {
         Ok(s) => s,
-        Err(e) => {
-            log.line(&format!("cannot open {}: {e}", a.name));
-            return ExitCode::from(2);
-        }
+        Err(e) => return fail(Some(&log), daemon, format!("cannot open {}: {e}", a.name)),
     };
     let mut listeners = Vec::new();
     for port in std::iter::once(a.port).chain(a.memcached_port) {
@@ -228,9 +303,9 @@ pub fn run(a: ServeArgs) -> ExitCode {
                 listeners.push(l);
             }
             Err(e) => {
-                log.line(&format!("cannot listen on {}:{port}: {e}", a.host));
                 let _ = store.close();
-                return ExitCode::from(2);
+                let msg = format!("cannot listen on {}:{port}: {e}", a.host);
+                return fail(Some(&log), daemon, msg);
             }
         }
     }
@@ -238,6 +313,9 @@ pub fn run(a: ServeArgs) -> ExitCode {
         if let Err(e) = std::fs::write(p, format!("{}\n", std::process::id())) {
             log.line(&format!("cannot write the pid file {}: {e}", p.display()));
         }
+    }
+    if let Some(d) = daemon {
+        d.report(READY);
     }
     let threads = a
         .threads

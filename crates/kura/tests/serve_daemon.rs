@@ -118,3 +118,43 @@ fn daemon_writes_pid_and_log_reopens_the_log_on_sighup_and_stops_cleanly() {
     });
     assert_eq!(out.stdout, b"hi");
 }
+
+/// `--daemon` returns only once the server is ready, so it fails as `kura serve` does: a
+/// database that cannot be opened, or a port already taken, is an exit status of 2 with the
+/// reason on stderr, and no server is left behind.
+#[test]
+fn daemon_that_cannot_start_fails_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_kura"))
+            .arg("serve")
+            .args(args)
+            .arg("--daemon")
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let bad_db = daemon(&["/proc/no/such/x.kh", "--port", "0"]);
+    assert_eq!(bad_db.status.code(), Some(2), "{bad_db:?}");
+    let err = String::from_utf8_lossy(&bad_db.stderr);
+    assert!(err.contains("cannot open /proc/no/such/x.kh"), "{err}");
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let busy = daemon(&["b.kh", "--port", &port, "--pid", "b.pid"]);
+    assert_eq!(busy.status.code(), Some(2), "{busy:?}");
+    let err = String::from_utf8_lossy(&busy.stderr);
+    assert!(
+        err.contains(&format!("cannot listen on 127.0.0.1:{port}")),
+        "{err}"
+    );
+    assert!(!dir.path().join("b.pid").exists());
+    // The failed daemon closed the database: it opens at once.
+    let out = Command::new(env!("CARGO_BIN_EXE_kura"))
+        .args(["db", "inform", "b.kh"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}

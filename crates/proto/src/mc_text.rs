@@ -236,6 +236,10 @@ fn parse_i64(t: &[u8]) -> Option<i64> {
 /// key or a block over the limit is refused and the whole block skipped (memcached does the
 /// same, so the block is not taken for commands); a block not followed by `\r\n` is a bad
 /// data chunk (memcached answers and goes on reading after the announced bytes).
+/// The largest data length a command line may announce (memcached's `INT_MAX - 2`); a larger
+/// one is an error of the line itself, and no block is skipped.
+const MAX_LENGTH_FIELD: i64 = i32::MAX as i64 - 2;
+
 fn data_block<'a>(
     buf: &'a [u8],
     line_len: usize,
@@ -365,8 +369,10 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<Request<'a>>
             } else {
                 0
             };
-            if bytes < 0 {
-                return client("bad data chunk");
+            // As memcached: a length outside 0..=INT_MAX-2 is a malformed line (nothing is
+            // skipped), not a block too large to store.
+            if !(0..=MAX_LENGTH_FIELD).contains(&bytes) {
+                return client("bad command line format");
             }
             let Some((data, consumed)) = data_block(buf, line_len, key, bytes as u64, limits)?
             else {
@@ -472,7 +478,7 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<Request<'a>>
             let (Some(key), Some(len)) = (toks.next(), toks.next()) else {
                 return client("bad command line format");
             };
-            let Some(bytes) = parse_u64(len) else {
+            let Some(bytes) = parse_u64(len).filter(|&b| b <= MAX_LENGTH_FIELD as u64) else {
                 return client("bad data chunk");
             };
             let start = len.as_ptr() as usize - line.as_ptr() as usize + len.len();
@@ -748,6 +754,25 @@ mod tests {
             (e.kind.clone(), e.consumed, e.close),
             (ErrorKind::TooLarge, 19 + 2_000_002, false)
         );
+        // A length field memcached cannot hold (above INT_MAX - 2, or negative): an error of
+        // the line alone, nothing skipped, as memcached does.
+        for line in [
+            &b"set k 0 0 4294967296\r\n"[..],
+            b"set k 0 0 2147483646\r\n",
+            b"cas k 0 0 -1 5\r\n",
+        ] {
+            let e = err(line);
+            assert_eq!(
+                (e.kind, e.consumed),
+                (ErrorKind::Client("bad command line format"), line.len())
+            );
+        }
+        let e = err(b"ms k 4294967296\r\n");
+        assert_eq!(
+            (e.kind, e.consumed),
+            (ErrorKind::Client("bad data chunk"), 17)
+        );
+        assert_eq!(err(b"set k 0 0 2147483645\r\n").kind, ErrorKind::TooLarge);
         // Bad data chunk: the line and the announced bytes are consumed.
         let e = err(b"set k 0 0 1\r\nabc\r\n");
         assert_eq!((e.kind, e.consumed), (ErrorKind::BadDataChunk, 14));
