@@ -340,6 +340,8 @@ pub fn run(a: ServeArgs) -> ExitCode {
     shared.mask = mask;
     shared.db_name = a.name.clone();
     shared.port = port;
+    shared.threads = threads;
+    shared.max_connections = a.max_connections;
     shared.sid = a.sid.unwrap_or(u32::from(port).max(1));
     let shared = Arc::new(shared);
     let stop = Arc::new(AtomicBool::new(false));

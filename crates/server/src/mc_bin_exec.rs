@@ -284,8 +284,15 @@ fn run(
         op::VERBOSITY => ok(out, 0),
         op::STAT => {
             let group = (!req.key.is_empty()).then_some(req.key);
-            if group == Some(b"reset".as_slice()) {
-                shared.reset_stats(); // then only the terminating packet, as memcached
+            match group {
+                None | Some(b"settings" | b"items" | b"slabs" | b"sizes" | b"conns") => {}
+                // then only the terminating packet, as memcached
+                Some(b"reset") => shared.reset_stats(),
+                // An unknown group: "Not found", as memcached answers it.
+                Some(_) => {
+                    fail(out, status::KEY_NOT_FOUND);
+                    return Ok(());
+                }
             }
             for (name, value) in stat_pairs(store, shared, group, now) {
                 encode_response(
@@ -512,5 +519,11 @@ mod tests {
         );
         assert_eq!(r[n - 2].6, crate::mc_exec::VERSION.as_bytes());
         assert_eq!(r[n - 1].0, op::QUIT, "nothing is answered after quit");
+        // A group memcached does not know: "Not found", and only that; a known one: pairs.
+        let mut input = packet(op::STAT, 5, 0, &[], b"bogus", b"");
+        input.extend(packet(op::STAT, 6, 0, &[], b"settings", b""));
+        let r = run_all(&*db, &sh, &input);
+        assert_eq!(r[0].1, status::KEY_NOT_FOUND);
+        assert!(r[1..].iter().any(|p| p.5 == b"item_size_max"));
     }
 }

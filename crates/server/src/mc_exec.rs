@@ -45,6 +45,14 @@ pub struct Shared {
     pub touch_misses: Counter,
     pub curr_connections: AtomicU64,
     pub total_connections: AtomicU64,
+    /// Connections refused at `max_connections`.
+    pub rejected_connections: AtomicU64,
+    /// Bytes read from and written to clients.
+    pub bytes_read: Counter,
+    pub bytes_written: Counter,
+    /// Worker threads and the connection limit (for `stats` and `stats settings`).
+    pub threads: usize,
+    pub max_connections: usize,
     pub max_item_size: u64,
     /// A pending `flush_all <delay>`: the unix time at which every record goes (0 = none).
     pub flush_at: AtomicU64,
@@ -91,6 +99,11 @@ impl Shared {
             touch_misses: Counter::new(),
             curr_connections: z(),
             total_connections: z(),
+            rejected_connections: z(),
+            bytes_read: Counter::new(),
+            bytes_written: Counter::new(),
+            threads: 0,
+            max_connections: 0,
             max_item_size,
             flush_at: z(),
             mask: Mask::NONE,
@@ -124,6 +137,8 @@ impl Shared {
             &self.cas_badval,
             &self.touch_hits,
             &self.touch_misses,
+            &self.bytes_read,
+            &self.bytes_written,
         ] {
             c.reset();
         }
@@ -1101,6 +1116,16 @@ fn stats(store: &dyn Store, shared: &Shared, group: Option<&[u8]>, now: u64, out
     }
 }
 
+/// The process's user and system CPU time, as memcached prints them (`seconds.micros`).
+fn rusage() -> (String, String) {
+    // SAFETY: getrusage fills the zeroed struct it is given.
+    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF is always valid.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut r) };
+    let t = |v: libc::timeval| format!("{}.{:06}", v.tv_sec, v.tv_usec);
+    (t(r.ru_utime), t(r.ru_stime))
+}
+
 /// The statistics of a `stats [group]` request, as (name, value) pairs.
 pub fn stat_pairs(
     store: &dyn Store,
@@ -1118,8 +1143,16 @@ pub fn stat_pairs(
             s("time", &now);
             s("version", &shared.version);
             s("pointer_size", &(8 * std::mem::size_of::<usize>()));
+            let (user, system) = rusage();
+            s("rusage_user", &user);
+            s("rusage_system", &system);
+            s("max_connections", &shared.max_connections);
             s("curr_connections", &shared.curr_connections.load(Relaxed));
             s("total_connections", &shared.total_connections.load(Relaxed));
+            s(
+                "rejected_connections",
+                &shared.rejected_connections.load(Relaxed),
+            );
             s("cmd_get", &c(&shared.cmd_get));
             s("cmd_set", &c(&shared.cmd_set));
             s("cmd_flush", &c(&shared.cmd_flush));
@@ -1137,6 +1170,9 @@ pub fn stat_pairs(
             s("cas_badval", &c(&shared.cas_badval));
             s("touch_hits", &c(&shared.touch_hits));
             s("touch_misses", &c(&shared.touch_misses));
+            s("bytes_read", &c(&shared.bytes_read));
+            s("bytes_written", &c(&shared.bytes_written));
+            s("threads", &shared.threads);
             s("curr_items", &store.count());
             s("bytes", &store.size());
             for (name, x) in store.counters() {
@@ -1144,6 +1180,9 @@ pub fn stat_pairs(
             }
         }
         Some(b"settings") => {
+            s("maxconns", &shared.max_connections);
+            s("tcpport", &shared.port);
+            s("num_threads", &shared.threads);
             s("item_size_max", &shared.max_item_size);
             for (k, x) in store.describe() {
                 s(&format!("db_{k}"), &x);
@@ -1547,8 +1586,21 @@ mod tests {
     #[test]
     fn stats_version_quit_and_errors() {
         let db = kura_engine::open("*").unwrap();
-        let sh = Shared::new(0, 1 << 20);
+        let mut sh = Shared::new(0, 1 << 20);
+        (sh.threads, sh.max_connections, sh.port) = (3, 77, 1978);
+        sh.bytes_read.add(5);
         let r = session(&*db, &sh, b"set a 0 0 1\r\nx\r\nget a zz\r\nstats\r\n", 10);
+        for field in [
+            "STAT threads 3\r\n",
+            "STAT max_connections 77\r\n",
+            "STAT bytes_read 5\r\n",
+            "STAT bytes_written 0\r\n",
+            "STAT rejected_connections 0\r\n",
+            "STAT rusage_user ",
+            "STAT rusage_system ",
+        ] {
+            assert!(r.contains(field), "{field} missing: {r}");
+        }
         assert!(
             r.contains("STAT get_hits 1\r\n") && r.contains("STAT get_misses 1\r\n"),
             "{r}"
@@ -1564,6 +1616,13 @@ mod tests {
             10,
         );
         assert!(r.contains("STAT item_size_max 1048576\r\n"), "{r}");
+        for field in [
+            "STAT maxconns 77\r\n",
+            "STAT tcpport 1978\r\n",
+            "STAT num_threads 3\r\n",
+        ] {
+            assert!(r.contains(field), "{field} missing: {r}");
+        }
         assert!(r.contains("END\r\nEND\r\nVERSION "), "{r}");
         assert!(r.ends_with("OK\r\n"));
         let r = session(&*db, &sh, b"stats reset\r\nget a\r\nstats\r\n", 10);

@@ -291,7 +291,7 @@ fn worker<'s>(
                 if c.ticket == 0 && !kura_engine::durability::pending() {
                     // Nothing of this batch so far waits for a commit: the replies go out now,
                     // not after the rest of the batch (up to 1024 connections) is executed.
-                    let keep = alive && finish(c);
+                    let keep = alive && finish(c, shared);
                     settle(
                         &mut poll, &mut conns, &mut free, idx, keep, nl, shared, mine,
                     )?;
@@ -340,7 +340,7 @@ fn worker<'s>(
                 Some(c) if failed && c.ticket > 0 => false, // a failed sync: drop, not durability
                 Some(c) if alive => {
                     c.ticket = 0;
-                    finish(c)
+                    finish(c, shared)
                 }
                 Some(_) => false,
                 None => continue,
@@ -371,7 +371,7 @@ fn worker<'s>(
         if let Some(c) = conns[i].as_mut() {
             if c.ticket == 0 || durable {
                 let _ = c.sock.set_nodelay(true);
-                let _ = flush(c);
+                let _ = flush(c, shared);
             }
         }
         close(&mut poll, &mut conns, &mut free, i, shared, mine);
@@ -399,6 +399,7 @@ fn accept_all(
             Err(_) => return Ok(()),
         };
         if shared.curr_connections.load(Ordering::Relaxed) as usize >= cfg.max_connections {
+            shared.rejected_connections.fetch_add(1, Ordering::Relaxed);
             let _ = sock.write_all(b"SERVER_ERROR too many open connections\r\n");
             continue; // dropped: closes the socket
         }
@@ -553,6 +554,7 @@ fn read_and_execute<'s>(
         match c.sock.read(scratch) {
             Ok(0) => c.eof = true,
             Ok(n) => {
+                shared.bytes_read.add(n as u64);
                 c.rbuf.extend_from_slice(&scratch[..n]);
                 process(c, store, shared, limits);
                 if n < READ_CHUNK {
@@ -605,8 +607,8 @@ fn settle(
 
 /// Write the replies; false when the connection is finished (the client hung up, or it asked
 /// to close and has everything).
-fn finish(c: &mut Conn<'_>) -> bool {
-    if flush(c).is_err() {
+fn finish(c: &mut Conn<'_>, shared: &Shared) -> bool {
+    if flush(c, shared).is_err() {
         return false;
     }
     let drained = c.out.is_drained();
@@ -830,8 +832,13 @@ impl Wire for Http<'_> {
 }
 
 /// Write pending replies until done or the socket is full.
-fn flush(c: &mut Conn<'_>) -> io::Result<()> {
-    c.out.write_to(&mut c.sock).map(|_| ())
+fn flush(c: &mut Conn<'_>, shared: &Shared) -> io::Result<()> {
+    let before = c.out.pending();
+    let r = c.out.write_to(&mut c.sock).map(|_| ());
+    shared
+        .bytes_written
+        .add(before.saturating_sub(c.out.pending()) as u64);
+    r
 }
 
 #[cfg(test)]
