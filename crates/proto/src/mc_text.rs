@@ -236,6 +236,39 @@ fn parse_i64(t: &[u8]) -> Option<i64> {
 /// key or a block over the limit is refused and the whole block skipped (memcached does the
 /// same, so the block is not taken for commands); a block not followed by `\r\n` is a bad
 /// data chunk (memcached answers and goes on reading after the announced bytes).
+/// Arguments kept by `Args`: more than any command but `get` takes (which reads its keys
+/// from the line itself).
+const MAX_ARGS: usize = 8;
+
+/// The arguments of a command line, on the stack: decoding a request allocates nothing. A
+/// line with more than `MAX_ARGS` arguments keeps the first `MAX_ARGS`, which is already
+/// too many for every command that uses `Args`, so it is refused just the same.
+struct Args<'a> {
+    v: [&'a [u8]; MAX_ARGS],
+    n: usize,
+}
+
+impl<'a> Args<'a> {
+    fn collect(toks: impl Iterator<Item = &'a [u8]>) -> Args<'a> {
+        let mut a = Args {
+            v: [&[]; MAX_ARGS],
+            n: 0,
+        };
+        for t in toks.take(MAX_ARGS) {
+            a.v[a.n] = t;
+            a.n += 1;
+        }
+        a
+    }
+}
+
+impl<'a> std::ops::Deref for Args<'a> {
+    type Target = [&'a [u8]];
+    fn deref(&self) -> &[&'a [u8]] {
+        &self.v[..self.n]
+    }
+}
+
 /// The largest data length a command line may announce (memcached's `INT_MAX - 2`); a larger
 /// one is an error of the line itself, and no block is skipped.
 const MAX_LENGTH_FIELD: i64 = i32::MAX as i64 - 2;
@@ -298,7 +331,7 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<Request<'a>>
             consumed: line_len,
         })
     };
-    let args: Vec<&[u8]>;
+    let args: Args<'a>;
     match cmd {
         b"get" | b"gets" => {
             let keys = Keys(rest_of(cmd));
@@ -343,7 +376,7 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<Request<'a>>
                 b"prepend" => StoreMode::Prepend,
                 _ => StoreMode::Cas,
             };
-            args = toks.collect();
+            args = Args::collect(toks);
             let need = if mode == StoreMode::Cas { 5 } else { 4 };
             if args.len() < need || args.len() > need + 1 {
                 return Err(DecodeError::new(ErrorKind::UnknownCommand, line_len));
@@ -392,7 +425,7 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<Request<'a>>
             })
         }
         b"delete" => {
-            args = toks.collect();
+            args = Args::collect(toks);
             // `delete <key> [0] [noreply]` (a legacy time argument of 0 is accepted)
             let (key, rest) = match args.split_first() {
                 Some((k, r)) => (*k, r),
@@ -410,7 +443,7 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<Request<'a>>
         }
         b"incr" | b"decr" | b"touch" => {
             // `<cmd> <key> <number> [noreply]`
-            args = toks.collect();
+            args = Args::collect(toks);
             if args.len() < 2 || args.len() > 3 {
                 return Err(DecodeError::new(ErrorKind::UnknownCommand, line_len));
             }
@@ -440,7 +473,7 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<Request<'a>>
             })
         }
         b"flush_all" => {
-            args = toks.collect();
+            args = Args::collect(toks);
             let noreply = args.last().is_some_and(|t| *t == b"noreply");
             let rest = &args[..args.len() - usize::from(noreply)];
             let delay = match rest {
@@ -494,7 +527,7 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<Request<'a>>
         b"version" => done(Request::Version),
         b"quit" => done(Request::Quit),
         b"verbosity" => {
-            args = toks.collect();
+            args = Args::collect(toks);
             let noreply = args.last().is_some_and(|t| *t == b"noreply");
             let rest = &args[..args.len() - usize::from(noreply)];
             match rest {
