@@ -6,7 +6,7 @@ mod common;
 use common::Server;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 fn roundtrip(s: &mut TcpStream, send: &[u8], expect: &str) {
@@ -266,9 +266,9 @@ fn idle_floods_slow_clients_and_huge_lines_do_not_starve_others() {
         (r.rlim_cur as usize).saturating_sub(500)
     };
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kura"))
-        .args([
-            "serve",
+    let (srv, _) = Server::start_args(
+        dir.path(),
+        &[
             "*",
             "--port",
             "0",
@@ -276,20 +276,9 @@ fn idle_floods_slow_clients_and_huge_lines_do_not_starve_others() {
             "2",
             "--max-connections",
             "20000",
-        ])
-        .current_dir(dir.path())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = loop {
-        let l = lines.next().unwrap().unwrap();
-        if let Some(rest) = l.split("listening on ").nth(1) {
-            break rest.split_whitespace().next().unwrap().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    let srv = Server { child, addr };
+        ],
+        1,
+    );
     let before = rss_kb(srv.child.id());
     let idle: Vec<TcpStream> = (0..n)
         .map(|_| TcpStream::connect(&srv.addr).unwrap())
@@ -452,4 +441,78 @@ fn connection_limit_and_traffic_stats() {
     assert_eq!((num("max_connections"), num("maxconns")), (2, 2));
     assert_eq!(stats["tcpport"], common::port_of(&srv.addr));
     assert!(stats["rusage_user"].contains('.'), "{stats:?}");
+}
+
+/// The options a plain `kura serve` run relies on, together: no database name (the default
+/// `casket.kh` in the working directory), `--memcached-port` (a second listener on the same
+/// database), `--max-item-size` above 1 MiB, `--timeout` (idle connections closed), SIGINT
+/// (a clean stop that keeps the data).
+#[test]
+fn default_database_second_port_item_size_timeout_and_sigint() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--port",
+        "0",
+        "--memcached-port",
+        "0",
+        "--host",
+        "127.0.0.1",
+        "--threads",
+        "2",
+        "--max-item-size",
+        "2m",
+        "--timeout",
+        "1",
+    ];
+    let (mut srv, addrs) = Server::start_args(dir.path(), &args, 2);
+    let connect = |addr: &str| {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    };
+    let (mut a, mut b) = (connect(&addrs[0]), connect(&addrs[1]));
+    // 1.5 MB fits under 2m; 2.5 MB does not (and its block is skipped).
+    let big = vec![b'q'; 1_500_000];
+    let set =
+        |head: &str, value: &[u8], tail: &str| [head.as_bytes(), value, tail.as_bytes()].concat();
+    roundtrip(
+        &mut a,
+        &set("set big 0 0 1500000\r\n", &big, "\r\n"),
+        "STORED\r\n",
+    );
+    let huge = set(
+        "set huge 0 0 2500000\r\n",
+        &vec![b'z'; 2_500_000],
+        "\r\nget huge\r\n",
+    );
+    let refused = "SERVER_ERROR object too large for cache\r\nEND\r\n";
+    roundtrip(&mut a, &huge, refused);
+    // The second port serves the same database.
+    b.write_all(b"get big\r\n").unwrap();
+    let mut head = String::new();
+    let mut rb = BufReader::new(b.try_clone().unwrap());
+    rb.read_line(&mut head).unwrap();
+    assert_eq!(head, "VALUE big 0 1500000\r\n");
+    let mut got = vec![0u8; 1_500_000 + 7];
+    rb.read_exact(&mut got).unwrap();
+    assert!(got.starts_with(&big) && got.ends_with(b"\r\nEND\r\n"));
+    // --timeout 1: an idle connection is closed within a few seconds.
+    let idle = connect(&addrs[0]);
+    let started = std::time::Instant::now();
+    let mut rest = Vec::new();
+    let n = (&idle).read_to_end(&mut rest).unwrap();
+    assert_eq!(n, 0);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(8),
+        "{waited:?}"
+    );
+    // SIGINT: a clean stop; the record is in casket.kh.
+    assert!(srv.signal(libc::SIGINT).success());
+    let out = Command::new(env!("CARGO_BIN_EXE_kura"))
+        .args(["db", "get", "casket.kh", "big"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.stdout, big);
 }

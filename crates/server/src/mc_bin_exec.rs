@@ -76,7 +76,13 @@ fn run(
         op::GET | op::GETQ | op::GETK | op::GETKQ | op::GAT | op::GATQ | op::GATK | op::GATKQ => {
             let with_key = matches!(opc, op::GETK | op::GETKQ | op::GATK | op::GATKQ);
             let touch = matches!(opc, op::GAT | op::GATQ | op::GATK | op::GATKQ);
-            shared.cmd_get.add(1);
+            // Counted as memcached counts them: a GAT is a touch, not a get.
+            let (hits, misses) = if touch {
+                (&shared.touch_hits, &shared.touch_misses)
+            } else {
+                shared.cmd_get.add(1);
+                (&shared.get_hits, &shared.get_misses)
+            };
             let key: &[u8] = if with_key { req.key } else { &[] };
             // A large value in a segment's mapping is queued by reference, not copied.
             let reply = |out: &mut Out, value: Shown<'_>, meta: Meta| {
@@ -125,9 +131,9 @@ fn run(
                 store.view_shared(req.key, PIN_MIN, &mut |value, meta| reply(out, value, meta))?
             };
             if hit {
-                shared.get_hits.add(1);
+                hits.add(1);
             } else {
-                shared.get_misses.add(1);
+                misses.add(1);
                 if !quiet {
                     encode_response(
                         out,
@@ -424,6 +430,66 @@ mod tests {
             (5, vec![], b"two".to_vec())
         );
         assert_eq!((r[2].0, r[2].2), (op::NOOP, 6));
+    }
+
+    /// GAT / GATQ / GATK, TOUCH (hit, miss, and an expiry in the past), FLUSH with a delay
+    /// then without, VERBOSITY.
+    #[test]
+    fn touch_gat_flush_and_verbosity() {
+        let db = kura_engine::open("*").unwrap();
+        let sh = Shared::new(0, 1 << 20);
+        let exp = |t: u32| t.to_be_bytes().to_vec();
+        let mut input = packet(op::SET, 1, 0, &se(7, 0), b"k", b"val");
+        input.extend(packet(op::GAT, 2, 0, &exp(100), b"k", b""));
+        input.extend(packet(op::GATQ, 3, 0, &exp(100), b"absent", b""));
+        input.extend(packet(op::GATK, 4, 0, &exp(100), b"k", b""));
+        input.extend(packet(op::TOUCH, 5, 0, &exp(200), b"k", b""));
+        input.extend(packet(op::TOUCH, 6, 0, &exp(200), b"absent", b""));
+        input.extend(packet(op::GAT, 7, 0, &[], b"k", b""));
+        input.extend(packet(op::VERBOSITY, 8, 0, &exp(1), b"", b""));
+        input.extend(packet(op::NOOP, 9, 0, &[], b"", b""));
+        let r = run_all(&*db, &sh, &input);
+        let by = |o: u32| r.iter().find(|p| p.2 == o);
+        let gat = by(2).expect("GAT hit answered");
+        assert_eq!(
+            (gat.1, &gat.4[..], &gat.6[..]),
+            (0, &7u32.to_be_bytes()[..], &b"val"[..])
+        );
+        assert!(by(3).is_none(), "a GATQ miss is silent");
+        let gatk = by(4).expect("GATK answered");
+        assert_eq!((&gatk.5[..], &gatk.6[..]), (&b"k"[..], &b"val"[..]));
+        assert_eq!(by(5).expect("TOUCH hit").1, status::OK);
+        assert_eq!(by(6).expect("TOUCH miss").1, status::KEY_NOT_FOUND);
+        assert_eq!(
+            by(7).expect("GAT without extras").1,
+            status::INVALID_ARGUMENTS
+        );
+        assert_eq!(by(8).expect("VERBOSITY").1, status::OK);
+        // As memcached counts them: GATs and TOUCHes are touches, not gets.
+        assert_eq!(
+            (
+                sh.cmd_touch.get(),
+                sh.touch_hits.get(),
+                sh.touch_misses.get()
+            ),
+            (6, 3, 2)
+        );
+        assert_eq!((sh.cmd_get.get(), sh.get_hits.get()), (0, 0));
+        // A touch to a time in the past (an absolute time, over 30 days) expires the item.
+        let mut input = packet(op::TOUCH, 10, 0, &exp(1_000_000_000), b"k", b"");
+        input.extend(packet(op::GET, 11, 0, &[], b"k", b""));
+        let r = run_all(&*db, &sh, &input);
+        assert_eq!((r[0].1, r[1].1), (status::OK, status::KEY_NOT_FOUND));
+        // FLUSH with a delay keeps items until then; FLUSH without removes them at once.
+        let mut input = packet(op::SET, 12, 0, &se(0, 0), b"f", b"1");
+        input.extend(packet(op::FLUSH, 13, 0, &exp(3600), b"", b""));
+        input.extend(packet(op::GET, 14, 0, &[], b"f", b""));
+        input.extend(packet(op::FLUSH, 15, 0, &[], b"", b""));
+        input.extend(packet(op::GET, 16, 0, &[], b"f", b""));
+        let r = run_all(&*db, &sh, &input);
+        let st: Vec<u16> = r.iter().map(|p| p.1).collect();
+        assert_eq!(st, [0, 0, 0, 0, status::KEY_NOT_FOUND]);
+        assert_eq!(&r[2].6, b"1");
     }
 
     #[test]

@@ -19,9 +19,21 @@ impl Server {
 
     /// Start with extra `kura serve` options.
     pub fn start_with(dir: &std::path::Path, name: &str, extra: &[&str]) -> Server {
+        let mut args = vec![name, "--port", "0", "--threads", "2"];
+        args.extend_from_slice(extra);
+        Server::start_args(dir, &args, 1).0
+    }
+
+    /// Start `kura serve ARGS…` and wait for `listeners` "listening on" lines; returns the
+    /// server (its `addr` the first listener's) and every listener's address, in order.
+    pub fn start_args(
+        dir: &std::path::Path,
+        args: &[&str],
+        listeners: usize,
+    ) -> (Server, Vec<String>) {
         let mut child = Command::new(env!("CARGO_BIN_EXE_kura"))
-            .args(["serve", name, "--port", "0", "--threads", "2"])
-            .args(extra)
+            .arg("serve")
+            .args(args)
             .current_dir(dir)
             .stderr(Stdio::piped())
             .stdout(Stdio::null())
@@ -29,18 +41,20 @@ impl Server {
             .expect("start kura serve");
         let stderr = child.stderr.take().expect("stderr");
         let mut lines = BufReader::new(stderr).lines();
-        let addr = loop {
+        let mut addrs = Vec::new();
+        while addrs.len() < listeners {
             let line = lines
                 .next()
                 .expect("kura serve exited before listening")
                 .expect("read stderr");
             if let Some(rest) = line.split("listening on ").nth(1) {
-                break rest.split_whitespace().next().expect("address").to_string();
+                addrs.push(rest.split_whitespace().next().expect("address").to_string());
             }
-        };
+        }
         // Keep draining the log so the server never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        Server { child, addr }
+        let addr = addrs[0].clone();
+        (Server { child, addr }, addrs)
     }
 
     pub fn connect(&self) -> TcpStream {
