@@ -646,11 +646,10 @@ impl Shard {
         Some(rec)
     }
 
-    fn set_expiry(&mut self, i: usize, expires: u64, version: u64) -> Option<Meta> {
+    fn set_expiry(&mut self, i: usize, expires: u64) -> Option<Meta> {
         let r = self.slots.get(i)?;
         let before = r.expires() != 0;
         r.expires.store(expires, Relaxed);
-        r.version.store(version, Relaxed);
         self.expiring =
             (self.expiring + usize::from(expires != 0)).saturating_sub(usize::from(before));
         Some(r.meta())
@@ -916,9 +915,9 @@ impl Store for MemHash {
                     version,
                 })
             }
+            // A touch changes the expiry only: the version stays (as memcached keeps the cas).
             Decision::Touch { expires } if live.is_some() => {
-                let version = sh.next_version(si);
-                live.and_then(|i| sh.set_expiry(i, expires, version))
+                live.and_then(|i| sh.set_expiry(i, expires))
             }
             Decision::Remove => {
                 if let Some(i) = pos {
@@ -1310,11 +1309,10 @@ impl TreeInner {
         Some(rec)
     }
 
-    fn set_expiry(&mut self, key: &[u8], expires: u64, version: u64) -> Option<Meta> {
+    fn set_expiry(&mut self, key: &[u8], expires: u64) -> Option<Meta> {
         let r = self.set.get(key)?;
         let before = r.expires() != 0;
         r.expires.store(expires, Relaxed);
-        r.version.store(version, Relaxed);
         self.expiring =
             (self.expiring + usize::from(expires != 0)).saturating_sub(usize::from(before));
         Some(r.meta())
@@ -1477,10 +1475,8 @@ impl Store for MemTree {
                     version,
                 })
             }
-            Decision::Touch { expires } if live.is_some() => {
-                let version = c.version();
-                t.set_expiry(key, expires, version)
-            }
+            // A touch changes the expiry only: the version stays (as memcached keeps the cas).
+            Decision::Touch { expires } if live.is_some() => t.set_expiry(key, expires),
             Decision::Remove => {
                 if t.remove(c, key).is_some() && live.is_none() {
                     c.reclaimed(1);
@@ -1894,7 +1890,10 @@ mod tests {
             let m = db.put(b"k", b"v").unwrap();
             let t = db.touch(b"k", now + 100).unwrap().unwrap();
             assert_eq!(t.expires, now + 100);
-            assert!(t.version > m.version);
+            // A touch changes no version (memcached keeps the cas); a write does.
+            assert_eq!(t.version, m.version);
+            let w = db.put(b"w", b"v").unwrap();
+            assert!(w.version > m.version);
             assert_eq!(db.get(b"k").unwrap().unwrap().meta, t);
             // Expired records are invisible everywhere.
             db.put_with(b"old", b"v", 0, now - 10).unwrap();

@@ -16,7 +16,8 @@ pub struct Meta {
     pub flags: u32,
     /// Absolute expiration time in unix seconds; 0 = never expires.
     pub expires: u64,
-    /// Changes on every modification of the record; never 0 for a stored record.
+    /// Changes on every write of the record's value or flags (not on a touch, which changes
+    /// only the expiry: memcached keeps the cas there too); never 0 for a stored record.
     pub version: u64,
 }
 

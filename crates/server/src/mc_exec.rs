@@ -970,8 +970,11 @@ fn meta_delete(
             }
             Some(c) => {
                 result = Outcome::Stored(c.meta);
-                // A touch gives the record a new version: memcached's CAS bump.
-                Decision::Touch {
+                // Written again, unchanged but for the expiry, for a new version: memcached's
+                // CAS bump (a touch would keep the version).
+                Decision::Put {
+                    value: c.value.to_vec(),
+                    flags: c.meta.flags,
                     expires: ttl.map_or(c.meta.expires, |t| absolute_expiry(t, now)),
                 }
             }
@@ -1579,6 +1582,36 @@ mod tests {
                 .set(format!("x{i}").as_bytes(), 1, won);
         }
         assert!(t.len() <= ITEM_STATE_SHARDS * ITEM_STATES_PER_SHARD);
+    }
+
+    /// touch, gat and gats keep an item's cas unique, as memcached does: a `cas` with the
+    /// unique read before them still stores.
+    #[test]
+    fn touch_and_gat_keep_the_cas_unique() {
+        for name in ["*", "+"] {
+            let db = kura_engine::open(name).unwrap();
+            let now = kura_engine::store::now_secs();
+            let sh = Shared::new(now, 1 << 20);
+            let r = session(&*db, &sh, b"set k 0 0 1\r\na\r\ngets k\r\n", now);
+            let unique = r
+                .trim_end()
+                .lines()
+                .nth(1)
+                .unwrap()
+                .rsplit(' ')
+                .next()
+                .unwrap();
+            let unique = unique.to_string();
+            let r = session(
+                &*db,
+                &sh,
+                b"touch k 100\r\ngat 200 k\r\ngats 300 k\r\n",
+                now,
+            );
+            assert!(r.contains(&format!("VALUE k 0 1 {unique}\r\n")), "{r}");
+            let cas = format!("cas k 0 0 1 {unique}\r\nb\r\n");
+            assert_eq!(session(&*db, &sh, cas.as_bytes(), 10), "STORED\r\n");
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! Segment file `seg-NNNNNNNN.kd`:
 //! ```text
 //! 0   8  magic "KURASEG1"
-//! 8   4  format version (u32 LE) = SEG_VERSION
+//! 8   4  format version (u32 LE) = SEG_VERSION (SEG_VERSION_MIN.. are read)
 //! 12  4  segment id (u32 LE)
 //! 16  8  salt (u64 LE): seeds every record checksum of this segment
 //! 24  2  lane (u16 LE): the log this segment belongs to
@@ -16,9 +16,9 @@
 //! ```text
 //! 0   4  crc32c (seeded with the segment salt) of every byte after this field
 //! 4   1  bits: 0-1 type (0 put, 1 delete, 2 batch, 3 clear), 2 flags present,
-//!           3 expires present, 4 reserved (0), 5-6 compression code
+//!           3 expires present, 4 version present, 5-6 compression code
 //! 5   ..  put:    varint klen, varint vlen (stored bytes), [varint raw_len if compressed],
-//!                 varint seq, [u32 LE flags], [varint expires], key, value
+//!                 varint seq, [u32 LE flags], [varint expires], [varint version], key, value
 //!         delete: varint klen, varint seq, key
 //!         batch:  varint body_len, varint count, body = `count` complete put/delete records
 //!         clear:  varint clear id, varint lanes (a vanish writes one clear into each of its
@@ -26,14 +26,21 @@
 //! ```
 //! `seq` orders the writes of one shard: every write of a key takes the next number of its
 //! shard (under the shard's lock), so whatever log (lane) a record landed in, recovery applies
-//! a key's records in the order they were made. It is also the record's version; compaction
-//! copies a record with its seq, so moving a record never changes its version.
+//! a key's records in the order they were made. It is also the record's version, unless the
+//! record carries a version of its own: a touch rewrites a record with a new seq (for the
+//! order) but keeps the version it had (a touch changes no cas, as in memcached). Compaction
+//! copies a record with its seq and version, so moving a record never changes its version.
 
 use crate::error::{Error, Result};
 use crate::name::Compression;
 
 pub const SEG_MAGIC: &[u8; 8] = b"KURASEG1";
-pub const SEG_VERSION: u32 = 1;
+/// Written into new segments. Version 2 added the put record's own version (bit 4); this
+/// build reads versions 1 and 2, so older databases open unchanged, while an older build
+/// refuses a version-2 segment with a clear error instead of taking bit 4 for damage.
+pub const SEG_VERSION: u32 = 2;
+/// The oldest segment format this build reads.
+pub const SEG_VERSION_MIN: u32 = 1;
 pub const SEG_HEADER_LEN: usize = 32;
 
 pub const T_PUT: u8 = 0;
@@ -43,10 +50,11 @@ pub const T_CLEAR: u8 = 3;
 
 const B_FLAGS: u8 = 1 << 2;
 const B_EXPIRES: u8 = 1 << 3;
+const B_VERSION: u8 = 1 << 4;
 const COMP_SHIFT: u8 = 5;
 
-/// Longest possible record header: crc + bits + 5 varints of at most 10 bytes + flags.
-pub const MAX_HEADER_LEN: usize = 4 + 1 + 10 * 5 + 4;
+/// Longest possible record header: crc + bits + 6 varints of at most 10 bytes + flags.
+pub const MAX_HEADER_LEN: usize = 4 + 1 + 10 * 6 + 4;
 
 /// What a segment header says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,9 +89,10 @@ pub fn parse_seg_header(h: &[u8]) -> Result<SegInfo> {
         return Err(Error::Corrupt("segment header checksum mismatch".into()));
     }
     let ver = u32::from_le_bytes(h[8..12].try_into().unwrap_or_default());
-    if ver != SEG_VERSION {
+    if !(SEG_VERSION_MIN..=SEG_VERSION).contains(&ver) {
         return Err(Error::Corrupt(format!(
-            "segment format version {ver} is not supported (this build reads {SEG_VERSION})"
+            "segment format version {ver} is not supported (this build reads \
+             {SEG_VERSION_MIN} to {SEG_VERSION})"
         )));
     }
     let info = SegInfo {
@@ -162,7 +171,7 @@ impl HeaderBuf {
 impl Sink for HeaderBuf {
     #[inline]
     fn put(&mut self, b: &[u8]) {
-        // A put header is at most MAX_HEADER_LEN bytes by construction (five varints and the
+        // A put header is at most MAX_HEADER_LEN bytes by construction (six varints and the
         // flags), so this never runs past the array.
         self.b[self.n..self.n + b.len()].copy_from_slice(b);
         self.n += b.len();
@@ -204,6 +213,19 @@ pub struct PutFields {
     pub compression: u8,
     /// Uncompressed length when compressed.
     pub raw_len: u64,
+    /// The record's version when it is not `seq` (0: it is `seq`).
+    pub version: u64,
+}
+
+impl PutFields {
+    /// The record's version: its own, or its seq.
+    pub fn version(&self) -> u64 {
+        if self.version != 0 {
+            self.version
+        } else {
+            self.seq
+        }
+    }
 }
 
 /// Append a put record (crc left zero: see [`seal`]). Returns the record length.
@@ -224,6 +246,9 @@ pub fn encode_put_header(out: &mut impl Sink, klen: usize, vlen: usize, f: &PutF
     if f.expires != 0 {
         bits |= B_EXPIRES;
     }
+    if f.version != 0 {
+        bits |= B_VERSION;
+    }
     out.put(&[0, 0, 0, 0, bits]);
     put_varint(out, klen as u64);
     put_varint(out, vlen as u64);
@@ -236,6 +261,9 @@ pub fn encode_put_header(out: &mut impl Sink, klen: usize, vlen: usize, f: &PutF
     }
     if f.expires != 0 {
         put_varint(out, f.expires);
+    }
+    if f.version != 0 {
+        put_varint(out, f.version);
     }
 }
 
@@ -329,6 +357,9 @@ pub fn parse_header(buf: &[u8]) -> Option<Header> {
             if bits & B_EXPIRES != 0 {
                 h.fields.expires = get_varint(buf, &mut pos)?;
             }
+            if bits & B_VERSION != 0 {
+                h.fields.version = get_varint(buf, &mut pos)?;
+            }
             if h.klen > crate::store::MAX_KEY_LEN || h.vlen > 2 * crate::store::MAX_VALUE_LEN {
                 return None;
             }
@@ -354,7 +385,8 @@ pub fn parse_header(buf: &[u8]) -> Option<Header> {
             h.count = get_varint(buf, &mut pos)?;
         }
     }
-    if bits & !(3 | B_FLAGS | B_EXPIRES | (3 << COMP_SHIFT)) != 0 {
+    let version = if typ == T_PUT { B_VERSION } else { 0 };
+    if bits & !(3 | B_FLAGS | B_EXPIRES | version | (3 << COMP_SHIFT)) != 0 {
         return None;
     }
     h.key_off = pos;
@@ -416,7 +448,18 @@ mod tests {
             seq: 99,
             compression: 0,
             raw_len: 0,
+            version: 0,
         };
+        // A record that carries a version of its own (a touched one) round-trips it.
+        let touched = PutFields { version: 42, ..f };
+        let mut t = Vec::new();
+        encode_put(&mut t, b"key", b"value", &touched);
+        let th = parse_header(&t).unwrap();
+        assert_eq!((th.fields, th.fields.version()), (touched, 42));
+        assert_eq!(
+            parse_header(&t[..t.len() - 5]).unwrap().fields.version(),
+            42
+        );
         let mut v = Vec::new();
         let n = encode_put(&mut v, b"key", b"value", &f);
         assert_eq!(n, v.len());
@@ -429,7 +472,7 @@ mod tests {
         encode_delete(&mut d, b"gone", 77);
         let dh = parse_header(&d).unwrap();
         assert_eq!((dh.typ, dh.fields.seq, dh.klen), (T_DELETE, 77, 4));
-        assert_eq!(h.fields, f);
+        assert_eq!((h.fields, h.fields.version()), (f, 99));
         assert_eq!(&v[h.key_off..h.key_off + h.klen], b"key");
         assert_eq!(&v[h.value_off()..h.len], b"value");
         for i in 0..v.len() {
@@ -468,5 +511,21 @@ mod tests {
             lanes: 4,
         };
         assert_eq!(parse_seg_header(&seg_header(&i)).unwrap(), i);
+        // Format 1 (before records could carry a version) is still read; a later one is not.
+        let with_version = |v: u32| {
+            let mut h = seg_header(&i);
+            h[8..12].copy_from_slice(&v.to_le_bytes());
+            let crc = crc32c::crc32c(&h[0..28]);
+            h[28..32].copy_from_slice(&crc.to_le_bytes());
+            parse_seg_header(&h)
+        };
+        assert_eq!(with_version(1).unwrap(), i);
+        assert!(with_version(0).is_err());
+        assert!(with_version(SEG_VERSION + 1).is_err());
+        // The version bit belongs to puts: a delete carrying it is damage.
+        let mut d = Vec::new();
+        encode_delete(&mut d, b"k", 5);
+        d[4] |= B_VERSION;
+        assert!(parse_header(&d).is_none());
     }
 }

@@ -1550,7 +1550,7 @@ impl Inner {
         let acct = Acct::Lane { old: None };
         let mut seq = f.seq_after(0);
         let (mut seg, mut off, len) =
-            match self.write_put(lane, key, stored, flags, expires, seq, acct) {
+            match self.write_put(lane, key, stored, flags, expires, (seq, 0), acct) {
                 Ok(w) => w,
                 Err(e) => return Some(Err(e)),
             };
@@ -1565,7 +1565,7 @@ impl Inner {
         if behind {
             self.dead_record(lane, seg, len);
             seq = f.seq_after(0);
-            match self.write_put(lane, key, stored, flags, expires, seq, acct) {
+            match self.write_put(lane, key, stored, flags, expires, (seq, 0), acct) {
                 Ok(w) => (seg, off, _) = w,
                 Err(e) => return Some(Err(e)),
             }
@@ -2463,7 +2463,7 @@ impl Inner {
         stored: &Stored<'_>,
         flags: u32,
         expires: u64,
-        seq: u64,
+        (seq, version): (u64, u64),
         acct: Acct,
     ) -> Result<(u32, u64, usize)> {
         let fields = PutFields {
@@ -2472,6 +2472,7 @@ impl Inner {
             seq,
             compression: stored.code,
             raw_len: stored.raw_len,
+            version,
         };
         let hdr = HeaderBuf::put(key.len(), stored.bytes.len(), &fields);
         if expires != 0 {
@@ -2545,17 +2546,21 @@ impl Inner {
         stored: &Stored<'_>,
         flags: u32,
         expires: u64,
+        keep_version: Option<u64>,
     ) -> Result<Meta> {
         let seq = tbl.next_seq(key);
         let acct = Acct::Lane {
             old: old.map(|(o, l)| (o.seg, l)),
         };
-        let (s, o, _) = self.write_put(self.my_lane(), key, stored, flags, expires, seq, acct)?;
+        // A version kept (a touch) is written into the record unless it equals the new seq.
+        let version = keep_version.filter(|&v| v != seq).unwrap_or(0);
+        let lane = self.my_lane();
+        let (s, o, _) = self.write_put(lane, key, stored, flags, expires, (seq, version), acct)?;
         self.point(tbl, tag, old.map(|o| o.0), s, o);
         Ok(Meta {
             flags,
             expires,
-            version: seq,
+            version: keep_version.unwrap_or(seq),
         })
     }
 
@@ -2590,7 +2595,7 @@ impl Inner {
         let seq = tbl.next_seq(key);
         let lane = self.my_lane();
         let acct = Acct::Lane { old: None };
-        let (seg, off, _) = self.write_put(lane, key, stored, flags, expires, seq, acct)?;
+        let (seg, off, _) = self.write_put(lane, key, stored, flags, expires, (seq, 0), acct)?;
         if !small {
             candidates = tbl.cands(tag).next().is_some();
         }
@@ -3467,7 +3472,7 @@ impl Inner {
                 &self.stored_form(&value),
                 h.fields.flags,
                 h.fields.expires,
-                h.fields.seq,
+                (h.fields.seq, h.fields.version),
                 Acct::Caller,
             )?;
             self.set_slot(tbl, tag, Some((here, h.len)), s, o, len);
@@ -3876,7 +3881,7 @@ fn meta_of(h: &Header) -> Meta {
     Meta {
         flags: h.fields.flags,
         expires: h.fields.expires,
-        version: h.fields.seq,
+        version: h.fields.version(),
     }
 }
 
@@ -3973,7 +3978,7 @@ impl DiskHash {
         };
         let stored = inner.stored_form(value);
         let lane = inner.my_lane();
-        let written = inner.write_put(lane, key, &stored, flags, expires, seq, Acct::Large);
+        let written = inner.write_put(lane, key, &stored, flags, expires, (seq, 0), Acct::Large);
         LargePut {
             shard,
             tag,
@@ -4034,14 +4039,18 @@ impl DiskHash {
             } => {
                 check_sizes(key, value.len())?;
                 let stored = inner.stored_form(&value);
-                Some(inner.put_locked(tbl, tag, key, old, &stored, flags, expires)?)
+                Some(inner.put_locked(tbl, tag, key, old, &stored, flags, expires, None)?)
             }
+            // A touch rewrites the record with the new expiry and keeps its version (as
+            // memcached keeps the cas).
             Decision::Touch { expires } => match live {
                 None => return Ok((None, false)),
                 Some(f) => {
                     let stored = inner.stored_form(f.value.as_deref().unwrap_or_default());
-                    let flags = f.meta.flags;
-                    Some(inner.put_locked(tbl, tag, key, old, &stored, flags, expires)?)
+                    let (flags, version) = (f.meta.flags, Some(f.meta.version));
+                    let meta =
+                        inner.put_locked(tbl, tag, key, old, &stored, flags, expires, version);
+                    Some(meta?)
                 }
             },
             Decision::Remove => {
@@ -4250,6 +4259,7 @@ impl Store for DiskHash {
                         seq,
                         compression: stored.code,
                         raw_len: stored.raw_len,
+                        version: 0,
                     };
                     format::encode_put(&mut body, key, &stored.bytes, &fields);
                 }
