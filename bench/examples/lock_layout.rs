@@ -148,6 +148,36 @@ fn put_in(slots: &mut [Slot], seq: &mut u64, tag: u32, lane: &mut Lane, key: &[u
     true
 }
 
+/// A bucket locked by its own word: its lock, and its seq and slots (touched only with the lock
+/// held).
+trait LockedBucket: Sync {
+    fn parts(&self) -> (&AtomicU32, *mut u64, *mut [Slot]);
+}
+
+/// Put into the first bucket from `b` on (`next` gives the one after) with room for `tag`,
+/// locking one bucket at a time.
+#[inline(always)]
+fn put_probing<B: LockedBucket>(
+    buckets: &[B],
+    mut b: usize,
+    next: impl Fn(usize) -> usize,
+    tag: u32,
+    lane: &mut Lane,
+    key: &[u8],
+) {
+    loop {
+        let (lock_word, seq, slots) = buckets[b].parts();
+        lock(lock_word);
+        // SAFETY: the bucket's lock is held.
+        let done = unsafe { put_in(&mut *slots, &mut *seq, tag, lane, key) };
+        lock_word.store(0, Ordering::Release);
+        if done {
+            return;
+        }
+        b = next(b);
+    }
+}
+
 /// A bucket: its lock, its seq and its slots in one cache line.
 #[repr(C, align(64))]
 struct Bucket {
@@ -158,6 +188,13 @@ struct Bucket {
 
 // SAFETY: `seq` and `slots` are only touched with `lock` held.
 unsafe impl Sync for Bucket {}
+
+impl LockedBucket for Bucket {
+    #[inline(always)]
+    fn parts(&self) -> (&AtomicU32, *mut u64, *mut [Slot]) {
+        (&self.lock, self.seq.get(), self.slots.get())
+    }
+}
 
 struct InLine {
     buckets: Vec<Bucket>,
@@ -184,27 +221,9 @@ impl Index for InLine {
 
     #[inline(always)]
     fn put(&self, hash: u64, lane: &mut Lane, key: &[u8]) {
-        let tag = hash as u32 | 1;
-        let mut b = (hash >> 32) as usize & (BUCKETS - 1);
-        loop {
-            let bucket = &self.buckets[b];
-            lock(&bucket.lock);
-            // SAFETY: the bucket's lock is held.
-            let done = unsafe {
-                put_in(
-                    &mut *bucket.slots.get(),
-                    &mut *bucket.seq.get(),
-                    tag,
-                    lane,
-                    key,
-                )
-            };
-            bucket.lock.store(0, Ordering::Release);
-            if done {
-                return;
-            }
-            b = (b + 1) & (BUCKETS - 1);
-        }
+        let b = (hash >> 32) as usize & (BUCKETS - 1);
+        let next = |b: usize| (b + 1) & (BUCKETS - 1);
+        put_probing(&self.buckets, b, next, hash as u32 | 1, lane, key);
     }
 }
 
@@ -330,6 +349,13 @@ struct Bucket2 {
 // SAFETY: `seq` and `slots` are only touched with `lock` held.
 unsafe impl Sync for Bucket2 {}
 
+impl LockedBucket for Bucket2 {
+    #[inline(always)]
+    fn parts(&self) -> (&AtomicU32, *mut u64, *mut [Slot]) {
+        (&self.lock, self.seq.get(), self.slots.get())
+    }
+}
+
 struct InLine2 {
     buckets: Vec<Bucket2>,
 }
@@ -343,28 +369,16 @@ impl Index for InLine2 {
 
     #[inline(always)]
     fn put(&self, hash: u64, lane: &mut Lane, key: &[u8]) {
-        let tag = hash as u32 | 1;
         let n = self.buckets.len();
-        let mut b = (hash >> 32) as usize % n;
-        loop {
-            let bucket = &self.buckets[b];
-            lock(&bucket.lock);
-            // SAFETY: the bucket's lock is held.
-            let done = unsafe {
-                put_in(
-                    &mut *bucket.slots.get(),
-                    &mut *bucket.seq.get(),
-                    tag,
-                    lane,
-                    key,
-                )
-            };
-            bucket.lock.store(0, Ordering::Release);
-            if done {
-                return;
-            }
-            b = (b + 1) % n;
-        }
+        let next = |b: usize| (b + 1) % n;
+        put_probing(
+            &self.buckets,
+            (hash >> 32) as usize % n,
+            next,
+            hash as u32 | 1,
+            lane,
+            key,
+        );
     }
 }
 

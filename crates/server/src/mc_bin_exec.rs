@@ -290,17 +290,20 @@ fn run(
         op::VERBOSITY => ok(out, 0),
         op::STAT => {
             let group = (!req.key.is_empty()).then_some(req.key);
-            match group {
-                None | Some(b"settings" | b"items" | b"slabs" | b"sizes" | b"conns") => {}
-                // then only the terminating packet, as memcached
-                Some(b"reset") => shared.reset_stats(),
-                // An unknown group: "Not found", as memcached answers it.
-                Some(_) => {
-                    fail(out, status::KEY_NOT_FOUND);
-                    return Ok(());
+            let pairs = if group == Some(&b"reset"[..]) {
+                shared.reset_stats(); // then only the terminating packet, as memcached
+                Vec::new()
+            } else {
+                match stat_pairs(store, shared, group, now) {
+                    Some(pairs) => pairs,
+                    // An unknown group: "Not found", as memcached answers it.
+                    None => {
+                        fail(out, status::KEY_NOT_FOUND);
+                        return Ok(());
+                    }
                 }
-            }
-            for (name, value) in stat_pairs(store, shared, group, now) {
+            };
+            for (name, value) in pairs {
                 encode_response(
                     out,
                     opc,

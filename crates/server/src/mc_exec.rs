@@ -1101,19 +1101,20 @@ fn meta_arith(
 }
 
 fn stats(store: &dyn Store, shared: &Shared, group: Option<&[u8]>, now: u64, out: &mut Vec<u8>) {
-    match group {
-        None | Some(b"settings" | b"items" | b"slabs" | b"sizes" | b"conns") => {
-            for (name, value) in stat_pairs(store, shared, group, now) {
+    if group == Some(&b"reset"[..]) {
+        shared.reset_stats();
+        out.extend_from_slice(b"RESET\r\n");
+        return;
+    }
+    match stat_pairs(store, shared, group, now) {
+        Some(pairs) => {
+            for (name, value) in pairs {
                 mc_text::encode_stat(out, &name, &value);
             }
             out.extend_from_slice(reply::END);
         }
-        Some(b"reset") => {
-            shared.reset_stats();
-            out.extend_from_slice(b"RESET\r\n");
-        }
         // Like memcached: an unknown group (`stats noreply` included) is an error.
-        Some(_) => out.extend_from_slice(b"ERROR\r\n"),
+        None => out.extend_from_slice(b"ERROR\r\n"),
     }
 }
 
@@ -1127,13 +1128,14 @@ fn rusage() -> (String, String) {
     (t(r.ru_utime), t(r.ru_stime))
 }
 
-/// The statistics of a `stats [group]` request, as (name, value) pairs.
+/// The statistics of a `stats [group]` request, as (name, value) pairs; `None` for a group
+/// memcached does not know (`reset` is not a group of pairs: the callers handle it).
 pub fn stat_pairs(
     store: &dyn Store,
     shared: &Shared,
     group: Option<&[u8]>,
     now: u64,
-) -> Vec<(String, String)> {
+) -> Option<Vec<(String, String)>> {
     let mut v: Vec<(String, String)> = Vec::new();
     let mut s = |n: &str, x: &dyn std::fmt::Display| v.push((n.to_string(), x.to_string()));
     let c = |a: &Counter| a.get();
@@ -1190,9 +1192,10 @@ pub fn stat_pairs(
             }
         }
         // No slab allocator: the item and slab groups are empty, as on a fresh memcached.
-        Some(_) => {}
+        Some(b"items" | b"slabs" | b"sizes" | b"conns") => {}
+        Some(_) => return None,
     }
-    v
+    Some(v)
 }
 
 #[cfg(test)]

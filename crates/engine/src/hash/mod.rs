@@ -584,9 +584,9 @@ impl KeyIndex for Excl<'_> {
 /// the shard, but one may have moved and its segment left the segment table since: a read
 /// through a snapshot that fails is tried again under the run's locks (`with_reader!`).
 struct Snap<'a> {
-    _inside: Fast<'a>,
+    /// Counted into the shard (no run locked).
+    inside: Fast<'a>,
     cands: index::Snapshot,
-    table: &'a Table,
 }
 
 impl Cands for Snap<'_> {
@@ -596,7 +596,7 @@ impl Cands for Snap<'_> {
     }
     #[inline]
     fn small(&self) -> bool {
-        self.table.small()
+        self.inside.table.small()
     }
 }
 
@@ -1494,12 +1494,20 @@ impl Inner {
     /// the shard exclusively: an insert there grows the table).
     #[inline]
     fn fast(&self, shard: usize, tag: u32) -> std::result::Result<Fast<'_>, bool> {
-        let mut f = self.enter(shard).ok_or(false)?;
+        let f = self.enter(shard).ok_or(false)?;
+        Self::lock_run_in(f, tag).ok_or(true)
+    }
+
+    /// Lock the run of `tag` in a shard entered in fast mode (`enter`); `None` (the shard
+    /// left) when the run reaches the end of the table.
+    #[inline]
+    fn lock_run_in(mut f: Fast<'_>, tag: u32) -> Option<Fast<'_>> {
+        let table = f.table;
         // SAFETY: while the shard is fast, every thread uses its table through `lock_run` or
-        // reads only its count, size and array (`count`, `note_table`); a fast shard's table
-        // is never growing (`Excl` keeps a growing shard slow).
-        f.run = Some(unsafe { f.table.lock_run(tag) }.ok_or(true)?);
-        Ok(f)
+        // `snapshot`, or reads only its count, size and array (`count`, `note_table`); a fast
+        // shard's table is never growing (`Excl` keeps a growing shard slow).
+        f.run = Some(unsafe { table.lock_run(tag) }?);
+        Some(f)
     }
 
     /// Enter shard `shard` in fast mode (no run locked yet); `None` when it is slow.
@@ -1555,7 +1563,7 @@ impl Inner {
                 Err(e) => return Some(Err(e)),
             };
         f.gave(seq);
-        // SAFETY: as in `fast`.
+        // SAFETY: as in `lock_run_in`.
         let Some(run) = (unsafe { f.table.lock_run(tag) }) else {
             self.dead_record(lane, seg, len);
             return None;
@@ -1607,7 +1615,7 @@ impl Inner {
             (seg_id, mark, tail.appended)
         };
         f.gave(seq);
-        // SAFETY: as in `fast`.
+        // SAFETY: as in `lock_run_in`.
         let run = unsafe { f.table.lock_run(tag) }?;
         let behind = run.seq() >= seq;
         let floor = run.seq().max(seq);
@@ -1656,30 +1664,24 @@ impl Inner {
     /// and the shard is fast (unless writers keep changing it), else locked.
     #[inline]
     fn reader(&self, shard: usize, tag: u32, optimistic: bool) -> Reader<'_> {
-        if optimistic {
-            if let Some(f) = self.enter(shard) {
-                let table = f.table;
-                // SAFETY: as in `fast`.
-                if let Some(cands) = unsafe { table.snapshot(tag) } {
-                    return Reader::Snap(Snap {
-                        _inside: f,
-                        cands,
-                        table,
-                    });
-                }
-            }
-        }
         loop {
-            match self.fast(shard, tag) {
-                Ok(f) => return Reader::Fast(f),
-                Err(true) => return Reader::Excl(self.excl(shard)),
-                Err(false) => {
-                    let g = self.shards[shard].0.read();
-                    // Made fast again before the read lock was ours: try again.
-                    if self.brl.slow.0[shard].load(Ordering::Acquire) {
-                        return Reader::Shared(g);
+            if let Some(f) = self.enter(shard) {
+                if optimistic {
+                    // SAFETY: as in `lock_run_in`.
+                    if let Some(cands) = unsafe { f.table.snapshot(tag) } {
+                        return Reader::Snap(Snap { inside: f, cands });
                     }
                 }
+                // Still inside: the run is locked without counting in again.
+                return match Self::lock_run_in(f, tag) {
+                    Some(f) => Reader::Fast(f),
+                    None => Reader::Excl(self.excl(shard)),
+                };
+            }
+            let g = self.shards[shard].0.read();
+            // Made fast again before the read lock was ours: try again.
+            if self.brl.slow.0[shard].load(Ordering::Acquire) {
+                return Reader::Shared(g);
             }
         }
     }
