@@ -22,6 +22,6 @@ pub mod tsv;
 pub use error::{Error, Result};
 pub use name::{open, open_readonly, Compression, Params, SyncMode};
 pub use store::{
-    BatchOp, CheckReport, Current, Cursor, Decision, Kind, Meta, Outcome, Pinned, Record, Shown,
-    Store,
+    BatchOp, CheckReport, Counted, Current, Cursor, Decision, Kind, Meta, Outcome, Pinned, Record,
+    Shown, Store,
 };

@@ -681,11 +681,24 @@ pub trait Store: Send + Sync {
     /// incr / decr: incr wraps around at 2^64, decr stops at 0. `None` when absent;
     /// [`Error::NotNumeric`] when the value is not a decimal number.
     fn incr_decimal(&self, key: &[u8], delta: u64, decr: bool) -> Result<Option<(u64, Meta)>> {
-        let mut result = Ok(None);
+        Ok(match self.incr_decimal_if(key, delta, decr, 0)? {
+            Counted::Done(n, m) => Some((n, m)),
+            Counted::NotFound | Counted::VersionMismatch => None,
+        })
+    }
+
+    /// [`Store::incr_decimal`] that changes the record only while its version is `cas` (0: any
+    /// version), as memcached's binary increment and meta `ma … C<cas>` do.
+    fn incr_decimal_if(&self, key: &[u8], delta: u64, decr: bool, cas: u64) -> Result<Counted> {
+        let mut result = Ok(Counted::NotFound);
         let meta = self.accept(key, &mut |cur| {
             let Some(c) = cur else {
                 return Decision::Keep;
             };
+            if cas != 0 && cas != c.meta.version {
+                result = Ok(Counted::VersionMismatch);
+                return Decision::Keep;
+            }
             let Some(n) = parse_decimal_u64(c.value) else {
                 result = Err(Error::NotNumeric);
                 return Decision::Keep;
@@ -695,15 +708,29 @@ pub trait Store: Send + Sync {
             } else {
                 n.wrapping_add(delta)
             };
-            result = Ok(Some(n));
+            result = Ok(Counted::Done(n, c.meta));
             Decision::Put {
                 value: n.to_string().into_bytes(),
                 flags: c.meta.flags,
                 expires: c.meta.expires,
             }
         })?;
-        Ok(result?.zip(meta))
+        Ok(match (result?, meta) {
+            (Counted::Done(n, _), Some(m)) => Counted::Done(n, m),
+            (Counted::Done(..), None) => Counted::NotFound,
+            (other, _) => other,
+        })
     }
+}
+
+/// What [`Store::incr_decimal_if`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counted {
+    /// The new number, and the record's new metadata.
+    Done(u64, Meta),
+    NotFound,
+    /// The record's version was not the one given.
+    VersionMismatch,
 }
 
 fn stored_or(failed: bool, failure: Outcome, meta: Option<Meta>) -> Outcome {

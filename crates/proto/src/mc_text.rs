@@ -58,6 +58,38 @@ impl<'a> Keys<'a> {
     }
 }
 
+/// The flag letters memcached 1.6 accepts on mg, ms, md and ma (each command ignores those it
+/// has no use for); Kura also takes `b` on md and ma, as later memcached versions do.
+const META_FLAGS: &[u8] = b"bcfhklqstuvCDFIJLMNOPRT";
+
+/// memcached's check of a meta command's flags: every token starts with a known letter, and
+/// none twice. The error text is memcached's: mg and ms tell the two faults apart, md and ma
+/// do not.
+fn check_meta_flags(flags: Keys<'_>, cmd: &[u8]) -> Result<(), &'static str> {
+    let split = matches!(cmd, b"mg" | b"ms");
+    let mut seen = 0u64;
+    for t in flags.iter() {
+        let c = t[0];
+        if !META_FLAGS.contains(&c) {
+            return Err(if split {
+                "invalid flag"
+            } else {
+                "invalid or duplicate flag"
+            });
+        }
+        let bit = 1u64 << (c - b'A');
+        if seen & bit != 0 {
+            return Err(if split {
+                "duplicate flag"
+            } else {
+                "invalid or duplicate flag"
+            });
+        }
+        seen |= bit;
+    }
+    Ok(())
+}
+
 /// One decoded request. Expiration times are as sent (relative up to 30 days, else absolute
 /// unix time, negative = already expired): the executor turns them into absolute times.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -499,6 +531,11 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<Request<'a>>
             }
             let start = key.as_ptr() as usize - line.as_ptr() as usize + key.len();
             let flags = Keys(&line[start..]);
+            if cmd != b"me" {
+                if let Err(m) = check_meta_flags(flags, cmd) {
+                    return client(m);
+                }
+            }
             done(match cmd {
                 b"mg" => Request::MetaGet { key, flags },
                 b"md" => Request::MetaDelete { key, flags },
@@ -519,6 +556,10 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<Request<'a>>
             let Some((data, consumed)) = data_block(buf, line_len, key, bytes, limits)? else {
                 return Ok(Decoded::Incomplete);
             };
+            if let Err(m) = check_meta_flags(flags, cmd) {
+                // The data block goes with the refused line, as in memcached.
+                return Err(DecodeError::new(ErrorKind::Client(m), consumed));
+            }
             Ok(Decoded::Complete {
                 request: Request::MetaSet { key, data, flags },
                 consumed,
@@ -891,6 +932,36 @@ mod tests {
         assert!(matches!(err(b"mg\r\n").kind, ErrorKind::Client(_)));
         assert_eq!(err(b"ms k 2000000\r\n").kind, ErrorKind::TooLarge);
         assert_eq!(decode(b"ms k 3\r\nab", &lim()), Ok(Decoded::Incomplete));
+    }
+
+    #[test]
+    fn meta_flags_are_checked_as_memcached_checks_them() {
+        let client = |m: &'static str| ErrorKind::Client(m);
+        assert_eq!(err(b"mg k v Y\r\n").kind, client("invalid flag"));
+        assert_eq!(err(b"mg k v v\r\n").kind, client("duplicate flag"));
+        assert_eq!(err(b"mg k T1 T2\r\n").kind, client("duplicate flag"));
+        assert_eq!(
+            err(b"md k E1\r\n").kind,
+            client("invalid or duplicate flag")
+        );
+        assert_eq!(
+            err(b"ma k q q\r\n").kind,
+            client("invalid or duplicate flag")
+        );
+        assert_eq!(err(b"mg k 1\r\n").kind, client("invalid flag"));
+        // A refused ms takes its data block with it: the next command is read in sync.
+        let e = err(b"ms k 2 Z\r\nhi\r\nmn\r\n");
+        assert_eq!(
+            (e.kind, e.consumed, e.close),
+            (client("invalid flag"), 14, false)
+        );
+        // Every letter memcached accepts, once each, on each command.
+        for cmd in ["mg k", "md k", "ma k"] {
+            let line = format!("{cmd} b c f h k l q s t u v C1 D1 F1 I J1 L M1 N1 O1 P R1 T1\r\n");
+            assert!(decode(line.as_bytes(), &lim()).is_ok(), "{line}");
+        }
+        // me takes no flags to check.
+        assert!(matches!(one(b"me k zz\r\n").0, Request::MetaDebug { .. }));
     }
 
     #[test]

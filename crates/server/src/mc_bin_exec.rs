@@ -4,7 +4,7 @@
 use crate::mask::{Mask, Op, Proto};
 use crate::mc_exec::{absolute_expiry, flush_if_due, stat_pairs, Next, Shared};
 use crate::out::{Out, PIN_MIN};
-use kura_engine::{Decision, Error, Meta, Outcome, Shown, Store};
+use kura_engine::{Counted, Decision, Error, Meta, Outcome, Shown, Store};
 use kura_proto::mc_bin::{
     encode_error, encode_response, encode_response_header, op, status, Request,
 };
@@ -166,7 +166,10 @@ fn run(
                 _ => store.replace(req.key, req.value, flags, expires)?,
             };
             match outcome {
-                Outcome::Stored(m) => ok(out, m.version),
+                Outcome::Stored(m) => {
+                    shared.total_items.add(1);
+                    ok(out, m.version)
+                }
                 Outcome::Exists | Outcome::VersionMismatch => fail(out, status::KEY_EXISTS),
                 _ => fail(out, status::KEY_NOT_FOUND),
             }
@@ -175,7 +178,10 @@ fn run(
             shared.cmd_set.add(1);
             let front = matches!(opc, op::PREPEND | op::PREPENDQ);
             match store.concat(req.key, req.value, front, false)? {
-                Some(m) => ok(out, m.version),
+                Some(m) => {
+                    shared.total_items.add(1);
+                    ok(out, m.version)
+                }
                 None => fail(out, status::NOT_STORED),
             }
         }
@@ -203,16 +209,20 @@ fn run(
             };
             // A missing counter is created with `initial` unless the expiration is all ones.
             let result = loop {
-                match store.incr_decimal(req.key, delta, decr) {
-                    Ok(Some((n, m))) => {
+                match store.incr_decimal_if(req.key, delta, decr, req.cas) {
+                    Ok(Counted::Done(n, m)) => {
                         hits.add(1);
                         break Some((n, m.version));
                     }
-                    Ok(None) if exp == u32::MAX => {
+                    Ok(Counted::VersionMismatch) => {
+                        fail(out, status::KEY_EXISTS);
+                        return Ok(());
+                    }
+                    Ok(Counted::NotFound) if exp == u32::MAX => {
                         misses.add(1);
                         break None;
                     }
-                    Ok(None) => {
+                    Ok(Counted::NotFound) => {
                         misses.add(1);
                         let expires = absolute_expiry(i64::from(exp), now);
                         let v = initial.to_string();
@@ -501,10 +511,17 @@ mod tests {
         let sh = Shared::new(0, 1 << 20);
         let mut input = packet(op::GET, 1, 0, &[], b"nope", b"");
         input.extend(packet(op::SET, 2, 0, &se(0, 0), b"k", b"v"));
+        input.extend(packet(op::ADD, 2, 0, &se(0, 0), b"k", b"v"));
+        input.extend(packet(op::APPEND, 2, 0, &[], b"k", b"w"));
         run_all(&*db, &sh, &input);
         assert_eq!(
             (sh.cmd_get.get(), sh.get_misses.get(), sh.cmd_set.get()),
-            (1, 1, 1)
+            (1, 1, 3)
+        );
+        assert_eq!(
+            sh.total_items.get(),
+            2,
+            "the set and the append, not the add"
         );
         let r = run_all(&*db, &sh, &packet(op::STAT, 3, 0, &[], b"reset", b""));
         assert_eq!(r.len(), 1, "only the terminating packet");
@@ -513,6 +530,7 @@ mod tests {
             (sh.cmd_get.get(), sh.get_misses.get(), sh.cmd_set.get()),
             (0, 0, 0)
         );
+        assert_eq!(sh.total_items.get(), 0);
         assert_eq!(db.count(), 1, "records stay");
     }
 
@@ -573,6 +591,16 @@ mod tests {
         assert_eq!(r[1].6, 15u64.to_be_bytes());
         assert_eq!(r[2].6, 0u64.to_be_bytes());
         assert_eq!(r[3].1, status::KEY_NOT_FOUND);
+        // With a cas: only while the counter's version is that one; a missing counter is
+        // created whatever the cas (memcached 1.6.18, checked live).
+        let cas = r[2].3;
+        let mut input = packet(op::INCREMENT, 5, cas + 1, &arith(1, 0, 0), b"n", b"");
+        input.extend(packet(op::INCREMENT, 6, cas, &arith(7, 0, 0), b"n", b""));
+        input.extend(packet(op::INCREMENT, 7, 99, &arith(1, 3, 0), b"m", b""));
+        let r = run_all(&*db, &sh, &input);
+        assert_eq!(r[0].1, status::KEY_EXISTS);
+        assert_eq!((r[1].1, &r[1].6[..]), (status::OK, &7u64.to_be_bytes()[..]));
+        assert_eq!((r[2].1, &r[2].6[..]), (status::OK, &3u64.to_be_bytes()[..]));
         // stat: pairs then an empty terminator; version; quit closes.
         let mut input = packet(op::STAT, 1, 0, &[], b"", b"");
         input.extend(packet(op::VERSION, 2, 0, &[], b"", b""));

@@ -5,7 +5,7 @@
 use crate::mask::{Mask, Op, Proto};
 use crate::out::{Out, PIN_MIN};
 use kura_engine::counter::Counter;
-use kura_engine::{Decision, Error, Outcome, Shown, Store};
+use kura_engine::{Counted, Decision, Error, Outcome, Shown, Store};
 use kura_proto::mc_text::{self, reply, Keys, Request, StoreMode};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -28,6 +28,8 @@ pub struct Shared {
     pub version: &'static str,
     pub cmd_get: Counter,
     pub cmd_set: Counter,
+    /// Values stored by the memcached storage commands (memcached's `total_items`).
+    pub total_items: Counter,
     pub cmd_touch: Counter,
     pub cmd_flush: Counter,
     pub get_hits: Counter,
@@ -80,6 +82,7 @@ impl Shared {
             version: VERSION,
             cmd_get: Counter::new(),
             cmd_set: Counter::new(),
+            total_items: Counter::new(),
             cmd_touch: Counter::new(),
             cmd_flush: Counter::new(),
             tt_counts: std::array::from_fn(|_| Counter::new()),
@@ -122,6 +125,7 @@ impl Shared {
         for c in [
             &self.cmd_get,
             &self.cmd_set,
+            &self.total_items,
             &self.cmd_touch,
             &self.cmd_flush,
             &self.get_hits,
@@ -157,12 +161,11 @@ impl Shared {
 /// memory, per server:
 ///
 /// - an entry maps a key to the record version it was recorded for. Every write to a record
-///   gives it a new version, so any later modification (set, cas, incr, append, delete, touch,
+///   gives it a new version, so any later modification (set, cas, incr, append, delete,
 ///   flush, …) leaves the entry describing a version that no longer exists: it is ignored and
 ///   dropped when next looked at — the state clears itself exactly where memcached's item bits
-///   disappear with the replaced item. (A plain `touch`/`gat` also bumps a Kura version, so it
-///   clears the state where memcached would keep it; the meta commands' own touches carry the
-///   state over to the new version.)
+///   disappear with the replaced item. A touch (`touch`, `gat`, `mg … T`) keeps the version,
+///   as memcached keeps the item, so it keeps the state too.
 /// - memory is bounded: [`ITEM_STATE_SHARDS`] shards of at most [`ITEM_STATES_PER_SHARD`]
 ///   entries (16 Ki keys in all, a few MiB at worst with 250-byte keys); when a shard is full
 ///   its oldest entry is evicted. Losing an entry costs what memcached's eviction of the item
@@ -487,6 +490,9 @@ fn run(
                     }
                 },
             };
+            if line == reply::STORED {
+                shared.total_items.add(1);
+            }
             quiet(noreply, out, line);
         }
         Request::Delete { key, noreply } => {
@@ -639,17 +645,21 @@ fn meta_key<'k>(flags: Keys<'_>, key: &'k [u8], out: &mut Vec<u8>) -> Option<Cow
 }
 
 /// The return flags a meta request asked for, in the order it asked for them. With `b` the
-/// key (`k`) is returned base64-encoded and followed by a `b` flag, as memcached does.
+/// key (`k`) is returned base64-encoded and followed by a `b` flag, as memcached does. Of the
+/// flags that show the record (`c`, `f`, `s`, `t`), only those in `shows` are returned: as
+/// in memcached 1.6.18, mg shows all four, ma `c` and `t`, ms `c` only.
 fn meta_ret(
     out: &mut Vec<u8>,
     flags: Keys<'_>,
     key: &[u8],
     meta: Option<&kura_engine::Meta>,
     size: usize,
+    shows: &[u8],
     now: u64,
 ) {
     for t in flags.iter() {
         let rest = &t[1..];
+        let meta = meta.filter(|_| shows.contains(&t[0]));
         match (t[0], meta) {
             (b'k', _) if rest.is_empty() => {
                 out.extend_from_slice(b" k");
@@ -683,6 +693,9 @@ fn meta_ret(
     }
 }
 
+/// The record flags mg returns.
+const MG_SHOWS: &[u8] = b"cfst";
+
 fn meta_bad(out: &mut Vec<u8>, what: &str) {
     out.extend_from_slice(format!("CLIENT_ERROR {what}\r\n").as_bytes());
 }
@@ -699,6 +712,13 @@ fn meta_get(
     now: u64,
     out: &mut Vec<u8>,
 ) -> Result<(), Error> {
+    if meta_has(flags, b'h') || meta_has(flags, b'l') {
+        // memcached's "fetched before" bit and last access time: Kura's records do not carry
+        // them (an on-disk database would have to write on every read), so a client that asks
+        // is told plainly rather than answered without them.
+        meta_bad(out, "flags h and l are not supported");
+        return Ok(());
+    }
     let Some(key) = meta_key(flags, key, out) else {
         return Ok(());
     };
@@ -767,7 +787,7 @@ fn meta_get(
             } else {
                 out.extend_from_slice(b"HD");
             }
-            meta_ret(out, flags, &key, Some(&meta), value.len(), now);
+            meta_ret(out, flags, &key, Some(&meta), value.len(), MG_SHOWS, now);
             if st.token_sent {
                 out.extend_from_slice(b" Z");
             }
@@ -799,7 +819,7 @@ fn meta_get(
             shared.get_misses.add(1);
             if !meta_has(flags, b'q') {
                 out.extend_from_slice(b"EN");
-                meta_ret(out, flags, &key, None, 0, now);
+                meta_ret(out, flags, &key, None, 0, b"", now);
                 out.extend_from_slice(b"\r\n");
             }
         }
@@ -868,15 +888,18 @@ fn meta_set(
     };
     match outcome {
         Ok(m) => {
+            shared.total_items.add(1);
             if !meta_has(flags, b'q') {
                 out.extend_from_slice(b"HD");
-                meta_ret(out, flags, key, Some(&m), data.len(), now);
+                meta_ret(out, flags, key, Some(&m), data.len(), b"c", now);
                 out.extend_from_slice(b"\r\n");
             }
         }
         Err(code) => {
             out.extend_from_slice(code);
-            meta_ret(out, flags, key, None, 0, now);
+            // memcached shows a refused set's cas as 0.
+            let none = kura_engine::Meta::default();
+            meta_ret(out, flags, key, Some(&none), 0, b"c", now);
             out.extend_from_slice(b"\r\n");
         }
     }
@@ -1018,7 +1041,7 @@ fn meta_delete(
         }
     };
     out.extend_from_slice(outcome);
-    meta_ret(out, flags, key, None, 0, 0);
+    meta_ret(out, flags, key, None, 0, b"", 0);
     out.extend_from_slice(b"\r\n");
     Ok(())
 }
@@ -1035,10 +1058,11 @@ fn meta_arith(
         return Ok(());
     };
     let key = &*key;
-    let (Ok(delta), Ok(vivify), Ok(initial)) = (
+    let (Ok(delta), Ok(vivify), Ok(initial), Ok(cas)) = (
         meta_num::<u64>(flags, b'D'),
         meta_num::<i64>(flags, b'N'),
         meta_num::<u64>(flags, b'J'),
+        meta_num::<u64>(flags, b'C'),
     ) else {
         meta_bad(out, "bad token in command line format");
         return Ok(());
@@ -1053,12 +1077,18 @@ fn meta_arith(
         (&shared.incr_hits, &shared.incr_misses)
     };
     let result = loop {
-        match store.incr_decimal(key, delta.unwrap_or(1), decr) {
-            Ok(Some((n, m))) => {
+        match store.incr_decimal_if(key, delta.unwrap_or(1), decr, cas.unwrap_or(0)) {
+            Ok(Counted::Done(n, m)) => {
                 hits.add(1);
                 break Some((n, m));
             }
-            Ok(None) => {
+            Ok(Counted::VersionMismatch) => {
+                out.extend_from_slice(b"EX");
+                meta_ret(out, flags, key, None, 0, b"", now);
+                out.extend_from_slice(b"\r\n");
+                return Ok(());
+            }
+            Ok(Counted::NotFound) => {
                 misses.add(1);
                 let Some(ttl) = vivify else { break None };
                 let n = initial.unwrap_or(0);
@@ -1079,21 +1109,23 @@ fn meta_arith(
     match result {
         Some((n, m)) => {
             let text = n.to_string();
-            if meta_has(flags, b'v') {
+            if meta_has(flags, b'q') {
+                // memcached hides a successful ma under q, its value too.
+            } else if meta_has(flags, b'v') {
                 out.extend_from_slice(format!("VA {}", text.len()).as_bytes());
-                meta_ret(out, flags, key, Some(&m), text.len(), now);
+                meta_ret(out, flags, key, Some(&m), text.len(), b"ct", now);
                 out.extend_from_slice(b"\r\n");
                 out.extend_from_slice(text.as_bytes());
                 out.extend_from_slice(b"\r\n");
-            } else if !meta_has(flags, b'q') {
+            } else {
                 out.extend_from_slice(b"HD");
-                meta_ret(out, flags, key, Some(&m), text.len(), now);
+                meta_ret(out, flags, key, Some(&m), text.len(), b"ct", now);
                 out.extend_from_slice(b"\r\n");
             }
         }
         None => {
             out.extend_from_slice(b"NF");
-            meta_ret(out, flags, key, None, 0, now);
+            meta_ret(out, flags, key, None, 0, b"", now);
             out.extend_from_slice(b"\r\n");
         }
     }
@@ -1126,6 +1158,17 @@ fn rusage() -> (String, String) {
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut r) };
     let t = |v: libc::timeval| format!("{}.{:06}", v.tv_sec, v.tv_usec);
     (t(r.ru_utime), t(r.ru_stime))
+}
+
+/// memcached's memory limit: the store's `capsiz` when it is a bounded cache, else 0 (no limit:
+/// an on-disk or unbounded database grows until the disk or memory is full).
+fn limit_maxbytes(store: &dyn Store) -> u64 {
+    store
+        .describe()
+        .iter()
+        .find(|(k, _)| k == "capsiz")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The statistics of a `stats [group]` request, as (name, value) pairs; `None` for a group
@@ -1177,7 +1220,9 @@ pub fn stat_pairs(
             s("bytes_written", &c(&shared.bytes_written));
             s("threads", &shared.threads);
             s("curr_items", &store.count());
+            s("total_items", &c(&shared.total_items));
             s("bytes", &store.size());
+            s("limit_maxbytes", &limit_maxbytes(store));
             for (name, x) in store.counters() {
                 s(name, &x);
             }
@@ -1360,6 +1405,33 @@ mod tests {
             let r = session(&*db, &sh, b"ma c v\r\nma c v N0 J10\r\nma c v D5\r\nma c v MD D100\r\nma k\r\nmd c q\r\nmd c\r\nme k\r\nme none\r\n", now);
             assert!(r.starts_with("NF\r\nVA 2\r\n10\r\nVA 2\r\n15\r\nVA 1\r\n0\r\nCLIENT_ERROR cannot increment or decrement non-numeric value\r\nNF\r\nME k exp=-1 la=0 cas="), "{r}");
             assert!(r.ends_with(" fetch=no cls=1 size=4\r\nEN\r\n"), "{r}");
+            // ma with C: only while the counter's version is that one.
+            let r = session(&*db, &sh, b"set c 0 0 1\r\n5\r\nmg c c\r\n", now);
+            let cas = flag_num(r.strip_prefix("STORED\r\n").unwrap(), 'c');
+            let req = format!(
+                "ma c v C{}\r\nma c v C{cas}\r\nma c C1 q\r\nma none C{cas}\r\nma c v q\r\nmn\r\n",
+                cas + 1
+            );
+            let unsupported = "CLIENT_ERROR flags h and l are not supported\r\n";
+            for (input, want) in [
+                (
+                    req.as_bytes(),
+                    "EX\r\nVA 1\r\n6\r\nEX\r\nNF\r\nMN\r\n".to_string(),
+                ),
+                // ms shows the cas alone (0 when refused), ma the cas and the TTL (as memcached
+                // 1.6.18 does).
+                (
+                    b"ms a 1 k O1 f s t T50\r\nx\r\nms a 1 ME c k\r\nx\r\nma c t f s k\r\n",
+                    "HD ka O1\r\nNS c0 ka\r\nHD t-1 kc\r\n".to_string(),
+                ),
+                // Flags memcached knows but Kura does not keep: a plain error.
+                (
+                    b"mg c v h\r\nmg c l\r\nmg c v Y\r\nmg c v\r\n",
+                    format!("{unsupported}{unsupported}CLIENT_ERROR invalid flag\r\nVA 1\r\n8\r\n"),
+                ),
+            ] {
+                assert_eq!(session(&*db, &sh, input, now), want);
+            }
         }
     }
 
@@ -1623,8 +1695,16 @@ mod tests {
         let mut sh = Shared::new(0, 1 << 20);
         (sh.threads, sh.max_connections, sh.port) = (3, 77, 1978);
         sh.bytes_read.add(5);
-        let r = session(&*db, &sh, b"set a 0 0 1\r\nx\r\nget a zz\r\nstats\r\n", 10);
+        let r = session(
+            &*db,
+            &sh,
+            b"set a 0 0 1\r\nx\r\nadd a 0 0 1\r\ny\r\nappend a 0 0 1\r\nz\r\nms b 1\r\nw\r\nmd b\r\nget a zz\r\nset a 0 0 1\r\nx\r\nstats\r\n",
+            10,
+        );
         for field in [
+            // set, append, ms, set: the refused add is not an item.
+            "STAT total_items 4\r\n",
+            "STAT limit_maxbytes 0\r\n",
             "STAT threads 3\r\n",
             "STAT max_connections 77\r\n",
             "STAT bytes_read 5\r\n",
@@ -1675,5 +1755,9 @@ mod tests {
             10,
         );
         assert_eq!(r, "ERROR\r\nSERVER_ERROR object too large for cache\r\n");
+        // A bounded cache reports its byte limit as memcached reports `-m`.
+        let db = kura_engine::open("*#capsiz=1000000").unwrap();
+        let r = session(&*db, &sh, b"stats\r\n", 10);
+        assert!(r.contains("STAT limit_maxbytes 1000000\r\n"), "{r}");
     }
 }
