@@ -287,7 +287,8 @@ fn worker<'s>(
             }
             let idx = t - nl;
             if let Some(c) = conns.get_mut(idx).and_then(Option::as_mut) {
-                let alive = read_and_execute(c, store, shared, &limits, &mut scratch);
+                let hup = ev.is_read_closed();
+                let alive = read_and_execute(c, store, shared, &limits, &mut scratch, hup);
                 if c.ticket == 0 && !kura_engine::durability::pending() {
                     // Nothing of this batch so far waits for a commit: the replies go out now,
                     // not after the rest of the batch (up to 1024 connections) is executed.
@@ -364,19 +365,48 @@ fn worker<'s>(
             }
         }
     }
-    // Stopping: hand out what is already answered (after a last sync for held replies),
-    // then close.
+    // Stopping. Every request read so far has been executed; hand out the replies (those
+    // held for a commit after a last sync), waiting for slow readers up to STOP_FLUSH in all,
+    // then end each connection with a FIN after its last reply.
     let durable = held.is_empty() || store.sync().is_ok();
+    let deadline = Instant::now() + STOP_FLUSH;
     for i in 0..conns.len() {
         if let Some(c) = conns[i].as_mut() {
             if c.ticket == 0 || durable {
                 let _ = c.sock.set_nodelay(true);
-                let _ = flush(c, shared);
+                drain_until(c, shared, deadline);
             }
+            let _ = c.sock.shutdown(std::net::Shutdown::Write);
         }
         close(&mut poll, &mut conns, &mut free, i, shared, mine);
     }
     Ok(())
+}
+
+/// How long a stopping worker waits, in all, for clients to take their last replies.
+const STOP_FLUSH: Duration = Duration::from_secs(5);
+
+/// Write a connection's pending output, waiting for the socket to drain until `deadline`.
+fn drain_until(c: &mut Conn<'_>, shared: &Shared, deadline: Instant) {
+    loop {
+        if flush(c, shared).is_err() || c.out.is_drained() {
+            return;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        let mut pfd = libc::pollfd {
+            fd: std::os::fd::AsRawFd::as_raw_fd(&c.sock),
+            events: libc::POLLOUT,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for a socket this connection owns.
+        let n = unsafe { libc::poll(&mut pfd, 1, left.as_millis().clamp(1, 1000) as i32) };
+        if n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return;
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -541,13 +571,16 @@ fn close(
 }
 
 /// Read what is there and execute every complete request (replies go to the output buffer).
-/// False when the connection failed.
+/// `hup`: the event said the client has finished sending, so read on to the end of the stream
+/// even after a short read (the end comes with no event of its own). False when the
+/// connection failed.
 fn read_and_execute<'s>(
     c: &mut Conn<'s>,
     store: &'s dyn Store,
     shared: &Shared,
     limits: &AllLimits,
     scratch: &mut [u8],
+    hup: bool,
 ) -> bool {
     c.last = Instant::now();
     while c.out.pending() < MAX_PENDING_OUT && !c.closing && !c.eof {
@@ -557,7 +590,7 @@ fn read_and_execute<'s>(
                 shared.bytes_read.add(n as u64);
                 c.rbuf.extend_from_slice(&scratch[..n]);
                 process(c, store, shared, limits);
-                if n < READ_CHUNK {
+                if n < READ_CHUNK && !hup {
                     // A short read took everything there was; new data raises a new event
                     // (edge-triggered), so skip the read that would only say EAGAIN.
                     break;
