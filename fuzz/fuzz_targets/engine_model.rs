@@ -35,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
                 key: &[u8]| {
         allowed
             .entry(key.to_vec())
-            .or_insert_with(Vec::new)
+            .or_default()
             .push(model.get(key).cloned());
     };
     for op in data.chunks(3) {

@@ -1,0 +1,230 @@
+//! `kura bench` against the real `kura serve`: every protocol, pipelined, bounded by a request
+//! count; the server's own counters must agree with what the load generator says it did.
+
+mod common;
+
+use common::{port_of, Server};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Output};
+
+fn bench(port: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kura"))
+        .args(["bench", "--port", port])
+        .args(args)
+        .output()
+        .expect("run kura bench")
+}
+
+/// The `key=value` fields of the RESULT line.
+fn result(o: &Output) -> std::collections::HashMap<String, String> {
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("RESULT "))
+        .unwrap_or_else(|| {
+            panic!(
+                "no RESULT line: {out} {}",
+                String::from_utf8_lossy(&o.stderr)
+            )
+        });
+    line.split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn num(r: &std::collections::HashMap<String, String>, k: &str) -> f64 {
+    r[k].parse().unwrap_or_else(|_| panic!("{k}={}", r[k]))
+}
+
+/// The server's `stats` as name → number.
+fn stats(srv: &Server) -> std::collections::HashMap<String, u64> {
+    let mut s = srv.connect();
+    s.write_all(b"stats\r\n").unwrap();
+    let mut r = BufReader::new(s);
+    let mut m = std::collections::HashMap::new();
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        if line == "END\r\n" || line.is_empty() {
+            return m;
+        }
+        let mut f = line.split_whitespace().skip(1);
+        if let (Some(k), Some(v)) = (f.next(), f.next()) {
+            if let Ok(v) = v.parse() {
+                m.insert(k.to_string(), v);
+            }
+        }
+    }
+}
+
+#[test]
+fn bench_drives_every_protocol_and_the_server_counts_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = Server::start(dir.path(), "*");
+    let port = port_of(&srv.addr).to_string();
+    let common = [
+        "--connections",
+        "4",
+        "--threads",
+        "2",
+        "--pipeline",
+        "8",
+        "--keyspace",
+        "50",
+        "--key-size",
+        "20",
+        "--requests",
+        "4000",
+    ];
+    // memcached text, 1:1, with the key space stored first.
+    let o = bench(
+        &port,
+        &[
+            &common[..],
+            &[
+                "--protocol",
+                "text",
+                "--ratio",
+                "1:1",
+                "--preload",
+                "--value-size",
+                "100",
+            ],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r = result(&o);
+    let ops = num(&r, "ops");
+    assert!((4000.0..4000.0 + 4.0 * 8.0).contains(&ops), "ops={ops}");
+    assert_eq!(num(&r, "errors"), 0.0);
+    assert!(num(&r, "ops_per_sec") > 0.0);
+    let (p50, p99, p999) = (num(&r, "p50_us"), num(&r, "p99_us"), num(&r, "p999_us"));
+    assert!(p50 > 0.0 && p50 <= p99 && p99 <= p999, "{p50} {p99} {p999}");
+    let st = stats(&srv);
+    assert_eq!(st["curr_items"], 50, "the preload stores the key space");
+    let (gets, sets) = (st["cmd_get"], st["cmd_set"]);
+    assert_eq!(
+        gets + sets,
+        ops as u64 + 50,
+        "every request and the preload reached the server"
+    );
+    assert!(
+        gets > 1000 && sets > 1000 + 50,
+        "a 1:1 mix: {gets} gets, {sets} sets"
+    );
+    assert_eq!(st["get_hits"], gets, "every key was preloaded");
+    // memcached binary, get only.
+    let o = bench(
+        &port,
+        &[
+            &common[..],
+            &[
+                "--protocol",
+                "binary",
+                "--ratio",
+                "1:0",
+                "--value-size",
+                "100",
+            ],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let ops2 = num(&result(&o), "ops");
+    let st2 = stats(&srv);
+    assert_eq!(st2["cmd_get"] - gets, ops2 as u64);
+    assert_eq!(st2["cmd_set"], sets, "no sets at 1:0");
+    // Tokyo Tyrant, put only, 7-byte values: every key of the space is rewritten.
+    let o = bench(
+        &port,
+        &[
+            &common[..],
+            &[
+                "--protocol",
+                "tyrant",
+                "--ratio",
+                "0:1",
+                "--value-size",
+                "7",
+            ],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let st3 = stats(&srv);
+    assert_eq!(st3["curr_items"], 50);
+    assert_eq!(
+        st3["bytes"],
+        st2["bytes"] - 50 * (100 - 7),
+        "every key rewritten with 7 bytes"
+    );
+}
+
+#[test]
+fn bulk_load_then_verify_finds_a_changed_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = Server::start(dir.path(), "b.kh");
+    let port = port_of(&srv.addr).to_string();
+    let o = bench(
+        &port,
+        &["--bulk", "3000", "--connections", "3", "--pipeline", "64"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r = result(&o);
+    assert_eq!(
+        (r["bulk"].as_str(), num(&r, "records"), num(&r, "bad")),
+        ("load", 3000.0, 0.0)
+    );
+    assert_eq!(stats(&srv)["curr_items"], 3000);
+    let verify = [
+        "--bulk",
+        "3000",
+        "--verify",
+        "--connections",
+        "3",
+        "--pipeline",
+        "64",
+    ];
+    let o = bench(&port, &verify);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(num(&result(&o), "bad"), 0.0);
+    // One value changed, one record deleted: verify counts both and fails.
+    let mut c = srv.connect();
+    c.write_all(b"set bulk:0000000007 0 0 3\r\nbad\r\ndelete bulk:0000002999\r\n")
+        .unwrap();
+    let mut r = BufReader::new(c);
+    for want in ["STORED\r\n", "DELETED\r\n"] {
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        assert_eq!(line, want);
+    }
+    let o = bench(&port, &verify);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(num(&result(&o), "bad"), 2.0);
+}
+
+#[test]
+fn bad_arguments_and_an_absent_server_fail_with_a_message() {
+    let port = {
+        // A port nothing listens on: bind, note it, close.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port().to_string()
+    };
+    for (args, code, says) in [
+        (&["--ratio", "nine"][..], 2, "--ratio"),
+        (
+            &["--threads", "4", "--connections", "2"][..],
+            2,
+            "one connection per thread",
+        ),
+        (&["--requests", "10"][..], 1, "failed"),
+    ] {
+        let o = bench(&port, args);
+        assert_eq!(o.status.code(), Some(code), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
