@@ -877,10 +877,10 @@ impl Store for MemHash {
         self.with_live(key, |r| f(r.shown(min), r.meta()))
     }
 
-    fn accept(
+    fn accept<'v>(
         &self,
         key: &[u8],
-        visitor: &mut dyn FnMut(Option<Current<'_>>) -> Decision,
+        visitor: &mut dyn FnMut(Option<Current<'_>>) -> Decision<'v>,
     ) -> Result<Option<Meta>> {
         self.common.check_open()?;
         let c = &self.common;
@@ -1443,10 +1443,10 @@ impl Store for MemTree {
         self.with_live(key, |r| f(r.shown(min), r.meta()))
     }
 
-    fn accept(
+    fn accept<'v>(
         &self,
         key: &[u8],
-        visitor: &mut dyn FnMut(Option<Current<'_>>) -> Decision,
+        visitor: &mut dyn FnMut(Option<Current<'_>>) -> Decision<'v>,
     ) -> Result<Option<Meta>> {
         self.common.check_open()?;
         let c = &self.common;

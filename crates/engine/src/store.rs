@@ -7,6 +7,7 @@
 //! only to be faster, never to differ.
 
 use crate::error::{Error, Result};
+use std::borrow::Cow;
 use std::path::Path;
 
 /// Metadata kept with every record.
@@ -121,12 +122,14 @@ pub struct Current<'a> {
 
 /// What an [`Store::accept`] visitor decides to do with a key.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Decision {
+pub enum Decision<'v> {
     /// Leave the record as it is (or absent).
     Keep,
-    /// Store this value and metadata (the version is assigned by the store).
+    /// Store this value and metadata (the version is assigned by the store). The value may
+    /// borrow from the caller (a put's own argument: no copy before the store's) or be a new
+    /// one (an append, a counter).
     Put {
-        value: Vec<u8>,
+        value: Cow<'v, [u8]>,
         flags: u32,
         expires: u64,
     },
@@ -313,10 +316,10 @@ pub trait Store: Send + Sync {
 
     /// Atomically look at the live record of `key` and apply the visitor's decision. Returns the
     /// metadata of the record after the call (`None` when absent afterwards).
-    fn accept(
+    fn accept<'v>(
         &self,
         key: &[u8],
-        visitor: &mut dyn FnMut(Option<Current<'_>>) -> Decision,
+        visitor: &mut dyn FnMut(Option<Current<'_>>) -> Decision<'v>,
     ) -> Result<Option<Meta>>;
 
     /// Apply every operation or none of them, even across a crash.
@@ -415,27 +418,25 @@ pub trait Store: Send + Sync {
     /// Store unconditionally with flags and expiration.
     fn put_with(&self, key: &[u8], value: &[u8], flags: u32, expires: u64) -> Result<Meta> {
         check_sizes(key, value.len())?;
-        let mut value = Some(value.to_vec());
         let meta = self.accept(key, &mut |_| Decision::Put {
-            value: value.take().unwrap_or_default(),
+            value: Cow::Borrowed(value),
             flags,
             expires,
         })?;
-        meta.ok_or(Error::Corrupt("put produced no record".into()))
+        meta.ok_or_else(|| Error::Corrupt("put produced no record".into()))
     }
 
     /// Store only if the key is absent (Tyrant putkeep, memcached add).
     fn putkeep(&self, key: &[u8], value: &[u8], flags: u32, expires: u64) -> Result<Outcome> {
         check_sizes(key, value.len())?;
         let mut existed = false;
-        let mut value = Some(value.to_vec());
         let meta = self.accept(key, &mut |cur| {
             if cur.is_some() {
                 existed = true;
                 Decision::Keep
             } else {
                 Decision::Put {
-                    value: value.take().unwrap_or_default(),
+                    value: Cow::Borrowed(value),
                     flags,
                     expires,
                 }
@@ -448,14 +449,13 @@ pub trait Store: Send + Sync {
     fn replace(&self, key: &[u8], value: &[u8], flags: u32, expires: u64) -> Result<Outcome> {
         check_sizes(key, value.len())?;
         let mut missing = false;
-        let mut value = Some(value.to_vec());
         let meta = self.accept(key, &mut |cur| match cur {
             None => {
                 missing = true;
                 Decision::Keep
             }
             Some(_) => Decision::Put {
-                value: value.take().unwrap_or_default(),
+                value: Cow::Borrowed(value),
                 flags,
                 expires,
             },
@@ -467,13 +467,13 @@ pub trait Store: Send + Sync {
     /// expiration of an existing record are kept.
     fn putcat(&self, key: &[u8], value: &[u8]) -> Result<Meta> {
         self.concat(key, value, false, true)?
-            .ok_or(Error::Corrupt("putcat produced no record".into()))
+            .ok_or_else(|| Error::Corrupt("putcat produced no record".into()))
     }
 
     /// Prepend to the value, creating the record when absent.
     fn prepend(&self, key: &[u8], value: &[u8]) -> Result<Meta> {
         self.concat(key, value, true, true)?
-            .ok_or(Error::Corrupt("prepend produced no record".into()))
+            .ok_or_else(|| Error::Corrupt("prepend produced no record".into()))
     }
 
     /// Append (or prepend) to an existing record; `create` says whether an absent record is
@@ -483,7 +483,7 @@ pub trait Store: Send + Sync {
         let mut too_large = None;
         let meta = self.accept(key, &mut |cur| match cur {
             None if create => Decision::Put {
-                value: value.to_vec(),
+                value: Cow::Borrowed(value),
                 flags: 0,
                 expires: 0,
             },
@@ -503,7 +503,7 @@ pub trait Store: Send + Sync {
                     v.extend_from_slice(value);
                 }
                 Decision::Put {
-                    value: v,
+                    value: Cow::Owned(v),
                     flags: c.meta.flags,
                     expires: c.meta.expires,
                 }
@@ -530,12 +530,12 @@ pub trait Store: Send + Sync {
                 .map(|c| (c.meta.flags, c.meta.expires))
                 .unwrap_or((0, 0));
             Decision::Put {
-                value: v,
+                value: Cow::Owned(v),
                 flags,
                 expires,
             }
         })?;
-        meta.ok_or(Error::Corrupt("putshl produced no record".into()))
+        meta.ok_or_else(|| Error::Corrupt("putshl produced no record".into()))
     }
 
     /// Store only if the record's version is still `version`.
@@ -549,7 +549,6 @@ pub trait Store: Send + Sync {
     ) -> Result<Outcome> {
         check_sizes(key, value.len())?;
         let mut result = None;
-        let mut value = Some(value.to_vec());
         let meta = self.accept(key, &mut |cur| match cur {
             None => {
                 result = Some(Outcome::NotFound);
@@ -560,7 +559,7 @@ pub trait Store: Send + Sync {
                 Decision::Keep
             }
             Some(_) => Decision::Put {
-                value: value.take().unwrap_or_default(),
+                value: Cow::Borrowed(value),
                 flags,
                 expires,
             },
@@ -642,7 +641,7 @@ pub trait Store: Send + Sync {
             let n = base.wrapping_add(delta);
             result = Ok(n);
             Decision::Put {
-                value: n.to_le_bytes().to_vec(),
+                value: Cow::Owned(n.to_le_bytes().to_vec()),
                 flags,
                 expires,
             }
@@ -669,7 +668,7 @@ pub trait Store: Send + Sync {
             }
             result = Ok(n);
             Decision::Put {
-                value: n.to_le_bytes().to_vec(),
+                value: Cow::Owned(n.to_le_bytes().to_vec()),
                 flags,
                 expires,
             }
@@ -710,7 +709,7 @@ pub trait Store: Send + Sync {
             };
             result = Ok(Counted::Done(n, c.meta));
             Decision::Put {
-                value: n.to_string().into_bytes(),
+                value: Cow::Owned(n.to_string().into_bytes()),
                 flags: c.meta.flags,
                 expires: c.meta.expires,
             }

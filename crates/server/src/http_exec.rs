@@ -471,7 +471,7 @@ fn procedure(
                     (true, Some(_), None) => Decision::Remove,
                     (true, None, None) => Decision::Keep,
                     (true, _, Some(n)) => Decision::Put {
-                        value: n.to_vec(),
+                        value: n.to_vec().into(),
                         flags: 0,
                         expires,
                     },
@@ -635,7 +635,7 @@ fn append(store: &dyn Store, key: &[u8], value: &[u8], expires: u64) -> Result<(
         };
         v.extend_from_slice(value);
         Decision::Put {
-            value: v,
+            value: v.into(),
             flags,
             expires,
         }
@@ -681,7 +681,7 @@ fn increment(
         };
         result = Some(n);
         Decision::Put {
-            value: n.to_be_bytes().to_vec(),
+            value: n.to_be_bytes().to_vec().into(),
             flags,
             expires,
         }
@@ -768,7 +768,7 @@ fn increment_double(
                     fixed_point(integ, fract)
                 };
                 Decision::Put {
-                    value,
+                    value: value.into(),
                     flags: c.meta.flags,
                     expires,
                 }
@@ -783,7 +783,7 @@ fn increment_double(
                 };
                 result = Some(n);
                 Decision::Put {
-                    value: fixed_point(integ, fract),
+                    value: fixed_point(integ, fract).into(),
                     flags: 0,
                     expires,
                 }

@@ -754,7 +754,7 @@ fn meta_get(
                     value = Some(Vec::new());
                     created = true;
                     Decision::Put {
-                        value: Vec::new(),
+                        value: Cow::Borrowed(&[]),
                         flags: 0,
                         expires: absolute_expiry(ttl, now),
                     }
@@ -934,7 +934,7 @@ fn cas_or_stale(
             let stale = cas != c.meta.version;
             stale_from = stale.then_some(c.meta.version);
             Decision::Put {
-                value: data.to_vec(),
+                value: Cow::Borrowed(data),
                 flags: cflags,
                 expires: if stale { c.meta.expires } else { expires },
             }
@@ -996,7 +996,7 @@ fn meta_delete(
                 // Written again, unchanged but for the expiry, for a new version: memcached's
                 // CAS bump (a touch would keep the version).
                 Decision::Put {
-                    value: c.value.to_vec(),
+                    value: c.value.to_vec().into(),
                     flags: c.meta.flags,
                     expires: ttl.map_or(c.meta.expires, |t| absolute_expiry(t, now)),
                 }

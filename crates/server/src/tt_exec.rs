@@ -14,6 +14,7 @@ use crate::mask::{Op, Proto, OPS};
 use crate::mc_exec::{flush_if_due, Next, Shared};
 use kura_engine::{BatchOp, Cursor, Decision, Error, Kind, Outcome, Record, Store};
 use kura_proto::tt_bin::{self, cmd, Request, FAIL, OK};
+use std::borrow::Cow;
 use std::path::PathBuf;
 
 /// The Tyrant release whose protocol Kura speaks, reported by `stat`.
@@ -330,7 +331,7 @@ fn put_shl(store: &dyn Store, key: &[u8], value: &[u8], width: usize) -> Result<
     kura_engine::store::check_sizes(key, value.len())?;
     store.accept(key, &mut |cur| match cur {
         None => Decision::Put {
-            value: value.to_vec(),
+            value: Cow::Borrowed(value),
             flags: 0,
             expires: 0,
         },
@@ -343,7 +344,7 @@ fn put_shl(store: &dyn Store, key: &[u8], value: &[u8], width: usize) -> Result<
             v.extend_from_slice(&c.value[c.value.len() - from_old..]);
             v.extend_from_slice(&value[value.len() - from_new..]);
             Decision::Put {
-                value: v,
+                value: v.into(),
                 flags: c.meta.flags,
                 expires: c.meta.expires,
             }
@@ -368,7 +369,7 @@ fn add_double(store: &dyn Store, key: &[u8], delta: f64) -> Result<Option<f64>, 
         };
         result = Some(sum);
         Decision::Put {
-            value: sum.to_le_bytes().to_vec(),
+            value: sum.to_le_bytes().to_vec().into(),
             flags,
             expires,
         }

@@ -4015,12 +4015,12 @@ impl DiskHash {
     }
 
     /// `accept` with the key's run held: (what it returns, whether it wrote).
-    fn accept_in(
+    fn accept_in<'v>(
         &self,
         tbl: &mut impl KeyIndex,
         tag: u32,
         key: &[u8],
-        visitor: &mut dyn FnMut(Option<Current<'_>>) -> Decision,
+        visitor: &mut dyn FnMut(Option<Current<'_>>) -> Decision<'v>,
     ) -> Result<(Option<Meta>, bool)> {
         let inner = &self.inner;
         let found = inner.find(tbl, tag, key, Want::Value)?;
@@ -4160,10 +4160,10 @@ impl Store for DiskHash {
         self.view_with(key, min, f)
     }
 
-    fn accept(
+    fn accept<'v>(
         &self,
         key: &[u8],
-        visitor: &mut dyn FnMut(Option<Current<'_>>) -> Decision,
+        visitor: &mut dyn FnMut(Option<Current<'_>>) -> Decision<'v>,
     ) -> Result<Option<Meta>> {
         let inner = &self.inner;
         inner.check_writable()?;

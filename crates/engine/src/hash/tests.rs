@@ -1903,7 +1903,9 @@ fn fast_writers_racing_exclusive_holders_recover_exactly() {
                             }
                             1 => {
                                 db.accept(key.as_bytes(), &mut |cur| Decision::Put {
-                                    value: [cur.map_or(&b""[..], |c| c.value), b"+"].concat(),
+                                    value: [cur.map_or(&b""[..], |c| c.value), b"+"]
+                                        .concat()
+                                        .into(),
                                     flags: t,
                                     expires: 0,
                                 })
