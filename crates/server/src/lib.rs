@@ -14,3 +14,6 @@ pub mod mc_exec;
 pub mod net;
 pub mod out;
 pub mod tt_exec;
+
+#[cfg(test)]
+mod failing;

@@ -110,22 +110,23 @@ fn run(
                     return Ok(());
                 };
                 let expires = absolute_expiry(i64::from(exp), now);
-                let mut value = None;
-                let meta = store.accept(req.key, &mut |cur| match cur {
+                // A touch keeps the flags and the cas: the reply is encoded from the store's
+                // memory as it is shown, and withdrawn if the touch fails.
+                let mark = out.len();
+                let mut hit = false;
+                let touched = store.accept(req.key, &mut |cur| match cur {
                     Some(c) => {
-                        value = Some(c.value.to_vec());
+                        hit = true;
+                        reply(out, Shown::Bytes(c.value), c.meta);
                         Decision::Touch { expires }
                     }
                     None => Decision::Keep,
-                })?;
-                // The reply carries the version after the touch: encoded once it is known.
-                match value.zip(meta) {
-                    Some((v, m)) => {
-                        reply(out, Shown::Bytes(&v), m);
-                        true
-                    }
-                    None => false,
+                });
+                if let Err(e) = touched {
+                    out.truncate(mark);
+                    return Err(e);
                 }
+                hit
             } else {
                 // Encoded straight from the store's memory.
                 store.view_shared(req.key, PIN_MIN, &mut |value, meta| reply(out, value, meta))?
@@ -394,6 +395,21 @@ mod tests {
         let mut v = flags.to_be_bytes().to_vec();
         v.extend_from_slice(&exp.to_be_bytes());
         v
+    }
+
+    /// A GAT whose touch fails (a write error injected after the store showed the record)
+    /// answers with the error alone: the value encoded before the touch is withdrawn.
+    #[test]
+    fn a_gat_whose_touch_fails_answers_only_the_error() {
+        let db = crate::failing::FailingWrites(kura_engine::open("*").unwrap());
+        db.0.put(b"k", b"v").unwrap();
+        let sh = Shared::new(0, 1 << 20);
+        let mut input = packet(op::GATK, 1, 0, &100u32.to_be_bytes(), b"k", b"");
+        input.extend(packet(op::GETK, 2, 0, &[], b"k", b""));
+        let r = run_all(&db, &sh, &input);
+        assert_eq!(r.len(), 2, "one reply each");
+        assert_ne!(r[0].1, status::OK);
+        assert_eq!((r[1].1, &r[1].6[..]), (status::OK, &b"v"[..]));
     }
 
     #[test]

@@ -424,22 +424,28 @@ fn run(
             for key in keys.iter() {
                 // Counted as memcached counts gat: a touch, not a get.
                 shared.cmd_touch.add(1);
-                let mut value = None;
-                let meta = store.accept(key, &mut |cur| match cur {
+                // A touch keeps the flags and the cas: the value is encoded from the store's
+                // memory as it is shown, not copied out first, and withdrawn if the touch
+                // fails.
+                let mark = out.len();
+                let mut hit = false;
+                let touched = store.accept(key, &mut |cur| match cur {
                     Some(c) => {
-                        value = Some(c.value.to_vec());
+                        hit = true;
+                        let m = c.meta;
+                        mc_text::encode_value(out, key, m.flags, c.value, cas.then_some(m.version));
                         Decision::Touch { expires }
                     }
                     None => Decision::Keep,
-                })?;
-                match (value, meta) {
-                    (Some(v), Some(m)) => {
-                        shared.touch_hits.add(1);
-                        mc_text::encode_value(out, key, m.flags, &v, cas.then_some(m.version));
-                    }
-                    _ => {
-                        shared.touch_misses.add(1);
-                    }
+                });
+                if let Err(e) = touched {
+                    out.truncate(mark);
+                    return Err(e);
+                }
+                if hit {
+                    shared.touch_hits.add(1);
+                } else {
+                    shared.touch_misses.add(1);
                 }
             }
             out.extend_from_slice(reply::END);
@@ -1687,6 +1693,19 @@ mod tests {
             let cas = format!("cas k 0 0 1 {unique}\r\nb\r\n");
             assert_eq!(session(&*db, &sh, cas.as_bytes(), 10), "STORED\r\n");
         }
+    }
+
+    /// gat encodes the value before the touch is written: when the touch fails (a write error
+    /// injected after the store showed the record), the client gets the error alone.
+    #[test]
+    fn a_gat_whose_touch_fails_sends_only_the_error() {
+        let db = crate::failing::FailingWrites(kura_engine::open("*").unwrap());
+        db.0.put(b"k", b"v").unwrap();
+        let sh = Shared::new(0, 1 << 20);
+        let r = session(&db, &sh, b"gat 100 k\r\nget k\r\n", 10);
+        let (first, rest) = r.split_once("\r\n").unwrap();
+        assert!(first.starts_with("SERVER_ERROR "), "{r}");
+        assert_eq!(rest, "VALUE k 0 1\r\nv\r\nEND\r\n");
     }
 
     #[test]
