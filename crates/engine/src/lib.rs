@@ -23,5 +23,5 @@ pub use error::{Error, Result};
 pub use name::{open, open_readonly, Compression, Params, SyncMode};
 pub use store::{
     BatchOp, CheckReport, Counted, Current, Cursor, Decision, Kind, Meta, Outcome, Pinned, Record,
-    Shown, Store,
+    Shown, Store, Value,
 };

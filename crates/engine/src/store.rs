@@ -7,7 +7,6 @@
 //! only to be faster, never to differ.
 
 use crate::error::{Error, Result};
-use std::borrow::Cow;
 use std::path::Path;
 
 /// Metadata kept with every record.
@@ -120,6 +119,73 @@ pub struct Current<'a> {
     pub meta: Meta,
 }
 
+/// The value of a [`Decision::Put`]: lent by the caller (a put's own argument: no copy before
+/// the store's), made by the visitor (an append), or, when short, held inline (a counter):
+/// only the second allocates.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Value<'v> {
+    Lent(&'v [u8]),
+    Made(Vec<u8>),
+    Short { len: u8, bytes: [u8; SHORT_VALUE] },
+}
+
+/// Bytes a [`Value::Short`] holds: a 64-bit number in decimal (20 digits) and then some.
+pub const SHORT_VALUE: usize = 22;
+
+impl Value<'_> {
+    /// `b` inline when it is short enough, else copied into a new buffer.
+    pub fn copied(b: &[u8]) -> Value<'static> {
+        if b.len() <= SHORT_VALUE {
+            let mut bytes = [0u8; SHORT_VALUE];
+            bytes[..b.len()].copy_from_slice(b);
+            Value::Short {
+                len: b.len() as u8,
+                bytes,
+            }
+        } else {
+            Value::Made(b.to_vec())
+        }
+    }
+
+    /// `n` in decimal ASCII (memcached's counters), inline.
+    pub fn decimal(mut n: u64) -> Value<'static> {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        Value::copied(&digits[at..])
+    }
+}
+
+impl std::ops::Deref for Value<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Value::Lent(b) => b,
+            Value::Made(v) => v,
+            Value::Short { len, bytes } => &bytes[..usize::from(*len)],
+        }
+    }
+}
+
+impl<'v> From<&'v [u8]> for Value<'v> {
+    fn from(b: &'v [u8]) -> Self {
+        Value::Lent(b)
+    }
+}
+
+impl From<Vec<u8>> for Value<'_> {
+    fn from(v: Vec<u8>) -> Self {
+        Value::Made(v)
+    }
+}
+
 /// What an [`Store::accept`] visitor decides to do with a key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision<'v> {
@@ -129,7 +195,7 @@ pub enum Decision<'v> {
     /// borrow from the caller (a put's own argument: no copy before the store's) or be a new
     /// one (an append, a counter).
     Put {
-        value: Cow<'v, [u8]>,
+        value: Value<'v>,
         flags: u32,
         expires: u64,
     },
@@ -419,7 +485,7 @@ pub trait Store: Send + Sync {
     fn put_with(&self, key: &[u8], value: &[u8], flags: u32, expires: u64) -> Result<Meta> {
         check_sizes(key, value.len())?;
         let meta = self.accept(key, &mut |_| Decision::Put {
-            value: Cow::Borrowed(value),
+            value: Value::Lent(value),
             flags,
             expires,
         })?;
@@ -436,7 +502,7 @@ pub trait Store: Send + Sync {
                 Decision::Keep
             } else {
                 Decision::Put {
-                    value: Cow::Borrowed(value),
+                    value: Value::Lent(value),
                     flags,
                     expires,
                 }
@@ -455,7 +521,7 @@ pub trait Store: Send + Sync {
                 Decision::Keep
             }
             Some(_) => Decision::Put {
-                value: Cow::Borrowed(value),
+                value: Value::Lent(value),
                 flags,
                 expires,
             },
@@ -483,7 +549,7 @@ pub trait Store: Send + Sync {
         let mut too_large = None;
         let meta = self.accept(key, &mut |cur| match cur {
             None if create => Decision::Put {
-                value: Cow::Borrowed(value),
+                value: Value::Lent(value),
                 flags: 0,
                 expires: 0,
             },
@@ -503,7 +569,7 @@ pub trait Store: Send + Sync {
                     v.extend_from_slice(value);
                 }
                 Decision::Put {
-                    value: Cow::Owned(v),
+                    value: Value::Made(v),
                     flags: c.meta.flags,
                     expires: c.meta.expires,
                 }
@@ -530,7 +596,7 @@ pub trait Store: Send + Sync {
                 .map(|c| (c.meta.flags, c.meta.expires))
                 .unwrap_or((0, 0));
             Decision::Put {
-                value: Cow::Owned(v),
+                value: Value::Made(v),
                 flags,
                 expires,
             }
@@ -559,7 +625,7 @@ pub trait Store: Send + Sync {
                 Decision::Keep
             }
             Some(_) => Decision::Put {
-                value: Cow::Borrowed(value),
+                value: Value::Lent(value),
                 flags,
                 expires,
             },
@@ -641,7 +707,7 @@ pub trait Store: Send + Sync {
             let n = base.wrapping_add(delta);
             result = Ok(n);
             Decision::Put {
-                value: Cow::Owned(n.to_le_bytes().to_vec()),
+                value: Value::copied(&n.to_le_bytes()),
                 flags,
                 expires,
             }
@@ -668,7 +734,7 @@ pub trait Store: Send + Sync {
             }
             result = Ok(n);
             Decision::Put {
-                value: Cow::Owned(n.to_le_bytes().to_vec()),
+                value: Value::copied(&n.to_le_bytes()),
                 flags,
                 expires,
             }
@@ -709,7 +775,7 @@ pub trait Store: Send + Sync {
             };
             result = Ok(Counted::Done(n, c.meta));
             Decision::Put {
-                value: Cow::Owned(n.to_string().into_bytes()),
+                value: Value::decimal(n),
                 flags: c.meta.flags,
                 expires: c.meta.expires,
             }
@@ -753,6 +819,21 @@ pub fn parse_decimal_u64(v: &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn values_short_ones_inline() {
+        for n in [0u64, 7, 10, 12345, u64::MAX] {
+            let v = Value::decimal(n);
+            assert_eq!(&*v, n.to_string().as_bytes());
+            assert!(matches!(v, Value::Short { .. }), "{n}");
+        }
+        let long = [b'x'; SHORT_VALUE + 1];
+        assert_eq!(Value::copied(&long), Value::Made(long.to_vec()));
+        assert_eq!(&*Value::copied(&long[..SHORT_VALUE]), &long[..SHORT_VALUE]);
+        assert!(matches!(Value::copied(b""), Value::Short { len: 0, .. }));
+        assert_eq!(&*Value::from(&b"lent"[..]), b"lent");
+        assert_eq!(&*Value::from(b"made".to_vec()), b"made");
+    }
 
     #[test]
     fn the_coarse_clock_agrees_with_the_system_clock_to_the_second() {

@@ -681,7 +681,7 @@ fn increment(
         };
         result = Some(n);
         Decision::Put {
-            value: n.to_be_bytes().to_vec().into(),
+            value: kura_engine::Value::copied(&n.to_be_bytes()),
             flags,
             expires,
         }

@@ -5,7 +5,7 @@
 use crate::mask::{Mask, Op, Proto};
 use crate::out::{Out, PIN_MIN};
 use kura_engine::counter::Counter;
-use kura_engine::{Counted, Decision, Error, Outcome, Shown, Store};
+use kura_engine::{Counted, Decision, Error, Outcome, Shown, Store, Value};
 use kura_proto::mc_text::{self, reply, Keys, Request, StoreMode};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -760,7 +760,7 @@ fn meta_get(
                     value = Some(Vec::new());
                     created = true;
                     Decision::Put {
-                        value: Cow::Borrowed(&[]),
+                        value: Value::Lent(&[]),
                         flags: 0,
                         expires: absolute_expiry(ttl, now),
                     }
@@ -940,7 +940,7 @@ fn cas_or_stale(
             let stale = cas != c.meta.version;
             stale_from = stale.then_some(c.meta.version);
             Decision::Put {
-                value: Cow::Borrowed(data),
+                value: Value::Lent(data),
                 flags: cflags,
                 expires: if stale { c.meta.expires } else { expires },
             }
@@ -1002,7 +1002,7 @@ fn meta_delete(
                 // Written again, unchanged but for the expiry, for a new version: memcached's
                 // CAS bump (a touch would keep the version).
                 Decision::Put {
-                    value: c.value.to_vec().into(),
+                    value: Value::copied(c.value),
                     flags: c.meta.flags,
                     expires: ttl.map_or(c.meta.expires, |t| absolute_expiry(t, now)),
                 }

@@ -12,9 +12,8 @@
 
 use crate::mask::{Op, Proto, OPS};
 use crate::mc_exec::{flush_if_due, Next, Shared};
-use kura_engine::{BatchOp, Cursor, Decision, Error, Kind, Outcome, Record, Store};
+use kura_engine::{BatchOp, Cursor, Decision, Error, Kind, Outcome, Record, Store, Value};
 use kura_proto::tt_bin::{self, cmd, Request, FAIL, OK};
-use std::borrow::Cow;
 use std::path::PathBuf;
 
 /// The Tyrant release whose protocol Kura speaks, reported by `stat`.
@@ -331,7 +330,7 @@ fn put_shl(store: &dyn Store, key: &[u8], value: &[u8], width: usize) -> Result<
     kura_engine::store::check_sizes(key, value.len())?;
     store.accept(key, &mut |cur| match cur {
         None => Decision::Put {
-            value: Cow::Borrowed(value),
+            value: Value::Lent(value),
             flags: 0,
             expires: 0,
         },
@@ -369,7 +368,7 @@ fn add_double(store: &dyn Store, key: &[u8], delta: f64) -> Result<Option<f64>, 
         };
         result = Some(sum);
         Decision::Put {
-            value: sum.to_le_bytes().to_vec().into(),
+            value: Value::copied(&sum.to_le_bytes()),
             flags,
             expires,
         }
