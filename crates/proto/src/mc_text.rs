@@ -631,7 +631,8 @@ pub fn encode_stat(out: &mut Vec<u8>, name: &str, value: &str) {
     out.extend_from_slice(b"\r\n");
 }
 
-fn push_u64(out: &mut Vec<u8>, mut n: u64) {
+/// Append `n` in decimal.
+pub fn push_u64(out: &mut Vec<u8>, mut n: u64) {
     let mut b = [0u8; 20];
     let mut i = b.len();
     loop {

@@ -683,16 +683,23 @@ fn meta_ret(
                 out.extend_from_slice(rest);
             }
             (b'c', Some(m)) if rest.is_empty() => {
-                out.extend_from_slice(format!(" c{}", m.version).as_bytes())
+                out.extend_from_slice(b" c");
+                mc_text::push_u64(out, m.version);
             }
             (b'f', Some(m)) if rest.is_empty() => {
-                out.extend_from_slice(format!(" f{}", m.flags).as_bytes())
+                out.extend_from_slice(b" f");
+                mc_text::push_u64(out, u64::from(m.flags));
             }
             (b's', Some(_)) if rest.is_empty() => {
-                out.extend_from_slice(format!(" s{size}").as_bytes())
+                out.extend_from_slice(b" s");
+                mc_text::push_u64(out, size as u64);
             }
             (b't', Some(m)) if rest.is_empty() => {
-                out.extend_from_slice(format!(" t{}", ttl_left(m.expires, now)).as_bytes())
+                out.extend_from_slice(b" t");
+                match ttl_left(m.expires, now) {
+                    -1 => out.extend_from_slice(b"-1"),
+                    n => mc_text::push_u64(out, n as u64),
+                }
             }
             _ => {}
         }
@@ -738,10 +745,11 @@ fn meta_get(
     };
     shared.cmd_get.add(1);
     let mut states = shared.item_states.lock(&key);
-    // The record version before this request changed anything, and whether `N` created it.
-    let mut before = 0;
-    let mut created = false;
-    let found = if touch.is_some() || vivify.is_some() {
+    let mut hit = false;
+    if touch.is_some() || vivify.is_some() {
+        // The record version before this request changed anything, and whether `N` created it.
+        let mut before = 0;
+        let mut created = false;
         let mut value = None;
         let meta = store.accept(&key, &mut |cur| match cur {
             Some(c) => {
@@ -768,69 +776,109 @@ fn meta_get(
                 None => Decision::Keep,
             },
         })?;
-        value.zip(meta)
-    } else {
-        store.get(&key)?.map(|r| {
-            before = r.meta.version;
-            (r.value, r.meta)
-        })
-    };
-    match found {
-        Some((value, meta)) => {
-            shared.get_hits.add(1);
-            let st = if created {
-                ItemState::default()
-            } else {
-                states.get(&key, before)
+        if let Some((value, meta)) = value.zip(meta) {
+            hit = true;
+            let got = Got {
+                value: &value,
+                meta,
+                before,
+                created,
             };
-            let mut won = created
-                || recache.is_some_and(|r| {
-                    !st.token_sent && meta.expires != 0 && meta.expires < absolute_expiry(r, now)
-                });
-            let with_value = meta_has(flags, b'v');
-            if with_value {
-                out.extend_from_slice(format!("VA {}", value.len()).as_bytes());
-            } else {
-                out.extend_from_slice(b"HD");
-            }
-            meta_ret(out, flags, &key, Some(&meta), value.len(), MG_SHOWS, now);
-            if st.token_sent {
-                out.extend_from_slice(b" Z");
-            }
-            if st.stale {
-                out.extend_from_slice(b" X");
-                // A stale item's first reader wins the recache.
-                won |= !st.token_sent;
-            }
-            if won {
-                out.extend_from_slice(b" W");
-            }
-            let after = ItemState {
-                stale: st.stale,
-                token_sent: st.token_sent || won,
-            };
-            if after != st || (meta.version != before && after != ItemState::default()) {
-                // New state, or our own touch moved the record to a new version.
-                states.set(&key, meta.version, after);
-            }
-            drop(states);
-            out.extend_from_slice(b"\r\n");
-            if with_value {
-                out.extend_from_slice(&value);
-                out.extend_from_slice(b"\r\n");
-            }
+            meta_hit(out, &mut states, &key, flags, got, recache, now);
         }
-        None => {
-            drop(states);
-            shared.get_misses.add(1);
-            if !meta_has(flags, b'q') {
-                out.extend_from_slice(b"EN");
-                meta_ret(out, flags, &key, None, 0, b"", now);
-                out.extend_from_slice(b"\r\n");
-            }
+    } else {
+        // A plain read, encoded from the store's memory.
+        store.view(&key, &mut |value, meta| {
+            hit = true;
+            let got = Got {
+                value,
+                meta,
+                before: meta.version,
+                created: false,
+            };
+            meta_hit(out, &mut states, &key, flags, got, recache, now);
+        })?;
+    }
+    drop(states);
+    if hit {
+        shared.get_hits.add(1);
+    } else {
+        shared.get_misses.add(1);
+        if !meta_has(flags, b'q') {
+            out.extend_from_slice(b"EN");
+            meta_ret(out, flags, &key, None, 0, b"", now);
+            out.extend_from_slice(b"\r\n");
         }
     }
     Ok(())
+}
+
+/// A record an mg found: its value and metadata after the request, its version before it, and
+/// whether the request created it (`N`).
+struct Got<'a> {
+    value: &'a [u8],
+    meta: kura_engine::Meta,
+    before: u64,
+    created: bool,
+}
+
+/// The reply to an mg that found its record, and the record's new stale / win-token state.
+fn meta_hit(
+    out: &mut Vec<u8>,
+    states: &mut StateShard,
+    key: &[u8],
+    flags: Keys<'_>,
+    got: Got<'_>,
+    recache: Option<i64>,
+    now: u64,
+) {
+    let Got {
+        value,
+        meta,
+        before,
+        created,
+    } = got;
+    let st = if created {
+        ItemState::default()
+    } else {
+        states.get(key, before)
+    };
+    let mut won = created
+        || recache.is_some_and(|r| {
+            !st.token_sent && meta.expires != 0 && meta.expires < absolute_expiry(r, now)
+        });
+    let with_value = meta_has(flags, b'v');
+    if with_value {
+        out.extend_from_slice(b"VA ");
+        mc_text::push_u64(out, value.len() as u64);
+    } else {
+        out.extend_from_slice(b"HD");
+    }
+    meta_ret(out, flags, key, Some(&meta), value.len(), MG_SHOWS, now);
+    if st.token_sent {
+        out.extend_from_slice(b" Z");
+    }
+    if st.stale {
+        out.extend_from_slice(b" X");
+        // A stale item's first reader wins the recache.
+        won |= !st.token_sent;
+    }
+    if won {
+        out.extend_from_slice(b" W");
+    }
+    let after = ItemState {
+        stale: st.stale,
+        token_sent: st.token_sent || won,
+    };
+    if after != st || (meta.version != before && after != ItemState::default()) {
+        // New state, or our own touch moved the record to a new version.
+        states.set(key, meta.version, after);
+    }
+    out.extend_from_slice(b"\r\n");
+    if with_value {
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
 }
 
 fn meta_set(
