@@ -34,6 +34,13 @@ fn result(o: &Output) -> std::collections::HashMap<String, String> {
         .collect()
 }
 
+/// Run `kura bench`, which must succeed; the fields of its RESULT line.
+fn bench_ok(port: &str, args: &[&str]) -> std::collections::HashMap<String, String> {
+    let o = bench(port, args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    result(&o)
+}
+
 fn num(r: &std::collections::HashMap<String, String>, k: &str) -> f64 {
     r[k].parse().unwrap_or_else(|_| panic!("{k}={}", r[k]))
 }
@@ -64,39 +71,33 @@ fn bench_drives_every_protocol_and_the_server_counts_the_same() {
     let dir = tempfile::tempdir().unwrap();
     let srv = Server::start(dir.path(), "*");
     let port = port_of(&srv.addr).to_string();
-    let common = [
-        "--connections",
-        "4",
-        "--threads",
-        "2",
-        "--pipeline",
-        "8",
-        "--keyspace",
-        "50",
-        "--key-size",
-        "20",
-        "--requests",
-        "4000",
-    ];
+    // 4,000 requests over 4 connections, 8 pipelined, into 50 keys of 20 bytes.
+    let run = |protocol: &str, ratio: &str, value_size: &str, extra: &[&str]| {
+        let mut args = vec![
+            "--connections",
+            "4",
+            "--threads",
+            "2",
+            "--pipeline",
+            "8",
+            "--keyspace",
+            "50",
+            "--key-size",
+            "20",
+            "--requests",
+            "4000",
+            "--protocol",
+            protocol,
+            "--ratio",
+            ratio,
+            "--value-size",
+            value_size,
+        ];
+        args.extend_from_slice(extra);
+        bench_ok(&port, &args)
+    };
     // memcached text, 1:1, with the key space stored first.
-    let o = bench(
-        &port,
-        &[
-            &common[..],
-            &[
-                "--protocol",
-                "text",
-                "--ratio",
-                "1:1",
-                "--preload",
-                "--value-size",
-                "100",
-            ],
-        ]
-        .concat(),
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let r = result(&o);
+    let r = run("text", "1:1", "100", &["--preload"]);
     let ops = num(&r, "ops");
     assert!((4000.0..4000.0 + 4.0 * 8.0).contains(&ops), "ops={ops}");
     assert_eq!(num(&r, "errors"), 0.0);
@@ -117,43 +118,12 @@ fn bench_drives_every_protocol_and_the_server_counts_the_same() {
     );
     assert_eq!(st["get_hits"], gets, "every key was preloaded");
     // memcached binary, get only.
-    let o = bench(
-        &port,
-        &[
-            &common[..],
-            &[
-                "--protocol",
-                "binary",
-                "--ratio",
-                "1:0",
-                "--value-size",
-                "100",
-            ],
-        ]
-        .concat(),
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let ops2 = num(&result(&o), "ops");
+    let ops2 = num(&run("binary", "1:0", "100", &[]), "ops");
     let st2 = stats(&srv);
     assert_eq!(st2["cmd_get"] - gets, ops2 as u64);
     assert_eq!(st2["cmd_set"], sets, "no sets at 1:0");
     // Tokyo Tyrant, put only, 7-byte values: every key of the space is rewritten.
-    let o = bench(
-        &port,
-        &[
-            &common[..],
-            &[
-                "--protocol",
-                "tyrant",
-                "--ratio",
-                "0:1",
-                "--value-size",
-                "7",
-            ],
-        ]
-        .concat(),
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    run("tyrant", "0:1", "7", &[]);
     let st3 = stats(&srv);
     assert_eq!(st3["curr_items"], 50);
     assert_eq!(
@@ -168,12 +138,10 @@ fn bulk_load_then_verify_finds_a_changed_record() {
     let dir = tempfile::tempdir().unwrap();
     let srv = Server::start(dir.path(), "b.kh");
     let port = port_of(&srv.addr).to_string();
-    let o = bench(
+    let r = bench_ok(
         &port,
         &["--bulk", "3000", "--connections", "3", "--pipeline", "64"],
     );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let r = result(&o);
     assert_eq!(
         (r["bulk"].as_str(), num(&r, "records"), num(&r, "bad")),
         ("load", 3000.0, 0.0)
@@ -188,9 +156,7 @@ fn bulk_load_then_verify_finds_a_changed_record() {
         "--pipeline",
         "64",
     ];
-    let o = bench(&port, &verify);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(num(&result(&o), "bad"), 0.0);
+    assert_eq!(num(&bench_ok(&port, &verify), "bad"), 0.0);
     // One value changed, one record deleted: verify counts both and fails.
     let mut c = srv.connect();
     c.write_all(b"set bulk:0000000007 0 0 3\r\nbad\r\ndelete bulk:0000002999\r\n")

@@ -25,6 +25,7 @@
 //! header fields and the body borrow from the input. Header fields are not copied out of the
 //! head at all: [`Headers`] walks the (already validated) head again when asked.
 
+use crate::push_decimal;
 use std::borrow::Cow;
 use std::fmt;
 use std::mem::MaybeUninit;
@@ -671,22 +672,6 @@ pub fn write_request(
     }
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(body);
-}
-
-/// Append `n` in decimal.
-pub fn push_decimal(out: &mut Vec<u8>, n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    let mut n = n;
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
 }
 
 // ----- percent-encoding and forms -----

@@ -31,3 +31,18 @@ pub enum DecodedReply<R> {
     /// More bytes are needed.
     Incomplete,
 }
+
+/// Append `n` in decimal ASCII (every text protocol's numbers).
+pub fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}

@@ -8,6 +8,7 @@
 //! tokens; the executor interprets the flags (including `b`: the key token is then base64,
 //! passed through untouched here and decoded by the executor).
 
+use crate::push_decimal;
 use std::fmt;
 
 /// Limits checked before anything is allocated or a data block is awaited.
@@ -599,12 +600,12 @@ pub fn encode_value_header(
     out.extend_from_slice(b"VALUE ");
     out.extend_from_slice(key);
     out.push(b' ');
-    push_u64(out, u64::from(flags));
+    push_decimal(out, u64::from(flags));
     out.push(b' ');
-    push_u64(out, len as u64);
+    push_decimal(out, len as u64);
     if let Some(c) = cas {
         out.push(b' ');
-        push_u64(out, c);
+        push_decimal(out, c);
     }
     out.extend_from_slice(b"\r\n");
 }
@@ -618,7 +619,7 @@ pub fn encode_value(out: &mut Vec<u8>, key: &[u8], flags: u32, data: &[u8], cas:
 
 /// Append a decimal number and `\r\n` (the reply to incr / decr).
 pub fn encode_number(out: &mut Vec<u8>, n: u64) {
-    push_u64(out, n);
+    push_decimal(out, n);
     out.extend_from_slice(b"\r\n");
 }
 
@@ -629,21 +630,6 @@ pub fn encode_stat(out: &mut Vec<u8>, name: &str, value: &str) {
     out.push(b' ');
     out.extend_from_slice(value.as_bytes());
     out.extend_from_slice(b"\r\n");
-}
-
-/// Append `n` in decimal.
-pub fn push_u64(out: &mut Vec<u8>, mut n: u64) {
-    let mut b = [0u8; 20];
-    let mut i = b.len();
-    loop {
-        i -= 1;
-        b[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&b[i..]);
 }
 
 /// Fixed reply lines.

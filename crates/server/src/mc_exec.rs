@@ -684,21 +684,21 @@ fn meta_ret(
             }
             (b'c', Some(m)) if rest.is_empty() => {
                 out.extend_from_slice(b" c");
-                mc_text::push_u64(out, m.version);
+                kura_proto::push_decimal(out, m.version);
             }
             (b'f', Some(m)) if rest.is_empty() => {
                 out.extend_from_slice(b" f");
-                mc_text::push_u64(out, u64::from(m.flags));
+                kura_proto::push_decimal(out, u64::from(m.flags));
             }
             (b's', Some(_)) if rest.is_empty() => {
                 out.extend_from_slice(b" s");
-                mc_text::push_u64(out, size as u64);
+                kura_proto::push_decimal(out, size as u64);
             }
             (b't', Some(m)) if rest.is_empty() => {
                 out.extend_from_slice(b" t");
                 match ttl_left(m.expires, now) {
                     -1 => out.extend_from_slice(b"-1"),
-                    n => mc_text::push_u64(out, n as u64),
+                    n => kura_proto::push_decimal(out, n as u64),
                 }
             }
             _ => {}
@@ -850,7 +850,7 @@ fn meta_hit(
     let with_value = meta_has(flags, b'v');
     if with_value {
         out.extend_from_slice(b"VA ");
-        mc_text::push_u64(out, value.len() as u64);
+        kura_proto::push_decimal(out, value.len() as u64);
     } else {
         out.extend_from_slice(b"HD");
     }
