@@ -178,16 +178,6 @@ impl Sink for HeaderBuf {
     }
 }
 
-/// Move `pos` past the varint at it, without decoding it; `None` if it runs past the end or
-/// is longer than 10 bytes.
-#[inline]
-pub fn skip_varint(buf: &[u8], pos: &mut usize) -> Option<()> {
-    let rest = buf.get(*pos..)?;
-    let len = rest.iter().take(10).position(|&b| b < 0x80)? + 1;
-    *pos += len;
-    Some(())
-}
-
 /// Decode a varint at `*pos`, advancing it; `None` when truncated or longer than 10 bytes.
 #[inline]
 pub fn get_varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
@@ -417,28 +407,6 @@ pub fn codec(h: &Header) -> Result<Compression> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn skip_varint_stops_where_get_varint_does() {
-        let mut buf = Vec::new();
-        let values = [0u64, 1, 127, 128, 300, 1 << 35, u64::MAX];
-        for v in values {
-            put_varint(&mut buf, v);
-        }
-        let (mut a, mut b) = (0, 0);
-        for v in values {
-            assert_eq!(get_varint(&buf, &mut a), Some(v));
-            skip_varint(&buf, &mut b).unwrap();
-            assert_eq!(a, b);
-        }
-        assert_eq!(skip_varint(&buf, &mut b), None, "past the end");
-        assert_eq!(skip_varint(&[0x80, 0x80], &mut 0), None, "truncated");
-        assert_eq!(
-            skip_varint(&[0xff; 11], &mut 0),
-            None,
-            "longer than 10 bytes"
-        );
-    }
 
     #[test]
     fn put_round_trip_and_checksum() {

@@ -19,6 +19,8 @@
 //! segment at its first record whose checksum fails and truncates the torn tail.
 
 mod arena;
+pub mod ckpt;
+use self::ckpt::{le_u32, le_u64};
 pub mod format;
 pub mod index;
 pub mod segment;
@@ -51,7 +53,9 @@ const CKPT_NAME: &str = "index.ki";
 const CKPT_TMP: &str = "index.ki.tmp";
 const LOCK_NAME: &str = "LOCK";
 const CKPT_MAGIC: &[u8; 8] = b"KURAIDX1";
-const CKPT_VERSION: u32 = 1;
+/// Version 1 wrote each shard's slots sorted by location as varints; a version-1 checkpoint is
+/// ignored (the log is replayed once, and the next checkpoint is version 2).
+const CKPT_VERSION: u32 = 2;
 /// How often the background thread hands the write buffer to the OS.
 const FLUSH_TICK: Duration = Duration::from_millis(50);
 /// How often the compaction thread looks for segments to compact.
@@ -2902,13 +2906,24 @@ impl Inner {
     /// Read and decode the checkpoint; `None` unless it is intact and every slot points into a
     /// segment of `known` (sorted ids of the segments on disk).
     fn read_checkpoint(&self, known: &[u32]) -> Option<Checkpoint> {
-        let f = self.vfs.open(&self.dir.join(CKPT_NAME), false).ok()?;
+        let path = self.dir.join(CKPT_NAME);
+        let f = self.vfs.open(&path, false).ok()?;
         let len = f.len().ok()? as usize;
         if len < 40 {
             return None;
         }
-        let mut b = vec![0u8; len];
-        f.read_at(&mut b, 0).ok()?;
+        // Mapped: its pages are in the page cache already, where a buffer would be fresh
+        // memory (about a millisecond a megabyte on a virtual machine) and a copy.
+        let map = self.vfs.map(&path, len);
+        let mut owned = Vec::new();
+        let b: &[u8] = match &map {
+            Some(m) if m.as_slice().len() == len => m.as_slice(),
+            _ => {
+                owned.resize(len, 0);
+                f.read_at(&mut owned, 0).ok()?;
+                &owned
+            }
+        };
         let (body, crc) = b.split_at(len - 4);
         if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().ok()?) {
             return None;
@@ -2942,23 +2957,18 @@ impl Inner {
             ));
             pos += 24;
         }
-        // Where each shard's section starts: one pass over the varints, so that the sections
-        // can then be decoded and their tables built by two threads.
-        let mut starts = Vec::with_capacity(NSHARDS);
+        // Where each shard's section starts (sections come in any order, each led by its
+        // shard's number and giving its length), so that the sections can then be decoded
+        // and their tables built by two threads.
+        let mut starts = vec![usize::MAX; NSHARDS];
         let mut slots = 0usize;
         for _ in 0..NSHARDS {
-            starts.push(pos);
-            pos = pos.checked_add(8)?;
-            let n = format::get_varint(body, &mut pos)? as usize;
-            // Each slot takes at least 5 bytes: a count beyond that is corrupt.
-            if n > body.len().checked_sub(pos)? / 5 {
-                return None;
-            }
-            for _ in 0..n {
-                format::skip_varint(body, &mut pos)?;
-                pos += 4;
-            }
-            slots += n;
+            let i = le_u32(body, pos)? as usize;
+            let start = starts.get_mut(i).filter(|s| **s == usize::MAX)?;
+            *start = pos + 4;
+            let (end, n) = ckpt::section_end(body, pos + 4)?;
+            pos = end;
+            slots = slots.saturating_add(n);
         }
         if pos != body.len() {
             return None;
@@ -3713,11 +3723,11 @@ fn guard_of<'a, 'g>(
 /// seq), call `before_commit` (which makes the data the snapshots point at durable), sync the
 /// file, rename it over the old checkpoint, sync the directory.
 ///
-/// With `parallel` (at least `PARALLEL_CKPT` slots, not a background checkpoint) and more than
-/// one core, a second thread encodes the second half of the shards into memory while this one
-/// encodes and writes the first half, then writes the second: encoding is most of a
-/// checkpoint's time. Memory then holds half of the encoded index for a moment (about 3 bytes a
-/// record).
+/// With `parallel` (and two cores), a helper thread encodes the second half of the shards
+/// while this one encodes the first. Each writes its sections to the file in chunks of about
+/// 1 MiB from one buffer of its own, at offsets handed out in turn, so that neither holds more
+/// than a chunk (fresh memory costs about a millisecond a megabyte on a virtual machine); the
+/// checksum is combined from the chunks' own in file order.
 #[allow(clippy::too_many_arguments)]
 fn write_checkpoint(
     vfs: &dyn Vfs,
@@ -3730,128 +3740,103 @@ fn write_checkpoint(
     before_commit: impl FnOnce() -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     let tmp = dir.join(CKPT_TMP);
-    let f = vfs.open(&tmp, true)?;
+    let file = vfs.open(&tmp, true)?;
+    let f = &*file;
     f.set_len(0)?;
-    let mut at = 0u64;
-    let mut crc = 0u32;
-    let mut out = Vec::with_capacity(1 << 20);
-    let mut emit = |out: &mut Vec<u8>, last: bool| -> std::io::Result<()> {
-        if out.len() >= 1 << 20 || last {
-            crc = crc32c::crc32c_append(crc, out);
-            f.write_at(out, at)?;
-            // Written back while the rest is encoded, so that the final sync is short.
-            f.start_writeback(at, out.len() as u64);
-            at += out.len() as u64;
-            out.clear();
+    let mut head = Vec::new();
+    head.extend_from_slice(CKPT_MAGIC);
+    head.extend_from_slice(&CKPT_VERSION.to_le_bytes());
+    head.extend_from_slice(&(NSHARDS as u32).to_le_bytes());
+    head.extend_from_slice(&hash_seed.to_le_bytes());
+    head.extend_from_slice(&(replay.len() as u32).to_le_bytes());
+    for &(seg, off) in replay {
+        head.extend_from_slice(&seg.to_le_bytes());
+        head.extend_from_slice(&(off as u32).to_le_bytes());
+    }
+    head.extend_from_slice(&(segs.len() as u32).to_le_bytes());
+    for &(id, len, live, horizon) in segs {
+        head.extend_from_slice(&id.to_le_bytes());
+        head.extend_from_slice(&len.to_le_bytes());
+        head.extend_from_slice(&live.to_le_bytes());
+        head.extend_from_slice(&horizon.to_le_bytes());
+    }
+    // (offset, length, crc32c) of every chunk written; the next chunk goes at `end`.
+    let chunks = Mutex::new((0u64, Vec::<(u64, usize, u32)>::new()));
+    let write = |buf: &[u8]| -> std::io::Result<()> {
+        let crc = crc32c::crc32c(buf);
+        let at = {
+            let mut c = chunks.lock();
+            let at = c.0;
+            c.0 += buf.len() as u64;
+            c.1.push((at, buf.len(), crc));
+            at
+        };
+        f.write_at(buf, at)?;
+        // Written back while the rest is encoded, so that the final sync is short.
+        f.start_writeback(at, buf.len() as u64);
+        Ok(())
+    };
+    write(&head)?;
+    // Encode shards `range` (each section led by its shard's number), writing a chunk
+    // whenever a megabyte is ready; the slot and scratch buffers are reused from shard to
+    // shard.
+    let encode = |range: std::ops::Range<usize>| -> std::io::Result<()> {
+        let (mut v, mut scratch) = (Vec::new(), ckpt::Scratch::default());
+        let mut out = Vec::with_capacity(CKPT_CHUNK + (CKPT_CHUNK >> 2));
+        for i in range {
+            v.clear();
+            let seq = shard(i, &mut v);
+            out.extend_from_slice(&(i as u32).to_le_bytes());
+            ckpt::encode(seq, &mut v, &mut scratch, &mut out);
+            if out.len() >= CKPT_CHUNK {
+                write(&out)?;
+                out.clear();
+            }
+        }
+        if !out.is_empty() {
+            write(&out)?;
         }
         Ok(())
     };
-    out.extend_from_slice(CKPT_MAGIC);
-    out.extend_from_slice(&CKPT_VERSION.to_le_bytes());
-    out.extend_from_slice(&(NSHARDS as u32).to_le_bytes());
-    out.extend_from_slice(&hash_seed.to_le_bytes());
-    out.extend_from_slice(&(replay.len() as u32).to_le_bytes());
-    for &(seg, off) in replay {
-        out.extend_from_slice(&seg.to_le_bytes());
-        out.extend_from_slice(&(off as u32).to_le_bytes());
-    }
-    out.extend_from_slice(&(segs.len() as u32).to_le_bytes());
-    for &(id, len, live, horizon) in segs {
-        out.extend_from_slice(&id.to_le_bytes());
-        out.extend_from_slice(&len.to_le_bytes());
-        out.extend_from_slice(&live.to_le_bytes());
-        out.extend_from_slice(&horizon.to_le_bytes());
-    }
-    let encode = |i: usize, v: &mut Vec<Slot>, tmp: &mut Vec<Slot>, out: &mut Vec<u8>| {
-        v.clear();
-        let seq = shard(i, v);
-        encode_shard(seq, v, tmp, out);
-    };
-    // Scratch for one shard's slots and for sorting them, reused from shard to shard.
-    let (mut v, mut scratch) = (Vec::new(), Vec::new());
-    let parallel = parallel && more_than_one_core();
-    if parallel {
-        // A helper encodes the second half of the shards into its own buffer while this thread
-        // encodes and writes the first half: one hand-off, since every wait for the other
-        // thread costs a wake-up (a quarter of a millisecond on a virtual machine).
+    if parallel && more_than_one_core() {
+        // One hand-off: every wait for the other thread costs a wake-up (a quarter of a
+        // millisecond on a virtual machine).
         std::thread::scope(|s| -> std::io::Result<()> {
             let encode = &encode;
-            let helper = s.spawn(move || {
-                let (mut v, mut scratch, mut o) = (Vec::new(), Vec::new(), Vec::new());
-                for i in NSHARDS / 2..NSHARDS {
-                    encode(i, &mut v, &mut scratch, &mut o);
-                }
-                o
-            });
-            for i in 0..NSHARDS / 2 {
-                encode(i, &mut v, &mut scratch, &mut out);
-                emit(&mut out, false)?;
-            }
-            let rest = helper
+            let helper = s.spawn(move || encode(NSHARDS / 2..NSHARDS));
+            let mine = encode(0..NSHARDS / 2);
+            let theirs = helper
                 .join()
                 .map_err(|_| std::io::Error::other("checkpoint encoder thread panicked"))?;
-            for chunk in rest.chunks(1 << 20) {
-                out.extend_from_slice(chunk);
-                emit(&mut out, false)?;
-            }
-            Ok(())
+            mine.and(theirs)
         })?;
     } else {
-        for i in 0..NSHARDS {
-            encode(i, &mut v, &mut scratch, &mut out);
-            emit(&mut out, false)?;
-        }
+        encode(0..NSHARDS)?;
     }
-    emit(&mut out, true)?;
+    let (end, mut list) = chunks.into_inner();
+    list.sort_unstable_by_key(|c| c.0);
+    let crc = list.iter().fold(0u32, |crc, &(_, len, c)| {
+        crc32c::crc32c_combine(crc, c, len)
+    });
     before_commit()?;
-    f.write_at(&crc.to_le_bytes(), at)?;
+    f.write_at(&crc.to_le_bytes(), end)?;
     f.sync()?;
-    drop(f);
+    drop(file);
     vfs.rename(&tmp, &dir.join(CKPT_NAME))?;
     vfs.sync_dir(dir)
 }
+
+/// Checkpoint chunk size: each encoding thread writes when it has this much.
+const CKPT_CHUNK: usize = 1 << 20;
 
 /// Decode the checkpoint section of one shard, which starts at `at` of `body` (checked to
 /// lie within it), and build the shard's table. `None` when it is damaged or points into a
 /// segment not in `known` (sorted).
 fn decode_ckpt_shard(body: &[u8], at: usize, known: &[u32]) -> Option<(u64, Table)> {
-    let seq = le_u64(body, at)?;
-    let mut pos = at + 8;
-    let n = format::get_varint(body, &mut pos)? as usize;
-    let mut v = Vec::with_capacity(n);
-    let mut loc = 0u64;
-    let mut last_seg = 0u32; // known to exist (0: none yet)
-    for _ in 0..n {
-        loc = loc.checked_add(format::get_varint(body, &mut pos)?)?;
-        let tag = le_u32(body, pos)?;
-        pos += 4;
-        let seg = (loc >> 32) as u32;
-        if seg != last_seg {
-            // Slots come sorted by location: one search per segment.
-            known.binary_search(&seg).ok()?;
-            last_seg = seg;
-        }
-        v.push(Slot {
-            tag,
-            seg,
-            off: loc as u32,
-        });
-    }
-    Some((seq, Table::from_slots(v)))
-}
-
-/// The little-endian `u32` at `pos` of `buf`, if it is all there.
-fn le_u32(buf: &[u8], pos: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(
-        buf.get(pos..pos.checked_add(4)?)?.try_into().ok()?,
-    ))
-}
-
-/// The little-endian `u64` at `pos` of `buf`, if it is all there.
-fn le_u64(buf: &[u8], pos: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(
-        buf.get(pos..pos.checked_add(8)?)?.try_into().ok()?,
-    ))
+    let (seq, n, mut slots) = ckpt::decode(body, at, known)?;
+    // Built straight from the decoder; a table from a damaged section is thrown away.
+    let t = Table::from_sorted(n, &mut slots);
+    slots.intact().then_some((seq, t))
 }
 
 /// Checkpoints of at least this many slots are encoded, and loaded, by two threads
@@ -3861,21 +3846,6 @@ const PARALLEL_CKPT: usize = 1 << 16;
 /// Whether a second thread can run beside this one (two-thread checkpoints).
 fn more_than_one_core() -> bool {
     std::thread::available_parallelism().is_ok_and(|n| n.get() > 1)
-}
-
-/// One shard of a checkpoint: its seq, its number of slots, then the slots sorted by location
-/// (so that each location is a small delta from the previous one), each as the varint delta
-/// of its location and its tag. `tmp` is scratch for the sort.
-fn encode_shard(seq: u64, v: &mut Vec<Slot>, tmp: &mut Vec<Slot>, out: &mut Vec<u8>) {
-    index::radix_sort_with(v, tmp, Slot::loc);
-    out.extend_from_slice(&seq.to_le_bytes());
-    format::put_varint(out, v.len() as u64);
-    let mut prev = 0u64;
-    for s in v.iter() {
-        format::put_varint(out, s.loc() - prev);
-        out.extend_from_slice(&s.tag.to_le_bytes());
-        prev = s.loc();
-    }
 }
 
 /// The metadata a put record carries.
@@ -4135,16 +4105,20 @@ impl Drop for DiskHash {
 impl Store for DiskHash {
     fn get(&self, key: &[u8]) -> Result<Option<Record>> {
         self.inner.check_open()?;
-        let (shard, tag) = self.inner.locate(key);
-        let found = with_reader!(self.inner, shard, tag, tbl => {
-            self.inner.find(tbl, tag, key, Want::Value)
-        })?;
-        Ok(found
-            .filter(|f| f.meta.expires == 0 || !is_expired(f.meta.expires, now_secs()))
-            .map(|f| Record {
-                value: f.value.unwrap_or_default(),
-                meta: f.meta,
+        let inner = &self.inner;
+        let (shard, tag) = inner.locate(key);
+        // The record is made in the lookup's closure: nothing else is built or moved.
+        let found = with_reader!(inner, shard, tag, tbl => inner.find_with(tbl, tag, key, |_, h, rec| {
+            let meta = meta_of(h);
+            if meta.expires != 0 && is_expired(meta.expires, now_secs()) {
+                return Ok(None);
+            }
+            Ok(Some(Record {
+                value: decode_value(h, rec)?,
+                meta,
             }))
+        }))?;
+        Ok(found.flatten())
     }
 
     fn view(&self, key: &[u8], f: &mut dyn FnMut(&[u8], Meta)) -> Result<bool> {

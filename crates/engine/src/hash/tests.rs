@@ -1639,6 +1639,73 @@ fn a_checkpoint_encoded_by_two_threads_holds_the_whole_index() {
     );
 }
 
+/// A checkpoint's shard sections are found by the shard numbers that lead them, in whatever
+/// order the two encoding threads wrote their chunks; a shard given twice voids it.
+#[test]
+fn checkpoint_sections_load_in_any_order_and_each_shard_once() {
+    let fs = SimVfs::new();
+    let db = sim_open(&fs, "sync=none");
+    for i in 0..5000u32 {
+        db.put(&i.to_be_bytes(), b"v").unwrap();
+    }
+    let _m = db.inner.maint.lock();
+    db.inner.checkpoint().unwrap();
+    let known: Vec<u32> = db.inner.segs.load().segs.keys().copied().collect();
+    let tables = |c: Checkpoint| -> Vec<(u64, Vec<Slot>)> {
+        c.shards
+            .into_iter()
+            .map(|(seq, t)| (seq, t.iter().collect()))
+            .collect()
+    };
+    let want = tables(db.inner.read_checkpoint(&known).expect("valid"));
+    assert_eq!(want.iter().map(|s| s.1.len()).sum::<usize>(), 5000);
+
+    let f = fs
+        .open(&Path::new("/sim/db.kh").join(CKPT_NAME), false)
+        .unwrap();
+    let mut b = vec![0; f.len().unwrap() as usize];
+    f.read_at(&mut b, 0).unwrap();
+    let lanes = le_u32(&b, 24).unwrap() as usize;
+    let mut pos = 28 + 8 * lanes;
+    pos += 4 + 24 * le_u32(&b, pos).unwrap() as usize;
+    let head = b[..pos].to_vec();
+    let mut secs = Vec::new();
+    while pos < b.len() - 4 {
+        let (end, _) = ckpt::section_end(&b, pos + 4).unwrap();
+        secs.push(b[pos..end].to_vec());
+        pos = end;
+    }
+    assert_eq!(secs.len(), NSHARDS);
+    let rewrite = |secs: &[Vec<u8>]| {
+        let mut nb = head.clone();
+        for s in secs {
+            nb.extend_from_slice(s);
+        }
+        let crc = crc32c::crc32c(&nb);
+        nb.extend_from_slice(&crc.to_le_bytes());
+        f.set_len(0).unwrap();
+        f.write_at(&nb, 0).unwrap();
+    };
+    secs.reverse();
+    rewrite(&secs);
+    let got = tables(
+        db.inner
+            .read_checkpoint(&known)
+            .expect("reversed: still valid"),
+    );
+    assert_eq!(got, want);
+    secs[1] = secs[0].clone();
+    rewrite(&secs);
+    assert!(db.inner.read_checkpoint(&known).is_none(), "a shard twice");
+    secs.pop();
+    secs.remove(1);
+    rewrite(&secs);
+    assert!(
+        db.inner.read_checkpoint(&known).is_none(),
+        "a shard missing"
+    );
+}
+
 /// The prefetch hints (`TableHint`) follow every shard's table as it grows, and after vanish.
 #[test]
 fn table_hints_follow_the_tables() {
