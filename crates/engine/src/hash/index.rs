@@ -933,6 +933,11 @@ impl Table {
         }
     }
 
+    /// Move up to `n` more old positions of a growth under way (none when there is none).
+    pub fn move_some(&mut self, n: usize) {
+        self.move_slots(n);
+    }
+
     /// Finish a growth under way at once.
     fn settle(&mut self) {
         if self.moving.is_some() {

@@ -56,6 +56,9 @@ const CKPT_MAGIC: &[u8; 8] = b"KURAIDX1";
 /// Version 1 wrote each shard's slots sorted by location as varints; a version-1 checkpoint is
 /// ignored (the log is replayed once, and the next checkpoint is version 2).
 const CKPT_VERSION: u32 = 2;
+/// Old positions a growing writer moves per hold of the shard lock (`Inner::grow_to`): about
+/// 10 µs of work.
+const MOVE_BATCH: usize = 2048;
 /// How often the background thread hands the write buffer to the OS.
 const FLUSH_TICK: Duration = Duration::from_millis(50);
 /// How often the compaction thread looks for segments to compact.
@@ -1728,6 +1731,18 @@ impl Inner {
         self.note_table(i, &g.table);
         drop(g);
         drop(unused);
+        // Then move the slots over in batches, the lock released between them, so that the
+        // shard is back in fast mode soon instead of after its next few hundred writes.
+        loop {
+            let mut g = self.excl(i);
+            if !g.table.is_moving() {
+                break;
+            }
+            g.table.move_some(MOVE_BATCH);
+            let retired = g.table.take_retired();
+            drop(g);
+            drop(retired);
+        }
     }
 
     /// Release a shard held exclusively after a write that may have inserted or removed.

@@ -1706,6 +1706,47 @@ fn checkpoint_sections_load_in_any_order_and_each_shard_once() {
     );
 }
 
+/// A writer that grows a table also moves its slots over (in batches, `Inner::grow_to`): once
+/// its put returns, no table is still growing and every shard is back in fast mode.
+#[test]
+fn a_growing_writer_finishes_the_move() {
+    let fs = SimVfs::new();
+    let db = sim_open(&fs, "sync=none");
+    let mut grew = 0;
+    let mut caps: Vec<usize> = db
+        .inner
+        .shards
+        .iter()
+        .map(|s| s.0.read().table.capacity())
+        .collect();
+    for i in 0..120_000u32 {
+        db.put(&i.to_le_bytes(), b"v").unwrap();
+        if i % 1000 == 999 {
+            for (n, s) in db.inner.shards.iter().enumerate() {
+                let g = s.0.read();
+                assert!(!g.table.is_moving(), "shard {n} still moving after put {i}");
+                assert!(
+                    !db.inner.brl.slow.0[n].load(Ordering::SeqCst),
+                    "shard {n} slow"
+                );
+                if g.table.capacity() > caps[n] {
+                    grew += 1;
+                    caps[n] = g.table.capacity();
+                }
+            }
+        }
+    }
+    assert!(
+        grew >= 64,
+        "tables of 1024 home positions and more grew {grew} times"
+    );
+    for n in 0..NSHARDS {
+        // Held exclusively: the threads' slot counts are folded into the table's.
+        db.inner.excl(n).table.verify().unwrap();
+    }
+    assert_eq!(db.count(), 120_000);
+}
+
 /// The prefetch hints (`TableHint`) follow every shard's table as it grows, and after vanish.
 #[test]
 fn table_hints_follow_the_tables() {
