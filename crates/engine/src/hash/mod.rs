@@ -2988,23 +2988,31 @@ impl Inner {
         if pos != body.len() {
             return None;
         }
-        let decode = |range: std::ops::Range<usize>| -> Option<Vec<(u64, Table)>> {
-            range
-                .map(|i| decode_ckpt_shard(body, starts[i], known))
-                .collect()
+        // Each thread takes the next shard not yet taken, as the writer does.
+        let next = AtomicUsize::new(0);
+        let decode = || -> Option<Vec<(usize, (u64, Table))>> {
+            let mut done = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= NSHARDS {
+                    return Some(done);
+                }
+                done.push((i, decode_ckpt_shard(body, starts[i], known)?));
+            }
         };
-        let parallel = slots >= PARALLEL_CKPT && more_than_one_core();
-        let shards = if parallel {
-            let (first, second) = std::thread::scope(|s| {
-                let helper = s.spawn(|| decode(NSHARDS / 2..NSHARDS));
-                (decode(0..NSHARDS / 2), helper.join().ok().flatten())
+        let mut parts = if slots >= PARALLEL_CKPT && more_than_one_core() {
+            let (mine, theirs) = std::thread::scope(|s| {
+                let helper = s.spawn(decode);
+                (decode(), helper.join().ok().flatten())
             });
-            let mut v = first?;
-            v.extend(second?);
+            let mut v = mine?;
+            v.extend(theirs?);
             v
         } else {
-            decode(0..NSHARDS)?
+            decode()?
         };
+        parts.sort_unstable_by_key(|p| p.0);
+        let shards: Vec<(u64, Table)> = parts.into_iter().map(|p| p.1).collect();
         Some(Checkpoint {
             hash_seed,
             replay,
@@ -3738,8 +3746,8 @@ fn guard_of<'a, 'g>(
 /// seq), call `before_commit` (which makes the data the snapshots point at durable), sync the
 /// file, rename it over the old checkpoint, sync the directory.
 ///
-/// With `parallel` (and two cores), a helper thread encodes the second half of the shards
-/// while this one encodes the first. Each writes its sections to the file in chunks of about
+/// With `parallel` (and two cores), a helper thread encodes shards beside this one, each
+/// taking the next shard not yet taken. Each writes its sections to the file in chunks of about
 /// 1 MiB from one buffer of its own, at offsets handed out in turn, so that neither holds more
 /// than a chunk (fresh memory costs about a millisecond a megabyte on a virtual machine); the
 /// checksum is combined from the chunks' own in file order.
@@ -3795,10 +3803,18 @@ fn write_checkpoint(
     // Encode shards `range` (each section led by its shard's number), writing a chunk
     // whenever a megabyte is ready; the slot and scratch buffers are reused from shard to
     // shard.
-    let encode = |range: std::ops::Range<usize>| -> std::io::Result<()> {
+    // Each thread takes the next shard not yet taken (shards differ in size: their load
+    // limits differ), encodes it, and writes a chunk whenever a megabyte is ready; the slot
+    // and scratch buffers are reused from shard to shard.
+    let next = AtomicUsize::new(0);
+    let encode = || -> std::io::Result<()> {
         let (mut v, mut scratch) = (Vec::new(), ckpt::Scratch::default());
         let mut out = Vec::with_capacity(CKPT_CHUNK + (CKPT_CHUNK >> 2));
-        for i in range {
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= NSHARDS {
+                break;
+            }
             v.clear();
             let seq = shard(i, &mut v);
             out.extend_from_slice(&(i as u32).to_le_bytes());
@@ -3818,15 +3834,15 @@ fn write_checkpoint(
         // millisecond on a virtual machine).
         std::thread::scope(|s| -> std::io::Result<()> {
             let encode = &encode;
-            let helper = s.spawn(move || encode(NSHARDS / 2..NSHARDS));
-            let mine = encode(0..NSHARDS / 2);
+            let helper = s.spawn(encode);
+            let mine = encode();
             let theirs = helper
                 .join()
                 .map_err(|_| std::io::Error::other("checkpoint encoder thread panicked"))?;
             mine.and(theirs)
         })?;
     } else {
-        encode(0..NSHARDS)?;
+        encode()?;
     }
     let (end, mut list) = chunks.into_inner();
     list.sort_unstable_by_key(|c| c.0);
