@@ -1676,6 +1676,11 @@ impl Inner {
                 if optimistic {
                     // SAFETY: as in `lock_run_in`.
                     if let Some(cands) = unsafe { f.table.snapshot(tag) } {
+                        // The record is the next miss: start it now, so that it overlaps
+                        // with the way back to the lookup.
+                        if let Some(slot) = cands.candidates().next() {
+                            self.prefetch_record(&slot);
+                        }
                         return Reader::Snap(Snap { inside: f, cands });
                     }
                 }
@@ -1762,7 +1767,8 @@ impl Inner {
         }
     }
 
-    /// Start fetching the header and key of the record `slot` points at (a shard lock held).
+    /// Start fetching the header and key of the record `slot` points at (the caller is inside
+    /// the shard: holding a lock, or counted in).
     #[inline]
     fn prefetch_record(&self, slot: &Slot) {
         // SAFETY: the caller is inside a shard (see `segs_locked`).
