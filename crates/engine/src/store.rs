@@ -148,18 +148,14 @@ impl Value<'_> {
     }
 
     /// `n` in decimal ASCII (memcached's counters), inline.
-    pub fn decimal(mut n: u64) -> Value<'static> {
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        Value::copied(&digits[at..])
+    pub fn decimal(n: u64) -> Value<'static> {
+        use std::io::Write;
+        let mut bytes = [0u8; SHORT_VALUE];
+        let mut rest = &mut bytes[..];
+        // 20 digits at most: always fits.
+        let _ = write!(rest, "{n}");
+        let len = (SHORT_VALUE - rest.len()) as u8;
+        Value::Short { len, bytes }
     }
 }
 

@@ -58,6 +58,20 @@ struct Acked {
     counter: Option<u64>,
 }
 
+/// `kura db check NAME` in `dir` passes.
+fn db_check_ok(dir: &std::path::Path, name: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kura"))
+        .args(["db", "check", name])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn val(key: &str) -> String {
     format!("v-{key}-{}", key.len())
 }
@@ -147,16 +161,7 @@ fn sigkill_while_writing_loses_no_acknowledged_write() {
         total > 100,
         "only {total} writes acknowledged: the kills came too early"
     );
-    let check = Command::new(env!("CARGO_BIN_EXE_kura"))
-        .args(["db", "check", "s.kh"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
+    db_check_ok(dir.path(), "s.kh");
     let srv = Server::start(dir.path(), name);
     let mut c = srv.connect();
     let mut r = BufReader::new(c.try_clone().unwrap());
@@ -686,14 +691,5 @@ fn random_bytes_on_every_protocol_leave_the_server_serving() {
         "memory grew from {before} to {after} KiB"
     );
     assert!(srv.signal(libc::SIGTERM).success());
-    let out = Command::new(env!("CARGO_BIN_EXE_kura"))
-        .args(["db", "check", "g.kh"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    db_check_ok(dir.path(), "g.kh");
 }

@@ -39,7 +39,7 @@ use crate::mc_exec::{flush_if_due, Next, Shared};
 use crate::tt_exec::TtState;
 use kura_engine::counter::Counter;
 use kura_engine::store::check_sizes;
-use kura_engine::{BatchOp, Decision, Error, Kind, Outcome, Store};
+use kura_engine::{BatchOp, Decision, Error, Kind, Outcome, Store, Value};
 use kura_proto::http::{self, Method, Request};
 use kura_proto::kt_tsv::{self, ColEnc};
 use std::borrow::Cow;
@@ -471,7 +471,7 @@ fn procedure(
                     (true, Some(_), None) => Decision::Remove,
                     (true, None, None) => Decision::Keep,
                     (true, _, Some(n)) => Decision::Put {
-                        value: n.to_vec().into(),
+                        value: Value::Lent(n),
                         flags: 0,
                         expires,
                     },
@@ -681,7 +681,7 @@ fn increment(
         };
         result = Some(n);
         Decision::Put {
-            value: kura_engine::Value::copied(&n.to_be_bytes()),
+            value: Value::copied(&n.to_be_bytes()),
             flags,
             expires,
         }

@@ -1162,14 +1162,15 @@ fn meta_arith(
     };
     match result {
         Some((n, m)) => {
-            let text = n.to_string();
+            let text = Value::decimal(n);
             if meta_has(flags, b'q') {
                 // memcached hides a successful ma under q, its value too.
             } else if meta_has(flags, b'v') {
-                out.extend_from_slice(format!("VA {}", text.len()).as_bytes());
+                out.extend_from_slice(b"VA ");
+                kura_proto::push_decimal(out, text.len() as u64);
                 meta_ret(out, flags, key, Some(&m), text.len(), b"ct", now);
                 out.extend_from_slice(b"\r\n");
-                out.extend_from_slice(text.as_bytes());
+                out.extend_from_slice(&text);
                 out.extend_from_slice(b"\r\n");
             } else {
                 out.extend_from_slice(b"HD");

@@ -39,15 +39,9 @@ impl Slot {
 }
 
 /// Sort slots by `key` (stable): a least-significant-digit radix sort on bytes, skipping the
-/// byte positions where every key has the same byte. Checkpoints sort every slot of the index
-/// twice (by location to write, by tag to load); this is several times faster than a
-/// comparison sort there.
-pub fn radix_sort_by_key(v: &mut Vec<Slot>, key: impl Fn(&Slot) -> u64) {
-    radix_sort_with(v, &mut Vec::new(), key);
-}
-
-/// `radix_sort_by_key` with a scratch vector kept by the caller (so that sorting many arrays
-/// in turn allocates, and faults in, its memory once).
+/// byte positions where every key has the same byte, with a scratch vector kept by the caller
+/// (so that sorting many arrays in turn allocates, and faults in, its memory once). A
+/// checkpoint sorts a shard it finds out of tag order with it (`ckpt::encode`).
 pub fn radix_sort_with(v: &mut Vec<Slot>, tmp: &mut Vec<Slot>, key: impl Fn(&Slot) -> u64) {
     if v.len() < 64 {
         v.sort_by_key(|s| key(s));
@@ -1074,12 +1068,6 @@ impl Table {
         }
     }
 
-    /// Build from slots in any order (sorted here).
-    pub fn from_slots(mut v: Vec<Slot>) -> Table {
-        radix_sort_by_key(&mut v, |s| s.tag as u64);
-        Table::from_sorted(v.len(), v.into_iter())
-    }
-
     /// Build from `n` slots given in ascending tag order (one sequential pass).
     pub fn from_sorted(n: usize, slots: impl Iterator<Item = Slot>) -> Table {
         let mut t = Table::with_capacity(n);
@@ -1176,7 +1164,7 @@ mod tests {
             for key in [|s: &Slot| s.tag as u64, |s: &Slot| s.loc()] {
                 let mut a = v.clone();
                 let mut b = v.clone();
-                radix_sort_by_key(&mut a, key);
+                radix_sort_with(&mut a, &mut Vec::new(), key);
                 b.sort_by_key(key); // stable, as the radix sort is
                 assert_eq!(a, b, "n={n}");
             }

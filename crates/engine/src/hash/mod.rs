@@ -3006,17 +3006,11 @@ impl Inner {
                 done.push((i, decode_ckpt_shard(body, starts[i], known)?));
             }
         };
-        let mut parts = if slots >= PARALLEL_CKPT && more_than_one_core() {
-            let (mine, theirs) = std::thread::scope(|s| {
-                let helper = s.spawn(decode);
-                (decode(), helper.join().ok().flatten())
-            });
-            let mut v = mine?;
-            v.extend(theirs?);
-            v
-        } else {
-            decode()?
-        };
+        let (mine, theirs) = side_by_side(slots >= PARALLEL_CKPT, decode);
+        let mut parts = mine?;
+        if let Some(theirs) = theirs {
+            parts.extend(theirs.ok()??);
+        }
         parts.sort_unstable_by_key(|p| p.0);
         let shards: Vec<(u64, Table)> = parts.into_iter().map(|p| p.1).collect();
         Some(Checkpoint {
@@ -3806,9 +3800,6 @@ fn write_checkpoint(
         Ok(())
     };
     write(&head)?;
-    // Encode shards `range` (each section led by its shard's number), writing a chunk
-    // whenever a megabyte is ready; the slot and scratch buffers are reused from shard to
-    // shard.
     // Each thread takes the next shard not yet taken (shards differ in size: their load
     // limits differ), encodes it, and writes a chunk whenever a megabyte is ready; the slot
     // and scratch buffers are reused from shard to shard.
@@ -3835,20 +3826,10 @@ fn write_checkpoint(
         }
         Ok(())
     };
-    if parallel && more_than_one_core() {
-        // One hand-off: every wait for the other thread costs a wake-up (a quarter of a
-        // millisecond on a virtual machine).
-        std::thread::scope(|s| -> std::io::Result<()> {
-            let encode = &encode;
-            let helper = s.spawn(encode);
-            let mine = encode();
-            let theirs = helper
-                .join()
-                .map_err(|_| std::io::Error::other("checkpoint encoder thread panicked"))?;
-            mine.and(theirs)
-        })?;
-    } else {
-        encode()?;
+    let (mine, theirs) = side_by_side(parallel, encode);
+    mine?;
+    if let Some(theirs) = theirs {
+        theirs.map_err(|_| std::io::Error::other("checkpoint encoder thread panicked"))??;
     }
     let (end, mut list) = chunks.into_inner();
     list.sort_unstable_by_key(|c| c.0);
@@ -3883,6 +3864,24 @@ const PARALLEL_CKPT: usize = 1 << 16;
 /// Whether a second thread can run beside this one (two-thread checkpoints).
 fn more_than_one_core() -> bool {
     std::thread::available_parallelism().is_ok_and(|n| n.get() > 1)
+}
+
+/// Run `work` on this thread and, when `parallel` and there is a second core, on a helper
+/// thread at the same time (`work` shares the job out itself, e.g. through a counter). Returns
+/// this thread's result and the helper's (`Err` if it panicked). One hand-off: every wait for
+/// the other thread costs a wake-up (a quarter of a millisecond on a virtual machine).
+fn side_by_side<T: Send>(
+    parallel: bool,
+    work: impl Fn() -> T + Sync,
+) -> (T, Option<std::thread::Result<T>>) {
+    if !(parallel && more_than_one_core()) {
+        return (work(), None);
+    }
+    std::thread::scope(|s| {
+        let helper = s.spawn(&work);
+        let mine = work();
+        (mine, Some(helper.join()))
+    })
 }
 
 /// The metadata a put record carries.
