@@ -2099,3 +2099,35 @@ fn fast_writers_racing_exclusive_holders_recover_exactly() {
         assert!(db.check().unwrap().healthy());
     }
 }
+
+/// `write_spinning` gives the lock to one thread at a time, whether the wait ends while it
+/// spins (a holder of a few microseconds) or after it has gone to sleep (a holder of far
+/// longer than `EXCL_SPIN`).
+#[test]
+fn write_spinning_excludes_short_and_long_holders() {
+    let lock = RwLock::new((0u64, false));
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let lock = &lock;
+            s.spawn(move || {
+                for i in 0..3000u64 {
+                    let mut g = write_spinning(lock);
+                    assert!(!g.1, "two holders at once");
+                    g.1 = true;
+                    let v = g.0;
+                    if (i + t) % 1000 == 0 {
+                        // Past the spin: the others sleep in the lock's queue.
+                        std::thread::sleep(EXCL_SPIN * 4);
+                    } else {
+                        for _ in 0..50 {
+                            std::hint::spin_loop();
+                        }
+                    }
+                    g.0 = v + 1;
+                    g.1 = false;
+                }
+            });
+        }
+    });
+    assert_eq!(lock.read().0, 12_000);
+}
