@@ -4,7 +4,8 @@
 //!
 //! The writer is this same test binary started again with `KURA_KILL9_CHILD` set: it runs the
 //! ignored test `kill9_child_writer`, which writes records and prints `ack N` after each write
-//! returns.
+//! returns. With `KURA_KILL9_MT_CHILD` set it runs `kill9_child_writer_threads` instead: eight
+//! threads putting, appending and deleting keys of their own, each printing `ack T I`.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -135,4 +136,207 @@ fn sigkill_with_default_sync_reopens_healthy() {
         start = end;
     }
     assert!(!confirmed.is_empty(), "nothing survived any round");
+}
+
+// ---------------------------------------------------------------- several writer threads
+
+const MT_CHILD_ENV: &str = "KURA_KILL9_MT_CHILD";
+/// Writer threads in the child. Each writes keys of its own (no two threads share a key, so
+/// each key's history is the order of one thread's writes).
+const MT_THREADS: u64 = 8;
+
+/// One write of thread `t`'s sequence in round `round`, number `i`: deterministic, so that
+/// the parent can replay what the child did from the acknowledgements alone.
+#[derive(Clone, Debug)]
+enum MtOp {
+    Put(Vec<u8>, Vec<u8>),
+    Cat(Vec<u8>, Vec<u8>),
+    Out(Vec<u8>),
+}
+
+fn mt_op(round: u64, t: u64, i: u64) -> MtOp {
+    // SplitMix64 of (round, t, i).
+    let mut z = (round << 40 ^ t << 32 ^ i).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    // Half the writes go to a new key (so the index keeps growing), half to a key this thread
+    // wrote earlier in the round.
+    let n = if (z >> 8).is_multiple_of(2) {
+        i
+    } else {
+        (z >> 32) % (i + 1)
+    };
+    let key = format!("t{t}-r{round}-{n}").into_bytes();
+    match (z >> 20) % 10 {
+        0..=6 => MtOp::Put(
+            key,
+            format!("r{round}i{i}-{}", "v".repeat((z >> 40) as usize % 60)).into_bytes(),
+        ),
+        7..=8 => MtOp::Cat(key, format!("+{i}").into_bytes()),
+        _ => MtOp::Out(key),
+    }
+}
+
+fn mt_key(op: &MtOp) -> &[u8] {
+    match op {
+        MtOp::Put(k, _) | MtOp::Cat(k, _) | MtOp::Out(k) => k,
+    }
+}
+
+/// What `op` leaves in a model of the database.
+fn mt_apply(model: &mut std::collections::BTreeMap<Vec<u8>, Vec<u8>>, op: &MtOp) {
+    match op {
+        MtOp::Put(k, v) => {
+            model.insert(k.clone(), v.clone());
+        }
+        MtOp::Cat(k, v) => model.entry(k.clone()).or_default().extend_from_slice(v),
+        MtOp::Out(k) => {
+            model.remove(k);
+        }
+    }
+}
+
+/// Not a test on its own: the child of `sigkill_with_writer_threads_loses_no_acknowledged_write`.
+#[test]
+#[ignore]
+fn kill9_child_writer_threads() {
+    let Ok(spec) = std::env::var(MT_CHILD_ENV) else {
+        return;
+    };
+    let (name, round) = spec.rsplit_once('|').expect("spec");
+    let round: u64 = round.parse().expect("round");
+    let db = kura_engine::open(name).expect("child open");
+    let out = std::sync::Mutex::new(std::io::stdout());
+    std::thread::scope(|s| {
+        for t in 0..MT_THREADS {
+            let (db, out) = (&db, &out);
+            s.spawn(move || {
+                for i in 0.. {
+                    match mt_op(round, t, i) {
+                        MtOp::Put(k, v) => drop(db.put(&k, &v).expect("put")),
+                        MtOp::Cat(k, v) => drop(db.putcat(&k, &v).expect("putcat")),
+                        MtOp::Out(k) => drop(db.out(&k).expect("out")),
+                    }
+                    use std::io::Write;
+                    let mut o = out.lock().expect("stdout");
+                    writeln!(o, "ack {t} {i}").expect("stdout");
+                    o.flush().expect("flush");
+                }
+            });
+        }
+    });
+}
+
+/// Start the threaded writer for `round`, kill it after `run`; returns, for each thread, how
+/// many of its writes were acknowledged.
+fn run_threads_and_kill(name: &str, round: u64, run: Duration) -> Vec<u64> {
+    let exe = std::env::current_exe().expect("current exe");
+    let mut child = Command::new(exe)
+        .args([
+            "--ignored",
+            "--exact",
+            "kill9_child_writer_threads",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(MT_CHILD_ENV, format!("{name}|{round}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn writer");
+    let stdout = child.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || {
+        let mut acked = vec![0u64; MT_THREADS as usize];
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let mut f = line.split_whitespace();
+            if f.next() != Some("ack") {
+                continue;
+            }
+            let (Some(t), Some(i)) = (f.next(), f.next()) else {
+                continue;
+            };
+            let (Ok(t), Ok(i)) = (t.parse::<usize>(), i.parse::<u64>()) else {
+                continue;
+            };
+            // A thread's acknowledgements come in order: i + 1 of them so far.
+            acked[t] = i + 1;
+        }
+        acked
+    });
+    std::thread::sleep(run);
+    child.kill().expect("kill -9"); // SIGKILL
+    child.wait().expect("wait");
+    reader.join().expect("reader")
+}
+
+/// Eight threads put, append and delete keys of their own in a `sync=always` database until
+/// the process is killed, round after round. After each kill the database must pass `check`
+/// and hold exactly what the acknowledged writes left, except that each thread's one write in
+/// flight may or may not have happened. The index grows from empty meanwhile, so writers also
+/// meet shards that are growing (slow mode, the move in batches).
+#[test]
+fn sigkill_with_writer_threads_loses_no_acknowledged_write() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let name = format!("{}#sync=always", dir.path().join("mt.kh").display());
+    let mut model = std::collections::BTreeMap::<Vec<u8>, Vec<u8>>::new();
+    let mut touched = std::collections::BTreeSet::<Vec<u8>>::new();
+    let mut total = 0;
+    for round in 0..8u64 {
+        let acked = run_threads_and_kill(&name, round, Duration::from_millis(300 + 60 * round));
+        let db = kura_engine::open(&name).expect("reopen after SIGKILL");
+        let rep = db.check().expect("check");
+        assert!(rep.healthy(), "unhealthy after SIGKILL: {:?}", rep.problems);
+        let mut in_flight = Vec::new();
+        for (t, &n) in acked.iter().enumerate() {
+            for i in 0..n {
+                let op = mt_op(round, t as u64, i);
+                mt_apply(&mut model, &op);
+                touched.insert(mt_key(&op).to_vec());
+            }
+            total += n;
+            in_flight.push(mt_op(round, t as u64, n));
+        }
+        // The keys of the writes in flight: the model before or after that write.
+        let mut either = std::collections::BTreeMap::new();
+        for op in &in_flight {
+            let key = mt_key(op).to_vec();
+            touched.insert(key.clone());
+            let before = model.get(&key).cloned();
+            let mut m: std::collections::BTreeMap<_, _> =
+                before.iter().map(|v| (key.clone(), v.clone())).collect();
+            mt_apply(&mut m, op);
+            either.insert(key.clone(), (before, m.remove(&key)));
+        }
+        for key in &touched {
+            let got = db.get(key).expect("get").map(|r| r.value);
+            let shown = String::from_utf8_lossy(key);
+            match either.get(key) {
+                Some((before, after)) => {
+                    assert!(
+                        got == *before || got == *after,
+                        "round {round}: {shown} is {got:?}, neither {before:?} nor {after:?}"
+                    );
+                    match got {
+                        Some(v) => model.insert(key.clone(), v),
+                        None => model.remove(key),
+                    };
+                }
+                None => assert_eq!(
+                    got.as_ref(),
+                    model.get(key),
+                    "round {round}: acknowledged state of {shown} lost"
+                ),
+            }
+        }
+        assert_eq!(db.count(), model.len() as u64, "round {round}");
+        db.close().expect("close");
+    }
+    eprintln!(
+        "{total} acknowledged writes of {} keys, {} records at the end",
+        touched.len(),
+        model.len()
+    );
+    assert!(total > 0, "the writers never acknowledged a write");
 }

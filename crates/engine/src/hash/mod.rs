@@ -39,7 +39,7 @@ use crate::store::{
     Pinned, Record, Shown, Store,
 };
 use arc_swap::ArcSwap;
-use parking_lot::{Condvar, Mutex, RwLock, RwLockWriteGuard};
+use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -1065,7 +1065,7 @@ fn prefetch(addr: usize) {
     let _ = addr;
 }
 
-/// How long `write_spinning` spins for a shard's lock before it sleeps.
+/// How long `write_spinning` and `read_spinning` spin for a shard's lock before they sleep.
 const EXCL_SPIN: Duration = Duration::from_micros(50);
 
 /// Take `lock` for writing, spinning up to `EXCL_SPIN` while another thread holds it before
@@ -1075,21 +1075,41 @@ const EXCL_SPIN: Duration = Duration::from_micros(50);
 /// sleeping there made two writers into one growing index put each other to sleep about 600
 /// times per million puts.
 fn write_spinning<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
-    if let Some(g) = lock.try_write() {
+    spinning(|| lock.try_write(), || !lock.is_locked(), || lock.write())
+}
+
+/// `write_spinning` for a reader of a slow shard (one that is growing, say).
+fn read_spinning<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    spinning(
+        || lock.try_read(),
+        || !lock.is_locked_exclusive(),
+        || lock.read(),
+    )
+}
+
+/// `attempt` until it succeeds, trying again each time `free` says it may, for up to
+/// `EXCL_SPIN`; then `block`.
+#[inline]
+fn spinning<G>(
+    mut attempt: impl FnMut() -> Option<G>,
+    free: impl Fn() -> bool,
+    block: impl FnOnce() -> G,
+) -> G {
+    if let Some(g) = attempt() {
         return g;
     }
     let start = Instant::now();
     loop {
         for _ in 0..64 {
             std::hint::spin_loop();
-            if !lock.is_locked() {
-                if let Some(g) = lock.try_write() {
+            if free() {
+                if let Some(g) = attempt() {
                     return g;
                 }
             }
         }
         if start.elapsed() >= EXCL_SPIN {
-            return lock.write();
+            return block();
         }
     }
 }
@@ -1719,7 +1739,7 @@ impl Inner {
                     None => Reader::Excl(self.excl(shard)),
                 };
             }
-            let g = self.shards[shard].0.read();
+            let g = read_spinning(&self.shards[shard].0);
             // Made fast again before the read lock was ours: try again.
             if self.brl.slow.0[shard].load(Ordering::Acquire) {
                 return Reader::Shared(g);

@@ -2131,3 +2131,38 @@ fn write_spinning_excludes_short_and_long_holders() {
     });
     assert_eq!(lock.read().0, 12_000);
 }
+
+/// `read_spinning` never reads while a writer is in the middle of a change, and readers get
+/// in between writers whether they spin or sleep.
+#[test]
+fn read_spinning_sees_whole_writes() {
+    let lock = RwLock::new((0u64, 0u64));
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let lock = &lock;
+            s.spawn(move || {
+                for i in 0..2000u64 {
+                    let mut g = write_spinning(lock);
+                    g.0 += 1;
+                    if (i + t) % 500 == 0 {
+                        std::thread::sleep(EXCL_SPIN * 4);
+                    }
+                    g.1 += 1;
+                }
+            });
+        }
+        for _ in 0..2 {
+            let lock = &lock;
+            s.spawn(move || {
+                let mut last = 0;
+                for _ in 0..4000 {
+                    let g = read_spinning(lock);
+                    assert_eq!(g.0, g.1, "a read inside a write");
+                    assert!(g.0 >= last, "went back");
+                    last = g.0;
+                }
+            });
+        }
+    });
+    assert_eq!(*lock.read(), (4000, 4000));
+}
