@@ -1088,7 +1088,9 @@ fn read_spinning<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
 }
 
 /// `attempt` until it succeeds, trying again each time `free` says it may, for up to
-/// `EXCL_SPIN`; then `block`.
+/// `EXCL_SPIN`; then `block`. After the first few microseconds the thread yields between
+/// rounds of spinning, so that when there are more threads than cores (a server's workers
+/// beside its clients, say) the holder, or other work, gets the core meanwhile.
 #[inline]
 fn spinning<G>(
     mut attempt: impl FnMut() -> Option<G>,
@@ -1099,6 +1101,7 @@ fn spinning<G>(
         return g;
     }
     let start = Instant::now();
+    let mut rounds = 0u32;
     loop {
         for _ in 0..64 {
             std::hint::spin_loop();
@@ -1108,8 +1111,12 @@ fn spinning<G>(
                 }
             }
         }
+        rounds += 1;
         if start.elapsed() >= EXCL_SPIN {
             return block();
+        }
+        if rounds >= 2 {
+            std::thread::yield_now();
         }
     }
 }
