@@ -38,32 +38,37 @@ fn kill9_child_writer() {
     }
 }
 
-/// Start a writer, let it run for `run`, kill it; returns the highest acknowledged index.
-fn run_and_kill(name: &str, start: u64, run: Duration) -> Option<u64> {
+/// Start this test binary again running the ignored test `test` with `env` set, hand each
+/// line it prints to `on_line` (from another thread, which owns `state`), SIGKILL it after
+/// `run`, and return `state` once the child's output has ended.
+fn run_child_and_kill<S: Send + 'static>(
+    test: &str,
+    env: (&str, String),
+    run: Duration,
+    mut state: S,
+    mut on_line: impl FnMut(&mut S, &str) + Send + 'static,
+) -> S {
     let exe = std::env::current_exe().expect("current exe");
     let mut child = Command::new(exe)
         .args([
             "--ignored",
             "--exact",
-            "kill9_child_writer",
+            test,
             "--nocapture",
             "--test-threads=1",
         ])
-        .env(CHILD_ENV, format!("{name}|{start}"))
+        .env(env.0, env.1)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn writer");
     let stdout = child.stdout.take().expect("stdout");
     let reader = std::thread::spawn(move || {
-        let mut last = None;
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
-            if let Some(n) = line.strip_prefix("ack ") {
-                last = n.trim().parse::<u64>().ok();
-            }
+            on_line(&mut state, &line);
         }
-        last
+        state
     });
     let deadline = Instant::now() + run;
     while Instant::now() < deadline {
@@ -72,6 +77,21 @@ fn run_and_kill(name: &str, start: u64, run: Duration) -> Option<u64> {
     child.kill().expect("kill -9"); // SIGKILL
     child.wait().expect("wait");
     reader.join().expect("reader")
+}
+
+/// Start a writer, let it run for `run`, kill it; returns the highest acknowledged index.
+fn run_and_kill(name: &str, start: u64, run: Duration) -> Option<u64> {
+    run_child_and_kill(
+        "kill9_child_writer",
+        (CHILD_ENV, format!("{name}|{start}")),
+        run,
+        None,
+        |last, line| {
+            if let Some(n) = line.strip_prefix("ack ") {
+                *last = n.trim().parse::<u64>().ok();
+            }
+        },
+    )
 }
 
 fn verify(name: &str, upto: Option<u64>, from: u64) {
@@ -231,44 +251,28 @@ fn kill9_child_writer_threads() {
 /// Start the threaded writer for `round`, kill it after `run`; returns, for each thread, how
 /// many of its writes were acknowledged.
 fn run_threads_and_kill(name: &str, round: u64, run: Duration) -> Vec<u64> {
-    let exe = std::env::current_exe().expect("current exe");
-    let mut child = Command::new(exe)
-        .args([
-            "--ignored",
-            "--exact",
-            "kill9_child_writer_threads",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(MT_CHILD_ENV, format!("{name}|{round}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn writer");
-    let stdout = child.stdout.take().expect("stdout");
-    let reader = std::thread::spawn(move || {
-        let mut acked = vec![0u64; MT_THREADS as usize];
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
+    run_child_and_kill(
+        "kill9_child_writer_threads",
+        (MT_CHILD_ENV, format!("{name}|{round}")),
+        run,
+        vec![0u64; MT_THREADS as usize],
+        |acked, line| {
             let mut f = line.split_whitespace();
             if f.next() != Some("ack") {
-                continue;
+                return;
             }
-            let (Some(t), Some(i)) = (f.next(), f.next()) else {
-                continue;
-            };
-            let (Ok(t), Ok(i)) = (t.parse::<usize>(), i.parse::<u64>()) else {
-                continue;
+            let (Some(Ok(t)), Some(Ok(i))) = (
+                f.next().map(str::parse::<usize>),
+                f.next().map(str::parse::<u64>),
+            ) else {
+                return;
             };
             // A thread's acknowledgements come in order: i + 1 of them so far.
-            acked[t] = i + 1;
-        }
-        acked
-    });
-    std::thread::sleep(run);
-    child.kill().expect("kill -9"); // SIGKILL
-    child.wait().expect("wait");
-    reader.join().expect("reader")
+            if let Some(a) = acked.get_mut(t) {
+                *a = i + 1;
+            }
+        },
+    )
 }
 
 /// Eight threads put, append and delete keys of their own in a `sync=always` database until
