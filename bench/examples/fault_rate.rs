@@ -9,33 +9,16 @@
 
 use std::time::Instant;
 
+mod anon;
+
 fn fault(bytes: usize, huge: bool) {
-    // SAFETY: a private anonymous mapping with no address hint; checked for failure.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert!(p != libc::MAP_FAILED, "mmap failed");
-    let advice = if huge {
-        libc::MADV_HUGEPAGE
-    } else {
-        libc::MADV_NOHUGEPAGE
-    };
-    // SAFETY: advice on the mapping just made.
-    unsafe { libc::madvise(p, bytes, advice) };
-    let base = p.cast::<u8>();
+    let base = anon::map(bytes, huge);
     for at in (0..bytes).step_by(4096) {
         // SAFETY: `at < bytes`, inside the mapping, which nothing else uses.
         unsafe { std::ptr::write_volatile(base.add(at), 1) };
     }
-    // SAFETY: unmapping the whole mapping made above, no longer used.
-    unsafe { libc::munmap(p, bytes) };
+    // SAFETY: the whole mapping made above, no longer used.
+    unsafe { anon::unmap(base, bytes) };
 }
 
 fn main() {

@@ -7,6 +7,8 @@
 //! dependent load for each working set, then per one-way hand-off of a line between cores.
 //! Results and what they mean for the index: docs/BENCHMARKS.md, "What a miss costs here".
 
+mod anon;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -16,20 +18,7 @@ const LINE: usize = 64;
 /// cyclic order (each load's address comes from the previous load).
 fn chase(bytes: usize) -> f64 {
     let lines = bytes / LINE;
-    // SAFETY: a private anonymous mapping with no address hint; checked for failure below.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert!(p != libc::MAP_FAILED, "mmap failed");
-    // SAFETY: advice on the mapping just made.
-    unsafe { libc::madvise(p, bytes, libc::MADV_HUGEPAGE) };
+    let p = anon::map(bytes, true);
     let base = p.cast::<usize>();
     // A random cycle through every line (Sattolo's shuffle), with a xorshift generator.
     let mut order: Vec<usize> = (0..lines).collect();
@@ -60,8 +49,8 @@ fn chase(bytes: usize) -> f64 {
     }
     let ns = t.elapsed().as_secs_f64() * 1e9 / steps as f64;
     std::hint::black_box(at);
-    // SAFETY: unmapping the mapping made above, no longer used.
-    unsafe { libc::munmap(p, bytes) };
+    // SAFETY: the mapping made above, no longer used.
+    unsafe { anon::unmap(p, bytes) };
     ns
 }
 

@@ -7,6 +7,7 @@
 //! returns. With `KURA_KILL9_MT_CHILD` set it runs `kill9_child_writer_threads` instead: eight
 //! threads putting, appending and deleting keys of their own, each printing `ack T I`.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -167,7 +168,6 @@ const MT_THREADS: u64 = 8;
 
 /// One write of thread `t`'s sequence in round `round`, number `i`: deterministic, so that
 /// the parent can replay what the child did from the acknowledgements alone.
-#[derive(Clone, Debug)]
 enum MtOp {
     Put(Vec<u8>, Vec<u8>),
     Cat(Vec<u8>, Vec<u8>),
@@ -204,17 +204,21 @@ fn mt_key(op: &MtOp) -> &[u8] {
     }
 }
 
-/// What `op` leaves in a model of the database.
-fn mt_apply(model: &mut std::collections::BTreeMap<Vec<u8>, Vec<u8>>, op: &MtOp) {
+/// The value `op` leaves under its key, which held `before`.
+fn mt_after(before: Option<&Vec<u8>>, op: &MtOp) -> Option<Vec<u8>> {
     match op {
-        MtOp::Put(k, v) => {
-            model.insert(k.clone(), v.clone());
-        }
-        MtOp::Cat(k, v) => model.entry(k.clone()).or_default().extend_from_slice(v),
-        MtOp::Out(k) => {
-            model.remove(k);
-        }
+        MtOp::Put(_, v) => Some(v.clone()),
+        MtOp::Cat(_, v) => Some([before.map_or(&[][..], |b| b), v].concat()),
+        MtOp::Out(_) => None,
     }
+}
+
+/// Set `key` to `value` (`None`: absent) in a model of the database.
+fn mt_set(model: &mut BTreeMap<Vec<u8>, Vec<u8>>, key: &[u8], value: Option<Vec<u8>>) {
+    match value {
+        Some(v) => model.insert(key.to_vec(), v),
+        None => model.remove(key),
+    };
 }
 
 /// Not a test on its own: the child of `sigkill_with_writer_threads_loses_no_acknowledged_write`.
@@ -284,34 +288,31 @@ fn run_threads_and_kill(name: &str, round: u64, run: Duration) -> Vec<u64> {
 fn sigkill_with_writer_threads_loses_no_acknowledged_write() {
     let dir = tempfile::tempdir().expect("tempdir");
     let name = format!("{}#sync=always", dir.path().join("mt.kh").display());
-    let mut model = std::collections::BTreeMap::<Vec<u8>, Vec<u8>>::new();
-    let mut touched = std::collections::BTreeSet::<Vec<u8>>::new();
+    let mut model = BTreeMap::<Vec<u8>, Vec<u8>>::new();
+    let mut touched = BTreeSet::<Vec<u8>>::new();
     let mut total = 0;
     for round in 0..8u64 {
         let acked = run_threads_and_kill(&name, round, Duration::from_millis(300 + 60 * round));
         let db = kura_engine::open(&name).expect("reopen after SIGKILL");
         let rep = db.check().expect("check");
         assert!(rep.healthy(), "unhealthy after SIGKILL: {:?}", rep.problems);
-        let mut in_flight = Vec::new();
+        // The key of each thread's write in flight: the model before or after that write.
+        let mut either = BTreeMap::new();
         for (t, &n) in acked.iter().enumerate() {
             for i in 0..n {
                 let op = mt_op(round, t as u64, i);
-                mt_apply(&mut model, &op);
-                touched.insert(mt_key(&op).to_vec());
+                let key = mt_key(&op);
+                let after = mt_after(model.get(key), &op);
+                mt_set(&mut model, key, after);
+                touched.insert(key.to_vec());
             }
             total += n;
-            in_flight.push(mt_op(round, t as u64, n));
-        }
-        // The keys of the writes in flight: the model before or after that write.
-        let mut either = std::collections::BTreeMap::new();
-        for op in &in_flight {
-            let key = mt_key(op).to_vec();
-            touched.insert(key.clone());
+            let op = mt_op(round, t as u64, n);
+            let key = mt_key(&op).to_vec();
             let before = model.get(&key).cloned();
-            let mut m: std::collections::BTreeMap<_, _> =
-                before.iter().map(|v| (key.clone(), v.clone())).collect();
-            mt_apply(&mut m, op);
-            either.insert(key.clone(), (before, m.remove(&key)));
+            let after = mt_after(before.as_ref(), &op);
+            touched.insert(key.clone());
+            either.insert(key, (before, after));
         }
         for key in &touched {
             let got = db.get(key).expect("get").map(|r| r.value);
@@ -322,10 +323,7 @@ fn sigkill_with_writer_threads_loses_no_acknowledged_write() {
                         got == *before || got == *after,
                         "round {round}: {shown} is {got:?}, neither {before:?} nor {after:?}"
                     );
-                    match got {
-                        Some(v) => model.insert(key.clone(), v),
-                        None => model.remove(key),
-                    };
+                    mt_set(&mut model, key, got);
                 }
                 None => assert_eq!(
                     got.as_ref(),
