@@ -1,9 +1,10 @@
 #![no_main]
-//! Damaged files: a database whose segment or checkpoint bytes were overwritten by the input
-//! opens (or is refused with an error), and every read and `check` return without panicking.
+//! Damaged files: a database whose segments or checkpoint were overwritten, zeroed or cut by
+//! the input opens read-only and is checked and repaired, and opens for writing or is refused
+//! with an error — never a panic. The repaired copy always passes `check`.
 use kura_engine::hash::DiskHash;
 use kura_engine::io::SimVfs;
-use kura_engine::{Params, Store};
+use kura_engine::{BatchOp, Params, Store};
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 use std::sync::Arc;
@@ -13,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let fs = SimVfs::new();
-    let p = Params::parse("sync=none#lanes=2").expect("params");
+    let p = Params::parse("sync=none#lanes=2#segsiz=64k").expect("params");
     let dir = Path::new("/f/db.kh");
     {
         let db = DiskHash::open_with(dir, &p, Arc::new(fs.clone()), false).expect("open");
@@ -24,28 +25,63 @@ fuzz_target!(|data: &[u8]| {
             )
             .expect("put");
         }
+        let ops: Vec<BatchOp> = (0..6u32)
+            .map(|i| BatchOp::Put {
+                key: format!("batch{i}").into_bytes(),
+                value: vec![i as u8; 3 * i as usize],
+                flags: i,
+                expires: 0,
+            })
+            .collect();
+        db.write_batch(&ops).expect("batch");
         db.out(b"key3").expect("out");
         db.close().expect("close");
     }
+    // Damage: commands of (file, kind, offset, length/bytes) read from the input.
     let files = fs.paths();
-    let target = &files[data[0] as usize % files.len()];
-    let off = u16::from_le_bytes([data[1], data[2]]) as u64;
-    let len = fs.open_len(target);
-    if len > 0 {
-        let off = off % len;
-        let n = (data.len() - 3).min((len - off) as usize);
-        fs.corrupt(target, off, &data[3..3 + n]);
-    }
-    for readonly in [true, false] {
-        if let Ok(db) = DiskHash::open_with(dir, &p, Arc::new(fs.clone()), readonly) {
-            let _ = db.check();
-            for i in 0..40u32 {
-                let _ = db.get(format!("key{i}").as_bytes());
+    let mut rest = data;
+    while rest.len() >= 4 {
+        let target = &files[rest[0] as usize % files.len()];
+        let kind = rest[1] % 3;
+        let len = fs.open_len(target);
+        let off = u16::from_le_bytes([rest[2], rest[3]]) as u64 % len.max(1);
+        rest = &rest[4..];
+        match kind {
+            0 => {
+                let n = (rest.len().min(32)).min((len - off.min(len)) as usize);
+                fs.corrupt(target, off, &rest[..n]);
+                rest = &rest[n..];
             }
-            if let Ok(mut c) = db.cursor() {
-                while let Ok(Some(_)) = c.next() {}
+            1 => {
+                let n = (4096u64).min(len - off.min(len)) as usize;
+                fs.corrupt(target, off, &vec![0u8; n]);
             }
-            let _ = db.close();
+            _ => {
+                fs.cut(target, off);
+            }
         }
+    }
+    if let Ok(db) = DiskHash::open_with(dir, &p, Arc::new(fs.clone()), true) {
+        let _ = db.check();
+        for i in 0..40u32 {
+            let _ = db.get(format!("key{i}").as_bytes());
+        }
+        if let Ok(mut c) = db.cursor() {
+            while let Ok(Some(_)) = c.next() {}
+        }
+        let _ = db.close();
+    }
+    let fixed = Path::new("/f/fixed.kh");
+    if DiskHash::repair_with(dir, fixed, &Params::default(), Arc::new(fs.clone())).is_ok() {
+        let db = DiskHash::open_with(fixed, &Params::default(), Arc::new(fs.clone()), true)
+            .expect("the repaired database opens");
+        assert!(db.check().expect("check").healthy(), "the repaired database is damaged");
+    }
+    if let Ok(db) = DiskHash::open_with(dir, &p, Arc::new(fs.clone()), false) {
+        let _ = db.check();
+        for i in 0..40u32 {
+            let _ = db.get(format!("key{i}").as_bytes());
+        }
+        let _ = db.close();
     }
 });

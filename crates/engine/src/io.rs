@@ -466,6 +466,21 @@ impl SimVfs {
         }
     }
 
+    /// Cut a file to `len` bytes directly, as if its end had been lost (to test damage).
+    pub fn cut(&self, path: &Path, len: u64) -> bool {
+        let files = self.files.lock();
+        match files.get(path) {
+            Some(f) => {
+                let mut st = f.state.lock();
+                st.data.truncate(len as usize);
+                let d = st.data.clone();
+                st.durable = d;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Delete a file outright (to test recovery without it).
     pub fn remove_file(&self, path: &Path) -> bool {
         self.names.lock().remove(path);
@@ -478,6 +493,33 @@ impl SimVfs {
             .lock()
             .get(path)
             .map_or(0, |f| f.state.lock().data.len() as u64)
+    }
+
+    /// Every file and what a reader sees in it now (a crash first makes that what survived).
+    pub fn image(&self) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+        self.files
+            .lock()
+            .iter()
+            .map(|(p, f)| (p.clone(), f.state.lock().data.clone()))
+            .collect()
+    }
+
+    /// A file system holding exactly `image`, every byte and name durable.
+    pub fn from_image(image: &std::collections::BTreeMap<PathBuf, Vec<u8>>) -> SimVfs {
+        let v = SimVfs::new();
+        for (p, data) in image {
+            let f = Arc::new(SimFile {
+                state: Mutex::new(SimFileState {
+                    data: data.clone(),
+                    durable: data.clone(),
+                    pending: Vec::new(),
+                }),
+                fs: v.shared.clone(),
+            });
+            v.files.lock().insert(p.clone(), f.clone());
+            v.names.lock().insert(p.clone(), f);
+        }
+        v
     }
 
     /// Paths of every file.

@@ -20,8 +20,8 @@ pub mod store;
 pub mod tsv;
 
 pub use error::{Error, Result};
-pub use name::{open, open_readonly, Compression, Params, SyncMode};
+pub use name::{open, open_readonly, repair, repair_in_place, Compression, Params, SyncMode};
 pub use store::{
-    BatchOp, CheckReport, Counted, Current, Cursor, Decision, Kind, Meta, Outcome, Pinned, Record,
-    Shown, Store, Value,
+    BatchOp, CheckReport, Counted, Current, Cursor, Damaged, Decision, Kind, Meta, Outcome, Pinned,
+    Record, RepairReport, Shown, Store, Value,
 };

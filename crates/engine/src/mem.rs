@@ -1581,7 +1581,7 @@ impl Store for MemTree {
         let t = self.inner.read();
         let mut report = CheckReport {
             records: t.set.len() as u64,
-            problems: Vec::new(),
+            ..CheckReport::default()
         };
         let mut bytes = 0;
         let mut expiring = 0;

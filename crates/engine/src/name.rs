@@ -236,6 +236,48 @@ fn open_mode(name: &str, readonly: bool) -> Result<Arc<dyn Store>> {
     }
 }
 
+/// Write a new database `dst` (which must not exist; `#params` tune it) holding every record
+/// of the database `src` that verifies, at its newest surviving version. `src` is not written.
+pub fn repair(src: &str, dst: &str) -> Result<crate::store::RepairReport> {
+    let (sp, sparams) = split_name(src)?;
+    let (dp, dparams) = split_name(dst)?;
+    if !sparams.is_empty() {
+        return Err(Error::InvalidParam(format!(
+            "`{src}`: the database to repair takes no parameters"
+        )));
+    }
+    match (sp, dp) {
+        (s, d) if s.ends_with(".kh") && d.ends_with(".kh") => crate::hash::DiskHash::repair_with(
+            std::path::Path::new(s),
+            std::path::Path::new(d),
+            &dparams,
+            Arc::new(crate::io::OsVfs),
+        ),
+        (s, _) if !s.ends_with(".kh") => Err(Error::Unsupported(
+            "repair: only on-disk databases (PATH.kh) have files to repair",
+        )),
+        (_, d) => Err(Error::InvalidName(format!(
+            "`{d}`: the repaired copy of a .kh database is a .kh database"
+        ))),
+    }
+}
+
+/// `repair` into a temporary database beside `src`, then swap them: `src` keeps its name and
+/// the damaged files are kept as `SRC.damaged-<unix time>` (returned).
+pub fn repair_in_place(src: &str) -> Result<(crate::store::RepairReport, std::path::PathBuf)> {
+    let (sp, params) = split_name(src)?;
+    if !sp.ends_with(".kh") {
+        return Err(Error::Unsupported(
+            "repair: only on-disk databases (PATH.kh) have files to repair",
+        ));
+    }
+    crate::hash::DiskHash::repair_in_place(
+        std::path::Path::new(sp),
+        &params,
+        Arc::new(crate::io::OsVfs),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

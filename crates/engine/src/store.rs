@@ -268,6 +268,12 @@ impl Kind {
 pub trait Cursor: Send {
     /// The next live record, or `None` at the end.
     fn next(&mut self) -> Result<Option<(Vec<u8>, Record)>>;
+    /// Damaged regions of the files the cursor has passed over (their records skipped): only
+    /// a database opened read-only despite damage has any.
+    fn damage_skipped(&self) -> u64 {
+        0
+    }
+
     /// Position so that the next record is the first with key >= `key` (ordered kinds only).
     fn jump(&mut self, _key: &[u8]) -> Result<()> {
         Err(Error::Unsupported("cursor jump on an unordered database"))
@@ -278,12 +284,65 @@ pub trait Cursor: Send {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CheckReport {
     pub records: u64,
+    /// Damaged regions of the files: stored bytes that no longer verify.
+    pub damage: Vec<Damaged>,
+    /// Inconsistencies that are not damage to stored bytes (an index entry that does not match
+    /// its record, …).
     pub problems: Vec<String>,
+    /// Nothing lost, nothing to repair: what the next writable open rebuilds or drops (a
+    /// damaged or missing index checkpoint, a write cut short by a crash).
+    pub warnings: Vec<String>,
 }
 
 impl CheckReport {
     pub fn healthy(&self) -> bool {
-        self.problems.is_empty()
+        self.problems.is_empty() && self.damage.is_empty()
+    }
+
+    /// Records known lost to the damage (a lower bound).
+    pub fn lost(&self) -> u64 {
+        self.damage.iter().map(|d| d.lost).sum()
+    }
+}
+
+/// What a repair did: the records it kept, and the damage it went around.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RepairReport {
+    /// Records written to the new database.
+    pub kept: u64,
+    /// Records known lost (a lower bound, as in `Damaged::lost`).
+    pub lost: u64,
+    /// Bytes of damaged regions skipped.
+    pub damaged_bytes: u64,
+    pub damage: Vec<Damaged>,
+}
+
+/// A damaged region of a database file: bytes that held records (or a file's header) and no
+/// longer verify.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damaged {
+    /// The file's name in the database directory.
+    pub file: String,
+    pub off: u64,
+    pub len: u64,
+    /// Records known lost: a lower bound (a record whose header still parses counts one, a
+    /// batch the records in it that do not verify, a stretch that does not parse one).
+    pub lost: u64,
+    pub what: String,
+}
+
+impl std::fmt::Display for Damaged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} offset {} ({} bytes): {}, {} record{} lost",
+            self.file,
+            self.off,
+            self.len,
+            self.what,
+            self.lost,
+            if self.lost == 1 { "" } else { "s" }
+        )
     }
 }
 

@@ -113,6 +113,23 @@ pub enum DbCommand {
         #[arg(help = NAME_HELP)]
         name: String,
     },
+    /// Write a new database holding every record of a damaged one that verifies.
+    ///
+    /// SRC is only read. Each key gets its newest version that verifies; a delete that
+    /// verifies keeps older versions of its key deleted; the inner records of a damaged batch
+    /// that verify are kept. Prints the records kept and lost and the damaged bytes skipped.
+    /// The new database is checked before this returns.
+    Repair {
+        /// The damaged database (PATH.kh).
+        src: String,
+        /// The new database (must not exist), optionally with #param=value tuning.
+        #[arg(required_unless_present = "in_place")]
+        dst: Option<String>,
+        /// Repair SRC itself: through a temporary copy and a rename, keeping the damaged files
+        /// as SRC.damaged-<unix time>.
+        #[arg(long, conflicts_with = "dst")]
+        in_place: bool,
+    },
     /// Remove every record.
     Vanish {
         #[arg(help = NAME_HELP)]
@@ -190,14 +207,16 @@ fn dispatch(cmd: DbCommand) -> Res {
             values,
         } => with_db_ro(&name, |db| {
             let prefix = prefix.as_ref().map(|p| p.as_bytes()).unwrap_or_default();
-            list(db, prefix, limit.unwrap_or(usize::MAX), values)
+            list(db, prefix, limit.unwrap_or(usize::MAX), values, &name)
         }),
         DbCommand::Import { name, file } => {
             // Open the input first, so a missing file does not create an empty database.
             let input = Input::open(file.as_deref())?;
             with_db(&name, |db| import(db, input))
         }
-        DbCommand::Export { name, file } => with_db_ro(&name, |db| export(db, file.as_deref())),
+        DbCommand::Export { name, file } => {
+            with_db_ro(&name, |db| export(db, file.as_deref(), &name))
+        }
         DbCommand::Optimize { name, params } => {
             with_db(
                 &name,
@@ -206,6 +225,7 @@ fn dispatch(cmd: DbCommand) -> Res {
         }
         DbCommand::Check { name } => with_db_ro(&name, |db| check(db, &name)),
         DbCommand::Vanish { name } => with_db(&name, |db| Ok(db.vanish()?)),
+        DbCommand::Repair { src, dst, in_place } => repair(&src, dst.as_deref(), in_place),
         DbCommand::Copy { name, dest } => {
             if dest.exists() {
                 return Err(Fail::No(format!(
@@ -334,7 +354,7 @@ fn get(db: &dyn Store, key: &[u8]) -> Res {
     }
 }
 
-fn list(db: &dyn Store, prefix: &[u8], limit: usize, values: bool) -> Res {
+fn list(db: &dyn Store, prefix: &[u8], limit: usize, values: bool, name: &str) -> Res {
     let ordered = db.kind().ordered();
     let mut cur = db.cursor()?;
     if ordered && !prefix.is_empty() {
@@ -361,7 +381,8 @@ fn list(db: &dyn Store, prefix: &[u8], limit: usize, values: bool) -> Res {
         out.write_all(&line).map_err(stdout_err)?;
         n += 1;
     }
-    out.flush().map_err(stdout_err)
+    out.flush().map_err(stdout_err)?;
+    damage_note(&*cur, name)
 }
 
 /// A progress counter on stderr, shown only when stderr is a terminal.
@@ -596,7 +617,7 @@ fn import(db: &dyn Store, input: Input) -> Res {
     Ok(())
 }
 
-fn export(db: &dyn Store, file: Option<&Path>) -> Res {
+fn export(db: &dyn Store, file: Option<&Path>, name: &str) -> Res {
     let (out, synced): (Box<dyn Write>, Option<File>) = match file {
         Some(p) => {
             let f = File::create(p)
@@ -639,7 +660,7 @@ fn export(db: &dyn Store, file: Option<&Path>) -> Res {
         f.sync_all().map_err(out_err)?;
     }
     progress.finish(n, n, Some(total));
-    Ok(())
+    damage_note(&*cur, name)
 }
 
 fn check(db: &dyn Store, name: &str) -> Res {
@@ -649,16 +670,74 @@ fn check(db: &dyn Store, name: &str) -> Res {
         Err(e) => return Err(e.into()),
     };
     let mut s = format!("records: {}\n", report.records);
+    for d in &report.damage {
+        s.push_str(&format!("damaged: {d}\n"));
+    }
     for p in &report.problems {
         s.push_str(&format!("problem: {p}\n"));
     }
+    for w in &report.warnings {
+        s.push_str(&format!("warning: {w}\n"));
+    }
     if report.healthy() {
         s.push_str("healthy\n");
-        print(s.as_bytes())
+        return print(s.as_bytes());
+    }
+    let lost = report.lost();
+    let mut what = Vec::new();
+    if !report.damage.is_empty() {
+        what.push(format!(
+            "{} damaged region(s), at least {lost} record(s) lost",
+            report.damage.len()
+        ));
+    }
+    if !report.problems.is_empty() {
+        what.push(format!("{} problem(s)", report.problems.len()));
+    }
+    let what = what.join(", ");
+    s.push_str(&format!("unhealthy: {what}\n"));
+    print(s.as_bytes())?;
+    let hint = if report.damage.is_empty() {
+        String::new()
     } else {
-        let n = report.problems.len();
-        s.push_str(&format!("unhealthy: {n} problem(s)\n"));
-        print(s.as_bytes())?;
-        Err(Fail::No(format!("{name} is unhealthy: {n} problem(s)")))
+        format!(
+            "; `kura db repair {name} NEW.kh` writes a new database of every record that verifies"
+        )
+    };
+    Err(Fail::No(format!("{name} is unhealthy: {what}{hint}")))
+}
+
+fn repair(src: &str, dst: Option<&str>, in_place: bool) -> Res {
+    let (report, kept) = match (dst, in_place) {
+        (Some(dst), false) => (engine::repair(src, dst)?, None),
+        _ => {
+            let (r, kept) = engine::repair_in_place(src)?;
+            (r, Some(kept))
+        }
+    };
+    let mut s = String::new();
+    for d in &report.damage {
+        s.push_str(&format!("damaged: {d}\n"));
+    }
+    s.push_str(&format!(
+        "kept: {} records\nlost: {} records (at least)\nskipped: {} damaged bytes\n",
+        report.kept, report.lost, report.damaged_bytes
+    ));
+    if let Some(k) = kept {
+        s.push_str(&format!("damaged files kept as {}\n", k.display()));
+    }
+    print(s.as_bytes())
+}
+
+/// After a cursor has run: a read-only open serves what verifies and skips the damage, which
+/// must not pass unnoticed (status 1 and a note on stderr; the output stays complete
+/// otherwise).
+fn damage_note(cur: &dyn engine::Cursor, name: &str) -> Res {
+    match cur.damage_skipped() {
+        0 => Ok(()),
+        n => Err(Fail::No(format!(
+            "{name}: {n} damaged region(s) skipped, their records left out; `kura db check \
+             {name}` lists them"
+        ))),
     }
 }

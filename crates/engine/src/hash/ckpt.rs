@@ -176,6 +176,20 @@ pub fn section_end(body: &[u8], at: usize) -> Option<(usize, usize)> {
     (end <= body.len()).then_some((end, n))
 }
 
+/// The ids of the segments the section at `at` of `body` points into (`None` when its head is
+/// damaged).
+pub fn section_ids(body: &[u8], at: usize) -> Option<Vec<u32>> {
+    let (end, _) = section_end(body, at)?;
+    let sec = body.get(at..end)?;
+    let m = le_u32(sec, 19)? as usize;
+    let ids = sec.get(FIXED..FIXED.checked_add(m.checked_mul(4)?)?)?;
+    Some(
+        ids.chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+    )
+}
+
 /// Start decoding the section at `at` of `body` (its bounds checked by `section_end`): the
 /// shard's seq, its number of slots, and the slots in ascending tag order as they are decoded
 /// (check `Slots::intact` after taking them all). `None` when its head is damaged or names a

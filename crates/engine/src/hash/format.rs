@@ -286,6 +286,22 @@ pub fn encode_batch_header(out: &mut Vec<u8>, body_len: usize, count: usize) {
     put_varint(out, count as u64);
 }
 
+/// Bytes of a marker record.
+pub const MARKER_LEN: usize = 7;
+
+/// A marker: an empty batch frame (no records), sealed with `seed`. Written after the last
+/// record of a lane at a seal, a checkpoint and a close: it changes nothing, but as a record
+/// that verifies after the last one, it shows damage to that one for what it is (a failed
+/// record with nothing valid after it would be taken for a torn tail).
+pub fn marker(seed: u32) -> [u8; MARKER_LEN] {
+    let mut m = Vec::with_capacity(MARKER_LEN);
+    encode_batch_header(&mut m, 0, 0);
+    seal(&mut m, seed);
+    let mut out = [0u8; MARKER_LEN];
+    out.copy_from_slice(&m);
+    out
+}
+
 /// Fill in the checksum of the record occupying all of `rec`.
 #[inline]
 pub fn seal(rec: &mut [u8], seed: u32) {

@@ -19,17 +19,21 @@
 //! segment at its first record whose checksum fails and truncates the torn tail.
 
 mod arena;
+mod check;
 pub mod ckpt;
-use self::ckpt::{le_u32, le_u64};
 pub mod format;
 pub mod index;
+mod recover;
+mod repair;
+mod scan;
 pub mod segment;
 
 use self::format::{
-    Header, HeaderBuf, PutFields, MAX_HEADER_LEN, SEG_HEADER_LEN, T_BATCH, T_CLEAR, T_DELETE, T_PUT,
+    Header, HeaderBuf, PutFields, MAX_HEADER_LEN, SEG_HEADER_LEN, T_BATCH, T_DELETE, T_PUT,
 };
 use self::index::{Slot, Table};
-use self::segment::{corrupt_at, parse_seg_file_name, seg_file_name, Retired, SegTable, Segment};
+use self::scan::Bytes;
+use self::segment::{corrupt_at, seg_file_name, Retired, SegTable, Segment};
 use crate::compress;
 use crate::error::{Error, Result};
 use crate::io::{OsVfs, VFile, Vfs};
@@ -745,6 +749,8 @@ struct Tail {
     buf: Vec<u8>,
     /// Bytes appended to this lane since the last checkpoint.
     appended: u64,
+    /// The lane's log ends with a marker (`format::marker`): nothing was appended since.
+    marked: bool,
     /// Live-byte changes made by this lane's puts and deletes, not yet added to the segments'
     /// counters: (segment id, delta) for up to `LIVE_PENDING` segments. Adding them on every
     /// write moved the counters' cache lines between the writing cores (a put that
@@ -768,6 +774,7 @@ impl Tail {
             seg,
             buf: Vec::new(),
             appended: 0,
+            marked: false,
             live: [(0, 0); LIVE_PENDING],
             nlive: 0,
             large: Vec::new(),
@@ -890,6 +897,10 @@ struct Inner {
     dir: PathBuf,
     vfs: Arc<dyn Vfs>,
     readonly: bool,
+    /// Recovery ignores the checkpoint's index (`Mode::Salvage`).
+    full_replay: bool,
+    /// The damage a read-only open found (a writable open refuses instead).
+    findings: Mutex<Vec<crate::store::Damaged>>,
     cfg: Mutex<Config>,
     /// Copies of hot configuration (read on every write without taking `cfg`).
     sync: SyncMode,
@@ -998,6 +1009,24 @@ impl DiskHash {
         vfs: Arc<dyn Vfs>,
         readonly: bool,
     ) -> Result<DiskHash> {
+        let mode = if readonly { Mode::Read } else { Mode::Write };
+        Self::open_mode(path, params, vfs, mode)
+    }
+
+    fn open_mode(path: &Path, params: &Params, vfs: Arc<dyn Vfs>, mode: Mode) -> Result<DiskHash> {
+        Self::open_locked(path, params, vfs, mode, None)
+    }
+
+    /// `open_mode`, taking the database's lock unless the caller holds it (`held`: what to
+    /// keep as the lock meanwhile).
+    fn open_locked(
+        path: &Path,
+        params: &Params,
+        vfs: Arc<dyn Vfs>,
+        mode: Mode,
+        held: Option<Box<dyn std::any::Any + Send + Sync>>,
+    ) -> Result<DiskHash> {
+        let readonly = mode != Mode::Write;
         let cfg = Config::from_params(params, None)?;
         let compression = params.compression()?.unwrap_or(Compression::None);
         if path.is_file() {
@@ -1013,14 +1042,11 @@ impl DiskHash {
             )));
         }
         vfs.create_dir_all(path)?;
-        let lock = vfs.lock(&path.join(LOCK_NAME)).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::WouldBlock {
-                Error::Locked(path.to_path_buf())
-            } else {
-                Error::Io(e)
-            }
-        })?;
-        let inner = open_inner(path, cfg, compression, vfs, readonly, lock)?;
+        let lock = match held {
+            Some(l) => l,
+            None => lock_database(&*vfs, path)?,
+        };
+        let inner = open_inner(path, cfg, compression, vfs, mode, lock)?;
         inner.note_tables();
         let db = DiskHash {
             inner: Arc::new(inner),
@@ -1225,30 +1251,6 @@ impl<'a> ChunkReader<'a> {
     }
 }
 
-/// Scan the records of `seg` from `from` to `end`, calling `f(offset, header, record)` for each
-/// valid one. Returns the offset of the first byte that is not a valid record (== `end` when
-/// every record is valid).
-fn scan_segment(
-    inner: &Inner,
-    seg: &Segment,
-    from: u64,
-    end: u64,
-    mut f: impl FnMut(u64, &Header, &[u8]) -> Result<bool>,
-) -> Result<u64> {
-    let mut reader = ChunkReader::new(inner, seg, end);
-    let mut off = from;
-    while off < end {
-        let Some((h, rec)) = reader.valid(off)? else {
-            return Ok(off);
-        };
-        if !f(off, &h, rec)? {
-            return Ok(off + h.len as u64);
-        }
-        off += h.len as u64;
-    }
-    Ok(off)
-}
-
 /// Where the bytes of `file` between `from` and `len` stop being non-zero: `from` when they are
 /// all zeros (read backwards, a chunk at a time).
 fn data_end(file: &dyn crate::io::VFile, from: u64, len: u64) -> Result<u64> {
@@ -1294,46 +1296,33 @@ fn open_inner(
     cfg: Config,
     compression: Compression,
     vfs: Arc<dyn Vfs>,
-    readonly: bool,
+    mode: Mode,
     lock: Box<dyn std::any::Any + Send + Sync>,
 ) -> Result<Inner> {
-    // Find the segments.
-    let mut ids: Vec<u32> = vfs
-        .list(dir)?
-        .iter()
-        .filter_map(|n| parse_seg_file_name(n))
-        .collect();
-    ids.sort_unstable();
+    let readonly = mode != Mode::Write;
+    // Find the segments; those whose header is not one of this database's go to recovery.
+    let mut probes = recover::probe_segments(&*vfs, dir)?;
+    let settled = recover::settle_probes(&mut probes);
     let mut table = SegTable::default();
-    let mut salt = None;
-    let mut lanes = None;
-    for &id in &ids {
-        let path = dir.join(seg_file_name(id));
-        let file = vfs.open(&path, false)?;
-        let len = file.len()?;
-        let mut hdr = vec![0u8; SEG_HEADER_LEN];
-        if len < SEG_HEADER_LEN as u64 {
-            // A segment whose header never reached the disk: created right before a crash.
-            if !readonly {
-                drop(file);
-                vfs.remove(&path)?;
-                continue;
+    let mut bad = Vec::new();
+    for p in probes {
+        match p.header {
+            Ok(info) => {
+                let seg = Segment::new(p.id, info.lane as usize, info.salt, p.path, p.file, p.len);
+                table.segs.insert(p.id, Arc::new(seg));
             }
-            return Err(corrupt_at(id, 0, "segment shorter than its header"));
+            Err(_) => bad.push(p),
         }
-        file.read_at(&mut hdr, 0)?;
-        let info = format::parse_seg_header(&hdr)?;
-        if info.id != id {
-            return Err(corrupt_at(id, 0, "segment header names another segment"));
-        }
-        if *salt.get_or_insert(info.salt) != info.salt
-            || *lanes.get_or_insert(info.lanes as usize) != info.lanes as usize
-        {
-            return Err(corrupt_at(id, 0, "segment belongs to another database"));
-        }
-        let seg = Segment::new(id, info.lane as usize, info.salt, path, file, len);
-        table.segs.insert(id, Arc::new(seg));
     }
+    // With no segment header to go by, the checkpoint's (the same salt seeds the key hash).
+    let (salt, lanes) = match settled {
+        Some((salt, lanes)) => (Some(salt), Some(lanes)),
+        None if !bad.is_empty() => match recover::peek_checkpoint(&*vfs, dir) {
+            Some((salt, lanes)) => (Some(salt), Some(lanes)),
+            None => (None, None),
+        },
+        None => (None, None),
+    };
     let salt = salt.unwrap_or_else(random_u64);
     let lanes = match (lanes, cfg.lanes) {
         (Some(have), Some(want)) if have != want => {
@@ -1377,6 +1366,8 @@ fn open_inner(
         dir: dir.to_path_buf(),
         vfs,
         readonly,
+        full_replay: mode == Mode::Salvage,
+        findings: Mutex::new(Vec::new()),
         sync: cfg.sync,
         segsiz: AtomicU64::new(cfg.segsiz),
         bufsiz: AtomicU64::new(cfg.bufsiz as u64),
@@ -1415,8 +1406,31 @@ fn open_inner(
         counters: Counters::default(),
         lock: Mutex::new(Some(lock)),
     };
-    inner.recover()?;
+    inner.recover(bad)?;
     Ok(inner)
+}
+
+/// Take the write lock of the database at `path` (its `LOCK` file).
+fn lock_database(vfs: &dyn Vfs, path: &Path) -> Result<Box<dyn std::any::Any + Send + Sync>> {
+    vfs.lock(&path.join(LOCK_NAME)).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::WouldBlock {
+            Error::Locked(path.to_path_buf())
+        } else {
+            Error::Io(e)
+        }
+    })
+}
+
+/// How a database is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// For reading and writing: damage refuses the open.
+    Write,
+    /// For inspection: nothing is written; what verifies is served.
+    Read,
+    /// As `Read`, rebuilding the index from the log alone (ignoring the checkpoint's index,
+    /// which may point at a damaged newest version): for `repair`.
+    Salvage,
 }
 
 /// A file that is never read or written (the tail's placeholder before the first segment).
@@ -1447,8 +1461,6 @@ enum Want {
     /// is never used), and its metadata comes from an unverified header: a record whose value
     /// was damaged can still be overwritten or deleted.
     Slot,
-    /// Its verified metadata too.
-    Meta,
     /// Its verified metadata and decoded value.
     Value,
 }
@@ -1457,6 +1469,8 @@ enum Want {
 struct Found {
     slot: Slot,
     len: usize,
+    /// The record's seq (its place among the writes of its key).
+    seq: u64,
     meta: Meta,
     value: Option<Vec<u8>>,
 }
@@ -1467,21 +1481,11 @@ impl Found {
         Found {
             slot: *slot,
             len: h.len,
+            seq: h.fields.seq,
             meta: meta_of(h),
             value,
         }
     }
-}
-
-/// A checkpoint as read from disk.
-struct Checkpoint {
-    hash_seed: u64,
-    /// Per lane: (segment, offset) where replay starts (segment 0: the lane had none).
-    replay: Vec<(u32, u64)>,
-    /// (id, valid length, live bytes, horizon)
-    segs: Vec<(u32, u64, u64, u32)>,
-    /// Per shard: (seq, table)
-    shards: Vec<(u64, Table)>,
 }
 
 impl Inner {
@@ -2123,11 +2127,7 @@ impl Inner {
             return Ok(None);
         }
         self.find_with(tbl, tag, key, |slot, h, rec| {
-            let value = match want {
-                Want::Value => Some(decode_value(h, rec)?),
-                _ => None,
-            };
-            Ok(Found::new(slot, h, value))
+            Ok(Found::new(slot, h, Some(decode_value(h, rec)?)))
         })
     }
 
@@ -2389,6 +2389,7 @@ impl Inner {
 
     /// Start a new segment after the active one. Called with the tail lock held.
     fn roll(&self, tail: &mut Tail) -> Result<()> {
+        self.mark(tail);
         self.trim_tail(tail)?;
         let id = self.next_seg.fetch_add(1, Ordering::Relaxed);
         let seg = self.create_segment(id, tail.seg.lane)?;
@@ -2399,6 +2400,18 @@ impl Inner {
         tail.set_seg(seg);
         self.trim_maps();
         Ok(())
+    }
+
+    /// End the lane's log with a marker, unless it already ends with one or holds nothing: a
+    /// record that verifies after the last real one, so that damage to that record is told
+    /// from a torn tail (`scan`). Written when a segment is sealed, before a checkpoint reads
+    /// the lanes' positions and at close. Called with the tail lock held.
+    fn mark(&self, tail: &mut Tail) {
+        if tail.marked || tail.seg.id == 0 || tail.end() <= SEG_HEADER_LEN as u64 {
+            return;
+        }
+        tail.buf.extend_from_slice(&format::marker(tail.seg.seed));
+        tail.marked = true;
     }
 
     fn create_segment(&self, id: u32, lane: usize) -> Result<Arc<Segment>> {
@@ -2522,6 +2535,7 @@ impl Inner {
             }
         }
         tail.appended += len as u64;
+        tail.marked = false;
         Ok((tail.seg.id, off))
     }
 
@@ -2902,6 +2916,9 @@ impl Inner {
         if self.readonly {
             return Ok(());
         }
+        for t in self.tails.iter() {
+            self.mark(&mut t.0.lock());
+        }
         let replay = self.lane_positions(true);
         let segs = self.seg_infos();
         // Each shard is snapshotted and encoded in turn, straight to the file: memory holds
@@ -2985,314 +3002,6 @@ impl Inner {
     fn appended_total(&self) -> u64 {
         self.appended.load(Ordering::Relaxed)
             + self.tails.iter().map(|t| t.0.lock().appended).sum::<u64>()
-    }
-
-    /// Read and decode the checkpoint; `None` unless it is intact and every slot points into a
-    /// segment of `known` (sorted ids of the segments on disk).
-    fn read_checkpoint(&self, known: &[u32]) -> Option<Checkpoint> {
-        let path = self.dir.join(CKPT_NAME);
-        let f = self.vfs.open(&path, false).ok()?;
-        let len = f.len().ok()? as usize;
-        if len < 40 {
-            return None;
-        }
-        // Mapped: its pages are in the page cache already, where a buffer would be fresh
-        // memory (about a millisecond a megabyte on a virtual machine) and a copy.
-        let map = self.vfs.map(&path, len);
-        let mut owned = Vec::new();
-        let b: &[u8] = match &map {
-            Some(m) if m.as_slice().len() == len => m.as_slice(),
-            _ => {
-                owned.resize(len, 0);
-                f.read_at(&mut owned, 0).ok()?;
-                &owned
-            }
-        };
-        let (body, crc) = b.split_at(len - 4);
-        if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().ok()?) {
-            return None;
-        }
-        if &body[0..8] != CKPT_MAGIC
-            || u32::from_le_bytes(body[8..12].try_into().ok()?) != CKPT_VERSION
-            || u32::from_le_bytes(body[12..16].try_into().ok()?) != NSHARDS as u32
-        {
-            return None;
-        }
-        let hash_seed = le_u64(body, 16)?;
-        let lanes = le_u32(body, 24)? as usize;
-        if lanes != self.lanes {
-            return None;
-        }
-        let mut pos = 28;
-        let mut replay = Vec::with_capacity(lanes);
-        for _ in 0..lanes {
-            replay.push((le_u32(body, pos)?, le_u32(body, pos + 4)? as u64));
-            pos += 8;
-        }
-        let nsegs = le_u32(body, pos)? as usize;
-        pos += 4;
-        let mut segs = Vec::with_capacity(nsegs.min(1 << 16));
-        for _ in 0..nsegs {
-            segs.push((
-                le_u32(body, pos)?,
-                le_u64(body, pos + 4)?,
-                le_u64(body, pos + 12)?,
-                le_u32(body, pos + 20)?,
-            ));
-            pos += 24;
-        }
-        // Where each shard's section starts (sections come in any order, each led by its
-        // shard's number and giving its length), so that the sections can then be decoded
-        // and their tables built by two threads.
-        let mut starts = vec![usize::MAX; NSHARDS];
-        let mut slots = 0usize;
-        for _ in 0..NSHARDS {
-            let i = le_u32(body, pos)? as usize;
-            let start = starts.get_mut(i).filter(|s| **s == usize::MAX)?;
-            *start = pos + 4;
-            let (end, n) = ckpt::section_end(body, pos + 4)?;
-            pos = end;
-            slots = slots.saturating_add(n);
-        }
-        if pos != body.len() {
-            return None;
-        }
-        // Each thread takes the next shard not yet taken, as the writer does.
-        let next = AtomicUsize::new(0);
-        let decode = || -> Option<Vec<(usize, (u64, Table))>> {
-            let mut done = Vec::new();
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= NSHARDS {
-                    return Some(done);
-                }
-                done.push((i, decode_ckpt_shard(body, starts[i], known)?));
-            }
-        };
-        let (mine, theirs) = side_by_side(slots >= PARALLEL_CKPT, decode);
-        let mut parts = mine?;
-        if let Some(theirs) = theirs {
-            parts.extend(theirs.ok()??);
-        }
-        parts.sort_unstable_by_key(|p| p.0);
-        let shards: Vec<(u64, Table)> = parts.into_iter().map(|p| p.1).collect();
-        Some(Checkpoint {
-            hash_seed,
-            replay,
-            segs,
-            shards,
-        })
-    }
-
-    // ------------------------------------------------------------------ recovery
-
-    /// Build the index: from the checkpoint when it is valid, then replay the log after it;
-    /// else from every segment. Truncate a torn tail; start the active segment.
-    fn recover(&self) -> Result<()> {
-        let table = self.segs.load_full();
-        let lane_of_seg = |id: u32| table.get(id).map(|s| s.lane);
-        let known: Vec<u32> = table.segs.keys().copied().collect();
-        let ckpt = self.read_checkpoint(&known).filter(|c| {
-            // Usable only if every sealed segment it counted on still has its bytes (a segment
-            // it lists may be gone: compaction removes a segment after checkpointing its moves).
-            c.segs.iter().all(|&(id, len, _, _)| match lane_of_seg(id) {
-                None => true,
-                Some(l) => id >= c.replay[l].0 || table.get(id).is_some_and(|s| s.flushed() >= len),
-            })
-        });
-        let loaded = match ckpt {
-            Some(c) => self.load_checkpoint(&table, c),
-            None => false,
-        };
-        if !loaded {
-            // Rebuilt from the whole log: save the result at the next close.
-            self.appended.fetch_add(1, Ordering::Relaxed);
-        }
-        let replay_from = self.replay_from.lock().clone();
-        // The region to replay: per lane, its segments from the replay position on.
-        let mut region: Vec<(Arc<Segment>, u64, u64, bool)> = Vec::new(); // seg, start, end, last
-        for lane in 0..self.lanes {
-            let (rseg, roff) = replay_from.as_ref().map_or((0, 0), |r| r[lane]);
-            let segs: Vec<&Arc<Segment>> = table
-                .segs
-                .values()
-                .filter(|s| s.lane == lane && s.id >= rseg)
-                .collect();
-            for (i, seg) in segs.iter().enumerate() {
-                let start = if seg.id == rseg {
-                    roff.max(SEG_HEADER_LEN as u64)
-                } else {
-                    SEG_HEADER_LEN as u64
-                };
-                region.push(((*seg).clone(), start, seg.file.len()?, i + 1 == segs.len()));
-            }
-        }
-        // Pass 1: where each segment's valid records end, and the clear records (a vanish
-        // writes one into each lane; it counts only if all of them survived).
-        let mut clears: Vec<(usize, u64, u64)> = Vec::new(); // lane, loc, id
-        let mut clear_parts: std::collections::HashMap<u64, (u64, u64)> = Default::default();
-        for (seg, start, end, _) in region.iter_mut() {
-            *end = scan_segment(self, seg, *start, *end, |off, h, _| {
-                if h.typ == T_CLEAR {
-                    clears.push((seg.lane, loc_of(seg.id, off), h.fields.seq));
-                    clear_parts.entry(h.fields.seq).or_insert((0, h.count)).0 += 1;
-                }
-                Ok(true)
-            })?;
-        }
-        // Per lane, the last complete clear: everything of the lane before it is dead.
-        let mut cut: Vec<Option<u64>> = vec![None; self.lanes];
-        for &(lane, loc, id) in &clears {
-            if clear_parts.get(&id).is_some_and(|&(n, of)| n >= of) {
-                cut[lane] = Some(cut[lane].map_or(loc, |c: u64| c.max(loc)));
-            }
-        }
-        if cut.iter().any(Option::is_some) {
-            for i in 0..NSHARDS {
-                self.excl(i).retain(|s| {
-                    let lane = lane_of_seg(s.seg);
-                    lane.and_then(|l| cut[l]).is_none_or(|c| s.loc() >= c)
-                });
-            }
-        }
-        // Pass 2: apply, in each lane's log order; the shard seq of each record decides between
-        // records of one key in different lanes.
-        let mut tombs: std::collections::HashMap<Vec<u8>, u64> = Default::default();
-        for (seg, start, end, _) in &region {
-            let lane_cut = cut[seg.lane];
-            scan_segment(self, seg, *start, *end, |off, h, rec| {
-                // Something to checkpoint at the next close.
-                self.appended.fetch_add(1, Ordering::Relaxed);
-                if h.typ != T_CLEAR && lane_cut.is_none_or(|c| loc_of(seg.id, off) >= c) {
-                    self.replay_record(seg.id, off, h, rec, &mut tombs)?;
-                }
-                Ok(true)
-            })?;
-        }
-        for (seg, _, end, last) in &region {
-            let file_len = seg.file.len()?;
-            if *end < file_len {
-                // Zeros at the end are space allocated ahead (`reserve`), not lost records.
-                let torn = data_end(&*seg.file, *end, file_len)? - end;
-                self.counters
-                    .truncated_bytes
-                    .fetch_add(torn, Ordering::Relaxed);
-                // A lane's last segment loses its torn tail; any segment, allocated zeros
-                // (a crash before the cut at its seal was synced).
-                if (*last || torn == 0) && !self.readonly {
-                    seg.file.set_len(*end)?;
-                    seg.file.sync()?;
-                }
-            }
-            seg.flushed.store(*end, Ordering::Release);
-        }
-        if !self.readonly {
-            // Segments wholly before their lane's clear hold nothing live.
-            let dead: Vec<u32> = table
-                .segs
-                .values()
-                .filter(|s| cut[s.lane].is_some_and(|c| (s.id as u64) < (c >> 32)))
-                .map(|s| s.id)
-                .collect();
-            self.drop_segments(&dead)?;
-        }
-        // Each lane's active segment: its last one (a lane with none creates one when first
-        // written). Map what can be mapped.
-        let table = self.segs.load_full();
-        let segsiz = self.cfg.lock().segsiz as usize;
-        for lane in 0..self.lanes {
-            if let Some(active) = table.segs.values().rev().find(|s| s.lane == lane) {
-                if let Some(m) = self.vfs.map(&active.path, segsiz) {
-                    active.map.store(Some(Arc::new(m)), &self.retired);
-                }
-                self.tails[lane].0.lock().set_seg(active.clone());
-            }
-        }
-        let active = self.active_ids();
-        for s in table.segs.values() {
-            if !active.contains(&s.id) {
-                s.sealed.store(true, Ordering::Release);
-                if let Some(m) = self.vfs.map(&s.path, s.flushed() as usize) {
-                    s.map.store(Some(Arc::new(m)), &self.retired);
-                }
-            }
-        }
-        self.trim_maps();
-        Ok(())
-    }
-
-    /// Fill the index from a checkpoint; false (and an empty index) when it was written for
-    /// other segments or points into a segment that does not exist.
-    fn load_checkpoint(&self, table: &SegTable, c: Checkpoint) -> bool {
-        // (Every slot's segment was checked against the segments on disk while decoding.)
-        if c.hash_seed != self.hash_seed.load(Ordering::Relaxed) {
-            return false;
-        }
-        for (i, (seq, t)) in c.shards.into_iter().enumerate() {
-            let mut g = self.excl(i);
-            g.table = t;
-            g.table.set_max_load(shard_max_load(i));
-            g.seq = seq;
-        }
-        for (id, len, live, horizon) in c.segs {
-            if let Some(s) = table.get(id) {
-                s.live.store(live, Ordering::Relaxed);
-                s.horizon.store(horizon, Ordering::Relaxed);
-                if id < c.replay[s.lane].0 {
-                    // Sealed before the checkpoint: valid up to what it counted.
-                    s.flushed.store(len, Ordering::Release);
-                }
-            }
-        }
-        *self.replay_from.lock() = Some(c.replay);
-        true
-    }
-
-    /// Apply one record during recovery. A key's records may be in several lanes; the shard
-    /// seq orders them: a record older than what the index holds for its key, or than a delete
-    /// already applied (`tombs`), is skipped.
-    fn replay_record(
-        &self,
-        seg: u32,
-        off: u64,
-        h: &Header,
-        rec: &[u8],
-        tombs: &mut std::collections::HashMap<Vec<u8>, u64>,
-    ) -> Result<()> {
-        match h.typ {
-            T_PUT | T_DELETE => {
-                let key = &rec[h.key_off..h.key_off + h.klen];
-                let seq = h.fields.seq;
-                let (shard, tag) = self.hash(key);
-                let mut tbl = self.excl(shard);
-                tbl.seq = tbl.seq.max(seq);
-                let found = self.find(&tbl, tag, key, Want::Meta)?;
-                if found.as_ref().is_some_and(|f| f.meta.version >= seq)
-                    || tombs.get(key).is_some_and(|&t| t >= seq)
-                {
-                    return Ok(()); // a newer write of the key is already applied
-                }
-                let old = found.map(|f| (f.slot, f.len));
-                if h.typ == T_PUT {
-                    if h.fields.expires != 0 {
-                        self.expiring.fetch_add(1, Ordering::Relaxed);
-                    }
-                    self.set_slot(&mut tbl, tag, old, seg, off, h.len);
-                } else {
-                    if let Some((o, len)) = old {
-                        self.remove_slot(&mut tbl, o, len);
-                    }
-                    tombs.insert(key.to_vec(), seq);
-                }
-            }
-            T_BATCH => {
-                for_each_sub(rec, h, |pos, sh, srec| {
-                    self.replay_record(seg, off + pos as u64, sh, srec, tombs)
-                })?;
-            }
-            _ => {}
-        }
-        Ok(())
     }
 
     fn drop_segments(&self, ids: &[u32]) -> Result<()> {
@@ -3415,47 +3124,58 @@ impl Inner {
             }
             Ok(())
         };
-        let stopped = scan_segment(self, &seg, SEG_HEADER_LEN as u64, end, |off, h, rec| {
-            seen = seen.wrapping_add(1);
-            if seen.is_multiple_of(256) {
-                if *self.stop.lock() {
-                    aborted = true;
-                    return Ok(false);
-                }
-                // Every 256 records (a few tens of microseconds of scanning), let a waiting
-                // thread have the core: otherwise a worker that this thread preempted waits
-                // out the rest of its time slice, which showed in the workers' p99 latency.
-                std::thread::yield_now();
-            }
-            match h.typ {
-                T_PUT | T_DELETE => one(off, h, rec, &mut moved)?,
-                T_BATCH => {
-                    for_each_sub(rec, h, |pos, sh, srec| {
-                        one(off + pos as u64, sh, srec, &mut moved)
-                    })?;
-                }
-                _ => {
-                    if has_older {
-                        // Older segments still hold records this clear hides: not yet.
+        let mut bytes = recover::SegBytes {
+            inner: self,
+            seg: &seg,
+        };
+        let scanned = scan::scan(
+            &mut bytes,
+            seg.seed,
+            SEG_HEADER_LEN as u64,
+            end,
+            |off, h, rec, _| {
+                seen = seen.wrapping_add(1);
+                if seen.is_multiple_of(256) {
+                    if *self.stop.lock() {
                         aborted = true;
                         return Ok(false);
                     }
+                    // Every 256 records (a few tens of microseconds of scanning), let a waiting
+                    // thread have the core: otherwise a worker that this thread preempted waits
+                    // out the rest of its time slice, which showed in the workers' p99 latency.
+                    std::thread::yield_now();
                 }
-            }
-            pace(rate, moved, &mut paced, started);
-            Ok(true)
-        })?;
+                match h.typ {
+                    T_PUT | T_DELETE => one(off, h, rec, &mut moved)?,
+                    T_BATCH => {
+                        for_each_sub(rec, h, |pos, sh, srec| {
+                            one(off + pos as u64, sh, srec, &mut moved)
+                        })?;
+                    }
+                    _ => {
+                        if has_older {
+                            // Older segments still hold records this clear hides: not yet.
+                            aborted = true;
+                            return Ok(false);
+                        }
+                    }
+                }
+                pace(rate, moved, &mut paced, started);
+                Ok(true)
+            },
+        )?;
         if aborted {
             return Ok(None);
         }
-        if stopped < end {
-            // A damaged record in a sealed segment: the records after it were not looked at,
-            // so the segment must stay (`check` reports it). Background compaction leaves it
-            // alone from now on.
+        let damage = scanned.damage.first().map(|d| d.off);
+        if let Some(off) = damage.or(scanned.tail.as_ref().map(|t| t.off)) {
+            // A damaged record in a sealed segment: the segment must stay, with the damaged
+            // bytes (`check` reports them, `repair` salvages around them). Background
+            // compaction leaves it alone from now on.
             self.damaged.lock().push(id);
             return Err(corrupt_at(
                 id,
-                stopped,
+                off,
                 "damaged record; the segment was not compacted",
             ));
         }
@@ -4386,6 +4106,7 @@ impl Store for DiskHash {
             off: SEG_HEADER_LEN as u64,
             pending: std::collections::VecDeque::new(),
             done: false,
+            damaged: 0,
         }))
     }
 
@@ -4559,50 +4280,7 @@ impl Store for DiskHash {
                 inner.flush(&mut t.0.lock())?;
             }
         }
-        let mut rep = CheckReport::default();
-        let segs = inner.segs.load_full();
-        for seg in segs.segs.values() {
-            let end = seg.flushed();
-            let stop = scan_segment(inner, seg, SEG_HEADER_LEN as u64, end, |_, h, rec| {
-                if h.typ == T_BATCH {
-                    for_each_sub(rec, h, |_, _, _| Ok(()))?;
-                }
-                if h.typ == T_PUT && h.fields.compression != 0 {
-                    decode_value(h, rec)?;
-                }
-                Ok(true)
-            });
-            match stop {
-                Ok(p) if p == end => {}
-                Ok(p) => rep.problems.push(format!(
-                    "segment {}: invalid record at offset {p} (of {end})",
-                    seg.id
-                )),
-                Err(e) => rep.problems.push(format!("segment {}: {e}", seg.id)),
-            }
-        }
-        for i in 0..NSHARDS {
-            let t = inner.excl(i);
-            for s in t.iter() {
-                rep.records += 1;
-                let res = inner.with_record(s.seg, s.off as u64, |h, rec| {
-                    if h.typ != T_PUT {
-                        return Some("index points at a non-put record".to_string());
-                    }
-                    let (shard, tag) = inner.hash(&rec[h.key_off..h.key_off + h.klen]);
-                    (shard != i || tag != s.tag)
-                        .then(|| "index slot does not match the key's hash".to_string())
-                });
-                match res {
-                    Ok(None) => {}
-                    Ok(Some(p)) => rep
-                        .problems
-                        .push(format!("segment {} offset {}: {p}", s.seg, s.off)),
-                    Err(e) => rep.problems.push(e.to_string()),
-                }
-            }
-        }
-        Ok(rep)
+        inner.audit()
     }
 
     fn kind(&self) -> Kind {
@@ -4643,10 +4321,11 @@ impl Store for DiskHash {
         } else {
             let _m = inner.maint.lock();
             // The files end where their records do (the cut is synced by the checkpoint).
-            let trimmed = inner
-                .tails
-                .iter()
-                .try_for_each(|t| inner.trim_tail(&mut t.0.lock()));
+            let trimmed = inner.tails.iter().try_for_each(|t| {
+                let mut t = t.0.lock();
+                inner.mark(&mut t);
+                inner.trim_tail(&mut t)
+            });
             match trimmed {
                 Err(e) => Err(e),
                 Ok(()) if unchanged => inner.sync_now(),
@@ -4690,6 +4369,8 @@ struct HashCursor<'a> {
     off: u64,
     pending: std::collections::VecDeque<(Vec<u8>, Record)>,
     done: bool,
+    /// Damaged regions passed over.
+    damaged: u64,
 }
 
 impl HashCursor<'_> {
@@ -4710,43 +4391,68 @@ impl HashCursor<'_> {
             let now = now_secs();
             let mut collected = Vec::new();
             let mut full = false;
-            let stop = scan_segment(inner, seg, self.off, end, |off, h, rec| {
-                let mut visit = |loc_off: u64, h: &Header, rec: &[u8]| -> Result<()> {
-                    if h.typ != T_PUT || is_expired(h.fields.expires, now) {
-                        return Ok(());
-                    }
-                    let key = &rec[h.key_off..h.key_off + h.klen];
-                    let (shard, tag) = inner.hash(key);
-                    if h.fields.seq > self.seqs[shard] {
-                        return Ok(()); // written after the cursor was made
-                    }
-                    let here = Slot {
-                        tag,
-                        seg: id,
-                        off: loc_off as u32,
-                    };
-                    let live = with_reader!(inner, shard, tag, k => {
-                        Ok::<_, Error>(k.cands(tag).any(|s| s == here))
-                    })?;
-                    if live {
-                        collected.push((
-                            key.to_vec(),
-                            Record {
-                                value: decode_value(h, rec)?,
-                                meta: meta_of(h),
-                            },
-                        ));
-                    }
-                    Ok(())
+            let seqs = &self.seqs;
+            let visit = |loc_off: u64,
+                         h: &Header,
+                         rec: &[u8],
+                         collected: &mut Vec<(Vec<u8>, Record)>|
+             -> Result<()> {
+                if h.typ != T_PUT || is_expired(h.fields.expires, now) {
+                    return Ok(());
+                }
+                let key = &rec[h.key_off..h.key_off + h.klen];
+                let (shard, tag) = inner.hash(key);
+                if h.fields.seq > seqs[shard] {
+                    return Ok(()); // written after the cursor was made
+                }
+                let here = Slot {
+                    tag,
+                    seg: id,
+                    off: loc_off as u32,
                 };
+                let live = with_reader!(inner, shard, tag, k => {
+                    Ok::<_, Error>(k.cands(tag).any(|s| s == here))
+                })?;
+                if live {
+                    collected.push((
+                        key.to_vec(),
+                        Record {
+                            value: decode_value(h, rec)?,
+                            meta: meta_of(h),
+                        },
+                    ));
+                }
+                Ok(())
+            };
+            let mut bytes = recover::SegBytes { inner, seg };
+            let scanned = scan::scan(&mut bytes, seg.seed, self.off, end, |off, h, rec, _| {
                 if h.typ == T_BATCH {
-                    for_each_sub(rec, h, |pos, sh, srec| visit(off + pos as u64, sh, srec))?;
+                    for_each_sub(rec, h, |pos, sh, srec| {
+                        visit(off + pos as u64, sh, srec, &mut collected)
+                    })?;
                 } else {
-                    visit(off, h, rec)?;
+                    visit(off, h, rec, &mut collected)?;
                 }
                 full = collected.len() >= 256;
                 Ok(!full)
             })?;
+            // Damage in what a read-only open serves (a writable one refuses damage): skipped,
+            // counted. A damaged tail's salvaged records may be live (recovery applied them).
+            let mut damaged = scanned.damage.len() as u64;
+            if let Some(t) = &scanned.tail {
+                damaged += 1;
+                let mut buf = Vec::new();
+                for &at in &t.salvaged {
+                    let n = MAX_HEADER_LEN.min((end - at) as usize);
+                    bytes.read(at, n, &mut buf)?;
+                    if let Some(h) = format::parse_header(&buf) {
+                        bytes.read(at, h.len, &mut buf)?;
+                        visit(at, &h, &buf, &mut collected)?;
+                    }
+                }
+            }
+            self.damaged += damaged;
+            let stop = scanned.stopped.unwrap_or(end);
             self.off = stop;
             self.pending.extend(collected);
             if stop >= end || !full {
@@ -4773,6 +4479,10 @@ impl Cursor for HashCursor<'_> {
         self.db.inner.check_open()?;
         self.fill()?;
         Ok(self.pending.pop_front())
+    }
+
+    fn damage_skipped(&self) -> u64 {
+        self.damaged
     }
 }
 

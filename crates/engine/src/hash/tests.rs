@@ -1250,14 +1250,18 @@ fn compaction_keeps_a_segment_with_a_damaged_record() {
     assert!(!db.check().unwrap().healthy());
 }
 
-/// Regression (found by the open_damaged fuzz target): a damaged record header claiming a huge
-/// batch body made recovery's bounds arithmetic overflow. Any header must be harmless.
+/// Regression: a damaged record header (here claiming a batch body of 2^63 bytes, which once
+/// made recovery's bounds arithmetic overflow) with intact records after it is damage, not a
+/// torn tail: recovery used to drop every record after it, and `check` called the result
+/// healthy. A writable open now refuses and changes nothing; a read-only one serves the
+/// records that verify, and `check` reports the damage.
 #[test]
-fn damaged_header_with_huge_length_is_just_a_torn_end() {
+fn a_damaged_header_before_intact_records_is_damage_not_a_torn_tail() {
     let fs = SimVfs::new();
     let db = sim_open(&fs, "sync=none#lanes=1");
+    let v = [b'v'; 20]; // each record longer than the damage below
     for i in 0..10 {
-        db.put(format!("k{i}").as_bytes(), b"v").unwrap();
+        db.put(format!("k{i}").as_bytes(), &v).unwrap();
     }
     db.close().unwrap();
     fs.remove_file(Path::new("/sim/db.kh/index.ki"));
@@ -1271,9 +1275,33 @@ fn damaged_header_with_huge_length_is_just_a_torn_end() {
     format::put_varint(&mut bogus, 1 << 63);
     format::put_varint(&mut bogus, 1);
     assert!(fs.corrupt(&seg, SEG_HEADER_LEN as u64, &bogus));
-    let db = sim_open(&fs, "sync=none#lanes=1");
-    assert_eq!(db.count(), 0, "nothing after a damaged record is trusted");
-    assert!(db.check().unwrap().healthy());
+    let before = fs.open_len(&seg);
+    let params = Params::parse("sync=none#lanes=1").unwrap();
+    let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
+    let Err(Error::Corrupt(m)) =
+        DiskHash::open_with(Path::new("/sim/db.kh"), &params, vfs.clone(), false)
+    else {
+        panic!("a writable open of a damaged database must fail with Corrupt");
+    };
+    assert!(m.contains("seg-00000001.kd at offset 32"), "{m}");
+    assert!(m.contains("kura db repair"), "{m}");
+    assert_eq!(
+        fs.open_len(&seg),
+        before,
+        "a refused open changed the segment"
+    );
+    let db = DiskHash::open_with(Path::new("/sim/db.kh"), &params, vfs, true).unwrap();
+    assert_eq!(db.count(), 9, "every record after the damage is served");
+    for i in 1..10 {
+        assert_eq!(
+            db.get(format!("k{i}").as_bytes()).unwrap().unwrap().value,
+            v
+        );
+    }
+    let rep = db.check().unwrap();
+    assert!(!rep.healthy());
+    assert_eq!(rep.damage.len(), 1, "{:?}", rep.damage);
+    assert_eq!((rep.damage[0].off, rep.lost()), (SEG_HEADER_LEN as u64, 1));
 }
 
 #[test]
@@ -1618,13 +1646,14 @@ fn a_checkpoint_encoded_by_two_threads_holds_the_whole_index() {
     db.inner.checkpoint().unwrap();
     let live = db.inner.snapshot_shards();
     let known: Vec<u32> = db.inner.segs.load().segs.keys().copied().collect();
-    let ckpt = db
+    let shards = db
         .inner
         .read_checkpoint(&known)
+        .and_then(|c| c.shards)
         .expect("a valid checkpoint");
-    assert_eq!(ckpt.shards.len(), NSHARDS);
+    assert_eq!(shards.len(), NSHARDS);
     let mut total = 0;
-    for (i, ((seq, mut want), (cseq, table))) in live.into_iter().zip(ckpt.shards).enumerate() {
+    for (i, ((seq, mut want), (cseq, table))) in live.into_iter().zip(shards).enumerate() {
         assert_eq!(cseq, seq, "shard {i}: seq");
         let mut got: Vec<Slot> = table.iter().collect();
         got.sort_by_key(|s| (s.tag, s.loc()));
@@ -1651,9 +1680,10 @@ fn checkpoint_sections_load_in_any_order_and_each_shard_once() {
     let _m = db.inner.maint.lock();
     db.inner.checkpoint().unwrap();
     let known: Vec<u32> = db.inner.segs.load().segs.keys().copied().collect();
-    let tables = |c: Checkpoint| -> Vec<(u64, Vec<Slot>)> {
+    let tables = |c: recover::Checkpoint| -> Vec<(u64, Vec<Slot>)> {
         c.shards
             .into_iter()
+            .flatten()
             .map(|(seq, t)| (seq, t.iter().collect()))
             .collect()
     };
@@ -1665,9 +1695,9 @@ fn checkpoint_sections_load_in_any_order_and_each_shard_once() {
         .unwrap();
     let mut b = vec![0; f.len().unwrap() as usize];
     f.read_at(&mut b, 0).unwrap();
-    let lanes = le_u32(&b, 24).unwrap() as usize;
+    let lanes = ckpt::le_u32(&b, 24).unwrap() as usize;
     let mut pos = 28 + 8 * lanes;
-    pos += 4 + 24 * le_u32(&b, pos).unwrap() as usize;
+    pos += 4 + 24 * ckpt::le_u32(&b, pos).unwrap() as usize;
     let head = b[..pos].to_vec();
     let mut secs = Vec::new();
     while pos < b.len() - 4 {

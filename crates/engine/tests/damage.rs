@@ -1,0 +1,781 @@
+//! The damage model of the on-disk hash: seeded trials that write a random workload (puts,
+//! deletes, appends, batches, several lanes, compactions, checkpoints), close or crash, then
+//! damage the files — flip 1–32 bytes, zero a 4 KiB-aligned page, or cut a segment short —
+//! in segments only, the checkpoint only, or both, and hold the engine to what the damage
+//! allows:
+//!
+//! - nothing panics;
+//! - `check` reports damage whenever a byte of live data was damaged (the newest record of a
+//!   key), and is healthy when no record was;
+//! - a writable open either refuses with `Corrupt`, changing no byte, or serves every record
+//!   whose bytes are untouched at its newest version (a record whose bytes were damaged behind
+//!   a checkpoint reads as `Corrupt`, never as a wrong value);
+//! - `repair` yields a database that passes `check` and holds every record whose bytes were
+//!   untouched, at its newest surviving version, with nothing resurrected past a surviving
+//!   delete; its source is not changed.
+//!
+//! The expectations come from an oracle that reads the undamaged files itself: every record
+//! that verifies, split into *units* (a record; a batch frame's header and each of its inner
+//! records), each with the byte range damage is counted against.
+//!
+//! One case is undecidable from the files, and the oracle allows both outcomes: when every
+//! unit from some point to the end of a segment is damaged, and no checkpoint knew those bytes
+//! durable, the damage looks exactly like a write cut short by a crash (`Zone` below).
+
+use kura_engine::hash::{format, DiskHash};
+use kura_engine::io::{CrashMode, OsVfs, SimVfs, Vfs};
+use kura_engine::{compress, Error, Params, Store};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+type Image = BTreeMap<PathBuf, Vec<u8>>;
+
+const DIR: &str = "/sim/d.kh";
+
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+// ------------------------------------------------------------------------------ the workload
+
+/// What a trial wrote: its final image and, when every write was acknowledged durable
+/// (`sync=always`), the state it must recover to.
+struct Written {
+    image: Image,
+    model: Option<BTreeMap<Vec<u8>, Vec<u8>>>,
+}
+
+fn value(r: &mut Rng) -> Vec<u8> {
+    let n = match r.below(10) {
+        0 => r.below(9000) as usize,
+        1..=2 => 0,
+        _ => r.below(400) as usize,
+    };
+    // Half compressible, half not.
+    if r.below(2) == 0 {
+        vec![b'a' + r.below(26) as u8; n]
+    } else {
+        (0..n).map(|_| r.next() as u8).collect()
+    }
+}
+
+fn open_sim(fs: &SimVfs, params: &str) -> kura_engine::Result<DiskHash> {
+    DiskHash::open_with(
+        Path::new(DIR),
+        &Params::parse(params).unwrap(),
+        Arc::new(fs.clone()),
+        false,
+    )
+}
+
+fn workload(seed: u64) -> Written {
+    let mut r = Rng::new(seed);
+    let always = r.below(2) == 0;
+    let params = format!(
+        "sync={}#segsiz=64k#bufsiz=4k#lanes={}{}",
+        if always { "always" } else { "none" },
+        1 + r.below(4),
+        if r.below(4) == 0 { "#compress=lz4" } else { "" },
+    );
+    let fs = SimVfs::new();
+    let mut db = open_sim(&fs, &params).unwrap();
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let nkeys = 20 + r.below(150);
+    let rounds = 2 + r.below(6);
+    for _ in 0..rounds {
+        // Each round from threads of its own: with `sync=none` each writes its own lane.
+        let mut ops = Vec::new();
+        for _ in 0..30 + r.below(120) {
+            ops.push((
+                r.below(100),
+                format!("k{}", r.below(nkeys)).into_bytes(),
+                value(&mut r),
+            ));
+        }
+        let threads = 1 + r.below(3) as usize;
+        let chunk = ops.len().div_ceil(threads);
+        std::thread::scope(|s| {
+            let db = &db;
+            // Each thread writes keys of its own (suffixed with its number), so the model can
+            // apply the threads' results one after the other.
+            let handles: Vec<_> = ops
+                .chunks(chunk)
+                .enumerate()
+                .map(|(t, part)| {
+                    s.spawn(move || {
+                        let mut done = Vec::new();
+                        for (op, k, v) in part {
+                            let k = [k.as_slice(), format!(".{t}").as_bytes()].concat();
+                            done.extend(apply(db, *op, &k, v));
+                        }
+                        done
+                    })
+                })
+                .collect();
+            for h in handles {
+                for (k, v) in h.join().unwrap() {
+                    match v {
+                        Some(v) => model.insert(k, v),
+                        None => model.remove(&k),
+                    };
+                }
+            }
+        });
+        match r.below(6) {
+            0 => db.optimize("").unwrap(),
+            1 => {
+                db.close().unwrap();
+                db = open_sim(&fs, &params).unwrap();
+            }
+            _ => {}
+        }
+    }
+    let crash = always && r.below(3) != 0;
+    if crash {
+        db.abandon();
+        if r.below(2) == 0 {
+            fs.crash(CrashMode::Torn { seed });
+        } else {
+            fs.crash(CrashMode::DropUnsynced);
+        }
+    } else {
+        db.close().unwrap();
+    }
+    // Every acknowledged write of a `sync=always` database is durable.
+    Written {
+        image: fs.image(),
+        model: always.then_some(model),
+    }
+}
+
+/// Apply one operation to `key` (a batch also to keys made from it); each key written and the
+/// value it must have now (checked against the store).
+fn apply(db: &DiskHash, op: u64, key: &[u8], v: &[u8]) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    let mut done = Vec::new();
+    match op {
+        0..=44 => {
+            db.put(key, v).unwrap();
+            done.push((key.to_vec(), Some(v.to_vec())));
+        }
+        45..=59 => {
+            db.out(key).unwrap();
+            done.push((key.to_vec(), None));
+        }
+        60..=74 => {
+            let before = db.get(key).unwrap().map(|r| r.value);
+            db.putcat(key, v).unwrap();
+            done.push((
+                key.to_vec(),
+                Some([before.unwrap_or_default(), v.to_vec()].concat()),
+            ));
+        }
+        _ => {
+            // A batch of puts and deletes of keys made from this one.
+            let mut ops = Vec::new();
+            for i in 0..1 + op % 7 {
+                let k = [key, format!("/{i}").as_bytes()].concat();
+                if i % 3 == 2 {
+                    ops.push(kura_engine::BatchOp::Remove { key: k.clone() });
+                    done.push((k, None));
+                } else {
+                    ops.push(kura_engine::BatchOp::Put {
+                        key: k.clone(),
+                        value: v.to_vec(),
+                        flags: 0,
+                        expires: 0,
+                    });
+                    done.push((k, Some(v.to_vec())));
+                }
+            }
+            db.write_batch(&ops).unwrap();
+        }
+    }
+    for (k, want) in &done {
+        assert_eq!(&db.get(k).unwrap().map(|r| r.value), want);
+    }
+    done
+}
+
+// ------------------------------------------------------------------------------ the oracle
+
+/// A unit of a segment: the smallest thing damage is counted against.
+#[derive(Clone, Debug)]
+struct Unit {
+    file: PathBuf,
+    off: u64,
+    len: u64,
+    /// The start of the top-level record it is (part of).
+    top: u64,
+    /// A put or delete (`value` None): its key, seq and value.
+    rec: Option<(Vec<u8>, u64, Option<Vec<u8>>)>,
+}
+
+struct Layout {
+    units: Vec<Unit>,
+    salt: Option<u64>,
+    /// Segment files with a valid header, and their lane.
+    segs: BTreeMap<PathBuf, (u32, u16)>,
+}
+
+fn seg_id(p: &Path) -> Option<u32> {
+    let n = p.file_name()?.to_str()?;
+    n.strip_prefix("seg-")?.strip_suffix(".kd")?.parse().ok()
+}
+
+/// Every unit of the undamaged image: each segment read from its header to its first record
+/// that does not verify (a crash's torn tail, or its end).
+fn layout(img: &Image) -> Layout {
+    let mut out = Layout {
+        units: Vec::new(),
+        salt: None,
+        segs: BTreeMap::new(),
+    };
+    for (path, data) in img {
+        let Some(id) = seg_id(path) else { continue };
+        let Ok(info) = format::parse_seg_header(data) else {
+            continue;
+        };
+        out.salt = Some(info.salt);
+        out.segs.insert(path.clone(), (id, info.lane));
+        let seed = format::seed(info.salt);
+        let mut off = format::SEG_HEADER_LEN;
+        while off < data.len() {
+            let Some(h) = format::parse_header(&data[off..]) else {
+                break;
+            };
+            if off + h.len > data.len() || !format::verify(&data[off..off + h.len], seed) {
+                break;
+            }
+            let unit = |o: usize, len: usize, rec| Unit {
+                file: path.clone(),
+                off: o as u64,
+                len: len as u64,
+                top: off as u64,
+                rec,
+            };
+            if h.typ == format::T_BATCH {
+                out.units.push(unit(off, h.key_off, None));
+                let mut pos = off + h.key_off;
+                for _ in 0..h.count {
+                    let sh = format::parse_header(&data[pos..]).unwrap();
+                    let rec = record(&data[pos..pos + sh.len], &sh);
+                    out.units.push(unit(pos, sh.len, rec));
+                    pos += sh.len;
+                }
+            } else {
+                let rec = record(&data[off..off + h.len], &h);
+                out.units.push(unit(off, h.len, rec));
+            }
+            off += h.len;
+        }
+    }
+    out
+}
+
+fn record(rec: &[u8], h: &format::Header) -> Option<(Vec<u8>, u64, Option<Vec<u8>>)> {
+    let key = rec[h.key_off..h.key_off + h.klen].to_vec();
+    match h.typ {
+        format::T_PUT => {
+            let stored = &rec[h.value_off()..h.len];
+            let v = if h.fields.compression == 0 {
+                stored.to_vec()
+            } else {
+                let c = format::codec(h).unwrap();
+                compress::decompress(c, stored, h.fields.raw_len as usize).unwrap()
+            };
+            Some((key, h.fields.seq, Some(v)))
+        }
+        format::T_DELETE => Some((key, h.fields.seq, None)),
+        _ => None,
+    }
+}
+
+/// Each key's newest version among the units `keep` takes (absent keys: absent or deleted).
+fn newest(units: &[Unit], keep: impl Fn(usize, &Unit) -> bool) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut best: BTreeMap<&[u8], (u64, &Option<Vec<u8>>)> = BTreeMap::new();
+    for (i, u) in units.iter().enumerate() {
+        let Some((k, seq, v)) = &u.rec else { continue };
+        if !keep(i, u) {
+            continue;
+        }
+        if best.get(k.as_slice()).is_none_or(|b| b.0 < *seq) {
+            best.insert(k, (*seq, v));
+        }
+    }
+    best.into_iter()
+        .filter_map(|(k, (_, v))| v.clone().map(|v| (k.to_vec(), v)))
+        .collect()
+}
+
+/// The newest unit of each key (index into the units).
+fn newest_units(units: &[Unit]) -> BTreeMap<Vec<u8>, usize> {
+    let mut best: BTreeMap<Vec<u8>, (u64, usize)> = BTreeMap::new();
+    for (i, u) in units.iter().enumerate() {
+        if let Some((k, seq, _)) = &u.rec {
+            if best.get(k).is_none_or(|b| b.0 < *seq) {
+                best.insert(k.clone(), (*seq, i));
+            }
+        }
+    }
+    best.into_iter().map(|(k, (_, i))| (k, i)).collect()
+}
+
+/// What a checkpoint that verifies knew durable.
+#[derive(Default)]
+struct Knows {
+    /// Per lane: (segment, offset) where its replay starts.
+    replay: Vec<(u32, u64)>,
+    /// (id, recorded length) of every segment it lists.
+    lens: BTreeMap<u32, u64>,
+}
+
+impl Knows {
+    fn read(img: &Image, salt: Option<u64>) -> Knows {
+        let Some(b) = img.get(&Path::new(DIR).join("index.ki")) else {
+            return Knows::default();
+        };
+        let le32 = |p: usize| u32::from_le_bytes(b[p..p + 4].try_into().unwrap());
+        let le64 = |p: usize| u64::from_le_bytes(b[p..p + 8].try_into().unwrap());
+        if b.len() < 40 || crc32c::crc32c(&b[..b.len() - 4]) != le32(b.len() - 4) {
+            return Knows::default();
+        }
+        if Some(le64(16)) != salt {
+            return Knows::default();
+        }
+        let lanes = le32(24) as usize;
+        let replay = (0..lanes)
+            .map(|l| (le32(28 + 8 * l), le32(32 + 8 * l) as u64))
+            .collect();
+        let pos = 28 + 8 * lanes;
+        let lens = (0..le32(pos) as usize)
+            .map(|i| (le32(pos + 4 + 24 * i), le64(pos + 8 + 24 * i)))
+            .collect();
+        Knows { replay, lens }
+    }
+
+    fn any(&self) -> bool {
+        !self.replay.is_empty()
+    }
+
+    /// Where segment `seg` of lane `lane` was known durable up to.
+    fn bound(&self, seg: u32, lane: u16) -> Option<u64> {
+        let &(rseg, roff) = self.replay.get(lane as usize)?;
+        if seg == rseg {
+            Some(roff)
+        } else if seg > rseg {
+            None
+        } else {
+            self.lens.get(&seg).copied()
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------ the damage
+
+#[derive(Clone, Copy, Debug)]
+enum Target {
+    Segments,
+    Checkpoint,
+    Both,
+}
+
+/// Damaged byte ranges per file (a cut counts everything it removed).
+type Hurt = BTreeMap<PathBuf, Vec<(u64, u64)>>;
+
+fn damage(img: &mut Image, r: &mut Rng, target: Target) -> (Hurt, String) {
+    let mut hurt: Hurt = BTreeMap::new();
+    let mut what = Vec::new();
+    let segs: Vec<PathBuf> = img
+        .keys()
+        .filter(|p| seg_id(p).is_some())
+        .cloned()
+        .collect();
+    let ckpt = Path::new(DIR).join("index.ki");
+    let mut files = Vec::new();
+    if matches!(target, Target::Segments | Target::Both) && !segs.is_empty() {
+        // Weighted by size: damage lands where the bytes are.
+        let total: u64 = segs.iter().map(|p| img[p].len() as u64).sum();
+        let mut at = r.below(total);
+        for p in &segs {
+            let n = img[p].len() as u64;
+            if at < n {
+                files.push(p.clone());
+                break;
+            }
+            at -= n;
+        }
+    }
+    if matches!(target, Target::Checkpoint | Target::Both) && img.contains_key(&ckpt) {
+        files.push(ckpt);
+    }
+    for f in files {
+        let data = img.get_mut(&f).unwrap();
+        let len = data.len() as u64;
+        if len == 0 {
+            continue;
+        }
+        let ranges = hurt.entry(f.clone()).or_default();
+        match r.below(3) {
+            0 => {
+                let n = 1 + r.below(32);
+                let burst = r.below(2) == 0;
+                let start = r.below(len);
+                for i in 0..n {
+                    let at = if burst {
+                        (start + i).min(len - 1)
+                    } else {
+                        r.below(len)
+                    };
+                    data[at as usize] ^= 1 + r.below(255) as u8;
+                    ranges.push((at, at + 1));
+                }
+                what.push(format!("{} bytes flipped in {}", n, f.display()));
+            }
+            1 => {
+                let page = r.below(len.div_ceil(4096)) * 4096;
+                let end = (page + 4096).min(len);
+                data[page as usize..end as usize].fill(0);
+                ranges.push((page, end));
+                what.push(format!("page at {page} zeroed in {}", f.display()));
+            }
+            _ => {
+                let cut = r.below(len);
+                data.truncate(cut as usize);
+                ranges.push((cut, len));
+                what.push(format!("{} cut to {cut} of {len}", f.display()));
+            }
+        }
+    }
+    (hurt, what.join("; "))
+}
+
+fn touched(h: &Hurt, file: &Path, lo: u64, hi: u64) -> bool {
+    h.get(file)
+        .is_some_and(|v| v.iter().any(|&(a, b)| a < hi && lo < b))
+}
+
+// ------------------------------------------------------------------------------ a trial
+
+/// Where the trial's files are opened: in memory, or on real files.
+enum Disk {
+    Sim(SimVfs),
+    Real(tempfile::TempDir),
+}
+
+impl Disk {
+    fn new(real: bool, img: &Image) -> Disk {
+        if !real {
+            return Disk::Sim(SimVfs::from_image(img));
+        }
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("d.kh");
+        std::fs::create_dir(&dir).unwrap();
+        for (p, data) in img {
+            std::fs::write(dir.join(p.file_name().unwrap()), data).unwrap();
+        }
+        Disk::Real(t)
+    }
+    fn vfs(&self) -> Arc<dyn Vfs> {
+        match self {
+            Disk::Sim(fs) => Arc::new(fs.clone()),
+            Disk::Real(_) => Arc::new(OsVfs),
+        }
+    }
+    fn dir(&self) -> PathBuf {
+        match self {
+            Disk::Sim(_) => PathBuf::from(DIR),
+            Disk::Real(t) => t.path().join("d.kh"),
+        }
+    }
+    fn repaired(&self) -> PathBuf {
+        self.dir().with_file_name("r.kh")
+    }
+    /// The database's files, as the image names them (the lock file left out).
+    fn files(&self) -> Image {
+        match self {
+            Disk::Sim(fs) => fs
+                .image()
+                .into_iter()
+                .filter(|(p, _)| p.starts_with(DIR))
+                .collect(),
+            Disk::Real(t) => std::fs::read_dir(t.path().join("d.kh"))
+                .unwrap()
+                .map(|e| e.unwrap())
+                .filter(|e| e.file_name() != "LOCK")
+                .map(|e| {
+                    (
+                        Path::new(DIR).join(e.file_name()),
+                        std::fs::read(e.path()).unwrap(),
+                    )
+                })
+                .collect(),
+        }
+    }
+    fn open(&self, readonly: bool) -> kura_engine::Result<DiskHash> {
+        let p = Params::parse("sync=none").unwrap();
+        DiskHash::open_with(&self.dir(), &p, self.vfs(), readonly)
+    }
+}
+
+fn dump(db: &DiskHash) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut c = db.cursor().unwrap();
+    let mut out = BTreeMap::new();
+    while let Some((k, r)) = c.next().unwrap() {
+        out.insert(k, r.value);
+    }
+    out
+}
+
+fn trial(seed: u64, real: bool) {
+    let w = workload(seed);
+    let lay = layout(&w.image);
+    let all = newest(&lay.units, |_, _| true);
+    let ctx = format!(
+        "seed {seed} ({})",
+        if real { "real files" } else { "SimVfs" }
+    );
+
+    // The undamaged files: the oracle and the engine agree, and with the model.
+    {
+        let disk = Disk::new(real, &w.image);
+        let db = disk
+            .open(false)
+            .unwrap_or_else(|e| panic!("{ctx}: undamaged: {e}"));
+        let got = dump(&db);
+        assert_eq!(
+            got, all,
+            "{ctx}: the oracle disagrees with the undamaged database"
+        );
+        if let Some(m) = &w.model {
+            assert_eq!(&got, m, "{ctx}: an acknowledged write was lost");
+        }
+        let rep = db.check().unwrap();
+        assert!(rep.healthy(), "{ctx}: undamaged: {rep:?}");
+    }
+
+    let mut r = Rng::new(seed ^ 0xdead_beef);
+    let target = match r.below(3) {
+        0 => Target::Segments,
+        1 => Target::Checkpoint,
+        _ => Target::Both,
+    };
+    let mut img = w.image.clone();
+    let (hurt, what) = damage(&mut img, &mut r, target);
+    let ctx = format!("{ctx}, {what}");
+    let knows = Knows::read(&img, lay.salt);
+
+    // What the damage did to the units.
+    let hit: Vec<bool> = lay
+        .units
+        .iter()
+        .map(|u| touched(&hurt, &u.file, u.off, u.off + u.len))
+        .collect();
+    let header_hit: BTreeSet<&PathBuf> = lay
+        .segs
+        .keys()
+        .filter(|p| touched(&hurt, p, 0, format::SEG_HEADER_LEN as u64))
+        .collect();
+    // A segment whose header is damaged is read with the salt of the others (or the
+    // checkpoint's); with neither, nothing of it can be verified.
+    let salt_known = lay.segs.keys().any(|p| !header_hit.contains(p)) || knows.any();
+    let lost = |u: &Unit, i: usize| hit[i] || (!salt_known && header_hit.contains(&u.file));
+    // Per segment, the zone that may pass for a torn tail: from the top-level record of the
+    // first damaged unit after which every unit is damaged — unless a checkpoint knew it
+    // durable (not for a segment whose header is damaged: its lane is unknown).
+    let mut zone = vec![false; lay.units.len()];
+    for (file, &(id, lane)) in &lay.segs {
+        let idx: Vec<usize> = (0..lay.units.len())
+            .filter(|&i| &lay.units[i].file == file)
+            .collect();
+        let first = idx.iter().rposition(|&i| !hit[i]).map_or(0, |p| p + 1);
+        if first == idx.len() {
+            continue; // no unit, or the last one intact
+        }
+        let q = &lay.units[idx[first]];
+        let known = !header_hit.contains(file)
+            && knows
+                .bound(id, lane)
+                .is_some_and(|d| q.off < d || img_len(&img, file) < d);
+        if !known {
+            for &i in &idx {
+                zone[i] = lay.units[i].off >= q.top;
+            }
+        }
+    }
+    let surv_all = newest(&lay.units, |i, u| !lost(u, i));
+    let surv_nozone = newest(&lay.units, |i, u| !lost(u, i) && !zone[i]);
+    let newest_of = newest_units(&lay.units);
+    // A segment whose header is damaged is damage if anything of it survives or a checkpoint
+    // listed it with records; else it looks like a segment being created at a crash.
+    let header_damage = header_hit.iter().any(|p| {
+        let (id, _) = lay.segs[*p];
+        lay.units
+            .iter()
+            .enumerate()
+            .any(|(i, u)| &u.file == *p && !hit[i])
+            || img[*p].iter().skip(format::SEG_HEADER_LEN).any(|&b| b != 0)
+            || knows
+                .lens
+                .get(&id)
+                .is_some_and(|&l| l > format::SEG_HEADER_LEN as u64)
+    });
+    let any_unit_hit = hit.iter().any(|&h| h) || !header_hit.is_empty();
+    let live_hit_outside_zone = newest_of.values().any(|&i| hit[i] && !zone[i]) || header_damage;
+
+    let disk = Disk::new(real, &img);
+
+    // check, read-only.
+    match disk.open(true) {
+        Ok(db) => {
+            let rep = db.check().unwrap_or_else(|e| panic!("{ctx}: check: {e}"));
+            if live_hit_outside_zone {
+                assert!(
+                    !rep.healthy(),
+                    "{ctx}: live data damaged, check healthy: {rep:?}"
+                );
+            }
+            if !any_unit_hit {
+                assert!(
+                    rep.healthy(),
+                    "{ctx}: no record damaged, check unhealthy: {rep:?}"
+                );
+            }
+        }
+        Err(e) => panic!("{ctx}: a read-only open failed: {e}"),
+    }
+    assert_eq!(
+        disk.files(),
+        img,
+        "{ctx}: a read-only open changed the files"
+    );
+
+    // repair, then a writable open of the damaged files.
+    let rep = DiskHash::repair_with(
+        &disk.dir(),
+        &disk.repaired(),
+        &Params::default(),
+        disk.vfs(),
+    )
+    .unwrap_or_else(|e| panic!("{ctx}: repair: {e}"));
+    assert_eq!(disk.files(), img, "{ctx}: repair changed its source");
+    {
+        let p = Params::default();
+        let fixed = DiskHash::open_with(&disk.repaired(), &p, disk.vfs(), true).unwrap();
+        let c = fixed.check().unwrap();
+        assert!(c.healthy(), "{ctx}: the repaired database: {c:?}");
+        let got = dump(&fixed);
+        let keys: BTreeSet<&Vec<u8>> = surv_all
+            .keys()
+            .chain(surv_nozone.keys())
+            .chain(got.keys())
+            .collect();
+        for k in keys {
+            let g = got.get(k);
+            assert!(
+                g == surv_all.get(k) || g == surv_nozone.get(k),
+                "{ctx}: repaired key {:?}: {:?}, expected {:?} or {:?} (kept {}, lost {})",
+                String::from_utf8_lossy(k),
+                g.map(|v| v.len()),
+                surv_all.get(k).map(|v| v.len()),
+                surv_nozone.get(k).map(|v| v.len()),
+                rep.kept,
+                rep.lost,
+            );
+        }
+        assert_eq!(rep.kept, got.len() as u64, "{ctx}");
+    }
+
+    match disk.open(false) {
+        Err(Error::Corrupt(m)) => {
+            assert!(any_unit_hit, "{ctx}: refused without damage: {m}");
+            assert!(m.contains("kura db repair"), "{ctx}: {m}");
+            assert_eq!(disk.files(), img, "{ctx}: a refused open changed the files");
+        }
+        Err(e) => panic!("{ctx}: a writable open failed otherwise: {e}"),
+        Ok(db) => {
+            for (k, &i) in &newest_of {
+                let got = db.get(k);
+                let u = &lay.units[i];
+                let is_delete = matches!(&u.rec, Some((_, _, None)));
+                match got {
+                    Ok(v) => {
+                        let v = v.map(|r| r.value);
+                        let ok = if !hit[i] && !zone[i] {
+                            v.as_ref() == all.get(k)
+                        } else {
+                            v.as_ref() == surv_all.get(k)
+                                || v.as_ref() == surv_nozone.get(k)
+                                || (is_delete && v.is_none())
+                        };
+                        assert!(
+                            ok,
+                            "{ctx}: key {:?} reads {:?} after a writable open",
+                            String::from_utf8_lossy(k),
+                            v.map(|v| v.len())
+                        );
+                    }
+                    Err(Error::Corrupt(m)) => {
+                        assert!(hit[i], "{ctx}: key {:?}: an intact record read as corrupt ({m}); its newest at {:?} {}", String::from_utf8_lossy(k), u.file, u.off)
+                    }
+                    Err(e) => panic!("{ctx}: get: {e}"),
+                }
+            }
+        }
+    }
+}
+
+fn img_len(img: &Image, file: &Path) -> u64 {
+    img.get(file).map_or(0, |d| d.len() as u64)
+}
+
+/// Seeds `from..to`; `KURA_DAMAGE_SEED=N` runs seed N alone (with `--exact` on one test).
+fn trials(from: u64, to: u64, real: bool) {
+    if let Some(n) = std::env::var("KURA_DAMAGE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        return trial(n, real);
+    }
+    for seed in from..to {
+        trial(seed, real);
+    }
+}
+
+#[test]
+fn damage_model_sim_0() {
+    trials(0, 250, false);
+}
+
+#[test]
+fn damage_model_sim_1() {
+    trials(250, 500, false);
+}
+
+#[test]
+fn damage_model_sim_2() {
+    trials(500, 750, false);
+}
+
+#[test]
+fn damage_model_sim_3() {
+    trials(750, 1000, false);
+}
+
+#[test]
+fn damage_model_real_files() {
+    trials(10_000, 10_100, true);
+}
