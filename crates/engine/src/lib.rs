@@ -14,6 +14,7 @@ pub mod durability;
 pub mod error;
 pub mod hash;
 pub mod io;
+pub mod lock;
 pub mod mem;
 pub mod meta;
 pub mod name;
@@ -21,7 +22,9 @@ pub mod store;
 pub mod tsv;
 
 pub use error::{Error, Result};
-pub use name::{open, open_readonly, Compression, Params, SyncMode};
+pub use name::{
+    open, open_as, open_existing, open_readonly, Compression, OpenMode, Opened, Params, SyncMode,
+};
 pub use store::{
     BatchOp, CheckReport, Counted, Current, Cursor, Decision, Kind, Meta, Outcome, Pinned, Record,
     Shown, Store, Value,

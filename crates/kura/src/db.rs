@@ -237,7 +237,7 @@ fn with_db_mode(name: &str, readonly: bool, f: impl FnOnce(&dyn Store) -> Res) -
     };
     let db = opened.map_err(|e| match e {
         // The engine's message already names the database and says what is wrong.
-        Error::Locked(_) => Fail::Err(e.to_string()),
+        Error::Locked { .. } => Fail::Err(e.to_string()),
         e => Fail::Err(format!("cannot open {name}: {e}")),
     })?;
     let result = f(&*db);

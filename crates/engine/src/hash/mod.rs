@@ -24,6 +24,7 @@ use self::ckpt::{le_u32, le_u64};
 pub mod format;
 pub mod index;
 pub mod segment;
+pub mod stored;
 
 use self::format::{
     Header, HeaderBuf, PutFields, MAX_HEADER_LEN, SEG_HEADER_LEN, T_BATCH, T_CLEAR, T_DELETE, T_PUT,
@@ -33,7 +34,7 @@ use self::segment::{corrupt_at, parse_seg_file_name, seg_file_name, Retired, Seg
 use crate::compress;
 use crate::error::{Error, Result};
 use crate::io::{OsVfs, VFile, Vfs};
-use crate::name::{Compression, Params, SyncMode};
+use crate::name::{Compression, OpenMode, Params, SyncMode};
 use crate::store::{
     check_sizes, is_expired, now_secs, BatchOp, CheckReport, Current, Cursor, Decision, Kind, Meta,
     Pinned, Record, Shown, Store,
@@ -51,7 +52,6 @@ const SHARD_BITS: u32 = 6;
 const NSHARDS: usize = 1 << SHARD_BITS;
 const CKPT_NAME: &str = "index.ki";
 const CKPT_TMP: &str = "index.ki.tmp";
-const LOCK_NAME: &str = "LOCK";
 const CKPT_MAGIC: &[u8; 8] = b"KURAIDX1";
 /// Version 1 wrote each shard's slots sorted by location as varints; a version-1 checkpoint is
 /// ignored (the log is replayed once, and the next checkpoint is version 2).
@@ -953,6 +953,12 @@ struct Inner {
 pub struct DiskHash {
     inner: Arc<Inner>,
     bg: Mutex<Vec<JoinHandle<()>>>,
+    /// What the database stores about itself (`stored`); written by a writable open when it
+    /// was missing, and by `optimize`. `None` only in a read-only open of a database made
+    /// before descriptors.
+    stored: Mutex<Option<stored::Stored>>,
+    /// This open made the database.
+    created: bool,
 }
 
 fn random_u64() -> u64 {
@@ -990,41 +996,78 @@ impl DiskHash {
         Self::open_with(path, params, Arc::new(OsVfs), false)
     }
 
-    /// Open on any file system; `readonly` opens for inspection (`check`, `inform`): nothing is
-    /// written, not even recovery's truncation of a torn tail.
+    /// Open on any file system: `readonly` is [`OpenMode::ReadOnly`], else
+    /// [`OpenMode::Create`].
     pub fn open_with(
         path: &Path,
         params: &Params,
         vfs: Arc<dyn Vfs>,
         readonly: bool,
     ) -> Result<DiskHash> {
-        let cfg = Config::from_params(params, None)?;
-        let compression = params.compression()?.unwrap_or(Compression::None);
-        if path.is_file() {
-            return Err(Error::InvalidName(format!(
-                "{} exists and is a file, not a Kura hash database (a .kh database is a directory)",
-                path.display()
-            )));
-        }
-        if readonly && !vfs.exists(path) {
-            return Err(Error::Io(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("{}: no such database", path.display()),
-            )));
-        }
-        vfs.create_dir_all(path)?;
-        let lock = vfs.lock(&path.join(LOCK_NAME)).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::WouldBlock {
-                Error::Locked(path.to_path_buf())
-            } else {
-                Error::Io(e)
+        let mode = if readonly {
+            OpenMode::ReadOnly
+        } else {
+            OpenMode::Create
+        };
+        Self::open_mode(path, params, vfs, mode)
+    }
+
+    /// Open on any file system under `mode` (the rules: `stored`). A read-only open writes
+    /// nothing but the lock file, not even recovery's truncation of a torn tail.
+    pub fn open_mode(
+        path: &Path,
+        params: &Params,
+        vfs: Arc<dyn Vfs>,
+        mode: OpenMode,
+    ) -> Result<DiskHash> {
+        let readonly = mode == OpenMode::ReadOnly;
+        let mut cfg = Config::from_params(params, None)?;
+        let found = stored::prepare(&*vfs, path, mode)?;
+        let lock = crate::lock::take(&*vfs, path)?;
+        // Read under the lock: what the database stores decides what this open did not.
+        let desc = crate::meta::read(&*vfs, path)?;
+        let had = match &desc {
+            Some(d) => Some(stored::Stored::from_descriptor(d, path, MAX_LANES)?),
+            None => None,
+        };
+        if let Some(had) = had {
+            if cfg.lanes.is_some_and(|want| want != had.lanes) {
+                return Err(Error::InvalidParam(format!(
+                    "`lanes={}`: this database was created with {} lanes, fixed at creation",
+                    cfg.lanes.unwrap_or_default(),
+                    had.lanes
+                )));
             }
-        })?;
+            cfg.lanes = Some(had.lanes);
+            if params.size("bnum")?.is_none() {
+                cfg.bnum = had.bnum;
+            }
+        }
+        let compression = match params.compression()? {
+            Some(c) => c,
+            None => had.map_or(Compression::None, |h| h.compress),
+        };
+        let bnum = cfg.bnum;
         let inner = open_inner(path, cfg, compression, vfs, readonly, lock)?;
+        // A new database, or one made before descriptors, stores this open's choices.
+        let stored = match had {
+            None if !readonly => {
+                let s = stored::Stored {
+                    lanes: inner.lanes,
+                    compress: compression,
+                    bnum,
+                };
+                crate::meta::write(&*inner.vfs, path, &s.descriptor())?;
+                Some(s)
+            }
+            had => had,
+        };
         inner.note_tables();
         let db = DiskHash {
             inner: Arc::new(inner),
             bg: Mutex::new(Vec::new()),
+            stored: Mutex::new(stored),
+            created: found.created,
         };
         let mut threads: Vec<(&str, BgThread)> = Vec::new();
         if !readonly {
@@ -1043,6 +1086,17 @@ impl DiskHash {
             db.bg.lock().push(h);
         }
         Ok(db)
+    }
+
+    /// Whether this open made the database.
+    pub fn created(&self) -> bool {
+        self.created
+    }
+
+    /// What the database stores about itself (see `stored`); `None` only in a read-only open
+    /// of a database made before descriptors.
+    pub fn stored(&self) -> Option<stored::Stored> {
+        *self.stored.lock()
     }
 }
 
@@ -4411,13 +4465,45 @@ impl Store for DiskHash {
     fn optimize(&self, params: &str) -> Result<()> {
         self.inner.check_writable()?;
         let p = Params::parse(params)?;
-        if p.sync()?.is_some() {
-            return Err(Error::InvalidParam(
-                "`sync` cannot be changed by optimize; reopen with the new mode".into(),
-            ));
+        p.allow_only("the hash database (.kh)", PARAMS)?;
+        // Only what optimize applies to the database is taken (README: nothing is ignored).
+        for (k, _) in p.items() {
+            match k.as_str() {
+                "compress" | "bnum" => {}
+                "lanes" => {
+                    return Err(Error::InvalidParam(
+                        "`lanes` cannot be changed by optimize: it is fixed when the database is \
+                         created (export the records and import them into a new database \
+                         created with the lanes wanted)"
+                            .into(),
+                    ))
+                }
+                other => {
+                    return Err(Error::InvalidParam(format!(
+                        "`{other}` cannot be changed by optimize: it tunes one open, not the \
+                         database; give it when opening (`PATH.kh#{other}=…`)"
+                    )))
+                }
+            }
         }
         let newcfg = Config::from_params(&p, Some(&self.inner.cfg.lock()))?;
-        let recode = match p.compression()? {
+        let comp = p.compression()?;
+        // The choice is stored first: it holds for later writes and opens, whatever the
+        // rewrite below finds.
+        {
+            let mut st = self.stored.lock();
+            if let Some(mut s) = *st {
+                s.compress = comp.unwrap_or(s.compress);
+                if p.size("bnum")?.is_some() {
+                    s.bnum = newcfg.bnum;
+                }
+                if Some(s) != *st {
+                    crate::meta::write(&*self.inner.vfs, &self.inner.dir, &s.descriptor())?;
+                    *st = Some(s);
+                }
+            }
+        }
+        let recode = match comp {
             Some(c) => {
                 let changed = c as u8 != self.inner.compression.load(Ordering::Relaxed);
                 self.inner.compression.store(c as u8, Ordering::Relaxed);
@@ -4496,7 +4582,17 @@ impl Store for DiskHash {
                 dest.display()
             )));
         }
-        std::fs::create_dir_all(dest)?;
+        match std::fs::create_dir(dest) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e.into()),
+            _ => {}
+        }
+        // The copy is the same database: the same stored parameters (written last).
+        let stored = self.stored.lock().unwrap_or(stored::Stored {
+            lanes: inner.lanes,
+            compress: Compression::from_code(inner.compression.load(Ordering::Relaxed))
+                .unwrap_or(Compression::None),
+            bnum: inner.cfg.lock().bnum,
+        });
         // Where each lane ends, then the index: the copy replays its logs from these positions.
         let replay = inner.lane_positions(false);
         let shards = inner.snapshot_shards();
@@ -4547,7 +4643,8 @@ impl Store for DiskHash {
             },
             || Ok(()),
         )?;
-        Ok(())
+        // Last: a copy cut short is never marked as a database.
+        crate::meta::write(&OsVfs, dest, &stored.descriptor())
     }
 
     fn check(&self) -> Result<CheckReport> {
@@ -4609,26 +4706,43 @@ impl Store for DiskHash {
         Kind::DiskHash
     }
 
+    /// The path; what the database stores (`stored.*`, see `stored`); what this open chose
+    /// (`open.*`: its parameters, or the stored value it took, or the default); `segments`.
     fn describe(&self) -> Vec<(String, String)> {
         let c = self.inner.cfg.lock().clone();
         let comp = Compression::from_code(self.inner.compression.load(Ordering::Relaxed))
             .unwrap_or(Compression::None);
-        vec![
-            ("path".into(), self.inner.dir.display().to_string()),
-            ("bnum".into(), c.bnum.to_string()),
-            ("sync".into(), c.sync.describe()),
-            ("compress".into(), comp.name().into()),
-            ("segsiz".into(), c.segsiz.to_string()),
-            ("bufsiz".into(), c.bufsiz.to_string()),
-            ("msiz".into(), c.msiz.to_string()),
-            ("compact".into(), c.compact.to_string()),
-            ("ckptsiz".into(), c.ckptsiz.to_string()),
-            ("lanes".into(), self.inner.lanes.to_string()),
+        let mut v: Vec<(String, String)> =
+            vec![("path".into(), self.inner.dir.display().to_string())];
+        match *self.stored.lock() {
+            Some(s) => v.extend([
+                ("stored.lanes".into(), s.lanes.to_string()),
+                ("stored.compress".into(), s.compress.name().into()),
+                ("stored.bnum".into(), s.bnum.to_string()),
+            ]),
+            None => v.push((
+                "stored".into(),
+                format!(
+                    "none (a database made before {}; written at its next writable open)",
+                    crate::meta::META_NAME
+                ),
+            )),
+        }
+        v.extend([
+            ("open.sync".into(), c.sync.describe()),
+            ("open.compress".into(), comp.name().into()),
+            ("open.bnum".into(), c.bnum.to_string()),
+            ("open.segsiz".into(), c.segsiz.to_string()),
+            ("open.bufsiz".into(), c.bufsiz.to_string()),
+            ("open.msiz".into(), c.msiz.to_string()),
+            ("open.compact".into(), c.compact.to_string()),
+            ("open.ckptsiz".into(), c.ckptsiz.to_string()),
             (
                 "segments".into(),
                 self.inner.segs.load().segs.len().to_string(),
             ),
-        ]
+        ]);
+        v
     }
 
     fn close(&self) -> Result<()> {

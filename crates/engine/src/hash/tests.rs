@@ -122,7 +122,7 @@ fn second_open_is_refused_and_lock_dies_with_handle() {
     let path = dir.path().join("l.kh");
     let db = DiskHash::open(&path, &Params::default()).unwrap();
     match DiskHash::open(&path, &Params::default()) {
-        Err(Error::Locked(_)) => {}
+        Err(Error::Locked { .. }) => {}
         other => panic!("expected Locked, got {:?}", other.err()),
     }
     drop(db);
@@ -997,7 +997,10 @@ fn lanes_are_fixed_at_creation() {
     assert!(matches!(e, Err(Error::InvalidParam(_))));
     let db = sim_open(&fs, "");
     assert_eq!(db.get(b"k").unwrap().unwrap().value, b"v");
-    assert!(db.describe().iter().any(|(k, v)| k == "lanes" && v == "2"));
+    assert!(db
+        .describe()
+        .iter()
+        .any(|(k, v)| k == "stored.lanes" && v == "2"));
 }
 
 #[test]
