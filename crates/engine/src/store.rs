@@ -429,6 +429,23 @@ pub trait Store: Send + Sync {
 
     // ----- provided operations -----
 
+    /// Call `f` with every live record (key, value, metadata), in no particular order, until
+    /// it returns `Ok(false)`: the fastest way through a whole database (`kura db export`).
+    /// The guarantees are a cursor's: a record live throughout the call is shown exactly once;
+    /// one written during the call may be missed. `f` must not call the store.
+    fn for_each_record(
+        &self,
+        f: &mut dyn FnMut(&[u8], &[u8], Meta) -> Result<bool>,
+    ) -> Result<()> {
+        let mut cur = self.cursor()?;
+        while let Some((k, r)) = cur.next()? {
+            if !f(&k, &r.value, r.meta)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// Ordered prefix / forward-matching keys: up to `max` keys starting with `prefix`.
     fn fwmkeys(&self, prefix: &[u8], max: usize) -> Result<Vec<Vec<u8>>> {
         let mut out = Vec::new();

@@ -20,6 +20,7 @@
 
 mod arena;
 pub mod ckpt;
+mod export;
 use self::ckpt::{le_u32, le_u64};
 pub mod format;
 pub mod index;
@@ -4704,6 +4705,13 @@ impl Store for DiskHash {
 
     fn kind(&self) -> Kind {
         Kind::DiskHash
+    }
+
+    fn for_each_record(
+        &self,
+        f: &mut dyn FnMut(&[u8], &[u8], Meta) -> Result<bool>,
+    ) -> Result<()> {
+        self.each_live(f)
     }
 
     /// The path; what the database stores (`stored.*`, see `stored`); what this open chose
