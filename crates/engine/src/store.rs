@@ -339,6 +339,10 @@ pub fn is_expired(expires: u64, now: u64) -> bool {
     expires != 0 && expires <= now
 }
 
+/// What [`Store::for_each_record`] calls with each record (key, value, metadata); it returns
+/// whether to go on.
+pub type RecordVisitor<'a> = dyn FnMut(&[u8], &[u8], Meta) -> Result<bool> + 'a;
+
 /// The storage interface. All methods take `&self`: every kind is internally synchronised and
 /// shared between threads behind an `Arc`.
 pub trait Store: Send + Sync {
@@ -433,10 +437,7 @@ pub trait Store: Send + Sync {
     /// it returns `Ok(false)`: the fastest way through a whole database (`kura db export`).
     /// The guarantees are a cursor's: a record live throughout the call is shown exactly once;
     /// one written during the call may be missed. `f` must not call the store.
-    fn for_each_record(
-        &self,
-        f: &mut dyn FnMut(&[u8], &[u8], Meta) -> Result<bool>,
-    ) -> Result<()> {
+    fn for_each_record(&self, f: &mut RecordVisitor<'_>) -> Result<()> {
         let mut cur = self.cursor()?;
         while let Some((k, r)) = cur.next()? {
             if !f(&k, &r.value, r.meta)? {

@@ -20,7 +20,7 @@ use super::format::{self, T_PUT};
 use super::segment::{corrupt_at, Segment};
 use super::{decode_value, meta_of, DiskHash, NSHARDS};
 use crate::error::{Error, Result};
-use crate::store::{is_expired, now_secs, Meta};
+use crate::store::{is_expired, now_secs};
 use std::sync::Arc;
 
 /// Locations sorted at a time (32 MiB of them).
@@ -69,10 +69,7 @@ impl Source {
 }
 
 impl DiskHash {
-    pub(super) fn each_live(
-        &self,
-        f: &mut dyn FnMut(&[u8], &[u8], Meta) -> Result<bool>,
-    ) -> Result<()> {
+    pub(super) fn each_live(&self, f: &mut crate::store::RecordVisitor<'_>) -> Result<()> {
         let inner = &self.inner;
         inner.check_open()?;
         let _m = inner.maint.lock();
@@ -94,7 +91,10 @@ impl DiskHash {
             let mut last = (u32::MAX, 0);
             for s in g.iter() {
                 if s.seg != last.0 {
-                    last = (s.seg, ids.binary_search(&s.seg).map_err(|_| missing(s.seg))?);
+                    last = (
+                        s.seg,
+                        ids.binary_search(&s.seg).map_err(|_| missing(s.seg))?,
+                    );
                 }
                 counts[last.1] += 1;
             }
@@ -131,7 +131,9 @@ impl DiskHash {
             for &loc in &locs {
                 let (id, off) = ((loc >> 32) as u32, loc & u32::MAX as u64);
                 if src.as_ref().is_none_or(|s| s.seg.id != id) {
-                    src = Some(Source::new(segs.get(id).ok_or_else(|| missing(id))?.clone()));
+                    src = Some(Source::new(
+                        segs.get(id).ok_or_else(|| missing(id))?.clone(),
+                    ));
                 }
                 let Some(s) = src.as_mut() else { continue };
                 let flushed = s.seg.flushed();
@@ -139,7 +141,8 @@ impl DiskHash {
                 let found = if off < flushed {
                     match s.at(off, format::MAX_HEADER_LEN, flushed)? {
                         Some(b) => {
-                            let h = format::parse_header(b).ok_or_else(|| bad("bad record header"))?;
+                            let h =
+                                format::parse_header(b).ok_or_else(|| bad("bad record header"))?;
                             if h.len > b.len() {
                                 match s.at(off, h.len, flushed)? {
                                     Some(b) if b.len() >= h.len => Some((h, &b[..h.len])),
@@ -228,8 +231,11 @@ mod tests {
     /// deletes, batches, compressed and large values, an expired record.
     fn fill(db: &DiskHash) {
         for i in 0..3000u32 {
-            db.put(format!("k{i}").as_bytes(), &i.to_le_bytes().repeat(i as usize % 7))
-                .unwrap();
+            db.put(
+                format!("k{i}").as_bytes(),
+                &i.to_le_bytes().repeat(i as usize % 7),
+            )
+            .unwrap();
         }
         for i in (0..3000u32).step_by(3) {
             db.put(format!("k{i}").as_bytes(), b"again").unwrap();
@@ -305,9 +311,8 @@ mod tests {
     fn writers_during_the_scan() {
         let fs = SimVfs::new();
         let p = Params::parse("segsiz=64k#sync=none").unwrap();
-        let db = Arc::new(
-            DiskHash::open_with(Path::new("/sim/x.kh"), &p, Arc::new(fs), false).unwrap(),
-        );
+        let db =
+            Arc::new(DiskHash::open_with(Path::new("/sim/x.kh"), &p, Arc::new(fs), false).unwrap());
         for i in 0..5000u32 {
             db.put(format!("still{i}").as_bytes(), &[1u8; 40]).unwrap();
             db.put(format!("moving{i}").as_bytes(), &[1u8; 40]).unwrap();
@@ -320,7 +325,8 @@ mod tests {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     round = round.wrapping_add(1);
                     for i in 0..5000u32 {
-                        db.put(format!("moving{i}").as_bytes(), &[round; 40]).unwrap();
+                        db.put(format!("moving{i}").as_bytes(), &[round; 40])
+                            .unwrap();
                     }
                 }
             })
@@ -328,7 +334,10 @@ mod tests {
         for _ in 0..5 {
             let got = each(&db);
             for i in 0..5000u32 {
-                assert_eq!(got.get(format!("still{i}").as_bytes()), Some(&vec![1u8; 40]));
+                assert_eq!(
+                    got.get(format!("still{i}").as_bytes()),
+                    Some(&vec![1u8; 40])
+                );
             }
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);

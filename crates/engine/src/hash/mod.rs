@@ -4707,10 +4707,7 @@ impl Store for DiskHash {
         Kind::DiskHash
     }
 
-    fn for_each_record(
-        &self,
-        f: &mut dyn FnMut(&[u8], &[u8], Meta) -> Result<bool>,
-    ) -> Result<()> {
+    fn for_each_record(&self, f: &mut crate::store::RecordVisitor<'_>) -> Result<()> {
         self.each_live(f)
     }
 
