@@ -411,29 +411,50 @@ fn get(db: &dyn Store, key: &[u8]) -> Res {
 
 fn list(db: &dyn Store, prefix: &[u8], limit: usize, values: bool) -> Res {
     let ordered = db.kind().ordered();
-    let mut cur = db.cursor()?;
-    if ordered && !prefix.is_empty() {
-        cur.jump(prefix)?;
-    }
     let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());
     let mut line = Vec::new();
     let mut n = 0;
+    let mut write = |key: &[u8], value: &[u8], out: &mut BufWriter<_>| {
+        line.clear();
+        if values {
+            tsv::write_line(&mut line, key, value);
+        } else {
+            tsv::escape_into(&mut line, key);
+            line.push(b'\n');
+        }
+        out.write_all(&line).map_err(stdout_err)
+    };
+    if !ordered {
+        // In no order anyway: the kind's fastest way through every record.
+        let mut failed = None;
+        db.for_each_record(&mut |key, value, _| {
+            if n >= limit {
+                return Ok(false);
+            }
+            if key.starts_with(prefix) {
+                if let Err(e) = write(key, value, &mut out) {
+                    failed = Some(e);
+                    return Ok(false);
+                }
+                n += 1;
+            }
+            Ok(true)
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        return out.flush().map_err(stdout_err);
+    }
+    let mut cur = db.cursor()?;
+    if !prefix.is_empty() {
+        cur.jump(prefix)?;
+    }
     while n < limit {
         let Some((key, rec)) = cur.next()? else { break };
         if !key.starts_with(prefix) {
-            if ordered {
-                break;
-            }
-            continue;
+            break;
         }
-        line.clear();
-        if values {
-            tsv::write_line(&mut line, &key, &rec.value);
-        } else {
-            tsv::escape_into(&mut line, &key);
-            line.push(b'\n');
-        }
-        out.write_all(&line).map_err(stdout_err)?;
+        write(&key, &rec.value, &mut out)?;
         n += 1;
     }
     out.flush().map_err(stdout_err)
