@@ -264,6 +264,24 @@ mod tests {
         d
     }
 
+    /// The checked-in version-1 file (tests/fixtures) still reads as written, and its damaged
+    /// copy (`lanes 16` made `lanes 06`: a plausible value only the checksum catches) does not.
+    #[test]
+    fn the_version_1_fixture_reads_and_its_damaged_copy_does_not() {
+        let v1 = include_bytes!("../tests/fixtures/kura.meta.v1");
+        assert_eq!(Descriptor::decode(v1).unwrap(), sample());
+        assert_eq!(
+            sample().encode(),
+            v1,
+            "this build writes version 1 byte for byte"
+        );
+        let damaged = include_bytes!("../tests/fixtures/kura.meta.v1-damaged");
+        assert_eq!(
+            Descriptor::decode(damaged).unwrap_err(),
+            "checksum mismatch"
+        );
+    }
+
     #[test]
     fn round_trips_and_reads_as_text() {
         let d = sample();

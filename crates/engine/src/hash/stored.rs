@@ -472,6 +472,56 @@ mod tests {
         );
     }
 
+    /// A database written by the build before descriptors (checked in: tests/fixtures,
+    /// `before-descriptor.kh`, made by `kura db import 'before-descriptor.kh#lanes=2#…'` at
+    /// 409fab4) opens read-only as it is, and its first writable open adopts it.
+    #[test]
+    fn the_fixture_from_before_descriptors_opens_and_is_adopted() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/before-descriptor.kh");
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("old.kh");
+        std::fs::create_dir(&dir).unwrap();
+        for e in std::fs::read_dir(&src).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
+        }
+        let records = |db: &DiskHash| {
+            let mut v = Vec::new();
+            db.for_each_record(&mut |k, val, _| {
+                v.push((k.to_vec(), val.to_vec()));
+                Ok(true)
+            })
+            .unwrap();
+            v.sort();
+            v
+        };
+        let want = vec![
+            (b"apple".to_vec(), b"red".to_vec()),
+            (b"big".to_vec(), vec![b'z'; 3000]),
+            (b"bin".to_vec(), b"\x00\xff".to_vec()),
+            (b"win".to_vec(), b"C:\\temp".to_vec()),
+        ];
+        let db = os(&dir, "", OpenMode::ReadOnly).unwrap();
+        assert_eq!(db.stored(), None);
+        assert_eq!(records(&db), want);
+        db.close().unwrap();
+        assert!(!dir.join(meta::META_NAME).exists());
+        let db = os(&dir, "", OpenMode::Existing).unwrap();
+        assert!(!db.created());
+        assert_eq!(
+            db.stored(),
+            Some(Stored {
+                lanes: 2,
+                compress: Compression::None,
+                bnum: 0
+            })
+        );
+        assert_eq!(records(&db), want);
+        db.close().unwrap();
+        assert!(dir.join(meta::META_NAME).exists());
+        assert_eq!(records(&os(&dir, "", OpenMode::ReadOnly).unwrap()), want);
+    }
+
     /// A damaged descriptor is `Corrupt` naming the file in every mode, and stays as it was:
     /// never replaced by a fresh one.
     #[test]
