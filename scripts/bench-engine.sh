@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Engine benchmark: Kura's on-disk hash (`.kh`) against Tokyo Cabinet (tchtest / tchmttest) and
 # Kyoto Cabinet (kchashtest order) on the same workloads: RECORDS records with 8-byte `%08d` keys
-# and values equal to the keys, 1 or 2 threads, sequential or random order.
+# and values equal to the keys, 1 or 2 threads, sequential or random order; and the export of
+# such a database to a TSV file: `kura db export` against `tchmgr list -pv` and
+# `kchashmgr list -pv` (the same lines).
 #
 # Usage: scripts/bench-engine.sh            (from anywhere in the repository)
 #
 # Environment:
 #   REPS=3            repetitions; the tables show the median of each figure
 #   RECORDS=1000000   records per run (must be even: the 2-thread runs split it in halves)
+#   ONLY=export       run only the export comparison (ONLY=engine: only the workloads)
 #   BENCH_TMPDIR=...  where the databases go (default $TMPDIR or /tmp); each run uses a fresh
 #                     directory there, removed after the run
 #   RAW=file          also keep every single measurement there (tab-separated)
@@ -40,10 +43,23 @@ die() {
 [[ $REPS =~ ^[1-9][0-9]*$ ]] || die "REPS must be a positive integer"
 [[ $RECORDS =~ ^[1-9][0-9]*$ ]] && ((RECORDS % 2 == 0)) || die "RECORDS must be a positive even integer"
 
+ONLY=${ONLY:-}
+[[ -z $ONLY || $ONLY == export || $ONLY == engine ]] || die "ONLY must be export or engine"
+
 missing=()
-for tool in tchtest tchmttest kchashtest; do
+for tool in tchtest tchmttest tchmgr kchashtest kchashmgr; do
 	command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
+if ((${#missing[@]})) && [[ $(id -u) == 0 ]]; then
+	echo "bench-engine: installing the peers (${missing[*]} missing)..." >&2
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get install -y -qq tokyocabinet-bin kyotocabinet-utils >/dev/null 2>&1 ||
+		{ apt-get update -qq && apt-get install -y -qq tokyocabinet-bin kyotocabinet-utils >/dev/null; }
+	missing=()
+	for tool in tchtest tchmttest tchmgr kchashtest kchashmgr; do
+		command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+	done
+fi
 if ((${#missing[@]})); then
 	echo "bench-engine: missing ${missing[*]}; install the peers with:" >&2
 	echo "  sudo apt-get install -y tokyocabinet-bin kyotocabinet-utils" >&2
@@ -54,12 +70,15 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 if [[ -n ${KURA_BENCH_BIN:-} ]]; then
 	BIN=$KURA_BENCH_BIN
+	KURA=${KURA_BIN:-$(dirname "$BIN")/kura}
 else
-	echo "building kura-bench (release)..." >&2
-	cargo build --release -q -p kura-bench
+	echo "building kura-bench and kura (release)..." >&2
+	cargo build --release -q -p kura-bench -p kura
 	BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/kura-bench
+	KURA=${CARGO_TARGET_DIR:-$ROOT/target}/release/kura
 fi
 [[ -x $BIN ]] || die "no $BIN after the build"
+[[ -x $KURA ]] || die "no $KURA after the build"
 
 WORK=$(mktemp -d "$BENCH_TMPDIR/kura-bench-engine.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -183,9 +202,55 @@ run_kura_order() { # WL T R
 
 command -v bc >/dev/null 2>&1 || die "bc is needed (apt-get install -y bc)"
 
+# Export: one database of each kind with the same RECORDS records, made once (not timed).
+EXP=$WORK/export
+setup_export() {
+	local out tool
+	mkdir -p "$EXP"
+	echo "export: making the databases..." >&2
+	run_cmd out tchtest write "$EXP/casket.tch" "$RECORDS"
+	tc_ok "$out"
+	tchmgr list -pv "$EXP/casket.tch" >"$EXP/ref.tsv"
+	run_cmd out kchashmgr create "$EXP/casket.kch"
+	kchashmgr import "$EXP/casket.kch" "$EXP/ref.tsv" >/dev/null || die "kchashmgr import failed"
+	run_cmd out "$BIN" write -n "$RECORDS" "$EXP/casket.kh#sync=none"
+	sort "$EXP/ref.tsv" >"$EXP/ref.sorted"
+	for tool in tc kc kura; do
+		export_cmd "$tool" >"$EXP/out.tsv" || die "export with $tool failed"
+		sort "$EXP/out.tsv" | cmp -s - "$EXP/ref.sorted" || die "export: $tool wrote other lines"
+	done
+	rm -f "$EXP/ref.tsv" "$EXP/ref.sorted" "$EXP/out.tsv"
+}
+export_cmd() { # TOOL: every record as KEY<TAB>VALUE lines on stdout
+	case $1 in
+	tc) tchmgr list -pv "$EXP/casket.tch" ;;
+	kc) kchashmgr list -pv "$EXP/casket.kch" ;;
+	kura) "$KURA" db export "$EXP/casket.kh" ;;
+	esac
+}
+run_export() { # TOOL: wall time of an export into a file (process start to exit)
+	local t0 t1 t
+	t0=$(date +%s.%N)
+	export_cmd "$1" >"$EXP/out.tsv" || die "export with $1 failed"
+	t1=$(date +%s.%N)
+	t=$(echo "$t1 - $t0" | bc -l)
+	rm -f "$EXP/out.tsv"
+	rec "$1" export seconds "$t"
+	echo "    $1 export ${t}s" >&2
+}
+[[ $ONLY == engine ]] || setup_export
+
 echo "engine benchmark: $RECORDS records, $REPS repetitions, databases under $WORK" >&2
 for ((rep = 1; rep <= REPS; rep++)); do
 	widx=0
+	if [[ $ONLY != engine ]]; then
+		echo "rep $rep/$REPS, export of $RECORDS records:" >&2
+		tools=(tc kc kura)
+		for ((i = 0; i < 3; i++)); do
+			run_export "${tools[$(((i + rep - 1) % 3))]}"
+		done
+	fi
+	[[ $ONLY == export ]] && continue
 	for w in "${WORKLOADS[@]}"; do
 		IFS=: read -r wl t r <<<"$w"
 		tools=(tc kc kura kura_order)
@@ -227,6 +292,20 @@ function mb(v) { return v == "" ? "-" : sprintf("%.1f MB", v / 1e6) }
 function cnt(v) { return v == "" ? "-" : sprintf("%d", v) }
 { k = $1 SUBSEP $2 SUBSEP $3; vals[k] = (k in vals) ? vals[k] " " $4 : $4 }
 END {
+	if (("tc" SUBSEP "export" SUBSEP "seconds") in vals) {
+		tc = median("tc" SUBSEP "export" SUBSEP "seconds")
+		kc = median("kc" SUBSEP "export" SUBSEP "seconds")
+		ku = median("kura" SUBSEP "export" SUBSEP "seconds")
+		best = (tc < kc) ? tc : kc
+		printf "\nExport: %d records to a TSV file, median of %d runs, seconds (wall clock, process start to exit).\n\n", records, reps
+		printf "| %-28s | %8s | %10s |\n", "command", "seconds", "Kura/it"
+		printf "|%s|%s|%s|\n", "------------------------------", "---------:", "-----------:"
+		printf "| %-28s | %8s | %10s |\n", "tchmgr list -pv", sec(tc), ratio(ku, tc)
+		printf "| %-28s | %8s | %10s |\n", "kchashmgr list -pv", sec(kc), ratio(ku, kc)
+		printf "| %-28s | %8s | %10s |\n", "kura db export", sec(ku), ""
+		printf "\nSpeed of kura db export against the faster peer (peer time / Kura time): %s\n", ratio(best, ku)
+	}
+	if (!(("tc" SUBSEP "seq1" SUBSEP "write") in vals)) exit
 	nw = split("seq1 rnd1 seq2 rnd2", W, " ")
 	desc["seq1"] = "1 thread, sequential"; desc["rnd1"] = "1 thread, random"
 	desc["seq2"] = "2 threads, sequential"; desc["rnd2"] = "2 threads, random"

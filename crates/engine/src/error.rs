@@ -16,8 +16,19 @@ pub enum Error {
     InvalidName(String),
     /// A `#key=value` tuning parameter is unknown or has a bad value.
     InvalidParam(String),
-    /// Another process (or handle) holds the database open for writing.
-    Locked(PathBuf),
+    /// Another process (or handle) holds the database open: its process id and command line
+    /// when they can be told (from the lock file, see `lock`).
+    Locked {
+        path: PathBuf,
+        pid: Option<u32>,
+        command: Option<String>,
+    },
+    /// No database where one must exist (an open of an existing database only, a read-only
+    /// open), or no directory to create it in.
+    NotFound(String),
+    /// The path holds something that is not a database this build can open (a file, a
+    /// directory of foreign files, a database of another kind or a newer format).
+    NotADatabase(String),
     /// A key or value exceeds the limits of the kind.
     TooLarge(String),
     /// An earlier write or sync failed; the handle refuses writes until reopened.
@@ -39,11 +50,25 @@ impl fmt::Display for Error {
             Error::Corrupt(s) => write!(f, "corrupt database: {s}"),
             Error::InvalidName(s) => write!(f, "invalid database name: {s}"),
             Error::InvalidParam(s) => write!(f, "invalid parameter: {s}"),
-            Error::Locked(p) => write!(
-                f,
-                "database {} is already open for writing by another process",
-                p.display()
-            ),
+            Error::Locked { path, pid, command } => {
+                write!(
+                    f,
+                    "database {} is already open by another process",
+                    path.display()
+                )?;
+                match (pid, command) {
+                    (Some(pid), Some(c)) => write!(f, " (pid {pid}: {c})")?,
+                    (Some(pid), None) => write!(f, " (pid {pid})")?,
+                    _ => {}
+                }
+                write!(
+                    f,
+                    "; if it is a server (`kura serve`), work on the database through it with \
+                     `kura remote`"
+                )
+            }
+            Error::NotFound(s) => write!(f, "{s}"),
+            Error::NotADatabase(s) => write!(f, "{s}"),
             Error::TooLarge(s) => write!(f, "too large: {s}"),
             Error::Poisoned(s) => write!(
                 f,

@@ -53,6 +53,9 @@ pub trait Vfs: Send + Sync {
     /// File names (not paths) in a directory.
     fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Create the directory `dir` itself: its parent must exist (`NotFound` otherwise), and
+    /// `AlreadyExists` when something is there.
+    fn create_dir(&self, dir: &Path) -> io::Result<()>;
     fn exists(&self, path: &Path) -> bool;
     /// Make renames, creations and removals in `dir` durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
@@ -195,6 +198,9 @@ impl Vfs for OsVfs {
     }
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         std::fs::create_dir_all(dir)
+    }
+    fn create_dir(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir(dir)
     }
     fn exists(&self, path: &Path) -> bool {
         path.exists()
@@ -574,6 +580,10 @@ impl Vfs for SimVfs {
             .collect())
     }
     fn create_dir_all(&self, _dir: &Path) -> io::Result<()> {
+        Ok(())
+    }
+    /// Directories are not modelled: every directory exists once a file is in it.
+    fn create_dir(&self, _dir: &Path) -> io::Result<()> {
         Ok(())
     }
     fn exists(&self, path: &Path) -> bool {

@@ -14,13 +14,18 @@ pub mod durability;
 pub mod error;
 pub mod hash;
 pub mod io;
+pub mod lock;
 pub mod mem;
+pub mod meta;
 pub mod name;
 pub mod store;
 pub mod tsv;
 
 pub use error::{Error, Result};
-pub use name::{open, open_readonly, repair, repair_in_place, Compression, Params, SyncMode};
+pub use name::{
+    open, open_as, open_existing, open_readonly, repair, repair_in_place, Compression, OpenMode,
+    Opened, Params, SyncMode,
+};
 pub use store::{
     BatchOp, CheckReport, Counted, Current, Cursor, Damaged, Decision, Kind, Meta, Outcome, Pinned,
     Record, RepairReport, Shown, Store, Value,

@@ -207,29 +207,66 @@ pub fn split_name(name: &str) -> Result<(&str, Params)> {
 /// Suffixes and what they open, for error messages and `--help`.
 pub const KINDS_HELP: &str = "`*` (memory hash), `+` (memory tree), `PATH.kh` (on-disk hash)";
 
-/// Open (creating when missing) the database named `name`.
+/// How [`open_as`] treats the path of an on-disk database (the memory kinds ignore it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Open for writing, creating the database when nothing is at the path (its parent
+    /// directory must exist: it is never made) or the path is an empty directory.
+    Create,
+    /// Open an existing database for writing; anything else is an error
+    /// ([`Error::NotFound`] when there is none).
+    Existing,
+    /// Open an existing database for inspection only: nothing is written, not even the
+    /// repair of a torn tail that a writable open performs; writes fail.
+    ReadOnly,
+}
+
+/// A database opened by [`open_as`].
+pub struct Opened {
+    pub store: Arc<dyn Store>,
+    /// This open made a new on-disk database (always false for the memory kinds).
+    pub created: bool,
+}
+
+/// Open (creating when missing) the database named `name`: [`OpenMode::Create`].
 pub fn open(name: &str) -> Result<Arc<dyn Store>> {
-    open_mode(name, false)
+    Ok(open_as(name, OpenMode::Create)?.store)
 }
 
-/// Open an existing database for inspection only (`check`, `inform`, reads): nothing is
-/// written, not even the repair of a torn tail that an ordinary open performs; writes fail.
-/// In-memory kinds open as usual (there is nothing to inspect on disk).
+/// Open the existing database named `name` for writing: [`OpenMode::Existing`].
+pub fn open_existing(name: &str) -> Result<Arc<dyn Store>> {
+    Ok(open_as(name, OpenMode::Existing)?.store)
+}
+
+/// Open an existing database for inspection only (`check`, `inform`, reads):
+/// [`OpenMode::ReadOnly`]. In-memory kinds open as usual (there is nothing to inspect on disk).
 pub fn open_readonly(name: &str) -> Result<Arc<dyn Store>> {
-    open_mode(name, true)
+    Ok(open_as(name, OpenMode::ReadOnly)?.store)
 }
 
-fn open_mode(name: &str, readonly: bool) -> Result<Arc<dyn Store>> {
+/// Open the database named `name` under `mode`.
+pub fn open_as(name: &str, mode: OpenMode) -> Result<Opened> {
     let (path, params) = split_name(name)?;
+    let memory = |store: Arc<dyn Store>| Opened {
+        store,
+        created: false,
+    };
     match path {
-        "*" => Ok(Arc::new(crate::mem::MemHash::open(&params)?)),
-        "+" => Ok(Arc::new(crate::mem::MemTree::open(&params)?)),
-        p if p.ends_with(".kh") => Ok(Arc::new(crate::hash::DiskHash::open_with(
-            std::path::Path::new(p),
-            &params,
-            Arc::new(crate::io::OsVfs),
-            readonly,
-        )?)),
+        "*" => Ok(memory(Arc::new(crate::mem::MemHash::open(&params)?))),
+        "+" => Ok(memory(Arc::new(crate::mem::MemTree::open(&params)?))),
+        p if p.ends_with(".kh") => {
+            let db = crate::hash::DiskHash::open_mode(
+                std::path::Path::new(p),
+                &params,
+                Arc::new(crate::io::OsVfs),
+                mode,
+            )?;
+            let created = db.created();
+            Ok(Opened {
+                store: Arc::new(db),
+                created,
+            })
+        }
         p => Err(Error::InvalidName(format!(
             "`{p}`: unknown database kind; use {KINDS_HELP}"
         ))),

@@ -26,6 +26,18 @@
 //!
 //! Anything else — no TAB, a second raw TAB, an unknown escape such as `\q`, a `\x` not followed
 //! by two hex digits, a backslash at the end of a field — is a [`TsvError`].
+//!
+//! # The other formats ([`Format`])
+//!
+//! * [`Format::Raw`]: the bytes as they are, what Tokyo Cabinet's `tchmgr list -pv` and Kyoto
+//!   Cabinet's `kchashmgr list -pv` write (and `tchmgr importtsv` / `kchashmgr import` read):
+//!   `key<TAB>value<LF>`. A line is split at its first TAB; the value is the rest of the line,
+//!   TABs and CRs included (nothing is stripped). So a key cannot hold a TAB or LF and a value
+//!   cannot hold a LF: such a record cannot be written raw ([`TsvError::Unwritable`]).
+//! * [`Format::Hex`]: each field as hex byte pairs separated by single spaces, `6B 31<TAB>76`
+//!   (what `list -pv -px` of both tools writes and `kchashmgr import -sx` reads): any bytes.
+//!   Reading takes upper or lower case and any number of spaces between pairs; one trailing CR
+//!   is stripped.
 
 use std::fmt;
 
@@ -62,6 +74,10 @@ pub enum TsvError {
     BadHexEscape { field: Field, column: usize },
     /// A backslash as the last byte of a field.
     DanglingBackslash { field: Field, column: usize },
+    /// A hex field that is not pairs of hex digits separated by spaces.
+    BadHex { field: Field, column: usize },
+    /// A record the raw format cannot carry: its key holds a TAB or LF, or its value a LF.
+    Unwritable { field: Field, byte: u8 },
 }
 
 impl fmt::Display for TsvError {
@@ -99,6 +115,17 @@ impl fmt::Display for TsvError {
                 f,
                 "backslash at the end of the {field} at column {column} (write a backslash as \\\\)"
             ),
+            TsvError::BadHex { field, column } => write!(
+                f,
+                "bad hex in the {field} at column {column} (expected pairs of hex digits \
+                 separated by spaces)"
+            ),
+            TsvError::Unwritable { field, byte } => write!(
+                f,
+                "the {field} holds a {}, which the raw format cannot carry (use the escaped or \
+                 hex format)",
+                if byte == b'\t' { "tab" } else { "newline" }
+            ),
         }
     }
 }
@@ -107,24 +134,34 @@ impl std::error::Error for TsvError {}
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
-/// Append `bytes` to `out`, escaped (see the module documentation).
+#[inline]
+fn needs_escape(b: u8) -> bool {
+    b < 0x20 || b == b'\\' || b == 0x7f
+}
+
+/// Append `bytes` to `out`, escaped (see the module documentation). Runs of bytes that need no
+/// escape are copied whole.
 pub fn escape_into(out: &mut Vec<u8>, bytes: &[u8]) {
     out.reserve(bytes.len());
-    for &b in bytes {
+    let mut rest = bytes;
+    while let Some(i) = rest.iter().position(|&b| needs_escape(b)) {
+        out.extend_from_slice(&rest[..i]);
+        let b = rest[i];
         match b {
             b'\\' => out.extend_from_slice(b"\\\\"),
             b'\t' => out.extend_from_slice(b"\\t"),
             b'\n' => out.extend_from_slice(b"\\n"),
             b'\r' => out.extend_from_slice(b"\\r"),
-            0..=0x1f | 0x7f => out.extend_from_slice(&[
+            _ => out.extend_from_slice(&[
                 b'\\',
                 b'x',
                 HEX[(b >> 4) as usize],
                 HEX[(b & 15) as usize],
             ]),
-            _ => out.push(b),
         }
+        rest = &rest[i + 1..];
     }
+    out.extend_from_slice(rest);
 }
 
 /// `bytes`, escaped.
@@ -211,6 +248,16 @@ pub fn unescape(field: &[u8]) -> Result<Vec<u8>, TsvError> {
 /// Parse one line (without its trailing LF) into key and value. One raw trailing CR is stripped
 /// first, so CRLF files are accepted.
 pub fn parse_line(line: &[u8]) -> Result<(Vec<u8>, Vec<u8>), TsvError> {
+    let (key, value, at) = split_fields(line)?;
+    Ok((
+        unescape_at(key, Field::Key, 0)?,
+        unescape_at(value, Field::Value, at)?,
+    ))
+}
+
+/// A line's key and value fields (one trailing CR stripped first) and the column where the
+/// value starts; exactly one tab.
+fn split_fields(line: &[u8]) -> Result<(&[u8], &[u8], usize), TsvError> {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let tab = line
         .iter()
@@ -222,10 +269,119 @@ pub fn parse_line(line: &[u8]) -> Result<(Vec<u8>, Vec<u8>), TsvError> {
             column: tab + 1 + p + 1,
         });
     }
-    Ok((
-        unescape_at(key, Field::Key, 0)?,
-        unescape_at(value, Field::Value, tab + 1)?,
-    ))
+    Ok((key, value, tab + 1))
+}
+
+/// The line formats of `kura db import` / `export` (see the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// Backslash escapes: any bytes, readable text.
+    Escaped,
+    /// The bytes as they are (Tokyo and Kyoto Cabinet's tools): no TAB or LF in keys, no LF in
+    /// values.
+    Raw,
+    /// Hex byte pairs separated by spaces: any bytes.
+    Hex,
+}
+
+const HEX_UPPER: &[u8; 16] = b"0123456789ABCDEF";
+
+fn hex_into(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.reserve(bytes.len() * 3);
+    for (i, &b) in bytes.iter().enumerate() {
+        if i > 0 {
+            out.push(b' ');
+        }
+        out.push(HEX_UPPER[(b >> 4) as usize]);
+        out.push(HEX_UPPER[(b & 15) as usize]);
+    }
+}
+
+/// Decode a hex field that starts at 0-based byte offset `start` of its line.
+fn unhex_at(field: &[u8], which: Field, start: usize) -> Result<Vec<u8>, TsvError> {
+    let mut out = Vec::with_capacity(field.len() / 3 + 1);
+    let mut i = 0;
+    while i < field.len() {
+        if field[i] == b' ' {
+            i += 1;
+            continue;
+        }
+        let hi = hex_val(field[i]);
+        let lo = field.get(i + 1).copied().and_then(hex_val);
+        let bad = TsvError::BadHex {
+            field: which,
+            column: start + i + 1,
+        };
+        match (hi, lo) {
+            (Some(hi), Some(lo)) if field.get(i + 2).is_none_or(|&c| c == b' ') => {
+                out.push(hi << 4 | lo)
+            }
+            _ => return Err(bad),
+        }
+        i += 2;
+    }
+    Ok(out)
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Escaped => "escaped",
+            Format::Raw => "raw",
+            Format::Hex => "hex",
+        }
+    }
+
+    /// Append one record, `key<TAB>value<LF>`, in this format. Only [`Format::Raw`] can fail
+    /// ([`TsvError::Unwritable`]); `out` is then unchanged.
+    pub fn write_line(self, out: &mut Vec<u8>, key: &[u8], value: &[u8]) -> Result<(), TsvError> {
+        match self {
+            Format::Escaped => write_line(out, key, value),
+            Format::Raw => {
+                for (field, bytes, bad) in [
+                    (Field::Key, key, &b"\t\n"[..]),
+                    (Field::Value, value, &b"\n"[..]),
+                ] {
+                    if let Some(&byte) = bytes.iter().find(|b| bad.contains(b)) {
+                        return Err(TsvError::Unwritable { field, byte });
+                    }
+                }
+                out.reserve(key.len() + value.len() + 2);
+                out.extend_from_slice(key);
+                out.push(b'\t');
+                out.extend_from_slice(value);
+                out.push(b'\n');
+            }
+            Format::Hex => {
+                hex_into(out, key);
+                out.push(b'\t');
+                hex_into(out, value);
+                out.push(b'\n');
+            }
+        }
+        Ok(())
+    }
+
+    /// Parse one line (without its LF) into key and value.
+    pub fn parse_line(self, line: &[u8]) -> Result<(Vec<u8>, Vec<u8>), TsvError> {
+        match self {
+            Format::Escaped => parse_line(line),
+            Format::Raw => {
+                let tab = line
+                    .iter()
+                    .position(|&b| b == b'\t')
+                    .ok_or(TsvError::MissingTab)?;
+                Ok((line[..tab].to_vec(), line[tab + 1..].to_vec()))
+            }
+            Format::Hex => {
+                let (key, value, at) = split_fields(line)?;
+                Ok((
+                    unhex_at(key, Field::Key, 0)?,
+                    unhex_at(value, Field::Value, at)?,
+                ))
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -354,7 +510,98 @@ mod tests {
         assert!(unescape(b"a\\").is_err());
     }
 
+    /// Regression: a Tokyo Cabinet dump `win<TAB>C:\\temp\\new` read as escaped became
+    /// `C:<TAB>emp<LF>ew`. Raw takes the bytes as they are, TABs and CRs in the value too.
+    #[test]
+    fn raw_lines_are_the_bytes_as_they_are() {
+        let raw = Format::Raw;
+        assert_eq!(
+            raw.parse_line(b"win\tC:\\temp\\new").unwrap(),
+            (b"win".to_vec(), b"C:\\temp\\new".to_vec())
+        );
+        assert_eq!(
+            raw.parse_line(b"k\tv\twith\ttabs\r").unwrap(),
+            (b"k".to_vec(), b"v\twith\ttabs\r".to_vec())
+        );
+        assert_eq!(raw.parse_line(b"\t").unwrap(), (vec![], vec![]));
+        assert_eq!(raw.parse_line(b"no tab"), Err(TsvError::MissingTab));
+        let mut out = Vec::new();
+        raw.write_line(&mut out, b"a\\b", b"c\td\re\x00").unwrap();
+        assert_eq!(out, b"a\\b\tc\td\re\x00\n");
+        for (k, v, field, byte) in [
+            (&b"a\tb"[..], &b"v"[..], Field::Key, b'\t'),
+            (b"a\nb", b"v", Field::Key, b'\n'),
+            (b"k", b"x\ny", Field::Value, b'\n'),
+        ] {
+            let mut out = b"kept".to_vec();
+            let e = raw.write_line(&mut out, k, v).unwrap_err();
+            assert_eq!(e, TsvError::Unwritable { field, byte });
+            assert_eq!(out, b"kept");
+            assert!(e.to_string().contains("raw format cannot carry"), "{e}");
+        }
+    }
+
+    /// The peers' `-px` form: `6B 31<TAB>76 0A`.
+    #[test]
+    fn hex_lines_are_the_peers_px_form() {
+        let hex = Format::Hex;
+        let mut out = Vec::new();
+        hex.write_line(&mut out, b"win", b"C:\\\n\x00\xff").unwrap();
+        assert_eq!(out, b"77 69 6E\t43 3A 5C 0A 00 FF\n");
+        assert_eq!(
+            hex.parse_line(b"77 69 6e\t43  3A 5c 0A 00 ff\r").unwrap(),
+            (b"win".to_vec(), b"C:\\\n\x00\xff".to_vec())
+        );
+        assert_eq!(hex.parse_line(b"\t").unwrap(), (vec![], vec![]));
+        assert_eq!(
+            hex.parse_line(b"6B 3\t00"),
+            Err(TsvError::BadHex {
+                field: Field::Key,
+                column: 4
+            })
+        );
+        assert_eq!(
+            hex.parse_line(b"6B\t001"),
+            Err(TsvError::BadHex {
+                field: Field::Value,
+                column: 4
+            })
+        );
+        assert!(hex.parse_line(b"6B\tzz").is_err());
+        assert!(hex.parse_line(b"6B\t00\t00").is_err());
+        assert!(hex.parse_line(b"6B").is_err());
+    }
+
     proptest! {
+        #[test]
+        fn every_format_round_trips(
+            key in proptest::collection::vec(any::<u8>(), 0..32),
+            value in proptest::collection::vec(any::<u8>(), 0..64),
+        ) {
+            for f in [Format::Escaped, Format::Raw, Format::Hex] {
+                let mut l = Vec::new();
+                match f.write_line(&mut l, &key, &value) {
+                    Ok(()) => {
+                        prop_assert_eq!(l.iter().position(|&b| b == b'\n'), Some(l.len() - 1));
+                        let (k, v) = f.parse_line(&l[..l.len() - 1]).unwrap();
+                        prop_assert_eq!(&k, &key);
+                        prop_assert_eq!(&v, &value);
+                    }
+                    Err(_) => {
+                        prop_assert_eq!(f, Format::Raw);
+                        prop_assert!(key.contains(&b'\t') || key.contains(&b'\n') || value.contains(&b'\n'));
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn no_format_panics_on_any_line(line in proptest::collection::vec(any::<u8>(), 0..128)) {
+            for f in [Format::Escaped, Format::Raw, Format::Hex] {
+                let _ = f.parse_line(&line);
+            }
+        }
+
         #[test]
         fn round_trips(
             key in proptest::collection::vec(any::<u8>(), 0..64),

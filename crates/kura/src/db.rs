@@ -11,12 +11,11 @@
 //! Errors are one line on stderr starting with `kura: `. Every command closes the database
 //! (which syncs it) before exiting, also when it fails.
 
+use crate::transfer::{self, Input, LineFormat};
 use clap::Subcommand;
-use kura_engine::{self as engine, tsv, BatchOp, Error, Outcome, Store};
-use std::collections::HashSet;
+use kura_engine::{self as engine, tsv, Error, OpenMode, Outcome, Store};
 use std::ffi::OsString;
-use std::fs::File;
-use std::io::{self, BufRead, BufReader, BufWriter, IsTerminal, Write};
+use std::io::{self, BufWriter, IsTerminal, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -34,12 +33,14 @@ const AFTER_HELP: &str = "Exit status: 0 on success, 1 when the key is absent / 
 #[derive(Subcommand)]
 #[command(after_help = AFTER_HELP)]
 pub enum DbCommand {
-    /// Create a new database (fails with status 1 when the file already exists).
+    /// Create a new database (status 1 when a database is already there; an error when the
+    /// path holds something else). Its parameters (lanes, compress, bnum) are stored in it.
     Create {
         #[arg(help = NAME_HELP)]
         name: String,
     },
-    /// Print the kind, record count, size, parameters and counters of a database.
+    /// Print the kind, record count, size, the parameters the database stores (`stored.*`),
+    /// those this open chose (`open.*`) and counters.
     Inform {
         #[arg(help = NAME_HELP)]
         name: String,
@@ -56,6 +57,10 @@ pub enum DbCommand {
         /// Append VALUE to the existing value (creating the record when absent).
         #[arg(long)]
         cat: bool,
+        /// Create the database when it does not exist (without it, a missing database is an
+        /// error, so that a mistyped path creates nothing).
+        #[arg(long)]
+        create: bool,
     },
     /// Write the value of KEY to stdout, as raw bytes without an added newline.
     Get {
@@ -85,24 +90,43 @@ pub enum DbCommand {
     },
     /// Store every `KEY<TAB>VALUE` line of FILE (or stdin), in batches.
     ///
-    /// The format is the one `export` writes: backslash escapes \\ \t \n \r \xHH; a trailing CR
-    /// (CRLF files) is ignored; empty lines are skipped. Import is not all-or-nothing: on a
-    /// malformed line it stops with status 2, naming the line, and every record before that line
-    /// stays imported. Only keys and values are carried (no flags or expiration times).
+    /// Formats (--format): `escaped` (the default, what `export` writes): backslash escapes
+    /// \\ \t \n \r \xHH, a trailing CR (CRLF files) ignored; `raw`: the bytes as they are, a
+    /// line split at its first tab (what `tchmgr list -pv` and `kchashmgr list -pv` write);
+    /// `hex`: hex byte pairs (their `-px` form). Empty lines are skipped.
+    ///
+    /// Every line is checked before the first record is written: a malformed line stops the
+    /// import with status 2, naming the line, and nothing is imported (stdin is kept in a
+    /// temporary file meanwhile). Only keys and values are carried (no flags or expiration
+    /// times).
     Import {
         #[arg(help = NAME_HELP)]
         name: String,
         /// Read from this file instead of stdin.
         file: Option<PathBuf>,
+        /// The line format.
+        #[arg(long, value_enum, default_value_t)]
+        format: LineFormat,
+        /// Create the database when it does not exist.
+        #[arg(long)]
+        create: bool,
     },
     /// Write every record as a `KEY<TAB>VALUE` line to FILE (or stdout); see `import`.
+    ///
+    /// A FILE is written under a temporary name and renamed at the end: a failed export leaves
+    /// no partial FILE. `--format raw` refuses (status 2) a record it cannot carry.
     Export {
         #[arg(help = NAME_HELP)]
         name: String,
-        /// Write to this file (created or truncated) instead of stdout.
+        /// Write to this file (replaced) instead of stdout.
         file: Option<PathBuf>,
+        /// The line format.
+        #[arg(long, value_enum, default_value_t)]
+        format: LineFormat,
     },
-    /// Compact / rebuild the database, optionally retuning it (e.g. `bnum=1000000#compress=zstd`).
+    /// Compact / rebuild the database, optionally changing what it stores: `compress=` (applied
+    /// to every record and stored for later writes) and `bnum=`; any other parameter is an
+    /// error.
     Optimize {
         #[arg(help = NAME_HELP)]
         name: String,
@@ -179,18 +203,21 @@ pub fn run(cmd: DbCommand) -> ExitCode {
 fn dispatch(cmd: DbCommand) -> Res {
     match cmd {
         DbCommand::Create { name } => create(&name),
-        DbCommand::Inform { name } => with_db_ro(&name, inform),
+        DbCommand::Inform { name } => with_db(&name, Open::ReadOnly, inform),
         DbCommand::Put {
             name,
             key,
             value,
             keep,
             cat,
-        } => with_db(&name, |db| {
+            create,
+        } => with_db(&name, Open::writable(create), |db| {
             put(db, key.as_bytes(), value.as_bytes(), keep, cat)
         }),
-        DbCommand::Get { name, key } => with_db_ro(&name, |db| get(db, key.as_bytes())),
-        DbCommand::Out { name, key } => with_db(&name, |db| {
+        DbCommand::Get { name, key } => {
+            with_db(&name, Open::ReadOnly, |db| get(db, key.as_bytes()))
+        }
+        DbCommand::Out { name, key } => with_db(&name, Open::Existing, |db| {
             if db.out(key.as_bytes())? {
                 Ok(())
             } else {
@@ -205,26 +232,31 @@ fn dispatch(cmd: DbCommand) -> Res {
             prefix,
             limit,
             values,
-        } => with_db_ro(&name, |db| {
+        } => with_db(&name, Open::ReadOnly, |db| {
             let prefix = prefix.as_ref().map(|p| p.as_bytes()).unwrap_or_default();
             list(db, prefix, limit.unwrap_or(usize::MAX), values, &name)
         }),
-        DbCommand::Import { name, file } => {
-            // Open the input first, so a missing file does not create an empty database.
-            let input = Input::open(file.as_deref())?;
-            with_db(&name, |db| import(db, input))
+        DbCommand::Import {
+            name,
+            file,
+            format,
+            create,
+        } => {
+            // Every line is checked before the database is opened: bad input creates and
+            // changes nothing.
+            let input = transfer::checked(Input::open(file.as_deref())?, format)?;
+            with_db(&name, Open::writable(create), |db| {
+                transfer::import(db, input)
+            })
         }
-        DbCommand::Export { name, file } => {
-            with_db_ro(&name, |db| export(db, file.as_deref(), &name))
-        }
-        DbCommand::Optimize { name, params } => {
-            with_db(
-                &name,
-                |db| Ok(db.optimize(params.as_deref().unwrap_or(""))?),
-            )
-        }
-        DbCommand::Check { name } => with_db_ro(&name, |db| check(db, &name)),
-        DbCommand::Vanish { name } => with_db(&name, |db| Ok(db.vanish()?)),
+        DbCommand::Export { name, file, format } => with_db(&name, Open::ReadOnly, |db| {
+            transfer::export(db, file.as_deref(), format, &name)
+        }),
+        DbCommand::Optimize { name, params } => with_db(&name, Open::Existing, |db| {
+            Ok(db.optimize(params.as_deref().unwrap_or(""))?)
+        }),
+        DbCommand::Check { name } => with_db(&name, Open::ReadOnly, |db| check(db, &name)),
+        DbCommand::Vanish { name } => with_db(&name, Open::Existing, |db| Ok(db.vanish()?)),
         DbCommand::Repair { src, dst, in_place } => repair(&src, dst.as_deref(), in_place),
         DbCommand::Copy { name, dest } => {
             if dest.exists() {
@@ -233,33 +265,54 @@ fn dispatch(cmd: DbCommand) -> Res {
                     dest.display()
                 )));
             }
-            with_db(&name, |db| Ok(db.copy_to(&dest)?))
+            with_db(&name, Open::Existing, |db| Ok(db.copy_to(&dest)?))
         }
     }
 }
 
-/// Open `name` for writing, run `f`, and close the database whatever `f` returned.
-fn with_db(name: &str, f: impl FnOnce(&dyn Store) -> Res) -> Res {
-    with_db_mode(name, false, f)
+/// How a command opens its database.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Open {
+    /// Writable, created when missing (`--create`).
+    Create,
+    /// Writable, existing only; `--create` would create it.
+    ExistingOrFlag,
+    /// Writable, existing only.
+    Existing,
+    /// Existing, read-only: nothing on disk changes, not even the repair of a torn tail.
+    ReadOnly,
 }
 
-/// Open an existing `name` read-only (nothing on disk changes, not even the repair of a torn
-/// tail), run `f`, close.
-fn with_db_ro(name: &str, f: impl FnOnce(&dyn Store) -> Res) -> Res {
-    with_db_mode(name, true, f)
+impl Open {
+    fn writable(create: bool) -> Open {
+        if create {
+            Open::Create
+        } else {
+            Open::ExistingOrFlag
+        }
+    }
 }
 
-fn with_db_mode(name: &str, readonly: bool, f: impl FnOnce(&dyn Store) -> Res) -> Res {
-    let opened = if readonly {
-        engine::open_readonly(name)
-    } else {
-        engine::open(name)
+/// Open `name`, run `f`, and close the database whatever `f` returned.
+fn with_db(name: &str, how: Open, f: impl FnOnce(&dyn Store) -> Res) -> Res {
+    let mode = match how {
+        Open::Create => OpenMode::Create,
+        Open::ExistingOrFlag | Open::Existing => OpenMode::Existing,
+        Open::ReadOnly => OpenMode::ReadOnly,
     };
-    let db = opened.map_err(|e| match e {
-        // The engine's message already names the database and says what is wrong.
-        Error::Locked(_) => Fail::Err(e.to_string()),
-        e => Fail::Err(format!("cannot open {name}: {e}")),
-    })?;
+    let db = engine::open_as(name, mode)
+        .map_err(|e| match e {
+            // The engine's message already names the database and says what is wrong.
+            Error::Locked { .. } => Fail::Err(e.to_string()),
+            Error::NotFound(_) if how == Open::ExistingOrFlag => Fail::Err(format!(
+                "cannot open {name}: {e} (add --create to create it)"
+            )),
+            Error::NotFound(_) => Fail::Err(format!(
+                "cannot open {name}: {e} (`kura db create` makes one)"
+            )),
+            e => Fail::Err(format!("cannot open {name}: {e}")),
+        })?
+        .store;
     let result = f(&*db);
     let closed = db
         .close()
@@ -298,10 +351,30 @@ pub(crate) fn print(bytes: &[u8]) -> Res {
 fn create(name: &str) -> Res {
     let (path, _) = engine::name::split_name(name)
         .map_err(|e| Fail::Err(format!("cannot open {name}: {e}")))?;
-    if path != "*" && path != "+" && Path::new(path).exists() {
+    if path.ends_with(".kh") {
+        use engine::meta::{inspect, DirState};
+        let state = inspect(
+            &engine::io::OsVfs,
+            Path::new(path),
+            &engine::hash::stored::own_file,
+        )
+        .map_err(|e| Fail::Err(format!("cannot create {name}: {e}")))?;
+        if matches!(state, DirState::Database(_) | DirState::Unmarked) {
+            return Err(Fail::No(format!("{path} already exists")));
+        }
+    }
+    let opened = engine::open_as(name, OpenMode::Create)
+        .map_err(|e| Fail::Err(format!("cannot create {name}: {e}")))?;
+    let created = opened.created;
+    opened
+        .store
+        .close()
+        .map_err(|e| Fail::Err(format!("closing {name}: {e}")))?;
+    if !created && path != "*" && path != "+" {
+        // Made by another process between the look and the open.
         return Err(Fail::No(format!("{path} already exists")));
     }
-    with_db(name, |_| Ok(()))
+    Ok(())
 }
 
 fn inform(db: &dyn Store) -> Res {
@@ -356,33 +429,55 @@ fn get(db: &dyn Store, key: &[u8]) -> Res {
 
 fn list(db: &dyn Store, prefix: &[u8], limit: usize, values: bool, name: &str) -> Res {
     let ordered = db.kind().ordered();
-    let mut cur = db.cursor()?;
-    if ordered && !prefix.is_empty() {
-        cur.jump(prefix)?;
-    }
     let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());
     let mut line = Vec::new();
     let mut n = 0;
+    let mut write = |key: &[u8], value: &[u8], out: &mut BufWriter<_>| {
+        line.clear();
+        if values {
+            tsv::write_line(&mut line, key, value);
+        } else {
+            tsv::escape_into(&mut line, key);
+            line.push(b'\n');
+        }
+        out.write_all(&line).map_err(stdout_err)
+    };
+    if !ordered {
+        // In no order anyway: the kind's fastest way through every record.
+        let mut failed = None;
+        let damaged = db.for_each_record(&mut |key, value, _| {
+            if n >= limit {
+                return Ok(false);
+            }
+            if key.starts_with(prefix) {
+                if let Err(e) = write(key, value, &mut out) {
+                    failed = Some(e);
+                    return Ok(false);
+                }
+                n += 1;
+            }
+            Ok(true)
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        out.flush().map_err(stdout_err)?;
+        return damage_note(damaged, name);
+    }
+    let mut cur = db.cursor()?;
+    if !prefix.is_empty() {
+        cur.jump(prefix)?;
+    }
     while n < limit {
         let Some((key, rec)) = cur.next()? else { break };
         if !key.starts_with(prefix) {
-            if ordered {
-                break;
-            }
-            continue;
+            break;
         }
-        line.clear();
-        if values {
-            tsv::write_line(&mut line, &key, &rec.value);
-        } else {
-            tsv::escape_into(&mut line, &key);
-            line.push(b'\n');
-        }
-        out.write_all(&line).map_err(stdout_err)?;
+        write(&key, &rec.value, &mut out)?;
         n += 1;
     }
     out.flush().map_err(stdout_err)?;
-    damage_note(&*cur, name)
+    damage_note(cur.damage_skipped(), name)
 }
 
 /// A progress counter on stderr, shown only when stderr is a terminal.
@@ -439,228 +534,6 @@ impl Drop for Progress {
             eprintln!();
         }
     }
-}
-
-/// Where `import` reads from.
-pub(crate) struct Input {
-    pub(crate) reader: Box<dyn BufRead>,
-    pub(crate) label: String,
-    pub(crate) size: Option<u64>,
-}
-
-impl Input {
-    pub(crate) fn open(file: Option<&Path>) -> Result<Input, Fail> {
-        Ok(match file {
-            Some(p) => {
-                let f = File::open(p)
-                    .map_err(|e| Fail::Err(format!("cannot read {}: {e}", p.display())))?;
-                let size = f.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
-                Input {
-                    reader: Box::new(BufReader::with_capacity(1 << 16, f)),
-                    label: p.display().to_string(),
-                    size,
-                }
-            }
-            None => Input {
-                reader: Box::new(BufReader::with_capacity(1 << 16, io::stdin())),
-                label: "<stdin>".into(),
-                size: None,
-            },
-        })
-    }
-}
-
-/// Records per `write_batch` of `import`.
-const BATCH_RECORDS: usize = 1000;
-/// Bytes of keys and values after which an `import` batch is written early.
-const BATCH_BYTES: usize = 16 << 20;
-
-/// A batch of puts for `import`: never holds the same key twice, so the outcome does not depend
-/// on how a kind orders operations within one batch.
-struct Batch {
-    ops: Vec<BatchOp>,
-    keys: HashSet<Vec<u8>>,
-    bytes: usize,
-}
-
-impl Batch {
-    fn flush(&mut self, db: &dyn Store) -> Result<u64, Error> {
-        if self.ops.is_empty() {
-            return Ok(0);
-        }
-        db.write_batch(&self.ops)?;
-        let n = self.ops.len() as u64;
-        self.ops.clear();
-        self.keys.clear();
-        self.bytes = 0;
-        Ok(n)
-    }
-}
-
-/// Reads the records of a TSV import: `KEY<TAB>VALUE` lines in the `export` format; a trailing
-/// CR is ignored and empty lines are skipped.
-pub(crate) struct TsvReader {
-    input: Input,
-    line: Vec<u8>,
-    /// The number of the last line read (from 1).
-    pub(crate) lineno: u64,
-    /// Bytes read so far (for the progress percentage).
-    pub(crate) read: u64,
-}
-
-impl TsvReader {
-    pub(crate) fn new(input: Input) -> TsvReader {
-        TsvReader {
-            input,
-            line: Vec::new(),
-            lineno: 0,
-            read: 0,
-        }
-    }
-
-    pub(crate) fn label(&self) -> &str {
-        &self.input.label
-    }
-
-    pub(crate) fn size(&self) -> Option<u64> {
-        self.input.size
-    }
-
-    /// The next record; `Ok(None)` at the end of the input; `Ok(Some(Err(msg)))` for a
-    /// malformed line (`lineno` names it); `Err` when the input cannot be read.
-    #[allow(clippy::type_complexity)]
-    pub(crate) fn next(&mut self) -> Result<Option<Result<(Vec<u8>, Vec<u8>), String>>, Fail> {
-        loop {
-            self.line.clear();
-            let n = self
-                .input
-                .reader
-                .read_until(b'\n', &mut self.line)
-                .map_err(|e| Fail::Err(format!("reading {}: {e}", self.input.label)))?;
-            if n == 0 {
-                return Ok(None);
-            }
-            self.lineno += 1;
-            self.read += n as u64;
-            let body = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
-            if body.is_empty() || body == b"\r" {
-                continue;
-            }
-            return Ok(Some(
-                tsv::parse_line(body)
-                    .map_err(|e| e.to_string())
-                    .and_then(|(k, v)| {
-                        engine::store::check_sizes(&k, v.len()).map_err(|e| e.to_string())?;
-                        Ok((k, v))
-                    }),
-            ));
-        }
-    }
-}
-
-fn import(db: &dyn Store, input: Input) -> Res {
-    let mut rd = TsvReader::new(input);
-    let label = rd.label().to_string();
-    let mut progress = Progress::new("imported", true);
-    let mut batch = Batch {
-        ops: Vec::with_capacity(BATCH_RECORDS),
-        keys: HashSet::with_capacity(BATCH_RECORDS),
-        bytes: 0,
-    };
-    let mut imported = 0u64;
-    let write_err = |imported: u64, lineno: u64, e: Error| {
-        Fail::Err(format!(
-            "{label}: writing the records before line {}: {e} ({imported} records were \
-             imported before that batch)",
-            lineno + 1
-        ))
-    };
-    while let Some(parsed) = rd.next()? {
-        let lineno = rd.lineno;
-        let (key, value) = match parsed {
-            Ok(kv) => kv,
-            Err(msg) => {
-                imported += batch
-                    .flush(db)
-                    .map_err(|e| write_err(imported, lineno - 1, e))?;
-                progress.finish(imported, rd.read, rd.size());
-                return Err(Fail::Err(format!(
-                    "{label}: line {lineno}: {msg}; stopped there ({imported} records before it were \
-                     imported)"
-                )));
-            }
-        };
-        if batch.keys.contains(&key) {
-            imported += batch
-                .flush(db)
-                .map_err(|e| write_err(imported, lineno - 1, e))?;
-        }
-        batch.bytes += key.len() + value.len();
-        batch.keys.insert(key.clone());
-        batch.ops.push(BatchOp::Put {
-            key,
-            value,
-            flags: 0,
-            expires: 0,
-        });
-        if batch.ops.len() >= BATCH_RECORDS || batch.bytes >= BATCH_BYTES {
-            imported += batch
-                .flush(db)
-                .map_err(|e| write_err(imported, lineno, e))?;
-            progress.tick(imported, rd.read, rd.size());
-        }
-    }
-    imported += batch
-        .flush(db)
-        .map_err(|e| write_err(imported, rd.lineno, e))?;
-    progress.finish(imported, rd.read, rd.size());
-    Ok(())
-}
-
-fn export(db: &dyn Store, file: Option<&Path>, name: &str) -> Res {
-    let (out, synced): (Box<dyn Write>, Option<File>) = match file {
-        Some(p) => {
-            let f = File::create(p)
-                .map_err(|e| Fail::Err(format!("cannot create {}: {e}", p.display())))?;
-            let handle = f
-                .try_clone()
-                .map_err(|e| Fail::Err(format!("cannot create {}: {e}", p.display())))?;
-            (Box::new(f), Some(handle))
-        }
-        None => (Box::new(io::stdout().lock()), None),
-    };
-    let to_stdout = synced.is_none();
-    let label = file.map_or("stdout".to_string(), |p| p.display().to_string());
-    let out_err = |e: io::Error| {
-        if to_stdout {
-            stdout_err(e)
-        } else {
-            Fail::Err(format!("writing {label}: {e}"))
-        }
-    };
-    // No progress line when the records themselves go to the terminal.
-    let mut progress = Progress::new("exported", !(to_stdout && io::stdout().is_terminal()));
-    let total = db.count();
-    let mut out = BufWriter::with_capacity(1 << 16, out);
-    let mut cur = db.cursor()?;
-    let mut line = Vec::new();
-    let mut n = 0u64;
-    while let Some((key, rec)) = cur.next()? {
-        line.clear();
-        tsv::write_line(&mut line, &key, &rec.value);
-        out.write_all(&line).map_err(out_err)?;
-        n += 1;
-        if n & 1023 == 0 {
-            progress.tick(n, n, Some(total));
-        }
-    }
-    out.flush().map_err(out_err)?;
-    if let Some(f) = synced {
-        // Make the export file itself durable, like the database.
-        f.sync_all().map_err(out_err)?;
-    }
-    progress.finish(n, n, Some(total));
-    damage_note(&*cur, name)
 }
 
 fn check(db: &dyn Store, name: &str) -> Res {
@@ -729,11 +602,11 @@ fn repair(src: &str, dst: Option<&str>, in_place: bool) -> Res {
     print(s.as_bytes())
 }
 
-/// After a cursor has run: a read-only open serves what verifies and skips the damage, which
-/// must not pass unnoticed (status 1 and a note on stderr; the output stays complete
-/// otherwise).
-fn damage_note(cur: &dyn engine::Cursor, name: &str) -> Res {
-    match cur.damage_skipped() {
+/// After a pass over every record: a read-only open serves what verifies and skips the damage
+/// (`damaged` records or regions), which must not pass unnoticed (status 1 and a note on
+/// stderr; the output is complete otherwise).
+pub(crate) fn damage_note(damaged: u64, name: &str) -> Res {
+    match damaged {
         0 => Ok(()),
         n => Err(Fail::No(format!(
             "{name}: {n} damaged region(s) skipped, their records left out; `kura db check \

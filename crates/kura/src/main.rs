@@ -5,6 +5,7 @@ mod bench;
 mod db;
 mod remote;
 mod serve;
+mod transfer;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -5,7 +5,8 @@
 //! key exists for `put --keep`, the server refused the operation); `2` an error (cannot
 //! connect, bad usage, a malformed reply, a malformed import line).
 
-use crate::db::{print, show, stdout_err, Fail, Input, Progress, Res, TsvReader};
+use crate::db::{print, show, stdout_err, Fail, Progress, Res};
+use crate::transfer::{self, Checked, Input, LineFormat};
 use clap::Subcommand;
 use kura_engine::tsv;
 use kura_proto::tt_bin::{decode_reply, encode_request, DecodedReply, Reply, Request};
@@ -114,9 +115,15 @@ pub enum RemoteCommand {
         #[arg(long)]
         no_ulog: bool,
     },
-    /// Store every `KEY<TAB>VALUE` line of FILE (or stdin), the `kura db export` format, in
-    /// batches; a progress bar on a terminal.
-    Import { file: Option<PathBuf> },
+    /// Store every `KEY<TAB>VALUE` line of FILE (or stdin), in batches; a progress bar on a
+    /// terminal. Every line is checked before the first record is sent (see
+    /// `kura db import`: the same formats).
+    Import {
+        file: Option<PathBuf>,
+        /// The line format.
+        #[arg(long, value_enum, default_value_t)]
+        format: LineFormat,
+    },
     /// Print the server's version.
     Version,
 }
@@ -349,7 +356,10 @@ fn dispatch(a: &RemoteArgs) -> Res {
                 other => Err(unexpected(&req, &other)),
             }
         }
-        RemoteCommand::Import { file } => import(&mut r, Input::open(file.as_deref())?),
+        RemoteCommand::Import { file, format } => {
+            let input = transfer::checked(Input::open(file.as_deref())?, *format)?;
+            import(&mut r, input)
+        }
         RemoteCommand::Version => {
             let stat = stat(&mut r)?;
             let v = stat
@@ -441,8 +451,8 @@ const BATCH_RECORDS: usize = 1000;
 /// Bytes after which an `import` batch is sent early.
 const BATCH_BYTES: usize = 8 << 20;
 
-fn import(r: &mut Remote, input: Input) -> Res {
-    let mut rd = TsvReader::new(input);
+fn import(r: &mut Remote, input: Checked) -> Res {
+    let mut rd = input.reader();
     let label = rd.label().to_string();
     let mut progress = Progress::new("imported", true);
     let mut batch: Vec<Vec<u8>> = Vec::new();
@@ -473,8 +483,8 @@ fn import(r: &mut Remote, input: Input) -> Res {
                 imported += send(r, &mut batch)?;
                 progress.finish(imported, rd.read, rd.size());
                 return Err(Fail::Err(format!(
-                    "{label}: line {}: {e}; stopped there ({imported} records before it \
-                     were imported)",
+                    "{label}: line {} changed after it was checked: {e}; stopped there \
+                     ({imported} records before it were imported)",
                     rd.lineno
                 )));
             }

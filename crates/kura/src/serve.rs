@@ -14,7 +14,8 @@ use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
-    /// Database name: `*`, `+`, `PATH.kh#param=value…` (created when missing).
+    /// Database name: `*`, `+`, `PATH.kh#param=value…` (created when missing, and said so in
+    /// the log; its directory must exist).
     #[arg(default_value = "casket.kh")]
     name: String,
     /// Address to listen on.
@@ -38,7 +39,8 @@ pub struct ServeArgs {
     /// Close connections idle for this many seconds (default: never).
     #[arg(long)]
     timeout: Option<u64>,
-    /// Write the process id to this file (removed at exit).
+    /// Write the process id to this file (removed at exit if it still holds this process's
+    /// id). Refuses to start when the file names a running process.
     #[arg(long)]
     pid: Option<PathBuf>,
     /// Append log lines to this file (reopened on SIGHUP) instead of stderr.
@@ -140,6 +142,27 @@ impl Log {
             _ => eprint!("{text}"),
         }
     }
+}
+
+/// The process id in the pid file at `path`, if it names a running process other than this one.
+fn running_pid(path: &std::path::Path) -> Option<i32> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let pid: i32 = text.trim().parse().ok().filter(|&p| p > 0)?;
+    if pid as u32 == std::process::id() {
+        return None;
+    }
+    // SAFETY: signal 0 only checks whether the process exists; nothing is sent.
+    let rc = unsafe { libc::kill(pid, 0) };
+    let alive = rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    alive.then_some(pid)
+}
+
+/// Whether the pid file at `path` still holds this process's id (so it is ours to remove).
+fn pid_file_is_ours(path: &std::path::Path) -> bool {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| t.trim().parse::<u32>().ok())
+        == Some(std::process::id())
 }
 
 /// Allow enough descriptors for `max_connections` (plus files and listeners): raise the soft
@@ -288,9 +311,25 @@ pub fn run(a: ServeArgs) -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
     raise_fd_limit(a.max_connections, &log);
+    if let Some(p) = &a.pid {
+        if let Some(pid) = running_pid(p) {
+            let msg = format!(
+                "the pid file {} names process {pid}, which is running (another server?); stop \
+                 it, or choose another --pid",
+                p.display()
+            );
+            return fail(Some(&log), daemon, msg);
+        }
+    }
     // Open (and recover) the database before listening.
-    let store = match kura_engine::open(&a.name) {
-        Ok(s) => s,
+    let store = match kura_engine::open_as(&a.name, kura_engine::OpenMode::Create) {
+        Ok(o) => {
+            if o.created {
+                let path = a.name.split('#').next().unwrap_or(&a.name);
+                log.line(&format!("created new database {path}"));
+            }
+            o.store
+        }
         Err(e) => return fail(Some(&log), daemon, format!("cannot open {}: {e}", a.name)),
     };
     let mut listeners = Vec::new();
@@ -375,7 +414,8 @@ pub fn run(a: ServeArgs) -> ExitCode {
             code = ExitCode::from(1);
         }
     }
-    if let Some(p) = &a.pid {
+    // Only our own: a pid file another process has written since is left to it.
+    if let Some(p) = a.pid.as_ref().filter(|p| pid_file_is_ours(p)) {
         let _ = std::fs::remove_file(p);
     }
     code

@@ -4,8 +4,9 @@ use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+
+mod common;
 
 const KURA: &str = env!("CARGO_BIN_EXE_kura");
 
@@ -160,7 +161,7 @@ fn put_get_out_list_inform_persist_across_invocations() {
 fn get_of_a_missing_key_exits_1_with_a_message() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    ok(run(d, &["put", "x.kh", "k", "v"]));
+    ok(run(d, &["put", "--create", "x.kh", "k", "v"]));
     let o = run(d, &["get", "x.kh", "nope"]);
     status(&o, 1);
     assert!(o.stdout.is_empty());
@@ -182,6 +183,7 @@ fn binary_keys_and_values_round_trip_through_export_and_import() {
         ("日本".as_bytes(), "語".as_bytes()),
         (b"empty value", b""),
     ];
+    ok(run(d, &["create", "x.kh"]));
     for (k, v) in &records {
         ok(run_in(d, &[os("put"), os("x.kh"), bytes(k), bytes(v)], b""));
     }
@@ -216,8 +218,12 @@ fn binary_keys_and_values_round_trip_through_export_and_import() {
     assert_eq!(sorted_lines(&listed), sorted_lines(&exported));
 
     // Import from stdin into one database and from the file into another.
-    ok(run_in(d, &[os("import"), os("y.kh")], &exported));
-    ok(run(d, &["import", "z.kh", "dump.tsv"]));
+    ok(run_in(
+        d,
+        &[os("import"), os("--create"), os("y.kh")],
+        &exported,
+    ));
+    ok(run(d, &["import", "--create", "z.kh", "dump.tsv"]));
     for db in ["y.kh", "z.kh"] {
         for (k, v) in &records {
             let o = ok(run_in(d, &[os("get"), os(db), bytes(k)], b""));
@@ -232,7 +238,7 @@ fn binary_keys_and_values_round_trip_through_export_and_import() {
 fn import_accepts_crlf_and_blank_lines_and_overwrites() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    ok(run(d, &["put", "x.kh", "a", "old"]));
+    ok(run(d, &["put", "--create", "x.kh", "a", "old"]));
     let input = b"a\tnew\r\n\r\nb\tx\\ry\r\n\nc\t\n";
     ok(run_in(d, &[os("import"), os("x.kh")], input));
     assert_eq!(ok(run(d, &["get", "x.kh", "a"])).stdout, b"new");
@@ -243,8 +249,11 @@ fn import_accepts_crlf_and_blank_lines_and_overwrites() {
     assert_eq!(ok(run(d, &["get", "x.kh", "d"])).stdout, b"2");
 }
 
+/// Regression: a malformed line stopped an import half-way, the lines before it already
+/// stored. Every line is checked first: a malformed one imports nothing, and with `--create`
+/// makes no database.
 #[test]
-fn a_malformed_import_line_fails_with_its_number_and_keeps_the_lines_before() {
+fn a_malformed_import_line_fails_with_its_number_and_imports_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let cases: &[(&[u8], &str)] = &[
@@ -256,25 +265,33 @@ fn a_malformed_import_line_fails_with_its_number_and_keeps_the_lines_before() {
         ),
         (b"k1\tv1\nk2\tv2\nk3\t\\x4\nk4\tv4\n", "\\x"),
     ];
+    ok(run(d, &["put", "--create", "x.kh", "k1", "before"]));
     for (i, (input, what)) in cases.iter().enumerate() {
-        let db = format!("bad{i}.kh");
-        let o = run_in(d, &[os("import"), os(&db)], input);
-        status(&o, 2);
-        let e = stderr(&o);
-        assert!(e.starts_with("kura: "), "{e}");
-        assert!(e.contains("line 3"), "{e}");
-        assert!(e.contains(what), "{e} should name {what}");
-        // Not all-or-nothing: the lines before the bad one stay imported, none after it.
-        assert_eq!(ok(run(d, &["get", &db, "k2"])).stdout, b"v2");
-        status(&run(d, &["get", &db, "k4"]), 1);
+        for args in [
+            vec![os("import"), os("x.kh")],
+            vec![os("import"), os("--create"), os("new.kh")],
+        ] {
+            let o = run_in(d, &args, input);
+            status(&o, 2);
+            let e = stderr(&o);
+            assert!(e.starts_with("kura: "), "{e}");
+            assert!(e.contains("line 3"), "{i}: {e}");
+            assert!(e.contains(what), "{e} should name {what}");
+            assert!(e.contains("nothing was imported"), "{e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
+        assert!(!d.join("new.kh").exists());
+        assert_eq!(ok(run(d, &["get", "x.kh", "k1"])).stdout, b"before");
+        status(&run(d, &["get", "x.kh", "k2"]), 1);
     }
     // From a file, the message names the file.
     std::fs::write(d.join("in.tsv"), b"ok\t1\n\\\n").unwrap();
-    let o = run(d, &["import", "f.kh", "in.tsv"]);
+    let o = run(d, &["import", "--create", "f.kh", "in.tsv"]);
     status(&o, 2);
     assert!(stderr(&o).contains("in.tsv: line 2"), "{}", stderr(&o));
+    assert!(!d.join("f.kh").exists());
     // A missing input file is an error and creates no database.
-    let o = run(d, &["import", "g.kh", "missing.tsv"]);
+    let o = run(d, &["import", "--create", "g.kh", "missing.tsv"]);
     status(&o, 2);
     assert!(stderr(&o).contains("missing.tsv"), "{}", stderr(&o));
     assert!(!d.join("g.kh").exists());
@@ -315,7 +332,7 @@ fn bad_names_exit_2_with_a_message() {
         stderr(&o)
     );
     // A database whose files are overwritten with junk: a message, never a panic.
-    ok(run(d, &["put", "bad.kh", "k", "v"]));
+    ok(run(d, &["put", "--create", "bad.kh", "k", "v"]));
     for entry in std::fs::read_dir(d.join("bad.kh")).unwrap() {
         let path = entry.unwrap().path();
         if path.file_name().unwrap() != "LOCK" {
@@ -350,7 +367,7 @@ fn check_on_a_healthy_database_exits_0() {
     let d = dir.path();
     ok(run_in(
         d,
-        &[os("import"), os("x.kh")],
+        &[os("import"), os("--create"), os("x.kh")],
         b"a\t1\nb\t2\nc\t3\n",
     ));
     let o = ok(run(d, &["check", "x.kh"]));
@@ -367,7 +384,11 @@ fn list_prefix_and_limit() {
     for i in 0..50 {
         input.extend_from_slice(format!("user:{i:02}\tu{i}\nitem:{i:02}\ti{i}\n").as_bytes());
     }
-    ok(run_in(d, &[os("import"), os("x.kh")], &input));
+    ok(run_in(
+        d,
+        &[os("import"), os("--create"), os("x.kh")],
+        &input,
+    ));
 
     let all = ok(run(d, &["list", "x.kh"])).stdout;
     assert_eq!(sorted_lines(&all).len(), 100);
@@ -428,7 +449,11 @@ fn memory_kinds_open_by_name() {
 fn vanish_copy_and_optimize() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    ok(run_in(d, &[os("import"), os("x.kh")], b"a\t1\nb\t2\n"));
+    ok(run_in(
+        d,
+        &[os("import"), os("--create"), os("x.kh")],
+        b"a\t1\nb\t2\n",
+    ));
     ok(run(d, &["copy", "x.kh", "y.kh"]));
     let again = run(d, &["copy", "x.kh", "y.kh"]);
     status(&again, 1);
@@ -449,63 +474,44 @@ fn vanish_copy_and_optimize() {
 fn keys_starting_with_a_dash_need_double_dash() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    ok(run(d, &["put", "x.kh", "--", "-k", "-v"]));
+    ok(run(d, &["put", "--create", "x.kh", "--", "-k", "-v"]));
     assert_eq!(ok(run(d, &["get", "x.kh", "--", "-k"])).stdout, b"-v");
 }
 
-/// Spawn `kura db import NAME` with its stdin a pipe the caller keeps open.
-fn spawn_importer(dir: &Path, name: &str) -> Child {
-    cmd(dir, &[os("import"), os(name)])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn kura import")
-}
-
+/// A database held by a server is refused to every other open, with a message that names the
+/// server's pid and command and points at `kura remote`; usable again once the server stops.
 #[test]
 fn a_database_open_in_another_process_is_refused_then_usable_after() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     ok(run(d, &["create", "x.kh"]));
-
-    // The importer opens the database, then blocks reading its stdin. Until it has the database
-    // open a put may still get in first (and then the importer may fail to open): retry.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut importer = spawn_importer(d, "x.kh");
-    loop {
-        assert!(Instant::now() < deadline, "never saw the database locked");
-        if let Some(st) = importer.try_wait().unwrap() {
-            let o = importer.wait_with_output().unwrap();
-            eprintln!("importer exited early ({st}): {}", stderr(&o));
-            importer = spawn_importer(d, "x.kh");
-            continue;
-        }
-        let o = run(d, &["put", "x.kh", "k", "v"]);
-        if o.status.code() == Some(2) {
-            let e = stderr(&o);
-            assert!(e.starts_with("kura: ") && e.contains("already open"), "{e}");
-            assert_eq!(e.lines().count(), 1, "{e}");
-            break;
-        }
-        ok(o);
-        std::thread::sleep(Duration::from_millis(20));
+    let mut srv = common::Server::start(d, "x.kh");
+    let pid = srv.child.id();
+    for args in [
+        vec!["put", "x.kh", "k", "v"],
+        vec!["get", "x.kh", "k"],
+        vec!["inform", "x.kh"],
+    ] {
+        let o = run(d, &args);
+        status(&o, 2);
+        let e = stderr(&o);
+        assert!(e.starts_with("kura: ") && e.contains("already open"), "{e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+        assert!(e.contains(&format!("pid {pid}")), "{e}");
+        assert!(e.contains("serve x.kh"), "{e}");
+        assert!(e.contains("kura remote"), "{e}");
     }
-    // Reads are refused too, with the same message.
-    let o = run(d, &["get", "x.kh", "k"]);
-    status(&o, 2);
-    assert!(stderr(&o).contains("already open"), "{}", stderr(&o));
-
-    // Feed the importer, then close its stdin: it finishes and releases the database.
-    let mut pipe = importer.stdin.take().unwrap();
-    pipe.write_all(b"from\timporter\n").unwrap();
-    drop(pipe);
-    let o = importer.wait_with_output().unwrap();
+    // Through the server, as the message says.
+    let port = common::port_of(&srv.addr).to_string();
+    let o = Command::new(KURA)
+        .args(["remote", "--port", &port, "put", "from", "server"])
+        .output()
+        .unwrap();
     status(&o, 0);
-
+    assert!(srv.signal(libc::SIGTERM).success());
     ok(run(d, &["put", "x.kh", "k", "v2"]));
     assert_eq!(ok(run(d, &["get", "x.kh", "k"])).stdout, b"v2");
-    assert_eq!(ok(run(d, &["get", "x.kh", "from"])).stdout, b"importer");
+    assert_eq!(ok(run(d, &["get", "x.kh", "from"])).stdout, b"server");
 }
 
 #[test]
@@ -514,7 +520,11 @@ fn non_utf8_arguments_are_bytes() {
     let d = dir.path();
     let key = OsString::from_vec(b"k\xff\xfe".to_vec());
     let value = OsString::from_vec(b"\x80v\xc3".to_vec());
-    ok(run_in(d, &[os("put"), os("x.kh"), &key, &value], b""));
+    ok(run_in(
+        d,
+        &[os("put"), os("--create"), os("x.kh"), &key, &value],
+        b"",
+    ));
     assert_eq!(
         ok(run_in(d, &[os("get"), os("x.kh"), &key], b"")).stdout,
         b"\x80v\xc3"

@@ -1,6 +1,7 @@
 //! `kura serve --daemon --pid FILE --log FILE`: the command returns at once, the detached
 //! server writes its pid and its log, reopens the log on SIGHUP (log rotation) and, on
-//! SIGTERM, syncs, closes the database and removes the pid file.
+//! SIGTERM, syncs, closes the database and removes the pid file (its own only); a pid file of
+//! a running server refuses the start; where a database may be created.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -157,4 +158,135 @@ fn daemon_that_cannot_start_fails_with_the_reason() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
+}
+
+/// Run `kura serve ARGS… --daemon` in `dir`; returns its output once it reports.
+fn daemon_in(dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kura"))
+        .arg("serve")
+        .args(args)
+        .arg("--daemon")
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// Regression: `--pid FILE` overwrote the pid file of a server that was still running, then
+/// deleted it on exit, leaving the live server without one. A pid file naming a running
+/// process refuses the start; a stale one is replaced; a server removes its pid file at exit
+/// only while it holds its own id.
+#[test]
+fn a_pid_file_of_a_running_server_is_never_taken_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let pid_file = d.join("k.pid");
+    let first = daemon_in(
+        d,
+        &["a.kh", "--port", "0", "--pid", "k.pid", "--log", "a.log"],
+    );
+    assert!(first.status.success(), "{first:?}");
+    let pid: i32 = wait_for("the pid file", || read(&pid_file).trim().parse().ok());
+    let mut reaper = Reaper(pid);
+
+    let second = daemon_in(d, &["b.kh", "--port", "0", "--pid", "k.pid"]);
+    assert_eq!(second.status.code(), Some(2), "{second:?}");
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        err.contains(&format!("names process {pid}, which is running")),
+        "{err}"
+    );
+    assert_eq!(read(&pid_file).trim(), pid.to_string(), "the file is kept");
+    assert!(
+        !d.join("b.kh").exists(),
+        "the refused server opened nothing"
+    );
+
+    // Another process writes the file meanwhile (a second server with the same --pid started
+    // after a crash, say): at exit the first server leaves it alone.
+    std::fs::write(&pid_file, format!("{}\n", std::process::id())).unwrap();
+    signal(pid, libc::SIGTERM);
+    wait_for("the server stopped", || {
+        read(&d.join("a.log")).contains("stopped;").then_some(())
+    });
+    reaper.0 = 0;
+    assert_eq!(read(&pid_file).trim(), std::process::id().to_string());
+
+    // A stale pid file (a process that is gone) is replaced, and removed at exit.
+    let mut gone = Command::new("true").spawn().unwrap();
+    let gone_pid = gone.id();
+    gone.wait().unwrap();
+    std::fs::write(&pid_file, format!("{gone_pid}\n")).unwrap();
+    let third = daemon_in(d, &["a.kh", "--port", "0", "--pid", "k.pid"]);
+    assert!(third.status.success(), "{third:?}");
+    let pid3: i32 = wait_for("the new pid", || {
+        read(&pid_file)
+            .trim()
+            .parse()
+            .ok()
+            .filter(|&p: &i32| p as u32 != gone_pid)
+    });
+    let mut reaper = Reaper(pid3);
+    signal(pid3, libc::SIGTERM);
+    wait_for("the pid file removed", || {
+        (!pid_file.exists()).then_some(())
+    });
+    reaper.0 = 0;
+}
+
+/// Regression: `kura serve /nonexistent/dir/x.kh` created the whole directory tree and served
+/// an empty database. A missing directory is an error; a new database is said so in the log;
+/// a directory that is not a database is refused.
+#[test]
+fn serve_creates_a_database_only_where_it_should_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let o = daemon_in(d, &["no/such/dir/x.kh", "--port", "0"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("directory no/such/dir does not exist"),
+        "{err}"
+    );
+    assert!(!d.join("no").exists());
+
+    std::fs::create_dir(d.join("other.kh")).unwrap();
+    std::fs::write(d.join("other.kh/photo.jpg"), b"x").unwrap();
+    let o = daemon_in(d, &["other.kh", "--port", "0"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a Kura database"));
+
+    for (round, says) in [(0, true), (1, false)] {
+        let log = d.join(format!("s{round}.log"));
+        let pid_file = d.join(format!("s{round}.pid"));
+        let o = daemon_in(
+            d,
+            &[
+                "casket.kh",
+                "--port",
+                "0",
+                "--log",
+                log.to_str().unwrap(),
+                "--pid",
+                pid_file.to_str().unwrap(),
+            ],
+        );
+        assert!(o.status.success(), "{o:?}");
+        let pid: i32 = wait_for("the pid file", || read(&pid_file).trim().parse().ok());
+        let mut reaper = Reaper(pid);
+        let text = wait_for("listening", || {
+            let t = read(&log);
+            t.contains("listening on").then_some(t)
+        });
+        assert_eq!(
+            text.contains("created new database casket.kh"),
+            says,
+            "round {round}: {text}"
+        );
+        signal(pid, libc::SIGTERM);
+        wait_for("the pid file removed", || {
+            (!pid_file.exists()).then_some(())
+        });
+        reaper.0 = 0;
+    }
 }

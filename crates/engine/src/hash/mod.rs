@@ -21,12 +21,14 @@
 mod arena;
 mod check;
 pub mod ckpt;
+mod export;
 pub mod format;
 pub mod index;
 mod recover;
 mod repair;
 mod scan;
 pub mod segment;
+pub mod stored;
 
 use self::format::{
     Header, HeaderBuf, PutFields, MAX_HEADER_LEN, SEG_HEADER_LEN, T_BATCH, T_DELETE, T_PUT,
@@ -37,7 +39,7 @@ use self::segment::{corrupt_at, seg_file_name, Retired, SegTable, Segment};
 use crate::compress;
 use crate::error::{Error, Result};
 use crate::io::{OsVfs, VFile, Vfs};
-use crate::name::{Compression, Params, SyncMode};
+use crate::name::{Compression, OpenMode, Params, SyncMode};
 use crate::store::{
     check_sizes, is_expired, now_secs, BatchOp, CheckReport, Current, Cursor, Decision, Kind, Meta,
     Pinned, Record, Shown, Store,
@@ -55,7 +57,6 @@ const SHARD_BITS: u32 = 6;
 const NSHARDS: usize = 1 << SHARD_BITS;
 const CKPT_NAME: &str = "index.ki";
 const CKPT_TMP: &str = "index.ki.tmp";
-const LOCK_NAME: &str = "LOCK";
 const CKPT_MAGIC: &[u8; 8] = b"KURAIDX1";
 /// Version 1 wrote each shard's slots sorted by location as varints; a version-1 checkpoint is
 /// ignored (the log is replayed once, and the next checkpoint is version 2).
@@ -80,6 +81,12 @@ const PARAMS: &[&str] = &[
 /// Logs written in parallel when the database is created without `lanes=`.
 const DEFAULT_LANES: usize = 16;
 const MAX_LANES: usize = 64;
+/// The most a batch's records may take (headers counted at their longest): as much as the
+/// largest single record. A batch is one record (a frame of records), and reading any record
+/// back — a read, recovery, `check`, `repair` — holds it whole in memory to verify its
+/// checksum, so a larger batch would raise what those need. Its inner records keep checksums of
+/// their own, so damage to a large batch costs only the records it touches (`scan`).
+const MAX_BATCH_BYTES: usize = crate::store::MAX_VALUE_LEN + crate::store::MAX_KEY_LEN + (1 << 20);
 /// Values at least this large are written without holding their shard's lock.
 const LARGE_VALUE: usize = 256 << 10;
 /// `bnum` pre-sizes the index for at most this many records (about 1.3 GB of index); beyond,
@@ -964,6 +971,12 @@ struct Inner {
 pub struct DiskHash {
     inner: Arc<Inner>,
     bg: Mutex<Vec<JoinHandle<()>>>,
+    /// What the database stores about itself (`stored`); written by a writable open when it
+    /// was missing, and by `optimize`. `None` only in a read-only open of a database made
+    /// before descriptors.
+    stored: Mutex<Option<stored::Stored>>,
+    /// This open made the database.
+    created: bool,
 }
 
 fn random_u64() -> u64 {
@@ -1001,56 +1014,100 @@ impl DiskHash {
         Self::open_with(path, params, Arc::new(OsVfs), false)
     }
 
-    /// Open on any file system; `readonly` opens for inspection (`check`, `inform`): nothing is
-    /// written, not even recovery's truncation of a torn tail.
+    /// Open on any file system: `readonly` is [`OpenMode::ReadOnly`], else
+    /// [`OpenMode::Create`].
     pub fn open_with(
         path: &Path,
         params: &Params,
         vfs: Arc<dyn Vfs>,
         readonly: bool,
     ) -> Result<DiskHash> {
-        let mode = if readonly { Mode::Read } else { Mode::Write };
+        let mode = if readonly {
+            OpenMode::ReadOnly
+        } else {
+            OpenMode::Create
+        };
         Self::open_mode(path, params, vfs, mode)
     }
 
-    fn open_mode(path: &Path, params: &Params, vfs: Arc<dyn Vfs>, mode: Mode) -> Result<DiskHash> {
-        Self::open_locked(path, params, vfs, mode, None)
-    }
-
-    /// `open_mode`, taking the database's lock unless the caller holds it (`held`: what to
-    /// keep as the lock meanwhile).
-    fn open_locked(
+    /// Open on any file system under `mode` (the rules: `stored`). A read-only open writes
+    /// nothing but the lock file, not even recovery's truncation of a torn tail.
+    pub fn open_mode(
         path: &Path,
         params: &Params,
         vfs: Arc<dyn Vfs>,
-        mode: Mode,
+        mode: OpenMode,
+    ) -> Result<DiskHash> {
+        Self::open_full(path, params, vfs, mode, false, None)
+    }
+
+    /// `open_mode`; `salvage` (read-only only): rebuild the index from the log alone
+    /// (`Mode::Salvage`); `held`: the caller holds the database's lock, and this is what to
+    /// keep in its place.
+    fn open_full(
+        path: &Path,
+        params: &Params,
+        vfs: Arc<dyn Vfs>,
+        mode: OpenMode,
+        salvage: bool,
         held: Option<Box<dyn std::any::Any + Send + Sync>>,
     ) -> Result<DiskHash> {
-        let readonly = mode != Mode::Write;
-        let cfg = Config::from_params(params, None)?;
-        let compression = params.compression()?.unwrap_or(Compression::None);
-        if path.is_file() {
-            return Err(Error::InvalidName(format!(
-                "{} exists and is a file, not a Kura hash database (a .kh database is a directory)",
-                path.display()
-            )));
-        }
-        if readonly && !vfs.exists(path) {
-            return Err(Error::Io(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("{}: no such database", path.display()),
-            )));
-        }
-        vfs.create_dir_all(path)?;
+        let readonly = mode == OpenMode::ReadOnly;
+        let mut cfg = Config::from_params(params, None)?;
+        let found = stored::prepare(&*vfs, path, mode)?;
         let lock = match held {
             Some(l) => l,
-            None => lock_database(&*vfs, path)?,
+            None => crate::lock::take(&*vfs, path)?,
         };
-        let inner = open_inner(path, cfg, compression, vfs, mode, lock)?;
+        // Read under the lock: what the database stores decides what this open did not.
+        let desc = crate::meta::read(&*vfs, path)?;
+        let had = match &desc {
+            Some(d) => Some(stored::Stored::from_descriptor(d, path, MAX_LANES)?),
+            None => None,
+        };
+        if let Some(had) = had {
+            if cfg.lanes.is_some_and(|want| want != had.lanes) {
+                return Err(Error::InvalidParam(format!(
+                    "`lanes={}`: this database was created with {} lanes, fixed at creation",
+                    cfg.lanes.unwrap_or_default(),
+                    had.lanes
+                )));
+            }
+            cfg.lanes = Some(had.lanes);
+            if params.size("bnum")?.is_none() {
+                cfg.bnum = had.bnum;
+            }
+        }
+        let compression = match params.compression()? {
+            Some(c) => c,
+            None => had.map_or(Compression::None, |h| h.compress),
+        };
+        let bnum = cfg.bnum;
+        let how = match (readonly, salvage) {
+            (false, _) => Mode::Write,
+            (true, false) => Mode::Read,
+            (true, true) => Mode::Salvage,
+        };
+        let inner = open_inner(path, cfg, compression, vfs, how, lock)?;
+        // A new database, or one made before descriptors, stores this open's choices.
+        let stored = match had {
+            None if !readonly => {
+                let s = stored::Stored {
+                    lanes: inner.lanes,
+                    compress: compression,
+                    bnum,
+                };
+                crate::meta::write(&*inner.vfs, path, &s.descriptor())?;
+                Some(s)
+            }
+            had => had,
+        };
         inner.note_tables();
         let db = DiskHash {
             inner: Arc::new(inner),
             bg: Mutex::new(Vec::new()),
+            stored: Mutex::new(stored),
+            created: found.created,
         };
         let mut threads: Vec<(&str, BgThread)> = Vec::new();
         if !readonly {
@@ -1069,6 +1126,17 @@ impl DiskHash {
             db.bg.lock().push(h);
         }
         Ok(db)
+    }
+
+    /// Whether this open made the database.
+    pub fn created(&self) -> bool {
+        self.created
+    }
+
+    /// What the database stores about itself (see `stored`); `None` only in a read-only open
+    /// of a database made before descriptors.
+    pub fn stored(&self) -> Option<stored::Stored> {
+        *self.stored.lock()
     }
 }
 
@@ -1408,17 +1476,6 @@ fn open_inner(
     };
     inner.recover(bad)?;
     Ok(inner)
-}
-
-/// Take the write lock of the database at `path` (its `LOCK` file).
-fn lock_database(vfs: &dyn Vfs, path: &Path) -> Result<Box<dyn std::any::Any + Send + Sync>> {
-    vfs.lock(&path.join(LOCK_NAME)).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::WouldBlock {
-            Error::Locked(path.to_path_buf())
-        } else {
-            Error::Io(e)
-        }
-    })
 }
 
 /// How a database is opened.
@@ -2272,6 +2329,17 @@ impl Inner {
             self.flush_live(tail);
             tail.note_live(seg, delta);
         }
+    }
+
+    /// Hand every lane's buffer to the OS (a read-only open has none): every record the index
+    /// points at is then in its file.
+    fn flush_all(&self) -> Result<()> {
+        if !self.readonly {
+            for t in self.tails.iter() {
+                self.flush(&mut t.0.lock())?;
+            }
+        }
+        Ok(())
     }
 
     /// Hand the buffer to the OS (and the pending live-byte changes to the counters). Called
@@ -4018,11 +4086,20 @@ impl Store for DiskHash {
         if ops.is_empty() {
             return Ok(());
         }
+        let mut frame = 0usize;
         for op in ops {
-            match op {
-                BatchOp::Put { key, value, .. } => check_sizes(key, value.len())?,
-                BatchOp::Remove { key } => check_sizes(key, 0)?,
-            }
+            let vlen = match op {
+                BatchOp::Put { value, .. } => value.len(),
+                BatchOp::Remove { .. } => 0,
+            };
+            check_sizes(op.key(), vlen)?;
+            frame = frame.saturating_add(MAX_HEADER_LEN + op.key().len() + vlen);
+        }
+        if frame > MAX_BATCH_BYTES {
+            return Err(Error::TooLarge(format!(
+                "a batch of {frame} bytes of records (limit {MAX_BATCH_BYTES}, as large as \
+                 the largest single record: split it)"
+            )));
         }
         let hashed: Vec<(usize, u32)> = ops.iter().map(|op| inner.hash(op.key())).collect();
         let mut ids: Vec<usize> = hashed.iter().map(|h| h.0).collect();
@@ -4132,13 +4209,45 @@ impl Store for DiskHash {
     fn optimize(&self, params: &str) -> Result<()> {
         self.inner.check_writable()?;
         let p = Params::parse(params)?;
-        if p.sync()?.is_some() {
-            return Err(Error::InvalidParam(
-                "`sync` cannot be changed by optimize; reopen with the new mode".into(),
-            ));
+        p.allow_only("the hash database (.kh)", PARAMS)?;
+        // Only what optimize applies to the database is taken (README: nothing is ignored).
+        for (k, _) in p.items() {
+            match k.as_str() {
+                "compress" | "bnum" => {}
+                "lanes" => {
+                    return Err(Error::InvalidParam(
+                        "`lanes` cannot be changed by optimize: it is fixed when the database is \
+                         created (export the records and import them into a new database \
+                         created with the lanes wanted)"
+                            .into(),
+                    ))
+                }
+                other => {
+                    return Err(Error::InvalidParam(format!(
+                        "`{other}` cannot be changed by optimize: it tunes one open, not the \
+                         database; give it when opening (`PATH.kh#{other}=…`)"
+                    )))
+                }
+            }
         }
         let newcfg = Config::from_params(&p, Some(&self.inner.cfg.lock()))?;
-        let recode = match p.compression()? {
+        let comp = p.compression()?;
+        // The choice is stored first: it holds for later writes and opens, whatever the
+        // rewrite below finds.
+        {
+            let mut st = self.stored.lock();
+            if let Some(mut s) = *st {
+                s.compress = comp.unwrap_or(s.compress);
+                if p.size("bnum")?.is_some() {
+                    s.bnum = newcfg.bnum;
+                }
+                if Some(s) != *st {
+                    crate::meta::write(&*self.inner.vfs, &self.inner.dir, &s.descriptor())?;
+                    *st = Some(s);
+                }
+            }
+        }
+        let recode = match comp {
             Some(c) => {
                 let changed = c as u8 != self.inner.compression.load(Ordering::Relaxed);
                 self.inner.compression.store(c as u8, Ordering::Relaxed);
@@ -4217,7 +4326,17 @@ impl Store for DiskHash {
                 dest.display()
             )));
         }
-        std::fs::create_dir_all(dest)?;
+        match std::fs::create_dir(dest) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e.into()),
+            _ => {}
+        }
+        // The copy is the same database: the same stored parameters (written last).
+        let stored = self.stored.lock().unwrap_or(stored::Stored {
+            lanes: inner.lanes,
+            compress: Compression::from_code(inner.compression.load(Ordering::Relaxed))
+                .unwrap_or(Compression::None),
+            bnum: inner.cfg.lock().bnum,
+        });
         // Where each lane ends, then the index: the copy replays its logs from these positions.
         let replay = inner.lane_positions(false);
         let shards = inner.snapshot_shards();
@@ -4268,18 +4387,15 @@ impl Store for DiskHash {
             },
             || Ok(()),
         )?;
-        Ok(())
+        // Last: a copy cut short is never marked as a database.
+        crate::meta::write(&OsVfs, dest, &stored.descriptor())
     }
 
     fn check(&self) -> Result<CheckReport> {
         let inner = &self.inner;
         inner.check_open()?;
         let _m = inner.maint.lock();
-        if !inner.readonly {
-            for t in inner.tails.iter() {
-                inner.flush(&mut t.0.lock())?;
-            }
-        }
+        inner.flush_all()?;
         inner.audit()
     }
 
@@ -4287,26 +4403,47 @@ impl Store for DiskHash {
         Kind::DiskHash
     }
 
+    fn for_each_record(&self, f: &mut crate::store::RecordVisitor<'_>) -> Result<u64> {
+        self.each_live(f)
+    }
+
+    /// The path; what the database stores (`stored.*`, see `stored`); what this open chose
+    /// (`open.*`: its parameters, or the stored value it took, or the default); `segments`.
     fn describe(&self) -> Vec<(String, String)> {
         let c = self.inner.cfg.lock().clone();
         let comp = Compression::from_code(self.inner.compression.load(Ordering::Relaxed))
             .unwrap_or(Compression::None);
-        vec![
-            ("path".into(), self.inner.dir.display().to_string()),
-            ("bnum".into(), c.bnum.to_string()),
-            ("sync".into(), c.sync.describe()),
-            ("compress".into(), comp.name().into()),
-            ("segsiz".into(), c.segsiz.to_string()),
-            ("bufsiz".into(), c.bufsiz.to_string()),
-            ("msiz".into(), c.msiz.to_string()),
-            ("compact".into(), c.compact.to_string()),
-            ("ckptsiz".into(), c.ckptsiz.to_string()),
-            ("lanes".into(), self.inner.lanes.to_string()),
+        let mut v: Vec<(String, String)> =
+            vec![("path".into(), self.inner.dir.display().to_string())];
+        match *self.stored.lock() {
+            Some(s) => v.extend([
+                ("stored.lanes".into(), s.lanes.to_string()),
+                ("stored.compress".into(), s.compress.name().into()),
+                ("stored.bnum".into(), s.bnum.to_string()),
+            ]),
+            None => v.push((
+                "stored".into(),
+                format!(
+                    "none (a database made before {}; written at its next writable open)",
+                    crate::meta::META_NAME
+                ),
+            )),
+        }
+        v.extend([
+            ("open.sync".into(), c.sync.describe()),
+            ("open.compress".into(), comp.name().into()),
+            ("open.bnum".into(), c.bnum.to_string()),
+            ("open.segsiz".into(), c.segsiz.to_string()),
+            ("open.bufsiz".into(), c.bufsiz.to_string()),
+            ("open.msiz".into(), c.msiz.to_string()),
+            ("open.compact".into(), c.compact.to_string()),
+            ("open.ckptsiz".into(), c.ckptsiz.to_string()),
             (
                 "segments".into(),
                 self.inner.segs.load().segs.len().to_string(),
             ),
-        ]
+        ]);
+        v
     }
 
     fn close(&self) -> Result<()> {

@@ -7,10 +7,10 @@
 //! keeps any older version of its key dead. Its cursor then copies the live records, in log
 //! order, into a database created for them. The source is never written.
 
-use super::{lock_database, DiskHash, Mode};
+use super::DiskHash;
 use crate::error::{Error, Result};
 use crate::io::Vfs;
-use crate::name::Params;
+use crate::name::{OpenMode, Params};
 use crate::store::{BatchOp, RepairReport, Store};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -53,16 +53,33 @@ impl DiskHash {
                 format!("{}: no such database", src.display()),
             )));
         }
-        let from =
-            DiskHash::open_locked(src, &Params::default(), vfs.clone(), Mode::Salvage, held)?;
-        let mut params = params.clone();
-        if !params.items().iter().any(|(k, _)| k == "lanes") {
-            let mut s = format!("lanes={}", from.inner.lanes);
-            for (k, v) in params.items() {
-                s.push_str(&format!("#{k}={v}"));
-            }
-            params = Params::parse(&s)?;
+        let from = DiskHash::open_full(
+            src,
+            &Params::default(),
+            vfs.clone(),
+            OpenMode::ReadOnly,
+            true,
+            held,
+        )?;
+        // What the source stores about itself, unless `params` say otherwise.
+        let mut given: Vec<String> = params
+            .items()
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let has = |k: &str| params.items().iter().any(|(x, _)| x == k);
+        if !has("lanes") {
+            given.push(format!("lanes={}", from.inner.lanes));
         }
+        if let Some(st) = from.stored() {
+            if !has("compress") {
+                given.push(format!("compress={}", st.compress.name()));
+            }
+            if !has("bnum") && st.bnum != 0 {
+                given.push(format!("bnum={}", st.bnum));
+            }
+        }
+        let params = Params::parse(&given.join("#"))?;
         let res = copy_live(&from, dst, &params, vfs.clone());
         if res.is_err() {
             // Ours, and incomplete.
@@ -87,7 +104,7 @@ impl DiskHash {
         params: &Params,
         vfs: Arc<dyn Vfs>,
     ) -> Result<(RepairReport, PathBuf)> {
-        let lock = lock_database(&*vfs, src)?;
+        let lock = crate::lock::take(&*vfs, src)?;
         let name = src
             .file_name()
             .ok_or_else(|| Error::InvalidName(format!("{}: not a database path", src.display())))?
@@ -120,7 +137,7 @@ impl DiskHash {
 
 /// Copy the live records of `from` into a new database at `dst`; the number copied.
 fn copy_live(from: &DiskHash, dst: &Path, params: &Params, vfs: Arc<dyn Vfs>) -> Result<u64> {
-    let to = DiskHash::open_mode(dst, params, vfs, Mode::Write)?;
+    let to = DiskHash::open_mode(dst, params, vfs, OpenMode::Create)?;
     let mut cur = from.cursor()?;
     let mut ops: Vec<BatchOp> = Vec::with_capacity(BATCH_RECORDS);
     let mut bytes = 0usize;

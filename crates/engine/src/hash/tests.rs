@@ -122,7 +122,7 @@ fn second_open_is_refused_and_lock_dies_with_handle() {
     let path = dir.path().join("l.kh");
     let db = DiskHash::open(&path, &Params::default()).unwrap();
     match DiskHash::open(&path, &Params::default()) {
-        Err(Error::Locked(_)) => {}
+        Err(Error::Locked { .. }) => {}
         other => panic!("expected Locked, got {:?}", other.err()),
     }
     drop(db);
@@ -997,7 +997,10 @@ fn lanes_are_fixed_at_creation() {
     assert!(matches!(e, Err(Error::InvalidParam(_))));
     let db = sim_open(&fs, "");
     assert_eq!(db.get(b"k").unwrap().unwrap().value, b"v");
-    assert!(db.describe().iter().any(|(k, v)| k == "lanes" && v == "2"));
+    assert!(db
+        .describe()
+        .iter()
+        .any(|(k, v)| k == "stored.lanes" && v == "2"));
 }
 
 #[test]
@@ -2195,4 +2198,25 @@ fn read_spinning_sees_whole_writes() {
         }
     });
     assert_eq!(*lock.read(), (4000, 4000));
+}
+
+/// A batch is one record on disk and is read back whole to verify its checksum: it may hold
+/// no more than the largest single record, and a larger one is refused before anything is
+/// written. (The values are never touched: `vec!` of zeros maps no memory until written.)
+#[test]
+fn a_batch_larger_than_the_largest_record_is_refused() {
+    let fs = SimVfs::new();
+    let db = sim_open(&fs, "sync=none");
+    let half = crate::store::MAX_VALUE_LEN / 2 + 1;
+    let ops: Vec<BatchOp> = (0..3u8)
+        .map(|i| BatchOp::Put {
+            key: vec![i],
+            value: vec![0u8; half],
+            flags: 0,
+            expires: 0,
+        })
+        .collect();
+    assert!(matches!(db.write_batch(&ops), Err(Error::TooLarge(_))));
+    assert_eq!(db.count(), 0);
+    db.write_batch(&ops[..0]).unwrap();
 }

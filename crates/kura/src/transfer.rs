@@ -1,0 +1,444 @@
+//! Records in and out as lines: `kura db import` / `export` (and `kura remote import`).
+//!
+//! An import reads its whole input once and checks every line before it writes the first
+//! record, so a malformed line never leaves an import half-done; input from stdin or a pipe is
+//! kept in an unlinked temporary file meanwhile (in `$TMPDIR`) and read again from there. Only
+//! a failure of the database itself (a full disk) can stop the writing part way; the message
+//! then says which lines were stored and that running the same import again finishes it.
+
+use crate::db::{stdout_err, Fail, Progress, Res};
+use kura_engine::tsv::{Format, TsvError};
+use kura_engine::{self as engine, BatchOp, Error, Store};
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, BufWriter, IsTerminal, Seek, Write};
+use std::path::{Path, PathBuf};
+
+/// The `--format` of import and export.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LineFormat {
+    /// Backslash escapes (\\ \t \n \r \xHH): any bytes, readable text.
+    #[default]
+    Escaped,
+    /// The bytes as they are, what `tchmgr list -pv` / `kchashmgr list -pv` write and
+    /// `tchmgr importtsv` / `kchashmgr import` read: no tab or newline in keys, no newline in
+    /// values.
+    Raw,
+    /// Hex byte pairs separated by spaces, what `list -pv -px` of both tools writes and
+    /// `kchashmgr import -sx` reads: any bytes.
+    Hex,
+}
+
+impl LineFormat {
+    pub fn engine(self) -> Format {
+        match self {
+            LineFormat::Escaped => Format::Escaped,
+            LineFormat::Raw => Format::Raw,
+            LineFormat::Hex => Format::Hex,
+        }
+    }
+}
+
+/// Where an import reads from.
+pub(crate) struct Input {
+    pub(crate) reader: Box<dyn BufRead>,
+    pub(crate) label: String,
+    pub(crate) size: Option<u64>,
+    /// A regular file that can be read again.
+    path: Option<PathBuf>,
+}
+
+impl Input {
+    pub(crate) fn open(file: Option<&Path>) -> Result<Input, Fail> {
+        Ok(match file {
+            Some(p) => {
+                let f = File::open(p)
+                    .map_err(|e| Fail::Err(format!("cannot read {}: {e}", p.display())))?;
+                let size = f.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
+                Input {
+                    reader: Box::new(BufReader::with_capacity(1 << 16, f)),
+                    label: p.display().to_string(),
+                    size,
+                    path: size.is_some().then(|| p.to_path_buf()),
+                }
+            }
+            None => Input {
+                reader: Box::new(BufReader::with_capacity(1 << 16, io::stdin())),
+                label: "<stdin>".into(),
+                size: None,
+                path: None,
+            },
+        })
+    }
+}
+
+/// Reads the records of an import, one line each (the LF removed); empty lines are skipped
+/// (a CR alone too, except in the raw format, where a CR is data).
+pub(crate) struct LineReader {
+    input: Input,
+    format: Format,
+    line: Vec<u8>,
+    /// The number of the last line read (from 1).
+    pub(crate) lineno: u64,
+    /// Bytes read so far (for the progress percentage).
+    pub(crate) read: u64,
+    /// Every line read is copied here (the spool of `checked`).
+    copy: Option<BufWriter<File>>,
+}
+
+impl LineReader {
+    pub(crate) fn new(input: Input, format: LineFormat) -> LineReader {
+        LineReader {
+            input,
+            format: format.engine(),
+            line: Vec::new(),
+            lineno: 0,
+            read: 0,
+            copy: None,
+        }
+    }
+
+    pub(crate) fn label(&self) -> &str {
+        &self.input.label
+    }
+
+    pub(crate) fn size(&self) -> Option<u64> {
+        self.input.size
+    }
+
+    /// The next record; `Ok(None)` at the end of the input; `Ok(Some(Err(msg)))` for a
+    /// malformed line (`lineno` names it); `Err` when the input cannot be read.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn next(&mut self) -> Result<Option<Result<(Vec<u8>, Vec<u8>), String>>, Fail> {
+        loop {
+            self.line.clear();
+            let n = self
+                .input
+                .reader
+                .read_until(b'\n', &mut self.line)
+                .map_err(|e| Fail::Err(format!("reading {}: {e}", self.input.label)))?;
+            if n == 0 {
+                return Ok(None);
+            }
+            if let Some(c) = &mut self.copy {
+                c.write_all(&self.line).map_err(spool_err)?;
+            }
+            self.lineno += 1;
+            self.read += n as u64;
+            let body = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
+            if body.is_empty() || (body == b"\r" && self.format != Format::Raw) {
+                continue;
+            }
+            return Ok(Some(
+                self.format
+                    .parse_line(body)
+                    .map_err(|e: TsvError| e.to_string())
+                    .and_then(|(k, v)| {
+                        engine::store::check_sizes(&k, v.len()).map_err(|e| e.to_string())?;
+                        Ok((k, v))
+                    }),
+            ));
+        }
+    }
+}
+
+fn spool_err(e: io::Error) -> Fail {
+    Fail::Err(format!(
+        "cannot keep a copy of the input in {} while it is checked: {e} (give the input as a \
+         file instead)",
+        std::env::temp_dir().display()
+    ))
+}
+
+/// An input whose every line was checked: read it again with `reader`.
+pub(crate) struct Checked {
+    input: Input,
+    format: LineFormat,
+    /// Records (lines holding one).
+    pub(crate) records: u64,
+}
+
+impl Checked {
+    pub(crate) fn reader(self) -> LineReader {
+        LineReader::new(self.input, self.format)
+    }
+}
+
+/// An unlinked file in the temporary directory (gone when closed).
+fn anonymous_file() -> io::Result<File> {
+    let dir = std::env::temp_dir();
+    for attempt in 0..100u32 {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let path = dir.join(format!(
+            ".kura-import-{}-{nanos}-{attempt}",
+            std::process::id()
+        ));
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(f) => {
+                std::fs::remove_file(&path)?;
+                return Ok(f);
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        "no free temporary name",
+    ))
+}
+
+/// Read all of `input`, checking every line; nothing is written to any database. Input that
+/// cannot be read twice (stdin, a pipe) is copied to an unlinked temporary file on the way.
+pub(crate) fn checked(input: Input, format: LineFormat) -> Result<Checked, Fail> {
+    let label = input.label.clone();
+    let size = input.size;
+    let path = input.path.clone();
+    let mut rd = LineReader::new(input, format);
+    if path.is_none() {
+        rd.copy = Some(BufWriter::with_capacity(
+            1 << 16,
+            anonymous_file().map_err(spool_err)?,
+        ));
+    }
+    let mut records = 0u64;
+    let mut progress = Progress::new("checked", true);
+    while let Some(parsed) = rd.next()? {
+        if let Err(msg) = parsed {
+            progress.finish(records, rd.read, size);
+            return Err(Fail::Err(format!(
+                "{label}: line {}: {msg}; nothing was imported (every line is checked before \
+                 the first record is written)",
+                rd.lineno
+            )));
+        }
+        records += 1;
+        if records & 1023 == 0 {
+            progress.tick(records, rd.read, size);
+        }
+    }
+    progress.finish(records, rd.read, size);
+    let input = match (path, rd.copy.take()) {
+        (Some(p), _) => Input::open(Some(&p))?,
+        (None, Some(copy)) => {
+            let mut f = copy.into_inner().map_err(|e| spool_err(e.into_error()))?;
+            f.rewind().map_err(spool_err)?;
+            Input {
+                reader: Box::new(BufReader::with_capacity(1 << 16, f)),
+                label,
+                size: Some(rd.read),
+                path: None,
+            }
+        }
+        (None, None) => unreachable!("an input without a path is copied"),
+    };
+    Ok(Checked {
+        input,
+        format,
+        records,
+    })
+}
+
+/// Records per `write_batch` of `import`.
+const BATCH_RECORDS: usize = 1000;
+/// Bytes of keys and values after which an `import` batch is written early.
+const BATCH_BYTES: usize = 16 << 20;
+
+/// A batch of puts for `import`: never holds the same key twice, so the outcome does not depend
+/// on how a kind orders operations within one batch.
+struct Batch {
+    ops: Vec<BatchOp>,
+    keys: HashSet<Vec<u8>>,
+    bytes: usize,
+    /// The line of its first record.
+    first_line: u64,
+}
+
+impl Batch {
+    fn flush(&mut self, db: &dyn Store) -> Result<u64, Error> {
+        if self.ops.is_empty() {
+            return Ok(0);
+        }
+        db.write_batch(&self.ops)?;
+        let n = self.ops.len() as u64;
+        self.ops.clear();
+        self.keys.clear();
+        self.bytes = 0;
+        Ok(n)
+    }
+}
+
+/// Store every record of a checked input, in batches (each atomic).
+pub(crate) fn import(db: &dyn Store, input: Checked) -> Res {
+    let total = input.records;
+    let mut rd = input.reader();
+    let label = rd.label().to_string();
+    let mut progress = Progress::new("imported", true);
+    let mut batch = Batch {
+        ops: Vec::with_capacity(BATCH_RECORDS),
+        keys: HashSet::with_capacity(BATCH_RECORDS),
+        bytes: 0,
+        first_line: 1,
+    };
+    let mut imported = 0u64;
+    // What a failure part way says: exactly what is stored, and how to finish.
+    let stopped = |imported: u64, first_line: u64, why: String| {
+        Fail::Err(format!(
+            "{label}: {why}; the records of the lines before line {first_line} ({imported} of \
+             {total}) are stored, none from there on. Running the same import again finishes \
+             it (records already stored are written again with the same values)"
+        ))
+    };
+    loop {
+        let parsed = rd.next()?;
+        let lineno = rd.lineno;
+        let (key, value) = match parsed {
+            None => break,
+            Some(Ok(kv)) => kv,
+            Some(Err(msg)) => {
+                // Only when the file changed after it was checked.
+                imported += batch
+                    .flush(db)
+                    .map_err(|e| stopped(imported, batch.first_line, format!("writing: {e}")))?;
+                return Err(stopped(
+                    imported,
+                    lineno,
+                    format!("line {lineno} changed after it was checked: {msg}"),
+                ));
+            }
+        };
+        if batch.keys.contains(&key) {
+            imported += batch
+                .flush(db)
+                .map_err(|e| stopped(imported, batch.first_line, format!("writing: {e}")))?;
+        }
+        if batch.ops.is_empty() {
+            batch.first_line = lineno;
+        }
+        batch.bytes += key.len() + value.len();
+        batch.keys.insert(key.clone());
+        batch.ops.push(BatchOp::Put {
+            key,
+            value,
+            flags: 0,
+            expires: 0,
+        });
+        if batch.ops.len() >= BATCH_RECORDS || batch.bytes >= BATCH_BYTES {
+            imported += batch
+                .flush(db)
+                .map_err(|e| stopped(imported, batch.first_line, format!("writing: {e}")))?;
+            progress.tick(imported, rd.read, rd.size());
+        }
+    }
+    imported += batch
+        .flush(db)
+        .map_err(|e| stopped(imported, batch.first_line, format!("writing: {e}")))?;
+    progress.finish(imported, rd.read, rd.size());
+    Ok(())
+}
+
+/// Bytes gathered before each write of `export`.
+const OUT_CHUNK: usize = 1 << 20;
+
+/// Write every record to FILE (through a temporary file renamed over it at the end, so a
+/// failed export leaves no partial FILE and the old one intact) or stdout.
+pub(crate) fn export(db: &dyn Store, file: Option<&Path>, format: LineFormat, name: &str) -> Res {
+    let format = format.engine();
+    let tmp = file.map(|p| {
+        let mut name = p.as_os_str().to_owned();
+        name.push(".kura-tmp");
+        PathBuf::from(name)
+    });
+    let label = file.map_or("stdout".to_string(), |p| p.display().to_string());
+    let mut out: File = match &tmp {
+        Some(t) => {
+            File::create(t).map_err(|e| Fail::Err(format!("cannot create {}: {e}", t.display())))?
+        }
+        None => {
+            use std::os::fd::AsFd;
+            // Straight to the descriptor: the records are gathered in chunks here already.
+            io::stdout()
+                .as_fd()
+                .try_clone_to_owned()
+                .map(File::from)
+                .map_err(|e| Fail::Err(format!("writing to stdout: {e}")))?
+        }
+    };
+    let to_stdout = file.is_none();
+    let out_err = |e: io::Error| {
+        if to_stdout {
+            stdout_err(e)
+        } else {
+            Fail::Err(format!("writing {label}: {e}"))
+        }
+    };
+    let result = (|| {
+        // No progress line when the records themselves go to the terminal.
+        let mut progress = Progress::new("exported", !(to_stdout && io::stdout().is_terminal()));
+        let total = db.count();
+        let mut buf = Vec::with_capacity(OUT_CHUNK + (64 << 10));
+        let mut n = 0u64;
+        let mut failed: Option<Fail> = None;
+        let damaged = db.for_each_record(&mut |key, value, _| {
+            if let Err(e) = format.write_line(&mut buf, key, value) {
+                failed = Some(Fail::Err(format!(
+                    "record `{}`: {e}; the export stops there ({n} records written{})",
+                    crate::db::show(key),
+                    if to_stdout { "" } else { ", none kept" }
+                )));
+                return Ok(false);
+            }
+            n += 1;
+            if buf.len() >= OUT_CHUNK {
+                if let Err(e) = out.write_all(&buf) {
+                    failed = Some(out_err(e));
+                    return Ok(false);
+                }
+                buf.clear();
+                progress.tick(n, n, Some(total));
+            }
+            Ok(true)
+        })?;
+        if let Some(f) = failed {
+            return Err(f);
+        }
+        out.write_all(&buf).map_err(out_err)?;
+        progress.finish(n, n, Some(total));
+        Ok(damaged)
+    })();
+    // Records passed over as damaged leave the export complete otherwise: it is kept, and the
+    // command ends with a note and status 1.
+    let damaged = *result.as_ref().unwrap_or(&0);
+    let result = result.map(|_| ());
+    let done = match (result, file, tmp) {
+        (Ok(()), Some(p), Some(t)) => {
+            // Durable, like the database, then in place.
+            out.sync_all().map_err(out_err)?;
+            std::fs::rename(&t, p).map_err(|e| {
+                let _ = std::fs::remove_file(&t);
+                Fail::Err(format!("renaming {} to {}: {e}", t.display(), p.display()))
+            })?;
+            let dir = p
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| Fail::Err(format!("syncing {}: {e}", dir.display())))
+        }
+        (Err(e), _, Some(t)) => {
+            let _ = std::fs::remove_file(&t);
+            Err(e)
+        }
+        (r, _, _) => r,
+    };
+    done?;
+    crate::db::damage_note(damaged, name)
+}
