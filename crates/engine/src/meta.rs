@@ -201,6 +201,8 @@ pub enum DirState {
     Empty,
     /// A database, with its descriptor.
     Database(Descriptor),
+    /// A descriptor that fails its checks (why): a database, damaged.
+    Damaged(String),
     /// A directory holding only the kind's own files and no descriptor: a database made before
     /// descriptors existed (adopted: it gets one at its first writable open).
     Unmarked,
@@ -222,10 +224,12 @@ pub fn inspect(vfs: &dyn Vfs, dir: &Path, own: &dyn Fn(&str) -> bool) -> Result<
         Err(e) => return Err(e.into()),
     };
     if names.iter().any(|n| n == META_NAME) {
-        return match read(vfs, dir)? {
-            Some(d) => Ok(DirState::Database(d)),
+        return match read(vfs, dir) {
+            Err(Error::Corrupt(m)) => Ok(DirState::Damaged(m)),
+            Err(e) => Err(e),
+            Ok(Some(d)) => Ok(DirState::Database(d)),
             // Removed between the listing and the read.
-            None => Err(Error::Io(std::io::Error::new(
+            Ok(None) => Err(Error::Io(std::io::Error::new(
                 std::io::ErrorKind::NotFound,
                 format!(
                     "{}: removed while being read",
@@ -373,14 +377,13 @@ mod tests {
         let dir = Path::new("/sim/x.kh");
         write(&fs, dir, &sample()).unwrap();
         assert!(fs.corrupt(&dir.join(META_NAME), 30, b"9"));
-        for r in [
-            read(&fs, dir).map(|_| ()),
-            inspect(&fs, dir, &|_| true).map(|_| ()),
-        ] {
-            match r {
-                Err(Error::Corrupt(m)) => assert!(m.contains("/sim/x.kh/kura.meta"), "{m}"),
-                other => panic!("expected Corrupt, got {other:?}"),
-            }
+        match read(&fs, dir) {
+            Err(Error::Corrupt(m)) => assert!(m.contains("/sim/x.kh/kura.meta"), "{m}"),
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+        match inspect(&fs, dir, &|_| true) {
+            Ok(DirState::Damaged(m)) => assert!(m.contains("/sim/x.kh/kura.meta"), "{m}"),
+            other => panic!("expected Damaged, got {other:?}"),
         }
     }
 

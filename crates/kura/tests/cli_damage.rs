@@ -198,3 +198,44 @@ fn a_segment_cut_at_creation_is_not_damage() {
     status(&o, 0);
     assert!(!text(&o.stdout).contains("warning"), "{}", text(&o.stdout));
 }
+
+/// A damaged descriptor (`kura.meta`) loses no record but hides what the database stores
+/// (its compression): a writable open refuses, `check` reports it, reads work, and `repair`
+/// writes a new database with every record.
+#[test]
+fn a_damaged_descriptor_is_reported_and_repaired() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    status(&kura(d, &["db", "create", "m.kh#compress=lz4"]), 0);
+    for i in 0..50 {
+        let k = format!("k{i}");
+        status(&kura(d, &["db", "put", "m.kh", &k, &value(i)]), 0);
+    }
+    flip(&d.join("m.kh/kura.meta"), 20, 2);
+    let o = kura(d, &["db", "check", "m.kh"]);
+    status(&o, 1);
+    assert!(
+        text(&o.stdout).contains("damaged: kura.meta offset 0"),
+        "{}",
+        text(&o.stdout)
+    );
+    status(&kura(d, &["db", "put", "m.kh", "x", "y"]), 2);
+    let o = kura(d, &["db", "get", "m.kh", "k7"]);
+    status(&o, 0);
+    assert_eq!(text(&o.stdout), value(7));
+    let o = kura(d, &["db", "repair", "m.kh", "n.kh#compress=lz4"]);
+    status(&o, 0);
+    assert!(
+        text(&o.stdout).contains("kept: 50 records"),
+        "{}",
+        text(&o.stdout)
+    );
+    let o = kura(d, &["db", "inform", "n.kh"]);
+    status(&o, 0);
+    assert!(
+        text(&o.stdout).contains("stored.compress: lz4"),
+        "{}",
+        text(&o.stdout)
+    );
+    status(&kura(d, &["db", "check", "n.kh"]), 0);
+}

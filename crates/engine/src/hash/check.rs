@@ -8,7 +8,7 @@ use super::recover::{
 use super::scan;
 use super::segment::seg_file_name;
 use super::{decode_value, for_each_sub, Inner, CKPT_NAME, NSHARDS};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::store::CheckReport;
 
 impl Inner {
@@ -45,6 +45,10 @@ impl Inner {
         };
         if let Some(c) = &ckpt {
             rep.damage.extend(checkpoint_findings(c, &segs));
+        }
+        if let Err(Error::Corrupt(m)) = crate::meta::read(&*self.vfs, &self.dir) {
+            rep.damage
+                .push(super::meta_damage(&*self.vfs, &self.dir, m));
         }
         // Segment files whose header is not usable (a read-only open also serves those whose
         // records verify: they are in the table, with no lane of their own).

@@ -1059,8 +1059,13 @@ impl DiskHash {
             Some(l) => l,
             None => crate::lock::take(&*vfs, path)?,
         };
-        // Read under the lock: what the database stores decides what this open did not.
-        let desc = crate::meta::read(&*vfs, path)?;
+        // Read under the lock: what the database stores decides what this open did not. A
+        // damaged descriptor refuses a writable open; a read-only one goes on without it (its
+        // stored parameters unknown) and reports it.
+        let (desc, bad_meta) = match crate::meta::read(&*vfs, path) {
+            Err(Error::Corrupt(m)) if readonly => (None, Some(m)),
+            r => (r?, None),
+        };
         let had = match &desc {
             Some(d) => Some(stored::Stored::from_descriptor(d, path, MAX_LANES)?),
             None => None,
@@ -1089,6 +1094,12 @@ impl DiskHash {
             (true, true) => Mode::Salvage,
         };
         let inner = open_inner(path, cfg, compression, vfs, how, lock)?;
+        if let Some(m) = bad_meta {
+            inner
+                .findings
+                .lock()
+                .push(meta_damage(&*inner.vfs, path, m));
+        }
         // A new database, or one made before descriptors, stores this open's choices.
         let stored = match had {
             None if !readonly => {
@@ -1476,6 +1487,27 @@ fn open_inner(
     };
     inner.recover(bad)?;
     Ok(inner)
+}
+
+/// The finding of a database descriptor that fails its checks (`why`): no record is lost, but
+/// what the database stores about itself (its compression, its bnum hint) is unknown.
+fn meta_damage(vfs: &dyn Vfs, dir: &Path, why: String) -> crate::store::Damaged {
+    let name = crate::meta::META_NAME;
+    let len = vfs
+        .open(&dir.join(name), false)
+        .and_then(|f| f.len())
+        .unwrap_or(0);
+    crate::store::Damaged {
+        file: name.into(),
+        off: 0,
+        len,
+        lost: 0,
+        what: format!(
+            "the database descriptor is damaged ({why}): its stored parameters (compression, \
+             bnum) are unknown; `repair` writes a new one (give `#compress=` to the new \
+             database if it was compressed)"
+        ),
+    }
 }
 
 /// How a database is opened.

@@ -138,6 +138,10 @@ pub fn prepare(vfs: &dyn Vfs, path: &Path, mode: OpenMode) -> Result<Found> {
             meta::META_NAME
         ))),
         DirState::Unmarked | DirState::Database(_) => Ok(Found { created: false }),
+        // Only a read-only open goes on (and reports it): nothing else may guess what the
+        // database stores.
+        DirState::Damaged(_) if mode == OpenMode::ReadOnly => Ok(Found { created: false }),
+        DirState::Damaged(m) => Err(Error::Corrupt(m)),
     }
 }
 
@@ -522,10 +526,11 @@ mod tests {
         assert_eq!(records(&os(&dir, "", OpenMode::ReadOnly).unwrap()), want);
     }
 
-    /// A damaged descriptor is `Corrupt` naming the file in every mode, and stays as it was:
-    /// never replaced by a fresh one.
+    /// A damaged descriptor is `Corrupt` naming the file for every writable open, and stays as
+    /// it was: never replaced by a fresh one. A read-only open goes on without it and reports
+    /// it as damage that loses no record.
     #[test]
-    fn a_damaged_descriptor_refuses_every_open_and_is_kept() {
+    fn a_damaged_descriptor_refuses_writable_opens_and_is_kept() {
         let fs = SimVfs::new();
         let db = sim(&fs, "compress=zstd", OpenMode::Create).unwrap();
         db.put(b"k", b"v").unwrap();
@@ -539,12 +544,19 @@ mod tests {
             b
         };
         let damaged = read_all();
-        for mode in [OpenMode::Create, OpenMode::Existing, OpenMode::ReadOnly] {
+        for mode in [OpenMode::Create, OpenMode::Existing] {
             match sim(&fs, "", mode) {
                 Err(Error::Corrupt(m)) => assert!(m.contains("/sim/db.kh/kura.meta"), "{m}"),
                 other => panic!("{mode:?}: {:?}", other.err()),
             }
         }
+        let ro = sim(&fs, "", OpenMode::ReadOnly).unwrap();
+        assert_eq!(ro.get(b"k").unwrap().unwrap().value, b"v");
+        assert_eq!(ro.stored(), None);
+        let rep = ro.check().unwrap();
+        assert_eq!(rep.damage.len(), 1, "{rep:?}");
+        assert_eq!((rep.damage[0].file.as_str(), rep.lost()), ("kura.meta", 0));
+        drop(ro);
         assert_eq!(read_all(), damaged);
     }
 
