@@ -1083,7 +1083,7 @@ mod tests {
     fn retrieval_and_others() {
         let (r, _) = one(b"gets a bb ccc\r\n");
         match r {
-            Request::Get { keys, cas } => {
+            Request::Get { keys, cas, .. } => {
                 assert!(cas);
                 assert_eq!(
                     keys.iter().collect::<Vec<_>>(),
@@ -1138,12 +1138,12 @@ mod tests {
                 noreply: false
             }
         ));
-        assert!(matches!(
-            one(b"stats items\r\n").0,
-            Request::Stats {
-                group: Some(b"items")
+        match one(b"stats detail  on\r\n").0 {
+            Request::Stats { args } => {
+                assert_eq!(args.iter().collect::<Vec<_>>(), [&b"detail"[..], b"on"])
             }
-        ));
+            other => panic!("{other:?}"),
+        }
         assert_eq!(one(b"version\r\n").0, Request::Version);
         assert_eq!(one(b"quit\r\n").0, Request::Quit);
         assert!(matches!(
@@ -1170,47 +1170,214 @@ mod tests {
         line.extend_from_slice(&long_key);
         line.extend_from_slice(b"\r\n");
         assert!(matches!(err(&line).kind, ErrorKind::Client(_)));
-        assert!(matches!(err(b"get a\x01b\r\n").kind, ErrorKind::Client(_)));
+        // Any byte but space and newline is a key byte, as in memcached.
+        assert!(matches!(
+            one(b"get a\x01b\x7f\r\n").0,
+            Request::Get { keys, .. } if keys.iter().next() == Some(&b"a\x01b\x7f"[..])
+        ));
         assert!(matches!(err(b"incr k x\r\n").kind, ErrorKind::Client(_)));
         assert!(matches!(
             err(b"set k x 0 1\r\na\r\n").kind,
             ErrorKind::Client(_)
         ));
-        // Too large: the whole block is skipped, even before it arrived.
+        // noreply silences the error, and the block is not skipped (memcached reads it as a
+        // command).
+        let e = err(b"set k x 0 1 noreply\r\na\r\n");
+        assert_eq!((e.noreply, e.consumed), (true, 21));
+        let mut out = Vec::new();
+        e.encode(&mut out);
+        assert!(out.is_empty());
+        // Too large: the whole block is skipped, even before it arrived; a set names its key.
         let e = err(b"set k 0 0 2000000\r\n");
         assert_eq!(
             (e.kind.clone(), e.consumed, e.close),
             (ErrorKind::TooLarge, 19 + 2_000_002, false)
         );
-        // A length field memcached cannot hold (above INT_MAX - 2, or negative): an error of
-        // the line alone, nothing skipped, as memcached does.
-        for line in [
-            &b"set k 0 0 4294967296\r\n"[..],
-            b"set k 0 0 2147483646\r\n",
-            b"cas k 0 0 -1 5\r\n",
-        ] {
+        assert_eq!(
+            e.unlink,
+            Some(Unlink {
+                start: 4,
+                len: 1,
+                base64: false
+            })
+        );
+        assert_eq!(err(b"add k 0 0 2000000\r\n").unlink, None);
+        // The limit counts the item as memcached does.
+        let at = |n: usize| format!("set k 0 0 {n}\r\n{}\r\n", "v".repeat(n));
+        assert!(decode(at(1_048_516).as_bytes(), &lim()).is_ok());
+        assert_eq!(err(at(1_048_517).as_bytes()).kind, ErrorKind::TooLarge);
+        // Numbers as C reads them: flags and lengths truncated to 32 bits.
+        assert!(matches!(
+            one(b"set k 4294967297 4294967296 1\r\nx\r\n").0,
+            Request::Store {
+                flags: 1,
+                exptime: 0,
+                ..
+            }
+        ));
+        for line in [&b"set k 0 0 2147483646\r\n"[..], b"cas k 0 0 -1 5\r\n"] {
             let e = err(line);
             assert_eq!(
                 (e.kind, e.consumed),
                 (ErrorKind::Client("bad command line format"), line.len())
             );
         }
-        let e = err(b"ms k 4294967296\r\n");
-        assert_eq!(
-            (e.kind, e.consumed),
-            (ErrorKind::Client("bad data chunk"), 17)
-        );
         assert_eq!(err(b"set k 0 0 2147483645\r\n").kind, ErrorKind::TooLarge);
-        // Bad data chunk: the line and the announced bytes are consumed.
+        // Bad data chunk: the line, the announced bytes and two more are consumed.
         let e = err(b"set k 0 0 1\r\nabc\r\n");
-        assert_eq!((e.kind, e.consumed), (ErrorKind::BadDataChunk, 14));
-        // A line that never ends: close.
+        assert_eq!((e.kind, e.consumed), (ErrorKind::BadDataChunk, 16));
+        // A line that never ends: hang up without a word.
         let e = decode(&[b'a'; 4096], &lim()).unwrap_err();
-        assert!(e.close);
+        assert!(e.close && e.kind == ErrorKind::Hangup);
         assert_eq!(decode(&[b'a'; 100], &lim()), Ok(Decoded::Incomplete));
+        // A line that looks like HTTP: hang up.
+        assert_eq!(err(b"GET / HTTP/1.0\r\n").kind, ErrorKind::Hangup);
+        assert_eq!(err(b"DELETE HTTP/1.1\r\n").kind, ErrorKind::Hangup);
         let mut out = Vec::new();
         err(b"set k 0 0 2000000\r\n").encode(&mut out);
         assert_eq!(out, b"SERVER_ERROR object too large for cache\r\n");
+    }
+
+    #[test]
+    fn c_numbers() {
+        assert_eq!(c_strtoull(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(c_strtoull(b"18446744073709551616"), None);
+        assert_eq!(c_strtoull(b"-0"), Some(0));
+        assert_eq!(c_strtoull(b"-1"), None);
+        assert_eq!(c_strtoull(b"+7"), Some(7));
+        assert_eq!(c_strtoull(b"7x"), None);
+        assert_eq!(c_strtoull(b""), None);
+        assert_eq!(c_strtoul32(b"4294967296"), Some(0));
+        assert_eq!(c_strtol32(b"-5"), Some(-5));
+        assert_eq!(c_strtol32(b"4294967296"), Some(0));
+        assert_eq!(c_strtol32(b"9223372036854775808"), None);
+    }
+
+    /// Drive a stream as the connection loop does: first line by [`decode`], then the pieces
+    /// of a long retrieval line by [`decode_continued`]. The keys seen, whether an END is due
+    /// after each request, and the errors.
+    fn stream(input: &[u8], cut: usize) -> (Vec<Vec<u8>>, Vec<bool>, Vec<ErrorKind>) {
+        let (mut keys, mut ends, mut errs) = (Vec::new(), Vec::new(), Vec::new());
+        let mut buf: Vec<u8> = Vec::new();
+        let mut more = None;
+        let mut discard = false;
+        let mut fed = 0;
+        loop {
+            if fed < input.len() {
+                let n = cut.min(input.len() - fed);
+                buf.extend_from_slice(&input[fed..fed + n]);
+                fed += n;
+            }
+            if discard {
+                match buf.iter().position(|&b| b == b'\n') {
+                    Some(nl) => {
+                        buf.drain(..=nl);
+                        discard = false;
+                    }
+                    None => buf.clear(),
+                }
+            }
+            loop {
+                let r = match more {
+                    Some(l) => decode_continued(&buf, &lim(), l),
+                    None => decode(&buf, &lim()),
+                };
+                match r {
+                    Ok(Decoded::Complete { request, consumed }) => {
+                        more = continues(&request);
+                        if let Request::Get {
+                            keys: k, more: m, ..
+                        } = &request
+                        {
+                            keys.extend(k.iter().map(|k| k.to_vec()));
+                            ends.push(!m);
+                        }
+                        buf.drain(..consumed);
+                    }
+                    Ok(Decoded::Incomplete) => break,
+                    Err(e) => {
+                        more = None;
+                        errs.push(e.kind);
+                        buf.drain(..e.consumed.min(buf.len()));
+                        if e.discard_line {
+                            match buf.iter().position(|&b| b == b'\n') {
+                                Some(nl) => {
+                                    buf.drain(..=nl);
+                                }
+                                None => {
+                                    buf.clear();
+                                    discard = true;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            if fed == input.len() {
+                return (keys, ends, errs);
+            }
+        }
+    }
+
+    /// A get of 18,000 keys (a 128 KiB line) is served key by key in pieces of at most 2 KiB,
+    /// however it arrives; other lines keep the 2 KiB limit.
+    #[test]
+    fn long_retrieval_lines_are_taken_in_pieces() {
+        let mut line = b"gets".to_vec();
+        let want: Vec<Vec<u8>> = (0..18_000)
+            .map(|i| format!("key{i}").into_bytes())
+            .collect();
+        for k in &want {
+            line.push(b' ');
+            line.extend_from_slice(k);
+        }
+        line.extend_from_slice(b"\r\nget tail\r\n");
+        for cut in [1, 7, 100, 2047, 2048, 5000, 1 << 20] {
+            let (keys, ends, errs) = stream(&line, cut);
+            assert!(errs.is_empty(), "cut {cut}: {errs:?}");
+            assert_eq!(keys.len(), 18_001, "cut {cut}");
+            assert_eq!(&keys[..18_000], &want[..], "cut {cut}");
+            assert_eq!(keys[18_000], b"tail");
+            // END after the last piece of each line only.
+            assert_eq!(ends.iter().filter(|e| **e).count(), 2, "cut {cut}");
+            assert!(ends.len() > 60, "pieces of at most 2 KiB: {}", ends.len());
+        }
+        // A bad key in a long line: the error, the rest of the line skipped, the next served.
+        let mut bad = b"get ".to_vec();
+        bad.extend(b"a ".repeat(1500));
+        bad.extend([b'x'; 300]);
+        bad.extend(b" b b\r\nget c\r\n");
+        for cut in [1, 64, 1 << 20] {
+            let (keys, _, errs) = stream(&bad, cut);
+            assert_eq!(
+                errs,
+                [ErrorKind::Client("bad command line format")],
+                "cut {cut}"
+            );
+            assert_eq!(keys.last().map(Vec::as_slice), Some(&b"c"[..]));
+            assert!(!keys.iter().any(|k| k == b"b"), "cut {cut}");
+        }
+        // gat: the exptime is carried into every piece.
+        let mut gat = b"gat 100".to_vec();
+        gat.extend(b" k".repeat(2000));
+        gat.extend(b"\r\n");
+        let r = decode(&gat, &lim()).unwrap();
+        assert!(matches!(
+            r,
+            Decoded::Complete {
+                request: Request::Gat {
+                    exptime: 100,
+                    more: true,
+                    ..
+                },
+                ..
+            }
+        ));
+        // Not a retrieval command: hang up.
+        let mut set = b"set ".to_vec();
+        set.extend([b'k'; 3000]);
+        set.extend(b" 0 0 1\r\n");
+        assert_eq!(err(&set).kind, ErrorKind::Hangup);
     }
 
     #[test]
@@ -1283,7 +1450,7 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert!(matches!(err(b"mg\r\n").kind, ErrorKind::Client(_)));
+        assert_eq!(err(b"mg\r\n").kind, ErrorKind::UnknownCommand);
         assert_eq!(err(b"ms k 2000000\r\n").kind, ErrorKind::TooLarge);
         assert_eq!(decode(b"ms k 3\r\nab", &lim()), Ok(Decoded::Incomplete));
     }

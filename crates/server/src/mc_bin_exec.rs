@@ -188,20 +188,20 @@ fn run(
                 Appended::NotStored => fail(out, status::NOT_STORED),
             }
         }
-        op::DELETE | op::DELETEQ => match {
+        op::DELETE | op::DELETEQ => {
             shared.detail.record(req.key, Did::Delete);
-            store.out_if(req.key, req.cas)?
-        } {
-            Outcome::Deleted => {
-                shared.delete_hits.add(1);
-                ok(out, 0)
+            match store.out_if(req.key, req.cas)? {
+                Outcome::Deleted => {
+                    shared.delete_hits.add(1);
+                    ok(out, 0)
+                }
+                Outcome::VersionMismatch => fail(out, status::KEY_EXISTS),
+                _ => {
+                    shared.delete_misses.add(1);
+                    fail(out, status::KEY_NOT_FOUND)
+                }
             }
-            Outcome::VersionMismatch => fail(out, status::KEY_EXISTS),
-            _ => {
-                shared.delete_misses.add(1);
-                fail(out, status::KEY_NOT_FOUND)
-            }
-        },
+        }
         op::INCREMENT | op::INCREMENTQ | op::DECREMENT | op::DECREMENTQ => {
             let decr = matches!(opc, op::DECREMENT | op::DECREMENTQ);
             let Some((delta, initial, exp)) = req.arith_extras() else {
@@ -494,11 +494,9 @@ mod tests {
         assert_eq!((&gatk.5[..], &gatk.6[..]), (&b"k"[..], &b"val"[..]));
         assert_eq!(by(5).expect("TOUCH hit").1, status::OK);
         assert_eq!(by(6).expect("TOUCH miss").1, status::KEY_NOT_FOUND);
-        assert_eq!(
-            by(7).expect("GAT without extras").1,
-            status::INVALID_ARGUMENTS
-        );
-        assert_eq!(by(8).expect("VERBOSITY").1, status::OK);
+        // A GAT without extras is malformed: the decoder refuses it and the connection ends
+        // there (memcached closes it), so nothing after it is answered.
+        assert!(by(7).is_none() && by(8).is_none());
         // As memcached counts them: GATs and TOUCHes are touches, not gets.
         assert_eq!(
             (
@@ -506,7 +504,7 @@ mod tests {
                 sh.touch_hits.get(),
                 sh.touch_misses.get()
             ),
-            (6, 3, 2)
+            (5, 3, 2)
         );
         assert_eq!((sh.cmd_get.get(), sh.get_hits.get()), (0, 0));
         // A touch to a time in the past (an absolute time, over 30 days) expires the item.
@@ -585,8 +583,6 @@ mod tests {
                 (6, status::NOT_STORED),
                 (7, status::OK),
                 (8, status::KEY_NOT_FOUND),
-                (9, status::UNKNOWN_COMMAND),
-                (10, status::INVALID_ARGUMENTS),
             ]
         );
         // incr: created with the initial value, then incremented; all-ones expiry: not found.

@@ -955,7 +955,8 @@ pub(crate) mod tests {
         ] {
             assert!(r.contains(field), "{field} missing: {r}");
         }
-        assert!(r.contains("END\r\nEND\r\nVERSION "), "{r}");
+        assert!(r.contains("STAT items:1:number 1\r\n"), "{r}");
+        assert!(r.contains("END\r\nVERSION 1.6.21\r\n"), "{r}");
         assert!(r.ends_with("OK\r\n"));
         let r = session(&*db, &sh, b"stats reset\r\nget a\r\nstats\r\n", 10);
         assert!(r.starts_with("RESET\r\nVALUE a 0 1\r\nx\r\nEND\r\n"), "{r}");
