@@ -784,7 +784,7 @@ fn long_line<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<Request<'a>>,
         let skip = after.iter().take_while(|&&b| b == b' ').count();
         let exp = after[skip..].split(|&b| b == b' ').next().unwrap_or(b"");
         let Some(e) = c_strtol32(exp).filter(|_| skip + exp.len() < after.len()) else {
-            let mut e = DecodeError::new(ErrorKind::Client("invalid exptime argument"), 0);
+            let mut e = DecodeError::new(ErrorKind::Client("invalid exptime argument"), 1);
             e.discard_line = true;
             return Err(e);
         };
@@ -845,7 +845,8 @@ fn piece<'a>(
     let partial = &region[end..];
     let partial = partial.strip_prefix(b" ").unwrap_or(partial);
     if keys.iter().any(|k| k.len() > limits.max_key) || partial.len() > limits.max_key {
-        let mut e = DecodeError::new(ErrorKind::Client("bad command line format"), 0);
+        // No newline in the window: one byte, then through the newline, is the rest of the line.
+        let mut e = DecodeError::new(ErrorKind::Client("bad command line format"), 1);
         e.discard_line = true;
         return Err(e);
     }
@@ -1429,6 +1430,48 @@ mod tests {
                 Ok(Decoded::Complete { consumed, .. }) => prop_assert!(consumed >= 1 && consumed <= buf.len()),
                 Ok(Decoded::Incomplete) => {}
                 Err(e) => prop_assert!(e.consumed >= 1),
+            }
+        }
+
+        /// With a short line limit, long lines and their pieces never panic, and every step
+        /// makes progress.
+        #[test]
+        fn long_lines_never_panic(
+            body in proptest::collection::vec(prop_oneof![Just(b' '), Just(b'k'), Just(b'\n'), any::<u8>()], 0..400),
+            cmd in prop_oneof![Just(&b"get "[..]), Just(&b"gats 5 "[..]), Just(&b"set "[..]), Just(&b""[..])],
+        ) {
+            let limits = Limits { max_line: 32, max_key: 10, max_item: 1 << 20 };
+            let mut buf = cmd.to_vec();
+            buf.extend_from_slice(&body);
+            let mut pos = 0;
+            let mut more = None;
+            while pos < buf.len() {
+                let r = match more {
+                    Some(l) => decode_continued(&buf[pos..], &limits, l),
+                    None => decode(&buf[pos..], &limits),
+                };
+                match r {
+                    Ok(Decoded::Complete { request, consumed }) => {
+                        prop_assert!(consumed >= 1 && pos + consumed <= buf.len());
+                        more = continues(&request);
+                        pos += consumed;
+                    }
+                    Ok(Decoded::Incomplete) => break,
+                    Err(e) => {
+                        prop_assert!(e.consumed >= 1);
+                        if e.close {
+                            break;
+                        }
+                        more = None;
+                        pos += e.consumed;
+                        if e.discard_line {
+                            match buf[pos.min(buf.len())..].iter().position(|&b| b == b'\n') {
+                                Some(nl) => pos += nl + 1,
+                                None => break,
+                            }
+                        }
+                    }
+                }
             }
         }
 
