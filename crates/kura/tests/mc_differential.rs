@@ -387,6 +387,9 @@ fn bin_packet(spec: &str) -> Result<Piece, String> {
 /// opaque, so that no reply of a case can be taken for it.
 const TEXT_SYNC: &[u8] = b"mg __sync__ k O5ea17e57\r\n";
 const TEXT_SYNC_REPLY: &[u8] = b"EN k__sync__ O5ea17e57\r\n";
+/// How long a step may take before its replies are taken as they are (marked `<timeout>`).
+const STEP_LIMIT: Duration = Duration::from_secs(10);
+
 /// The binary no-op's opaque (its answer ends a step).
 const BIN_SYNC_OPAQUE: u32 = 0x5EA1_7E57;
 
@@ -534,18 +537,20 @@ fn run_case(addr: &str, case: &Case, how: Delivery) -> Transcript {
         }
         let mut got = Vec::new();
         if let Some(end) = until {
-            closed = read_until(&mut s, &mut got, Some(end), Duration::from_secs(2));
+            closed = read_until(&mut s, &mut got, Some(end), STEP_LIMIT);
             if closed {
                 got.extend_from_slice(b"<closed>");
             }
         } else if eof {
             let _ = s.shutdown(std::net::Shutdown::Write);
-            read_until(&mut s, &mut got, None, Duration::from_secs(5));
+            read_until(&mut s, &mut got, None, STEP_LIMIT);
             got.extend_from_slice(b"<eof>");
             closed = true;
         } else {
             let _ = sent_ok && s.write_all(&sync).is_ok();
-            closed = read_until(&mut s, &mut got, Some(&sync_reply), Duration::from_secs(1));
+            // No case waits for this: it only bounds a server that stopped answering (a
+            // loaded machine may be slow, so it is generous).
+            closed = read_until(&mut s, &mut got, Some(&sync_reply), STEP_LIMIT);
             if got.ends_with(&sync_reply) {
                 got.truncate(got.len() - sync_reply.len());
             }
