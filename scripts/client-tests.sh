@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Client libraries and conformance tools written by others, against the real `kura serve`
 # (debug build): pymemcache, pylibmc (libmemcached), python-binary-memcached (pytest, in a
-# local virtual environment .venv), Perl Cache::Memcached and libmemcached's memccapable
-# (Debian packages, installed when missing).
+# local virtual environment .venv, on a `.kh`), Perl Cache::Memcached, libmemcached's
+# memccapable and memcdump (Debian packages, installed when missing; on `*` and on a `.kh`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,28 +45,48 @@ KURA="$PWD/target/debug/kura"
 
 KURA_BIN="$KURA" PYTHONPATH="$PWD/.venv/ported" .venv/bin/python -m pytest -q tests/clients
 
-# The tools below need a running server: start one on a free port, stop it at the end.
+# The tools below need a running server: one on `*`, then one on a `.kh`, each on a free
+# port, stopped at the end.
 work=$(mktemp -d)
-log="$work/serve.log"
-"$KURA" serve '*' --port 0 --threads 2 2>"$log" &
-pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$work"' EXIT
-for _ in $(seq 100); do
-    addr=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' "$log")
-    [ -n "$addr" ] && break
-    kill -0 "$pid" 2>/dev/null || { cat "$log"; exit 1; }
-    sleep 0.05
+pid=
+trap 'if [ -n "$pid" ]; then kill $pid 2>/dev/null; wait $pid 2>/dev/null; fi; rm -rf "$work"' EXIT
+for db in '*' "$work/tools.kh"; do
+    log="$work/serve.log"
+    : >"$log"
+    "$KURA" serve "$db" --port 0 --threads 2 2>"$log" &
+    pid=$!
+    addr=
+    for _ in $(seq 100); do
+        addr=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' "$log")
+        [ -n "$addr" ] && break
+        kill -0 "$pid" 2>/dev/null || { cat "$log"; exit 1; }
+        sleep 0.05
+    done
+    [ -n "$addr" ] || { echo "kura serve did not start"; cat "$log"; exit 1; }
+
+    perl tests/clients/perl/cache_memcached.pl "$addr"
+
+    out=$(memccapable -h "${addr%:*}" -p "${addr##*:}" -t 5 2>&1) || true
+    failed=$(printf '%s\n' "$out" | grep -c '\[FAIL\]' || true)
+    total=$(printf '%s\n' "$out" | grep -cE '\[(pass|FAIL)\]' || true)
+    if [ "$total" -eq 0 ] || [ "$failed" -ne 0 ]; then
+        printf '%s\n' "$out"
+        echo "memccapable: $((total - failed)) passed, $failed failed ($db)"
+        exit 1
+    fi
+    echo "memccapable: $total passed, 0 failed ($db)"
+
+    # memcdump (libmemcached-tools) lists the keys through `stats cachedump`.
+    printf 'set dump:a 0 0 1\r\nx\r\nset dump:b 0 0 1\r\ny\r\nquit\r\n' |
+        timeout 5 bash -c "exec 3<>/dev/tcp/${addr%:*}/${addr##*:}; cat >&3; cat <&3 >/dev/null"
+    keys=$(memcdump --servers="$addr" | grep -c '^dump:' || true)
+    if [ "$keys" -ne 2 ]; then
+        echo "memcdump: 0 passed, 1 failed ($db: $keys of 2 keys listed)"
+        exit 1
+    fi
+    echo "memcdump: 1 passed, 0 failed ($db)"
+
+    kill "$pid"
+    wait "$pid" || true
+    pid=
 done
-[ -n "$addr" ] || { echo "kura serve did not start"; cat "$log"; exit 1; }
-
-perl tests/clients/perl/cache_memcached.pl "$addr"
-
-out=$(memccapable -h "${addr%:*}" -p "${addr##*:}" -t 5 2>&1) || true
-failed=$(printf '%s\n' "$out" | grep -c '\[FAIL\]' || true)
-total=$(printf '%s\n' "$out" | grep -cE '\[(pass|FAIL)\]' || true)
-if [ "$total" -eq 0 ] || [ "$failed" -ne 0 ]; then
-    printf '%s\n' "$out"
-    echo "memccapable: $((total - failed)) passed, $failed failed"
-    exit 1
-fi
-echo "memccapable: $total passed, 0 failed"

@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
     let limits = Limits {
         max_line: 256,
         max_key: 250,
-        max_value: 4096,
+        max_item: 4096,
     };
     let mut input = data.to_vec();
     if let Some(b) = input.first_mut() {

@@ -30,7 +30,7 @@ fuzz_target!(|data: &[u8]| {
     let limits = Limits {
         max_line: 256,
         max_key: 250,
-        max_value: 4096,
+        max_item: 4096,
     };
     let (sel, rest) = data.split_first().map_or((0, data), |(b, r)| (*b, r));
     let mut input = PREFIXES[usize::from(sel) % PREFIXES.len()].to_vec();
@@ -42,7 +42,7 @@ fuzz_target!(|data: &[u8]| {
             Ok(Decoded::Complete { request, consumed }) => {
                 assert!(consumed >= 1 && pos + consumed <= input.len());
                 if let Request::Store { data: d, .. } = request {
-                    assert!(d.len() <= limits.max_value);
+                    assert!(d.len() <= limits.max_item);
                 }
                 pos += consumed;
                 if execute(&*store, &shared, &request, 1_000_000, &mut out) == Next::Close {

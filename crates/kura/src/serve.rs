@@ -24,7 +24,8 @@ pub struct ServeArgs {
     /// Port for every protocol (told apart by the first byte of a connection).
     #[arg(long, default_value_t = 1978)]
     port: u16,
-    /// An extra port, e.g. 11211 for memcached clients (same protocols as --port).
+    /// An extra port that serves the memcached protocols only (text and binary), e.g. 11211:
+    /// a line that looks like HTTP is hung up on there, as memcached does.
     #[arg(long)]
     memcached_port: Option<u16>,
     /// Worker threads, each with its own event loop (default: the number of cores).
@@ -364,6 +365,12 @@ pub fn run(a: ServeArgs) -> ExitCode {
         max_connections: a.max_connections,
         max_item_size: a.max_item_size as usize,
         idle_timeout: a.timeout.map(Duration::from_secs),
+        // The second listener, when there is one, is --memcached-port.
+        memcached_only: if a.memcached_port.is_some() {
+            vec![1]
+        } else {
+            Vec::new()
+        },
     };
     let port = listeners
         .first()
@@ -381,6 +388,8 @@ pub fn run(a: ServeArgs) -> ExitCode {
     shared.port = port;
     shared.threads = threads;
     shared.max_connections = a.max_connections;
+    shared.host = a.host.clone();
+    shared.idle_timeout = a.timeout.unwrap_or(0);
     shared.sid = a.sid.unwrap_or(u32::from(port).max(1));
     let shared = Arc::new(shared);
     let stop = Arc::new(AtomicBool::new(false));

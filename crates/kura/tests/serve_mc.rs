@@ -204,21 +204,21 @@ fn sigkill_while_writing_loses_no_acknowledged_write() {
 fn bad_input_gets_errors_and_the_server_keeps_serving() {
     let dir = tempfile::tempdir().unwrap();
     let srv = Server::start(dir.path(), "*");
-    // A line that never ends: error, then the connection is closed.
+    // A line that never ends: the connection is closed without a word, as memcached does.
     let mut a = srv.connect();
-    a.write_all(&vec![b'x'; 8 << 10]).unwrap();
+    let _ = a.write_all(&vec![b'x'; 8 << 10]);
     let mut got = String::new();
     let _ = a.read_to_string(&mut got);
-    assert!(got.starts_with("CLIENT_ERROR line too long"), "{got}");
-    // Garbage gets ERROR and the connection goes on; a length field of 2^32 is a malformed
-    // line (as in memcached: nothing is skipped, the next command is answered); a length
-    // within range but above the item size limit is refused and its block skipped as it
-    // arrives.
+    assert_eq!(got, "");
+    // Garbage gets ERROR and the connection goes on; a length field above INT_MAX - 2 is a
+    // malformed line (as in memcached: nothing is skipped, the next command is answered); a
+    // length within range but above the item size limit is refused and its block skipped as
+    // it arrives.
     let mut b = srv.connect();
     roundtrip(&mut b, b"\x01\x02\x03\r\n", "ERROR\r\n");
     roundtrip(
         &mut b,
-        b"set k 0 0 4294967296\r\nversion\r\n",
+        b"set k 0 0 2147483646\r\nversion\r\n",
         "CLIENT_ERROR bad command line format\r\nVERSION ",
     );
     let mut rest = String::new();
@@ -250,11 +250,7 @@ fn bad_input_gets_errors_and_the_server_keeps_serving() {
     }
     // Other clients are unaffected.
     let mut c = srv.connect();
-    roundtrip(
-        &mut c,
-        b"version\r\n",
-        &format!("VERSION 1.6.21-kura-{}\r\n", env!("CARGO_PKG_VERSION")),
-    );
+    roundtrip(&mut c, b"version\r\n", "VERSION 1.6.21\r\n");
 }
 
 fn rss_kb(pid: u32) -> u64 {
@@ -324,13 +320,13 @@ fn idle_floods_slow_clients_and_huge_lines_do_not_starve_others() {
         roundtrip(&mut c, b"get k\r\n", "VALUE k 0 1\r\nx\r\nEND\r\n");
     }
     roundtrip(&mut slow, b"\n", "STORED\r\n");
-    // 8 MB without a newline: an error, the connection is closed, the server goes on.
+    // 8 MB without a newline: the connection is closed, the server goes on.
     let mut big = srv.connect();
     let line = vec![b'a'; 8 << 20];
     let _ = big.write_all(&line); // the server may close before all of it is sent
     let mut got = String::new();
     let _ = big.read_to_string(&mut got);
-    assert!(got.starts_with("CLIENT_ERROR line too long"), "{got:?}");
+    assert_eq!(got, "");
     roundtrip(&mut c, b"get s\r\n", "VALUE s 0 2\r\nhi\r\nEND\r\n");
     assert!(rss_kb(srv.child.id()) < before + 128 * 1024, "memory grew");
     drop(idle);

@@ -9,6 +9,7 @@ pub mod http;
 pub mod kt_bin;
 pub mod kt_tsv;
 pub mod mc_bin;
+pub mod mc_num;
 pub mod mc_text;
 pub mod tt_bin;
 

@@ -139,9 +139,58 @@ pub struct DecodeError {
     /// Bytes to discard (may exceed what arrived: keep discarding as it comes).
     pub consumed: usize,
     pub close: bool,
+    /// A SET refused as too large: memcached removes the key's old value so that no reader
+    /// sees stale data. Where the key is in the buffer (start, length).
+    pub unlink: Option<(usize, usize)>,
+}
+
+/// The opcode with its quiet form mapped to the loud one (memcached treats them alike but
+/// for the replies).
+pub fn loud(opcode: u8) -> u8 {
+    match opcode {
+        op::SETQ => op::SET,
+        op::ADDQ => op::ADD,
+        op::REPLACEQ => op::REPLACE,
+        op::DELETEQ => op::DELETE,
+        op::INCREMENTQ => op::INCREMENT,
+        op::DECREMENTQ => op::DECREMENT,
+        op::QUITQ => op::QUIT,
+        op::FLUSHQ => op::FLUSH,
+        op::APPENDQ => op::APPEND,
+        op::PREPENDQ => op::PREPEND,
+        op::GETQ => op::GET,
+        op::GETKQ => op::GETK,
+        op::GATQ => op::GAT,
+        op::GATKQ => op::GATK,
+        o => o,
+    }
+}
+
+/// Whether memcached serves the opcode, and whether the key, extras and body lengths have the
+/// shape it requires of it (memcached 1.6.18's `dispatch_bin_command`). `None`: an opcode it
+/// does not serve (VERBOSITY among them: 1.6 answers it as unknown).
+fn well_formed(opcode: u8, klen: usize, elen: usize, blen: usize) -> Option<bool> {
+    Some(match loud(opcode) {
+        op::VERSION | op::NOOP | op::QUIT => elen == 0 && klen == 0 && blen == 0,
+        op::FLUSH => klen == 0 && blen == elen && (elen == 0 || elen == 4),
+        op::SET | op::ADD | op::REPLACE => elen == 8 && klen != 0 && blen >= klen + 8,
+        op::GET | op::GETK => elen == 0 && blen == klen && klen > 0,
+        op::DELETE => klen > 0 && elen == 0 && blen == klen,
+        op::INCREMENT | op::DECREMENT => klen > 0 && elen == 20 && blen == klen + elen,
+        op::APPEND | op::PREPEND => klen > 0 && elen == 0,
+        op::STAT => elen == 0,
+        op::TOUCH | op::GAT | op::GATK => elen == 4 && klen != 0,
+        _ => return None,
+    })
 }
 
 /// Decode one request from the start of `buf`.
+///
+/// As memcached: a header whose key and extras exceed its body, a key over 250 bytes or a
+/// body of the wrong shape for its opcode is answered "Invalid arguments" and the connection
+/// is closed; an opcode memcached does not serve is answered "Unknown command" and its body
+/// skipped; a value whose item would be over the size limit ([`crate::mc_text::item_size`])
+/// is answered "Too large." and skipped as it arrives.
 pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, DecodeError> {
     if buf.len() < HEADER_LEN {
         if !buf.is_empty() && buf[0] != REQ_MAGIC {
@@ -164,18 +213,45 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, DecodeE
         opaque,
         consumed,
         close,
+        unlink: None,
     };
-    if klen + elen > blen {
-        // The lengths contradict each other: nothing after this can be trusted.
+    if klen + elen > blen || klen > limits.max_key {
+        // Nothing after this can be trusted.
         return Err(err(status::INVALID_ARGUMENTS, buf.len(), true));
     }
-    if klen > limits.max_key {
-        return Err(err(status::INVALID_ARGUMENTS, HEADER_LEN + blen, false));
-    }
-    if blen - klen - elen > limits.max_value {
-        return Err(err(status::TOO_LARGE, HEADER_LEN + blen, false));
-    }
     let total = HEADER_LEN + blen;
+    match well_formed(opcode, klen, elen, blen) {
+        None => return Err(err(status::UNKNOWN_COMMAND, total, false)),
+        Some(false) => return Err(err(status::INVALID_ARGUMENTS, buf.len(), true)),
+        Some(true) => {}
+    }
+    let vlen = blen - klen - elen;
+    let stores = matches!(
+        loud(opcode),
+        op::SET | op::ADD | op::REPLACE | op::APPEND | op::PREPEND
+    );
+    if stores {
+        // The item's size counts its flags (the first 4 bytes of the extras) and its key,
+        // which come first: wait for them (a few hundred bytes at most), not for the value.
+        let head = HEADER_LEN + elen + klen;
+        if buf.len() < head {
+            return Ok(Decoded::Incomplete);
+        }
+        let flags = if elen >= 4 {
+            u32::from_be_bytes([buf[24], buf[25], buf[26], buf[27]])
+        } else {
+            0
+        };
+        if crate::mc_text::item_size(klen, flags, vlen) > limits.max_item as u64 {
+            let mut e = err(status::TOO_LARGE, total, false);
+            if loud(opcode) == op::SET {
+                e.unlink = Some((HEADER_LEN + elen, klen));
+            }
+            return Err(e);
+        }
+    } else if vlen > limits.max_item {
+        return Err(err(status::TOO_LARGE, total, false));
+    }
     if buf.len() < total {
         return Ok(Decoded::Incomplete);
     }
@@ -200,6 +276,7 @@ fn bad_magic() -> DecodeError {
         opaque: 0,
         consumed: 0,
         close: true,
+        unlink: None,
     }
 }
 

@@ -9,8 +9,11 @@
 pub mod http_exec;
 pub mod kt_bin_exec;
 pub mod mask;
+pub mod mc_access;
 pub mod mc_bin_exec;
 pub mod mc_exec;
+pub mod mc_meta;
+pub mod mc_stats;
 pub mod net;
 pub mod out;
 pub mod tt_exec;

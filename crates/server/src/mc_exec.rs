@@ -1,22 +1,26 @@
 //! Executes memcached requests on a [`Store`] and writes memcached replies: the storage adapter
 //! between the codec (`kura_proto::mc_text`) and the database. No sockets here: the connection
 //! loop (`crate::net`) feeds decoded requests in and writes the bytes out.
+//!
+//! The classic text commands are here, with what every memcached executor shares (the
+//! counters, expiry, memcached's arithmetic and appends); the meta commands are in
+//! [`crate::mc_meta`], the statistics in [`crate::mc_stats`], the binary protocol in
+//! [`crate::mc_bin_exec`].
 
 use crate::mask::{Mask, Op, Proto};
+use crate::mc_access::Access;
+use crate::mc_meta::{self, ItemStates};
+use crate::mc_stats::{self, Crawler, Did, PrefixStats};
 use crate::out::{Out, PIN_MIN};
 use kura_engine::counter::Counter;
-use kura_engine::{Counted, Decision, Error, Outcome, Shown, Store, Value};
-use kura_proto::mc_text::{self, reply, Keys, Request, StoreMode};
-use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
-use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Mutex, MutexGuard};
+use kura_engine::{Decision, Error, Meta, Outcome, Shown, Store, Value};
+use kura_proto::mc_text::{self, item_size, reply, Request, StoreMode};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
-/// The version reported to clients: the memcached release whose protocol Kura follows, then
-/// Kura's own version. Clients and test tools read the leading numbers to pick features
-/// (memcached 1.6 semantics: e.g. `version` and `quit` ignore extra arguments).
-pub const VERSION: &str = concat!("1.6.21-kura-", env!("CARGO_PKG_VERSION"));
+/// The memcached version reported to clients (`version`, binary VERSION, `stats`): the release
+/// whose protocol Kura follows, a plain number as clients expect (some parse it). Kura's own
+/// version is the `kura_version` statistic.
+pub const VERSION: &str = "1.6.21";
 
 /// memcached's boundary between relative and absolute expiration times (30 days).
 const RELATIVE_LIMIT: i64 = 60 * 60 * 24 * 30;
@@ -28,6 +32,8 @@ pub struct Shared {
     pub version: &'static str,
     pub cmd_get: Counter,
     pub cmd_set: Counter,
+    /// Meta commands received (memcached's `cmd_meta`).
+    pub cmd_meta: Counter,
     /// Values stored by the memcached storage commands (memcached's `total_items`).
     pub total_items: Counter,
     pub cmd_touch: Counter,
@@ -45,6 +51,8 @@ pub struct Shared {
     pub cas_badval: Counter,
     pub touch_hits: Counter,
     pub touch_misses: Counter,
+    /// Storage commands refused as too large.
+    pub store_too_large: Counter,
     pub curr_connections: AtomicU64,
     pub total_connections: AtomicU64,
     /// Connections refused at `max_connections`.
@@ -55,7 +63,13 @@ pub struct Shared {
     /// Worker threads and the connection limit (for `stats` and `stats settings`).
     pub threads: usize,
     pub max_connections: usize,
+    /// The item size limit (memcached's `-I`, counted as [`item_size`] counts).
     pub max_item_size: u64,
+    /// The address listened on and `--timeout` (for `stats settings`).
+    pub host: String,
+    pub idle_timeout: u64,
+    /// `verbosity <level>` (memcached keeps at most 2); the log does not change.
+    pub verbosity: AtomicU32,
     /// A pending `flush_all <delay>`: the unix time at which every record goes (0 = none).
     pub flush_at: AtomicU64,
     /// Operations refused on every protocol (`--mask`).
@@ -68,6 +82,10 @@ pub struct Shared {
     pub port: u16,
     /// memcached's per-item stale / win-token bits for the meta commands (see [`ItemStates`]).
     pub item_states: ItemStates,
+    /// Last use and fetched bit of items (`mg … h l`, `me`, metadump), kept once asked for.
+    pub access: Access,
+    /// `stats detail` counters.
+    pub detail: PrefixStats,
     /// Tyrant commands received, by operation (`crate::mask::Op` order: Tyrant's `cnt_*`).
     pub tt_counts: [Counter; crate::mask::OPS.len()],
     /// Tyrant's `cnt_put_miss`, `cnt_out_miss`, `cnt_get_miss`.
@@ -82,6 +100,7 @@ impl Shared {
             version: VERSION,
             cmd_get: Counter::new(),
             cmd_set: Counter::new(),
+            cmd_meta: Counter::new(),
             total_items: Counter::new(),
             cmd_touch: Counter::new(),
             cmd_flush: Counter::new(),
@@ -100,6 +119,7 @@ impl Shared {
             cas_badval: Counter::new(),
             touch_hits: Counter::new(),
             touch_misses: Counter::new(),
+            store_too_large: Counter::new(),
             curr_connections: z(),
             total_connections: z(),
             rejected_connections: z(),
@@ -108,23 +128,28 @@ impl Shared {
             threads: 0,
             max_connections: 0,
             max_item_size,
+            host: String::from("NULL"),
+            idle_timeout: 0,
+            verbosity: AtomicU32::new(0),
             flush_at: z(),
             mask: Mask::NONE,
             db_name: String::new(),
             sid: 1,
             port: 0,
             item_states: ItemStates::new(),
+            access: Access::new(),
+            detail: PrefixStats::default(),
         }
     }
-}
 
-impl Shared {
-    /// `stats reset`: every request and hit/miss counter back to zero, and
-    /// `total_connections` (as memcached does; current connections and items stay).
+    /// `stats reset`: every request and hit/miss counter back to zero, the `stats detail`
+    /// prefixes and `total_connections` (as memcached does; current connections and items
+    /// stay).
     pub fn reset_stats(&self) {
         for c in [
             &self.cmd_get,
             &self.cmd_set,
+            &self.cmd_meta,
             &self.total_items,
             &self.cmd_touch,
             &self.cmd_flush,
@@ -141,6 +166,7 @@ impl Shared {
             &self.cas_badval,
             &self.touch_hits,
             &self.touch_misses,
+            &self.store_too_large,
             &self.bytes_read,
             &self.bytes_written,
         ] {
@@ -149,125 +175,24 @@ impl Shared {
         for c in self.tt_counts.iter().chain(&self.tt_misses) {
             c.reset();
         }
+        self.detail.clear();
         self.total_connections.store(0, Relaxed);
     }
-}
 
-/// memcached keeps two bits on every item for its anti-stampede meta protocol: *stale*
-/// (`md <key> I`, or `ms … I` with an older CAS: the value may still be served, flagged `X`)
-/// and *win token sent* (one client was told `W`, "you recache it"; everyone else is told `Z`
-/// until the item is written again). Kura's records carry no spare bits, and the state is cache
-/// metadata that memcached itself loses on restart and on eviction, so Kura keeps it here, in
-/// memory, per server:
-///
-/// - an entry maps a key to the record version it was recorded for. Every write to a record
-///   gives it a new version, so any later modification (set, cas, incr, append, delete,
-///   flush, …) leaves the entry describing a version that no longer exists: it is ignored and
-///   dropped when next looked at — the state clears itself exactly where memcached's item bits
-///   disappear with the replaced item. A touch (`touch`, `gat`, `mg … T`) keeps the version,
-///   as memcached keeps the item, so it keeps the state too.
-/// - memory is bounded: [`ITEM_STATE_SHARDS`] shards of at most [`ITEM_STATES_PER_SHARD`]
-///   entries (16 Ki keys in all, a few MiB at worst with 250-byte keys); when a shard is full
-///   its oldest entry is evicted. Losing an entry costs what memcached's eviction of the item
-///   costs: a later client may win the recache again, or a stale value is served as fresh.
-/// - each shard's lock is held across the read / decide / mark of one meta command, so two
-///   clients racing on the same key cannot both be handed `W`.
-#[derive(Debug)]
-pub struct ItemStates {
-    shards: Vec<Mutex<StateShard>>,
-}
-
-/// Shards of [`ItemStates`] (and of its lock).
-pub const ITEM_STATE_SHARDS: usize = 64;
-/// Entries kept per shard before the oldest is evicted.
-pub const ITEM_STATES_PER_SHARD: usize = 256;
-
-/// The stale / win-token state of one record version.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct ItemState {
-    /// Marked stale (`X`).
-    stale: bool,
-    /// A win token (`W`) was handed out (later readers get `Z`).
-    token_sent: bool,
-}
-
-#[derive(Debug, Default)]
-struct StateShard {
-    /// key → (record version, state, insertion tick).
-    map: HashMap<Vec<u8>, (u64, ItemState, u64)>,
-    /// insertion tick → key: the eviction order (oldest first).
-    order: BTreeMap<u64, Vec<u8>>,
-    tick: u64,
-}
-
-impl StateShard {
-    /// The state of `key` at record `version` (default: neither stale nor won).
-    fn get(&mut self, key: &[u8], version: u64) -> ItemState {
-        match self.map.get(key) {
-            Some(&(v, st, _)) if v == version => st,
-            Some(&(_, _, tick)) => {
-                // Recorded for an older version: the record changed since, the state is gone.
-                self.map.remove(key);
-                self.order.remove(&tick);
-                ItemState::default()
-            }
-            None => ItemState::default(),
+    /// A memcached read of `key`: `stats detail` and the last-use table, when they are on.
+    #[inline]
+    pub fn note_get(&self, key: &[u8], hit: bool, now: u64) {
+        self.detail.record(key, Did::Get { hit });
+        if hit {
+            self.access.fetched(key, now);
         }
     }
 
-    /// Record the state of `key` at record `version` (a default state removes the entry).
-    fn set(&mut self, key: &[u8], version: u64, st: ItemState) {
-        if let Some((_, _, tick)) = self.map.remove(key) {
-            self.order.remove(&tick);
-        }
-        if st == ItemState::default() {
-            return;
-        }
-        while self.map.len() >= ITEM_STATES_PER_SHARD {
-            let Some((_, oldest)) = self.order.pop_first() else {
-                break;
-            };
-            self.map.remove(&oldest);
-        }
-        self.tick += 1;
-        self.map.insert(key.to_vec(), (version, st, self.tick));
-        self.order.insert(self.tick, key.to_vec());
-    }
-}
-
-impl ItemStates {
-    pub fn new() -> ItemStates {
-        ItemStates {
-            shards: (0..ITEM_STATE_SHARDS)
-                .map(|_| Mutex::new(StateShard::default()))
-                .collect(),
-        }
-    }
-
-    /// The locked shard of `key`.
-    fn lock(&self, key: &[u8]) -> MutexGuard<'_, StateShard> {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        key.hash(&mut h);
-        let shard = &self.shards[h.finish() as usize % self.shards.len()];
-        shard.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Entries held (all shards).
-    pub fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).map.len())
-            .sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-impl Default for ItemStates {
-    fn default() -> Self {
-        ItemStates::new()
+    /// A memcached write of `key`.
+    #[inline]
+    pub fn note_set(&self, key: &[u8], now: u64) {
+        self.detail.record(key, Did::Set);
+        self.access.wrote(key, now);
     }
 }
 
@@ -276,6 +201,9 @@ impl Default for ItemStates {
 pub enum Next {
     Continue,
     Close,
+    /// Stream an `lru_crawler metadump` (every item if true, none if false) before reading
+    /// any further request: the connection loop drives it ([`crate::mc_stats::Dump`]).
+    Dump(bool),
 }
 
 /// The absolute expiration time (unix seconds, 0 = never) of a memcached exptime sent at `now`:
@@ -289,7 +217,7 @@ pub fn absolute_expiry(exptime: i64, now: u64) -> u64 {
     }
 }
 
-fn server_error(out: &mut Vec<u8>, e: &Error) {
+pub(crate) fn server_error(out: &mut Vec<u8>, e: &Error) {
     out.extend_from_slice(b"SERVER_ERROR ");
     let msg = e.to_string().replace(['\r', '\n'], " ");
     out.extend_from_slice(msg.as_bytes());
@@ -309,6 +237,188 @@ pub fn flush_if_due(store: &dyn Store, shared: &Shared, now: u64) -> Result<(), 
         store.vanish()?;
     }
     Ok(())
+}
+
+/// `flush_all [delay]` in either protocol: at once when the delay is 0 or less, else when it
+/// has passed.
+pub fn flush_all(store: &dyn Store, shared: &Shared, delay: i64, now: u64) -> Result<(), Error> {
+    shared.cmd_flush.add(1);
+    if delay <= 0 {
+        shared.flush_at.store(0, Relaxed);
+        store.vanish()
+    } else {
+        shared
+            .flush_at
+            .store(absolute_expiry(delay, now).max(1), Relaxed);
+        Ok(())
+    }
+}
+
+/// A set refused as too large (its block never stored): the key's old value goes too, as
+/// memcached removes it so that no reader sees stale data. `base64`: the key is as an
+/// `ms … b` sent it (one that does not decode names nothing to remove).
+pub fn unlink_key(
+    store: &dyn Store,
+    shared: &Shared,
+    key: &[u8],
+    base64: bool,
+) -> Result<(), Error> {
+    use base64::Engine;
+    shared.store_too_large.add(1);
+    if base64 {
+        return match base64::engine::general_purpose::STANDARD.decode(key) {
+            Ok(k) if !k.is_empty() => store.out(&k).map(|_| ()),
+            _ => Ok(()),
+        };
+    }
+    store.out(key).map(|_| ())
+}
+
+/// The outcome of memcached's arithmetic on a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arith {
+    /// The new value, the record's metadata after the write and the stored value's length
+    /// (the number padded with spaces to the length it replaced).
+    Done(u64, Meta, usize),
+    NotFound,
+    /// The value is not a number.
+    NonNumeric,
+    /// A cas was given and the record has another.
+    Mismatch,
+}
+
+/// The number memcached reads from a value (`safe_strtoull` on the value and its `\r\n`):
+/// leading white space, digits, then the end or white space (anything after it is ignored).
+fn value_number(v: &[u8]) -> Option<u64> {
+    let digits_end = {
+        let lead = v
+            .iter()
+            .take_while(|b| b.is_ascii_whitespace() || **b == 0x0b)
+            .count();
+        let mut i = lead;
+        if matches!(v.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        i + v[i..].iter().take_while(|b| b.is_ascii_digit()).count()
+    };
+    let (num, rest) = v.split_at(digits_end);
+    if rest
+        .first()
+        .is_some_and(|&b| !(b.is_ascii_whitespace() || b == 0x0b))
+    {
+        return None;
+    }
+    mc_text::c_strtoull(num)
+}
+
+/// incr / decr as memcached does them: the value read as [`value_number`] (an empty value is
+/// not a number), incr wraps at 2^64, decr stops at 0, and a result shorter than the value it
+/// replaces is padded with spaces to the old length (memcached rewrites the item in place;
+/// protocol.txt tells clients not to rely on the padding, but it is what a get shows). Flags
+/// and expiry are kept; `cas` (not 0) must match the record's.
+pub fn arith(
+    store: &dyn Store,
+    key: &[u8],
+    delta: u64,
+    decr: bool,
+    cas: u64,
+) -> Result<Arith, Error> {
+    let mut result = Arith::NotFound;
+    let meta = store.accept(key, &mut |cur| {
+        let Some(c) = cur else {
+            result = Arith::NotFound;
+            return Decision::Keep;
+        };
+        if cas != 0 && c.meta.version != cas {
+            result = Arith::Mismatch;
+            return Decision::Keep;
+        }
+        let Some(n) = value_number(c.value).filter(|_| !c.value.is_empty()) else {
+            result = Arith::NonNumeric;
+            return Decision::Keep;
+        };
+        let n = if decr {
+            n.saturating_sub(delta)
+        } else {
+            n.wrapping_add(delta)
+        };
+        let text = Value::decimal(n);
+        result = Arith::Done(n, c.meta, text.len().max(c.value.len()));
+        let value = if text.len() < c.value.len() {
+            let mut v = text.to_vec();
+            v.resize(c.value.len(), b' ');
+            Value::from(v)
+        } else {
+            text
+        };
+        Decision::Put {
+            value,
+            flags: c.meta.flags,
+            expires: c.meta.expires,
+        }
+    })?;
+    if let (Arith::Done(n, _, len), Some(m)) = (result, meta) {
+        result = Arith::Done(n, m, len);
+    }
+    Ok(result)
+}
+
+/// The outcome of an append or prepend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Appended {
+    Stored(Meta),
+    /// No such record, or the result would be over the item size limit (memcached answers
+    /// both NOT_STORED).
+    NotStored,
+    /// A cas was given (binary protocol) and the record has another.
+    Mismatch,
+}
+
+/// append / prepend as memcached does them: only to an existing record, keeping its flags and
+/// expiry, within the item size limit; `cas` (not 0) must match.
+pub fn append(
+    store: &dyn Store,
+    shared: &Shared,
+    key: &[u8],
+    data: &[u8],
+    front: bool,
+    cas: u64,
+) -> Result<Appended, Error> {
+    let mut result = Appended::NotStored;
+    let meta = store.accept(key, &mut |cur| {
+        let Some(c) = cur else {
+            result = Appended::NotStored;
+            return Decision::Keep;
+        };
+        if cas != 0 && c.meta.version != cas {
+            result = Appended::Mismatch;
+            return Decision::Keep;
+        }
+        let len = c.value.len() + data.len();
+        if item_size(key.len(), c.meta.flags, len) > shared.max_item_size {
+            result = Appended::NotStored;
+            return Decision::Keep;
+        }
+        let mut v = Vec::with_capacity(len);
+        if front {
+            v.extend_from_slice(data);
+            v.extend_from_slice(c.value);
+        } else {
+            v.extend_from_slice(c.value);
+            v.extend_from_slice(data);
+        }
+        result = Appended::Stored(c.meta);
+        Decision::Put {
+            value: Value::from(v),
+            flags: c.meta.flags,
+            expires: c.meta.expires,
+        }
+    })?;
+    Ok(match (result, meta) {
+        (Appended::Stored(_), Some(m)) => Appended::Stored(m),
+        (Appended::Stored(_), None) => Appended::NotStored,
+        (r, _) => r,
+    })
 }
 
 /// The reply to a request the command mask refuses.
@@ -337,7 +447,7 @@ fn masked(mask: Mask, req: &Request<'_>) -> bool {
         Request::Delete { .. } | Request::MetaDelete { .. } => deny(Op::Out),
         Request::Arith { .. } | Request::MetaArith { .. } => deny(Op::AddInt),
         Request::FlushAll { .. } => deny(Op::Vanish),
-        Request::Stats { .. } => deny(Op::Stat),
+        Request::Stats { .. } | Request::LruCrawler { .. } => deny(Op::Stat),
         Request::Version | Request::Verbosity { .. } | Request::Quit | Request::MetaNoop => false,
     }
 }
@@ -395,7 +505,7 @@ fn run(
         }
     };
     match *req {
-        Request::Get { keys, cas } => {
+        Request::Get { keys, cas, more } => {
             for key in keys.iter() {
                 shared.cmd_get.add(1);
                 // Encoded straight from the store's memory, no allocation; a large value in a
@@ -416,10 +526,18 @@ fn run(
                 } else {
                     shared.get_misses.add(1);
                 }
+                shared.note_get(key, hit, now);
             }
-            out.extend_from_slice(reply::END);
+            if !more {
+                out.extend_from_slice(reply::END);
+            }
         }
-        Request::Gat { exptime, keys, cas } => {
+        Request::Gat {
+            exptime,
+            keys,
+            cas,
+            more,
+        } => {
             let expires = absolute_expiry(exptime, now);
             for key in keys.iter() {
                 // Counted as memcached counts gat: a touch, not a get.
@@ -447,8 +565,11 @@ fn run(
                 } else {
                     shared.touch_misses.add(1);
                 }
+                shared.note_get(key, hit, now);
             }
-            out.extend_from_slice(reply::END);
+            if !more {
+                out.extend_from_slice(reply::END);
+            }
         }
         Request::Store {
             mode,
@@ -460,6 +581,7 @@ fn run(
             noreply,
         } => {
             shared.cmd_set.add(1);
+            shared.detail.record(key, Did::Set);
             let expires = absolute_expiry(exptime, now);
             let line: &[u8] = match mode {
                 StoreMode::Set => {
@@ -476,9 +598,9 @@ fn run(
                 },
                 StoreMode::Append | StoreMode::Prepend => {
                     let front = mode == StoreMode::Prepend;
-                    match store.concat(key, data, front, false)? {
-                        Some(_) => reply::STORED,
-                        None => reply::NOT_STORED,
+                    match append(store, shared, key, data, front, 0)? {
+                        Appended::Stored(_) => reply::STORED,
+                        _ => reply::NOT_STORED,
                     }
                 }
                 StoreMode::Cas => match store.cas(key, cas, data, flags, expires)? {
@@ -498,10 +620,12 @@ fn run(
             };
             if line == reply::STORED {
                 shared.total_items.add(1);
+                shared.access.wrote(key, now);
             }
             quiet(noreply, out, line);
         }
         Request::Delete { key, noreply } => {
+            shared.detail.record(key, Did::Delete);
             let line = if store.out(key)? {
                 shared.delete_hits.add(1);
                 reply::DELETED
@@ -522,19 +646,19 @@ fn run(
             } else {
                 (&shared.incr_hits, &shared.incr_misses)
             };
-            match store.incr_decimal(key, delta, decr) {
-                Ok(Some((n, _))) => {
+            match arith(store, key, delta, decr, 0)? {
+                Arith::Done(n, ..) => {
                     hits.add(1);
+                    shared.access.wrote(key, now);
                     if !noreply {
                         mc_text::encode_number(out, n);
                     }
                 }
-                Ok(None) => {
+                Arith::NotFound | Arith::Mismatch => {
                     misses.add(1);
                     quiet(noreply, out, reply::NOT_FOUND);
                 }
-                Err(Error::NotNumeric) => out.extend_from_slice(reply::NON_NUMERIC),
-                Err(e) => return Err(e),
+                Arith::NonNumeric => quiet(noreply, out, reply::NON_NUMERIC),
             }
         }
         Request::Touch {
@@ -546,6 +670,7 @@ fn run(
             let line = match store.touch(key, absolute_expiry(exptime, now))? {
                 Some(_) => {
                     shared.touch_hits.add(1);
+                    shared.access.fetched(key, now);
                     reply::TOUCHED
                 }
                 None => {
@@ -556,755 +681,48 @@ fn run(
             quiet(noreply, out, line);
         }
         Request::FlushAll { delay, noreply } => {
-            shared.cmd_flush.add(1);
-            if delay <= 0 {
-                shared.flush_at.store(0, Relaxed);
-                store.vanish()?;
-            } else {
-                shared
-                    .flush_at
-                    .store(absolute_expiry(delay, now).max(1), Relaxed);
-            }
+            flush_all(store, shared, delay, now)?;
             quiet(noreply, out, reply::OK);
         }
-        Request::Stats { group } => stats(store, shared, group, now, out),
+        Request::Stats { args } => mc_stats::stats(store, shared, args, now, out),
+        Request::LruCrawler { args } => {
+            if let Crawler::Metadump(all) = mc_stats::lru_crawler(args, out) {
+                return Ok(Next::Dump(all));
+            }
+        }
         Request::Version => {
             out.extend_from_slice(b"VERSION ");
             out.extend_from_slice(shared.version.as_bytes());
             out.extend_from_slice(b"\r\n");
         }
-        Request::Verbosity { noreply, .. } => quiet(noreply, out, reply::OK),
+        Request::Verbosity { level, noreply } => {
+            shared.verbosity.store(level.min(2), Relaxed);
+            quiet(noreply, out, reply::OK)
+        }
         Request::Quit => return Ok(Next::Close),
         Request::MetaNoop => out.extend_from_slice(b"MN\r\n"),
-        Request::MetaGet { key, flags } => meta_get(store, shared, key, flags, now, out)?,
+        Request::MetaGet { key, flags } => mc_meta::meta_get(store, shared, key, flags, now, out)?,
         Request::MetaSet { key, data, flags } => {
-            meta_set(store, shared, key, data, flags, now, out)?
+            mc_meta::meta_set(store, shared, key, data, flags, now, out)?
         }
-        Request::MetaDelete { key, flags } => meta_delete(store, shared, key, flags, now, out)?,
-        Request::MetaArith { key, flags } => meta_arith(store, shared, key, flags, now, out)?,
-        Request::MetaDebug { key } => match store.get(key)? {
-            Some(r) => {
-                out.extend_from_slice(b"ME ");
-                out.extend_from_slice(key);
-                let exp = ttl_left(r.meta.expires, now);
-                out.extend_from_slice(
-                    format!(
-                        " exp={exp} la=0 cas={} fetch=no cls=1 size={}\r\n",
-                        r.meta.version,
-                        key.len() + r.value.len()
-                    )
-                    .as_bytes(),
-                );
-            }
-            None => out.extend_from_slice(b"EN\r\n"),
-        },
+        Request::MetaDelete { key, flags } => {
+            mc_meta::meta_delete(store, shared, key, flags, now, out)?
+        }
+        Request::MetaArith { key, flags } => {
+            mc_meta::meta_arith(store, shared, key, flags, now, out)?
+        }
+        Request::MetaDebug { key } => mc_meta::meta_debug(store, shared, key, now, out)?,
     }
     Ok(Next::Continue)
 }
 
-// ----- meta commands -----
-
-/// The argument of the first flag token starting with `c` (e.g. `T60` → `60`).
-fn meta_arg<'a>(flags: Keys<'a>, c: u8) -> Option<&'a [u8]> {
-    flags.iter().find(|t| t[0] == c).map(|t| &t[1..])
-}
-
-fn meta_has(flags: Keys<'_>, c: u8) -> bool {
-    flags.iter().any(|t| t == [c])
-}
-
-fn meta_num<T: std::str::FromStr>(flags: Keys<'_>, c: u8) -> Result<Option<T>, ()> {
-    match meta_arg(flags, c) {
-        None => Ok(None),
-        Some(a) => std::str::from_utf8(a)
-            .ok()
-            .and_then(|a| a.parse().ok())
-            .map(Some)
-            .ok_or(()),
-    }
-}
-
-/// Seconds left before `expires` (-1: never).
-fn ttl_left(expires: u64, now: u64) -> i64 {
-    if expires == 0 {
-        -1
-    } else {
-        expires.saturating_sub(now) as i64
-    }
-}
-
-/// The key of a meta request: base64-decoded when the request has the `b` flag. `None` (the
-/// error reply written) when it does not decode; memcached answers `CLIENT_ERROR error decoding
-/// key` (and, for ms, skips the data block first — the codec already consumed it).
-fn meta_key<'k>(flags: Keys<'_>, key: &'k [u8], out: &mut Vec<u8>) -> Option<Cow<'k, [u8]>> {
-    use base64::Engine;
-    if !meta_has(flags, b'b') {
-        return Some(Cow::Borrowed(key));
-    }
-    match base64::engine::general_purpose::STANDARD.decode(key) {
-        Ok(k) if !k.is_empty() => Some(Cow::Owned(k)),
-        _ => {
-            meta_bad(out, "error decoding key");
-            None
-        }
-    }
-}
-
-/// The return flags a meta request asked for, in the order it asked for them. With `b` the
-/// key (`k`) is returned base64-encoded and followed by a `b` flag, as memcached does. Of the
-/// flags that show the record (`c`, `f`, `s`, `t`), only those in `shows` are returned: as
-/// in memcached 1.6.18, mg shows all four, ma `c` and `t`, ms `c` only.
-fn meta_ret(
-    out: &mut Vec<u8>,
-    flags: Keys<'_>,
-    key: &[u8],
-    meta: Option<&kura_engine::Meta>,
-    size: usize,
-    shows: &[u8],
-    now: u64,
-) {
-    for t in flags.iter() {
-        let rest = &t[1..];
-        let meta = meta.filter(|_| shows.contains(&t[0]));
-        match (t[0], meta) {
-            (b'k', _) if rest.is_empty() => {
-                out.extend_from_slice(b" k");
-                if meta_has(flags, b'b') {
-                    use base64::Engine;
-                    let enc = base64::engine::general_purpose::STANDARD.encode(key);
-                    out.extend_from_slice(enc.as_bytes());
-                    out.extend_from_slice(b" b");
-                } else {
-                    out.extend_from_slice(key);
-                }
-            }
-            (b'O', _) => {
-                out.extend_from_slice(b" O");
-                out.extend_from_slice(rest);
-            }
-            (b'c', Some(m)) if rest.is_empty() => {
-                out.extend_from_slice(b" c");
-                kura_proto::push_decimal(out, m.version);
-            }
-            (b'f', Some(m)) if rest.is_empty() => {
-                out.extend_from_slice(b" f");
-                kura_proto::push_decimal(out, u64::from(m.flags));
-            }
-            (b's', Some(_)) if rest.is_empty() => {
-                out.extend_from_slice(b" s");
-                kura_proto::push_decimal(out, size as u64);
-            }
-            (b't', Some(m)) if rest.is_empty() => {
-                out.extend_from_slice(b" t");
-                match ttl_left(m.expires, now) {
-                    -1 => out.extend_from_slice(b"-1"),
-                    n => kura_proto::push_decimal(out, n as u64),
-                }
-            }
-            _ => {}
-        }
-    }
-}
-
-/// The record flags mg returns.
-const MG_SHOWS: &[u8] = b"cfst";
-
-fn meta_bad(out: &mut Vec<u8>, what: &str) {
-    out.extend_from_slice(format!("CLIENT_ERROR {what}\r\n").as_bytes());
-}
-
-/// `mg`. Besides the return flags: `T` touches, `N<ttl>` creates an empty item on a miss and
-/// hands this client the win (`W`), `R<ttl>` hands out the win when the item's remaining TTL is
-/// below the token; a win already handed out shows as `Z`, a stale item as `X` (and its first
-/// reader wins). `W`, `X` and `Z` follow the requested flags, in memcached's order: `Z X W`.
-fn meta_get(
-    store: &dyn Store,
-    shared: &Shared,
-    key: &[u8],
-    flags: Keys<'_>,
-    now: u64,
-    out: &mut Vec<u8>,
-) -> Result<(), Error> {
-    if meta_has(flags, b'h') || meta_has(flags, b'l') {
-        // memcached's "fetched before" bit and last access time: Kura's records do not carry
-        // them (an on-disk database would have to write on every read), so a client that asks
-        // is told plainly rather than answered without them.
-        meta_bad(out, "flags h and l are not supported");
-        return Ok(());
-    }
-    let Some(key) = meta_key(flags, key, out) else {
-        return Ok(());
-    };
-    let (Ok(touch), Ok(vivify), Ok(recache)) = (
-        meta_num::<i64>(flags, b'T'),
-        meta_num::<i64>(flags, b'N'),
-        meta_num::<i64>(flags, b'R'),
-    ) else {
-        meta_bad(out, "bad token in command line format");
-        return Ok(());
-    };
-    shared.cmd_get.add(1);
-    let mut states = shared.item_states.lock(&key);
-    let mut hit = false;
-    if touch.is_some() || vivify.is_some() {
-        // The record version before this request changed anything, and whether `N` created it.
-        let mut before = 0;
-        let mut created = false;
-        let mut value = None;
-        let meta = store.accept(&key, &mut |cur| match cur {
-            Some(c) => {
-                value = Some(c.value.to_vec());
-                before = c.meta.version;
-                created = false;
-                match touch {
-                    Some(t) => Decision::Touch {
-                        expires: absolute_expiry(t, now),
-                    },
-                    None => Decision::Keep,
-                }
-            }
-            None => match vivify {
-                Some(ttl) => {
-                    value = Some(Vec::new());
-                    created = true;
-                    Decision::Put {
-                        value: Value::Lent(&[]),
-                        flags: 0,
-                        expires: absolute_expiry(ttl, now),
-                    }
-                }
-                None => Decision::Keep,
-            },
-        })?;
-        if let Some((value, meta)) = value.zip(meta) {
-            hit = true;
-            let got = Got {
-                value: &value,
-                meta,
-                before,
-                created,
-            };
-            meta_hit(out, &mut states, &key, flags, got, recache, now);
-        }
-    } else {
-        // A plain read, encoded from the store's memory.
-        store.view(&key, &mut |value, meta| {
-            hit = true;
-            let got = Got {
-                value,
-                meta,
-                before: meta.version,
-                created: false,
-            };
-            meta_hit(out, &mut states, &key, flags, got, recache, now);
-        })?;
-    }
-    drop(states);
-    if hit {
-        shared.get_hits.add(1);
-    } else {
-        shared.get_misses.add(1);
-        if !meta_has(flags, b'q') {
-            out.extend_from_slice(b"EN");
-            meta_ret(out, flags, &key, None, 0, b"", now);
-            out.extend_from_slice(b"\r\n");
-        }
-    }
-    Ok(())
-}
-
-/// A record an mg found: its value and metadata after the request, its version before it, and
-/// whether the request created it (`N`).
-struct Got<'a> {
-    value: &'a [u8],
-    meta: kura_engine::Meta,
-    before: u64,
-    created: bool,
-}
-
-/// The reply to an mg that found its record, and the record's new stale / win-token state.
-fn meta_hit(
-    out: &mut Vec<u8>,
-    states: &mut StateShard,
-    key: &[u8],
-    flags: Keys<'_>,
-    got: Got<'_>,
-    recache: Option<i64>,
-    now: u64,
-) {
-    let Got {
-        value,
-        meta,
-        before,
-        created,
-    } = got;
-    let st = if created {
-        ItemState::default()
-    } else {
-        states.get(key, before)
-    };
-    let mut won = created
-        || recache.is_some_and(|r| {
-            !st.token_sent && meta.expires != 0 && meta.expires < absolute_expiry(r, now)
-        });
-    let with_value = meta_has(flags, b'v');
-    if with_value {
-        out.extend_from_slice(b"VA ");
-        kura_proto::push_decimal(out, value.len() as u64);
-    } else {
-        out.extend_from_slice(b"HD");
-    }
-    meta_ret(out, flags, key, Some(&meta), value.len(), MG_SHOWS, now);
-    if st.token_sent {
-        out.extend_from_slice(b" Z");
-    }
-    if st.stale {
-        out.extend_from_slice(b" X");
-        // A stale item's first reader wins the recache.
-        won |= !st.token_sent;
-    }
-    if won {
-        out.extend_from_slice(b" W");
-    }
-    let after = ItemState {
-        stale: st.stale,
-        token_sent: st.token_sent || won,
-    };
-    if after != st || (meta.version != before && after != ItemState::default()) {
-        // New state, or our own touch moved the record to a new version.
-        states.set(key, meta.version, after);
-    }
-    out.extend_from_slice(b"\r\n");
-    if with_value {
-        out.extend_from_slice(value);
-        out.extend_from_slice(b"\r\n");
-    }
-}
-
-fn meta_set(
-    store: &dyn Store,
-    shared: &Shared,
-    key: &[u8],
-    data: &[u8],
-    flags: Keys<'_>,
-    now: u64,
-    out: &mut Vec<u8>,
-) -> Result<(), Error> {
-    let Some(key) = meta_key(flags, key, out) else {
-        return Ok(());
-    };
-    let key = &*key;
-    let (Ok(cflags), Ok(ttl), Ok(cas)) = (
-        meta_num::<u32>(flags, b'F'),
-        meta_num::<i64>(flags, b'T'),
-        meta_num::<u64>(flags, b'C'),
-    ) else {
-        meta_bad(out, "bad token in command line format");
-        return Ok(());
-    };
-    shared.cmd_set.add(1);
-    let (cflags, expires) = (cflags.unwrap_or(0), absolute_expiry(ttl.unwrap_or(0), now));
-    let mode = meta_arg(flags, b'M')
-        .and_then(|m| m.first().copied())
-        .unwrap_or(b'S');
-    let outcome: Result<kura_engine::Meta, &[u8]> = match (mode.to_ascii_uppercase(), cas) {
-        (b'S', Some(c)) | (b'R', Some(c)) if meta_has(flags, b'I') => {
-            match cas_or_stale(store, shared, key, c, data, cflags, expires)? {
-                Outcome::Stored(m) => Ok(m),
-                Outcome::VersionMismatch => Err(b"EX"),
-                _ => Err(b"NF"),
-            }
-        }
-        (b'S', Some(c)) | (b'R', Some(c)) => match store.cas(key, c, data, cflags, expires)? {
-            Outcome::Stored(m) => Ok(m),
-            Outcome::VersionMismatch => Err(b"EX"),
-            _ => Err(b"NF"),
-        },
-        (b'S', None) => Ok(store.put_with(key, data, cflags, expires)?),
-        (b'E', _) => match store.putkeep(key, data, cflags, expires)? {
-            Outcome::Stored(m) => Ok(m),
-            _ => Err(b"NS"),
-        },
-        (b'R', None) => match store.replace(key, data, cflags, expires)? {
-            Outcome::Stored(m) => Ok(m),
-            _ => Err(b"NS"),
-        },
-        (b'A', _) | (b'P', _) => {
-            match store.concat(key, data, mode.eq_ignore_ascii_case(&b'P'), false)? {
-                Some(m) => Ok(m),
-                None => Err(b"NF"),
-            }
-        }
-        _ => {
-            meta_bad(out, "invalid mode for ms");
-            return Ok(());
-        }
-    };
-    match outcome {
-        Ok(m) => {
-            shared.total_items.add(1);
-            if !meta_has(flags, b'q') {
-                out.extend_from_slice(b"HD");
-                meta_ret(out, flags, key, Some(&m), data.len(), b"c", now);
-                out.extend_from_slice(b"\r\n");
-            }
-        }
-        Err(code) => {
-            out.extend_from_slice(code);
-            // memcached shows a refused set's cas as 0.
-            let none = kura_engine::Meta::default();
-            meta_ret(out, flags, key, Some(&none), 0, b"c", now);
-            out.extend_from_slice(b"\r\n");
-        }
-    }
-    Ok(())
-}
-
-/// `ms <key> … C<cas> I`: a compare-and-swap that, when `cas` is older than the record's
-/// version (Kura's versions only grow), still stores the value but as a stale item: the old
-/// expiry is kept, the item is marked stale and a win token already handed out stays handed
-/// out (memcached's "set-to-invalid if CAS is older").
-fn cas_or_stale(
-    store: &dyn Store,
-    shared: &Shared,
-    key: &[u8],
-    cas: u64,
-    data: &[u8],
-    cflags: u32,
-    expires: u64,
-) -> Result<Outcome, Error> {
-    kura_engine::store::check_sizes(key, data.len())?;
-    let mut states = shared.item_states.lock(key);
-    // `None` once the visitor decided to store.
-    let mut failed = Some(Outcome::NotFound);
-    let mut stale_from = None;
-    let meta = store.accept(key, &mut |cur| match cur {
-        None => {
-            failed = Some(Outcome::NotFound);
-            Decision::Keep
-        }
-        Some(c) if cas <= c.meta.version => {
-            failed = None;
-            let stale = cas != c.meta.version;
-            stale_from = stale.then_some(c.meta.version);
-            Decision::Put {
-                value: Value::Lent(data),
-                flags: cflags,
-                expires: if stale { c.meta.expires } else { expires },
-            }
-        }
-        Some(_) => {
-            failed = Some(Outcome::VersionMismatch);
-            Decision::Keep
-        }
-    })?;
-    Ok(match (failed, meta) {
-        (None, Some(m)) => {
-            if let Some(old) = stale_from {
-                let sent = states.get(key, old).token_sent;
-                let st = ItemState {
-                    stale: true,
-                    token_sent: sent,
-                };
-                states.set(key, m.version, st);
-            }
-            Outcome::Stored(m)
-        }
-        (None, None) => Outcome::NotFound,
-        (Some(r), _) => r,
-    })
-}
-
-/// `md`. With `I` the item is not deleted but marked stale (its next reader wins the recache),
-/// gets a new CAS and, with `T<ttl>`, a new expiry.
-fn meta_delete(
-    store: &dyn Store,
-    shared: &Shared,
-    key: &[u8],
-    flags: Keys<'_>,
-    now: u64,
-    out: &mut Vec<u8>,
-) -> Result<(), Error> {
-    let Some(key) = meta_key(flags, key, out) else {
-        return Ok(());
-    };
-    let key = &*key;
-    let (Ok(cas), Ok(ttl)) = (meta_num::<u64>(flags, b'C'), meta_num::<i64>(flags, b'T')) else {
-        meta_bad(out, "bad token in command line format");
-        return Ok(());
-    };
-    let outcome = if meta_has(flags, b'I') {
-        let mut states = shared.item_states.lock(key);
-        let mut result = Outcome::NotFound;
-        let meta = store.accept(key, &mut |cur| match cur {
-            None => {
-                result = Outcome::NotFound;
-                Decision::Keep
-            }
-            Some(c) if cas.is_some_and(|v| v != c.meta.version) => {
-                result = Outcome::VersionMismatch;
-                Decision::Keep
-            }
-            Some(c) => {
-                result = Outcome::Stored(c.meta);
-                // Written again, unchanged but for the expiry, for a new version: memcached's
-                // CAS bump (a touch would keep the version).
-                Decision::Put {
-                    value: Value::copied(c.value),
-                    flags: c.meta.flags,
-                    expires: ttl.map_or(c.meta.expires, |t| absolute_expiry(t, now)),
-                }
-            }
-        })?;
-        match (result, meta) {
-            (Outcome::Stored(_), Some(m)) => {
-                // Stale, and no win token out yet: the next reader wins.
-                let st = ItemState {
-                    stale: true,
-                    token_sent: false,
-                };
-                states.set(key, m.version, st);
-                if meta_has(flags, b'q') {
-                    return Ok(());
-                }
-                b"HD" as &[u8]
-            }
-            (Outcome::VersionMismatch, _) => {
-                shared.delete_misses.add(1);
-                b"EX"
-            }
-            _ => {
-                shared.delete_misses.add(1);
-                b"NF"
-            }
-        }
-    } else {
-        match store.out_if(key, cas.unwrap_or(0))? {
-            Outcome::Deleted => {
-                shared.delete_hits.add(1);
-                if meta_has(flags, b'q') {
-                    return Ok(());
-                }
-                b"HD" as &[u8]
-            }
-            Outcome::VersionMismatch => b"EX",
-            _ => {
-                shared.delete_misses.add(1);
-                b"NF"
-            }
-        }
-    };
-    out.extend_from_slice(outcome);
-    meta_ret(out, flags, key, None, 0, b"", 0);
-    out.extend_from_slice(b"\r\n");
-    Ok(())
-}
-
-fn meta_arith(
-    store: &dyn Store,
-    shared: &Shared,
-    key: &[u8],
-    flags: Keys<'_>,
-    now: u64,
-    out: &mut Vec<u8>,
-) -> Result<(), Error> {
-    let Some(key) = meta_key(flags, key, out) else {
-        return Ok(());
-    };
-    let key = &*key;
-    let (Ok(delta), Ok(vivify), Ok(initial), Ok(cas)) = (
-        meta_num::<u64>(flags, b'D'),
-        meta_num::<i64>(flags, b'N'),
-        meta_num::<u64>(flags, b'J'),
-        meta_num::<u64>(flags, b'C'),
-    ) else {
-        meta_bad(out, "bad token in command line format");
-        return Ok(());
-    };
-    let decr = matches!(
-        meta_arg(flags, b'M').and_then(|m| m.first().copied()),
-        Some(b'D' | b'd' | b'-')
-    );
-    let (hits, misses) = if decr {
-        (&shared.decr_hits, &shared.decr_misses)
-    } else {
-        (&shared.incr_hits, &shared.incr_misses)
-    };
-    let result = loop {
-        match store.incr_decimal_if(key, delta.unwrap_or(1), decr, cas.unwrap_or(0)) {
-            Ok(Counted::Done(n, m)) => {
-                hits.add(1);
-                break Some((n, m));
-            }
-            Ok(Counted::VersionMismatch) => {
-                out.extend_from_slice(b"EX");
-                meta_ret(out, flags, key, None, 0, b"", now);
-                out.extend_from_slice(b"\r\n");
-                return Ok(());
-            }
-            Ok(Counted::NotFound) => {
-                misses.add(1);
-                let Some(ttl) = vivify else { break None };
-                let n = initial.unwrap_or(0);
-                let v = n.to_string();
-                if let Outcome::Stored(m) =
-                    store.putkeep(key, v.as_bytes(), 0, absolute_expiry(ttl, now))?
-                {
-                    break Some((n, m));
-                }
-            }
-            Err(Error::NotNumeric) => {
-                out.extend_from_slice(reply::NON_NUMERIC);
-                return Ok(());
-            }
-            Err(e) => return Err(e),
-        }
-    };
-    match result {
-        Some((n, m)) => {
-            let text = Value::decimal(n);
-            if meta_has(flags, b'q') {
-                // memcached hides a successful ma under q, its value too.
-            } else if meta_has(flags, b'v') {
-                out.extend_from_slice(b"VA ");
-                kura_proto::push_decimal(out, text.len() as u64);
-                meta_ret(out, flags, key, Some(&m), text.len(), b"ct", now);
-                out.extend_from_slice(b"\r\n");
-                out.extend_from_slice(&text);
-                out.extend_from_slice(b"\r\n");
-            } else {
-                out.extend_from_slice(b"HD");
-                meta_ret(out, flags, key, Some(&m), text.len(), b"ct", now);
-                out.extend_from_slice(b"\r\n");
-            }
-        }
-        None => {
-            out.extend_from_slice(b"NF");
-            meta_ret(out, flags, key, None, 0, b"", now);
-            out.extend_from_slice(b"\r\n");
-        }
-    }
-    Ok(())
-}
-
-fn stats(store: &dyn Store, shared: &Shared, group: Option<&[u8]>, now: u64, out: &mut Vec<u8>) {
-    if group == Some(&b"reset"[..]) {
-        shared.reset_stats();
-        out.extend_from_slice(b"RESET\r\n");
-        return;
-    }
-    match stat_pairs(store, shared, group, now) {
-        Some(pairs) => {
-            for (name, value) in pairs {
-                mc_text::encode_stat(out, &name, &value);
-            }
-            out.extend_from_slice(reply::END);
-        }
-        // Like memcached: an unknown group (`stats noreply` included) is an error.
-        None => out.extend_from_slice(b"ERROR\r\n"),
-    }
-}
-
-/// The process's user and system CPU time, as memcached prints them (`seconds.micros`).
-fn rusage() -> (String, String) {
-    // SAFETY: getrusage fills the zeroed struct it is given.
-    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; RUSAGE_SELF is always valid.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut r) };
-    let t = |v: libc::timeval| format!("{}.{:06}", v.tv_sec, v.tv_usec);
-    (t(r.ru_utime), t(r.ru_stime))
-}
-
-/// memcached's memory limit: the store's `capsiz` when it is a bounded cache, else 0 (no limit:
-/// an on-disk or unbounded database grows until the disk or memory is full).
-fn limit_maxbytes(store: &dyn Store) -> u64 {
-    store
-        .describe()
-        .iter()
-        .find(|(k, _)| k == "capsiz")
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0)
-}
-
-/// The statistics of a `stats [group]` request, as (name, value) pairs; `None` for a group
-/// memcached does not know (`reset` is not a group of pairs: the callers handle it).
-pub fn stat_pairs(
-    store: &dyn Store,
-    shared: &Shared,
-    group: Option<&[u8]>,
-    now: u64,
-) -> Option<Vec<(String, String)>> {
-    let mut v: Vec<(String, String)> = Vec::new();
-    let mut s = |n: &str, x: &dyn std::fmt::Display| v.push((n.to_string(), x.to_string()));
-    let c = |a: &Counter| a.get();
-    match group {
-        None => {
-            s("pid", &std::process::id());
-            s("uptime", &now.saturating_sub(shared.started));
-            s("time", &now);
-            s("version", &shared.version);
-            s("pointer_size", &(8 * std::mem::size_of::<usize>()));
-            let (user, system) = rusage();
-            s("rusage_user", &user);
-            s("rusage_system", &system);
-            s("max_connections", &shared.max_connections);
-            s("curr_connections", &shared.curr_connections.load(Relaxed));
-            s("total_connections", &shared.total_connections.load(Relaxed));
-            s(
-                "rejected_connections",
-                &shared.rejected_connections.load(Relaxed),
-            );
-            s("cmd_get", &c(&shared.cmd_get));
-            s("cmd_set", &c(&shared.cmd_set));
-            s("cmd_flush", &c(&shared.cmd_flush));
-            s("cmd_touch", &c(&shared.cmd_touch));
-            s("get_hits", &c(&shared.get_hits));
-            s("get_misses", &c(&shared.get_misses));
-            s("delete_misses", &c(&shared.delete_misses));
-            s("delete_hits", &c(&shared.delete_hits));
-            s("incr_misses", &c(&shared.incr_misses));
-            s("incr_hits", &c(&shared.incr_hits));
-            s("decr_misses", &c(&shared.decr_misses));
-            s("decr_hits", &c(&shared.decr_hits));
-            s("cas_misses", &c(&shared.cas_misses));
-            s("cas_hits", &c(&shared.cas_hits));
-            s("cas_badval", &c(&shared.cas_badval));
-            s("touch_hits", &c(&shared.touch_hits));
-            s("touch_misses", &c(&shared.touch_misses));
-            s("bytes_read", &c(&shared.bytes_read));
-            s("bytes_written", &c(&shared.bytes_written));
-            s("threads", &shared.threads);
-            s("curr_items", &store.count());
-            s("total_items", &c(&shared.total_items));
-            s("bytes", &store.size());
-            s("limit_maxbytes", &limit_maxbytes(store));
-            for (name, x) in store.counters() {
-                s(name, &x);
-            }
-        }
-        Some(b"settings") => {
-            s("maxconns", &shared.max_connections);
-            s("tcpport", &shared.port);
-            s("num_threads", &shared.threads);
-            s("item_size_max", &shared.max_item_size);
-            for (k, x) in store.describe() {
-                s(&format!("db_{k}"), &x);
-            }
-        }
-        // No slab allocator: the item and slab groups are empty, as on a fresh memcached.
-        Some(b"items" | b"slabs" | b"sizes" | b"conns") => {}
-        Some(_) => return None,
-    }
-    Some(v)
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use kura_proto::mc_text::{decode, Decoded, Limits};
 
     /// Run a whole client transcript through the codec and the executor.
-    fn session(store: &dyn Store, shared: &Shared, input: &[u8], now: u64) -> String {
+    pub(crate) fn session(store: &dyn Store, shared: &Shared, input: &[u8], now: u64) -> String {
         let mut out = Out::default();
         let mut pos = 0;
         let limits = Limits::default();
@@ -1326,7 +744,7 @@ mod tests {
         String::from_utf8_lossy(&out.contiguous()).into_owned()
     }
 
-    fn kinds() -> Vec<std::sync::Arc<dyn Store>> {
+    pub(crate) fn kinds() -> Vec<std::sync::Arc<dyn Store>> {
         vec![
             kura_engine::open("*").unwrap(),
             kura_engine::open("+").unwrap(),
@@ -1446,274 +864,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn meta_commands() {
-        for db in kinds() {
-            let sh = Shared::new(0, 1 << 20);
-            let now = kura_engine::store::now_secs();
-            let r = session(&*db, &sh, b"ms k 5 F7 T100\r\nhello\r\nmg k v f s t k O9\r\nmg nope v\r\nmg nope v q\r\nmn\r\n", now);
-            assert_eq!(r, "HD\r\nVA 5 f7 s5 t100 kk O9\r\nhello\r\nEN\r\nMN\r\n");
-            let r = session(&*db, &sh, b"mg k c\r\n", now);
-            let cas: u64 = r.trim().strip_prefix("HD c").unwrap().parse().unwrap();
-            let r = session(&*db, &sh, format!("ms k 1 C{}\r\nx\r\nms k 1 C{cas}\r\ny\r\nms k 1 ME\r\nz\r\nms k 2 MA\r\n!!\r\nms no 1 MR\r\nz\r\nms no 1 MA\r\nz\r\nmg k v\r\n", cas + 9).as_bytes(), now);
-            assert_eq!(r, "EX\r\nHD\r\nNS\r\nHD\r\nNS\r\nNF\r\nVA 3\r\ny!!\r\n");
-            let r = session(&*db, &sh, b"ma c v\r\nma c v N0 J10\r\nma c v D5\r\nma c v MD D100\r\nma k\r\nmd c q\r\nmd c\r\nme k\r\nme none\r\n", now);
-            assert!(r.starts_with("NF\r\nVA 2\r\n10\r\nVA 2\r\n15\r\nVA 1\r\n0\r\nCLIENT_ERROR cannot increment or decrement non-numeric value\r\nNF\r\nME k exp=-1 la=0 cas="), "{r}");
-            assert!(r.ends_with(" fetch=no cls=1 size=4\r\nEN\r\n"), "{r}");
-            // ma with C: only while the counter's version is that one.
-            let r = session(&*db, &sh, b"set c 0 0 1\r\n5\r\nmg c c\r\n", now);
-            let cas = flag_num(r.strip_prefix("STORED\r\n").unwrap(), 'c');
-            let req = format!(
-                "ma c v C{}\r\nma c v C{cas}\r\nma c C1 q\r\nma none C{cas}\r\nma c v q\r\nmn\r\n",
-                cas + 1
-            );
-            let unsupported = "CLIENT_ERROR flags h and l are not supported\r\n";
-            for (input, want) in [
-                (
-                    req.as_bytes(),
-                    "EX\r\nVA 1\r\n6\r\nEX\r\nNF\r\nMN\r\n".to_string(),
-                ),
-                // ms shows the cas alone (0 when refused), ma the cas and the TTL (as memcached
-                // 1.6.18 does).
-                (
-                    b"ms a 1 k O1 f s t T50\r\nx\r\nms a 1 ME c k\r\nx\r\nma c t f s k\r\n",
-                    "HD ka O1\r\nNS c0 ka\r\nHD t-1 kc\r\n".to_string(),
-                ),
-                // Flags memcached knows but Kura does not keep: a plain error.
-                (
-                    b"mg c v h\r\nmg c l\r\nmg c v Y\r\nmg c v\r\n",
-                    format!("{unsupported}{unsupported}CLIENT_ERROR invalid flag\r\nVA 1\r\n8\r\n"),
-                ),
-            ] {
-                assert_eq!(session(&*db, &sh, input, now), want);
-            }
-        }
-    }
-
-    /// The number after flag `c` in the first line of a meta reply (e.g. `c` of `HD c12 W`).
-    fn flag_num(reply: &str, c: char) -> u64 {
-        let line = reply.lines().next().unwrap();
-        let tok = line.split(' ').skip(1).find(|t| t.starts_with(c)).unwrap();
-        tok[1..].parse().unwrap_or_else(|_| panic!("{reply}"))
-    }
-
-    #[test]
-    fn meta_base64_keys() {
-        // 44OG44K544OI is "テスト" (tesuto in katakana), memcached's own test key.
-        let tesuto = "テスト".as_bytes();
-        for db in kinds() {
-            let sh = Shared::new(0, 1 << 20);
-            let now = kura_engine::store::now_secs();
-            let r = session(
-                &*db,
-                &sh,
-                b"ms 44OG44K544OI 2 b k\r\npo\r\nmg 44OG44K544OI v\r\nmg 44OG44K544OI b v k s\r\n",
-                now,
-            );
-            assert_eq!(
-                r,
-                "HD k44OG44K544OI b\r\nEN\r\nVA 2 k44OG44K544OI b s2\r\npo\r\n"
-            );
-            // The store holds the decoded key.
-            assert_eq!(db.get(tesuto).unwrap().unwrap().value, b"po");
-            assert!(db.get(b"44OG44K544OI").unwrap().is_none());
-            // ma and md decode too; a miss returns the key encoded as well.
-            let r = session(&*db, &sh, b"ma bnVt b N0 J5 v k\r\nma bnVt b v\r\nmd 44OG44K544OI b q\r\nmg 44OG44K544OI b k v\r\nmd 44OG44K544OI b k O1\r\n", now);
-            assert_eq!(
-                r,
-                "VA 1 kbnVt b\r\n5\r\nVA 1\r\n6\r\nEN k44OG44K544OI b\r\nNF k44OG44K544OI b O1\r\n"
-            );
-            assert_eq!(db.get(b"num").unwrap().unwrap().value, b"6");
-            // Not base64: memcached's error, and ms skips its data block first.
-            let r = session(
-                &*db,
-                &sh,
-                b"mg a*b b v\r\nms !!!! 2 b\r\nxx\r\nmd Zm9 b\r\nma ==== b\r\nmn\r\n",
-                now,
-            );
-            let e = "CLIENT_ERROR error decoding key\r\n";
-            assert_eq!(r, format!("{e}{e}{e}{e}MN\r\n"));
-        }
-    }
-
-    #[test]
-    fn meta_vivify_win_then_token_sent_then_normal_hit() {
-        for db in kinds() {
-            let sh = Shared::new(0, 1 << 20);
-            let now = kura_engine::store::now_secs();
-            // Pipelined: the first client creates the empty item and wins, the second sees Z.
-            let r = session(
-                &*db,
-                &sh,
-                b"mg needwin s c v N30 t\r\nmg needwin s t v N30\r\nmg needwin s\r\n",
-                now,
-            );
-            let cas = flag_num(&r, 'c');
-            assert_eq!(
-                r,
-                format!("VA 0 s0 c{cas} t30 W\r\n\r\nVA 0 s0 t30 Z\r\n\r\nHD s0 Z\r\n")
-            );
-            assert_eq!(sh.get_hits.get(), 3);
-            // A wrong CAS fails; the winner's CAS store succeeds and the item is normal again.
-            let r = session(
-                &*db,
-                &sh,
-                format!("ms needwin 2 C{} T120\r\nnu\r\nms needwin 2 C{cas} T120\r\nmu\r\nmg needwin s k t v N30\r\n", cas + 5000).as_bytes(),
-                now,
-            );
-            assert_eq!(r, "EX\r\nHD\r\nVA 2 s2 kneedwin t120\r\nmu\r\n");
-            // q does not hide a vivified hit (memcached: the miss returns data anyway).
-            let r = session(&*db, &sh, b"mg quietautov s N30 t q\r\nmn\r\n", now);
-            assert_eq!(r, "HD s0 t30 W\r\nMN\r\n");
-            // Any other write clears the token: a plain set, then a normal hit.
-            let r = session(
-                &*db,
-                &sh,
-                b"mg quietautov s\r\nset quietautov 0 0 1\r\nx\r\nmg quietautov s v\r\n",
-                now,
-            );
-            assert_eq!(r, "HD s0 Z\r\nSTORED\r\nVA 1 s1\r\nx\r\n");
-        }
-    }
-
-    #[test]
-    fn meta_recache_when_ttl_is_low() {
-        for db in kinds() {
-            let sh = Shared::new(0, 1 << 20);
-            let now = kura_engine::store::now_secs();
-            let r = session(
-                &*db,
-                &sh,
-                b"ms rc 2 T120\r\nmu\r\nmg rc v R30\r\nmg rc c v R130\r\nmg rc v R130\r\nset forever 0 0 1\r\nf\r\nmg forever R130\r\n",
-                now,
-            );
-            let cas = flag_num(&r["HD\r\nVA 2\r\nmu\r\n".len()..], 'c');
-            // TTL 120 is not below 30: no win; below 130: the first wins, the next sees Z; an
-            // item that never expires never triggers R.
-            assert_eq!(
-                r,
-                format!(
-                    "HD\r\nVA 2\r\nmu\r\nVA 2 c{cas} W\r\nmu\r\nVA 2 Z\r\nmu\r\nSTORED\r\nHD\r\n"
-                )
-            );
-            let r = session(
-                &*db,
-                &sh,
-                format!("ms rc 4 C{cas} T300\r\nzuuu\r\nmg rc s t v R130\r\n").as_bytes(),
-                now,
-            );
-            assert_eq!(r, "HD\r\nVA 4 s4 t300\r\nzuuu\r\n");
-        }
-    }
-
-    #[test]
-    fn meta_invalidate_serve_stale_and_revalidate() {
-        for db in kinds() {
-            let sh = Shared::new(0, 1 << 20);
-            let now = kura_engine::store::now_secs();
-            let r = session(
-                &*db,
-                &sh,
-                b"set toinv 0 0 3\r\nmoo\r\nmg toinv s v\r\nmd toinv I T30\r\nmg toinv s t c v\r\n",
-                now,
-            );
-            let tail = "STORED\r\nVA 3 s3\r\nmoo\r\nHD\r\n";
-            assert!(r.starts_with(tail), "{r}");
-            let cas = flag_num(&r[tail.len()..], 'c');
-            // Marked stale (not deleted), TTL lowered, CAS bumped; the first reader wins.
-            assert_eq!(
-                &r[tail.len()..],
-                format!("VA 3 s3 t30 c{cas} X W\r\nmoo\r\n")
-            );
-            assert_eq!(sh.delete_hits.get(), 0);
-            // A CAS that is merely old fails without I; with I it stores, but stays stale,
-            // keeps its TTL and the token already sent.
-            let r = session(
-                &*db,
-                &sh,
-                b"ms toinv 1 T90 C0\r\nf\r\nms toinv 1 I T90 C1\r\nf\r\nmg toinv s t c v\r\n",
-                now,
-            );
-            let tail = "EX\r\nHD\r\n";
-            assert!(r.starts_with(tail), "{r}");
-            let cas2 = flag_num(&r[tail.len()..], 'c');
-            assert!(cas2 > cas);
-            assert_eq!(
-                &r[tail.len()..],
-                format!("VA 1 s1 t30 c{cas2} Z X\r\nf\r\n")
-            );
-            // A newer CAS than the item's fails even with I.
-            let r = session(
-                &*db,
-                &sh,
-                format!("ms toinv 1 I C{}\r\nz\r\n", cas2 + 1000).as_bytes(),
-                now,
-            );
-            assert_eq!(r, "EX\r\n");
-            // The right CAS revalidates: no stale, win or token flags, new TTL and CAS.
-            let r = session(
-                &*db,
-                &sh,
-                format!("ms toinv 1 T90 C{cas2}\r\ng\r\nmg toinv s t v\r\n").as_bytes(),
-                now,
-            );
-            assert_eq!(r, "HD\r\nVA 1 s1 t90\r\ng\r\n");
-            // md I: CAS mismatch, miss, quiet; a touch by mg carries the state to the new
-            // version, a plain delete removes the item.
-            let r = session(
-                &*db,
-                &sh,
-                b"md toinv I C1\r\nmd nope I k\r\nmd toinv I q\r\nmg toinv T60 t\r\nmg toinv t\r\nmd toinv\r\nmg toinv v\r\n",
-                now,
-            );
-            assert_eq!(
-                r,
-                "EX\r\nNF knope\r\nHD t60 X W\r\nHD t60 Z X\r\nHD\r\nEN\r\n"
-            );
-            assert!(sh.item_states.len() <= 1);
-        }
-    }
-
-    #[test]
-    fn item_states_are_bounded_and_cleared_by_new_versions() {
-        let mut sh = StateShard::default();
-        let won = ItemState {
-            stale: false,
-            token_sent: true,
-        };
-        sh.set(b"k", 5, won);
-        assert_eq!(sh.get(b"k", 5), won);
-        // Another version of the record: the state is gone, and the entry dropped.
-        assert_eq!(sh.get(b"k", 6), ItemState::default());
-        assert!(sh.map.is_empty() && sh.order.is_empty());
-        // Setting the default state removes the entry.
-        sh.set(b"k", 7, won);
-        sh.set(b"k", 7, ItemState::default());
-        assert!(sh.map.is_empty() && sh.order.is_empty());
-        // Full: the oldest entries go first; updating an entry makes it young again.
-        for i in 0..ITEM_STATES_PER_SHARD + 10 {
-            sh.set(format!("k{i}").as_bytes(), 1, won);
-            if i == 20 {
-                sh.set(b"k0", 2, won);
-            }
-        }
-        assert_eq!(sh.map.len(), ITEM_STATES_PER_SHARD);
-        assert_eq!(sh.order.len(), ITEM_STATES_PER_SHARD);
-        assert_eq!(sh.get(b"k1", 1), ItemState::default());
-        assert_eq!(sh.get(b"k0", 2), won);
-        assert_eq!(
-            sh.get(format!("k{}", ITEM_STATES_PER_SHARD + 9).as_bytes(), 1),
-            won
-        );
-        // The whole table stays within its shards' bounds.
-        let t = ItemStates::new();
-        for i in 0..ITEM_STATE_SHARDS * ITEM_STATES_PER_SHARD * 2 {
-            t.lock(format!("x{i}").as_bytes())
-                .set(format!("x{i}").as_bytes(), 1, won);
-        }
-        assert!(t.len() <= ITEM_STATE_SHARDS * ITEM_STATES_PER_SHARD);
-    }
-
     /// touch, gat and gats keep an item's cas unique, as memcached does: a `cas` with the
     /// unique read before them still stores.
     #[test]
@@ -1805,7 +955,8 @@ mod tests {
         ] {
             assert!(r.contains(field), "{field} missing: {r}");
         }
-        assert!(r.contains("END\r\nEND\r\nVERSION "), "{r}");
+        assert!(r.contains("STAT items:1:number 1\r\n"), "{r}");
+        assert!(r.contains("END\r\nVERSION 1.6.21\r\n"), "{r}");
         assert!(r.ends_with("OK\r\n"));
         let r = session(&*db, &sh, b"stats reset\r\nget a\r\nstats\r\n", 10);
         assert!(r.starts_with("RESET\r\nVALUE a 0 1\r\nx\r\nEND\r\n"), "{r}");

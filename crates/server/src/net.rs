@@ -8,12 +8,13 @@
 //! (`kura_proto`) and executor, all on the same store.
 
 use crate::mc_exec::{self, Next, Shared};
+use crate::mc_stats::Dump;
 use crate::out::Out;
 use crate::tt_exec::{self, TtState};
 use crate::{http_exec, kt_bin_exec, mc_bin_exec};
 use kura_engine::store::now_secs;
 use kura_engine::Store;
-use kura_proto::mc_text::{self, Decoded, Limits};
+use kura_proto::mc_text::{self, Decoded, GetLine, Limits};
 use kura_proto::{http, kt_bin, mc_bin, tt_bin};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
@@ -30,6 +31,10 @@ pub struct Config {
     pub max_item_size: usize,
     /// Close connections idle for longer than this.
     pub idle_timeout: Option<Duration>,
+    /// The listeners (by their place in the list given to [`serve`]) that serve the memcached
+    /// protocols only, text and binary: memcached's own port, where a line that looks like
+    /// HTTP is hung up on rather than served as HTTP.
+    pub memcached_only: Vec<usize>,
 }
 
 /// The protocol of a connection, from its first byte.
@@ -44,10 +49,12 @@ pub enum Protocol {
 
 /// Tell the protocol from the first byte a client sends: 0x80 memcached binary, 0xC8 Tokyo
 /// Tyrant, 0xB1 / 0xB4 / 0xB8–0xBA Kyoto Tycoon's binary protocol, an upper-case letter an HTTP
-/// method, anything else memcached text (whose commands are lower-case).
-pub fn sniff(first: u8) -> Protocol {
+/// method, anything else memcached text (whose commands are lower-case). On a memcached-only
+/// port: 0x80 binary, anything else text, as memcached tells them.
+pub fn sniff(first: u8, memcached_only: bool) -> Protocol {
     match first {
         0x80 => Protocol::MemcachedBinary,
+        _ if memcached_only => Protocol::MemcachedText,
         0xC8 => Protocol::TokyoTyrant,
         b if kt_bin::is_magic(b) => Protocol::KyotoBinary,
         b'A'..=b'Z' => Protocol::Http,
@@ -136,6 +143,16 @@ struct Conn<'s> {
     ticket: u64,
     /// Tokyo Tyrant connections only: the iterator (`iterinit` / `iternext`).
     tt: Option<Box<TtState<'s>>>,
+    /// Accepted on a memcached-only port.
+    mc_only: bool,
+    /// memcached text: the long retrieval line whose next piece is due.
+    more: Option<GetLine>,
+    /// Discarding input through the next newline (the rest of a refused long line).
+    discard_line: bool,
+    /// memcached text: an `lru_crawler metadump` asked for (every item: true) and not started.
+    want_dump: Option<bool>,
+    /// The metadump under way: no request is read until it is written out.
+    dump: Option<Dump<'s>>,
 }
 
 /// The codec limits of every protocol, from the server settings.
@@ -233,7 +250,7 @@ fn worker<'s>(
         mc: Limits {
             max_line: 2048,
             max_key: 250,
-            max_value: cfg.max_item_size,
+            max_item: cfg.max_item_size,
         },
         tt: tt_bin::Limits {
             max_value: cfg.max_item_size,
@@ -275,6 +292,7 @@ fn worker<'s>(
             if t < nl {
                 accept_all(
                     &listeners[t],
+                    cfg.memcached_only.contains(&t),
                     &mut poll,
                     &mut conns,
                     &mut free,
@@ -292,7 +310,7 @@ fn worker<'s>(
                 if c.ticket == 0 && !kura_engine::durability::pending() {
                     // Nothing of this batch so far waits for a commit: the replies go out now,
                     // not after the rest of the batch (up to 1024 connections) is executed.
-                    let keep = alive && finish(c, shared);
+                    let keep = alive && finish_all(c, store, shared, &limits, &mut scratch);
                     settle(
                         &mut poll, &mut conns, &mut free, idx, keep, nl, shared, mine,
                     )?;
@@ -341,7 +359,7 @@ fn worker<'s>(
                 Some(c) if failed && c.ticket > 0 => false, // a failed sync: drop, not durability
                 Some(c) if alive => {
                     c.ticket = 0;
-                    finish(c, shared)
+                    finish_all(c, store, shared, &limits, &mut scratch)
                 }
                 Some(_) => false,
                 None => continue,
@@ -412,6 +430,7 @@ fn drain_until(c: &mut Conn<'_>, shared: &Shared, deadline: Instant) {
 #[allow(clippy::too_many_arguments)]
 fn accept_all(
     listener: &TcpListener,
+    mc_only: bool,
     poll: &mut Poll,
     conns: &mut Vec<Option<Conn<'_>>>,
     free: &mut Vec<usize>,
@@ -438,9 +457,9 @@ fn accept_all(
         shared.total_connections.fetch_add(1, Ordering::Relaxed);
         let to = mine.spread.pick(mine.me);
         if to == mine.me {
-            adopt(sock, poll, conns, free, nl)?;
+            adopt(sock, mc_only, poll, conns, free, nl)?;
         } else {
-            mine.spread.hand_over(to, sock);
+            mine.spread.hand_over(to, sock, mc_only);
         }
     }
 }
@@ -448,6 +467,7 @@ fn accept_all(
 /// Register a connection with this worker's event loop.
 fn adopt(
     mut sock: TcpStream,
+    mc_only: bool,
     poll: &mut Poll,
     conns: &mut Vec<Option<Conn<'_>>>,
     free: &mut Vec<usize>,
@@ -471,6 +491,11 @@ fn adopt(
         eof: false,
         ticket: 0,
         tt: None,
+        mc_only,
+        more: None,
+        discard_line: false,
+        want_dump: None,
+        dump: None,
     });
     Ok(())
 }
@@ -490,8 +515,8 @@ fn take_mail(
         mine.spread.mail[mine.me].store(false, Ordering::Release);
         std::mem::take(&mut *inbox)
     };
-    for sock in socks {
-        adopt(sock, poll, conns, free, nl)?;
+    for (sock, mc_only) in socks {
+        adopt(sock, mc_only, poll, conns, free, nl)?;
     }
     Ok(())
 }
@@ -506,7 +531,7 @@ struct Spread {
     /// Open connections of each worker (counted when handed over, so a burst spreads).
     conns: Vec<std::sync::atomic::AtomicUsize>,
     /// Connections accepted for each worker by another, not yet registered.
-    inbox: Vec<std::sync::Mutex<Vec<TcpStream>>>,
+    inbox: Vec<std::sync::Mutex<Vec<(TcpStream, bool)>>>,
     mail: Vec<AtomicBool>,
     wakers: Vec<std::sync::Mutex<Option<Arc<mio::Waker>>>>,
 }
@@ -535,11 +560,11 @@ impl Spread {
         to
     }
 
-    fn hand_over(&self, to: usize, sock: TcpStream) {
+    fn hand_over(&self, to: usize, sock: TcpStream, mc_only: bool) {
         self.inbox[to]
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(sock);
+            .push((sock, mc_only));
         self.mail[to].store(true, Ordering::Release);
         // A worker that has no waker yet takes its mail on its first round.
         if let Some(w) = &*self.wakers[to].lock().unwrap_or_else(|p| p.into_inner()) {
@@ -583,7 +608,16 @@ fn read_and_execute<'s>(
     hup: bool,
 ) -> bool {
     c.last = Instant::now();
-    while c.out.pending() < MAX_PENDING_OUT && !c.closing && !c.eof {
+    if c.dump.is_some() {
+        // A metadump under way takes the connection until it is written out; then the
+        // requests that came behind it.
+        pump(c, shared);
+        if c.dump.is_some() {
+            return true;
+        }
+        process(c, store, shared, limits);
+    }
+    while c.out.pending() < MAX_PENDING_OUT && !c.closing && !c.eof && c.dump.is_none() {
         match c.sock.read(scratch) {
             Ok(0) => c.eof = true,
             Ok(n) => {
@@ -623,7 +657,7 @@ fn settle(
         close(poll, conns, free, idx, shared, mine);
     } else if let Some(Some(c)) = conns.get_mut(idx) {
         // Change the registration only when writability starts or stops to matter.
-        let pending = !c.out.is_drained();
+        let pending = !c.out.is_drained() || c.dump.is_some();
         if pending != c.wants_write {
             let want = if pending {
                 Interest::READABLE | Interest::WRITABLE
@@ -636,6 +670,38 @@ fn settle(
         }
     }
     Ok(())
+}
+
+/// Write the replies, and while a metadump is under way and the socket takes everything, go
+/// on with it (the socket's next "writable" only comes once it has been full). False when
+/// the connection is finished.
+fn finish_all<'s>(
+    c: &mut Conn<'s>,
+    store: &'s dyn Store,
+    shared: &Shared,
+    limits: &AllLimits,
+    scratch: &mut [u8],
+) -> bool {
+    loop {
+        if !finish(c, shared) {
+            return false;
+        }
+        if c.dump.is_none() || !c.out.is_drained() {
+            return true;
+        }
+        if !read_and_execute(c, store, shared, limits, scratch, false) {
+            return false;
+        }
+    }
+}
+
+/// The next batch of a metadump.
+fn pump(c: &mut Conn<'_>, shared: &Shared) {
+    if let Some(d) = c.dump.as_mut() {
+        if !d.step(shared, now_secs(), &mut c.out) {
+            c.dump = None;
+        }
+    }
 }
 
 /// Write the replies; false when the connection is finished (the client hung up, or it asked
@@ -656,8 +722,17 @@ fn process<'s>(c: &mut Conn<'s>, store: &'s dyn Store, shared: &Shared, limits: 
         pos = n;
         c.skip -= n;
     }
+    if c.discard_line {
+        match c.rbuf[pos..].iter().position(|&b| b == b'\n') {
+            Some(nl) => {
+                pos += nl + 1;
+                c.discard_line = false;
+            }
+            None => pos = c.rbuf.len(),
+        }
+    }
     if c.proto.is_none() && pos < c.rbuf.len() {
-        let p = sniff(c.rbuf[pos]);
+        let p = sniff(c.rbuf[pos], c.mc_only);
         c.proto = Some(p);
         if p == Protocol::TokyoTyrant {
             let mut st = TtState::new();
@@ -677,7 +752,31 @@ fn process<'s>(c: &mut Conn<'s>, store: &'s dyn Store, shared: &Shared, limits: 
         }
         Some(Protocol::KyotoBinary) => drive(c, pos, &mut KyotoBinary(at, &limits.kt)),
         Some(Protocol::Http) => drive(c, pos, &mut Http(at, &limits.http)),
-        Some(Protocol::MemcachedText) | None => drive(c, pos, &mut McText(at, &limits.mc)),
+        Some(Protocol::MemcachedText) | None => {
+            let mut w = McText {
+                at,
+                limits: &limits.mc,
+                more: c.more.take(),
+            };
+            let mut pos = pos;
+            loop {
+                drive(c, pos, &mut w);
+                let Some(all) = c.want_dump.take() else { break };
+                match Dump::start(store, shared, all, now) {
+                    Ok(d) => {
+                        c.dump = Some(d);
+                        pump(c, shared);
+                    }
+                    Err(e) => mc_exec::server_error(&mut c.out, &e),
+                }
+                if c.dump.is_some() {
+                    break;
+                }
+                // A dump written out whole: on with the requests behind it.
+                pos = 0;
+            }
+            c.more = w.more;
+        }
     }
 }
 
@@ -688,8 +787,13 @@ enum Step<R> {
     /// More bytes are needed (anything to send meanwhile is already in the output).
     More,
     /// A request that is refused: its error reply is written; skip `consumed` bytes (also
-    /// those not received yet) and close the connection if `close`.
-    Refused { consumed: usize, close: bool },
+    /// those not received yet), then through the next newline if `discard_line`, and close
+    /// the connection if `close`.
+    Refused {
+        consumed: usize,
+        close: bool,
+        discard_line: bool,
+    },
 }
 
 /// One protocol as the connection loop drives it: its codec and its executor.
@@ -710,16 +814,27 @@ struct Ctx<'x> {
 /// Decode and execute the requests from `pos` on, then drop what was consumed.
 fn drive<W: Wire>(c: &mut Conn<'_>, mut pos: usize, w: &mut W) {
     while pos < c.rbuf.len() && !c.closing {
-        let (consumed, close) = match w.decode(&c.rbuf[pos..], &mut c.out) {
+        let (consumed, close, discard_line) = match w.decode(&c.rbuf[pos..], &mut c.out) {
             Step::Request(req, consumed) => {
-                if w.execute(&req, &mut c.out) == Next::Close {
-                    c.closing = true;
-                }
+                let next = w.execute(&req, &mut c.out);
                 pos += consumed;
+                match next {
+                    Next::Continue => continue,
+                    Next::Close => c.closing = true,
+                    Next::Dump(all) => {
+                        // Nothing more is read until the dump is out.
+                        c.want_dump = Some(all);
+                        break;
+                    }
+                }
                 continue;
             }
             Step::More => break,
-            Step::Refused { consumed, close } => (consumed, close),
+            Step::Refused {
+                consumed,
+                close,
+                discard_line,
+            } => (consumed, close, discard_line),
         };
         if close {
             c.closing = true;
@@ -730,30 +845,62 @@ fn drive<W: Wire>(c: &mut Conn<'_>, mut pos: usize, w: &mut W) {
             pos = c.rbuf.len();
         } else {
             pos += consumed;
+            if discard_line {
+                match c.rbuf[pos..].iter().position(|&b| b == b'\n') {
+                    Some(nl) => pos += nl + 1,
+                    None => {
+                        pos = c.rbuf.len();
+                        c.discard_line = true;
+                    }
+                }
+            }
         }
     }
     c.rbuf.drain(..pos.min(c.rbuf.len()));
 }
 
-struct McText<'x>(Ctx<'x>, &'x Limits);
+struct McText<'x> {
+    at: Ctx<'x>,
+    limits: &'x Limits,
+    /// The long retrieval line whose next piece is due.
+    more: Option<GetLine>,
+}
 
 impl Wire for McText<'_> {
     type Req<'a> = mc_text::Request<'a>;
     fn decode<'a>(&mut self, buf: &'a [u8], out: &mut Vec<u8>) -> Step<Self::Req<'a>> {
-        match mc_text::decode(buf, self.1) {
-            Ok(Decoded::Complete { request, consumed }) => Step::Request(request, consumed),
+        let decoded = match self.more {
+            Some(line) => mc_text::decode_continued(buf, self.limits, line),
+            None => mc_text::decode(buf, self.limits),
+        };
+        match decoded {
+            Ok(Decoded::Complete { request, consumed }) => {
+                self.more = mc_text::continues(&request);
+                Step::Request(request, consumed)
+            }
             Ok(Decoded::Incomplete) => Step::More,
             Err(e) => {
+                self.more = None;
+                let Ctx { store, shared, .. } = self.at;
+                if let Some(u) = e.unlink {
+                    let key = &buf[u.start..u.start + u.len];
+                    if let Err(err) = mc_exec::unlink_key(store, shared, key, u.base64) {
+                        mc_exec::server_error(out, &err);
+                    }
+                } else if e.kind == mc_text::ErrorKind::TooLarge {
+                    shared.store_too_large.add(1);
+                }
                 e.encode(out);
                 Step::Refused {
                     consumed: e.consumed,
                     close: e.close,
+                    discard_line: e.discard_line,
                 }
             }
         }
     }
     fn execute(&mut self, req: &Self::Req<'_>, out: &mut Out) -> Next {
-        let Ctx { store, shared, now } = self.0;
+        let Ctx { store, shared, now } = self.at;
         mc_exec::execute(store, shared, req, now, out)
     }
 }
@@ -767,12 +914,29 @@ impl Wire for McBinary<'_> {
             Ok(mc_bin::Decoded::Complete { request, consumed }) => Step::Request(request, consumed),
             Ok(mc_bin::Decoded::Incomplete) => Step::More,
             Err(e) => {
+                let Ctx { store, shared, .. } = self.0;
+                if let Some((start, len)) = e.unlink {
+                    if let Err(err) =
+                        mc_exec::unlink_key(store, shared, &buf[start..start + len], false)
+                    {
+                        mc_bin::encode_error(
+                            out,
+                            e.opcode,
+                            mc_bin::status::OUT_OF_MEMORY,
+                            e.opaque,
+                        );
+                        let _ = err;
+                    }
+                } else if e.status == Some(mc_bin::status::TOO_LARGE) {
+                    shared.store_too_large.add(1);
+                }
                 if let Some(st) = e.status {
                     mc_bin::encode_error(out, e.opcode, st, e.opaque);
                 }
                 Step::Refused {
                     consumed: e.consumed,
                     close: e.close,
+                    discard_line: false,
                 }
             }
         }
@@ -802,6 +966,7 @@ impl Wire for Tyrant<'_, '_> {
                 Step::Refused {
                     consumed: e.consumed,
                     close: e.close,
+                    discard_line: false,
                 }
             }
         }
@@ -826,6 +991,7 @@ impl Wire for KyotoBinary<'_> {
                 Step::Refused {
                     consumed: e.consumed,
                     close: true,
+                    discard_line: false,
                 }
             }
         }
@@ -854,6 +1020,7 @@ impl Wire for Http<'_> {
                 Step::Refused {
                     consumed: e.consumed,
                     close: e.close,
+                    discard_line: false,
                 }
             }
         }
@@ -891,7 +1058,7 @@ mod tests {
             let (sock, _) = listener.accept().unwrap();
             let to = spread.pick(0);
             if to != 0 {
-                spread.hand_over(to, TcpStream::from_std(sock));
+                spread.hand_over(to, TcpStream::from_std(sock), false);
             }
         }
         let counts: Vec<usize> = spread
@@ -914,15 +1081,20 @@ mod tests {
 
     #[test]
     fn sniffing() {
-        assert_eq!(sniff(0x80), Protocol::MemcachedBinary);
-        assert_eq!(sniff(0xC8), Protocol::TokyoTyrant);
+        assert_eq!(sniff(0x80, false), Protocol::MemcachedBinary);
+        assert_eq!(sniff(0xC8, false), Protocol::TokyoTyrant);
         for b in [0xB1, 0xB4, 0xB8, 0xB9, 0xBA] {
-            assert_eq!(sniff(b), Protocol::KyotoBinary);
+            assert_eq!(sniff(b, false), Protocol::KyotoBinary);
         }
-        assert_eq!(sniff(b'G'), Protocol::Http);
-        assert_eq!(sniff(b'P'), Protocol::Http);
-        assert_eq!(sniff(b'g'), Protocol::MemcachedText);
-        assert_eq!(sniff(b's'), Protocol::MemcachedText);
+        assert_eq!(sniff(b'G', false), Protocol::Http);
+        assert_eq!(sniff(b'P', false), Protocol::Http);
+        assert_eq!(sniff(b'g', false), Protocol::MemcachedText);
+        assert_eq!(sniff(b's', false), Protocol::MemcachedText);
+        // A memcached-only port: binary or text, nothing else.
+        assert_eq!(sniff(0x80, true), Protocol::MemcachedBinary);
+        for b in [0xC8, 0xB8, b'G', b'P', b'g'] {
+            assert_eq!(sniff(b, true), Protocol::MemcachedText);
+        }
     }
 
     fn start(
@@ -942,6 +1114,7 @@ mod tests {
             max_connections: 100,
             max_item_size: 1 << 20,
             idle_timeout: None,
+            memcached_only: Vec::new(),
         };
         let s = stop.clone();
         let h = std::thread::spawn(move || serve(vec![l], store, shared, cfg, s));
