@@ -7,6 +7,8 @@
 # VSIZE and KEYSPACE change the value size and the key space (large values: VSIZE=65536
 # KEYSPACE=256 CONNS=32 RATIOS=1:0 DEPTHS=1).
 # Every run lasts SECS seconds (bounded). Prints medians, ratios to memcached and p99s.
+# KURA_BASE=PATH/kura adds that build's `*` and `.kh` servers to the same run (base-mem,
+# base-kh) and prints a second table: this build against it (before/after a change).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${REPS:-3} SECS=${SECS:-2} THREADS=${THREADS:-2} CONNS=${CONNS:-128} PIPELINE=${PIPELINE:-16}
@@ -30,6 +32,8 @@ start() { # NAME: start it, record its port in PORT[NAME] and its pid in PIDS
 	kura-mem) "$KURA" serve '*' --port "$port" --threads "$THREADS" 2>/dev/null & ;;
 	kura-kh) "$KURA" serve "$WORK/d$port.kh" --port "$port" --threads "$THREADS" 2>/dev/null & ;;
 	kura-always) "$KURA" serve "$WORK/a$port.kh#sync=always" --port "$port" --threads "$THREADS" 2>/dev/null & ;;
+	base-mem) "$KURA_BASE" serve '*' --port "$port" --threads "$THREADS" 2>/dev/null & ;;
+	base-kh) "$KURA_BASE" serve "$WORK/b$port.kh" --port "$port" --threads "$THREADS" 2>/dev/null & ;;
 	esac
 	PIDS+=($!)
 	for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.05; done
@@ -49,6 +53,7 @@ settle() {
 }
 
 SERVERS="memcached kura-mem kura-kh kura-always"
+[ -n "${KURA_BASE:-}" ] && SERVERS="$SERVERS base-mem base-kh"
 declare -A PORT
 for s in $SERVERS; do start "$s"; done
 RAW="$WORK/raw"
@@ -84,3 +89,21 @@ sort -k1,1 -k2,2n -k3,3 "$RAW" | awk '
 			printf "| %s | %s | %s | %d | %d | %d | %d | %.2f | %.2f | %.2f | %d / %d / %d / %d |\n", f[1], f[2], f[3], m["memcached"], m["kura-mem"], m["kura-kh"], m["kura-always"], m["kura-mem"] / (m["memcached"] ? m["memcached"] : 1), m["kura-kh"] / (m["memcached"] ? m["memcached"] : 1), m["kura-always"] / (m["kura-kh"] ? m["kura-kh"] : 1), q["memcached"], q["kura-mem"], q["kura-kh"], q["kura-always"]
 		}
 	}' | sort
+if [ -n "${KURA_BASE:-}" ]; then
+	printf '\nthis build against %s, same run (medians)\n\n' "$KURA_BASE"
+	printf '| protocol | pipeline | get:set | base * | this * | this / base | base .kh | this .kh | this / base |\n'
+	printf '|---|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+	sort -k1,1 -k2,2n -k3,3 "$RAW" | awk '
+		function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t } return a[int((n + 1) / 2)] }
+		{ k = $1 " " $2 " " $3; keys[k] = 1; n[k, $4]++; o[k, $4, n[k, $4]] = $5 }
+		END {
+			split("kura-mem kura-kh base-mem base-kh", S, " ")
+			for (k in keys) {
+				for (i = 1; i <= 4; i++) { s = S[i]; c = n[k, s]; delete a
+					for (j = 1; j <= c; j++) a[j] = o[k, s, j]
+					m[s] = med(a, c) }
+				split(k, f, " ")
+				printf "| %s | %s | %s | %d | %d | %.2f | %d | %d | %.2f |\n", f[1], f[2], f[3], m["base-mem"], m["kura-mem"], m["kura-mem"] / (m["base-mem"] ? m["base-mem"] : 1), m["base-kh"], m["kura-kh"], m["kura-kh"] / (m["base-kh"] ? m["base-kh"] : 1)
+			}
+		}' | sort
+fi

@@ -485,6 +485,12 @@ pub trait Store: Send + Sync {
     /// Sync and release resources; further calls fail with [`Error::Closed`].
     fn close(&self) -> Result<()>;
 
+    /// Damage the open found in the database's files: only a read-only open of a damaged
+    /// database has any (a writable one refuses it); `check` lists every region.
+    fn damage_found(&self) -> Vec<Damaged> {
+        Vec::new()
+    }
+
     /// Named counters for `stats` / `inform` (evictions, compactions, …).
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()

@@ -255,7 +255,7 @@ fn dispatch(cmd: DbCommand) -> Res {
         DbCommand::Optimize { name, params } => with_db(&name, Open::Existing, |db| {
             Ok(db.optimize(params.as_deref().unwrap_or(""))?)
         }),
-        DbCommand::Check { name } => with_db(&name, Open::ReadOnly, |db| check(db, &name)),
+        DbCommand::Check { name } => with_db(&name, Open::Inspect, |db| check(db, &name)),
         DbCommand::Vanish { name } => with_db(&name, Open::Existing, |db| Ok(db.vanish()?)),
         DbCommand::Repair { src, dst, in_place } => repair(&src, dst.as_deref(), in_place),
         DbCommand::Copy { name, dest } => {
@@ -279,8 +279,11 @@ enum Open {
     ExistingOrFlag,
     /// Writable, existing only.
     Existing,
-    /// Existing, read-only: nothing on disk changes, not even the repair of a torn tail.
+    /// Existing, read-only: nothing on disk changes, not even the repair of a torn tail. Damage
+    /// the open found is noted on stderr.
     ReadOnly,
+    /// `ReadOnly`, for `check`, which reports damage itself.
+    Inspect,
 }
 
 impl Open {
@@ -298,7 +301,7 @@ fn with_db(name: &str, how: Open, f: impl FnOnce(&dyn Store) -> Res) -> Res {
     let mode = match how {
         Open::Create => OpenMode::Create,
         Open::ExistingOrFlag | Open::Existing => OpenMode::Existing,
-        Open::ReadOnly => OpenMode::ReadOnly,
+        Open::ReadOnly | Open::Inspect => OpenMode::ReadOnly,
     };
     let db = engine::open_as(name, mode)
         .map_err(|e| match e {
@@ -313,6 +316,16 @@ fn with_db(name: &str, how: Open, f: impl FnOnce(&dyn Store) -> Res) -> Res {
             e => Fail::Err(format!("cannot open {name}: {e}")),
         })?
         .store;
+    let found = db.damage_found();
+    if how == Open::ReadOnly && !found.is_empty() {
+        let lost: u64 = found.iter().map(|d| d.lost).sum();
+        eprintln!(
+            "kura: warning: {name} is damaged ({} region(s), at least {lost} record(s) lost); \
+             what verifies is served. `kura db check {name}` lists the damage, `kura db repair` \
+             writes a new database of every record that verifies",
+            found.len()
+        );
+    }
     let result = f(&*db);
     let closed = db
         .close()
@@ -462,7 +475,7 @@ fn list(db: &dyn Store, prefix: &[u8], limit: usize, values: bool, name: &str) -
             return Err(e);
         }
         out.flush().map_err(stdout_err)?;
-        return damage_note(damaged, name);
+        return damage_note(damaged + db.damage_found().len() as u64, name);
     }
     let mut cur = db.cursor()?;
     if !prefix.is_empty() {
@@ -477,7 +490,7 @@ fn list(db: &dyn Store, prefix: &[u8], limit: usize, values: bool, name: &str) -
         n += 1;
     }
     out.flush().map_err(stdout_err)?;
-    damage_note(cur.damage_skipped(), name)
+    damage_note(cur.damage_skipped() + db.damage_found().len() as u64, name)
 }
 
 /// A progress counter on stderr, shown only when stderr is a terminal.

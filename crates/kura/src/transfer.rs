@@ -440,5 +440,5 @@ pub(crate) fn export(db: &dyn Store, file: Option<&Path>, format: LineFormat, na
         (r, _, _) => r,
     };
     done?;
-    crate::db::damage_note(damaged, name)
+    crate::db::damage_note(damaged + db.damage_found().len() as u64, name)
 }

@@ -4507,6 +4507,10 @@ impl Store for DiskHash {
         res
     }
 
+    fn damage_found(&self) -> Vec<crate::store::Damaged> {
+        self.inner.findings.lock().clone()
+    }
+
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let c = &self.inner.counters;
         vec![
