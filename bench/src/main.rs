@@ -568,6 +568,8 @@ mod tests {
     #[test]
     fn by_shard_gives_each_thread_whole_shards_and_every_key_once() {
         let dir = std::env::temp_dir().join(format!("kura-bench-shard-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
         let name = format!("{}/s.kh", dir.display());
         let db = open_hash(&name).unwrap();
         for (t, rnd) in [(2, false), (3, true)] {
