@@ -817,11 +817,12 @@ impl Tail {
     }
 
     /// Make `seg` the lane's active segment (its file is as long as its records; no fill is
-    /// under way).
+    /// under way; no marker known at its end).
     fn set_seg(&mut self, seg: Arc<Segment>) {
         debug_assert_eq!(self.fill_from, NO_FILL);
         self.alloc = seg.flushed();
         self.seg = seg;
+        self.marked = false;
     }
 
     /// Note a live-byte change of segment `seg`; false when the list is full.

@@ -2220,3 +2220,43 @@ fn a_batch_larger_than_the_largest_record_is_refused() {
     assert_eq!(db.count(), 0);
     db.write_batch(&ops[..0]).unwrap();
 }
+
+/// A lane's log ends with a marker at close, so that damage to its last record is told from a
+/// torn tail even with no checkpoint to say the record was durable; an idle open and close
+/// adds no second marker.
+#[test]
+fn a_marker_ends_each_lane_so_damage_to_the_last_record_shows() {
+    let fs = SimVfs::new();
+    let db = sim_open(&fs, "sync=none#lanes=1");
+    for i in 0..10 {
+        db.put(format!("k{i}").as_bytes(), &[b'v'; 20]).unwrap();
+    }
+    db.close().unwrap();
+    let seg = fs
+        .paths()
+        .into_iter()
+        .find(|p| p.to_string_lossy().ends_with(".kd"))
+        .unwrap();
+    let bytes = |fs: &SimVfs| fs.image()[&seg].clone();
+    let img = bytes(&fs);
+    let salt = format::parse_seg_header(&img).unwrap().salt;
+    let m = format::marker(format::seed(salt));
+    assert!(img.ends_with(&m), "no marker at the end of the lane");
+    sim_open(&fs, "sync=none#lanes=1").close().unwrap();
+    assert_eq!(bytes(&fs), img, "an idle open and close changed the log");
+    // The last record damaged, the checkpoint gone: the marker after it makes it damage.
+    let last = img.len() - m.len() - 3;
+    assert!(fs.corrupt(&seg, last as u64, b"\xff"));
+    fs.remove_file(Path::new("/sim/db.kh/index.ki"));
+    let params = Params::parse("sync=none#lanes=1").unwrap();
+    let r = DiskHash::open_with(
+        Path::new("/sim/db.kh"),
+        &params,
+        Arc::new(fs.clone()),
+        false,
+    );
+    assert!(
+        matches!(r, Err(Error::Corrupt(_))),
+        "damage taken for a torn tail"
+    );
+}
