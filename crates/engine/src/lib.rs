@@ -15,6 +15,7 @@ pub mod error;
 pub mod hash;
 pub mod io;
 pub mod lock;
+pub mod log;
 pub mod mem;
 pub mod meta;
 pub mod name;

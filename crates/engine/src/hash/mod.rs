@@ -30,12 +30,12 @@ mod arena;
 mod check;
 pub mod ckpt;
 mod export;
-pub mod format;
+pub use crate::log::format;
 pub mod index;
 mod recover;
 mod repair;
-mod scan;
-pub mod segment;
+use crate::log::scan;
+pub use crate::log::segment;
 pub mod stored;
 
 use self::format::{

@@ -40,7 +40,7 @@ const ZERO_RECORD: usize = 8;
 const BLOCK: u64 = 4 << 10;
 
 /// Where a scan reads a segment's bytes.
-pub(super) trait Bytes {
+pub(crate) trait Bytes {
     /// Exactly `len` bytes at `off` into `out` (replacing its contents).
     fn read(&mut self, off: u64, len: usize, out: &mut Vec<u8>) -> Result<()>;
 }
@@ -48,7 +48,7 @@ pub(super) trait Bytes {
 /// A damaged region: bytes of a segment that held records whole and no longer verify, followed
 /// by a record that does.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Damage {
+pub(crate) struct Damage {
     pub off: u64,
     pub len: u64,
     /// Records known lost in it: each record whose header still parses counts one (a batch
@@ -61,7 +61,7 @@ pub(super) struct Damage {
 
 /// Bytes at the end of a range in which no record verifies.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Tail {
+pub(crate) struct Tail {
     pub off: u64,
     pub len: u64,
     /// Whether every byte of it is zero (space written ahead of the log, not a record).
@@ -75,7 +75,7 @@ pub(super) struct Tail {
 
 /// What a scan of a range found besides its verified records.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(super) struct Scanned {
+pub(crate) struct Scanned {
     pub damage: Vec<Damage>,
     pub tail: Option<Tail>,
     /// Set when the callback stopped the scan: where to resume.
@@ -94,7 +94,7 @@ impl Scanned {
 /// Scan `[from, end)`, calling `f(offset, header, record, salvaged)` for each record that
 /// verifies, in order (`salvaged`: an inner record of a damaged batch frame, reached through
 /// its frame). `f` returns false to stop. Damage does not stop a scan; errors are read errors.
-pub(super) fn scan(
+pub(crate) fn scan(
     src: &mut dyn Bytes,
     seed: u32,
     from: u64,
@@ -315,7 +315,7 @@ impl Window {
 }
 
 /// Finds the first offset at or after a point where a record verifies.
-pub(super) struct Finder {
+pub(crate) struct Finder {
     seed: u32,
     end: u64,
     /// Whether `ZERO_RECORD` zero bytes verify as a record under this seed: almost never, and
@@ -505,7 +505,7 @@ fn shift(crc: u32, n: u64) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hash::format::{encode_batch_header, encode_delete, encode_put, seal, PutFields};
+    use crate::log::format::{encode_batch_header, encode_delete, encode_put, seal, PutFields};
 
     struct Mem(Vec<u8>);
 
