@@ -9,9 +9,9 @@ impl DiskHash {
     }
 
     pub(super) fn stop_background(&self) {
-        *self.inner.stop.lock() = true;
-        self.inner.stop_cv.notify_all();
-        self.inner.fill_cv.notify_all();
+        *self.inner.log.stop.lock() = true;
+        self.inner.log.stop_cv.notify_all();
+        self.inner.log.fill_cv.notify_all();
         for h in std::mem::take(&mut *self.bg.lock()) {
             let _ = h.join();
         }
@@ -27,7 +27,7 @@ impl DiskHash {
         mut f: impl FnMut(Shown<'_>, Meta),
     ) -> Result<bool> {
         let inner = &self.inner;
-        inner.check_open()?;
+        inner.log.check_open()?;
         let (shard, tag) = inner.locate(key);
         // Read in place under the shard lock, so compaction cannot move the record meanwhile.
         let seen = with_reader!(inner, shard, tag, tbl => inner.find_with(tbl, tag, key, |slot, h, rec| {
@@ -63,7 +63,7 @@ impl DiskHash {
         let begun = self.large_put_begin(key, value, flags, expires);
         let seq = begun.seq;
         self.large_put_end(key, begun)?;
-        self.inner.after_write()?;
+        self.inner.log.after_write()?;
         Ok(Meta {
             flags,
             expires,
@@ -93,7 +93,7 @@ impl DiskHash {
             seq
         };
         let stored = inner.stored_form(value);
-        let lane = inner.my_lane();
+        let lane = inner.log.my_lane();
         let written = inner.write_put(lane, key, &stored, flags, expires, (seq, 0), Acct::Large);
         LargePut {
             shard,
@@ -122,7 +122,7 @@ impl DiskHash {
         };
         // After the slot (its segment may be compacted from now on), and also when it could
         // not be installed.
-        inner.large_put_done(p.lane, s, o);
+        inner.log.large_put_done(p.lane, s, o);
         installed?;
         self.unlock(p.shard, tbl);
         Ok(())
@@ -175,7 +175,7 @@ impl DiskHash {
                     let acct = Acct::Lane {
                         old: Some((o.seg, len)),
                     };
-                    inner.write_delete(inner.my_lane(), key, seq, acct)?;
+                    inner.write_delete(inner.log.my_lane(), key, seq, acct)?;
                     tbl.remove(&o);
                 }
                 None
@@ -203,7 +203,7 @@ impl DiskHash {
                 let acct = Acct::Lane {
                     old: Some((f.slot.seg, f.len)),
                 };
-                inner.write_delete(inner.my_lane(), key, seq, acct)?;
+                inner.write_delete(inner.log.my_lane(), key, seq, acct)?;
                 f
             }
         };
@@ -216,7 +216,7 @@ impl DiskHash {
     #[doc(hidden)]
     pub fn abandon(self) {
         self.stop_background();
-        self.inner.closed.store(true, Ordering::Release);
+        self.inner.log.closed.store(true, Ordering::Release);
         self.inner.lock.lock().take();
     }
 
@@ -224,13 +224,14 @@ impl DiskHash {
     pub(super) fn rewrite_all(&self, recode: bool) -> Result<()> {
         let inner = &self.inner;
         let _m = inner.maint.lock();
-        for t in inner.tails.iter() {
+        for t in inner.log.tails.iter() {
             let mut tail = t.0.lock();
             if tail.seg.id != 0 {
-                inner.roll(&mut tail)?;
+                inner.log.roll(&mut tail)?;
             }
         }
         let ids: Vec<u32> = inner
+            .log
             .segs
             .load()
             .segs
@@ -253,7 +254,7 @@ impl Drop for DiskHash {
 
 impl Store for DiskHash {
     fn get(&self, key: &[u8]) -> Result<Option<Record>> {
-        self.inner.check_open()?;
+        self.inner.log.check_open()?;
         let inner = &self.inner;
         let (shard, tag) = inner.locate(key);
         // The record is made in the lookup's closure: nothing else is built or moved.
@@ -289,21 +290,21 @@ impl Store for DiskHash {
         visitor: &mut dyn FnMut(Option<Current<'_>>) -> Decision<'v>,
     ) -> Result<Option<Meta>> {
         let inner = &self.inner;
-        inner.check_writable()?;
+        inner.log.check_writable()?;
         check_sizes(key, 0)?;
         let (shard, tag) = inner.locate(key);
         let (result, wrote) = with_writer!(self, shard, inner.writer(shard, tag), tbl => {
             self.accept_in(tbl, tag, key, visitor)
         })?;
         if wrote {
-            inner.after_write()?;
+            inner.log.after_write()?;
         }
         Ok(result)
     }
 
     fn put_with(&self, key: &[u8], value: &[u8], flags: u32, expires: u64) -> Result<Meta> {
         let inner = &self.inner;
-        inner.check_writable()?;
+        inner.log.check_writable()?;
         check_sizes(key, value.len())?;
         if value.len() >= LARGE_VALUE {
             return self.put_large(key, value, flags, expires);
@@ -321,13 +322,13 @@ impl Store for DiskHash {
             }
         };
         let meta = meta?;
-        inner.after_write()?;
+        inner.log.after_write()?;
         Ok(meta)
     }
 
     fn out(&self, key: &[u8]) -> Result<bool> {
         let inner = &self.inner;
-        inner.check_writable()?;
+        inner.log.check_writable()?;
         check_sizes(key, 0)?;
         let (shard, tag) = inner.locate(key);
         let f = match inner.out_fast(shard, tag, key) {
@@ -339,12 +340,12 @@ impl Store for DiskHash {
         let Some(f) = f else {
             return Ok(false);
         };
-        inner.after_write()?;
+        inner.log.after_write()?;
         Ok(f.meta.expires == 0 || !is_expired(f.meta.expires, now_secs()))
     }
     fn write_batch(&self, ops: &[BatchOp]) -> Result<()> {
         let inner = &self.inner;
-        inner.check_writable()?;
+        inner.log.check_writable()?;
         if ops.is_empty() {
             return Ok(());
         }
@@ -401,16 +402,16 @@ impl Store for DiskHash {
                     format::encode_delete(&mut body, key, seq);
                 }
             }
-            format::seal(&mut body[start..], format::seed(inner.salt));
+            format::seal(&mut body[start..], format::seed(inner.log.salt));
             offs.push((start, body.len() - start));
         }
         let mut hdr = Vec::with_capacity(16);
         format::encode_batch_header(&mut hdr, body.len(), ops.len());
         let (seg, off) = {
-            let lane = inner.my_lane();
-            let mut tail = inner.tails[lane].0.lock();
-            let at = inner.append(&mut tail, &[&hdr, &body], true)?;
-            inner.note_full(lane, &tail);
+            let lane = inner.log.my_lane();
+            let mut tail = inner.log.tails[lane].0.lock();
+            let at = inner.log.append(&mut tail, &[&hdr, &body], true)?;
+            inner.log.note_full(lane, &tail);
             at
         };
         let base = off + hdr.len() as u64;
@@ -431,12 +432,12 @@ impl Store for DiskHash {
             }
         }
         drop(guards);
-        inner.after_write()
+        inner.log.after_write()
     }
 
     fn cursor(&self) -> Result<Box<dyn Cursor + '_>> {
-        self.inner.check_open()?;
-        let first = self.inner.segs.load().oldest().unwrap_or(0);
+        self.inner.log.check_open()?;
+        let first = self.inner.log.segs.load().oldest().unwrap_or(0);
         let seqs = (0..NSHARDS).map(|i| self.inner.excl(i).seq).collect();
         Ok(Box::new(HashCursor {
             db: self,
@@ -456,20 +457,21 @@ impl Store for DiskHash {
     fn size(&self) -> u64 {
         let ckpt = self
             .inner
+            .log
             .vfs
-            .open(&self.inner.dir.join(CKPT_NAME), false)
+            .open(&self.inner.log.dir.join(CKPT_NAME), false)
             .and_then(|f| f.len())
             .unwrap_or(0);
-        self.inner.data_size() + ckpt
+        self.inner.log.data_size() + ckpt
     }
 
     fn sync(&self) -> Result<()> {
-        self.inner.check_writable()?;
-        self.inner.group_commit()
+        self.inner.log.check_writable()?;
+        self.inner.log.group_commit()
     }
 
     fn optimize(&self, params: &str) -> Result<()> {
-        self.inner.check_writable()?;
+        self.inner.log.check_writable()?;
         let p = Params::parse(params)?;
         p.allow_only("the hash database (.kh)", PARAMS)?;
         // Only what optimize applies to the database is taken (README: nothing is ignored).
@@ -504,7 +506,7 @@ impl Store for DiskHash {
                     s.bnum = newcfg.bnum;
                 }
                 if Some(s) != *st {
-                    crate::meta::write(&*self.inner.vfs, &self.inner.dir, &s.descriptor())?;
+                    crate::meta::write(&*self.inner.log.vfs, &self.inner.log.dir, &s.descriptor())?;
                     *st = Some(s);
                 }
             }
@@ -532,7 +534,7 @@ impl Store for DiskHash {
 
     fn vanish(&self) -> Result<()> {
         let inner = &self.inner;
-        inner.check_writable()?;
+        inner.log.check_writable()?;
         let _m = inner.maint.lock();
         let mut guards: Vec<_> = (0..NSHARDS).map(|i| inner.excl(i)).collect();
         // Each lane that has a log starts a new segment with a clear record: recovery forgets
@@ -540,7 +542,7 @@ impl Store for DiskHash {
         // the old segments can go in any order.
         {
             // All lanes at once, so that no checkpoint position falls between the clears.
-            let mut tails: Vec<_> = inner.tails.iter().map(|t| t.0.lock()).collect();
+            let mut tails: Vec<_> = inner.log.tails.iter().map(|t| t.0.lock()).collect();
             let used = tails.iter().filter(|t| t.seg.id != 0).count();
             let id = random_u64();
             for tail in tails.iter_mut() {
@@ -548,10 +550,10 @@ impl Store for DiskHash {
                 tail.large.clear();
             }
             for tail in tails.iter_mut().filter(|t| t.seg.id != 0) {
-                inner.roll(tail)?;
+                inner.log.roll(tail)?;
                 let mut c = Vec::new();
                 format::encode_clear(&mut c, id, used);
-                inner.append(tail, &[&c], true)?;
+                inner.log.append(tail, &[&c], true)?;
             }
         }
         for (i, g) in guards.iter_mut().enumerate() {
@@ -564,8 +566,9 @@ impl Store for DiskHash {
             inner.note_table(i, g);
         }
         inner.expiring.store(0, Ordering::Relaxed);
-        inner.sync_now()?;
+        inner.log.sync_now()?;
         let old: Vec<u32> = inner
+            .log
             .segs
             .load()
             .segs
@@ -580,7 +583,7 @@ impl Store for DiskHash {
 
     fn copy_to(&self, dest: &Path) -> Result<()> {
         let inner = &self.inner;
-        inner.check_open()?;
+        inner.log.check_open()?;
         let _m = inner.maint.lock();
         if dest.exists() && std::fs::read_dir(dest).map(|mut d| d.next().is_some())? {
             return Err(Error::InvalidParam(format!(
@@ -594,24 +597,25 @@ impl Store for DiskHash {
         }
         // The copy is the same database: the same stored parameters (written last).
         let stored = self.stored.lock().unwrap_or(stored::Stored {
-            lanes: inner.lanes,
+            lanes: inner.log.lanes,
             compress: Compression::from_code(inner.compression.load(Ordering::Relaxed))
                 .unwrap_or(Compression::None),
             bnum: inner.cfg.lock().bnum,
         });
         // Where each lane ends, then the index: the copy replays its logs from these positions.
-        let replay = inner.lane_positions(false);
+        let replay = inner.log.lane_positions(false);
         let shards = inner.snapshot_shards();
         let ends: Vec<(u32, u64)> = inner
+            .log
             .tails
             .iter()
             .map(|t| {
                 let mut t = t.0.lock();
-                inner.flush(&mut t).map(|_| (t.seg.id, t.seg.flushed()))
+                inner.log.flush(&mut t).map(|_| (t.seg.id, t.seg.flushed()))
             })
             .collect::<Result<_>>()?;
         // Segments up to each lane's end are immutable up to these lengths: copy them.
-        let segs = inner.segs.load_full();
+        let segs = inner.log.segs.load_full();
         let mut buf = Vec::new();
         for (id, seg) in segs.segs.iter() {
             let (end_seg, end_off) = ends[seg.lane];
@@ -655,9 +659,9 @@ impl Store for DiskHash {
 
     fn check(&self) -> Result<CheckReport> {
         let inner = &self.inner;
-        inner.check_open()?;
+        inner.log.check_open()?;
         let _m = inner.maint.lock();
-        inner.flush_all()?;
+        inner.log.flush_all()?;
         inner.audit()
     }
 
@@ -676,7 +680,7 @@ impl Store for DiskHash {
         let comp = Compression::from_code(self.inner.compression.load(Ordering::Relaxed))
             .unwrap_or(Compression::None);
         let mut v: Vec<(String, String)> =
-            vec![("path".into(), self.inner.dir.display().to_string())];
+            vec![("path".into(), self.inner.log.dir.display().to_string())];
         match *self.stored.lock() {
             Some(s) => v.extend([
                 ("stored.lanes".into(), s.lanes.to_string()),
@@ -702,36 +706,37 @@ impl Store for DiskHash {
             ("open.ckptsiz".into(), c.ckptsiz.to_string()),
             (
                 "segments".into(),
-                self.inner.segs.load().segs.len().to_string(),
+                self.inner.log.segs.load().segs.len().to_string(),
             ),
         ]);
         v
     }
 
     fn close(&self) -> Result<()> {
-        if self.inner.closed.load(Ordering::Acquire) {
+        if self.inner.log.closed.load(Ordering::Acquire) {
             return Ok(());
         }
         self.stop_background();
         let inner = &self.inner;
-        let unchanged = inner.appended_total() == 0 && inner.vfs.exists(&inner.dir.join(CKPT_NAME));
-        let res = if inner.readonly || inner.poisoned.lock().is_some() {
+        let unchanged =
+            inner.appended_total() == 0 && inner.log.vfs.exists(&inner.log.dir.join(CKPT_NAME));
+        let res = if inner.log.readonly || inner.log.poisoned.lock().is_some() {
             Ok(())
         } else {
             let _m = inner.maint.lock();
             // The files end where their records do (the cut is synced by the checkpoint).
-            let trimmed = inner.tails.iter().try_for_each(|t| {
+            let trimmed = inner.log.tails.iter().try_for_each(|t| {
                 let mut t = t.0.lock();
-                inner.mark(&mut t);
-                inner.trim_tail(&mut t)
+                inner.log.mark(&mut t);
+                inner.log.trim_tail(&mut t)
             });
             match trimmed {
                 Err(e) => Err(e),
-                Ok(()) if unchanged => inner.sync_now(),
+                Ok(()) if unchanged => inner.log.sync_now(),
                 Ok(()) => inner.checkpoint(),
             }
         };
-        inner.closed.store(true, Ordering::Release);
+        inner.log.closed.store(true, Ordering::Release);
         inner.reclaim();
         inner.lock.lock().take();
         res
@@ -743,6 +748,7 @@ impl Store for DiskHash {
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let c = &self.inner.counters;
+        let l = &self.inner.log.counters;
         vec![
             ("compactions", c.compactions.load(Ordering::Relaxed)),
             ("relocated_bytes", c.relocated_bytes.load(Ordering::Relaxed)),
@@ -753,9 +759,9 @@ impl Store for DiskHash {
             ),
             (
                 "recovery_truncated_bytes",
-                c.truncated_bytes.load(Ordering::Relaxed),
+                l.truncated_bytes.load(Ordering::Relaxed),
             ),
-            ("syncs", c.syncs.load(Ordering::Relaxed)),
+            ("syncs", l.syncs.load(Ordering::Relaxed)),
         ]
     }
 }

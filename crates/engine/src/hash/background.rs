@@ -16,62 +16,28 @@ pub(super) fn set_thread_nice(nice: i32) {
 }
 
 impl Inner {
-    // ------------------------------------------------------------------ background
-
-    /// The filler thread (`sync=always`): zeros ahead of each lane's records (`fill_lane`),
-    /// when a writer asks and at every tick.
-    pub(super) fn filler(self: Arc<Self>) {
-        loop {
-            {
-                let mut stop = self.stop.lock();
-                if !*stop && !self.fill_wake.swap(false, Ordering::AcqRel) {
-                    self.fill_cv.wait_for(&mut stop, FLUSH_TICK);
-                }
-                if *stop {
-                    return;
-                }
-            }
-            if self.is_poisoned.load(Ordering::Acquire) || self.fill_failed.load(Ordering::Relaxed)
-            {
-                continue;
-            }
-            for lane in 0..self.lanes {
-                self.fill_lane(lane);
-            }
-        }
-    }
-
-    /// Wait `tick` for a background thread's next round; false once the database is closing.
-    pub(super) fn pause(&self, tick: Duration) -> bool {
-        let mut stop = self.stop.lock();
-        if !*stop {
-            self.stop_cv.wait_for(&mut stop, tick);
-        }
-        !*stop
-    }
-
     pub(super) fn background(self: Arc<Self>) {
         BACKGROUND.with(|b| b.set(true));
         let mut last_sync = Instant::now();
         let mut last_maint = Instant::now();
-        while self.pause(FLUSH_TICK) {
-            if self.is_poisoned.load(Ordering::Acquire) {
+        while self.log.pause(FLUSH_TICK) {
+            if self.log.is_poisoned.load(Ordering::Acquire) {
                 continue;
             }
-            for t in self.tails.iter() {
+            for t in self.log.tails.iter() {
                 let mut tail = t.0.lock();
-                let _ = self.flush(&mut tail);
+                let _ = self.log.flush(&mut tail);
             }
-            self.start_writebacks();
-            if let SyncMode::Interval(d) = self.sync {
+            self.log.start_writebacks();
+            if let SyncMode::Interval(d) = self.log.sync {
                 if last_sync.elapsed() >= d {
-                    let _ = self.sync_now();
+                    let _ = self.log.sync_now();
                     last_sync = Instant::now();
                 }
             }
             if last_maint.elapsed() >= Duration::from_secs(1) {
                 last_maint = Instant::now();
-                self.trim_maps();
+                self.log.trim_maps();
                 self.reclaim();
             }
         }
@@ -86,8 +52,8 @@ impl Inner {
         let mut nice = 0;
         let mut last_sweep = Instant::now();
         let mut last_ckpt_look = Instant::now();
-        while self.pause(COMPACT_TICK) {
-            if self.is_poisoned.load(Ordering::Acquire) {
+        while self.log.pause(COMPACT_TICK) {
+            if self.log.is_poisoned.load(Ordering::Acquire) {
                 continue;
             }
             let Some(_m) = self.maint.try_lock() else {
@@ -111,7 +77,7 @@ impl Inner {
                 // Two statements: the `cfg` guard must be gone before `data_size` takes the lane
                 // locks (a writer rolling a segment holds its lane lock and then takes `cfg`).
                 let ckptsiz = self.cfg.lock().ckptsiz;
-                let total = self.data_size();
+                let total = self.log.data_size();
                 if self.appended_total() >= ckptsiz.max(total / 4) {
                     let _ = self.checkpoint();
                 }

@@ -17,9 +17,9 @@ impl Inner {
     /// database was opened; changes nothing.
     pub(super) fn audit(&self) -> Result<CheckReport> {
         let mut rep = CheckReport::default();
-        let segs = self.segs.load_full();
+        let segs = self.log.segs.load_full();
         let known: Vec<u32> = segs.segs.keys().copied().collect();
-        let ckpt = match read_checkpoint(&*self.vfs, &self.dir, self.lanes, &known) {
+        let ckpt = match read_checkpoint(&*self.log.vfs, &self.log.dir, self.log.lanes, &known) {
             CkptRead::Missing => {
                 rep.warnings.push(format!(
                     "{CKPT_NAME} is missing: the index is rebuilt from the log at the next \
@@ -34,7 +34,7 @@ impl Inner {
                 ));
                 None
             }
-            CkptRead::Read(c) if c.hash_seed != self.salt => {
+            CkptRead::Read(c) if c.hash_seed != self.log.salt => {
                 rep.warnings.push(format!(
                     "{CKPT_NAME} belongs to another database: it is ignored, and replaced at \
                      the next writable open"
@@ -46,18 +46,18 @@ impl Inner {
         if let Some(c) = &ckpt {
             rep.damage.extend(checkpoint_findings(c, &segs));
         }
-        if let Err(Error::Corrupt(m)) = crate::meta::read(&*self.vfs, &self.dir) {
+        if let Err(Error::Corrupt(m)) = crate::meta::read(&*self.log.vfs, &self.log.dir) {
             rep.damage
-                .push(super::meta_damage(&*self.vfs, &self.dir, m));
+                .push(super::meta_damage(&*self.log.vfs, &self.log.dir, m));
         }
         // Segment files whose header is not usable (a read-only open also serves those whose
         // records verify: they are in the table, with no lane of their own).
         let mut orphans = Vec::new();
-        for p in probe_segments(&*self.vfs, &self.dir)? {
+        for p in probe_segments(&*self.log.vfs, &self.log.dir)? {
             let ours = p
                 .header
                 .as_ref()
-                .is_ok_and(|i| i.salt == self.salt && i.lanes as usize == self.lanes);
+                .is_ok_and(|i| i.salt == self.log.salt && i.lanes as usize == self.log.lanes);
             if ours {
                 continue;
             }

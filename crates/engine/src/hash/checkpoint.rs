@@ -148,48 +148,23 @@ pub(super) fn side_by_side<T: Send>(
 }
 
 impl Inner {
-    // ------------------------------------------------------------------ checkpoints
-
-    /// Ask the OS to start writing back what the lanes handed it since the last tick, without
-    /// waiting (`VFile::start_writeback`): the next sync (an interval's, a checkpoint's,
-    /// close's) then finds little left to write, instead of everything since the last one.
-    /// Done here, not by the writers: the request builds and queues the I/O in the calling
-    /// thread, which takes a fraction of a millisecond for a MiB.
-    pub(super) fn start_writebacks(&self) {
-        if self.sync == SyncMode::Always {
-            return; // every write is synced anyway
-        }
-        let segs = self.segs.load();
-        for seg in segs.segs.values() {
-            if !seg.dirty.load(Ordering::Acquire) {
-                continue;
-            }
-            let end = seg.flushed();
-            let from = seg.written_back.load(Ordering::Relaxed);
-            if end > from {
-                seg.file.start_writeback(from, end - from);
-                seg.written_back.store(end, Ordering::Relaxed);
-            }
-        }
-    }
-
     /// Write an index checkpoint so that recovery replays only what follows it.
     /// Called with the `maint` lock held.
     pub(super) fn checkpoint(&self) -> Result<()> {
-        if self.readonly {
+        if self.log.readonly {
             return Ok(());
         }
-        for t in self.tails.iter() {
-            self.mark(&mut t.0.lock());
+        for t in self.log.tails.iter() {
+            self.log.mark(&mut t.0.lock());
         }
-        let replay = self.lane_positions(true);
-        let segs = self.seg_infos();
+        let replay = self.log.lane_positions(true);
+        let segs = self.log.seg_infos();
         // Each shard is snapshotted and encoded in turn, straight to the file: memory holds
         // one shard at a time. Everything the snapshots point at is synced before the
         // checkpoint replaces the old one.
         let res = write_checkpoint(
-            &*self.vfs,
-            &self.dir,
+            &*self.log.vfs,
+            &self.log.dir,
             self.hash_seed.load(Ordering::Relaxed),
             &replay,
             &segs,
@@ -198,33 +173,15 @@ impl Inner {
             self.count() as usize >= PARALLEL_CKPT && !BACKGROUND.with(std::cell::Cell::get),
             |i, v| self.snapshot_into(i, v),
             || {
-                self.sync_now()
+                self.log
+                    .sync_now()
                     .map_err(|e| std::io::Error::other(e.to_string()))
             },
         );
-        res.map_err(|e| self.poison(&e))?;
+        res.map_err(|e| self.log.poison(&e))?;
         self.appended.store(0, Ordering::Relaxed);
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         Ok(())
-    }
-
-    /// Where every lane's log ends, read at one instant (all tails locked together): a batch
-    /// holds the tails of all its lanes while it writes its parts, so none straddles these
-    /// positions. Every record before them is reflected in a shard snapshot taken afterwards.
-    pub(super) fn lane_positions(&self, reset_appended: bool) -> Vec<(u32, u64)> {
-        let mut guards: Vec<_> = self.tails.iter().map(|t| t.0.lock()).collect();
-        guards
-            .iter_mut()
-            .map(|t| {
-                if reset_appended {
-                    t.appended = 0;
-                }
-                self.flush_live(t);
-                // Segment ids grow along a lane, so the smallest pair comes first in the log.
-                let end = (t.seg.id, t.end());
-                t.large.iter().copied().min().map_or(end, |p| p.min(end))
-            })
-            .collect()
     }
 
     /// Copy of every shard's slots (each shard consistent in itself).
@@ -244,34 +201,22 @@ impl Inner {
         (0..NSHARDS).map(|i| self.snapshot_shard(i)).collect()
     }
 
-    /// (id, valid length, live bytes, horizon) of every segment, for a checkpoint.
-    pub(super) fn seg_infos(&self) -> Vec<(u32, u64, u64, u32)> {
-        self.segs
-            .load()
-            .segs
-            .values()
-            .map(|s| {
-                (
-                    s.id,
-                    s.flushed(),
-                    s.live.load(Ordering::Relaxed),
-                    s.horizon.load(Ordering::Relaxed),
-                )
-            })
-            .collect()
-    }
-
     /// Bytes appended since the last checkpoint (or recovery work not yet checkpointed).
     pub(super) fn appended_total(&self) -> u64 {
         self.appended.load(Ordering::Relaxed)
-            + self.tails.iter().map(|t| t.0.lock().appended).sum::<u64>()
+            + self
+                .log
+                .tails
+                .iter()
+                .map(|t| t.0.lock().appended)
+                .sum::<u64>()
     }
 
     pub(super) fn drop_segments(&self, ids: &[u32]) -> Result<()> {
         if ids.is_empty() {
             return Ok(());
         }
-        self.set_segs(|t| {
+        self.log.set_segs(|t| {
             let mut t = SegTable::clone(t);
             for id in ids {
                 t.segs.remove(id);
@@ -279,9 +224,12 @@ impl Inner {
             t
         });
         for &id in ids {
-            let _ = self.vfs.remove(&self.dir.join(seg_file_name(id)));
+            let _ = self.log.vfs.remove(&self.log.dir.join(seg_file_name(id)));
         }
-        self.vfs.sync_dir(&self.dir).map_err(|e| self.poison(&e))?;
+        self.log
+            .vfs
+            .sync_dir(&self.log.dir)
+            .map_err(|e| self.log.poison(&e))?;
         // Close the removed segments' files and maps now (every caller holds no shard or lane
         // lock here).
         self.reclaim();

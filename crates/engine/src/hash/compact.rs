@@ -28,7 +28,7 @@ impl Inner {
     /// `recode` re-encodes values with the current compression. Called with `maint` held.
     /// Returns false when it stopped early (close requested) or could not compact.
     pub(super) fn compact_segment(&self, id: u32, recode: bool, rate: Option<u64>) -> Result<bool> {
-        if self.segs.load().get(id).is_none() {
+        if self.log.segs.load().get(id).is_none() {
             return Ok(true);
         }
         let Some(moved) = self.relocate_segment(id, recode, rate)? else {
@@ -100,13 +100,13 @@ impl Inner {
         recode: bool,
         rate: Option<u64>,
     ) -> Result<Option<u64>> {
-        let Some(seg) = self.segs.load().get(id).cloned() else {
+        let Some(seg) = self.log.segs.load().get(id).cloned() else {
             return Ok(Some(0));
         };
         if !seg.sealed.load(Ordering::Acquire) {
             return Ok(None);
         }
-        if self.large_pending(&seg) {
+        if self.log.large_pending(&seg) {
             return Ok(None);
         }
         let has_older = self.may_hide(&seg);
@@ -138,7 +138,7 @@ impl Inner {
             |off, h, rec, _| {
                 seen = seen.wrapping_add(1);
                 if seen.is_multiple_of(256) {
-                    if *self.stop.lock() {
+                    if *self.log.stop.lock() {
                         aborted = true;
                         return Ok(false);
                     }
@@ -199,7 +199,7 @@ impl Inner {
         live.sort_unstable();
         let mut reader = ChunkReader::new(self, &seg, end);
         for (i, &off) in live.iter().enumerate() {
-            if i % 256 == 255 && *self.stop.lock() {
+            if i % 256 == 255 && *self.log.stop.lock() {
                 return Ok(None);
             }
             let (h, rec) = reader.record(off as u64)?;
@@ -213,7 +213,8 @@ impl Inner {
     /// clear record of `seg` may still be hiding records in it.
     pub(super) fn may_hide(&self, seg: &Segment) -> bool {
         let horizon = seg.horizon.load(Ordering::Acquire);
-        self.segs
+        self.log
+            .segs
             .load()
             .segs
             .values()
@@ -252,7 +253,7 @@ impl Inner {
         recode: bool,
     ) -> Result<u64> {
         let key = &rec[h.key_off..h.key_off + h.klen];
-        let lane = self.my_lane();
+        let lane = self.log.my_lane();
         let here = Slot {
             tag,
             seg: seg.id,
@@ -303,8 +304,8 @@ impl Inner {
         let mut hdr = Vec::with_capacity(32);
         format::encode_put_header(&mut hdr, key.len(), stored.len(), &fields);
         let (s, o) = {
-            let mut tail = self.tails[lane].0.lock();
-            self.append(&mut tail, &[&hdr, key, stored], true)?
+            let mut tail = self.log.tails[lane].0.lock();
+            self.log.append(&mut tail, &[&hdr, key, stored], true)?
         };
         let len = hdr.len() + key.len() + stored.len();
         self.set_slot(tbl, tag, Some((here, h.len)), s, o, len);
@@ -316,14 +317,15 @@ impl Inner {
     pub(super) fn compactable(&self) -> Vec<(u32, f64)> {
         let threshold = self.cfg.lock().compact;
         let damaged = self.damaged.lock();
-        self.segs
+        self.log
+            .segs
             .load()
             .segs
             .values()
             .filter(|s| s.sealed.load(Ordering::Acquire) && !damaged.contains(&s.id))
             .filter_map(|s| {
                 let dead = dead_share(s);
-                (dead >= threshold && !self.large_pending(s)).then_some((s.id, dead))
+                (dead >= threshold && !self.log.large_pending(s)).then_some((s.id, dead))
             })
             .collect()
     }

@@ -23,7 +23,7 @@ impl HashCursor<'_> {
     fn fill(&mut self) -> Result<()> {
         let inner = &self.db.inner;
         while self.pending.is_empty() && !self.done {
-            let segs = inner.segs.load_full();
+            let segs = inner.log.segs.load_full();
             let Some((&id, seg)) = segs.segs.range(self.seg..).next() else {
                 self.done = true;
                 return Ok(());
@@ -32,7 +32,7 @@ impl HashCursor<'_> {
                 self.seg = id;
                 self.off = SEG_HEADER_LEN as u64;
             }
-            let end = inner.seg_end(seg);
+            let end = inner.log.seg_end(seg);
             let now = now_secs();
             let mut collected = Vec::new();
             let mut full = false;
@@ -121,7 +121,7 @@ impl HashCursor<'_> {
 
 impl Cursor for HashCursor<'_> {
     fn next(&mut self) -> Result<Option<(Vec<u8>, Record)>> {
-        self.db.inner.check_open()?;
+        self.db.inner.log.check_open()?;
         self.fill()?;
         Ok(self.pending.pop_front())
     }

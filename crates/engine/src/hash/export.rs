@@ -71,10 +71,10 @@ impl Source {
 impl DiskHash {
     pub(super) fn each_live(&self, f: &mut crate::store::RecordVisitor<'_>) -> Result<u64> {
         let inner = &self.inner;
-        inner.check_open()?;
+        inner.log.check_open()?;
         let _m = inner.maint.lock();
-        inner.flush_all()?;
-        let segs = inner.segs.load_full();
+        inner.log.flush_all()?;
+        let segs = inner.log.segs.load_full();
         let ids: Vec<u32> = segs.segs.keys().copied().collect();
         let newest = ids.last().copied();
         let missing = |seg: u32| Error::Corrupt(format!("index points into missing segment {seg}"));
@@ -114,7 +114,7 @@ impl DiskHash {
             n += counts[k];
         }
         let now = now_secs();
-        let check_seq = !inner.readonly;
+        let check_seq = !inner.log.readonly;
         let mut locs: Vec<u64> = Vec::new();
         let mut buf = Vec::new();
         // Records the index points at that no longer verify (damage behind the checkpoint of

@@ -36,6 +36,8 @@ mod recover;
 mod repair;
 use crate::log::scan;
 pub use crate::log::segment;
+use crate::log::tail::Tail;
+use crate::log::{Log, FLUSH_TICK};
 pub mod stored;
 
 use self::format::{
@@ -43,19 +45,18 @@ use self::format::{
 };
 use self::index::{Slot, Table};
 use self::scan::Bytes;
-use self::segment::{corrupt_at, seg_file_name, Retired, SegTable, Segment};
+use self::segment::{corrupt_at, seg_file_name, SegTable, Segment};
 use crate::compress;
 use crate::error::{Error, Result};
-use crate::io::{OsVfs, VFile, Vfs};
+use crate::io::{OsVfs, Vfs};
 use crate::name::{Compression, OpenMode, Params, SyncMode};
 use crate::store::{
     check_sizes, is_expired, now_secs, BatchOp, CheckReport, Current, Cursor, Decision, Kind, Meta,
     Pinned, Record, Shown, Store,
 };
-use arc_swap::ArcSwap;
-use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -72,8 +73,6 @@ const CKPT_VERSION: u32 = 2;
 /// Old positions a growing writer moves per hold of the shard lock (`Inner::grow_to`): about
 /// 10 µs of work.
 const MOVE_BATCH: usize = 2048;
-/// How often the background thread hands the write buffer to the OS.
-const FLUSH_TICK: Duration = Duration::from_millis(50);
 /// How often the compaction thread looks for segments to compact.
 const COMPACT_TICK: Duration = Duration::from_millis(100);
 /// How long one round of background compaction may hold the maintenance lock.
@@ -414,48 +413,6 @@ const _: () = assert!(FIRST_READ >= MAX_HEADER_LEN);
 /// The largest `SCRATCH` buffer a thread keeps after a read.
 const SCRATCH_KEEP: usize = 64 << 10;
 
-/// Segments whose live-byte changes a lane collects before adding them to the counters.
-const LIVE_PENDING: usize = 8;
-
-/// With `sync=always`, how many bytes of zeros the filler writes ahead of a lane's records at a
-/// time (`Inner::fill_lane`), and how close the records may come to the end of them before it
-/// writes more.
-const FILL_STEP: u64 = 8 << 20;
-const FILL_LOW: u64 = 4 << 20;
-/// `Tail::fill_from` when no fill is under way.
-const NO_FILL: u64 = u64::MAX;
-
-/// The end of one lane's log: the active segment and the bytes not yet handed to the OS.
-struct Tail {
-    seg: Arc<Segment>,
-    /// Below this offset the active segment's file already has its blocks (records, or zeros
-    /// written and synced ahead of them by the filler): writes there change no metadata.
-    alloc: u64,
-    /// Where the filler's zeros under way start (`NO_FILL`: none). Records must not reach it
-    /// until the fill is settled (`Inner::settle_fill`).
-    fill_from: u64,
-    /// The filler was woken for this lane and has not looked yet.
-    fill_asked: bool,
-    /// Bytes after `seg.flushed`.
-    buf: Vec<u8>,
-    /// Bytes appended to this lane since the last checkpoint.
-    appended: u64,
-    /// The lane's log ends with a marker (`format::marker`): nothing was appended since.
-    marked: bool,
-    /// Live-byte changes made by this lane's puts and deletes, not yet added to the segments'
-    /// counters: (segment id, delta) for up to `LIVE_PENDING` segments. Adding them on every
-    /// write moved the counters' cache lines between the writing cores (a put that
-    /// overwrites a record changes the counter of the segment the other thread appends to);
-    /// collected here, they are added when the lane flushes (at least every `FLUSH_TICK`),
-    /// when a ninth segment comes up, and before a checkpoint records them.
-    live: [(u32, i64); LIVE_PENDING],
-    nlive: usize,
-    /// (segment, offset) of the records of large puts written to this lane whose slots are not
-    /// installed yet (`DiskHash::put_large`): a checkpoint's replay of this lane must start no
-    /// later than the first (`Inner::lane_positions`), since its snapshot may not have them.
-    large: Vec<(u32, u64)>,
-}
-
 /// A value as it is stored: compressed with the database's codec when that made it smaller.
 struct Stored<'a> {
     bytes: std::borrow::Cow<'a, [u8]>,
@@ -478,105 +435,39 @@ enum Acct {
     Large,
 }
 
-/// One lane: an independent log with its own active segment and buffer. Each thread writes to
-/// its own lane (see `Inner::my_lane`), so writers on different threads share no log lock and
-/// no buffer; the records of one key may be in several lanes, ordered by their shard seq.
-///
-/// The flag says that the buffer has reached `bufsiz`: a writer then flushes it after it has
-/// released the shard lock (`Inner::after_write`), so that the other writers never wait
-/// behind a `bufsiz` write to the file. `append` flushes by itself only at twice `bufsiz`.
-#[repr(align(128))]
-struct Lane(Mutex<Tail>, AtomicBool);
-
-/// The last fill of a lane's active segment (`Inner::fill_lane`): zeros from `from` to `to` of
-/// segment `seg` (`to` 0 when it failed).
-#[derive(Clone, Copy, Default)]
-struct Fill {
-    seg: u32,
-    from: u64,
-    to: u64,
-}
-
-#[derive(Default)]
-struct CommitState {
-    started: u64,
-    finished: u64,
-    running: bool,
-}
-
 #[derive(Default)]
 struct Counters {
     compactions: AtomicU64,
     relocated_bytes: AtomicU64,
     checkpoints: AtomicU64,
     expired_reclaimed: AtomicU64,
-    truncated_bytes: AtomicU64,
-    syncs: AtomicU64,
 }
 
 struct Inner {
-    dir: PathBuf,
-    vfs: Arc<dyn Vfs>,
-    readonly: bool,
+    /// The durable log: segments, lanes and their buffers, durability.
+    log: Log,
     /// Recovery ignores the checkpoint's index (`Mode::Salvage`).
     full_replay: bool,
     /// The damage a read-only open found (a writable open refuses instead).
     findings: Mutex<Vec<crate::store::Damaged>>,
     cfg: Mutex<Config>,
-    /// Copies of hot configuration (read on every write without taking `cfg`).
-    sync: SyncMode,
-    segsiz: AtomicU64,
-    bufsiz: AtomicU64,
     compression: AtomicU8,
     /// Seeds the key hash: the database's salt, fixed at creation. It decides each key's shard
     /// and so its lane: it must never change, or a key's records would spread over lanes.
     hash_seed: AtomicU64,
-    /// Seeds every record checksum (the same for every segment of a database).
-    salt: u64,
     shards: Box<[Shard]>,
     /// The fast mode of the shards (`Brl`).
     brl: Brl,
     /// One per shard (`TableHint`).
     hints: Box<TableHints>,
-    /// The segment table. Replaced only through `set_segs`, which keeps `segs_raw` pointing
-    /// at the same table for `segs_locked`.
-    segs: ArcSwap<SegTable>,
-    segs_raw: std::sync::atomic::AtomicPtr<SegTable>,
-    segs_update: Mutex<()>,
-    /// Segment tables and maps replaced while a reader inside a shard may still be
-    /// looking at them through a plain pointer (`segs_locked`, `Published::peek`); freed by
-    /// `reclaim`.
-    retired: Retired,
-    lanes: usize,
-    tails: Box<[Lane]>,
-    next_seg: AtomicU32,
     appended: AtomicU64,
     expiring: AtomicU64,
-    poisoned: Mutex<Option<String>>,
-    is_poisoned: AtomicBool,
-    closed: AtomicBool,
-    commit: Mutex<CommitState>,
     /// Sealed segments that compaction found a damaged record in (it leaves them be).
     damaged: Mutex<Vec<u32>>,
-    /// Held for the whole of `sync_now`.
-    sync_one: Mutex<()>,
-    /// A segment was created since the directory was last synced.
-    dir_dirty: AtomicBool,
-    commit_cv: Condvar,
     /// Where recovery replays each lane from (set by a valid checkpoint).
     replay_from: Mutex<Option<Vec<(u32, u64)>>>,
     /// Serialises checkpoints, compaction, vanish, optimize and copy.
     maint: Mutex<()>,
-    stop: Mutex<bool>,
-    stop_cv: Condvar,
-    /// Per lane, the fill lock and the last fill's result (`fill_lane`).
-    fills: Box<[Mutex<Fill>]>,
-    /// Wakes the filler thread (`sync=always` only); `fill_wake` keeps a wake-up that came
-    /// while it was busy.
-    fill_cv: Condvar,
-    fill_wake: AtomicBool,
-    /// A fill failed: no more are tried.
-    fill_failed: AtomicBool,
     counters: Counters,
     lock: Mutex<Option<Box<dyn std::any::Any + Send + Sync>>>,
 }
@@ -627,27 +518,6 @@ enum Mode {
     Salvage,
 }
 
-/// A file that is never read or written (the tail's placeholder before the first segment).
-struct NullFile;
-
-impl VFile for NullFile {
-    fn read_at(&self, _buf: &mut [u8], _off: u64) -> std::io::Result<()> {
-        Err(std::io::Error::other("no segment"))
-    }
-    fn write_at(&self, _buf: &[u8], _off: u64) -> std::io::Result<()> {
-        Err(std::io::Error::other("no segment"))
-    }
-    fn sync(&self) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn len(&self) -> std::io::Result<u64> {
-        Ok(0)
-    }
-    fn set_len(&self, _len: u64) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// What a lookup (`Inner::find`) needs of the record it finds.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Want {
@@ -695,9 +565,10 @@ mod write;
 use self::checkpoint::{decode_ckpt_shard, side_by_side, write_checkpoint, PARALLEL_CKPT};
 use self::cursor::HashCursor;
 use self::open::{meta_damage, random_u64};
-use self::read::{data_end, decode_value, for_each_sub, meta_of, ChunkReader};
+use self::read::{decode_value, meta_of, ChunkReader};
 use self::shard::StripeClaim;
 use self::write::guard_of;
+use crate::log::{data_end, for_each_sub};
 
 #[cfg(test)]
 mod tests;

@@ -122,17 +122,17 @@ impl DiskHash {
             inner
                 .findings
                 .lock()
-                .push(meta_damage(&*inner.vfs, path, m));
+                .push(meta_damage(&*inner.log.vfs, path, m));
         }
         // A new database, or one made before descriptors, stores this open's choices.
         let stored = match had {
             None if !readonly => {
                 let s = stored::Stored {
-                    lanes: inner.lanes,
+                    lanes: inner.log.lanes,
                     compress: compression,
                     bnum,
                 };
-                crate::meta::write(&*inner.vfs, path, &s.descriptor())?;
+                crate::meta::write(&*inner.log.vfs, path, &s.descriptor())?;
                 Some(s)
             }
             had => had,
@@ -148,8 +148,8 @@ impl DiskHash {
         if !readonly {
             threads.push(("kura-kh-bg", Inner::background));
             threads.push(("kura-kh-gc", Inner::compactor));
-            if db.inner.sync == SyncMode::Always {
-                threads.push(("kura-kh-fill", Inner::filler));
+            if db.inner.log.sync == SyncMode::Always {
+                threads.push(("kura-kh-fill", |w| w.log.fill_loop()));
             }
         }
         for (name, run) in threads {
@@ -228,65 +228,29 @@ pub(super) fn open_inner(
             }))
         })
         .collect();
-    // Placeholder tails until recovery knows each lane's active segment.
-    let tails: Box<[Lane]> = (0..lanes)
-        .map(|lane| {
-            Lane(
-                Mutex::new(Tail::new(Arc::new(Segment::new(
-                    0,
-                    lane,
-                    salt,
-                    dir.join("none"),
-                    Arc::new(NullFile),
-                    SEG_HEADER_LEN as u64,
-                )))),
-                AtomicBool::new(false),
-            )
-        })
-        .collect();
-    let next_seg = table.segs.keys().next_back().map_or(1, |&id| id + 1);
-    let table = Arc::new(table);
+    let msiz = cfg.msiz;
+    let log_cfg = crate::log::LogConfig {
+        sync: cfg.sync,
+        segsiz: cfg.segsiz,
+        bufsiz: cfg.bufsiz,
+        msiz,
+        lanes,
+    };
     let inner = Inner {
-        dir: dir.to_path_buf(),
-        vfs,
-        readonly,
+        log: Log::new(dir, vfs, readonly, log_cfg, salt, table),
         full_replay: mode == Mode::Salvage,
         findings: Mutex::new(Vec::new()),
-        sync: cfg.sync,
-        segsiz: AtomicU64::new(cfg.segsiz),
-        bufsiz: AtomicU64::new(cfg.bufsiz as u64),
         cfg: Mutex::new(cfg),
         compression: AtomicU8::new(compression as u8),
         hash_seed: AtomicU64::new(salt),
-        salt,
         shards,
         brl: Brl::new(),
         hints: Box::new(TableHints(std::array::from_fn(|_| TableHint::default()))),
-        segs_raw: std::sync::atomic::AtomicPtr::new(Arc::as_ptr(&table) as *mut SegTable),
-        segs: ArcSwap::new(table),
-        segs_update: Mutex::new(()),
-        retired: Retired::default(),
-        lanes,
-        tails,
-        next_seg: AtomicU32::new(next_seg),
         appended: AtomicU64::new(0),
         expiring: AtomicU64::new(0),
-        poisoned: Mutex::new(None),
-        is_poisoned: AtomicBool::new(false),
-        closed: AtomicBool::new(false),
-        commit: Mutex::new(CommitState::default()),
-        sync_one: Mutex::new(()),
         damaged: Mutex::new(Vec::new()),
-        dir_dirty: AtomicBool::new(false),
-        commit_cv: Condvar::new(),
         replay_from: Mutex::new(None),
         maint: Mutex::new(()),
-        stop: Mutex::new(false),
-        stop_cv: Condvar::new(),
-        fills: (0..lanes).map(|_| Mutex::new(Fill::default())).collect(),
-        fill_cv: Condvar::new(),
-        fill_wake: AtomicBool::new(false),
-        fill_failed: AtomicBool::new(false),
         counters: Counters::default(),
         lock: Mutex::new(Some(lock)),
     };

@@ -43,7 +43,9 @@ impl<'a> ChunkReader<'a> {
         let header_held = off + format::MAX_HEADER_LEN as u64 <= held || held == self.end;
         if off < self.start || off >= held || !header_held {
             let want = ((self.end - off) as usize).min(SCAN_CHUNK);
-            self.inner.read_range(self.seg, off, want, &mut self.buf)?;
+            self.inner
+                .log
+                .read_range(self.seg, off, want, &mut self.buf)?;
             self.start = off;
         }
         let rel = (off - self.start) as usize;
@@ -54,7 +56,9 @@ impl<'a> ChunkReader<'a> {
             return Ok(None); // runs past the end: torn or damaged
         }
         let rel = if rel + h.len > self.buf.len() {
-            self.inner.read_range(self.seg, off, h.len, &mut self.buf)?;
+            self.inner
+                .log
+                .read_range(self.seg, off, h.len, &mut self.buf)?;
             self.start = off;
             0
         } else {
@@ -73,46 +77,6 @@ impl<'a> ChunkReader<'a> {
         self.valid(off)?
             .ok_or_else(|| corrupt_at(id, off, "damaged record"))
     }
-}
-
-/// Where the bytes of `file` between `from` and `len` stop being non-zero: `from` when they are
-/// all zeros (read backwards, a chunk at a time).
-pub(super) fn data_end(file: &dyn crate::io::VFile, from: u64, len: u64) -> Result<u64> {
-    const CHUNK: u64 = 64 << 10;
-    let mut buf = vec![0u8; CHUNK as usize];
-    let mut hi = len;
-    while hi > from {
-        let lo = hi.saturating_sub(CHUNK).max(from);
-        let b = &mut buf[..(hi - lo) as usize];
-        file.read_at(b, lo)?;
-        if let Some(i) = b.iter().rposition(|&x| x != 0) {
-            return Ok(lo + i as u64 + 1);
-        }
-        hi = lo;
-    }
-    Ok(from)
-}
-
-/// Walk the sub-records of a batch frame: `f(offset_in_frame, header, record)`.
-pub(super) fn for_each_sub(
-    frame: &[u8],
-    h: &Header,
-    mut f: impl FnMut(usize, &Header, &[u8]) -> Result<()>,
-) -> Result<()> {
-    let mut pos = h.key_off;
-    for _ in 0..h.count {
-        let sub = frame
-            .get(pos..)
-            .and_then(format::parse_header)
-            .filter(|s| s.typ == T_PUT || s.typ == T_DELETE)
-            .ok_or_else(|| Error::Corrupt("malformed batch frame".into()))?;
-        let rec = frame
-            .get(pos..pos + sub.len)
-            .ok_or_else(|| Error::Corrupt("batch frame shorter than its records".into()))?;
-        f(pos, &sub, rec)?;
-        pos += sub.len;
-    }
-    Ok(())
 }
 
 /// Whether the record at `off` of `seg` (header `h`, bytes `rec`) is a put of `key`, with the
@@ -155,104 +119,16 @@ pub(super) fn decode_value(h: &Header, rec: &[u8]) -> Result<Vec<u8>> {
 }
 
 impl Inner {
-    /// The lane this thread writes to: threads are spread over the lanes, so writers on
-    /// different threads share no log buffer and no lock. Under `sync=always` every thread
-    /// writes to lane 0 instead: each group commit then fdatasyncs one file, not one per
-    /// writing thread, and on a journaling file system each fdatasync costs a journal commit
-    /// of its own (two files take twice as long as one); the writers wait for the disk
-    /// anyway, so sharing the lane's lock costs nothing. Records of one key may sit in
-    /// several lanes (ordered by seq), so where a thread writes can change at any open.
-    #[inline]
-    pub(super) fn my_lane(&self) -> usize {
-        if self.sync == SyncMode::Always {
-            return 0;
-        }
-        crate::counter::thread_number() % self.lanes
-    }
-
-    /// Where a segment's records end now (including bytes still in its lane's buffer).
-    pub(super) fn seg_end(&self, seg: &Segment) -> u64 {
-        let tail = self.tails[seg.lane].0.lock();
-        if tail.seg.id == seg.id {
-            tail.end()
-        } else {
-            seg.flushed()
-        }
-    }
-
-    /// The ids of every lane's active segment.
-    pub(super) fn active_ids(&self) -> Vec<u32> {
-        self.tails.iter().map(|t| t.0.lock().seg.id).collect()
-    }
-
-    /// Read `len` bytes of a segment at `off`, wherever they are (file or write buffer).
-    pub(super) fn read_range(
-        &self,
-        seg: &Segment,
-        off: u64,
-        len: usize,
-        out: &mut Vec<u8>,
-    ) -> Result<()> {
-        let end = off + len as u64;
-        if end <= seg.flushed() {
-            return seg.read_file(off, out, len);
-        }
-        let tail = self.tails[seg.lane].0.lock();
-        let flushed = tail.seg.flushed();
-        if tail.seg.id == seg.id && end > flushed {
-            if off < flushed {
-                // Straddles file and buffer: read the file part after releasing nothing — the
-                // buffer cannot be flushed while we hold the tail lock.
-                seg.read_file(off, out, (flushed - off) as usize)?;
-            } else {
-                out.clear();
-            }
-            let from = off.max(flushed) - flushed;
-            let b = tail
-                .buf
-                .get(from as usize..(end - flushed) as usize)
-                .ok_or_else(|| corrupt_at(seg.id, off, "read past the end of the log"))?;
-            out.extend_from_slice(b);
-            return Ok(());
-        }
-        drop(tail);
-        seg.read_file(off, out, len)
-    }
-
-    /// The segment table, by a plain pointer load (no `ArcSwap` guard: this is on every read).
-    ///
-    /// # Safety
-    /// The caller is inside a shard while it uses the table (its lock held, or counted in
-    /// while it is fast: `Brl`), or no other thread can be reclaiming (see `Published::peek`
-    /// and `reclaim`).
-    #[inline]
-    pub(super) unsafe fn segs_locked(&self) -> &SegTable {
-        // SAFETY: `segs_raw` always points at the table `segs` holds or at a replaced one in
-        // `retired`, which `reclaim` frees only after holding every shard exclusively once.
-        unsafe { &*self.segs_raw.load(Ordering::Acquire) }
-    }
-
-    /// Replace the segment table with `f` of it (serialised; the old one is retired).
-    pub(super) fn set_segs(&self, f: impl FnOnce(&SegTable) -> SegTable) {
-        let _g = self.segs_update.lock();
-        let old = self.segs.load_full();
-        let new = Arc::new(f(&old));
-        self.segs_raw
-            .store(Arc::as_ptr(&new) as *mut SegTable, Ordering::Release);
-        self.segs.store(new);
-        self.retired.push(Box::new(old));
-    }
-
     /// Free what was retired before this call once no reader can be looking at it: a reader
     /// peeks only inside a shard (its lock held, or counted in while it is fast), so after
     /// every shard has been held exclusively once (`excl`, which waits for the threads
     /// inside), each reader that saw a retired pointer has finished. Must be called with no
     /// shard or lane lock held.
     pub(super) fn reclaim(&self) {
-        if self.retired.is_empty() {
+        if self.log.retired.is_empty() {
             return;
         }
-        let batch = self.retired.take();
+        let batch = self.log.retired.take();
         for i in 0..NSHARDS {
             drop(self.excl(i));
         }
@@ -272,7 +148,7 @@ impl Inner {
     ) -> Result<R> {
         // SAFETY: every caller is inside a shard (this reads the records a shard's table
         // points at).
-        let segs = unsafe { self.segs_locked() };
+        let segs = unsafe { self.log.segs_locked() };
         let seg = segs
             .get(seg_id)
             .ok_or_else(|| Error::Corrupt(format!("index points into missing segment {seg_id}")))?;
@@ -366,7 +242,7 @@ impl Inner {
         out.clear();
         let bad = |what| corrupt_at(seg.id, off, what);
         if off >= seg.flushed() {
-            let tail = self.tails[seg.lane].0.lock();
+            let tail = self.log.tails[seg.lane].0.lock();
             let flushed = tail.seg.flushed();
             if tail.seg.id == seg.id && off >= flushed {
                 let (h, rec) = tail.buffered(off)?;
@@ -412,7 +288,7 @@ impl Inner {
     /// `bytes` (read from segment `seg`) as a `Pinned` holding the segment's mapping, when
     /// they lie in it (not when they were read into a buffer, or are still in a lane's).
     pub(super) fn pin(&self, seg: u32, bytes: &[u8]) -> Option<Pinned> {
-        let map = self.segs.load().get(seg)?.map.load_full()?;
+        let map = self.log.segs.load().get(seg)?.map.load_full()?;
         let off = (bytes.as_ptr() as usize).checked_sub(map.as_slice().as_ptr() as usize)?;
         Pinned::new(map, off, bytes.len())
     }
@@ -454,7 +330,7 @@ impl Inner {
         let own = &tail.seg;
         let flushed = own.flushed();
         // SAFETY: the caller is inside a shard (see `segs_locked`).
-        let segs = unsafe { self.segs_locked() };
+        let segs = unsafe { self.log.segs_locked() };
         for slot in tbl.cands(tag) {
             let off = slot.off as u64;
             if slot.seg == own.id && off >= flushed {
@@ -479,10 +355,10 @@ impl Inner {
     /// no new segment, writes nothing to the file and flushes nothing (see `append`,
     /// `ensure_room`).
     pub(super) fn stays_in_buffer(&self, tail: &Tail, len: usize) -> bool {
-        let bufsiz = self.bufsiz.load(Ordering::Relaxed) as usize;
+        let bufsiz = self.log.bufsiz.load(Ordering::Relaxed) as usize;
         let end = tail.end() + len as u64;
         tail.seg.id != 0
-            && end <= self.segsiz.load(Ordering::Relaxed)
+            && end <= self.log.segsiz.load(Ordering::Relaxed)
             && end <= u32::MAX as u64
             && len < bufsiz
             && tail.buf.len() + len < 2 * bufsiz
@@ -504,21 +380,21 @@ impl Inner {
         let seq = tbl.peek_seq(); // taken (`next_seq`) only if the key has a record
         let hdr = HeaderBuf::delete(key.len(), seq);
         let len = hdr.as_slice().len() + key.len();
-        let lane = self.my_lane();
-        let mut tail = self.tails[lane].0.lock();
+        let lane = self.log.my_lane();
+        let mut tail = self.log.tails[lane].0.lock();
         if !self.stays_in_buffer(&tail, len) {
             return Ok(None);
         }
         let (mark, appended, seg_id) = (tail.buf.len(), tail.appended, tail.seg.id);
-        self.append(&mut tail, &[hdr.as_slice(), key], true)?;
+        self.log.append(&mut tail, &[hdr.as_slice(), key], true)?;
         debug_assert!(tail.seg.id == seg_id && tail.buf.len() == mark + len);
         let found = self.find_holding(tbl, tag, key, &tail);
         match &found {
             Ok(Some(Some(f))) => {
                 let taken = tbl.next_seq(key);
                 debug_assert_eq!(taken, seq);
-                self.note_full(lane, &tail);
-                self.note_live(&mut tail, f.slot.seg, -(f.len as i64));
+                self.log.note_full(lane, &tail);
+                self.log.note_live(&mut tail, f.slot.seg, -(f.len as i64));
             }
             _ => {
                 tail.buf.truncate(mark);
@@ -537,16 +413,5 @@ impl Inner {
                 (g.len() as i64 + self.brl.delta(i)).max(0) as u64
             })
             .sum()
-    }
-
-    pub(super) fn data_size(&self) -> u64 {
-        let tail_extra: u64 = self.tails.iter().map(|t| t.0.lock().buf.len() as u64).sum();
-        self.segs
-            .load()
-            .segs
-            .values()
-            .map(|s| s.flushed())
-            .sum::<u64>()
-            + tail_extra
     }
 }

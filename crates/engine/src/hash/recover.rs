@@ -393,7 +393,7 @@ pub(super) struct SegBytes<'a> {
 
 impl Bytes for SegBytes<'_> {
     fn read(&mut self, off: u64, len: usize, out: &mut Vec<u8>) -> Result<()> {
-        self.inner.read_range(self.seg, off, len, out)
+        self.inner.log.read_range(self.seg, off, len, out)
     }
 }
 
@@ -485,11 +485,12 @@ impl Inner {
     /// database's. Refuses (writable) or reports (read-only) damage; truncates a torn tail;
     /// starts the active segments.
     pub(super) fn recover(&self, bad: Vec<Probe>) -> Result<()> {
-        let table = self.segs.load_full();
+        let table = self.log.segs.load_full();
         let known: Vec<u32> = table.segs.keys().copied().collect();
         let mut found: Vec<Finding> = Vec::new();
-        let mut ckpt = match read_checkpoint(&*self.vfs, &self.dir, self.lanes, &known) {
-            CkptRead::Read(c) if c.hash_seed == self.salt => Some(c),
+        let mut ckpt = match read_checkpoint(&*self.log.vfs, &self.log.dir, self.log.lanes, &known)
+        {
+            CkptRead::Read(c) if c.hash_seed == self.log.salt => Some(c),
             _ => None,
         };
         if let Some(c) = &ckpt {
@@ -508,7 +509,7 @@ impl Inner {
         let replay_from = self.replay_from.lock().clone();
         // The ranges to replay: per lane, its segments from the replay position on.
         let mut regions: Vec<Region> = Vec::new();
-        for lane in 0..self.lanes {
+        for lane in 0..self.log.lanes {
             let (rseg, roff) = replay_from.as_ref().map_or((0, 0), |r| r[lane]);
             let segs: Vec<&Arc<Segment>> = table
                 .segs
@@ -540,12 +541,12 @@ impl Inner {
                 None => torn_files.push(p.path),
                 Some(f) => {
                     found.push(f);
-                    if self.readonly && p.len > SEG_HEADER_LEN as u64 {
+                    if self.log.readonly && p.len > SEG_HEADER_LEN as u64 {
                         // Its records still verify with the database's salt: served.
-                        let seg = Segment::new(p.id, 0, self.salt, p.path, p.file, p.len);
+                        let seg = Segment::new(p.id, 0, self.log.salt, p.path, p.file, p.len);
                         let seg = Arc::new(seg);
                         seg.sealed.store(true, Ordering::Release);
-                        self.set_segs(|t| {
+                        self.log.set_segs(|t| {
                             let mut t = SegTable::clone(t);
                             t.segs.insert(p.id, seg.clone());
                             t
@@ -584,12 +585,12 @@ impl Inner {
             )?;
             r.verdict = classify(seg.id, &r.scanned, durable(seg), &mut found);
         }
-        if !found.is_empty() && !self.readonly {
-            return Err(refusal(&self.dir, &found));
+        if !found.is_empty() && !self.log.readonly {
+            return Err(refusal(&self.log.dir, &found));
         }
         self.findings.lock().clone_from(&found);
         // Per lane, the last complete clear: everything of the lane before it is dead.
-        let mut cut: Vec<Option<u64>> = vec![None; self.lanes];
+        let mut cut: Vec<Option<u64>> = vec![None; self.log.lanes];
         for &(lane, loc, id) in &clears {
             if clear_parts.get(&id).is_some_and(|&(n, of)| n >= of) {
                 cut[lane] = Some(cut[lane].map_or(loc, |c: u64| c.max(loc)));
@@ -664,12 +665,13 @@ impl Inner {
                 End::Zeros | End::Torn => {
                     // Zeros at the end are space allocated ahead (`reserve`), not lost records.
                     let torn = data_end(&*seg.file, valid_end, end)? - valid_end;
-                    self.counters
+                    self.log
+                        .counters
                         .truncated_bytes
                         .fetch_add(torn, Ordering::Relaxed);
                     // A lane's last segment loses its torn tail; any segment, allocated zeros
                     // (a crash before the cut at its seal was synced).
-                    if (r.last || r.verdict == End::Zeros) && !self.readonly {
+                    if (r.last || r.verdict == End::Zeros) && !self.log.readonly {
                         seg.file.set_len(valid_end)?;
                         seg.file.sync()?;
                     }
@@ -677,9 +679,9 @@ impl Inner {
             }
             seg.flushed.store(valid_end, Ordering::Release);
         }
-        if !self.readonly {
+        if !self.log.readonly {
             for path in &torn_files {
-                self.vfs.remove(path)?;
+                self.log.vfs.remove(path)?;
             }
             // Segments wholly before their lane's clear hold nothing live.
             let dead: Vec<u32> = table
@@ -690,44 +692,44 @@ impl Inner {
                 .collect();
             self.drop_segments(&dead)?;
             if dead.is_empty() && !torn_files.is_empty() {
-                self.vfs.sync_dir(&self.dir)?;
+                self.log.vfs.sync_dir(&self.log.dir)?;
             }
         }
         // Each lane's active segment: its last one (a lane with none creates one when first
         // written). Map what can be mapped. A lane whose log ends with a marker needs none
         // at the next seal, checkpoint or close.
-        let table = self.segs.load_full();
+        let table = self.log.segs.load_full();
         let orphans: Vec<u32> = regions
             .iter()
             .filter(|r| r.lane.is_none())
             .map(|r| r.seg.id)
             .collect();
         let segsiz = self.cfg.lock().segsiz as usize;
-        for lane in 0..self.lanes {
+        for lane in 0..self.log.lanes {
             let active = table
                 .segs
                 .values()
                 .rev()
                 .find(|s| s.lane == lane && !orphans.contains(&s.id));
             if let Some(active) = active {
-                if let Some(m) = self.vfs.map(&active.path, segsiz) {
-                    active.map.store(Some(Arc::new(m)), &self.retired);
+                if let Some(m) = self.log.vfs.map(&active.path, segsiz) {
+                    active.map.store(Some(Arc::new(m)), &self.log.retired);
                 }
-                let mut tail = self.tails[lane].0.lock();
+                let mut tail = self.log.tails[lane].0.lock();
                 tail.set_seg(active.clone());
                 tail.marked = self.ends_with_marker(active)?;
             }
         }
-        let active = self.active_ids();
+        let active = self.log.active_ids();
         for s in table.segs.values() {
             if !active.contains(&s.id) {
                 s.sealed.store(true, Ordering::Release);
-                if let Some(m) = self.vfs.map(&s.path, s.flushed() as usize) {
-                    s.map.store(Some(Arc::new(m)), &self.retired);
+                if let Some(m) = self.log.vfs.map(&s.path, s.flushed() as usize) {
+                    s.map.store(Some(Arc::new(m)), &self.log.retired);
                 }
             }
         }
-        self.trim_maps();
+        self.log.trim_maps();
         Ok(())
     }
 
@@ -739,7 +741,8 @@ impl Inner {
             return Ok(false);
         }
         let mut buf = Vec::new();
-        self.read_range(seg, end - m.len() as u64, m.len(), &mut buf)?;
+        self.log
+            .read_range(seg, end - m.len() as u64, m.len(), &mut buf)?;
         Ok(buf == m)
     }
 
@@ -758,7 +761,7 @@ impl Inner {
         let mut src = FileBytes(&*p.file);
         let s = scan::scan(
             &mut src,
-            format::seed(self.salt),
+            format::seed(self.log.salt),
             SEG_HEADER_LEN as u64,
             p.len.max(SEG_HEADER_LEN as u64),
             |_, h, _, _| {
@@ -832,7 +835,7 @@ impl Inner {
             match self.key_header(slot.seg, slot.off as u64, key) {
                 Ok(Some(h)) => return Ok(Some(super::Found::new(&slot, &h, None))),
                 Ok(None) => {}
-                Err(Error::Corrupt(_)) if self.readonly => {}
+                Err(Error::Corrupt(_)) if self.log.readonly => {}
                 Err(Error::Corrupt(_)) => {
                     let f = Finding {
                         file: seg_file_name(slot.seg),
@@ -841,7 +844,7 @@ impl Inner {
                         lost: 1,
                         what: "a damaged record the index points at".into(),
                     };
-                    return Err(refusal(&self.dir, &[f]));
+                    return Err(refusal(&self.log.dir, &[f]));
                 }
                 Err(e) => return Err(e),
             }
@@ -901,7 +904,7 @@ impl Inner {
 impl Inner {
     /// The checkpoint, when it is intact and every slot points into a segment of `known`.
     pub(super) fn read_checkpoint(&self, known: &[u32]) -> Option<Checkpoint> {
-        match read_checkpoint(&*self.vfs, &self.dir, self.lanes, known) {
+        match read_checkpoint(&*self.log.vfs, &self.log.dir, self.log.lanes, known) {
             CkptRead::Read(c) if c.shards.is_some() => Some(c),
             _ => None,
         }

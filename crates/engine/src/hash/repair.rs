@@ -69,7 +69,7 @@ impl DiskHash {
             .collect();
         let has = |k: &str| params.items().iter().any(|(x, _)| x == k);
         if !has("lanes") {
-            given.push(format!("lanes={}", from.inner.lanes));
+            given.push(format!("lanes={}", from.inner.log.lanes));
         }
         if let Some(st) = from.stored() {
             if !has("compress") {

@@ -519,7 +519,7 @@ impl Inner {
         expires: u64,
     ) -> Option<Result<Meta>> {
         let mut f = self.enter(shard)?;
-        let lane = self.my_lane();
+        let lane = self.log.my_lane();
         let acct = Acct::Lane { old: None };
         let mut seq = f.seq_after(0);
         let (mut seg, mut off, len) =
@@ -569,17 +569,17 @@ impl Inner {
         key: &[u8],
     ) -> Option<Result<Option<Found>>> {
         let mut f = self.enter(shard)?;
-        let lane = self.my_lane();
+        let lane = self.log.my_lane();
         let mut seq = f.seq_after(0);
         let hdr = HeaderBuf::delete(key.len(), seq);
         let len = hdr.as_slice().len() + key.len();
         let (seg_id, mark, appended) = {
-            let mut tail = self.tails[lane].0.lock();
+            let mut tail = self.log.tails[lane].0.lock();
             if !self.stays_in_buffer(&tail, len) {
                 return None;
             }
             let (mark, seg_id) = (tail.buf.len(), tail.seg.id);
-            if let Err(e) = self.append(&mut tail, &[hdr.as_slice(), key], true) {
+            if let Err(e) = self.log.append(&mut tail, &[hdr.as_slice(), key], true) {
                 return Some(Err(e));
             }
             (seg_id, mark, tail.appended)
@@ -599,7 +599,7 @@ impl Inner {
         };
         let Some(found) = found else {
             f.run.as_mut().expect("locked").set_seq(floor);
-            let mut tail = self.tails[lane].0.lock();
+            let mut tail = self.log.tails[lane].0.lock();
             if tail.seg.id == seg_id && tail.buf.len() == mark + len && tail.appended == appended {
                 tail.buf.truncate(mark);
                 tail.appended -= len as u64;
@@ -615,9 +615,10 @@ impl Inner {
         }
         f.run.as_mut().expect("locked").set_seq(seq);
         {
-            let mut tail = self.tails[lane].0.lock();
-            self.note_full(lane, &tail);
-            self.note_live(&mut tail, found.slot.seg, -(found.len as i64));
+            let mut tail = self.log.tails[lane].0.lock();
+            self.log.note_full(lane, &tail);
+            self.log
+                .note_live(&mut tail, found.slot.seg, -(found.len as i64));
         }
         f.remove(&found.slot);
         Some(Ok(Some(found)))
@@ -626,8 +627,8 @@ impl Inner {
     /// A record counted live (by `write_put` to lane `lane`, or long ago) is dead: note it in
     /// the lane.
     pub(super) fn dead_record(&self, lane: usize, seg: u32, len: usize) {
-        let mut tail = self.tails[lane].0.lock();
-        self.note_live(&mut tail, seg, -(len as i64));
+        let mut tail = self.log.tails[lane].0.lock();
+        self.log.note_live(&mut tail, seg, -(len as i64));
     }
 
     /// A reader's view of the run of `tag` in `shard`: read without locks when `optimistic`
@@ -742,7 +743,7 @@ impl Inner {
     #[inline]
     pub(super) fn prefetch_record(&self, slot: &Slot) {
         // SAFETY: the caller is inside a shard (see `segs_locked`).
-        let segs = unsafe { self.segs_locked() };
+        let segs = unsafe { self.log.segs_locked() };
         if let Some(seg) = segs.get(slot.seg) {
             // SAFETY: as above.
             if let Some(m) = unsafe { seg.map.peek() } {

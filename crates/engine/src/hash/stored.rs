@@ -232,13 +232,13 @@ mod tests {
 
     /// Bytes of data after putting 40 values of 16 KiB of zeros: small only when compressed.
     fn compressed_puts(db: &DiskHash, tag: &str) -> bool {
-        let before = db.inner.data_size();
+        let before = db.inner.log.data_size();
         for i in 0..40 {
             db.put(format!("{tag}{i}").as_bytes(), &[0u8; 16 << 10])
                 .unwrap();
         }
         db.sync().unwrap();
-        db.inner.data_size() - before < 100 << 10
+        db.inner.log.data_size() - before < 100 << 10
     }
 
     /// Regression: `create 'x.kh#bnum=1000'` then `inform` said `bnum: 0`. Creation stores
@@ -290,9 +290,12 @@ mod tests {
         for i in 0..20 {
             db.put(format!("k{i}").as_bytes(), &[1u8; 8 << 10]).unwrap();
         }
-        let before = db.inner.data_size();
+        let before = db.inner.log.data_size();
         db.optimize("compress=zstd").unwrap();
-        assert!(db.inner.data_size() < before / 4, "optimize recompressed");
+        assert!(
+            db.inner.log.data_size() < before / 4,
+            "optimize recompressed"
+        );
         assert_eq!(described(&db, "stored.compress"), "zstd");
         assert_eq!(described(&db, "open.compress"), "zstd");
         db.close().unwrap();
