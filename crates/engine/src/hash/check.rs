@@ -2,13 +2,12 @@
 //! crash leaves, the index checked against the records it points at.
 
 use super::format::{SEG_HEADER_LEN, T_BATCH, T_PUT};
-use super::recover::{
-    checkpoint_findings, classify, probe_segments, read_checkpoint, CkptRead, End, FileBytes,
-};
+use super::recover::{checkpoint_findings, read_checkpoint, CkptRead};
 use super::scan;
 use super::segment::seg_file_name;
 use super::{decode_value, for_each_sub, Inner, CKPT_NAME, NSHARDS};
 use crate::error::{Error, Result};
+use crate::log::recovery::{classify, probe_segments, End, FileBytes};
 use crate::store::CheckReport;
 
 impl Inner {
@@ -63,7 +62,7 @@ impl Inner {
             }
             orphans.push(p.id);
             let listed = ckpt.as_ref().and_then(|c| c.listed(p.id));
-            match self.probe_verdict(&p, listed)? {
+            match self.log.probe_verdict(&p, listed)? {
                 Some(f) => rep.damage.push(f),
                 None => rep.warnings.push(format!(
                     "{} was being created at a crash and holds nothing: removed at the next \

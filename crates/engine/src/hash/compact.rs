@@ -126,8 +126,8 @@ impl Inner {
             }
             Ok(())
         };
-        let mut bytes = recover::SegBytes {
-            inner: self,
+        let mut bytes = crate::log::recovery::SegBytes {
+            log: &self.log,
             seg: &seg,
         };
         let scanned = scan::scan(

@@ -69,7 +69,10 @@ impl HashCursor<'_> {
                 }
                 Ok(())
             };
-            let mut bytes = recover::SegBytes { inner, seg };
+            let mut bytes = crate::log::recovery::SegBytes {
+                log: &inner.log,
+                seg,
+            };
             let scanned = scan::scan(&mut bytes, seg.seed, self.off, end, |off, h, rec, _| {
                 if h.typ == T_BATCH {
                     for_each_sub(rec, h, |pos, sh, srec| {

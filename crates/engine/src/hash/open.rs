@@ -185,8 +185,8 @@ pub(super) fn open_inner(
 ) -> Result<Inner> {
     let readonly = mode != Mode::Write;
     // Find the segments; those whose header is not one of this database's go to recovery.
-    let mut probes = recover::probe_segments(&*vfs, dir)?;
-    let settled = recover::settle_probes(&mut probes);
+    let mut probes = crate::log::recovery::probe_segments(&*vfs, dir)?;
+    let settled = crate::log::recovery::settle_probes(&mut probes);
     let mut table = SegTable::default();
     let mut bad = Vec::new();
     for p in probes {

@@ -12,127 +12,21 @@
 //!   of a damaged batch frame.
 
 use super::ckpt::{self, le_u32, le_u64};
-use super::format::{self, SegInfo, SEG_HEADER_LEN, T_BATCH, T_CLEAR, T_DELETE, T_PUT};
+use super::format::{self, SEG_HEADER_LEN, T_BATCH, T_CLEAR, T_DELETE, T_PUT};
 use super::index::Table;
 use super::scan::{self, Bytes, Scanned};
-use super::segment::{parse_seg_file_name, seg_file_name, SegTable, Segment};
+use super::segment::{seg_file_name, SegTable, Segment};
 use super::{
     data_end, decode_ckpt_shard, for_each_sub, loc_of, shard_max_load, side_by_side, Inner,
     CKPT_MAGIC, CKPT_NAME, CKPT_VERSION, NSHARDS, PARALLEL_CKPT,
 };
 use crate::error::{Error, Result};
-use crate::io::{VFile, Vfs};
+use crate::io::Vfs;
+use crate::log::recovery::{classify, refusal, End, Finding, Probe, SegBytes};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-
-/// Damage found in the files of a database.
-pub(super) type Finding = crate::store::Damaged;
-
-/// The error of a writable open refused for `found` (not empty) in database `dir`.
-pub(super) fn refusal(dir: &Path, found: &[Finding]) -> Error {
-    let lost: u64 = found.iter().map(|f| f.lost).sum();
-    let first = &found[0];
-    let len = match first.len {
-        0 => String::new(),
-        n => format!(" ({n} bytes)"),
-    };
-    let more = match found.len() {
-        1 => String::new(),
-        n => format!(
-            " and {} more damaged region{}",
-            n - 1,
-            if n == 2 { "" } else { "s" }
-        ),
-    };
-    Error::Corrupt(format!(
-        "{}: {} in {} at offset {}{len}{more}, at least {lost} record{} lost; nothing was \
-         changed. `kura db check {}` lists the damage; `kura db repair {} NEW.kh` writes a new \
-         database of every record that verifies",
-        dir.display(),
-        first.what,
-        first.file,
-        first.off,
-        if lost == 1 { "" } else { "s" },
-        dir.display(),
-        dir.display(),
-    ))
-}
-
-/// A segment file as found in the directory, its header read.
-pub(super) struct Probe {
-    pub id: u32,
-    pub path: PathBuf,
-    pub file: Arc<dyn VFile>,
-    pub len: u64,
-    /// The header, or why it is not one of this database's.
-    pub header: std::result::Result<SegInfo, String>,
-}
-
-/// Every segment file of `dir`, by id.
-pub(super) fn probe_segments(vfs: &dyn Vfs, dir: &Path) -> Result<Vec<Probe>> {
-    let mut ids: Vec<u32> = vfs
-        .list(dir)?
-        .iter()
-        .filter_map(|n| parse_seg_file_name(n))
-        .collect();
-    ids.sort_unstable();
-    let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
-        let path = dir.join(seg_file_name(id));
-        let file = vfs.open(&path, false)?;
-        let len = file.len()?;
-        let header = if len < SEG_HEADER_LEN as u64 {
-            Err("shorter than a segment header".to_string())
-        } else {
-            let mut h = vec![0u8; SEG_HEADER_LEN];
-            file.read_at(&mut h, 0)?;
-            match format::parse_seg_header(&h) {
-                Ok(i) if i.id != id => Err(format!("its header names segment {}", i.id)),
-                Ok(i) => Ok(i),
-                Err(e) => Err(e
-                    .to_string()
-                    .trim_start_matches("corrupt database: ")
-                    .into()),
-            }
-        };
-        out.push(Probe {
-            id,
-            path,
-            file,
-            len,
-            header,
-        });
-    }
-    Ok(out)
-}
-
-/// The database's salt and lane count, as most segment headers give them (ties: the oldest
-/// segment's); the probes whose header gives others are marked as not this database's.
-pub(super) fn settle_probes(probes: &mut [Probe]) -> Option<(u64, usize)> {
-    let mut votes: Vec<((u64, u16), usize, u32)> = Vec::new();
-    for p in probes.iter() {
-        if let Ok(i) = &p.header {
-            match votes.iter_mut().find(|v| v.0 == (i.salt, i.lanes)) {
-                Some(v) => v.1 += 1,
-                None => votes.push(((i.salt, i.lanes), 1, p.id)),
-            }
-        }
-    }
-    let ((salt, lanes), _, _) = *votes
-        .iter()
-        .max_by(|a, b| a.1.cmp(&b.1).then(b.2.cmp(&a.2)))?;
-    for p in probes.iter_mut() {
-        if p.header
-            .as_ref()
-            .is_ok_and(|i| (i.salt, i.lanes) != (salt, lanes))
-        {
-            p.header = Err("its header belongs to another database".into());
-        }
-    }
-    Some((salt, lanes as usize))
-}
 
 /// What `index.ki` holds, as far as it could be read.
 pub(super) enum CkptRead {
@@ -385,87 +279,6 @@ pub(super) fn checkpoint_findings(c: &Checkpoint, table: &SegTable) -> Vec<Findi
     found
 }
 
-/// Reads a segment's bytes, wherever they are (file or write buffer).
-pub(super) struct SegBytes<'a> {
-    pub inner: &'a Inner,
-    pub seg: &'a Segment,
-}
-
-impl Bytes for SegBytes<'_> {
-    fn read(&mut self, off: u64, len: usize, out: &mut Vec<u8>) -> Result<()> {
-        self.inner.log.read_range(self.seg, off, len, out)
-    }
-}
-
-/// Reads a file that is not (or not yet) a segment of the database.
-pub(super) struct FileBytes<'a>(pub &'a dyn VFile);
-
-impl Bytes for FileBytes<'_> {
-    fn read(&mut self, off: u64, len: usize, out: &mut Vec<u8>) -> Result<()> {
-        out.clear();
-        out.resize(len, 0);
-        self.0.read_at(out, off)?;
-        Ok(())
-    }
-}
-
-/// What a scanned range ends with, once classified.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum End {
-    /// Every byte verified.
-    Clean,
-    /// Zeros written ahead of the log (never records): cut off by a writable open.
-    Zeros,
-    /// A write cut short by a crash: dropped (a lane's last segment is cut there).
-    Torn,
-    /// Damage (a finding): nothing is dropped.
-    Damaged,
-}
-
-/// Classify the scan of `[.., end)` of segment `id`: its damage, and its tail given what a
-/// checkpoint knew durable (`durable`) and how long the file is.
-pub(super) fn classify(
-    id: u32,
-    s: &Scanned,
-    durable: Option<u64>,
-    found: &mut Vec<Finding>,
-) -> End {
-    let file = seg_file_name(id);
-    for d in &s.damage {
-        found.push(Finding {
-            file: file.clone(),
-            off: d.off,
-            len: d.len,
-            lost: d.lost,
-            what: if d.salvaged.is_empty() {
-                "damaged records".into()
-            } else {
-                format!(
-                    "a damaged batch ({} of its records verify and are kept)",
-                    d.salvaged.len()
-                )
-            },
-        });
-    }
-    let Some(t) = &s.tail else {
-        return End::Clean;
-    };
-    if durable.is_some_and(|d| t.off < d) {
-        found.push(Finding {
-            file,
-            off: t.off,
-            len: t.len,
-            lost: t.lost,
-            what: "damaged records at the end of what was written".into(),
-        });
-        End::Damaged
-    } else if t.zeros {
-        End::Zeros
-    } else {
-        End::Torn
-    }
-}
-
 /// One range recovery scans.
 struct Region {
     seg: Arc<Segment>,
@@ -537,7 +350,7 @@ impl Inner {
         let mut torn_files: Vec<PathBuf> = Vec::new();
         for p in bad {
             let listed = ckpt.as_ref().and_then(|c| c.listed(p.id));
-            match self.probe_verdict(&p, listed)? {
+            match self.log.probe_verdict(&p, listed)? {
                 None => torn_files.push(p.path),
                 Some(f) => {
                     found.push(f);
@@ -571,7 +384,10 @@ impl Inner {
         for r in regions.iter_mut() {
             let (seg, lane) = (&r.seg, r.lane);
             r.scanned = scan::scan(
-                &mut SegBytes { inner: self, seg },
+                &mut SegBytes {
+                    log: &self.log,
+                    seg,
+                },
                 seg.seed,
                 r.start,
                 r.end,
@@ -627,7 +443,10 @@ impl Inner {
                 valid_end
             };
             scan::scan(
-                &mut SegBytes { inner: self, seg },
+                &mut SegBytes {
+                    log: &self.log,
+                    seg,
+                },
                 seg.seed,
                 r.start,
                 to,
@@ -638,7 +457,10 @@ impl Inner {
             )?;
             if r.verdict == End::Damaged {
                 if let Some(t) = &r.scanned.tail {
-                    let mut bytes = SegBytes { inner: self, seg };
+                    let mut bytes = SegBytes {
+                        log: &self.log,
+                        seg,
+                    };
                     let mut buf = Vec::new();
                     for &at in &t.salvaged {
                         let n = format::MAX_HEADER_LEN.min((r.end - at) as usize);
@@ -717,7 +539,7 @@ impl Inner {
                 }
                 let mut tail = self.log.tails[lane].0.lock();
                 tail.set_seg(active.clone());
-                tail.marked = self.ends_with_marker(active)?;
+                tail.marked = self.log.ends_with_marker(active)?;
             }
         }
         let active = self.log.active_ids();
@@ -731,68 +553,6 @@ impl Inner {
         }
         self.log.trim_maps();
         Ok(())
-    }
-
-    /// Whether the last record of `seg` (below its flushed end) is a marker: an empty batch.
-    fn ends_with_marker(&self, seg: &Segment) -> Result<bool> {
-        let end = seg.flushed();
-        let m = format::marker(seg.seed);
-        if end < SEG_HEADER_LEN as u64 + m.len() as u64 {
-            return Ok(false);
-        }
-        let mut buf = Vec::new();
-        self.log
-            .read_range(seg, end - m.len() as u64, m.len(), &mut buf)?;
-        Ok(buf == m)
-    }
-
-    /// What a segment file whose header is not usable holds: `None` when it was being created
-    /// at a crash (shorter than a header, or nothing in it verifies and its bytes after the
-    /// header are zeros, and no checkpoint listed it with records: `listed`, the length one
-    /// recorded), else the finding.
-    pub(super) fn probe_verdict(&self, p: &Probe, listed: Option<u64>) -> Result<Option<Finding>> {
-        let why = p.header.as_ref().err().cloned().unwrap_or_default();
-        let file = seg_file_name(p.id);
-        let had_records = listed.is_some_and(|l| l > SEG_HEADER_LEN as u64);
-        if p.len < SEG_HEADER_LEN as u64 && !had_records {
-            return Ok(None);
-        }
-        let mut records = 0u64;
-        let mut src = FileBytes(&*p.file);
-        let s = scan::scan(
-            &mut src,
-            format::seed(self.log.salt),
-            SEG_HEADER_LEN as u64,
-            p.len.max(SEG_HEADER_LEN as u64),
-            |_, h, _, _| {
-                records += if h.typ == T_BATCH { h.count } else { 1 };
-                Ok(true)
-            },
-        )?;
-        let zeros = records == 0
-            && s.damage.is_empty()
-            && s.tail
-                .as_ref()
-                .is_none_or(|t| t.zeros && t.off == SEG_HEADER_LEN as u64);
-        if zeros && !had_records && why != "its header belongs to another database" {
-            return Ok(None);
-        }
-        let what = if records > 0 {
-            format!("the segment header is unusable ({why}); {records} records after it verify")
-        } else {
-            format!("the segment header is unusable ({why}); nothing in the file verifies")
-        };
-        Ok(Some(Finding {
-            file,
-            off: 0,
-            len: if records > 0 {
-                SEG_HEADER_LEN as u64
-            } else {
-                p.len
-            },
-            lost: u64::from(records == 0),
-            what,
-        }))
     }
 
     /// Fill the index from a checkpoint; false (and an empty index) when it was written for
