@@ -78,9 +78,9 @@
 //!
 //! Expired records not yet reclaimed are still included in [`Store::count`] and [`Store::size`].
 
+use crate::config::{OpenMode, Params};
 use crate::counter::Counter;
 use crate::error::{Error, Result};
-use crate::name::Params;
 use crate::store::{
     check_sizes, is_expired, now_secs, BatchOp, CheckReport, Current, Cursor, Decision, Kind, Meta,
     Pinned, Record, Shown, Store,
@@ -109,7 +109,7 @@ const REAP_STEPS: usize = 4;
 /// Positions in a shard are `u32`.
 const MAX_SHARD_RECORDS: usize = u32::MAX as usize;
 /// The parameters both kinds accept.
-const ALLOWED: &[&str] = &["capnum", "capsiz", "bnum"];
+pub const PARAMS: &[&str] = &["capnum", "capsiz", "bnum"];
 /// `bnum` reserves room for at most this many records up front (about 1 GB); beyond, the
 /// hash grows as records arrive.
 pub const MAX_PRESIZE: u64 = 1 << 24;
@@ -343,7 +343,7 @@ struct Tuning {
 
 impl Tuning {
     fn parse(params: &Params, kind: &str) -> Result<Tuning> {
-        params.allow_only(kind, ALLOWED)?;
+        params.allow_only(kind, PARAMS)?;
         Ok(Tuning {
             capnum: params.size("capnum")?,
             capsiz: params.size("capsiz")?,
@@ -1192,8 +1192,9 @@ fn snapshot<'a>(recs: impl Iterator<Item = &'a Rec>, now: u64) -> Vec<BatchOp> {
         .collect()
 }
 
-/// Write a snapshot as a new on-disk hash database at `dest`: the copy of a memory database is
-/// a `.kh` that can be opened (and served) like any other.
+/// Write a snapshot as a new database at `dest`, of the persistent kind the registry picks for
+/// it (`registry::copy_kind`: today the on-disk hash): the copy of a memory database can be
+/// opened (and served) like any other.
 fn write_copy(dest: &Path, ops: Vec<BatchOp>) -> Result<()> {
     if dest.exists() {
         return Err(Error::InvalidParam(format!(
@@ -1202,7 +1203,8 @@ fn write_copy(dest: &Path, ops: Vec<BatchOp>) -> Result<()> {
         )));
     }
     let params = Params::parse("sync=none")?;
-    let db = crate::hash::DiskHash::open(dest, &params)?;
+    let kind = crate::registry::copy_kind(dest)?;
+    let db = (kind.open)(dest, &params, OpenMode::Create)?.store;
     for chunk in ops.chunks(1024) {
         db.write_batch(chunk)?;
     }
@@ -2227,7 +2229,8 @@ mod tests {
                 db.copy_to(&dest).is_err(),
                 "copy over an existing destination"
             );
-            let copy = crate::hash::DiskHash::open(&dest, &Params::default()).unwrap();
+            let copy = crate::open(dest.to_str().unwrap()).unwrap();
+            assert_eq!(copy.kind(), Kind::DiskHash);
             assert_eq!(copy.count(), 2);
             assert_eq!(copy.get(b"again").unwrap().unwrap().value, b"1");
             assert_eq!(copy.get(b"flagged").unwrap().unwrap().meta.flags, 9);

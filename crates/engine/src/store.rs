@@ -238,7 +238,8 @@ impl BatchOp {
     }
 }
 
-/// Which database kind a handle is.
+/// Which database kind a handle is. What a kind is and can do is its descriptor in the
+/// registry ([`Kind::info`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     /// `*`: concurrent in-memory hash.
@@ -247,20 +248,6 @@ pub enum Kind {
     MemTree,
     /// `.kh`: on-disk hash.
     DiskHash,
-}
-
-impl Kind {
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::MemHash => "memory hash (*)",
-            Kind::MemTree => "memory tree (+)",
-            Kind::DiskHash => "disk hash (.kh)",
-        }
-    }
-    /// Whether iteration is in key order and range / jump operations are available.
-    pub fn ordered(self) -> bool {
-        matches!(self, Kind::MemTree)
-    }
 }
 
 /// A cursor over the records of a store. Records written during iteration may or may not be
