@@ -33,9 +33,9 @@
 //! write without `xt` stores a record that never expires (Kyoto Tycoon's default), except
 //! REST PUT with Tyrant's putcat, which keeps the record's expiration.
 
+use crate::context::{flush_if_due, Next, Shared};
 use crate::kt_bin_exec::{kt_expiry, XT_MAX};
 use crate::mask::{Op, Proto};
-use crate::mc_exec::{flush_if_due, Next, Shared};
 use crate::tt_exec::TtState;
 use kura_engine::counter::Counter;
 use kura_engine::store::check_sizes;

@@ -1,10 +1,9 @@
 //! Executes memcached binary-protocol requests on a [`Store`] (same semantics and counters as
 //! the text protocol in [`crate::mc_exec`]).
 
+use crate::context::{flush_if_due, Next, Shared};
 use crate::mask::{Mask, Op, Proto};
-use crate::mc_exec::{
-    absolute_expiry, append, arith, flush_all, flush_if_due, Appended, Arith, Next, Shared,
-};
+use crate::mc_exec::{absolute_expiry, append, arith, flush_all, Appended, Arith};
 use crate::mc_stats::{stat_pairs, Did};
 use crate::out::{Out, PIN_MIN};
 use kura_engine::{Decision, Error, Meta, Outcome, Shown, Store, Value};
@@ -631,7 +630,7 @@ mod tests {
             (0, 0),
             "stat terminator"
         );
-        assert_eq!(r[n - 2].6, crate::mc_exec::VERSION.as_bytes());
+        assert_eq!(r[n - 2].6, crate::context::MEMCACHED_VERSION.as_bytes());
         assert_eq!(r[n - 1].0, op::QUIT, "nothing is answered after quit");
         // A group memcached does not know: "Not found", and only that; a known one: pairs.
         let mut input = packet(op::STAT, 5, 0, &[], b"bogus", b"");

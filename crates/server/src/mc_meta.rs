@@ -1,8 +1,9 @@
 //! The meta commands of the memcached text protocol (mg, ms, md, ma, me) on a [`Store`], and
 //! the per-item stale / win-token state of their anti-stampede protocol ([`ItemStates`]).
 
+use crate::context::Shared;
 use crate::mc_access::Used;
-use crate::mc_exec::{absolute_expiry, append, arith, Appended, Arith, Shared};
+use crate::mc_exec::{absolute_expiry, append, arith, Appended, Arith};
 use crate::mc_stats::Did;
 use kura_engine::{Decision, Error, Outcome, Store, Value};
 use kura_proto::mc_text::{self, reply, Keys};

@@ -10,8 +10,8 @@
 //! engine error). An engine error is never a panic and never closes the connection: the
 //! command answers its failure form (see [`tt_bin::reply_failure`]).
 
+use crate::context::{flush_if_due, Next, Shared};
 use crate::mask::{Op, Proto, OPS};
-use crate::mc_exec::{flush_if_due, Next, Shared};
 use kura_engine::{BatchOp, Cursor, Decision, Error, Kind, Outcome, Record, Store, Value};
 use kura_proto::tt_bin::{self, cmd, Request, FAIL, OK};
 use std::path::PathBuf;
