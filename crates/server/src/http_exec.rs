@@ -39,7 +39,7 @@ use crate::mask::{Op, Proto};
 use crate::tt_exec::TtState;
 use kura_engine::counter::Counter;
 use kura_engine::store::check_sizes;
-use kura_engine::{BatchOp, Decision, Error, Kind, Outcome, Store, Value};
+use kura_engine::{BatchOp, Decision, Error, Outcome, Store, Value};
 use kura_proto::http::{self, Method, Request};
 use kura_proto::kt_tsv::{self, ColEnc};
 use std::borrow::Cow;
@@ -793,15 +793,6 @@ fn increment_double(
     Ok(result)
 }
 
-/// Kyoto Cabinet's numeric database type of a kind (`type` / `realtype` in `status`).
-fn kc_type(kind: Kind) -> u32 {
-    match kind {
-        Kind::MemHash => 0x20,  // CacheDB, ktserver's default `*`
-        Kind::MemTree => 0x21,  // GrassDB, `+`
-        Kind::DiskHash => 0x30, // HashDB
-    }
-}
-
 fn status(store: &dyn Store, shared: &Shared, out: &mut Output) {
     for (k, v) in store.describe() {
         out.insert(k.into_bytes(), v.into_bytes());
@@ -809,7 +800,8 @@ fn status(store: &dyn Store, shared: &Shared, out: &mut Output) {
     if !shared.db_name.is_empty() {
         set(out, "path", shared.db_name.as_str());
     }
-    let ty = kc_type(store.kind()).to_string();
+    // Kyoto Cabinet's numeric type of the kind's counterpart class.
+    let ty = store.kind().info().kc_type.to_string();
     set(out, "type", ty.as_str());
     set(out, "realtype", ty);
     set(out, "count", store.count().to_string());
@@ -1129,11 +1121,7 @@ fn options(store: &dyn Store, shared: &Shared, now: u64) -> Reply {
             allow.push_str(method);
         }
     }
-    let ty = match store.kind() {
-        Kind::MemHash => "on-memory hash",
-        Kind::MemTree => "on-memory tree",
-        Kind::DiskHash => "hash",
-    };
+    let ty = store.kind().info().tt_type;
     let mut reply = Reply::new(200)
         .header("Allow", allow)
         .header("X-TT-VERSION", TT_VERSION)

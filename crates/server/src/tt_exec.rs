@@ -12,7 +12,7 @@
 
 use crate::context::{flush_if_due, Next, Shared};
 use crate::mask::{Op, Proto, OPS};
-use kura_engine::{BatchOp, Cursor, Decision, Error, Kind, Outcome, Record, Store, Value};
+use kura_engine::{BatchOp, Cursor, Decision, Error, Outcome, Record, Store, Value};
 use kura_proto::tt_bin::{self, cmd, Request, FAIL, OK};
 use std::path::PathBuf;
 
@@ -625,15 +625,6 @@ fn compile_regex(pattern: &[u8]) -> Option<regex::bytes::Regex> {
         .ok()
 }
 
-/// Tyrant's name of a kind in `stat` (`type`).
-fn type_name(kind: Kind) -> &'static str {
-    match kind {
-        Kind::MemHash => "on-memory hash",
-        Kind::MemTree => "on-memory tree",
-        Kind::DiskHash => "hash",
-    }
-}
-
 /// Tyrant's `os` (its `TTSYSNAME`).
 fn os_name() -> &'static str {
     match std::env::consts::OS {
@@ -706,7 +697,7 @@ fn stat_text(store: &dyn Store, shared: &Shared, st: &TtState<'_>, now: u64) -> 
     line("time", &format_args!("{time:.6}"));
     line("pid", &std::process::id());
     line("sid", &shared.sid);
-    line("type", &type_name(store.kind()));
+    line("type", &store.kind().info().tt_type);
     line("path", &path);
     line("rnum", &store.count());
     line("size", &store.size());
