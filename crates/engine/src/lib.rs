@@ -20,6 +20,7 @@ pub mod lock;
 pub mod mem;
 pub mod meta;
 pub mod name;
+pub mod numbers;
 pub mod registry;
 pub mod store;
 pub mod tsv;

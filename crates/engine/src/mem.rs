@@ -1809,81 +1809,6 @@ mod tests {
     }
 
     #[test]
-    fn putkeep_replace() {
-        for db in both("") {
-            let db = &*db;
-            assert!(matches!(
-                db.putkeep(b"k", b"v", 1, 0).unwrap(),
-                Outcome::Stored(_)
-            ));
-            assert_eq!(db.putkeep(b"k", b"w", 1, 0).unwrap(), Outcome::Exists);
-            assert_eq!(val(db, b"k").unwrap(), b"v");
-            assert_eq!(db.replace(b"x", b"v", 0, 0).unwrap(), Outcome::NotFound);
-            assert_eq!(db.get(b"x").unwrap(), None);
-            let Outcome::Stored(m) = db.replace(b"k", b"w", 3, 0).unwrap() else {
-                panic!("replace of an existing key failed")
-            };
-            assert_eq!(m.flags, 3);
-            assert_eq!(val(db, b"k").unwrap(), b"w");
-        }
-    }
-
-    #[test]
-    fn concat_and_shift() {
-        for db in both("") {
-            let db = &*db;
-            db.putcat(b"c", b"ab").unwrap();
-            db.putcat(b"c", b"cd").unwrap();
-            assert_eq!(val(db, b"c").unwrap(), b"abcd");
-            db.prepend(b"c", b"XY").unwrap();
-            assert_eq!(val(db, b"c").unwrap(), b"XYabcd");
-            db.prepend(b"p", b"new").unwrap();
-            assert_eq!(val(db, b"p").unwrap(), b"new");
-            assert_eq!(db.concat(b"absent", b"x", false, false).unwrap(), None);
-            assert_eq!(db.get(b"absent").unwrap(), None);
-            // putcat keeps flags and expiration.
-            db.put_with(b"f", b"1", 9, 0).unwrap();
-            assert_eq!(db.putcat(b"f", b"2").unwrap().flags, 9);
-            db.putshl(b"s", b"12345", 3).unwrap();
-            assert_eq!(val(db, b"s").unwrap(), b"345");
-            db.putshl(b"s", b"67", 4).unwrap();
-            assert_eq!(val(db, b"s").unwrap(), b"4567");
-        }
-    }
-
-    #[test]
-    fn cas_out_out_if_vsiz() {
-        for db in both("") {
-            let db = &*db;
-            assert_eq!(db.cas(b"k", 1, b"v", 0, 0).unwrap(), Outcome::NotFound);
-            let m = db.put(b"k", b"v").unwrap();
-            assert_eq!(
-                db.cas(b"k", m.version + 100, b"x", 0, 0).unwrap(),
-                Outcome::VersionMismatch
-            );
-            assert_eq!(val(db, b"k").unwrap(), b"v");
-            let Outcome::Stored(m2) = db.cas(b"k", m.version, b"xyz", 0, 0).unwrap() else {
-                panic!("cas with the right version failed")
-            };
-            assert_eq!(db.vsiz(b"k").unwrap(), Some(3));
-            assert_eq!(db.vsiz(b"nope").unwrap(), None);
-            assert_eq!(
-                db.out_if(b"k", m.version).unwrap(),
-                Outcome::VersionMismatch
-            );
-            assert_eq!(db.out_if(b"k", m2.version).unwrap(), Outcome::Deleted);
-            assert_eq!(db.out_if(b"k", 0).unwrap(), Outcome::NotFound);
-            db.put(b"k", b"v").unwrap();
-            assert_eq!(db.out_if(b"k", 0).unwrap(), Outcome::Deleted);
-            db.put(b"k", b"v").unwrap();
-            assert!(db.out(b"k").unwrap());
-            assert!(!db.out(b"k").unwrap());
-            assert_eq!(db.count(), 0);
-            healthy(db);
-        }
-    }
-
-    #[test]
     fn touch_and_expiration() {
         let now = now_secs();
         for db in both("") {
@@ -1952,41 +1877,6 @@ mod tests {
             assert_eq!(db.count(), 400);
             assert_eq!(counter(db, "expired_reclaimed"), 1000);
             healthy(db);
-        }
-    }
-
-    #[test]
-    fn numeric_operations() {
-        for db in both("") {
-            let db = &*db;
-            assert_eq!(db.addint(b"i", 5).unwrap(), 5);
-            assert_eq!(db.addint(b"i", -7).unwrap(), -2);
-            assert_eq!(db.addint(b"i", i32::MAX).unwrap(), i32::MAX - 2);
-            db.put(b"s", b"abc").unwrap();
-            assert!(matches!(db.addint(b"s", 1), Err(Error::NotNumeric)));
-            assert_eq!(db.adddouble(b"d", 1.5).unwrap(), 1.5);
-            assert_eq!(db.adddouble(b"d", 2.25).unwrap(), 3.75);
-            assert!(matches!(db.adddouble(b"s", 1.0), Err(Error::NotNumeric)));
-            assert!(matches!(
-                db.adddouble(b"d", f64::INFINITY),
-                Err(Error::NotNumeric)
-            ));
-            assert_eq!(db.adddouble(b"d", 0.0).unwrap(), 3.75);
-
-            assert_eq!(db.incr_decimal(b"n", 1, false).unwrap(), None);
-            db.put(b"n", b"10").unwrap();
-            assert_eq!(db.incr_decimal(b"n", 5, false).unwrap().unwrap().0, 15);
-            assert_eq!(db.incr_decimal(b"n", 20, true).unwrap().unwrap().0, 0);
-            db.put(b"n", u64::MAX.to_string().as_bytes()).unwrap();
-            let (n, m) = db.incr_decimal(b"n", 2, false).unwrap().unwrap();
-            assert_eq!(n, 1);
-            assert_eq!(val(db, b"n").unwrap(), b"1");
-            assert_eq!(db.get(b"n").unwrap().unwrap().meta, m);
-            assert!(matches!(
-                db.incr_decimal(b"s", 1, false),
-                Err(Error::NotNumeric)
-            ));
-            assert_eq!(val(db, b"s").unwrap(), b"abc");
         }
     }
 
