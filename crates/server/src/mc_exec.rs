@@ -12,7 +12,7 @@ use crate::mask::{Mask, Op, Proto};
 use crate::mc_meta;
 use crate::mc_stats::{self, Crawler, Did};
 use crate::out::{Out, PIN_MIN};
-use kura_engine::{Decision, Error, Meta, Outcome, Shown, Store, Value};
+use kura_engine::{Counted, Decision, Error, Outcome, Shown, Store};
 use kura_proto::mc_text::{self, item_size, reply, Request, StoreMode};
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -72,108 +72,9 @@ pub fn unlink_key(
     store.out(key).map(|_| ())
 }
 
-/// The outcome of memcached's arithmetic on a record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Arith {
-    /// The new value, the record's metadata after the write and the stored value's length
-    /// (the number padded with spaces to the length it replaced).
-    Done(u64, Meta, usize),
-    NotFound,
-    /// The value is not a number.
-    NonNumeric,
-    /// A cas was given and the record has another.
-    Mismatch,
-}
-
-/// The number memcached reads from a value (`safe_strtoull` on the value and its `\r\n`):
-/// leading white space, digits, then the end or white space (anything after it is ignored).
-fn value_number(v: &[u8]) -> Option<u64> {
-    let digits_end = {
-        let lead = v
-            .iter()
-            .take_while(|b| b.is_ascii_whitespace() || **b == 0x0b)
-            .count();
-        let mut i = lead;
-        if matches!(v.get(i), Some(b'+' | b'-')) {
-            i += 1;
-        }
-        i + v[i..].iter().take_while(|b| b.is_ascii_digit()).count()
-    };
-    let (num, rest) = v.split_at(digits_end);
-    if rest
-        .first()
-        .is_some_and(|&b| !(b.is_ascii_whitespace() || b == 0x0b))
-    {
-        return None;
-    }
-    mc_text::c_strtoull(num)
-}
-
-/// incr / decr as memcached does them: the value read as [`value_number`] (an empty value is
-/// not a number), incr wraps at 2^64, decr stops at 0, and a result shorter than the value it
-/// replaces is padded with spaces to the old length (memcached rewrites the item in place;
-/// protocol.txt tells clients not to rely on the padding, but it is what a get shows). Flags
-/// and expiry are kept; `cas` (not 0) must match the record's.
-pub fn arith(
-    store: &dyn Store,
-    key: &[u8],
-    delta: u64,
-    decr: bool,
-    cas: u64,
-) -> Result<Arith, Error> {
-    let mut result = Arith::NotFound;
-    let meta = store.accept(key, &mut |cur| {
-        let Some(c) = cur else {
-            result = Arith::NotFound;
-            return Decision::Keep;
-        };
-        if cas != 0 && c.meta.version != cas {
-            result = Arith::Mismatch;
-            return Decision::Keep;
-        }
-        let Some(n) = value_number(c.value).filter(|_| !c.value.is_empty()) else {
-            result = Arith::NonNumeric;
-            return Decision::Keep;
-        };
-        let n = if decr {
-            n.saturating_sub(delta)
-        } else {
-            n.wrapping_add(delta)
-        };
-        let text = Value::decimal(n);
-        result = Arith::Done(n, c.meta, text.len().max(c.value.len()));
-        let value = if text.len() < c.value.len() {
-            let mut v = text.to_vec();
-            v.resize(c.value.len(), b' ');
-            Value::from(v)
-        } else {
-            text
-        };
-        Decision::Put {
-            value,
-            flags: c.meta.flags,
-            expires: c.meta.expires,
-        }
-    })?;
-    if let (Arith::Done(n, _, len), Some(m)) = (result, meta) {
-        result = Arith::Done(n, m, len);
-    }
-    Ok(result)
-}
-
-/// The outcome of an append or prepend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Appended {
-    Stored(Meta),
-    /// No such record, or the result would be over the item size limit (memcached answers
-    /// both NOT_STORED).
-    NotStored,
-    /// A cas was given (binary protocol) and the record has another.
-    Mismatch,
-}
-
-/// append / prepend as memcached does them: only to an existing record, keeping its flags and
-/// expiry, within the item size limit; `cas` (not 0) must match.
+/// memcached's append / prepend ([`Store::concat_if`]) within the item size limit, as the
+/// text, binary and meta commands map them: an absent record and a result over the limit
+/// are both NOT_STORED; `cas` (not 0, the binary protocol and `ms … C`) must match.
 pub fn append(
     store: &dyn Store,
     shared: &Shared,
@@ -181,41 +82,10 @@ pub fn append(
     data: &[u8],
     front: bool,
     cas: u64,
-) -> Result<Appended, Error> {
-    let mut result = Appended::NotStored;
-    let meta = store.accept(key, &mut |cur| {
-        let Some(c) = cur else {
-            result = Appended::NotStored;
-            return Decision::Keep;
-        };
-        if cas != 0 && c.meta.version != cas {
-            result = Appended::Mismatch;
-            return Decision::Keep;
-        }
-        let len = c.value.len() + data.len();
-        if item_size(key.len(), c.meta.flags, len) > shared.max_item_size {
-            result = Appended::NotStored;
-            return Decision::Keep;
-        }
-        let mut v = Vec::with_capacity(len);
-        if front {
-            v.extend_from_slice(data);
-            v.extend_from_slice(c.value);
-        } else {
-            v.extend_from_slice(c.value);
-            v.extend_from_slice(data);
-        }
-        result = Appended::Stored(c.meta);
-        Decision::Put {
-            value: Value::from(v),
-            flags: c.meta.flags,
-            expires: c.meta.expires,
-        }
-    })?;
-    Ok(match (result, meta) {
-        (Appended::Stored(_), Some(m)) => Appended::Stored(m),
-        (Appended::Stored(_), None) => Appended::NotStored,
-        (r, _) => r,
+) -> Result<Outcome, Error> {
+    let max = shared.max_item_size;
+    store.concat_if(key, data, front, cas, &|flags, len| {
+        item_size(key.len(), flags, len) <= max
     })
 }
 
@@ -397,7 +267,7 @@ fn run(
                 StoreMode::Append | StoreMode::Prepend => {
                     let front = mode == StoreMode::Prepend;
                     match append(store, shared, key, data, front, 0)? {
-                        Appended::Stored(_) => reply::STORED,
+                        Outcome::Stored(_) => reply::STORED,
                         _ => reply::NOT_STORED,
                     }
                 }
@@ -444,19 +314,19 @@ fn run(
             } else {
                 (&shared.incr_hits, &shared.incr_misses)
             };
-            match arith(store, key, delta, decr, 0)? {
-                Arith::Done(n, ..) => {
+            match store.incr_decimal_if(key, delta, decr, 0)? {
+                Counted::Done(n, _) => {
                     hits.add(1);
                     shared.access.wrote(key, now);
                     if !noreply {
                         mc_text::encode_number(out, n);
                     }
                 }
-                Arith::NotFound | Arith::Mismatch => {
+                Counted::NotFound | Counted::VersionMismatch => {
                     misses.add(1);
                     quiet(noreply, out, reply::NOT_FOUND);
                 }
-                Arith::NonNumeric => quiet(noreply, out, reply::NON_NUMERIC),
+                Counted::NotNumeric => quiet(noreply, out, reply::NON_NUMERIC),
             }
         }
         Request::Touch {
