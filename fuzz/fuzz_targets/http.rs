@@ -3,8 +3,8 @@
 //! in-memory database: never panics, always makes progress, and every answer is one whole
 //! HTTP/1.1 response whose length matches its Content-Length.
 use kura_proto::http::{decode, Decoded, Limits, CONTINUE};
+use kura_server::context::{Next, Shared};
 use kura_server::http_exec::execute;
-use kura_server::mc_exec::{Next, Shared};
 use libfuzzer_sys::fuzz_target;
 
 /// Most inputs would fail on the first byte; half of the runs get a request line in front.

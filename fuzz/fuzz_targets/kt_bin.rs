@@ -3,8 +3,8 @@
 //! on an in-memory database: never panics, always makes progress, and every reply is exactly
 //! one well-formed reply of the request it answers (or nothing, for no-reply requests).
 use kura_proto::kt_bin::{decode, decode_reply, Decoded, DecodedReply, Limits};
+use kura_server::context::{Next, Shared};
 use kura_server::kt_bin_exec::execute;
-use kura_server::mc_exec::{Next, Shared};
 use libfuzzer_sys::fuzz_target;
 
 const MAGICS: [u8; 4] = [0xB8, 0xB9, 0xBA, 0xB4];

@@ -3,9 +3,9 @@
 //! on an in-memory database: never panics, always makes progress, always answers well-formed.
 use kura_proto::mc_bin::{decode, Decoded, REQ_MAGIC};
 use kura_proto::mc_text::Limits;
+use kura_server::context::{Next, Shared};
 use kura_server::mc_bin_exec::execute;
 use kura_server::out::Out;
-use kura_server::mc_exec::{Next, Shared};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -3,7 +3,8 @@
 //! would, and each request executed on an in-memory database: never panics, always makes
 //! progress, a stored data block lies inside the input, and every reply is whole lines.
 use kura_proto::mc_text::{decode, Decoded, Limits, Request};
-use kura_server::mc_exec::{execute, Next, Shared};
+use kura_server::context::{Next, Shared};
+use kura_server::mc_exec::execute;
 use kura_server::out::Out;
 use libfuzzer_sys::fuzz_target;
 
@@ -68,5 +69,8 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let replies = out.contiguous();
-    assert!(replies.is_empty() || replies.ends_with(b"\r\n"), "{replies:?}");
+    assert!(
+        replies.is_empty() || replies.ends_with(b"\r\n"),
+        "{replies:?}"
+    );
 });

@@ -6,8 +6,8 @@
 //! `copy` and `optimize` are masked (and misc optimize skipped): copy would write files at
 //! arbitrary paths, and optimize retunes the database to whatever sizes the input names.
 use kura_proto::tt_bin::{decode, decode_reply, Decoded, DecodedReply, Limits, Request, MAGIC};
+use kura_server::context::{Next, Shared};
 use kura_server::mask::Mask;
-use kura_server::mc_exec::{Next, Shared};
 use kura_server::tt_exec::{execute, TtState};
 use libfuzzer_sys::fuzz_target;
 

@@ -1,7 +1,7 @@
 //! Value compression: lz4, zstd and deflate, chosen by the `compress=` parameter.
 
+use crate::config::Compression;
 use crate::error::{Error, Result};
-use crate::name::Compression;
 use std::io::{Read, Write};
 
 /// Compress `data`; `None` when compression would not make it smaller (stored raw then).

@@ -1,6 +1,7 @@
 //! Kura's embedded storage library — the cabinet.
 //!
-//! Every database kind implements [`Store`] and is opened by name with [`open`]:
+//! Every database kind implements [`Store`] and is opened by name with [`open`] (the kinds and
+//! what each can do: [`registry`]):
 //!
 //! ```
 //! let db = kura_engine::open("*").unwrap();
@@ -9,6 +10,7 @@
 //! ```
 
 pub mod compress;
+pub mod config;
 pub mod counter;
 pub mod durability;
 pub mod error;
@@ -19,14 +21,15 @@ pub mod log;
 pub mod mem;
 pub mod meta;
 pub mod name;
+pub mod numbers;
+pub mod registry;
 pub mod store;
 pub mod tsv;
 
+pub use config::{Compression, OpenMode, Params, SyncMode};
 pub use error::{Error, Result};
-pub use name::{
-    open, open_as, open_existing, open_readonly, repair, repair_in_place, Compression, OpenMode,
-    Opened, Params, SyncMode,
-};
+pub use name::{open, open_as, open_existing, open_readonly, repair, repair_in_place};
+pub use registry::{Caps, KindInfo, Opened};
 pub use store::{
     BatchOp, CheckReport, Counted, Current, Cursor, Damaged, Decision, Kind, Meta, Outcome, Pinned,
     Record, RepairReport, Shown, Store, Value,

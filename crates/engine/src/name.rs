@@ -1,193 +1,20 @@
 //! Open a database by name: `path.kh#bnum=1000000#sync=always`, `*`, `+#capsiz=64m`.
 //!
-//! The part before the first `#` picks the kind (by its suffix, or `*` / `+`); each `#key=value`
-//! after it tunes the kind. An unknown suffix, an unknown key, a repeated key or a bad value is an
-//! error, never ignored.
+//! The part before the first `#` picks the kind (through [`crate::registry`]: by its suffix, or
+//! `*` / `+`); each `#key=value` after it tunes the kind. An unknown suffix, an unknown key, a
+//! repeated key or a bad value is an error, never ignored.
+//!
+//! The configuration types live in [`crate::config`]; they are re-exported here for callers
+//! that import them from `name`.
+
+pub use crate::config::{parse_size, Compression, OpenMode, Params, SyncMode};
+pub use crate::registry::Opened;
 
 use crate::error::{Error, Result};
-use crate::store::Store;
+use crate::registry::{self, KindInfo};
+use crate::store::{RepairReport, Store};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
-
-/// The tuning parameters of a name, checked off as a kind reads them.
-#[derive(Clone, Debug, Default)]
-pub struct Params {
-    items: Vec<(String, String)>,
-}
-
-impl Params {
-    /// Parse `k=v#k=v` (without the leading path).
-    pub fn parse(s: &str) -> Result<Params> {
-        let mut items: Vec<(String, String)> = Vec::new();
-        for part in s.split('#').filter(|p| !p.is_empty()) {
-            let (k, v) = part.split_once('=').ok_or_else(|| {
-                Error::InvalidParam(format!("`{part}` is not of the form key=value"))
-            })?;
-            let k = k.trim().to_ascii_lowercase();
-            if k.is_empty() {
-                return Err(Error::InvalidParam(format!("`{part}` has an empty key")));
-            }
-            if items.iter().any(|(x, _)| *x == k) {
-                return Err(Error::InvalidParam(format!("`{k}` is given twice")));
-            }
-            items.push((k, v.trim().to_string()));
-        }
-        Ok(Params { items })
-    }
-
-    /// Every `key=value` pair, in the order given.
-    pub fn items(&self) -> &[(String, String)] {
-        &self.items
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-
-    fn raw(&self, key: &str) -> Option<&str> {
-        self.items
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// Fail when a key is not in `allowed` (for the kind `kind`).
-    pub fn allow_only(&self, kind: &str, allowed: &[&str]) -> Result<()> {
-        for (k, _) in &self.items {
-            if !allowed.contains(&k.as_str()) {
-                return Err(Error::InvalidParam(format!(
-                    "unknown parameter `{k}` for {kind} (known: {})",
-                    allowed.join(", ")
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    /// A non-negative integer with an optional k / m / g / t suffix (powers of 1024).
-    pub fn size(&self, key: &str) -> Result<Option<u64>> {
-        self.raw(key)
-            .map(|v| {
-                parse_size(v).ok_or_else(|| {
-                    Error::InvalidParam(format!(
-                        "`{key}={v}`: expected a number with an optional k/m/g/t suffix"
-                    ))
-                })
-            })
-            .transpose()
-    }
-
-    /// A float in `[lo, hi]`.
-    pub fn ratio(&self, key: &str, lo: f64, hi: f64) -> Result<Option<f64>> {
-        self.raw(key)
-            .map(|v| match v.parse::<f64>() {
-                Ok(x) if (lo..=hi).contains(&x) => Ok(x),
-                _ => Err(Error::InvalidParam(format!(
-                    "`{key}={v}`: expected a number from {lo} to {hi}"
-                ))),
-            })
-            .transpose()
-    }
-
-    pub fn sync(&self) -> Result<Option<SyncMode>> {
-        self.raw("sync").map(SyncMode::parse).transpose()
-    }
-
-    pub fn compression(&self) -> Result<Option<Compression>> {
-        self.raw("compress").map(Compression::parse).transpose()
-    }
-}
-
-/// Parse `123`, `64k`, `10m`, `1g`, `2t` (powers of 1024; case-insensitive; `b` allowed after).
-pub fn parse_size(v: &str) -> Option<u64> {
-    let v = v.trim().to_ascii_lowercase();
-    let v = v.strip_suffix('b').unwrap_or(&v);
-    let (num, mult) = match v.chars().last()? {
-        'k' => (&v[..v.len() - 1], 1u64 << 10),
-        'm' => (&v[..v.len() - 1], 1 << 20),
-        'g' => (&v[..v.len() - 1], 1 << 30),
-        't' => (&v[..v.len() - 1], 1 << 40),
-        _ => (v, 1),
-    };
-    num.parse::<u64>().ok()?.checked_mul(mult)
-}
-
-/// When writes become durable.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SyncMode {
-    /// A write returns only once it is durable (concurrent writers share fsyncs).
-    Always,
-    /// Written data is synced by a background thread at this interval (bounded loss window).
-    Interval(Duration),
-    /// Synced only on `sync`, `close` and checkpoints.
-    None,
-}
-
-impl SyncMode {
-    pub const DEFAULT: SyncMode = SyncMode::Interval(Duration::from_millis(1000));
-
-    pub fn parse(v: &str) -> Result<SyncMode> {
-        let lower = v.to_ascii_lowercase();
-        match lower.as_str() {
-            "always" => Ok(SyncMode::Always),
-            "none" | "never" => Ok(SyncMode::None),
-            _ => match lower.strip_prefix("interval:").map(str::parse::<u64>) {
-                Some(Ok(ms)) if ms > 0 => Ok(SyncMode::Interval(Duration::from_millis(ms))),
-                _ => Err(Error::InvalidParam(format!(
-                    "`sync={v}`: expected always, none or interval:MILLISECONDS (> 0)"
-                ))),
-            },
-        }
-    }
-
-    pub fn describe(self) -> String {
-        match self {
-            SyncMode::Always => "always".into(),
-            SyncMode::None => "none".into(),
-            SyncMode::Interval(d) => format!("interval:{}", d.as_millis()),
-        }
-    }
-}
-
-/// Value compression codec. The numeric code is stored in record headers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Compression {
-    None = 0,
-    Lz4 = 1,
-    Zstd = 2,
-    Deflate = 3,
-}
-
-impl Compression {
-    pub fn parse(v: &str) -> Result<Compression> {
-        match v.to_ascii_lowercase().as_str() {
-            "none" | "off" => Ok(Compression::None),
-            "lz4" => Ok(Compression::Lz4),
-            "zstd" => Ok(Compression::Zstd),
-            "deflate" | "zlib" => Ok(Compression::Deflate),
-            _ => Err(Error::InvalidParam(format!(
-                "`compress={v}`: expected none, lz4, zstd or deflate"
-            ))),
-        }
-    }
-    pub fn from_code(c: u8) -> Option<Compression> {
-        Some(match c {
-            0 => Compression::None,
-            1 => Compression::Lz4,
-            2 => Compression::Zstd,
-            3 => Compression::Deflate,
-            _ => return None,
-        })
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            Compression::None => "none",
-            Compression::Lz4 => "lz4",
-            Compression::Zstd => "zstd",
-            Compression::Deflate => "deflate",
-        }
-    }
-}
 
 /// Split a name into its path part and its parameters.
 pub fn split_name(name: &str) -> Result<(&str, Params)> {
@@ -196,36 +23,22 @@ pub fn split_name(name: &str) -> Result<(&str, Params)> {
         None => (name, ""),
     };
     if path.is_empty() {
-        return Err(Error::InvalidName(
-            "empty path (use `*` for an in-memory hash, `+` for an in-memory tree, or FILE.kh)"
-                .into(),
-        ));
+        return Err(Error::InvalidName(format!(
+            "empty path (use {})",
+            registry::usage()
+        )));
     }
     Ok((path, Params::parse(rest)?))
 }
 
-/// Suffixes and what they open, for error messages and `--help`.
-pub const KINDS_HELP: &str = "`*` (memory hash), `+` (memory tree), `PATH.kh` (on-disk hash)";
-
-/// How [`open_as`] treats the path of an on-disk database (the memory kinds ignore it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OpenMode {
-    /// Open for writing, creating the database when nothing is at the path (its parent
-    /// directory must exist: it is never made) or the path is an empty directory.
-    Create,
-    /// Open an existing database for writing; anything else is an error
-    /// ([`Error::NotFound`] when there is none).
-    Existing,
-    /// Open an existing database for inspection only: nothing is written, not even the
-    /// repair of a torn tail that a writable open performs; writes fail.
-    ReadOnly,
-}
-
-/// A database opened by [`open_as`].
-pub struct Opened {
-    pub store: Arc<dyn Store>,
-    /// This open made a new on-disk database (always false for the memory kinds).
-    pub created: bool,
+/// The kind the path part of a name selects.
+fn kind_of(path: &str) -> Result<&'static KindInfo> {
+    registry::by_path(path).ok_or_else(|| {
+        Error::InvalidName(format!(
+            "`{path}`: unknown database kind; use {}",
+            registry::usage()
+        ))
+    })
 }
 
 /// Open (creating when missing) the database named `name`: [`OpenMode::Create`].
@@ -247,35 +60,17 @@ pub fn open_readonly(name: &str) -> Result<Arc<dyn Store>> {
 /// Open the database named `name` under `mode`.
 pub fn open_as(name: &str, mode: OpenMode) -> Result<Opened> {
     let (path, params) = split_name(name)?;
-    let memory = |store: Arc<dyn Store>| Opened {
-        store,
-        created: false,
-    };
-    match path {
-        "*" => Ok(memory(Arc::new(crate::mem::MemHash::open(&params)?))),
-        "+" => Ok(memory(Arc::new(crate::mem::MemTree::open(&params)?))),
-        p if p.ends_with(".kh") => {
-            let db = crate::hash::DiskHash::open_mode(
-                std::path::Path::new(p),
-                &params,
-                Arc::new(crate::io::OsVfs),
-                mode,
-            )?;
-            let created = db.created();
-            Ok(Opened {
-                store: Arc::new(db),
-                created,
-            })
-        }
-        p => Err(Error::InvalidName(format!(
-            "`{p}`: unknown database kind; use {KINDS_HELP}"
-        ))),
-    }
+    let kind = kind_of(path)?;
+    (kind.open)(Path::new(path), &params, mode)
 }
+
+const NOTHING_TO_REPAIR: Error =
+    Error::Unsupported("repair: only on-disk databases have files to repair");
 
 /// Write a new database `dst` (which must not exist; `#params` tune it) holding every record
 /// of the database `src` that verifies, at its newest surviving version. `src` is not written.
-pub fn repair(src: &str, dst: &str) -> Result<crate::store::RepairReport> {
+/// `dst` is of `src`'s kind.
+pub fn repair(src: &str, dst: &str) -> Result<RepairReport> {
     let (sp, sparams) = split_name(src)?;
     let (dp, dparams) = split_name(dst)?;
     if !sparams.is_empty() {
@@ -283,36 +78,27 @@ pub fn repair(src: &str, dst: &str) -> Result<crate::store::RepairReport> {
             "`{src}`: the database to repair takes no parameters"
         )));
     }
-    match (sp, dp) {
-        (s, d) if s.ends_with(".kh") && d.ends_with(".kh") => crate::hash::DiskHash::repair_with(
-            std::path::Path::new(s),
-            std::path::Path::new(d),
-            &dparams,
-            Arc::new(crate::io::OsVfs),
-        ),
-        (s, _) if !s.ends_with(".kh") => Err(Error::Unsupported(
-            "repair: only on-disk databases (PATH.kh) have files to repair",
-        )),
-        (_, d) => Err(Error::InvalidName(format!(
-            "`{d}`: the repaired copy of a .kh database is a .kh database"
-        ))),
+    let kind = registry::by_path(sp).ok_or(NOTHING_TO_REPAIR)?;
+    let repair = kind.repair.ok_or(NOTHING_TO_REPAIR)?;
+    if registry::by_path(dp).map(|k| k.kind) != Some(kind.kind) {
+        let sel = match kind.selector {
+            registry::Selector::Exactly(s) | registry::Selector::Suffix(s) => s,
+        };
+        return Err(Error::InvalidName(format!(
+            "`{dp}`: the repaired copy of a {sel} database is a {sel} database"
+        )));
     }
+    (repair.into)(Path::new(sp), Path::new(dp), &dparams)
 }
 
 /// `repair` into a temporary database beside `src`, then swap them: `src` keeps its name and
 /// the damaged files are kept as `SRC.damaged-<unix time>` (returned).
-pub fn repair_in_place(src: &str) -> Result<(crate::store::RepairReport, std::path::PathBuf)> {
+pub fn repair_in_place(src: &str) -> Result<(RepairReport, PathBuf)> {
     let (sp, params) = split_name(src)?;
-    if !sp.ends_with(".kh") {
-        return Err(Error::Unsupported(
-            "repair: only on-disk databases (PATH.kh) have files to repair",
-        ));
-    }
-    crate::hash::DiskHash::repair_in_place(
-        std::path::Path::new(sp),
-        &params,
-        Arc::new(crate::io::OsVfs),
-    )
+    let repair = registry::by_path(sp)
+        .and_then(|k| k.repair)
+        .ok_or(NOTHING_TO_REPAIR)?;
+    (repair.in_place)(Path::new(sp), &params)
 }
 
 #[cfg(test)]
@@ -320,44 +106,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_params_and_rejects_junk() {
+    fn splits_names() {
         let (p, params) = split_name("a.kh#bnum=10#sync=always").unwrap();
         assert_eq!(p, "a.kh");
         assert_eq!(params.size("bnum").unwrap(), Some(10));
         assert_eq!(params.sync().unwrap(), Some(SyncMode::Always));
-        assert!(Params::parse("bnum").is_err());
-        assert!(Params::parse("a=1#a=2").is_err());
-        assert!(Params::parse("=1").is_err());
-        assert!(split_name("#a=1").is_err());
-        assert!(params.allow_only("x", &["bnum"]).is_err());
-        assert!(params.allow_only("x", &["bnum", "sync"]).is_ok());
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("64k"), Some(65536));
-        assert_eq!(parse_size("1G"), Some(1 << 30));
-        assert_eq!(parse_size("10mb"), Some(10 << 20));
-        assert_eq!(parse_size("12"), Some(12));
-        assert_eq!(parse_size("x"), None);
-        assert_eq!(parse_size("-1"), None);
-        assert_eq!(parse_size("99999999999999999999t"), None);
-    }
-
-    #[test]
-    fn sync_modes() {
-        assert_eq!(
-            SyncMode::parse("interval:250").unwrap(),
-            SyncMode::Interval(Duration::from_millis(250))
-        );
-        assert!(SyncMode::parse("interval:0").is_err());
-        assert!(SyncMode::parse("sometimes").is_err());
-        assert!(Compression::parse("bzip2").is_err());
+        let e = split_name("#a=1").err().unwrap().to_string();
+        assert!(e.contains("empty path") && e.contains("`PATH.kh`"), "{e}");
+        assert!(split_name("*#bnum").is_err());
     }
 
     #[test]
     fn unknown_kind_is_an_error() {
         let e = open("foo.tch").err().unwrap().to_string();
         assert!(e.contains("unknown database kind"), "{e}");
+        assert!(e.contains("`*` (memory hash)"), "{e}");
+    }
+
+    #[test]
+    fn repair_needs_files_and_the_same_kind() {
+        let nothing = |r: Result<RepairReport>| matches!(r, Err(Error::Unsupported(m)) if m.contains("only on-disk"));
+        assert!(nothing(repair("*", "b.kh")));
+        assert!(nothing(repair("a.tch", "b.kh")));
+        assert!(matches!(repair_in_place("+"), Err(Error::Unsupported(_))));
+        let e = repair("a.kh", "+").err().unwrap().to_string();
+        assert!(e.contains("is a .kh database"), "{e}");
+        assert!(matches!(
+            repair("a.kh#bnum=1", "b.kh"),
+            Err(Error::InvalidParam(_))
+        ));
     }
 }

@@ -5,6 +5,12 @@
 //! the whole-database operations. Every record-level operation (putkeep, putcat, cas, addint, …)
 //! is a provided method built on `accept`, so every kind behaves the same; a kind overrides one
 //! only to be faster, never to differ.
+//!
+//! Each operation has one meaning, the one of the system it comes from, named in its doc:
+//! Tokyo Cabinet / Tyrant (`putcat`, `putshl`, `addint`, `adddouble`), memcached
+//! (`incr_decimal_if`, `concat_if`, `cas`, `out_if`, `touch`), Kyoto Cabinet / Tycoon
+//! (`append_with`, `increment`, `increment_double`, `cas_value`, `seize`). The servers map
+//! their wire forms onto these; an embedder calls the same ones.
 
 use crate::error::{Error, Result};
 use std::path::Path;
@@ -214,6 +220,8 @@ pub enum Outcome {
     VersionMismatch,
     /// The record was deleted.
     Deleted,
+    /// The result would be over a size limit the caller set (memcached's item size).
+    TooLarge,
 }
 
 /// One operation of an atomic [`Store::write_batch`].
@@ -238,7 +246,8 @@ impl BatchOp {
     }
 }
 
-/// Which database kind a handle is.
+/// Which database kind a handle is. What a kind is and can do is its descriptor in the
+/// registry ([`Kind::info`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     /// `*`: concurrent in-memory hash.
@@ -247,20 +256,6 @@ pub enum Kind {
     MemTree,
     /// `.kh`: on-disk hash.
     DiskHash,
-}
-
-impl Kind {
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::MemHash => "memory hash (*)",
-            Kind::MemTree => "memory tree (+)",
-            Kind::DiskHash => "disk hash (.kh)",
-        }
-    }
-    /// Whether iteration is in key order and range / jump operations are available.
-    pub fn ordered(self) -> bool {
-        matches!(self, Kind::MemTree)
-    }
 }
 
 /// A cursor over the records of a store. Records written during iteration may or may not be
@@ -643,16 +638,8 @@ pub trait Store: Send + Sync {
                     too_large = Some(len);
                     return Decision::Keep;
                 }
-                let mut v = Vec::with_capacity(len);
-                if front {
-                    v.extend_from_slice(value);
-                    v.extend_from_slice(c.value);
-                } else {
-                    v.extend_from_slice(c.value);
-                    v.extend_from_slice(value);
-                }
                 Decision::Put {
-                    value: Value::Made(v),
+                    value: Value::Made(joined(c.value, value, front)),
                     flags: c.meta.flags,
                     expires: c.meta.expires,
                 }
@@ -666,22 +653,31 @@ pub trait Store: Send + Sync {
         Ok(meta)
     }
 
-    /// Append, then keep only the last `width` bytes (Tyrant putshl).
+    /// Tokyo Tyrant's putshl: append `value` to the record and keep only its last `width`
+    /// bytes. An absent record is created with the whole of `value`, not cut to `width`
+    /// (Tyrant stores it through `tcadbputproc`, whose shift runs only on an existing record),
+    /// with no flags and no expiry; an existing record keeps its flags and expiry.
     fn putshl(&self, key: &[u8], value: &[u8], width: usize) -> Result<Meta> {
         check_sizes(key, value.len())?;
-        let meta = self.accept(key, &mut |cur| {
-            let mut v = cur.map(|c| c.value.to_vec()).unwrap_or_default();
-            v.extend_from_slice(value);
-            if v.len() > width {
-                v.drain(..v.len() - width);
-            }
-            let (flags, expires) = cur
-                .map(|c| (c.meta.flags, c.meta.expires))
-                .unwrap_or((0, 0));
-            Decision::Put {
-                value: Value::Made(v),
-                flags,
-                expires,
+        let meta = self.accept(key, &mut |cur| match cur {
+            None => Decision::Put {
+                value: Value::Lent(value),
+                flags: 0,
+                expires: 0,
+            },
+            Some(c) => {
+                // The last `keep` bytes of old ++ new.
+                let keep = (c.value.len() + value.len()).min(width);
+                let from_new = keep.min(value.len());
+                let from_old = keep - from_new;
+                let mut v = Vec::with_capacity(keep);
+                v.extend_from_slice(&c.value[c.value.len() - from_old..]);
+                v.extend_from_slice(&value[value.len() - from_new..]);
+                Decision::Put {
+                    value: Value::Made(v),
+                    flags: c.meta.flags,
+                    expires: c.meta.expires,
+                }
             }
         })?;
         meta.ok_or_else(|| Error::Corrupt("putshl produced no record".into()))
@@ -775,19 +771,25 @@ pub trait Store: Send + Sync {
         keys.iter().map(|k| self.get(k)).collect()
     }
 
-    /// Add `delta` to a 4-byte little-endian integer record, creating it when absent
-    /// (Tokyo Cabinet's addint). Fails with [`Error::NotNumeric`] when the record is not 4 bytes.
+    /// Tokyo Cabinet's addint: add `delta` to a record holding one native (little-endian)
+    /// 4-byte int, creating it with `delta` when absent; the sum wraps around as C's int does.
+    /// [`Error::NotNumeric`] when the record has another size (left unchanged). Flags and
+    /// expiry of an existing record are kept. (Tyrant answers a sum of `i32::MIN`, its failure
+    /// value, as a failure.)
     fn addint(&self, key: &[u8], delta: i32) -> Result<i32> {
         let mut result = Err(Error::NotNumeric);
         self.accept(key, &mut |cur| {
-            let (base, flags, expires) = match cur {
-                None => (0i32, 0, 0),
+            let (n, flags, expires) = match cur {
+                None => (delta, 0, 0),
                 Some(c) => match <[u8; 4]>::try_from(c.value) {
-                    Ok(b) => (i32::from_le_bytes(b), c.meta.flags, c.meta.expires),
+                    Ok(b) => (
+                        i32::from_le_bytes(b).wrapping_add(delta),
+                        c.meta.flags,
+                        c.meta.expires,
+                    ),
                     Err(_) => return Decision::Keep,
                 },
             };
-            let n = base.wrapping_add(delta);
             result = Ok(n);
             Decision::Put {
                 value: Value::copied(&n.to_le_bytes()),
@@ -798,23 +800,21 @@ pub trait Store: Send + Sync {
         result
     }
 
-    /// Add `delta` to an 8-byte little-endian IEEE double record, creating it when absent
-    /// (Tokyo Cabinet's adddouble). Fails with [`Error::NotNumeric`] when the record is not 8
-    /// bytes or the result is not finite.
+    /// Tokyo Cabinet's adddouble: add `delta` to a record holding one native (little-endian)
+    /// 8-byte double, creating it with `delta` when absent. [`Error::NotNumeric`] when the
+    /// record has another size (left unchanged). The sum is stored and returned whatever it
+    /// is, an infinity or NaN included, as Tokyo Cabinet does (Tyrant answers NaN as a
+    /// failure). Flags and expiry of an existing record are kept.
     fn adddouble(&self, key: &[u8], delta: f64) -> Result<f64> {
         let mut result = Err(Error::NotNumeric);
         self.accept(key, &mut |cur| {
-            let (base, flags, expires) = match cur {
-                None => (0f64, 0, 0),
+            let (n, flags, expires) = match cur {
+                None => (delta, 0, 0),
                 Some(c) => match <[u8; 8]>::try_from(c.value) {
-                    Ok(b) => (f64::from_le_bytes(b), c.meta.flags, c.meta.expires),
+                    Ok(b) => (f64::from_le_bytes(b) + delta, c.meta.flags, c.meta.expires),
                     Err(_) => return Decision::Keep,
                 },
             };
-            let n = base + delta;
-            if !n.is_finite() {
-                return Decision::Keep;
-            }
             result = Ok(n);
             Decision::Put {
                 value: Value::copied(&n.to_le_bytes()),
@@ -825,30 +825,36 @@ pub trait Store: Send + Sync {
         result
     }
 
-    /// Add to (or subtract from) a decimal ASCII unsigned 64-bit number, as memcached's
-    /// incr / decr: incr wraps around at 2^64, decr stops at 0. `None` when absent;
-    /// [`Error::NotNumeric`] when the value is not a decimal number.
+    /// memcached's incr / decr: add `delta` to (or subtract it from) the number a live record
+    /// holds in decimal text. `None` when absent; [`Error::NotNumeric`] when the value is not a
+    /// number as memcached reads one ([`crate::numbers::memcached_number`]).
     fn incr_decimal(&self, key: &[u8], delta: u64, decr: bool) -> Result<Option<(u64, Meta)>> {
-        Ok(match self.incr_decimal_if(key, delta, decr, 0)? {
-            Counted::Done(n, m) => Some((n, m)),
-            Counted::NotFound | Counted::VersionMismatch => None,
-        })
+        match self.incr_decimal_if(key, delta, decr, 0)? {
+            Counted::Done(n, m) => Ok(Some((n, m))),
+            Counted::NotNumeric => Err(Error::NotNumeric),
+            Counted::NotFound | Counted::VersionMismatch => Ok(None),
+        }
     }
 
-    /// [`Store::incr_decimal`] that changes the record only while its version is `cas` (0: any
-    /// version), as memcached's binary increment and meta `ma … C<cas>` do.
+    /// memcached's incr / decr, as its text, binary and meta (`ma`) commands do them: the value
+    /// read as [`crate::numbers::memcached_number`], incr wrapping around at 2^64, decr
+    /// stopping at 0, and a result shorter than the value it replaces padded with spaces to the
+    /// old length (memcached rewrites the item in place; a get shows the padding). Flags and
+    /// expiry are kept; `cas` (not 0) must be the record's version. An absent record is not
+    /// created (memcached's binary protocol and `ma … N` create it themselves).
     fn incr_decimal_if(&self, key: &[u8], delta: u64, decr: bool, cas: u64) -> Result<Counted> {
-        let mut result = Ok(Counted::NotFound);
+        let mut result = Counted::NotFound;
         let meta = self.accept(key, &mut |cur| {
             let Some(c) = cur else {
+                result = Counted::NotFound;
                 return Decision::Keep;
             };
             if cas != 0 && cas != c.meta.version {
-                result = Ok(Counted::VersionMismatch);
+                result = Counted::VersionMismatch;
                 return Decision::Keep;
             }
-            let Some(n) = parse_decimal_u64(c.value) else {
-                result = Err(Error::NotNumeric);
+            let Some(n) = crate::numbers::memcached_number(c.value) else {
+                result = Counted::NotNumeric;
                 return Decision::Keep;
             };
             let n = if decr {
@@ -856,18 +862,267 @@ pub trait Store: Send + Sync {
             } else {
                 n.wrapping_add(delta)
             };
-            result = Ok(Counted::Done(n, c.meta));
+            result = Counted::Done(n, c.meta);
             Decision::Put {
-                value: Value::decimal(n),
+                value: crate::numbers::memcached_counter(n, c.value.len()),
                 flags: c.meta.flags,
                 expires: c.meta.expires,
             }
         })?;
-        Ok(match (result?, meta) {
+        Ok(match (result, meta) {
             (Counted::Done(n, _), Some(m)) => Counted::Done(n, m),
             (Counted::Done(..), None) => Counted::NotFound,
             (other, _) => other,
         })
+    }
+
+    /// memcached's append / prepend: add `data` at the end (`front`: the front) of a live
+    /// record, keeping its flags and expiry. An absent record is not created
+    /// ([`Outcome::NotFound`]); `cas` (not 0) must be the record's version
+    /// ([`Outcome::VersionMismatch`]); `fits(flags, len)` says whether a value of `len` bytes
+    /// with the record's flags is within the caller's limit (memcached's item size, which
+    /// counts the flags), and [`Outcome::TooLarge`] when it is not (or when `len` is over
+    /// [`MAX_VALUE_LEN`]).
+    fn concat_if(
+        &self,
+        key: &[u8],
+        data: &[u8],
+        front: bool,
+        cas: u64,
+        fits: &dyn Fn(u32, usize) -> bool,
+    ) -> Result<Outcome> {
+        let mut result = Outcome::NotFound;
+        let meta = self.accept(key, &mut |cur| {
+            let Some(c) = cur else {
+                result = Outcome::NotFound;
+                return Decision::Keep;
+            };
+            if cas != 0 && c.meta.version != cas {
+                result = Outcome::VersionMismatch;
+                return Decision::Keep;
+            }
+            let len = c.value.len() + data.len();
+            if len > MAX_VALUE_LEN || !fits(c.meta.flags, len) {
+                result = Outcome::TooLarge;
+                return Decision::Keep;
+            }
+            result = Outcome::Stored(c.meta);
+            Decision::Put {
+                value: Value::Made(joined(c.value, data, front)),
+                flags: c.meta.flags,
+                expires: c.meta.expires,
+            }
+        })?;
+        Ok(match (result, meta) {
+            (Outcome::Stored(_), Some(m)) => Outcome::Stored(m),
+            (Outcome::Stored(_), None) => Outcome::NotFound,
+            (r, _) => r,
+        })
+    }
+
+    /// Kyoto Cabinet's append: add `value` at the end of the record, creating it when absent.
+    /// The record takes `expires` (Kyoto Tycoon's `xt`, 0: never) and keeps its flags.
+    /// [`Error::TooLarge`] when the result would be over [`MAX_VALUE_LEN`].
+    fn append_with(&self, key: &[u8], value: &[u8], expires: u64) -> Result<Meta> {
+        check_sizes(key, value.len())?;
+        let mut too_large = None;
+        let meta = self.accept(key, &mut |cur| match cur {
+            None => Decision::Put {
+                value: Value::Lent(value),
+                flags: 0,
+                expires,
+            },
+            Some(c) => {
+                let len = c.value.len() + value.len();
+                if len > MAX_VALUE_LEN {
+                    too_large = Some(len);
+                    return Decision::Keep;
+                }
+                Decision::Put {
+                    value: Value::Made(joined(c.value, value, false)),
+                    flags: c.meta.flags,
+                    expires,
+                }
+            }
+        })?;
+        if let Some(len) = too_large {
+            return Err(Error::TooLarge(format!("appended value of {len} bytes")));
+        }
+        meta.ok_or_else(|| Error::Corrupt("append produced no record".into()))
+    }
+
+    /// Kyoto Cabinet's increment (`kcdb.h`, 0.9.56): add `num` to a record holding an 8-byte
+    /// big-endian integer (the sum wraps around). An absent record is created with
+    /// `orig + num`; `orig` is `i64::MIN`: an absent record is a failure; `i64::MAX`: the
+    /// record is set to `num` whatever it holds. Adding 0 to an existing record reads it
+    /// without writing. The record written takes `expires` (0: never) and keeps its flags.
+    /// The new number; `None` when the record is not 8 bytes (left unchanged), or absent with
+    /// `orig` `i64::MIN`.
+    fn increment(&self, key: &[u8], num: i64, orig: i64, expires: u64) -> Result<Option<i64>> {
+        let mut result = None;
+        self.accept(key, &mut |cur| {
+            result = None;
+            let (n, flags) = match cur {
+                Some(c) => {
+                    let Ok(b) = <[u8; 8]>::try_from(c.value) else {
+                        return Decision::Keep;
+                    };
+                    if orig == i64::MAX {
+                        (num, c.meta.flags)
+                    } else {
+                        let old = i64::from_be_bytes(b);
+                        if num == 0 {
+                            result = Some(old);
+                            return Decision::Keep;
+                        }
+                        (num.wrapping_add(old), c.meta.flags)
+                    }
+                }
+                None if orig == i64::MIN => return Decision::Keep,
+                None if orig == i64::MAX => (num, 0),
+                None => (num.wrapping_add(orig), 0),
+            };
+            result = Some(n);
+            Decision::Put {
+                value: Value::copied(&n.to_be_bytes()),
+                flags,
+                expires,
+            }
+        })?;
+        Ok(result)
+    }
+
+    /// Kyoto Cabinet's increment_double (`kcdb.h`, 0.9.56): add `num` to a record holding
+    /// Kyoto Cabinet's 16-byte fixed-point decimal ([`crate::numbers::kc_fixed_point`]).
+    /// `orig` as [`Store::increment`]'s, with negative infinity (or NaN) for failure on an
+    /// absent record and positive infinity for "set to `num`". A record holding an infinity
+    /// stays so; adding 0 reads without writing; adding an infinity stores it. The record
+    /// written takes `expires` and keeps its flags. `None` when the record is not 16 bytes,
+    /// holds Kyoto Cabinet's NaN, or is absent with a failing `orig`, or when `num` is NaN.
+    fn increment_double(
+        &self,
+        key: &[u8],
+        num: f64,
+        orig: f64,
+        expires: u64,
+    ) -> Result<Option<f64>> {
+        use crate::numbers::{kc_fixed_point, kc_join_double, kc_split_double, KC_DEC_UNIT};
+        let mut result = None;
+        self.accept(key, &mut |cur| {
+            result = None;
+            match cur {
+                Some(c) => {
+                    let Some((mut integ, mut fract)) = crate::numbers::kc_read_fixed_point(c.value)
+                    else {
+                        return Decision::Keep;
+                    };
+                    if orig == f64::INFINITY {
+                        (integ, fract) = (0, 0);
+                    }
+                    if integ == i64::MIN && fract == i64::MIN {
+                        return Decision::Keep;
+                    }
+                    if integ == i64::MAX {
+                        result = Some(f64::INFINITY);
+                        return Decision::Keep;
+                    }
+                    if integ == i64::MIN {
+                        result = Some(f64::NEG_INFINITY);
+                        return Decision::Keep;
+                    }
+                    if num == 0.0 && orig != f64::INFINITY {
+                        result = Some(kc_join_double(integ, fract));
+                        return Decision::Keep;
+                    }
+                    let Some((di, df)) = kc_split_double(num) else {
+                        return Decision::Keep;
+                    };
+                    let value = if num.is_infinite() {
+                        result = Some(num);
+                        kc_fixed_point(di, 0)
+                    } else {
+                        integ = integ.wrapping_add(di);
+                        fract = fract.wrapping_add(df);
+                        if fract >= KC_DEC_UNIT {
+                            integ = integ.wrapping_add(1);
+                            fract -= KC_DEC_UNIT;
+                        }
+                        result = Some(kc_join_double(integ, fract));
+                        kc_fixed_point(integ, fract)
+                    };
+                    Decision::Put {
+                        value: Value::copied(&value),
+                        flags: c.meta.flags,
+                        expires,
+                    }
+                }
+                None => {
+                    if orig.is_nan() || orig == f64::NEG_INFINITY {
+                        return Decision::Keep;
+                    }
+                    let n = if orig.is_finite() { num + orig } else { num };
+                    let Some((integ, fract)) = kc_split_double(n) else {
+                        return Decision::Keep;
+                    };
+                    result = Some(n);
+                    Decision::Put {
+                        value: Value::copied(&kc_fixed_point(integ, fract)),
+                        flags: 0,
+                        expires,
+                    }
+                }
+            }
+        })?;
+        Ok(result)
+    }
+
+    /// Kyoto Cabinet's cas: compare the record's value with `old` (`None`: the record must be
+    /// absent) and, when equal, store `new` (taking `expires`, with no flags) or, when `new`
+    /// is `None`, remove the record. Whether the values matched.
+    fn cas_value(
+        &self,
+        key: &[u8],
+        old: Option<&[u8]>,
+        new: Option<&[u8]>,
+        expires: u64,
+    ) -> Result<bool> {
+        if let Some(n) = new {
+            check_sizes(key, n.len())?;
+        }
+        let mut ok = false;
+        self.accept(key, &mut |cur| {
+            ok = match cur {
+                Some(c) => old == Some(c.value),
+                None => old.is_none(),
+            };
+            match (ok, cur, new) {
+                (false, ..) => Decision::Keep,
+                (true, Some(_), None) => Decision::Remove,
+                (true, None, None) => Decision::Keep,
+                (true, _, Some(n)) => Decision::Put {
+                    value: Value::Lent(n),
+                    flags: 0,
+                    expires,
+                },
+            }
+        })?;
+        Ok(ok)
+    }
+
+    /// Kyoto Cabinet's seize: the live record of `key`, removed in the same step.
+    fn seize(&self, key: &[u8]) -> Result<Option<Record>> {
+        let mut taken = None;
+        self.accept(key, &mut |cur| match cur {
+            Some(c) => {
+                taken = Some(Record {
+                    value: c.value.to_vec(),
+                    meta: c.meta,
+                });
+                Decision::Remove
+            }
+            None => Decision::Keep,
+        })?;
+        Ok(taken)
     }
 }
 
@@ -879,6 +1134,8 @@ pub enum Counted {
     NotFound,
     /// The record's version was not the one given.
     VersionMismatch,
+    /// The value is not a number (left unchanged).
+    NotNumeric,
 }
 
 fn stored_or(failed: bool, failure: Outcome, meta: Option<Meta>) -> Outcome {
@@ -888,15 +1145,13 @@ fn stored_or(failed: bool, failure: Outcome, meta: Option<Meta>) -> Outcome {
     }
 }
 
-/// Parse memcached's decimal counter form: ASCII digits, optionally followed by spaces (memcached
-/// pads decremented values with spaces). At most 20 digits and no overflow.
-pub fn parse_decimal_u64(v: &[u8]) -> Option<u64> {
-    let end = v.iter().rposition(|&b| b != b' ').map(|p| p + 1)?;
-    let digits = &v[..end];
-    if digits.is_empty() || digits.len() > 20 || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(digits).ok()?.parse().ok()
+/// `old` with `data` appended (`front`: prepended), in a new buffer.
+fn joined(old: &[u8], data: &[u8], front: bool) -> Vec<u8> {
+    let mut v = Vec::with_capacity(old.len() + data.len());
+    let (a, b) = if front { (data, old) } else { (old, data) };
+    v.extend_from_slice(a);
+    v.extend_from_slice(b);
+    v
 }
 
 #[cfg(test)]

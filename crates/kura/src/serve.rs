@@ -2,8 +2,8 @@
 //! database is open and recovered), serve until SIGTERM / SIGINT, then finish, sync and close.
 
 use kura_engine::name::parse_size;
+use kura_server::context::Shared;
 use kura_server::mask::Mask;
-use kura_server::mc_exec::Shared;
 use kura_server::net::{self, Config};
 use std::io::Write;
 use std::path::PathBuf;

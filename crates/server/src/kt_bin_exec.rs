@@ -16,8 +16,8 @@
 //! * Every failure answers the error byte, except for requests sent with the no-reply flag,
 //!   which never get an answer (as in Kyoto Tycoon).
 
+use crate::context::{flush_if_due, Next, Shared};
 use crate::mask::{Op, Proto};
-use crate::mc_exec::{flush_if_due, Next, Shared};
 use kura_engine::{BatchOp, Error, Store};
 use kura_proto::kt_bin::{self, Request};
 use std::collections::HashSet;

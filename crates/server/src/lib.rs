@@ -1,11 +1,12 @@
 //! Kura's server: accept connections, sniff the protocol, decode → execute on a `Store` →
 //! encode. It never names a concrete database kind.
 //!
-//! Executors: memcached text and binary (`mc_exec`, `mc_bin_exec`), Tokyo Tyrant (`tt_exec`),
+//! The server-wide context every executor shares: `context`. Executors: memcached text and binary (`mc_exec`, `mc_bin_exec`), Tokyo Tyrant (`tt_exec`),
 //! HTTP — Tyrant's REST, Kyoto Tycoon's RPC and REST (`http_exec`), Kyoto Tycoon's binary
 //! protocol (`kt_bin_exec`); the command mask every one
 //! of them checks (`mask`); the connection loop (`net`) and its output queue (`out`).
 
+pub mod context;
 pub mod http_exec;
 pub mod kt_bin_exec;
 pub mod mask;

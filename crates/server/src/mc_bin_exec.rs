@@ -1,13 +1,12 @@
 //! Executes memcached binary-protocol requests on a [`Store`] (same semantics and counters as
 //! the text protocol in [`crate::mc_exec`]).
 
+use crate::context::{flush_if_due, Next, Shared};
 use crate::mask::{Mask, Op, Proto};
-use crate::mc_exec::{
-    absolute_expiry, append, arith, flush_all, flush_if_due, Appended, Arith, Next, Shared,
-};
+use crate::mc_exec::{absolute_expiry, append, flush_all};
 use crate::mc_stats::{stat_pairs, Did};
 use crate::out::{Out, PIN_MIN};
-use kura_engine::{Decision, Error, Meta, Outcome, Shown, Store, Value};
+use kura_engine::{Counted, Decision, Error, Meta, Outcome, Shown, Store, Value};
 use kura_proto::mc_bin::{
     encode_error, encode_response, encode_response_header, op, status, Request,
 };
@@ -179,13 +178,13 @@ fn run(
             let front = matches!(opc, op::PREPEND | op::PREPENDQ);
             // With a cas: only while the record has it (KEY_EXISTS otherwise), as memcached.
             match append(store, shared, req.key, req.value, front, req.cas)? {
-                Appended::Stored(m) => {
+                Outcome::Stored(m) => {
                     shared.total_items.add(1);
                     shared.access.wrote(req.key, now);
                     ok(out, m.version)
                 }
-                Appended::Mismatch => fail(out, status::KEY_EXISTS),
-                Appended::NotStored => fail(out, status::NOT_STORED),
+                Outcome::VersionMismatch => fail(out, status::KEY_EXISTS),
+                _ => fail(out, status::NOT_STORED),
             }
         }
         op::DELETE | op::DELETEQ => {
@@ -215,20 +214,20 @@ fn run(
             };
             // A missing counter is created with `initial` unless the expiration is all ones.
             let result = loop {
-                match arith(store, req.key, delta, decr, req.cas)? {
-                    Arith::Done(n, m, _) => {
+                match store.incr_decimal_if(req.key, delta, decr, req.cas)? {
+                    Counted::Done(n, m) => {
                         hits.add(1);
                         break Some((n, m.version));
                     }
-                    Arith::Mismatch => {
+                    Counted::VersionMismatch => {
                         fail(out, status::KEY_EXISTS);
                         return Ok(());
                     }
-                    Arith::NotFound if exp == u32::MAX => {
+                    Counted::NotFound if exp == u32::MAX => {
                         misses.add(1);
                         break None;
                     }
-                    Arith::NotFound => {
+                    Counted::NotFound => {
                         misses.add(1);
                         let expires = absolute_expiry(i64::from(exp), now);
                         let v = Value::decimal(initial);
@@ -237,7 +236,7 @@ fn run(
                         }
                         // Created meanwhile by another client: count on it.
                     }
-                    Arith::NonNumeric => {
+                    Counted::NotNumeric => {
                         fail(out, status::NON_NUMERIC);
                         return Ok(());
                     }
@@ -631,7 +630,7 @@ mod tests {
             (0, 0),
             "stat terminator"
         );
-        assert_eq!(r[n - 2].6, crate::mc_exec::VERSION.as_bytes());
+        assert_eq!(r[n - 2].6, crate::context::MEMCACHED_VERSION.as_bytes());
         assert_eq!(r[n - 1].0, op::QUIT, "nothing is answered after quit");
         // A group memcached does not know: "Not found", and only that; a known one: pairs.
         let mut input = packet(op::STAT, 5, 0, &[], b"bogus", b"");

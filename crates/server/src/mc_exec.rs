@@ -7,204 +7,17 @@
 //! [`crate::mc_meta`], the statistics in [`crate::mc_stats`], the binary protocol in
 //! [`crate::mc_bin_exec`].
 
+use crate::context::{flush_if_due, Next, Shared};
 use crate::mask::{Mask, Op, Proto};
-use crate::mc_access::Access;
-use crate::mc_meta::{self, ItemStates};
-use crate::mc_stats::{self, Crawler, Did, PrefixStats};
+use crate::mc_meta;
+use crate::mc_stats::{self, Crawler, Did};
 use crate::out::{Out, PIN_MIN};
-use kura_engine::counter::Counter;
-use kura_engine::{Decision, Error, Meta, Outcome, Shown, Store, Value};
+use kura_engine::{Counted, Decision, Error, Outcome, Shown, Store};
 use kura_proto::mc_text::{self, item_size, reply, Request, StoreMode};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
-
-/// The memcached version reported to clients (`version`, binary VERSION, `stats`): the release
-/// whose protocol Kura follows, a plain number as clients expect (some parse it). Kura's own
-/// version is the `kura_version` statistic.
-pub const VERSION: &str = "1.6.21";
+use std::sync::atomic::Ordering::Relaxed;
 
 /// memcached's boundary between relative and absolute expiration times (30 days).
 const RELATIVE_LIMIT: i64 = 60 * 60 * 24 * 30;
-
-/// Counters and settings shared by every connection of a server.
-#[derive(Debug)]
-pub struct Shared {
-    pub started: u64,
-    pub version: &'static str,
-    pub cmd_get: Counter,
-    pub cmd_set: Counter,
-    /// Meta commands received (memcached's `cmd_meta`).
-    pub cmd_meta: Counter,
-    /// Values stored by the memcached storage commands (memcached's `total_items`).
-    pub total_items: Counter,
-    pub cmd_touch: Counter,
-    pub cmd_flush: Counter,
-    pub get_hits: Counter,
-    pub get_misses: Counter,
-    pub delete_hits: Counter,
-    pub delete_misses: Counter,
-    pub incr_hits: Counter,
-    pub incr_misses: Counter,
-    pub decr_hits: Counter,
-    pub decr_misses: Counter,
-    pub cas_hits: Counter,
-    pub cas_misses: Counter,
-    pub cas_badval: Counter,
-    pub touch_hits: Counter,
-    pub touch_misses: Counter,
-    /// Storage commands refused as too large.
-    pub store_too_large: Counter,
-    pub curr_connections: AtomicU64,
-    pub total_connections: AtomicU64,
-    /// Connections refused at `max_connections`.
-    pub rejected_connections: AtomicU64,
-    /// Bytes read from and written to clients.
-    pub bytes_read: Counter,
-    pub bytes_written: Counter,
-    /// Worker threads and the connection limit (for `stats` and `stats settings`).
-    pub threads: usize,
-    pub max_connections: usize,
-    /// The item size limit (memcached's `-I`, counted as [`item_size`] counts).
-    pub max_item_size: u64,
-    /// The address listened on and `--timeout` (for `stats settings`).
-    pub host: String,
-    pub idle_timeout: u64,
-    /// `verbosity <level>` (memcached keeps at most 2); the log does not change.
-    pub verbosity: AtomicU32,
-    /// A pending `flush_all <delay>`: the unix time at which every record goes (0 = none).
-    pub flush_at: AtomicU64,
-    /// Operations refused on every protocol (`--mask`).
-    pub mask: Mask,
-    /// The database name the server was started with (Tyrant's `path`).
-    pub db_name: String,
-    /// The server id (Tyrant's `sid`): from `--sid`, else derived from the port.
-    pub sid: u32,
-    /// The main listening port.
-    pub port: u16,
-    /// memcached's per-item stale / win-token bits for the meta commands (see [`ItemStates`]).
-    pub item_states: ItemStates,
-    /// Last use and fetched bit of items (`mg … h l`, `me`, metadump), kept once asked for.
-    pub access: Access,
-    /// `stats detail` counters.
-    pub detail: PrefixStats,
-    /// Tyrant commands received, by operation (`crate::mask::Op` order: Tyrant's `cnt_*`).
-    pub tt_counts: [Counter; crate::mask::OPS.len()],
-    /// Tyrant's `cnt_put_miss`, `cnt_out_miss`, `cnt_get_miss`.
-    pub tt_misses: [Counter; 3],
-}
-
-impl Shared {
-    pub fn new(now: u64, max_item_size: u64) -> Shared {
-        let z = || AtomicU64::new(0);
-        Shared {
-            started: now,
-            version: VERSION,
-            cmd_get: Counter::new(),
-            cmd_set: Counter::new(),
-            cmd_meta: Counter::new(),
-            total_items: Counter::new(),
-            cmd_touch: Counter::new(),
-            cmd_flush: Counter::new(),
-            tt_counts: std::array::from_fn(|_| Counter::new()),
-            tt_misses: std::array::from_fn(|_| Counter::new()),
-            get_hits: Counter::new(),
-            get_misses: Counter::new(),
-            delete_hits: Counter::new(),
-            delete_misses: Counter::new(),
-            incr_hits: Counter::new(),
-            incr_misses: Counter::new(),
-            decr_hits: Counter::new(),
-            decr_misses: Counter::new(),
-            cas_hits: Counter::new(),
-            cas_misses: Counter::new(),
-            cas_badval: Counter::new(),
-            touch_hits: Counter::new(),
-            touch_misses: Counter::new(),
-            store_too_large: Counter::new(),
-            curr_connections: z(),
-            total_connections: z(),
-            rejected_connections: z(),
-            bytes_read: Counter::new(),
-            bytes_written: Counter::new(),
-            threads: 0,
-            max_connections: 0,
-            max_item_size,
-            host: String::from("NULL"),
-            idle_timeout: 0,
-            verbosity: AtomicU32::new(0),
-            flush_at: z(),
-            mask: Mask::NONE,
-            db_name: String::new(),
-            sid: 1,
-            port: 0,
-            item_states: ItemStates::new(),
-            access: Access::new(),
-            detail: PrefixStats::default(),
-        }
-    }
-
-    /// `stats reset`: every request and hit/miss counter back to zero, the `stats detail`
-    /// prefixes and `total_connections` (as memcached does; current connections and items
-    /// stay).
-    pub fn reset_stats(&self) {
-        for c in [
-            &self.cmd_get,
-            &self.cmd_set,
-            &self.cmd_meta,
-            &self.total_items,
-            &self.cmd_touch,
-            &self.cmd_flush,
-            &self.get_hits,
-            &self.get_misses,
-            &self.delete_hits,
-            &self.delete_misses,
-            &self.incr_hits,
-            &self.incr_misses,
-            &self.decr_hits,
-            &self.decr_misses,
-            &self.cas_hits,
-            &self.cas_misses,
-            &self.cas_badval,
-            &self.touch_hits,
-            &self.touch_misses,
-            &self.store_too_large,
-            &self.bytes_read,
-            &self.bytes_written,
-        ] {
-            c.reset();
-        }
-        for c in self.tt_counts.iter().chain(&self.tt_misses) {
-            c.reset();
-        }
-        self.detail.clear();
-        self.total_connections.store(0, Relaxed);
-    }
-
-    /// A memcached read of `key`: `stats detail` and the last-use table, when they are on.
-    #[inline]
-    pub fn note_get(&self, key: &[u8], hit: bool, now: u64) {
-        self.detail.record(key, Did::Get { hit });
-        if hit {
-            self.access.fetched(key, now);
-        }
-    }
-
-    /// A memcached write of `key`.
-    #[inline]
-    pub fn note_set(&self, key: &[u8], now: u64) {
-        self.detail.record(key, Did::Set);
-        self.access.wrote(key, now);
-    }
-}
-
-/// What the connection does after a request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Next {
-    Continue,
-    Close,
-    /// Stream an `lru_crawler metadump` (every item if true, none if false) before reading
-    /// any further request: the connection loop drives it ([`crate::mc_stats::Dump`]).
-    Dump(bool),
-}
 
 /// The absolute expiration time (unix seconds, 0 = never) of a memcached exptime sent at `now`:
 /// relative up to 30 days, else a unix time; negative means already expired.
@@ -222,21 +35,6 @@ pub(crate) fn server_error(out: &mut Vec<u8>, e: &Error) {
     let msg = e.to_string().replace(['\r', '\n'], " ");
     out.extend_from_slice(msg.as_bytes());
     out.extend_from_slice(b"\r\n");
-}
-
-/// Carry out a pending delayed `flush_all` once its time has come.
-pub fn flush_if_due(store: &dyn Store, shared: &Shared, now: u64) -> Result<(), Error> {
-    let at = shared.flush_at.load(Relaxed);
-    if at != 0
-        && now >= at
-        && shared
-            .flush_at
-            .compare_exchange(at, 0, Relaxed, Relaxed)
-            .is_ok()
-    {
-        store.vanish()?;
-    }
-    Ok(())
 }
 
 /// `flush_all [delay]` in either protocol: at once when the delay is 0 or less, else when it
@@ -274,108 +72,9 @@ pub fn unlink_key(
     store.out(key).map(|_| ())
 }
 
-/// The outcome of memcached's arithmetic on a record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Arith {
-    /// The new value, the record's metadata after the write and the stored value's length
-    /// (the number padded with spaces to the length it replaced).
-    Done(u64, Meta, usize),
-    NotFound,
-    /// The value is not a number.
-    NonNumeric,
-    /// A cas was given and the record has another.
-    Mismatch,
-}
-
-/// The number memcached reads from a value (`safe_strtoull` on the value and its `\r\n`):
-/// leading white space, digits, then the end or white space (anything after it is ignored).
-fn value_number(v: &[u8]) -> Option<u64> {
-    let digits_end = {
-        let lead = v
-            .iter()
-            .take_while(|b| b.is_ascii_whitespace() || **b == 0x0b)
-            .count();
-        let mut i = lead;
-        if matches!(v.get(i), Some(b'+' | b'-')) {
-            i += 1;
-        }
-        i + v[i..].iter().take_while(|b| b.is_ascii_digit()).count()
-    };
-    let (num, rest) = v.split_at(digits_end);
-    if rest
-        .first()
-        .is_some_and(|&b| !(b.is_ascii_whitespace() || b == 0x0b))
-    {
-        return None;
-    }
-    mc_text::c_strtoull(num)
-}
-
-/// incr / decr as memcached does them: the value read as [`value_number`] (an empty value is
-/// not a number), incr wraps at 2^64, decr stops at 0, and a result shorter than the value it
-/// replaces is padded with spaces to the old length (memcached rewrites the item in place;
-/// protocol.txt tells clients not to rely on the padding, but it is what a get shows). Flags
-/// and expiry are kept; `cas` (not 0) must match the record's.
-pub fn arith(
-    store: &dyn Store,
-    key: &[u8],
-    delta: u64,
-    decr: bool,
-    cas: u64,
-) -> Result<Arith, Error> {
-    let mut result = Arith::NotFound;
-    let meta = store.accept(key, &mut |cur| {
-        let Some(c) = cur else {
-            result = Arith::NotFound;
-            return Decision::Keep;
-        };
-        if cas != 0 && c.meta.version != cas {
-            result = Arith::Mismatch;
-            return Decision::Keep;
-        }
-        let Some(n) = value_number(c.value).filter(|_| !c.value.is_empty()) else {
-            result = Arith::NonNumeric;
-            return Decision::Keep;
-        };
-        let n = if decr {
-            n.saturating_sub(delta)
-        } else {
-            n.wrapping_add(delta)
-        };
-        let text = Value::decimal(n);
-        result = Arith::Done(n, c.meta, text.len().max(c.value.len()));
-        let value = if text.len() < c.value.len() {
-            let mut v = text.to_vec();
-            v.resize(c.value.len(), b' ');
-            Value::from(v)
-        } else {
-            text
-        };
-        Decision::Put {
-            value,
-            flags: c.meta.flags,
-            expires: c.meta.expires,
-        }
-    })?;
-    if let (Arith::Done(n, _, len), Some(m)) = (result, meta) {
-        result = Arith::Done(n, m, len);
-    }
-    Ok(result)
-}
-
-/// The outcome of an append or prepend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Appended {
-    Stored(Meta),
-    /// No such record, or the result would be over the item size limit (memcached answers
-    /// both NOT_STORED).
-    NotStored,
-    /// A cas was given (binary protocol) and the record has another.
-    Mismatch,
-}
-
-/// append / prepend as memcached does them: only to an existing record, keeping its flags and
-/// expiry, within the item size limit; `cas` (not 0) must match.
+/// memcached's append / prepend ([`Store::concat_if`]) within the item size limit, as the
+/// text, binary and meta commands map them: an absent record and a result over the limit
+/// are both NOT_STORED; `cas` (not 0, the binary protocol and `ms … C`) must match.
 pub fn append(
     store: &dyn Store,
     shared: &Shared,
@@ -383,41 +82,10 @@ pub fn append(
     data: &[u8],
     front: bool,
     cas: u64,
-) -> Result<Appended, Error> {
-    let mut result = Appended::NotStored;
-    let meta = store.accept(key, &mut |cur| {
-        let Some(c) = cur else {
-            result = Appended::NotStored;
-            return Decision::Keep;
-        };
-        if cas != 0 && c.meta.version != cas {
-            result = Appended::Mismatch;
-            return Decision::Keep;
-        }
-        let len = c.value.len() + data.len();
-        if item_size(key.len(), c.meta.flags, len) > shared.max_item_size {
-            result = Appended::NotStored;
-            return Decision::Keep;
-        }
-        let mut v = Vec::with_capacity(len);
-        if front {
-            v.extend_from_slice(data);
-            v.extend_from_slice(c.value);
-        } else {
-            v.extend_from_slice(c.value);
-            v.extend_from_slice(data);
-        }
-        result = Appended::Stored(c.meta);
-        Decision::Put {
-            value: Value::from(v),
-            flags: c.meta.flags,
-            expires: c.meta.expires,
-        }
-    })?;
-    Ok(match (result, meta) {
-        (Appended::Stored(_), Some(m)) => Appended::Stored(m),
-        (Appended::Stored(_), None) => Appended::NotStored,
-        (r, _) => r,
+) -> Result<Outcome, Error> {
+    let max = shared.max_item_size;
+    store.concat_if(key, data, front, cas, &|flags, len| {
+        item_size(key.len(), flags, len) <= max
     })
 }
 
@@ -599,7 +267,7 @@ fn run(
                 StoreMode::Append | StoreMode::Prepend => {
                     let front = mode == StoreMode::Prepend;
                     match append(store, shared, key, data, front, 0)? {
-                        Appended::Stored(_) => reply::STORED,
+                        Outcome::Stored(_) => reply::STORED,
                         _ => reply::NOT_STORED,
                     }
                 }
@@ -646,19 +314,19 @@ fn run(
             } else {
                 (&shared.incr_hits, &shared.incr_misses)
             };
-            match arith(store, key, delta, decr, 0)? {
-                Arith::Done(n, ..) => {
+            match store.incr_decimal_if(key, delta, decr, 0)? {
+                Counted::Done(n, _) => {
                     hits.add(1);
                     shared.access.wrote(key, now);
                     if !noreply {
                         mc_text::encode_number(out, n);
                     }
                 }
-                Arith::NotFound | Arith::Mismatch => {
+                Counted::NotFound | Counted::VersionMismatch => {
                     misses.add(1);
                     quiet(noreply, out, reply::NOT_FOUND);
                 }
-                Arith::NonNumeric => quiet(noreply, out, reply::NON_NUMERIC),
+                Counted::NotNumeric => quiet(noreply, out, reply::NON_NUMERIC),
             }
         }
         Request::Touch {

@@ -1,10 +1,11 @@
 //! The meta commands of the memcached text protocol (mg, ms, md, ma, me) on a [`Store`], and
 //! the per-item stale / win-token state of their anti-stampede protocol ([`ItemStates`]).
 
+use crate::context::Shared;
 use crate::mc_access::Used;
-use crate::mc_exec::{absolute_expiry, append, arith, Appended, Arith, Shared};
+use crate::mc_exec::{absolute_expiry, append};
 use crate::mc_stats::Did;
-use kura_engine::{Decision, Error, Outcome, Store, Value};
+use kura_engine::{Counted, Decision, Error, Outcome, Store, Value};
 use kura_proto::mc_text::{self, reply, Keys};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -518,9 +519,9 @@ pub fn meta_set(
         (b'A', _) | (b'P', _) => {
             let front = mode.eq_ignore_ascii_case(&b'P');
             match append(store, shared, key, data, front, cas.unwrap_or(0))? {
-                Appended::Stored(m) => Ok(m),
-                Appended::Mismatch => Err(b"EX"),
-                Appended::NotStored => Err(b"NS"),
+                Outcome::Stored(m) => Ok(m),
+                Outcome::VersionMismatch => Err(b"EX"),
+                _ => Err(b"NS"),
             }
         }
         _ => {
@@ -720,27 +721,27 @@ pub fn meta_arith(
         (&shared.incr_hits, &shared.incr_misses)
     };
     let result = loop {
-        match arith(store, key, delta.unwrap_or(1), decr, cas.unwrap_or(0))? {
-            Arith::Done(n, m, len) => {
+        match store.incr_decimal_if(key, delta.unwrap_or(1), decr, cas.unwrap_or(0))? {
+            Counted::Done(n, m) => {
                 hits.add(1);
-                break Some((n, m, len));
+                break Some((n, m));
             }
-            Arith::Mismatch => {
+            Counted::VersionMismatch => {
                 out.extend_from_slice(b"EX");
                 meta_ret(out, flags, key, None, 0, b"", now, None);
                 out.extend_from_slice(b"\r\n");
                 return Ok(());
             }
-            Arith::NotFound => {
+            Counted::NotFound => {
                 misses.add(1);
                 let Some(ttl) = vivify else { break None };
                 let n = initial.unwrap_or(0);
                 let v = Value::decimal(n);
                 if let Outcome::Stored(m) = store.putkeep(key, &v, 0, absolute_expiry(ttl, now))? {
-                    break Some((n, m, v.len()));
+                    break Some((n, m));
                 }
             }
-            Arith::NonNumeric => {
+            Counted::NotNumeric => {
                 out.extend_from_slice(reply::NON_NUMERIC);
                 return Ok(());
             }
@@ -750,7 +751,7 @@ pub fn meta_arith(
         shared.access.wrote(key, now);
     }
     match result {
-        Some((n, m, _)) => {
+        Some((n, m)) => {
             // The number itself (the value stored may be padded with spaces).
             let text = Value::decimal(n);
             if meta_has(flags, b'q') {

@@ -7,8 +7,8 @@
 //! LRU segments, extstore, TLS) are memcached's defaults or 0. Kura's own come after them:
 //! `kura_version`, then the database's counters as `db_<name>`.
 
+use crate::context::Shared;
 use crate::mc_access::Used;
-use crate::mc_exec::Shared;
 use kura_engine::counter::Counter;
 use kura_engine::{Cursor, Error, Record, Store};
 use kura_proto::mc_text::{self, item_size, reply, Keys};

@@ -7,7 +7,8 @@
 //! binary, Tokyo Tyrant binary and HTTP (Tyrant's and Kyoto Tycoon's), each with its own codec
 //! (`kura_proto`) and executor, all on the same store.
 
-use crate::mc_exec::{self, Next, Shared};
+use crate::context::{Next, Shared};
+use crate::mc_exec;
 use crate::mc_stats::Dump;
 use crate::out::Out;
 use crate::tt_exec::{self, TtState};

@@ -1,0 +1,214 @@
+//! The server-wide context every executor shares: the counters, settings and per-item state
+//! of a server ([`Shared`]), what a connection does after a request ([`Next`]), and the
+//! delayed `flush_all` that applies to every protocol ([`flush_if_due`]). Executors import it
+//! from here; the types of protocol-specific state it holds live beside their protocol
+//! (`mc_meta::ItemStates`, `mc_access::Access`, `mc_stats::PrefixStats`).
+
+use crate::mask::Mask;
+use crate::mc_access::Access;
+use crate::mc_meta::ItemStates;
+use crate::mc_stats::{Did, PrefixStats};
+use kura_engine::counter::Counter;
+use kura_engine::{Error, Store};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+
+/// The memcached version reported to clients (`version`, binary VERSION, `stats`): the release
+/// whose protocol Kura follows, a plain number as clients expect (some parse it). Kura's own
+/// version is the `kura_version` statistic.
+pub const MEMCACHED_VERSION: &str = "1.6.21";
+
+/// Counters and settings shared by every connection of a server.
+#[derive(Debug)]
+pub struct Shared {
+    pub started: u64,
+    pub version: &'static str,
+    pub cmd_get: Counter,
+    pub cmd_set: Counter,
+    /// Meta commands received (memcached's `cmd_meta`).
+    pub cmd_meta: Counter,
+    /// Values stored by the memcached storage commands (memcached's `total_items`).
+    pub total_items: Counter,
+    pub cmd_touch: Counter,
+    pub cmd_flush: Counter,
+    pub get_hits: Counter,
+    pub get_misses: Counter,
+    pub delete_hits: Counter,
+    pub delete_misses: Counter,
+    pub incr_hits: Counter,
+    pub incr_misses: Counter,
+    pub decr_hits: Counter,
+    pub decr_misses: Counter,
+    pub cas_hits: Counter,
+    pub cas_misses: Counter,
+    pub cas_badval: Counter,
+    pub touch_hits: Counter,
+    pub touch_misses: Counter,
+    /// Storage commands refused as too large.
+    pub store_too_large: Counter,
+    pub curr_connections: AtomicU64,
+    pub total_connections: AtomicU64,
+    /// Connections refused at `max_connections`.
+    pub rejected_connections: AtomicU64,
+    /// Bytes read from and written to clients.
+    pub bytes_read: Counter,
+    pub bytes_written: Counter,
+    /// Worker threads and the connection limit (for `stats` and `stats settings`).
+    pub threads: usize,
+    pub max_connections: usize,
+    /// The item size limit (memcached's `-I`, counted as [`item_size`] counts).
+    pub max_item_size: u64,
+    /// The address listened on and `--timeout` (for `stats settings`).
+    pub host: String,
+    pub idle_timeout: u64,
+    /// `verbosity <level>` (memcached keeps at most 2); the log does not change.
+    pub verbosity: AtomicU32,
+    /// A pending `flush_all <delay>`: the unix time at which every record goes (0 = none).
+    pub flush_at: AtomicU64,
+    /// Operations refused on every protocol (`--mask`).
+    pub mask: Mask,
+    /// The database name the server was started with (Tyrant's `path`).
+    pub db_name: String,
+    /// The server id (Tyrant's `sid`): from `--sid`, else derived from the port.
+    pub sid: u32,
+    /// The main listening port.
+    pub port: u16,
+    /// memcached's per-item stale / win-token bits for the meta commands (see [`ItemStates`]).
+    pub item_states: ItemStates,
+    /// Last use and fetched bit of items (`mg … h l`, `me`, metadump), kept once asked for.
+    pub access: Access,
+    /// `stats detail` counters.
+    pub detail: PrefixStats,
+    /// Tyrant commands received, by operation (`crate::mask::Op` order: Tyrant's `cnt_*`).
+    pub tt_counts: [Counter; crate::mask::OPS.len()],
+    /// Tyrant's `cnt_put_miss`, `cnt_out_miss`, `cnt_get_miss`.
+    pub tt_misses: [Counter; 3],
+}
+
+impl Shared {
+    pub fn new(now: u64, max_item_size: u64) -> Shared {
+        let z = || AtomicU64::new(0);
+        Shared {
+            started: now,
+            version: MEMCACHED_VERSION,
+            cmd_get: Counter::new(),
+            cmd_set: Counter::new(),
+            cmd_meta: Counter::new(),
+            total_items: Counter::new(),
+            cmd_touch: Counter::new(),
+            cmd_flush: Counter::new(),
+            tt_counts: std::array::from_fn(|_| Counter::new()),
+            tt_misses: std::array::from_fn(|_| Counter::new()),
+            get_hits: Counter::new(),
+            get_misses: Counter::new(),
+            delete_hits: Counter::new(),
+            delete_misses: Counter::new(),
+            incr_hits: Counter::new(),
+            incr_misses: Counter::new(),
+            decr_hits: Counter::new(),
+            decr_misses: Counter::new(),
+            cas_hits: Counter::new(),
+            cas_misses: Counter::new(),
+            cas_badval: Counter::new(),
+            touch_hits: Counter::new(),
+            touch_misses: Counter::new(),
+            store_too_large: Counter::new(),
+            curr_connections: z(),
+            total_connections: z(),
+            rejected_connections: z(),
+            bytes_read: Counter::new(),
+            bytes_written: Counter::new(),
+            threads: 0,
+            max_connections: 0,
+            max_item_size,
+            host: String::from("NULL"),
+            idle_timeout: 0,
+            verbosity: AtomicU32::new(0),
+            flush_at: z(),
+            mask: Mask::NONE,
+            db_name: String::new(),
+            sid: 1,
+            port: 0,
+            item_states: ItemStates::new(),
+            access: Access::new(),
+            detail: PrefixStats::default(),
+        }
+    }
+
+    /// `stats reset`: every request and hit/miss counter back to zero, the `stats detail`
+    /// prefixes and `total_connections` (as memcached does; current connections and items
+    /// stay).
+    pub fn reset_stats(&self) {
+        for c in [
+            &self.cmd_get,
+            &self.cmd_set,
+            &self.cmd_meta,
+            &self.total_items,
+            &self.cmd_touch,
+            &self.cmd_flush,
+            &self.get_hits,
+            &self.get_misses,
+            &self.delete_hits,
+            &self.delete_misses,
+            &self.incr_hits,
+            &self.incr_misses,
+            &self.decr_hits,
+            &self.decr_misses,
+            &self.cas_hits,
+            &self.cas_misses,
+            &self.cas_badval,
+            &self.touch_hits,
+            &self.touch_misses,
+            &self.store_too_large,
+            &self.bytes_read,
+            &self.bytes_written,
+        ] {
+            c.reset();
+        }
+        for c in self.tt_counts.iter().chain(&self.tt_misses) {
+            c.reset();
+        }
+        self.detail.clear();
+        self.total_connections.store(0, Relaxed);
+    }
+
+    /// A memcached read of `key`: `stats detail` and the last-use table, when they are on.
+    #[inline]
+    pub fn note_get(&self, key: &[u8], hit: bool, now: u64) {
+        self.detail.record(key, Did::Get { hit });
+        if hit {
+            self.access.fetched(key, now);
+        }
+    }
+
+    /// A memcached write of `key`.
+    #[inline]
+    pub fn note_set(&self, key: &[u8], now: u64) {
+        self.detail.record(key, Did::Set);
+        self.access.wrote(key, now);
+    }
+}
+
+/// What the connection does after a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    Continue,
+    Close,
+    /// Stream an `lru_crawler metadump` (every item if true, none if false) before reading
+    /// any further request: the connection loop drives it ([`crate::mc_stats::Dump`]).
+    Dump(bool),
+}
+
+/// Carry out a pending delayed `flush_all` once its time has come.
+pub fn flush_if_due(store: &dyn Store, shared: &Shared, now: u64) -> Result<(), Error> {
+    let at = shared.flush_at.load(Relaxed);
+    if at != 0
+        && now >= at
+        && shared
+            .flush_at
+            .compare_exchange(at, 0, Relaxed, Relaxed)
+            .is_ok()
+    {
+        store.vanish()?;
+    }
+    Ok(())
+}

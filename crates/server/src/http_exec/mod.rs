@@ -1,0 +1,215 @@
+//! Executes HTTP requests on a [`Store`]: Kyoto Tycoon's TSV-RPC under `/rpc/`, and one REST
+//! interface for every other path that speaks both Tokyo Tyrant's and Kyoto Tycoon's headers.
+//! No sockets here: the connection loop decodes with [`kura_proto::http::decode`] and writes
+//! what [`execute`] appends.
+//!
+//! `rpc` holds the procedures, `rest` the REST methods and OPTIONS; here are the dispatch, the
+//! response writer and what both share (Kyoto Cabinet's number parsing and error texts).
+//!
+//! # REST: one handler, two dialects
+//!
+//! The key is the percent-decoded path after its leading `/` (the query is not part of it).
+//! Tokyo Tyrant 1.1.41 and Kyoto Tycoon agree on GET, HEAD and PUT (201) and on the 404s;
+//! they differ on details that a request tells apart by its headers:
+//!
+//! * PUT reads `X-TT-PDMODE` (1 putkeep → 409 when the key exists, 2 putcat) and Kyoto
+//!   Tycoon's `X-Kt-Mode` (`add` / `replace` → 450 when they fail) and `X-Kt-Xt` (absolute
+//!   expiration: unix seconds or a date);
+//! * DELETE answers Tyrant's `200 OK` unless the request carries an `X-Kt-*` header (and no
+//!   `X-TT-*` one): then Kyoto Tycoon's `204 No Content`. Kyoto Tycoon REST clients that send
+//!   no such header get Tyrant's 200 (see docs/PROTOCOL-HTTP.md);
+//! * GET and HEAD add `X-Kt-Xt` when the record expires; misses carry both Tyrant's body and
+//!   Kyoto Tycoon's `X-Kt-Error` header;
+//! * POST is Tyrant's: `X-TT-XNAME` (script extensions: none are loaded, so 500 like a
+//!   ttserver without `-ext`) or `X-TT-MNAME` (a `misc` function with form-encoded
+//!   arguments); OPTIONS is Tyrant's server description.
+//!
+//! # Numbers and expiration in Kyoto Tycoon's format
+//!
+//! `/rpc/increment` keeps Kyoto Tycoon's 8-byte big-endian integer and `/rpc/increment_double`
+//! its 16-byte fixed-point number (integral part and fraction × 10^15, both big-endian), not
+//! Tyrant's little-endian `addint` / `adddouble` formats: a record incremented through one
+//! protocol is not numeric for the other, exactly as between the original servers. The
+//! procedures that change a record (append, increment, increment_double, cas, seize) map onto
+//! the `Store` operations with Kyoto Cabinet's meaning of the same names.
+//!
+//! Kyoto Tycoon's `xt` is relative seconds when positive and an absolute unix time when
+//! negative; results at or beyond 2^40 − 1 mean "never", like Kyoto Tycoon's cap. Every KT
+//! write without `xt` stores a record that never expires (Kyoto Tycoon's default), except
+//! REST PUT with Tyrant's putcat, which keeps the record's expiration.
+
+use crate::context::{flush_if_due, Next, Shared};
+use crate::kt_bin_exec::kt_expiry;
+use kura_engine::counter::Counter;
+use kura_engine::Store;
+use kura_proto::http::{self, Method, Request};
+
+mod rest;
+mod rpc;
+
+/// The Tokyo Tyrant release whose HTTP interface is served (reported by OPTIONS).
+pub const TT_VERSION: &str = "1.1.41";
+/// The library version of that release.
+pub const TT_LIBVER: u32 = 324;
+/// The protocol version of that release.
+pub const TT_PROTVER: &str = "0.91";
+/// The Kyoto Tycoon release whose RPC interface is served (reported by `/rpc/report`).
+pub const KT_VERSION: &str = "0.9.56";
+
+/// A response being built.
+struct Reply {
+    status: u16,
+    headers: Vec<(&'static str, Vec<u8>)>,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn new(status: u16) -> Reply {
+        Reply {
+            status,
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+
+    /// Tyrant's style: a `text/plain` body of one line.
+    fn text(status: u16, line: &str) -> Reply {
+        let mut body = Vec::with_capacity(line.len() + 1);
+        body.extend_from_slice(line.as_bytes());
+        body.push(b'\n');
+        Reply {
+            status,
+            headers: vec![("Content-Type", b"text/plain".to_vec())],
+            body,
+        }
+    }
+
+    fn header(mut self, name: &'static str, value: impl Into<Vec<u8>>) -> Reply {
+        self.headers.push((name, value.into()));
+        self
+    }
+}
+
+/// Execute one request, appending its response to `out`. [`Next::Close`] when the request
+/// did not ask to keep the connection.
+pub fn execute(
+    store: &dyn Store,
+    shared: &Shared,
+    req: &Request<'_>,
+    now: u64,
+    out: &mut Vec<u8>,
+) -> Next {
+    let reply = match flush_if_due(store, shared, now) {
+        Err(e) => Reply::text(500, &e.to_string()),
+        Ok(()) => match req.path().strip_prefix("/rpc/") {
+            Some(name) => rpc::rpc(store, shared, req, name, now),
+            None => rest::rest(store, shared, req, now),
+        },
+    };
+    send(out, req, now, reply)
+}
+
+fn send(out: &mut Vec<u8>, req: &Request<'_>, now: u64, reply: Reply) -> Next {
+    let mut date = Vec::with_capacity(29);
+    http::write_http_date(&mut date, now);
+    let mut headers: Vec<(&str, &[u8])> = Vec::with_capacity(reply.headers.len() + 2);
+    headers.push(("Date", date.as_slice()));
+    headers.extend(reply.headers.iter().map(|(n, v)| (*n, v.as_slice())));
+    if req.keep_alive && req.version == 0 {
+        headers.push(("Connection", b"Keep-Alive"));
+    }
+    let head_only = req.method == Method::Head;
+    http::write_response(
+        out,
+        reply.status,
+        &headers,
+        &reply.body,
+        req.keep_alive,
+        head_only,
+    );
+    if req.keep_alive {
+        Next::Continue
+    } else {
+        Next::Close
+    }
+}
+
+fn bump(counter: &Counter) {
+    counter.add(1);
+}
+
+/// Kyoto Cabinet's error text: `DB: <code>: <name>: <message>`.
+fn db_error(code: u8, message: &str) -> String {
+    let name = match code {
+        6 => "record duplication",
+        7 => "no record",
+        8 => "logical inconsistency",
+        _ => "system error",
+    };
+    format!("DB: {code}: {name}: {message}")
+}
+
+const NO_RECORD: &str = "DB: 7: no record: no record";
+
+// ----- numbers as Kyoto Cabinet reads them -----
+
+/// `kc::atoi`: leading spaces, a sign, digits; anything after them is ignored; no digits is
+/// 0. Saturates instead of overflowing.
+fn atoi(s: &[u8]) -> i64 {
+    let s = &s[s.iter().position(|&b| b > b' ').unwrap_or(s.len())..];
+    let (neg, digits) = match s.first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let mut n: i64 = 0;
+    for &d in digits.iter().take_while(|b| b.is_ascii_digit()) {
+        let d = i64::from(d - b'0');
+        n = if neg {
+            n.saturating_mul(10).saturating_sub(d)
+        } else {
+            n.saturating_mul(10).saturating_add(d)
+        };
+    }
+    n
+}
+
+/// `kc::atof`: the longest leading decimal number (`inf` and `nan` included); 0 when none.
+fn atof(s: &[u8]) -> f64 {
+    let s = &s[s.iter().position(|&b| b > b' ').unwrap_or(s.len())..];
+    let s = &s[..s.len().min(64)];
+    let Ok(s) = std::str::from_utf8(
+        &s[..s
+            .iter()
+            .position(|b| !(b.is_ascii_alphanumeric() || b"+-.".contains(b)))
+            .unwrap_or(s.len())],
+    ) else {
+        return 0.0;
+    };
+    (1..=s.len())
+        .rev()
+        .find_map(|n| s.get(..n).and_then(|p| p.parse::<f64>().ok()))
+        .unwrap_or(0.0)
+}
+
+/// The absolute expiration (0 = never) of Kyoto Tycoon's `xt` parameter: absent → never, else
+/// as the binary protocol reads it ([`kt_expiry`]).
+fn kt_expiry_param(xt: Option<&[u8]>, now: u64) -> u64 {
+    xt.map_or(0, |xt| kt_expiry(atoi(xt), now))
+}
+
+/// The operating system as Tyrant's `TTSYSNAME` and Kyoto Cabinet's `OSNAME` spell it.
+fn os_name() -> &'static str {
+    match std::env::consts::OS {
+        "linux" => "Linux",
+        "macos" => "Mac OS X",
+        "freebsd" => "FreeBSD",
+        "netbsd" => "NetBSD",
+        "openbsd" => "OpenBSD",
+        "solaris" => "SunOS",
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests;

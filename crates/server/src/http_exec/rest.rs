@@ -1,0 +1,304 @@
+//! One REST interface for every path outside `/rpc/`, speaking Tokyo Tyrant's and Kyoto
+//! Tycoon's dialects (see the module above), and Tyrant's OPTIONS.
+
+use super::{atoi, bump, db_error, os_name, Reply, NO_RECORD, TT_LIBVER, TT_PROTVER, TT_VERSION};
+use crate::context::Shared;
+use crate::kt_bin_exec::XT_MAX;
+use crate::mask::{Op, Proto};
+use crate::tt_exec::TtState;
+use kura_engine::{Error, Outcome, Store};
+use kura_proto::http::{self, Method, Request};
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+fn forbidden() -> Reply {
+    Reply::text(403, "Forbidden")
+}
+
+/// A miss in both dialects: Tyrant's body, Kyoto Tycoon's header.
+fn not_found() -> Reply {
+    Reply::text(404, "Not Found").header("X-Kt-Error", NO_RECORD)
+}
+
+fn internal(e: &Error) -> Reply {
+    Reply::text(500, "Internal Server Error").header("X-Kt-Error", db_error(9, &e.to_string()))
+}
+
+fn xt_header(reply: Reply, expires: u64) -> Reply {
+    if expires == 0 {
+        return reply;
+    }
+    let mut date = Vec::with_capacity(29);
+    http::write_http_date(&mut date, expires);
+    reply.header("X-Kt-Xt", date)
+}
+
+pub(super) fn rest(store: &dyn Store, shared: &Shared, req: &Request<'_>, now: u64) -> Reply {
+    let deny = |op| shared.mask.denies(op, Proto::Http);
+    if req.method == Method::Options {
+        return if deny(Op::Stat) {
+            forbidden()
+        } else {
+            options(store, shared, now)
+        };
+    }
+    if let Method::Other(_) = req.method {
+        return Reply::text(501, "Not Implemented");
+    }
+    let path = req.path();
+    let raw = path.strip_prefix('/').unwrap_or(path);
+    let Ok(key) = http::percent_decode(raw.as_bytes()) else {
+        return Reply::text(400, "Bad Request");
+    };
+    let result = match req.method {
+        Method::Get | Method::Head => {
+            // Tyrant counts HEAD as vsiz.
+            let op = if req.method == Method::Get {
+                Op::Get
+            } else {
+                Op::Vsiz
+            };
+            if deny(op) {
+                return forbidden();
+            }
+            rest_get(store, shared, &key)
+        }
+        Method::Put => rest_put(store, shared, req, &key),
+        Method::Delete => {
+            if deny(Op::Out) {
+                return forbidden();
+            }
+            rest_delete(store, shared, req, &key)
+        }
+        _ => rest_post(store, shared, req, &key),
+    };
+    result.unwrap_or_else(|e| internal(&e))
+}
+
+fn rest_get(store: &dyn Store, shared: &Shared, key: &[u8]) -> Result<Reply, Error> {
+    bump(&shared.cmd_get);
+    Ok(match store.get(key)? {
+        Some(r) => {
+            bump(&shared.get_hits);
+            let reply = Reply {
+                status: 200,
+                headers: vec![("Content-Type", b"application/octet-stream".to_vec())],
+                body: r.value,
+            };
+            xt_header(reply, r.meta.expires)
+        }
+        None => {
+            bump(&shared.get_misses);
+            not_found()
+        }
+    })
+}
+
+/// Whether a request speaks Kyoto Tycoon's REST dialect: an `X-Kt-*` header and no `X-TT-*`.
+fn kt_dialect(req: &Request<'_>) -> bool {
+    req.headers.any_prefixed("x-kt-") && !req.headers.any_prefixed("x-tt-")
+}
+
+fn rest_put(
+    store: &dyn Store,
+    shared: &Shared,
+    req: &Request<'_>,
+    key: &[u8],
+) -> Result<Reply, Error> {
+    #[derive(PartialEq)]
+    enum Mode {
+        Put,
+        Keep,
+        Cat,
+        Replace,
+    }
+    let mode = match req.header("x-tt-pdmode").map(atoi) {
+        Some(1) => Mode::Keep,
+        Some(2) => Mode::Cat,
+        Some(_) => Mode::Put,
+        None => match req.header("x-kt-mode") {
+            Some(m) if m.eq_ignore_ascii_case(b"add") => Mode::Keep,
+            Some(m) if m.eq_ignore_ascii_case(b"replace") => Mode::Replace,
+            _ => Mode::Put,
+        },
+    };
+    let op = match mode {
+        Mode::Put | Mode::Replace => Op::Put,
+        Mode::Keep => Op::PutKeep,
+        Mode::Cat => Op::PutCat,
+    };
+    if shared.mask.denies(op, Proto::Http) {
+        return Ok(forbidden());
+    }
+    let expires = match req.header("x-kt-xt").and_then(http::parse_http_date) {
+        Some(t) if t > 0 && t < XT_MAX => t,
+        _ => 0,
+    };
+    bump(&shared.cmd_set);
+    let value = &req.body[..];
+    let kt = kt_dialect(req);
+    let stored = match mode {
+        Mode::Put => {
+            store.put_with(key, value, 0, expires)?;
+            Ok(())
+        }
+        Mode::Cat => {
+            store.putcat(key, value)?;
+            Ok(())
+        }
+        Mode::Keep => match store.putkeep(key, value, 0, expires)? {
+            Outcome::Stored(_) => Ok(()),
+            _ if kt => Err((450, db_error(6, "record duplication"))),
+            _ => Err((409, String::new())),
+        },
+        Mode::Replace => match store.replace(key, value, 0, expires)? {
+            Outcome::Stored(_) => Ok(()),
+            _ => Err((450, NO_RECORD.to_string())),
+        },
+    };
+    Ok(match (stored, kt) {
+        (Ok(()), false) => Reply::text(201, "Created"),
+        (Ok(()), true) => {
+            let reply = Reply::new(201);
+            match req.header("host") {
+                Some(host) => {
+                    let mut url = b"http://".to_vec();
+                    url.extend_from_slice(host);
+                    url.extend_from_slice(req.path().as_bytes());
+                    reply.header("Location", url)
+                }
+                None => reply,
+            }
+        }
+        (Err((409, _)), _) => Reply::text(409, "Conflict"),
+        (Err((status, msg)), _) => Reply::new(status).header("X-Kt-Error", msg),
+    })
+}
+
+fn rest_delete(
+    store: &dyn Store,
+    shared: &Shared,
+    req: &Request<'_>,
+    key: &[u8],
+) -> Result<Reply, Error> {
+    Ok(if store.out(key)? {
+        bump(&shared.delete_hits);
+        if kt_dialect(req) {
+            Reply::new(204)
+        } else {
+            Reply::text(200, "OK")
+        }
+    } else {
+        bump(&shared.delete_misses);
+        not_found()
+    })
+}
+
+/// Tyrant's POST: a script extension (`X-TT-XNAME`) or a `misc` function (`X-TT-MNAME`).
+fn rest_post(
+    store: &dyn Store,
+    shared: &Shared,
+    req: &Request<'_>,
+    _key: &[u8],
+) -> Result<Reply, Error> {
+    let named = |h| req.header(h).filter(|v| !v.is_empty());
+    if named("x-tt-xname").is_some() {
+        if shared.mask.denies(Op::Ext, Proto::Http) {
+            return Ok(forbidden());
+        }
+        // No script extension is ever loaded: ttserver without `-ext` answers 500.
+        return Ok(Reply::text(500, "Internal Server Error"));
+    }
+    let Some(mname) = named("x-tt-mname") else {
+        return Ok(Reply::text(400, "Bad Request"));
+    };
+    if shared.mask.denies(Op::Misc, Proto::Http) {
+        return Ok(forbidden());
+    }
+    // Tyrant passes the values of the form in the order their names first appear (a later
+    // duplicate replaces the value in place).
+    let mut args: Vec<Cow<'_, [u8]>> = Vec::new();
+    let mut seen: HashMap<Cow<'_, [u8]>, usize> = HashMap::new();
+    for pair in http::form_pairs(&req.body) {
+        let Ok((n, v)) = pair else {
+            return Ok(Reply::text(400, "Bad Request"));
+        };
+        match seen.get(&n) {
+            Some(&i) => args[i] = v,
+            None => {
+                seen.insert(n, args.len());
+                args.push(v);
+            }
+        }
+    }
+    // The binary protocol's misc functions; an HTTP request has no connection to keep an
+    // iterator in, so misc iterinit / iternext only see this request's state.
+    let args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
+    let Some(results) = crate::tt_exec::misc(store, &mut TtState::new(), mname, &args)? else {
+        return Ok(Reply::text(500, "Internal Server Error"));
+    };
+    let mut body = Vec::new();
+    for (i, r) in results.iter().enumerate() {
+        if i > 0 {
+            body.push(b'&');
+        }
+        body.extend_from_slice(format!("res{}=", i + 1).as_bytes());
+        http::percent_encode(&mut body, r, b"_-.!~*'()", true);
+    }
+    Ok(Reply {
+        status: 200,
+        headers: vec![(
+            "Content-Type",
+            b"application/x-www-form-urlencoded".to_vec(),
+        )],
+        body,
+    })
+}
+
+/// Tyrant's OPTIONS: the allowed methods (as the mask leaves them) and the server's
+/// description in `X-TT-*` headers.
+fn options(store: &dyn Store, shared: &Shared, now: u64) -> Reply {
+    let deny = |op| shared.mask.denies(op, Proto::Http);
+    let mut allow = String::from("OPTIONS");
+    for (op, method) in [
+        (Op::Get, "GET"),
+        (Op::Vsiz, "HEAD"),
+        (Op::Put, "PUT"),
+        (Op::Ext, "POST"),
+        (Op::Out, "DELETE"),
+    ] {
+        if !deny(op) {
+            allow.push_str(", ");
+            allow.push_str(method);
+        }
+    }
+    let ty = store.kind().info().tt_type;
+    let mut reply = Reply::new(200)
+        .header("Allow", allow)
+        .header("X-TT-VERSION", TT_VERSION)
+        .header("X-TT-LIBVER", TT_LIBVER.to_string())
+        .header("X-TT-PROTVER", TT_PROTVER)
+        .header("X-TT-OS", os_name())
+        .header("X-TT-TIME", format!("{now}.000000"))
+        .header("X-TT-PID", std::process::id().to_string())
+        .header("X-TT-SID", shared.sid.to_string())
+        .header("X-TT-TYPE", ty);
+    if !shared.db_name.is_empty() {
+        reply = reply.header("X-TT-PATH", shared.db_name.as_str());
+    }
+    reply
+        .header("X-TT-RNUM", store.count().to_string())
+        .header("X-TT-SIZE", store.size().to_string())
+        .header(
+            "X-TT-BIGEND",
+            if cfg!(target_endian = "big") {
+                "1"
+            } else {
+                "0"
+            },
+        )
+        .header(
+            "X-TT-RU_REAL",
+            format!("{}.000000", now.saturating_sub(shared.started)),
+        )
+}

@@ -1,0 +1,459 @@
+//! Kyoto Tycoon's TSV-RPC under `/rpc/`: the procedures, their input (query string and body)
+//! and their TSV output.
+
+use super::{atof, atoi, bump, db_error, kt_expiry_param, os_name, Reply, KT_VERSION, NO_RECORD};
+use crate::context::Shared;
+use crate::mask::{Op, Proto};
+use kura_engine::counter::Counter;
+use kura_engine::store::check_sizes;
+use kura_engine::{BatchOp, Error, Outcome, Store};
+use kura_proto::http::{self, Request};
+use kura_proto::kt_tsv::{self, ColEnc};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// The input of a procedure: query string first, then the body; the last value of a name
+/// wins (Kyoto Tycoon reads both into one map).
+type Input<'a> = BTreeMap<Cow<'a, [u8]>, Cow<'a, [u8]>>;
+/// The output of a procedure, sent sorted by name like Kyoto Tycoon's map.
+type Output = BTreeMap<Vec<u8>, Vec<u8>>;
+
+fn rpc_input<'a>(req: &'a Request<'_>) -> Result<Input<'a>, &'static str> {
+    let mut input = Input::new();
+    if let Some(q) = req.query() {
+        for pair in http::form_pairs(q.as_bytes()) {
+            let (n, v) = pair.map_err(|_| "bad escape in the query string")?;
+            input.insert(n, v);
+        }
+    }
+    let ct = req.header("content-type").unwrap_or_default();
+    const FORM: &[u8] = b"application/x-www-form-urlencoded";
+    if ct.len() >= FORM.len() && ct[..FORM.len()].eq_ignore_ascii_case(FORM) {
+        for pair in http::form_pairs(&req.body) {
+            let (n, v) = pair.map_err(|_| "bad escape in the form body")?;
+            input.insert(n, v);
+        }
+    } else if let Some(enc) = ColEnc::from_content_type(ct) {
+        for (n, v) in kt_tsv::parse(&req.body, enc).map_err(|e| e.message)? {
+            input.insert(n, v);
+        }
+    }
+    Ok(input)
+}
+
+fn get<'i>(input: &'i Input<'_>, name: &str) -> Option<&'i [u8]> {
+    input.get(name.as_bytes()).map(|v| v.as_ref())
+}
+
+fn set(out: &mut Output, name: &str, value: impl Into<Vec<u8>>) {
+    out.insert(name.as_bytes().to_vec(), value.into());
+}
+
+/// The result of a procedure: an HTTP status (200, 400, 403, 450, 500, 501); the output map
+/// carries `ERROR` for the others.
+type Rv = u16;
+
+fn fail(out: &mut Output, status: Rv, message: impl Into<Vec<u8>>) -> Rv {
+    out.insert(b"ERROR".to_vec(), message.into());
+    status
+}
+
+pub(super) fn rpc(
+    store: &dyn Store,
+    shared: &Shared,
+    req: &Request<'_>,
+    name: &str,
+    now: u64,
+) -> Reply {
+    let mut out = Output::new();
+    let status = match (http::percent_decode(name.as_bytes()), rpc_input(req)) {
+        (Err(_), _) => fail(&mut out, 400, "bad escape in the procedure name"),
+        (_, Err(msg)) => fail(&mut out, 400, msg),
+        (Ok(name), Ok(input)) => match procedure(store, shared, &name, &input, now, &mut out) {
+            Ok(status) => status,
+            Err(Error::TooLarge(m)) => {
+                out.clear();
+                fail(&mut out, 400, format!("invalid parameters: {m}"))
+            }
+            Err(e) => {
+                out.clear();
+                fail(&mut out, 500, db_error(9, &e.to_string()))
+            }
+        },
+    };
+    let enc = kt_tsv::choose_encoding(out.iter().map(|(n, v)| (&n[..], &v[..])));
+    let mut body = Vec::new();
+    kt_tsv::encode(&mut body, out.iter().map(|(n, v)| (&n[..], &v[..])), enc);
+    Reply {
+        status,
+        headers: vec![("Content-Type", enc.content_type().as_bytes().to_vec())],
+        body,
+    }
+}
+
+/// The operation the command mask knows a procedure as (`None`: always allowed).
+fn procedure_op(name: &[u8], input: &Input<'_>) -> Option<Op> {
+    Some(match name {
+        b"set" | b"replace" | b"cas" | b"set_bulk" => Op::Put,
+        b"add" => Op::PutKeep,
+        b"append" => Op::PutCat,
+        b"increment" => Op::AddInt,
+        b"increment_double" => Op::AddDouble,
+        b"remove" | b"remove_bulk" | b"seize" => Op::Out,
+        b"get" => Op::Get,
+        b"get_bulk" => Op::Mget,
+        b"check" => Op::Vsiz,
+        b"match_prefix" | b"match_regex" => Op::Fwmkeys,
+        b"clear" => Op::Vanish,
+        b"status" | b"report" => Op::Stat,
+        b"vacuum" => Op::Optimize,
+        b"synchronize" if get(input, "command").is_some() => Op::Copy,
+        b"synchronize" => Op::Sync,
+        b"play_script" => Op::Ext,
+        _ => return None,
+    })
+}
+
+/// Whether the `DB` parameter names our one database: absent, empty, a number that reads as
+/// 0, or the file name of the database path.
+fn db_ok(input: &Input<'_>, shared: &Shared) -> bool {
+    match get(input, "DB") {
+        None | Some(b"") => true,
+        Some(d) if d[0].is_ascii_digit() => atoi(d) == 0,
+        Some(d) => {
+            let base = shared.db_name.rsplit('/').next().unwrap_or("");
+            !base.is_empty() && d == base.as_bytes()
+        }
+    }
+}
+
+/// The records (`_name` → value) of a bulk procedure, without the underscore.
+fn bulk<'i>(input: &'i Input<'_>) -> impl Iterator<Item = (&'i [u8], &'i [u8])> {
+    input
+        .iter()
+        .filter_map(|(n, v)| n.strip_prefix(b"_").map(|k| (k, v.as_ref())))
+}
+
+fn procedure(
+    store: &dyn Store,
+    shared: &Shared,
+    name: &[u8],
+    input: &Input<'_>,
+    now: u64,
+    out: &mut Output,
+) -> Result<Rv, Error> {
+    match name {
+        b"void" => return Ok(200),
+        b"echo" => {
+            for (n, v) in input {
+                out.insert(n.to_vec(), v.to_vec());
+            }
+            return Ok(200);
+        }
+        _ => {}
+    }
+    let Some(op) = procedure_op(name, input) else {
+        let name = String::from_utf8_lossy(name);
+        return Ok(fail(out, 501, format!("not implemented: {name}")));
+    };
+    if shared.mask.denies(op, Proto::Http) {
+        return Ok(fail(out, 403, "forbidden"));
+    }
+    if name == b"report" {
+        report(store, shared, now, out);
+        return Ok(200);
+    }
+    if name == b"play_script" {
+        return Ok(fail(out, 501, "the scripting extention is disabled"));
+    }
+    if !db_ok(input, shared) {
+        return Ok(fail(out, 400, "no such database"));
+    }
+    let key = get(input, "key");
+    let value = get(input, "value");
+    let expires = kt_expiry_param(get(input, "xt"), now);
+    let invalid = |out: &mut Output| Ok(fail(out, 400, "invalid parameters"));
+    match name {
+        b"status" => {
+            status(store, shared, out);
+            Ok(200)
+        }
+        b"clear" => {
+            store.vanish()?;
+            Ok(200)
+        }
+        b"synchronize" => {
+            store.sync()?;
+            if get(input, "command").is_some() {
+                return Ok(fail(
+                    out,
+                    450,
+                    "postprocessing commands are not supported by Kura",
+                ));
+            }
+            Ok(200)
+        }
+        b"vacuum" => {
+            store.optimize("")?;
+            Ok(200)
+        }
+        b"set" => {
+            let (Some(key), Some(value)) = (key, value) else {
+                return invalid(out);
+            };
+            bump(&shared.cmd_set);
+            store.put_with(key, value, 0, expires)?;
+            Ok(200)
+        }
+        b"add" | b"replace" => {
+            let (Some(key), Some(value)) = (key, value) else {
+                return invalid(out);
+            };
+            bump(&shared.cmd_set);
+            let outcome = if name == b"add" {
+                store.putkeep(key, value, 0, expires)?
+            } else {
+                store.replace(key, value, 0, expires)?
+            };
+            Ok(match outcome {
+                Outcome::Stored(_) => 200,
+                Outcome::Exists => fail(out, 450, db_error(6, "record duplication")),
+                _ => fail(out, 450, NO_RECORD),
+            })
+        }
+        b"append" => {
+            let (Some(key), Some(value)) = (key, value) else {
+                return invalid(out);
+            };
+            bump(&shared.cmd_set);
+            store.append_with(key, value, expires)?;
+            Ok(200)
+        }
+        b"increment" => {
+            let (Some(key), Some(num)) = (key, get(input, "num")) else {
+                return invalid(out);
+            };
+            let orig = match get(input, "orig") {
+                None => 0,
+                Some(b"try") => i64::MIN,
+                Some(b"set") => i64::MAX,
+                Some(o) => atoi(o),
+            };
+            Ok(match store.increment(key, atoi(num), orig, expires)? {
+                Some(n) => {
+                    set(out, "num", n.to_string());
+                    200
+                }
+                None => fail(out, 450, db_error(8, "logical inconsistency")),
+            })
+        }
+        b"increment_double" => {
+            let (Some(key), Some(num)) = (key, get(input, "num")) else {
+                return invalid(out);
+            };
+            let orig = match get(input, "orig") {
+                None => 0.0,
+                Some(b"try") => f64::NEG_INFINITY,
+                Some(b"set") => f64::INFINITY,
+                Some(o) => atof(o),
+            };
+            Ok(
+                match store.increment_double(key, atof(num), orig, expires)? {
+                    Some(n) => {
+                        set(out, "num", format!("{n:.6}"));
+                        200
+                    }
+                    None => fail(out, 450, db_error(8, "logical inconsistency")),
+                },
+            )
+        }
+        b"cas" => {
+            let Some(key) = key else {
+                return invalid(out);
+            };
+            bump(&shared.cmd_set);
+            let (oval, nval) = (get(input, "oval"), get(input, "nval"));
+            Ok(if store.cas_value(key, oval, nval, expires)? {
+                200
+            } else {
+                fail(out, 450, db_error(8, "status conflict"))
+            })
+        }
+        b"remove" => {
+            let Some(key) = key else {
+                return invalid(out);
+            };
+            Ok(if store.out(key)? {
+                bump(&shared.delete_hits);
+                200
+            } else {
+                bump(&shared.delete_misses);
+                fail(out, 450, NO_RECORD)
+            })
+        }
+        b"get" | b"seize" | b"check" => {
+            let Some(key) = key else {
+                return invalid(out);
+            };
+            bump(&shared.cmd_get);
+            let found = if name == b"seize" {
+                store.seize(key)?
+            } else {
+                store.get(key)?
+            };
+            let found = found.map(|r| (r.value, r.meta.expires));
+            let Some((v, expires)) = found else {
+                bump(&shared.get_misses);
+                return Ok(fail(out, 450, NO_RECORD));
+            };
+            bump(&shared.get_hits);
+            if name == b"check" {
+                set(out, "vsiz", v.len().to_string());
+            } else {
+                set(out, "value", v);
+            }
+            if expires != 0 {
+                set(out, "xt", expires.to_string());
+            }
+            Ok(200)
+        }
+        b"set_bulk" => {
+            let mut ops = Vec::new();
+            for (k, v) in bulk(input) {
+                check_sizes(k, v.len())?;
+                ops.push(BatchOp::Put {
+                    key: k.to_vec(),
+                    value: v.to_vec(),
+                    flags: 0,
+                    expires,
+                });
+            }
+            if !ops.is_empty() {
+                store.write_batch(&ops)?;
+            }
+            shared.cmd_set.add(ops.len() as u64);
+            set(out, "num", ops.len().to_string());
+            Ok(200)
+        }
+        b"remove_bulk" => {
+            let mut n = 0u64;
+            for (k, _) in bulk(input) {
+                if store.out(k)? {
+                    n += 1;
+                }
+            }
+            set(out, "num", n.to_string());
+            Ok(200)
+        }
+        b"get_bulk" => {
+            let keys: Vec<&[u8]> = bulk(input).map(|(k, _)| k).collect();
+            let records = store.get_multi(&keys)?;
+            let mut n = 0u64;
+            for (k, r) in keys.iter().zip(records) {
+                bump(&shared.cmd_get);
+                if let Some(r) = r {
+                    n += 1;
+                    let mut name = Vec::with_capacity(k.len() + 1);
+                    name.push(b'_');
+                    name.extend_from_slice(k);
+                    out.insert(name, r.value);
+                }
+            }
+            set(out, "num", n.to_string());
+            Ok(200)
+        }
+        b"match_prefix" | b"match_regex" => {
+            let max = match get(input, "max").map(atoi) {
+                Some(m) if m >= 0 => usize::try_from(m).unwrap_or(usize::MAX),
+                _ => usize::MAX,
+            };
+            let keys = if name == b"match_prefix" {
+                let Some(prefix) = get(input, "prefix") else {
+                    return invalid(out);
+                };
+                store.fwmkeys(prefix, max)?
+            } else {
+                let Some(pattern) = get(input, "regex") else {
+                    return invalid(out);
+                };
+                let re = std::str::from_utf8(pattern)
+                    .ok()
+                    .and_then(|p| regex::bytes::Regex::new(p).ok());
+                let Some(re) = re else {
+                    return Ok(fail(out, 450, db_error(8, "compilation failed")));
+                };
+                let mut keys = Vec::new();
+                let mut cur = store.cursor()?;
+                while keys.len() < max {
+                    let Some((k, _)) = cur.next()? else { break };
+                    if re.is_match(&k) {
+                        keys.push(k);
+                    }
+                }
+                keys
+            };
+            set(out, "num", keys.len().to_string());
+            for (i, k) in keys.into_iter().enumerate() {
+                let mut name = Vec::with_capacity(k.len() + 1);
+                name.push(b'_');
+                name.extend_from_slice(&k);
+                out.insert(name, i.to_string().into_bytes());
+            }
+            Ok(200)
+        }
+        _ => Ok(fail(out, 501, "not implemented")),
+    }
+}
+
+fn status(store: &dyn Store, shared: &Shared, out: &mut Output) {
+    for (k, v) in store.describe() {
+        out.insert(k.into_bytes(), v.into_bytes());
+    }
+    if !shared.db_name.is_empty() {
+        set(out, "path", shared.db_name.as_str());
+    }
+    // Kyoto Cabinet's numeric type of the kind's counterpart class.
+    let ty = store.kind().info().kc_type.to_string();
+    set(out, "type", ty.as_str());
+    set(out, "realtype", ty);
+    set(out, "count", store.count().to_string());
+    set(out, "size", store.size().to_string());
+}
+
+fn report(store: &dyn Store, shared: &Shared, now: u64, out: &mut Output) {
+    let c = |a: &Counter| a.get().to_string();
+    let (count, size) = (store.count(), store.size());
+    set(
+        out,
+        "db_0",
+        format!("count={count} size={size} path={}", shared.db_name),
+    );
+    set(out, "db_total_count", count.to_string());
+    set(out, "db_total_size", size.to_string());
+    set(
+        out,
+        "serv_conn_count",
+        shared.curr_connections.load(Relaxed).to_string(),
+    );
+    set(out, "serv_task_count", "0");
+    set(out, "serv_current_time", format!("{now}.000000"));
+    set(
+        out,
+        "serv_running_term",
+        format!("{}.000000", now.saturating_sub(shared.started)),
+    );
+    set(out, "serv_proc_id", std::process::id().to_string());
+    set(out, "cnt_get", c(&shared.cmd_get));
+    set(out, "cnt_get_misses", c(&shared.get_misses));
+    set(out, "cnt_set", c(&shared.cmd_set));
+    let (hits, misses) = (shared.delete_hits.get(), shared.delete_misses.get());
+    set(out, "cnt_remove", (hits + misses).to_string());
+    set(out, "cnt_remove_misses", misses.to_string());
+    set(
+        out,
+        "conf_kt_version",
+        format!("{KT_VERSION} (kura {})", env!("CARGO_PKG_VERSION")),
+    );
+    set(out, "conf_os_name", os_name());
+}

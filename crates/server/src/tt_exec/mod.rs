@@ -1,0 +1,353 @@
+//! Executes Tokyo Tyrant binary-protocol requests (`kura_proto::tt_bin`) on a [`Store`] and
+//! writes Tyrant's replies, byte for byte as `ttserver` 1.1.41 answers them (see
+//! docs/PROTOCOL-TYRANT.md for every place where Kura differs).
+//!
+//! Tyrant records carry no flags and no expiration: every write here stores flags 0 and
+//! expiration 0 (putcat, putshl, addint and adddouble keep those of an existing record, which
+//! only memcached can have set). Reads see only live records. Every record command maps onto
+//! the `Store` operation of the same name, which has Tokyo Cabinet's / Tyrant's meaning.
+//!
+//! Replies: 0 on success, 1 on every failure (absent record, existing record, refused command,
+//! engine error). An engine error is never a panic and never closes the connection: the
+//! command answers its failure form (see [`tt_bin::reply_failure`]).
+
+use crate::context::{flush_if_due, Next, Shared};
+use crate::mask::{Op, Proto};
+use kura_engine::{Cursor, Error, Outcome, Record, Store};
+use kura_proto::tt_bin::{self, cmd, Request, FAIL, OK};
+use std::path::PathBuf;
+
+mod misc;
+mod stat;
+
+pub use misc::misc;
+
+/// The Tyrant release whose protocol Kura speaks, reported by `stat`.
+pub const TT_VERSION: &str = "1.1.41";
+/// Tyrant's library version and protocol version of that release.
+pub const TT_LIBVER: u32 = 324;
+pub const TT_PROTVER: &str = "0.91";
+
+/// Per-connection state: the record iterator of iterinit / iternext (and misc iterinit /
+/// iternext, which share it, as in Tyrant). Tyrant has one iterator per server, shared by every
+/// client; Kura keeps one per connection so that clients cannot disturb each other.
+pub struct TtState<'s> {
+    /// `None` before iterinit and after the iteration has ended.
+    cursor: Option<Box<dyn Cursor + 's>>,
+    /// A record already taken from `cursor` to be returned first (misc iterinit with a start
+    /// key on an unordered kind, which has to read up to that key).
+    pending: Option<(Vec<u8>, Record)>,
+    /// The connection's file descriptor, reported by `stat` as Tyrant does; -1 when unknown.
+    pub fd: i32,
+}
+
+impl Default for TtState<'_> {
+    fn default() -> Self {
+        TtState {
+            cursor: None,
+            pending: None,
+            fd: -1,
+        }
+    }
+}
+
+impl<'s> TtState<'s> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Start a new iteration, at the first record or at `from` (the record of that key on an
+    /// unordered kind, which must exist; the first key >= `from` on an ordered kind).
+    fn iter_init(&mut self, store: &'s dyn Store, from: Option<&[u8]>) -> Result<bool, Error> {
+        self.cursor = None;
+        self.pending = None;
+        let mut cur = store.cursor()?;
+        if let Some(from) = from {
+            if store.kind().ordered() {
+                cur.jump(from)?;
+            } else {
+                loop {
+                    match cur.next()? {
+                        Some((k, r)) if k == from => {
+                            self.pending = Some((k, r));
+                            break;
+                        }
+                        Some(_) => {}
+                        None => return Ok(false),
+                    }
+                }
+            }
+        }
+        self.cursor = Some(cur);
+        Ok(true)
+    }
+
+    /// The next record of the iteration; `None` at its end (and before any iterinit).
+    fn iter_next(&mut self) -> Result<Option<(Vec<u8>, Record)>, Error> {
+        if let Some(p) = self.pending.take() {
+            return Ok(Some(p));
+        }
+        let Some(cur) = self.cursor.as_mut() else {
+            return Ok(None);
+        };
+        match cur.next() {
+            Ok(Some(rec)) => Ok(Some(rec)),
+            Ok(None) => {
+                self.cursor = None;
+                Ok(None)
+            }
+            Err(e) => {
+                self.cursor = None;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// The mask operation of a request.
+pub fn op_of(req: &Request<'_>) -> Op {
+    match req {
+        Request::Put { .. } => Op::Put,
+        Request::PutKeep { .. } => Op::PutKeep,
+        Request::PutCat { .. } => Op::PutCat,
+        Request::PutShl { .. } => Op::PutShl,
+        Request::PutNr { .. } => Op::PutNr,
+        Request::Out { .. } => Op::Out,
+        Request::Get { .. } => Op::Get,
+        Request::Mget { .. } => Op::Mget,
+        Request::Vsiz { .. } => Op::Vsiz,
+        Request::IterInit => Op::IterInit,
+        Request::IterNext => Op::IterNext,
+        Request::Fwmkeys { .. } => Op::Fwmkeys,
+        Request::AddInt { .. } => Op::AddInt,
+        Request::AddDouble { .. } => Op::AddDouble,
+        Request::Ext { .. } => Op::Ext,
+        Request::Sync => Op::Sync,
+        Request::Optimize { .. } => Op::Optimize,
+        Request::Vanish => Op::Vanish,
+        Request::Copy { .. } => Op::Copy,
+        Request::Restore { .. } => Op::Restore,
+        Request::SetMst { .. } => Op::SetMst,
+        Request::Rnum => Op::Rnum,
+        Request::Size => Op::Size,
+        Request::Stat => Op::Stat,
+        Request::Misc { .. } => Op::Misc,
+        Request::Repl { .. } => Op::Repl,
+    }
+}
+
+/// Indexes of `Shared::tt_misses`.
+const PUT_MISS: usize = 0;
+const OUT_MISS: usize = 1;
+const GET_MISS: usize = 2;
+
+/// Execute one request, appending its reply (if any) to `out`.
+///
+/// Returns [`Next::Close`] only for `repl`: Kura has no update log to stream, so it hangs up
+/// without a reply, as `ttserver` does when it cannot replicate (the slave retries later).
+pub fn execute<'s>(
+    store: &'s dyn Store,
+    shared: &Shared,
+    st: &mut TtState<'s>,
+    req: &Request<'_>,
+    now: u64,
+    out: &mut Vec<u8>,
+) -> Next {
+    let c = req.cmd();
+    let op = op_of(req);
+    // Counted as ttserver counts: every command received, refused ones too.
+    shared.tt_counts[op as usize].add(1);
+    if shared.mask.denies(op, Proto::Tyrant) {
+        return refuse(c, out);
+    }
+    let start = out.len();
+    // A delayed memcached `flush_all` whose time has come applies to every protocol.
+    let done = flush_if_due(store, shared, now);
+    match done.and_then(|_| run(store, shared, st, req, now, out)) {
+        Ok(next) => next,
+        Err(_) => {
+            if matches!(
+                op,
+                Op::Put | Op::PutKeep | Op::PutCat | Op::PutShl | Op::PutNr
+            ) {
+                shared.tt_misses[PUT_MISS].add(1);
+            }
+            // Nothing half-written goes out: the failure form replaces it.
+            out.truncate(start);
+            tt_bin::reply_failure(out, c);
+            Next::Continue
+        }
+    }
+}
+
+/// The reply of a command refused by the mask, as ttserver gives it: the failure code for
+/// commands that have one; the empty result for mget and fwmkeys and zero for rnum and size
+/// (which cannot fail in Tyrant); an empty status for stat; nothing for putnr; a hang-up for
+/// repl. misc answers its failure form `[1][0:4]` (ttserver answers an empty success there,
+/// which would make a refused write look done).
+fn refuse(c: u8, out: &mut Vec<u8>) -> Next {
+    match c {
+        cmd::MGET => tt_bin::reply_pairs(out, []),
+        cmd::FWMKEYS => tt_bin::reply_list(out, []),
+        cmd::RNUM | cmd::SIZE => tt_bin::reply_u64(out, 0),
+        cmd::STAT => tt_bin::reply_stat(out, b""),
+        cmd::REPL => return Next::Close,
+        _ => tt_bin::reply_failure(out, c),
+    }
+    Next::Continue
+}
+
+fn code(out: &mut Vec<u8>, ok: bool) {
+    tt_bin::reply_code(out, if ok { OK } else { FAIL });
+}
+
+fn run<'s>(
+    store: &'s dyn Store,
+    shared: &Shared,
+    st: &mut TtState<'s>,
+    req: &Request<'_>,
+    now: u64,
+    out: &mut Vec<u8>,
+) -> Result<Next, Error> {
+    match *req {
+        Request::Put { key, value } => {
+            store.put_with(key, value, 0, 0)?;
+            code(out, true);
+        }
+        Request::PutKeep { key, value } => {
+            let stored = matches!(store.putkeep(key, value, 0, 0)?, Outcome::Stored(_));
+            if !stored {
+                shared.tt_misses[PUT_MISS].add(1);
+            }
+            code(out, stored);
+        }
+        Request::PutCat { key, value } => {
+            store.putcat(key, value)?;
+            code(out, true);
+        }
+        Request::PutShl { key, value, width } => {
+            // The codec refuses negative widths.
+            store.putshl(key, value, usize::try_from(width).unwrap_or(0))?;
+            code(out, true);
+        }
+        Request::PutNr { key, value } => {
+            // No reply, whatever happens: an error is swallowed here rather than answered.
+            if store.put_with(key, value, 0, 0).is_err() {
+                shared.tt_misses[PUT_MISS].add(1);
+            }
+        }
+        Request::Out { key } => {
+            let found = store.out(key)?;
+            if !found {
+                shared.tt_misses[OUT_MISS].add(1);
+            }
+            code(out, found);
+        }
+        Request::Get { key } => {
+            // Encoded straight from the store's memory: no copy of the value.
+            if !store.view(key, &mut |value, _| tt_bin::reply_value(out, value))? {
+                shared.tt_misses[GET_MISS].add(1);
+                code(out, false);
+            }
+        }
+        Request::Mget { ref keys } => {
+            let recs = store.get_multi(keys)?;
+            tt_bin::reply_pairs(
+                out,
+                keys.iter()
+                    .zip(&recs)
+                    .filter_map(|(k, r)| r.as_ref().map(|r| (*k, r.value.as_slice()))),
+            );
+        }
+        Request::Vsiz { key } => match store.vsiz(key)? {
+            Some(n) => tt_bin::reply_i32(out, i32::try_from(n).unwrap_or(i32::MAX)),
+            None => code(out, false),
+        },
+        Request::IterInit => code(out, st.iter_init(store, None)?),
+        Request::IterNext => match st.iter_next()? {
+            Some((k, _)) => tt_bin::reply_value(out, &k),
+            None => code(out, false),
+        },
+        Request::Fwmkeys { prefix, max } => {
+            let max = usize::try_from(max).unwrap_or(usize::MAX);
+            let keys = store.fwmkeys(prefix, max)?;
+            tt_bin::reply_list(out, keys.iter().map(Vec::as_slice));
+        }
+        Request::AddInt { key, num } => match store.addint(key, num) {
+            // Tyrant's sum is an int with INT_MIN meaning failure: a sum of exactly INT_MIN
+            // is stored but answered as a failure.
+            Ok(n) if n != i32::MIN => tt_bin::reply_i32(out, n),
+            Ok(_) | Err(Error::NotNumeric) => code(out, false),
+            Err(e) => return Err(e),
+        },
+        Request::AddDouble { key, integ, fract } => {
+            // Tyrant's sum is a double with NaN meaning failure: a NaN sum is stored but
+            // answered as a failure.
+            match store.adddouble(key, tt_bin::unpack_double(integ, fract)) {
+                Ok(sum) if !sum.is_nan() => tt_bin::reply_double(out, sum),
+                Ok(_) | Err(Error::NotNumeric) => code(out, false),
+                Err(e) => return Err(e),
+            }
+        }
+        // No script language: Tyrant without `-ext` answers every ext call with failure.
+        Request::Ext { .. } => code(out, false),
+        Request::Sync => {
+            store.sync()?;
+            code(out, true);
+        }
+        Request::Optimize { params } => {
+            let Ok(params) = std::str::from_utf8(c_str(params)) else {
+                code(out, false);
+                return Ok(Next::Continue);
+            };
+            store.optimize(params)?;
+            code(out, true);
+        }
+        Request::Vanish => {
+            store.vanish()?;
+            code(out, true);
+        }
+        Request::Copy { path } => {
+            // Tyrant runs a path starting with `@` as a shell command: refused here.
+            let path = c_str(path);
+            if path.is_empty() || path[0] == b'@' {
+                code(out, false);
+            } else {
+                store.copy_to(&path_of(path))?;
+                code(out, true);
+            }
+        }
+        // No update log and no replication yet.
+        Request::Restore { .. } | Request::SetMst { .. } => code(out, false),
+        Request::Repl { .. } => return Ok(Next::Close),
+        Request::Rnum => tt_bin::reply_u64(out, store.count()),
+        Request::Size => tt_bin::reply_u64(out, store.size()),
+        Request::Stat => {
+            tt_bin::reply_stat(out, stat::stat_text(store, shared, st, now).as_bytes())
+        }
+        Request::Misc { name, ref args, .. } => match misc(store, st, name, args)? {
+            Some(items) => tt_bin::reply_list(out, items.iter().map(Vec::as_slice)),
+            None => tt_bin::reply_failure(out, cmd::MISC),
+        },
+    }
+    Ok(Next::Continue)
+}
+
+/// A string argument as Tyrant's C code sees it: up to the first NUL byte.
+fn c_str(b: &[u8]) -> &[u8] {
+    b.iter().position(|&x| x == 0).map_or(b, |n| &b[..n])
+}
+
+#[cfg(unix)]
+fn path_of(b: &[u8]) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    PathBuf::from(std::ffi::OsStr::from_bytes(b))
+}
+
+#[cfg(not(unix))]
+fn path_of(b: &[u8]) -> PathBuf {
+    PathBuf::from(String::from_utf8_lossy(b).into_owned())
+}
+
+#[cfg(test)]
+mod tests;
