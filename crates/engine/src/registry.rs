@@ -92,11 +92,6 @@ pub struct KindInfo {
     pub repair: Option<Repair>,
 }
 
-/// The parameters of the on-disk hash (`crate::hash`, which checks them against its own list;
-/// a test keeps the two equal).
-const DISK_HASH_PARAMS: &[&str] = &[
-    "bnum", "sync", "compress", "segsiz", "bufsiz", "msiz", "compact", "ckptsiz", "lanes",
-];
 
 /// Every kind, in the order of [`Kind`]'s variants ([`Kind::info`] indexes it).
 pub const KINDS: &[KindInfo] = &[
@@ -137,7 +132,7 @@ pub const KINDS: &[KindInfo] = &[
         selector: Selector::Suffix(".kh"),
         name: "disk hash (.kh)",
         about: "on-disk hash",
-        params: DISK_HASH_PARAMS,
+        params: crate::hash::PARAMS,
         caps: Caps {
             ordered: false,
             persistent: true,

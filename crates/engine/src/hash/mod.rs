@@ -49,7 +49,7 @@ use self::segment::{corrupt_at, seg_file_name, SegTable, Segment};
 use crate::compress;
 use crate::error::{Error, Result};
 use crate::io::{OsVfs, Vfs};
-use crate::name::{Compression, OpenMode, Params, SyncMode};
+use crate::config::{Compression, OpenMode, Params, SyncMode};
 use crate::store::{
     check_sizes, is_expired, now_secs, BatchOp, CheckReport, Current, Cursor, Decision, Kind, Meta,
     Pinned, Record, Shown, Store,
@@ -82,7 +82,8 @@ const COMPACT_BACKLOG: usize = 8;
 /// Background compaction copies live records at most this fast (bytes per second).
 const COMPACT_RATE: u64 = 64 << 20;
 
-const PARAMS: &[&str] = &[
+/// The parameters a `.kh` name takes (the registry lists them).
+pub(crate) const PARAMS: &[&str] = &[
     "bnum", "sync", "compress", "segsiz", "bufsiz", "msiz", "compact", "ckptsiz", "lanes",
 ];
 /// Logs written in parallel when the database is created without `lanes=`.

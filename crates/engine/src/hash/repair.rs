@@ -10,7 +10,7 @@
 use super::DiskHash;
 use crate::error::{Error, Result};
 use crate::io::Vfs;
-use crate::name::{OpenMode, Params};
+use crate::config::{OpenMode, Params};
 use crate::store::{BatchOp, RepairReport, Store};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

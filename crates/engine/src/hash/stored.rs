@@ -21,7 +21,7 @@ use super::segment::parse_seg_file_name;
 use crate::error::{Error, Result};
 use crate::io::Vfs;
 use crate::meta::{self, Descriptor, DirState};
-use crate::name::{Compression, OpenMode};
+use crate::config::{Compression, OpenMode};
 use std::path::Path;
 
 /// The descriptor's kind for this database kind.

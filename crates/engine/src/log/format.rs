@@ -32,7 +32,7 @@
 //! copies a record with its seq and version, so moving a record never changes its version.
 
 use crate::error::{Error, Result};
-use crate::name::Compression;
+use crate::config::Compression;
 
 pub const SEG_MAGIC: &[u8; 8] = b"KURASEG1";
 /// Written into new segments. Version 2 added the put record's own version (bit 4); this

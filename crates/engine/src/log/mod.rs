@@ -26,7 +26,7 @@ use self::segment::{corrupt_at, seg_file_name, Retired, SegTable, Segment};
 use self::tail::{CommitState, Fill, Lane, Tail, FILL_LOW, FILL_STEP, NO_FILL};
 use crate::error::{Error, Result};
 use crate::io::Vfs;
-use crate::name::SyncMode;
+use crate::config::SyncMode;
 use arc_swap::ArcSwap;
 use parking_lot::{Condvar, Mutex};
 use std::path::PathBuf;
