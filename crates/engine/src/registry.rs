@@ -92,7 +92,6 @@ pub struct KindInfo {
     pub repair: Option<Repair>,
 }
 
-
 /// Every kind, in the order of [`Kind`]'s variants ([`Kind::info`] indexes it).
 pub const KINDS: &[KindInfo] = &[
     KindInfo {

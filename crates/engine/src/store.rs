@@ -444,7 +444,10 @@ pub trait Store: Send + Sync {
         visitor: &mut dyn FnMut(Option<Current<'_>>) -> Decision<'v>,
     ) -> Result<Option<Meta>>;
 
-    /// Apply every operation or none of them, even across a crash.
+    /// Apply every operation or none of them, even across a crash. The operations apply in
+    /// order: of several on one key, the last decides (a put after a remove stores, a remove
+    /// after a put leaves the key absent). One that is refused (a key or value too large) fails
+    /// the whole batch, which then changes nothing.
     fn write_batch(&self, ops: &[BatchOp]) -> Result<()>;
 
     /// A cursor positioned before the first record.

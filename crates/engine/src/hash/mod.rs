@@ -47,9 +47,9 @@ use self::index::{Slot, Table};
 use self::scan::Bytes;
 use self::segment::{corrupt_at, seg_file_name, SegTable, Segment};
 use crate::compress;
+use crate::config::{Compression, OpenMode, Params, SyncMode};
 use crate::error::{Error, Result};
 use crate::io::{OsVfs, Vfs};
-use crate::config::{Compression, OpenMode, Params, SyncMode};
 use crate::store::{
     check_sizes, is_expired, now_secs, BatchOp, CheckReport, Current, Cursor, Decision, Kind, Meta,
     Pinned, Record, Shown, Store,

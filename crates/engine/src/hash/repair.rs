@@ -8,9 +8,9 @@
 //! order, into a database created for them. The source is never written.
 
 use super::DiskHash;
+use crate::config::{OpenMode, Params};
 use crate::error::{Error, Result};
 use crate::io::Vfs;
-use crate::config::{OpenMode, Params};
 use crate::store::{BatchOp, RepairReport, Store};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

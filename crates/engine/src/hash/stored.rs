@@ -18,10 +18,10 @@
 //!   before anything is written there.
 
 use super::segment::parse_seg_file_name;
+use crate::config::{Compression, OpenMode};
 use crate::error::{Error, Result};
 use crate::io::Vfs;
 use crate::meta::{self, Descriptor, DirState};
-use crate::config::{Compression, OpenMode};
 use std::path::Path;
 
 /// The descriptor's kind for this database kind.

@@ -1,11 +1,11 @@
 //! Tests of the on-disk hash: operations, persistence, recovery after simulated crashes, injected
-//! I/O faults, compaction, and a model test against a `BTreeMap`.
+//! I/O faults, compaction. The model test against a `BTreeMap` is the conformance suite's
+//! (`crates/engine/tests/conformance.rs`).
 
 use super::shard::{read_spinning, write_spinning, EXCL_SPIN};
 use super::*;
 use crate::io::{CrashMode, Fault, SimVfs};
 use crate::store::Outcome;
-use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -1402,79 +1402,6 @@ fn concurrent_writers_and_readers() {
     Arc::into_inner(db).unwrap().close().unwrap();
     let db = DiskHash::open(&path, &params).unwrap();
     verify(&db);
-}
-
-#[derive(Clone, Debug)]
-enum Op {
-    Put(u8, Vec<u8>),
-    PutKeep(u8, Vec<u8>),
-    Cat(u8, Vec<u8>),
-    Out(u8),
-    Get(u8),
-    Batch(Vec<(u8, Option<Vec<u8>>)>),
-    Restart,
-    Optimize,
-}
-
-fn op() -> impl Strategy<Value = Op> {
-    let val = proptest::collection::vec(any::<u8>(), 0..200);
-    prop_oneof![
-        4 => (any::<u8>(), val.clone()).prop_map(|(k, v)| Op::Put(k % 40, v)),
-        1 => (any::<u8>(), val.clone()).prop_map(|(k, v)| Op::PutKeep(k % 40, v)),
-        1 => (any::<u8>(), val.clone()).prop_map(|(k, v)| Op::Cat(k % 40, v)),
-        2 => any::<u8>().prop_map(|k| Op::Out(k % 40)),
-        2 => any::<u8>().prop_map(|k| Op::Get(k % 40)),
-        1 => proptest::collection::vec((any::<u8>(), proptest::option::of(val)), 1..5)
-            .prop_map(|v| Op::Batch(v.into_iter().map(|(k, v)| (k % 40, v)).collect())),
-        1 => Just(Op::Restart),
-        1 => Just(Op::Optimize),
-    ]
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
-    /// Random operations against a BTreeMap model, with restarts and tiny segments.
-    #[test]
-    fn model(ops in proptest::collection::vec(op(), 1..120)) {
-        let fs = SimVfs::new();
-        let params = "sync=none#segsiz=64k#bufsiz=4k";
-        let mut db = sim_open(&fs, params);
-        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-        let key = |k: u8| format!("key-{k}").into_bytes();
-        for op in ops {
-            match op {
-                Op::Put(k, v) => { db.put(&key(k), &v).unwrap(); model.insert(key(k), v); }
-                Op::PutKeep(k, v) => {
-                    let r = db.putkeep(&key(k), &v, 0, 0).unwrap();
-                    if let std::collections::btree_map::Entry::Vacant(e) = model.entry(key(k)) {
-                        prop_assert!(matches!(r, Outcome::Stored(_)));
-                        e.insert(v);
-                    } else {
-                        prop_assert_eq!(r, Outcome::Exists);
-                    }
-                }
-                Op::Cat(k, v) => { db.putcat(&key(k), &v).unwrap(); model.entry(key(k)).or_default().extend(v); }
-                Op::Out(k) => { prop_assert_eq!(db.out(&key(k)).unwrap(), model.remove(&key(k)).is_some()); }
-                Op::Get(k) => { prop_assert_eq!(db.get(&key(k)).unwrap().map(|r| r.value), model.get(&key(k)).cloned()); }
-                Op::Batch(items) => {
-                    let ops: Vec<BatchOp> = items.iter().map(|(k, v)| match v {
-                        Some(v) => BatchOp::Put { key: key(*k), value: v.clone(), flags: 0, expires: 0 },
-                        None => BatchOp::Remove { key: key(*k) },
-                    }).collect();
-                    db.write_batch(&ops).unwrap();
-                    for (k, v) in items {
-                        match v { Some(v) => { model.insert(key(k), v); } None => { model.remove(&key(k)); } }
-                    }
-                }
-                Op::Restart => { db.close().unwrap(); drop(db); db = sim_open(&fs, params); }
-                Op::Optimize => { db.optimize("").unwrap(); }
-            }
-            prop_assert_eq!(db.count(), model.len() as u64);
-        }
-        prop_assert_eq!(dump(&db), model);
-        let rep = db.check().unwrap();
-        prop_assert!(rep.healthy(), "{:?}", rep.problems);
-    }
 }
 
 /// `view_shared` pins large values that lie in a segment's mapping; the pinned bytes stay as

@@ -31,8 +31,8 @@
 //! order) but keeps the version it had (a touch changes no cas, as in memcached). Compaction
 //! copies a record with its seq and version, so moving a record never changes its version.
 
-use crate::error::{Error, Result};
 use crate::config::Compression;
+use crate::error::{Error, Result};
 
 pub const SEG_MAGIC: &[u8; 8] = b"KURASEG1";
 /// Written into new segments. Version 2 added the put record's own version (bit 4); this

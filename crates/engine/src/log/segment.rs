@@ -214,6 +214,9 @@ impl Segment {
         let res = match format::parse_header(&avail[..avail.len().min(MAX_HEADER_LEN)]) {
             Some(h) if h.len <= avail.len() => Ok((h, &avail[..h.len])),
             Some(h) if off as usize + h.len > m.len() => return None,
+            // The map ends inside the header (a segment grown past the size it was mapped
+            // at, by a record larger than the rest of it): read it from the file.
+            None if avail.len() < MAX_HEADER_LEN && end < self.flushed() as usize => return None,
             _ => Err(corrupt_at(self.id, off, "bad record header")),
         };
         Some(f(res))
