@@ -10,6 +10,7 @@
 
 pub mod compress;
 pub mod counter;
+pub mod cursor;
 pub mod durability;
 pub mod error;
 pub mod hash;
@@ -27,6 +28,6 @@ pub use name::{
     Opened, Params, SyncMode,
 };
 pub use store::{
-    BatchOp, CheckReport, Counted, Current, Cursor, Damaged, Decision, Kind, Meta, Outcome, Pinned,
-    Record, RepairReport, Shown, Store, Value,
+    BatchOp, CheckReport, Counted, Current, Cursor, Damaged, Decision, KeyRange, Kind, Meta, Outcome,
+    Pinned, Record, RepairReport, Shown, Store, Value,
 };
