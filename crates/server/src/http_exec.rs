@@ -34,6 +34,7 @@
 //! REST PUT with Tyrant's putcat, which keeps the record's expiration.
 
 use crate::kt_bin_exec::{kt_expiry, XT_MAX};
+use crate::kt_cursor::{self, KtCursors};
 use crate::mask::{Op, Proto};
 use crate::mc_exec::{flush_if_due, Next, Shared};
 use crate::tt_exec::TtState;
@@ -93,7 +94,7 @@ impl Reply {
 }
 
 /// Execute one request, appending its response to `out`. [`Next::Close`] when the request
-/// did not ask to keep the connection.
+/// did not ask to keep the connection. Kyoto Tycoon's cursors live only for this request.
 pub fn execute(
     store: &dyn Store,
     shared: &Shared,
@@ -101,10 +102,22 @@ pub fn execute(
     now: u64,
     out: &mut Vec<u8>,
 ) -> Next {
+    execute_with(store, shared, &mut KtCursors::new(), req, now, out)
+}
+
+/// [`execute`] on a connection that keeps Kyoto Tycoon's cursors in `curs`.
+pub fn execute_with<'s>(
+    store: &'s dyn Store,
+    shared: &Shared,
+    curs: &mut KtCursors<'s>,
+    req: &Request<'_>,
+    now: u64,
+    out: &mut Vec<u8>,
+) -> Next {
     let reply = match flush_if_due(store, shared, now) {
         Err(e) => Reply::text(500, &e.to_string()),
         Ok(()) => match req.path().strip_prefix("/rpc/") {
-            Some(name) => rpc(store, shared, req, name, now),
+            Some(name) => rpc(store, shared, curs, req, name, now),
             None => rest(store, shared, req, now),
         },
     };
@@ -141,7 +154,7 @@ fn bump(counter: &Counter) {
 }
 
 /// Kyoto Cabinet's error text: `DB: <code>: <name>: <message>`.
-fn db_error(code: u8, message: &str) -> String {
+pub(crate) fn db_error(code: u8, message: &str) -> String {
     let name = match code {
         6 => "record duplication",
         7 => "no record",
@@ -151,13 +164,13 @@ fn db_error(code: u8, message: &str) -> String {
     format!("DB: {code}: {name}: {message}")
 }
 
-const NO_RECORD: &str = "DB: 7: no record: no record";
+pub(crate) const NO_RECORD: &str = "DB: 7: no record: no record";
 
 // ----- numbers as Kyoto Cabinet reads them -----
 
 /// `kc::atoi`: leading spaces, a sign, digits; anything after them is ignored; no digits is
 /// 0. Saturates instead of overflowing.
-fn atoi(s: &[u8]) -> i64 {
+pub(crate) fn atoi(s: &[u8]) -> i64 {
     let s = &s[s.iter().position(|&b| b > b' ').unwrap_or(s.len())..];
     let (neg, digits) = match s.first() {
         Some(b'-') => (true, &s[1..]),
@@ -196,7 +209,7 @@ fn atof(s: &[u8]) -> f64 {
 
 /// The absolute expiration (0 = never) of Kyoto Tycoon's `xt` parameter: absent → never, else
 /// as the binary protocol reads it ([`kt_expiry`]).
-fn kt_expiry_param(xt: Option<&[u8]>, now: u64) -> u64 {
+pub(crate) fn kt_expiry_param(xt: Option<&[u8]>, now: u64) -> u64 {
     xt.map_or(0, |xt| kt_expiry(atoi(xt), now))
 }
 
@@ -204,9 +217,9 @@ fn kt_expiry_param(xt: Option<&[u8]>, now: u64) -> u64 {
 
 /// The input of a procedure: query string first, then the body; the last value of a name
 /// wins (Kyoto Tycoon reads both into one map).
-type Input<'a> = BTreeMap<Cow<'a, [u8]>, Cow<'a, [u8]>>;
+pub(crate) type Input<'a> = BTreeMap<Cow<'a, [u8]>, Cow<'a, [u8]>>;
 /// The output of a procedure, sent sorted by name like Kyoto Tycoon's map.
-type Output = BTreeMap<Vec<u8>, Vec<u8>>;
+pub(crate) type Output = BTreeMap<Vec<u8>, Vec<u8>>;
 
 fn rpc_input<'a>(req: &'a Request<'_>) -> Result<Input<'a>, &'static str> {
     let mut input = Input::new();
@@ -231,29 +244,36 @@ fn rpc_input<'a>(req: &'a Request<'_>) -> Result<Input<'a>, &'static str> {
     Ok(input)
 }
 
-fn get<'i>(input: &'i Input<'_>, name: &str) -> Option<&'i [u8]> {
+pub(crate) fn get<'i>(input: &'i Input<'_>, name: &str) -> Option<&'i [u8]> {
     input.get(name.as_bytes()).map(|v| v.as_ref())
 }
 
-fn set(out: &mut Output, name: &str, value: impl Into<Vec<u8>>) {
+pub(crate) fn set(out: &mut Output, name: &str, value: impl Into<Vec<u8>>) {
     out.insert(name.as_bytes().to_vec(), value.into());
 }
 
 /// The result of a procedure: an HTTP status (200, 400, 403, 450, 500, 501); the output map
 /// carries `ERROR` for the others.
-type Rv = u16;
+pub(crate) type Rv = u16;
 
-fn fail(out: &mut Output, status: Rv, message: impl Into<Vec<u8>>) -> Rv {
+pub(crate) fn fail(out: &mut Output, status: Rv, message: impl Into<Vec<u8>>) -> Rv {
     out.insert(b"ERROR".to_vec(), message.into());
     status
 }
 
-fn rpc(store: &dyn Store, shared: &Shared, req: &Request<'_>, name: &str, now: u64) -> Reply {
+fn rpc<'s>(
+    store: &'s dyn Store,
+    shared: &Shared,
+    curs: &mut KtCursors<'s>,
+    req: &Request<'_>,
+    name: &str,
+    now: u64,
+) -> Reply {
     let mut out = Output::new();
     let status = match (http::percent_decode(name.as_bytes()), rpc_input(req)) {
         (Err(_), _) => fail(&mut out, 400, "bad escape in the procedure name"),
         (_, Err(msg)) => fail(&mut out, 400, msg),
-        (Ok(name), Ok(input)) => match procedure(store, shared, &name, &input, now, &mut out) {
+        (Ok(name), Ok(input)) => match procedure(store, shared, curs, &name, &input, now, &mut out) {
             Ok(status) => status,
             Err(Error::TooLarge(m)) => {
                 out.clear();
@@ -300,7 +320,7 @@ fn procedure_op(name: &[u8], input: &Input<'_>) -> Option<Op> {
 
 /// Whether the `DB` parameter names our one database: absent, empty, a number that reads as
 /// 0, or the file name of the database path.
-fn db_ok(input: &Input<'_>, shared: &Shared) -> bool {
+pub(crate) fn db_ok(input: &Input<'_>, shared: &Shared) -> bool {
     match get(input, "DB") {
         None | Some(b"") => true,
         Some(d) if d[0].is_ascii_digit() => atoi(d) == 0,
@@ -318,14 +338,18 @@ fn bulk<'i>(input: &'i Input<'_>) -> impl Iterator<Item = (&'i [u8], &'i [u8])> 
         .filter_map(|(n, v)| n.strip_prefix(b"_").map(|k| (k, v.as_ref())))
 }
 
-fn procedure(
-    store: &dyn Store,
+fn procedure<'s>(
+    store: &'s dyn Store,
     shared: &Shared,
+    curs: &mut KtCursors<'s>,
     name: &[u8],
     input: &Input<'_>,
     now: u64,
     out: &mut Output,
 ) -> Result<Rv, Error> {
+    if let Some(rv) = kt_cursor::procedure(store, shared, curs, name, input, now, out) {
+        return rv;
+    }
     match name {
         b"void" => return Ok(200),
         b"echo" => {

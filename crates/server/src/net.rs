@@ -10,6 +10,7 @@
 use crate::mc_exec::{self, Next, Shared};
 use crate::mc_stats::Dump;
 use crate::out::Out;
+use crate::kt_cursor::KtCursors;
 use crate::tt_exec::{self, TtState};
 use crate::{http_exec, kt_bin_exec, mc_bin_exec};
 use kura_engine::store::now_secs;
@@ -143,6 +144,8 @@ struct Conn<'s> {
     ticket: u64,
     /// Tokyo Tyrant connections only: the iterator (`iterinit` / `iternext`).
     tt: Option<Box<TtState<'s>>>,
+    /// HTTP connections only: Kyoto Tycoon's cursors (`cur_*`), freed with the connection.
+    kt: Option<Box<KtCursors<'s>>>,
     /// Accepted on a memcached-only port.
     mc_only: bool,
     /// memcached text: the long retrieval line whose next piece is due.
@@ -491,6 +494,7 @@ fn adopt(
         eof: false,
         ticket: 0,
         tt: None,
+        kt: None,
         mc_only,
         more: None,
         discard_line: false,
@@ -751,7 +755,12 @@ fn process<'s>(c: &mut Conn<'s>, store: &'s dyn Store, shared: &Shared, limits: 
             c.tt = Some(st);
         }
         Some(Protocol::KyotoBinary) => drive(c, pos, &mut KyotoBinary(at, &limits.kt)),
-        Some(Protocol::Http) => drive(c, pos, &mut Http(at, &limits.http)),
+        Some(Protocol::Http) => {
+            // The cursors leave the connection while the loop borrows it.
+            let mut curs = c.kt.take().unwrap_or_default();
+            drive(c, pos, &mut Http(store, at, &limits.http, &mut curs));
+            c.kt = Some(curs);
+        }
         Some(Protocol::MemcachedText) | None => {
             let mut w = McText {
                 at,
@@ -1002,12 +1011,18 @@ impl Wire for KyotoBinary<'_> {
     }
 }
 
-struct Http<'x>(Ctx<'x>, &'x http::Limits);
+/// The store again with its own lifetime: the connection's cursors borrow it for that long.
+struct Http<'x, 's>(
+    &'s dyn Store,
+    Ctx<'x>,
+    &'x http::Limits,
+    &'x mut KtCursors<'s>,
+);
 
-impl Wire for Http<'_> {
+impl Wire for Http<'_, '_> {
     type Req<'a> = http::Request<'a>;
     fn decode<'a>(&mut self, buf: &'a [u8], out: &mut Vec<u8>) -> Step<Self::Req<'a>> {
-        match http::decode(buf, self.1) {
+        match http::decode(buf, self.2) {
             Ok(http::Decoded::Complete { request, consumed }) => Step::Request(request, consumed),
             Ok(http::Decoded::Incomplete) => Step::More,
             Ok(http::Decoded::Continue) => {
@@ -1026,8 +1041,8 @@ impl Wire for Http<'_> {
         }
     }
     fn execute(&mut self, req: &Self::Req<'_>, out: &mut Out) -> Next {
-        let Ctx { store, shared, now } = self.0;
-        http_exec::execute(store, shared, req, now, out)
+        let Ctx { shared, now, .. } = self.1;
+        http_exec::execute_with(self.0, shared, self.3, req, now, out)
     }
 }
 
