@@ -187,3 +187,13 @@ def test_match_prefix_regex_similar(kt):
     assert kt.match_similar("apple") == ["apple", "ample", "apply"]
     assert kt.match_similar("apple", distance=2, max_keys=4) == ["apple", "ample", "apply", "maple"]
     assert kt.match_similar("zzz") == []
+
+
+def test_a_32_mib_value_over_http_and_binary(kt):
+    """Values as large as Kyoto Tycoon clients send: 32 MiB through both protocols."""
+    value = bytes(range(256)) * (32 * 4096)
+    assert kt.set_http("big-http", value)
+    assert kt.get_http("big-http") == value
+    assert kt.set("big-bin", value) == 1
+    assert kt.get("big-bin") == value
+    assert kt.get_http("big-bin") == value

@@ -30,7 +30,9 @@ pub trait Walk: Send {
     fn forward(&mut self, from: Bound<&[u8]>) -> Result<Found>;
     /// The last live record before `to` (ordered kinds).
     fn backward(&mut self, _to: Bound<&[u8]>) -> Result<Found> {
-        Err(Error::Unsupported("a backward walk on an unordered database"))
+        Err(Error::Unsupported(
+            "a backward walk on an unordered database",
+        ))
     }
     /// Damaged records passed over.
     fn damage_skipped(&self) -> u64 {
@@ -108,7 +110,9 @@ impl<'a, W: Walk> KindCursor<'a, W> {
         if self.walk.ordered() {
             Ok(())
         } else {
-            Err(Error::Unsupported("a backward walk on an unordered database"))
+            Err(Error::Unsupported(
+                "a backward walk on an unordered database",
+            ))
         }
     }
 }

@@ -28,6 +28,6 @@ pub use name::{
     Opened, Params, SyncMode,
 };
 pub use store::{
-    BatchOp, CheckReport, Counted, Current, Cursor, Damaged, Decision, KeyRange, Kind, Meta, Outcome,
-    Pinned, Record, RepairReport, Shown, Store, Value,
+    BatchOp, CheckReport, Counted, Current, Cursor, Damaged, Decision, KeyRange, Kind, Meta,
+    Outcome, Pinned, Record, RepairReport, Shown, Store, Value,
 };

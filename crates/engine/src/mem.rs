@@ -1274,7 +1274,11 @@ impl<'a> HashWalk<'a> {
             .collect();
         drop(sh);
         window.sort_unstable();
-        self.to = if complete { None } else { window.last().cloned() };
+        self.to = if complete {
+            None
+        } else {
+            window.last().cloned()
+        };
         self.window = window.into();
         self.from = after;
         self.shard = si;
@@ -1317,7 +1321,11 @@ impl Walk for HashWalk<'_> {
             if self.shard != si || self.from > after {
                 self.fill(si, after.clone());
             }
-            while self.window.front().is_some_and(|e| Some(e) <= after.as_ref()) {
+            while self
+                .window
+                .front()
+                .is_some_and(|e| Some(e) <= after.as_ref())
+            {
                 self.window.pop_front();
             }
             while let Some((h, key)) = self.window.pop_front() {

@@ -282,21 +282,27 @@ pub trait Cursor: Send {
     fn first(&mut self) -> Result<bool>;
     /// Go to the last record (ordered kinds); false when there is none.
     fn last(&mut self) -> Result<bool> {
-        Err(Error::Unsupported("a backward walk on an unordered database"))
+        Err(Error::Unsupported(
+            "a backward walk on an unordered database",
+        ))
     }
     /// Go to the first record whose key is >= `key` (ordered kinds), or to the record of
     /// `key` itself (unordered kinds); false when there is none.
     fn jump(&mut self, key: &[u8]) -> Result<bool>;
     /// Go to the last record whose key is <= `key` (ordered kinds); false when there is none.
     fn jump_back(&mut self, _key: &[u8]) -> Result<bool> {
-        Err(Error::Unsupported("a backward walk on an unordered database"))
+        Err(Error::Unsupported(
+            "a backward walk on an unordered database",
+        ))
     }
     /// Go to the next record; false (and nowhere) past the last one or when nowhere.
     fn step(&mut self) -> Result<bool>;
     /// Go to the previous record (ordered kinds); false (and nowhere) before the first one or
     /// when nowhere.
     fn step_back(&mut self) -> Result<bool> {
-        Err(Error::Unsupported("a backward walk on an unordered database"))
+        Err(Error::Unsupported(
+            "a backward walk on an unordered database",
+        ))
     }
     /// The record the cursor is on (read now); `None` when nowhere.
     fn get(&mut self) -> Result<Option<(Vec<u8>, Record)>>;

@@ -11,13 +11,17 @@ use std::sync::Arc;
 /// Every kind, fresh, with tuning that reaches rare paths (a `.kh` with small segments).
 fn kinds(dir: &Path) -> Vec<(String, Arc<dyn Store>)> {
     let kh = dir.join("c.kh");
-    ["*".to_string(), "+".to_string(), format!("{}#segsiz=64k", kh.display())]
-        .into_iter()
-        .map(|n| {
-            let db = kura_engine::open(&n).unwrap_or_else(|e| panic!("{n}: {e}"));
-            (n, db)
-        })
-        .collect()
+    [
+        "*".to_string(),
+        "+".to_string(),
+        format!("{}#segsiz=64k", kh.display()),
+    ]
+    .into_iter()
+    .map(|n| {
+        let db = kura_engine::open(&n).unwrap_or_else(|e| panic!("{n}: {e}"));
+        (n, db)
+    })
+    .collect()
 }
 
 struct Rng(u64);
@@ -46,7 +50,11 @@ fn walk(cur: &mut dyn Cursor) -> Vec<Vec<u8>> {
         return out;
     }
     while let Some((k, _)) = cur.get().unwrap() {
-        assert!(seen.insert(k.clone()), "{:?} twice", String::from_utf8_lossy(&k));
+        assert!(
+            seen.insert(k.clone()),
+            "{:?} twice",
+            String::from_utf8_lossy(&k)
+        );
         out.push(k);
         if !cur.step().unwrap() {
             break;
@@ -215,15 +223,13 @@ fn ranges_on_ordered_kinds_match_the_model() {
             ));
             continue;
         }
-        let model: BTreeMap<Vec<u8>, Vec<u8>> =
-            (0..30).map(|i| (key(i * 2), key(i))).collect();
+        let model: BTreeMap<Vec<u8>, Vec<u8>> = (0..30).map(|i| (key(i * 2), key(i))).collect();
         for (k, v) in &model {
             db.put(k, v).unwrap();
         }
         let ends = [0u64, 1, 10, 11, 58, 59, 70];
-        let bounds = |i: u64| -> Vec<Bound<Vec<u8>>> {
-            vec![Unbounded, Included(key(i)), Excluded(key(i))]
-        };
+        let bounds =
+            |i: u64| -> Vec<Bound<Vec<u8>>> { vec![Unbounded, Included(key(i)), Excluded(key(i))] };
         for &a in &ends {
             for &b in &ends {
                 for from in bounds(a) {
@@ -290,7 +296,11 @@ fn unordered_kinds_walk_each_key_once() {
         let mut cur = db.cursor().unwrap();
         let order = walk(&mut *cur);
         let want: BTreeSet<Vec<u8>> = (0..n).map(key).collect();
-        assert_eq!(order.iter().cloned().collect::<BTreeSet<_>>(), want, "{name}");
+        assert_eq!(
+            order.iter().cloned().collect::<BTreeSet<_>>(),
+            want,
+            "{name}"
+        );
         assert_eq!(order.len(), n as usize, "{name}");
         // The iterator form agrees.
         let mut it = db.cursor().unwrap();
@@ -324,7 +334,10 @@ fn unordered_kinds_walk_each_key_once() {
         // Removed: the cursor is on the next record.
         assert_eq!(cur.get().unwrap().unwrap().0, order[11], "{name}");
         let (k, r) = cur.seize().unwrap().unwrap();
-        assert_eq!((k.as_slice(), r.value.as_slice()), (&order[11][..], &order[11][..]));
+        assert_eq!(
+            (k.as_slice(), r.value.as_slice()),
+            (&order[11][..], &order[11][..])
+        );
         assert_eq!(cur.get().unwrap().unwrap().0, order[12], "{name}");
         // Removed by someone else: on to the next one as well.
         db.out(&order[12]).unwrap();
@@ -431,7 +444,8 @@ fn concurrent_walks_and_writers() {
             })
             .collect();
         for w in walkers {
-            w.join().unwrap_or_else(|_| panic!("{name}: a walker failed"));
+            w.join()
+                .unwrap_or_else(|_| panic!("{name}: a walker failed"));
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         writer.join().unwrap();

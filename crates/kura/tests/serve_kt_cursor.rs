@@ -232,7 +232,14 @@ fn cursor_procedures_on_every_kind() {
         let keys = fill(&mut rpc, 20);
         let order = rpc.list(1, false, None);
         // A new cursor is nowhere.
-        for p in ["cur_get", "cur_get_key", "cur_get_value", "cur_step", "cur_remove", "cur_seize"] {
+        for p in [
+            "cur_get",
+            "cur_get_key",
+            "cur_get_value",
+            "cur_step",
+            "cur_remove",
+            "cur_seize",
+        ] {
             let a = rpc.cur(p, 2, &[]);
             assert_eq!(a.status, 450, "{kind} {p}");
             assert_eq!(a.col("ERROR"), Some(&b"DB: 7: no record: no record"[..]));
@@ -240,7 +247,11 @@ fn cursor_procedures_on_every_kind() {
         assert_eq!(rpc.cur("cur_set_value", 2, &[("value", b"x")]).status, 450);
         // Without a numeric CUR there is no cursor.
         assert_eq!(rpc.call("cur_jump", &[]).status, 400, "{kind}");
-        assert_eq!(rpc.call("cur_jump", &[("CUR", b"x1")]).status, 400, "{kind}");
+        assert_eq!(
+            rpc.call("cur_jump", &[("CUR", b"x1")]).status,
+            400,
+            "{kind}"
+        );
         // Jump, read, step.
         assert_eq!(rpc.cur("cur_jump", 2, &[]).status, 200);
         let a = rpc.cur("cur_get_key", 2, &[]);
@@ -251,33 +262,55 @@ fn cursor_procedures_on_every_kind() {
         assert_eq!(a.col("key"), Some(&order[1][..]), "{kind}: stepped");
         assert_eq!(a.col("xt"), None, "{kind}: no expiration, no xt");
         assert_eq!(rpc.cur("cur_step", 2, &[]).status, 200);
-        assert_eq!(rpc.cur("cur_get_key", 2, &[]).col("key"), Some(&order[2][..]));
+        assert_eq!(
+            rpc.cur("cur_get_key", 2, &[]).col("key"),
+            Some(&order[2][..])
+        );
         // set_value: the value, an expiration, and a step.
-        let a = rpc.cur("cur_set_value", 2, &[("value", b"new"), ("xt", b"1000"), ("step", b"")]);
+        let a = rpc.cur(
+            "cur_set_value",
+            2,
+            &[("value", b"new"), ("xt", b"1000"), ("step", b"")],
+        );
         assert_eq!(a.status, 200, "{kind}");
         let a = rpc.call("get", &[("key", &order[2])]);
         assert_eq!(a.col("value"), Some(&b"new"[..]), "{kind}");
         assert!(a.col("xt").is_some(), "{kind}: the expiration was set");
-        assert_eq!(rpc.cur("cur_get_key", 2, &[]).col("key"), Some(&order[3][..]));
+        assert_eq!(
+            rpc.cur("cur_get_key", 2, &[]).col("key"),
+            Some(&order[3][..])
+        );
         // remove: the cursor is then on the next record.
         assert_eq!(rpc.cur("cur_remove", 2, &[]).status, 200);
         assert_eq!(rpc.call("get", &[("key", &order[3])]).status, 450);
-        assert_eq!(rpc.cur("cur_get_key", 2, &[]).col("key"), Some(&order[4][..]));
+        assert_eq!(
+            rpc.cur("cur_get_key", 2, &[]).col("key"),
+            Some(&order[4][..])
+        );
         // seize: the record, removed; then on the next one.
         let a = rpc.cur("cur_seize", 2, &[]);
         assert_eq!(a.col("key"), Some(&order[4][..]), "{kind}");
         assert_eq!(a.col("value"), Some(&[b"v-", &order[4][..]].concat()[..]));
         assert_eq!(rpc.call("get", &[("key", &order[4])]).status, 450);
-        assert_eq!(rpc.cur("cur_get_key", 2, &[]).col("key"), Some(&order[5][..]));
+        assert_eq!(
+            rpc.cur("cur_get_key", 2, &[]).col("key"),
+            Some(&order[5][..])
+        );
         // Removed by another client: the cursor is on the next record.
         let mut other = Rpc::new(&srv);
         assert_eq!(other.call("remove", &[("key", &order[5])]).status, 200);
-        assert_eq!(rpc.cur("cur_get_key", 2, &[]).col("key"), Some(&order[6][..]));
+        assert_eq!(
+            rpc.cur("cur_get_key", 2, &[]).col("key"),
+            Some(&order[6][..])
+        );
         // Backward steps: the tree only.
         let back = rpc.cur("cur_step_back", 2, &[]);
         if kind == "+" {
             assert_eq!(back.status, 200);
-            assert_eq!(rpc.cur("cur_get_key", 2, &[]).col("key"), Some(&order[2][..]));
+            assert_eq!(
+                rpc.cur("cur_get_key", 2, &[]).col("key"),
+                Some(&order[2][..])
+            );
         } else {
             assert_eq!(back.status, 501, "{kind}");
         }
@@ -305,8 +338,20 @@ fn match_similar_on_every_kind() {
         let dir = tempfile::tempdir().unwrap();
         let srv = Server::start(dir.path(), kind);
         let mut rpc = Rpc::new(&srv);
-        for k in ["apple", "apply", "ample", "maple", "applesauce", "äpple", "banana"] {
-            assert_eq!(rpc.call("set", &[("key", k.as_bytes()), ("value", b"1")]).status, 200);
+        for k in [
+            "apple",
+            "apply",
+            "ample",
+            "maple",
+            "applesauce",
+            "äpple",
+            "banana",
+        ] {
+            assert_eq!(
+                rpc.call("set", &[("key", k.as_bytes()), ("value", b"1")])
+                    .status,
+                200
+            );
         }
         let ranked = |a: &Answer| {
             let mut v: Vec<(usize, String)> = a
@@ -330,7 +375,10 @@ fn match_similar_on_every_kind() {
         let a = rpc.call("match_similar", &[("origin", b"apple"), ("utf", b"1")]);
         assert_eq!(ranked(&a), ["apple", "ample", "apply", "äpple"], "{kind}");
         // Range 2, at most 4: nearest first, then by key.
-        let a = rpc.call("match_similar", &[("origin", b"apple"), ("range", b"2"), ("max", b"4")]);
+        let a = rpc.call(
+            "match_similar",
+            &[("origin", b"apple"), ("range", b"2"), ("max", b"4")],
+        );
         assert_eq!(ranked(&a), ["apple", "ample", "apply", "maple"], "{kind}");
         assert_eq!(rpc.call("match_similar", &[]).status, 400, "{kind}");
     }

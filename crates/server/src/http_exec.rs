@@ -273,7 +273,8 @@ fn rpc<'s>(
     let status = match (http::percent_decode(name.as_bytes()), rpc_input(req)) {
         (Err(_), _) => fail(&mut out, 400, "bad escape in the procedure name"),
         (_, Err(msg)) => fail(&mut out, 400, msg),
-        (Ok(name), Ok(input)) => match procedure(store, shared, curs, &name, &input, now, &mut out) {
+        (Ok(name), Ok(input)) => match procedure(store, shared, curs, &name, &input, now, &mut out)
+        {
             Ok(status) => status,
             Err(Error::TooLarge(m)) => {
                 out.clear();

@@ -302,7 +302,19 @@ mod tests {
 
     fn brute(a: &[u32], b: &[u32]) -> usize {
         let mut d: Vec<Vec<usize>> = (0..=a.len())
-            .map(|i| (0..=b.len()).map(|j| if i == 0 { j } else if j == 0 { i } else { 0 }).collect())
+            .map(|i| {
+                (0..=b.len())
+                    .map(|j| {
+                        if i == 0 {
+                            j
+                        } else if j == 0 {
+                            i
+                        } else {
+                            0
+                        }
+                    })
+                    .collect()
+            })
             .collect();
         for i in 1..=a.len() {
             for j in 1..=b.len() {
@@ -316,15 +328,21 @@ mod tests {
 
     #[test]
     fn the_banded_distance_agrees_with_the_whole_table() {
-        let words: Vec<Vec<u32>> = ["", "a", "ab", "ba", "abc", "kitten", "sitting", "saturday", "sunday", "aaaa", "abab"]
-            .iter()
-            .map(|w| w.bytes().map(u32::from).collect())
-            .collect();
+        let words: Vec<Vec<u32>> = [
+            "", "a", "ab", "ba", "abc", "kitten", "sitting", "saturday", "sunday", "aaaa", "abab",
+        ]
+        .iter()
+        .map(|w| w.bytes().map(u32::from).collect())
+        .collect();
         for a in &words {
             for b in &words {
                 let d = brute(a, b);
                 for max in 0..8 {
-                    assert_eq!(distance_within(a, b, max), (d <= max).then_some(d), "{a:?} {b:?} {max}");
+                    assert_eq!(
+                        distance_within(a, b, max),
+                        (d <= max).then_some(d),
+                        "{a:?} {b:?} {max}"
+                    );
                 }
             }
         }
@@ -342,7 +360,10 @@ mod tests {
         }
         assert_eq!(c.len(), MAX_CURSORS);
         assert!(c.curs.iter().any(|e| e.0 == 0));
-        assert!(!c.curs.iter().any(|e| e.0 == 1), "the least recently used went");
+        assert!(
+            !c.curs.iter().any(|e| e.0 == 1),
+            "the least recently used went"
+        );
         c.delete(0);
         assert_eq!(c.len(), MAX_CURSORS - 1);
     }

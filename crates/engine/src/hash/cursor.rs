@@ -10,9 +10,9 @@
 //! exclusive hold in one pass over its table, and the keys of the last tag read.
 
 use super::*;
-use crate::cursor::{Found, Walk};
 #[cfg(doc)]
 use crate::cursor::KindCursor;
+use crate::cursor::{Found, Walk};
 use std::collections::VecDeque;
 use std::ops::Bound;
 
