@@ -367,7 +367,7 @@ fn a_walk_while_others_write_misses_and_repeats_nothing() {
             let mut touched = BTreeSet::new();
             let mut seen = BTreeSet::new();
             let mut cur = db.cursor().unwrap();
-            let mut steps = 0;
+            let mut steps = 0u64;
             while let Some((k, r)) = cur.next().unwrap() {
                 assert!(seen.insert(k.clone()), "{ctx}: {k:?} twice");
                 let fresh = k.starts_with(b"new") && r.value == b"3";
@@ -391,7 +391,7 @@ fn a_walk_while_others_write_misses_and_repeats_nothing() {
                     }
                 }
                 touched.insert(other);
-                if steps % 500 == 0 {
+                if steps.is_multiple_of(500) {
                     db.optimize("").unwrap();
                 }
             }
@@ -421,7 +421,7 @@ fn concurrent_walks_and_writers() {
                 let mut i = 0u64;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     let k = format!("churn{}", i % 300);
-                    if i % 3 == 0 {
+                    if i.is_multiple_of(3) {
                         db.out(k.as_bytes()).unwrap();
                     } else {
                         db.put(k.as_bytes(), &i.to_le_bytes()).unwrap();
