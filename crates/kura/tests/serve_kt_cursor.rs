@@ -72,6 +72,7 @@ fn unb64(s: &[u8]) -> Vec<u8> {
 impl Rpc {
     fn new(srv: &Server) -> Rpc {
         let w = srv.connect();
+        w.set_nodelay(true).unwrap();
         let r = BufReader::new(w.try_clone().unwrap());
         Rpc { w, r }
     }
@@ -86,13 +87,14 @@ impl Rpc {
             body.extend_from_slice(&b64(v));
             body.push(b'\n');
         }
-        write!(
-            self.w,
+        // One write per request (head and body together), as an HTTP client library sends it.
+        let mut req = format!(
             "POST /rpc/{proc} HTTP/1.1\r\nHost: x\r\nContent-Type: text/tab-separated-values; colenc=B\r\nContent-Length: {}\r\n\r\n",
             body.len()
         )
-        .unwrap();
-        self.w.write_all(&body).unwrap();
+        .into_bytes();
+        req.extend_from_slice(&body);
+        self.w.write_all(&req).unwrap();
         let mut line = String::new();
         self.r.read_line(&mut line).unwrap();
         let status: u16 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
