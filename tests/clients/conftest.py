@@ -9,11 +9,13 @@ KURA = os.environ.get("KURA_BIN", os.path.join(os.path.dirname(__file__), "..", 
 
 
 @pytest.fixture
-def server():
-    """Yield (host, port) of a fresh `kura serve` on an on-disk database; stop it afterwards."""
+def server(request):
+    """Yield (host, port) of a fresh `kura serve` on an on-disk database (or the database name
+    a test gives with indirect parametrization); stop it afterwards."""
+    name = getattr(request, "param", "c.kh")
     with tempfile.TemporaryDirectory() as d:
         proc = subprocess.Popen(
-            [KURA, "serve", "c.kh", "--port", "0", "--threads", "2"],
+            [KURA, "serve", name, "--port", "0", "--threads", "2"],
             cwd=d,
             stderr=subprocess.PIPE,
             stdout=subprocess.DEVNULL,

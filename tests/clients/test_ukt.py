@@ -109,3 +109,91 @@ def test_binary_expiration(kt):
     assert kt.get("bt") == b"x"
     time.sleep(2.1)
     assert kt.get("bt") is None
+
+
+# Cursors and similarity matching on every kind: `*` (memory hash), `+` (memory tree, in key
+# order, both ways) and a `.kh` (on-disk hash, forward only: the walk back answers 501, which
+# ukt raises as NotImplementedError).
+EVERY_KIND = pytest.mark.parametrize("server", ["*", "+", "c.kh"], indirect=True)
+
+
+@EVERY_KIND
+def test_cursor_walks_every_record_once(kt, request):
+    ordered = request.node.callspec.params["server"] == "+"
+    data = {"k%02d" % i: b"v%d" % i for i in range(40)}
+    assert kt.set_bulk_http(data) == 40
+    walked = [k for k, _ in kt.cursor()]
+    assert len(walked) == 40 and set(walked) == set(data)
+    if ordered:
+        assert walked == sorted(data)
+    values = dict(iter(kt.cursor()))
+    assert values == data
+    # From a key: the rest of the walk.
+    cur = kt.cursor()
+    assert cur.jump("k10")
+    assert cur.key() == "k10"
+    rest = [k for k, _ in cur]
+    assert rest == walked[walked.index("k10"):]
+    assert not kt.cursor().jump("absent" if not ordered else "zz")
+
+
+@EVERY_KIND
+def test_cursor_reads_and_writes_at_the_cursor(kt, request):
+    ordered = request.node.callspec.params["server"] == "+"
+    assert kt.set_bulk_http({"a": b"1", "b": b"2", "c": b"3", "d": b"4"}) == 4
+    order = [k for k, _ in kt.cursor()]
+    cur = kt.cursor()
+    assert cur.jump()
+    assert cur.get() == (order[0], kt.get_http(order[0]))
+    assert cur.value(step=True) == kt.get_http(order[0])
+    assert cur.key() == order[1]
+    assert cur.set_value(b"new", step=True)
+    assert kt.get_http(order[1]) == b"new"
+    assert cur.key() == order[2]
+    assert cur.remove()
+    assert kt.get_http(order[2]) is None
+    assert cur.key() == order[3]
+    assert cur.seize() == (order[3], {"a": b"1", "b": b"2", "c": b"3", "d": b"4"}[order[3]])
+    assert kt.get_http(order[3]) is None
+    assert cur.get() is None  # past the last record
+    assert cur.seize() is None and not cur.is_valid()
+    cur = kt.cursor()
+    if ordered:
+        assert cur.jump_back()
+        assert cur.key() == "b"
+        assert cur.step_back()
+        assert cur.key() == "a"
+        assert not cur.step_back()
+        assert cur.jump_back("az")
+        assert cur.key() == "a"
+    else:
+        with pytest.raises(NotImplementedError):
+            cur.jump_back()
+        assert cur.jump(order[0])
+        with pytest.raises(NotImplementedError):
+            cur.step_back()
+    assert cur.jump()
+    assert cur.close()
+    assert kt.count() == 2
+
+
+@EVERY_KIND
+def test_match_prefix_regex_similar(kt):
+    words = ["apple", "apply", "ample", "maple", "applesauce", "banana"]
+    assert kt.set_bulk_http({w: b"1" for w in words}) == len(words)
+    assert sorted(kt.match_prefix("appl")) == ["apple", "applesauce", "apply"]
+    assert sorted(kt.match_regex("^a.*e$")) == ["ample", "apple", "applesauce"]
+    # ukt asks with utf=true; nearest first, then by key.
+    assert kt.match_similar("apple") == ["apple", "ample", "apply"]
+    assert kt.match_similar("apple", distance=2, max_keys=4) == ["apple", "ample", "apply", "maple"]
+    assert kt.match_similar("zzz") == []
+
+
+def test_a_32_mib_value_over_http_and_binary(kt):
+    """Values as large as Kyoto Tycoon clients send: 32 MiB through both protocols."""
+    value = bytes(range(256)) * (32 * 4096)
+    assert kt.set_http("big-http", value)
+    assert kt.get_http("big-http") == value
+    assert kt.set("big-bin", value) == 1
+    assert kt.get("big-bin") == value
+    assert kt.get_http("big-bin") == value

@@ -12,6 +12,7 @@
 pub mod compress;
 pub mod config;
 pub mod counter;
+pub mod cursor;
 pub mod durability;
 pub mod error;
 pub mod hash;
@@ -31,6 +32,6 @@ pub use error::{Error, Result};
 pub use name::{open, open_as, open_existing, open_readonly, repair, repair_in_place};
 pub use registry::{Caps, KindInfo, Opened};
 pub use store::{
-    BatchOp, CheckReport, Counted, Current, Cursor, Damaged, Decision, Kind, Meta, Outcome, Pinned,
-    Record, RepairReport, Shown, Store, Value,
+    BatchOp, CheckReport, Counted, Current, Cursor, Damaged, Decision, KeyRange, Kind, Meta,
+    Outcome, Pinned, Record, RepairReport, Shown, Store, Value,
 };

@@ -80,6 +80,7 @@
 
 use crate::config::{OpenMode, Params};
 use crate::counter::Counter;
+use crate::cursor::{Found, KindCursor, Walk};
 use crate::error::{Error, Result};
 use crate::store::{
     check_sizes, is_expired, now_secs, BatchOp, CheckReport, Current, Cursor, Decision, Kind, Meta,
@@ -1021,11 +1022,7 @@ impl Store for MemHash {
 
     fn cursor(&self) -> Result<Box<dyn Cursor + '_>> {
         self.common.check_open()?;
-        Ok(Box::new(HashCursor {
-            db: self,
-            next_shard: 0,
-            keys: Vec::new(),
-        }))
+        Ok(Box::new(KindCursor::new(self, HashWalk::new(self))))
     }
 
     fn count(&self) -> u64 {
@@ -1211,49 +1208,148 @@ fn write_copy(dest: &Path, ops: Vec<BatchOp>) -> Result<()> {
     db.close()
 }
 
-/// Cursor over the hash: snapshots the live keys of one shard at a time and reads each record
-/// afresh when it is reached, so records deleted meanwhile are skipped and modified ones are
-/// returned with their current value. A key always lives in the same shard, so an unmodified
-/// record is returned exactly once.
-struct HashCursor<'a> {
-    db: &'a MemHash,
-    next_shard: usize,
-    /// Keys of the current shard still to visit (popped from the back).
-    keys: Vec<Vec<u8>>,
+/// Keys a window of [`HashWalk`] holds at least (and a 16th of the shard when that is more).
+const WINDOW_MIN: usize = 256;
+
+/// A key's place in the hash's walk order: (shard, low 32 bits of its hash, key).
+type Place = (usize, u32, Vec<u8>);
+
+fn place_of(key: &[u8]) -> Place {
+    let h = xxh3_64(key);
+    (shard_of(h), h as u32, key.to_vec())
 }
 
-impl Cursor for HashCursor<'_> {
-    fn next(&mut self) -> Result<Option<(Vec<u8>, Record)>> {
-        loop {
-            self.db.common.check_open()?;
-            if let Some(key) = self.keys.pop() {
-                let hash = xxh3_64(&key);
-                let sh = self.db.shard(shard_of(hash)).read();
-                // No `mark_used`: a scan says nothing about which records are hot.
-                let rec = sh
-                    .find(hash, &key)
-                    .map(|i| &sh.slots[i])
-                    .filter(|r| r.is_live_now())
-                    .map(Rec::record);
-                if let Some(rec) = rec {
-                    return Ok(Some((key, rec)));
-                }
-                continue;
-            }
-            if self.next_shard >= SHARDS {
-                return Ok(None);
-            }
-            let sh = self.db.shard(self.next_shard).read();
-            let now = now_secs();
-            self.keys = sh
-                .slots
-                .iter()
-                .rev()
-                .filter(|r| !r.is_expired(now))
-                .map(|r| r.key().to_vec())
-                .collect();
-            self.next_shard += 1;
+/// The walk behind the hash's cursor: shard by shard, and in a shard by the low 32 bits of
+/// the keys' hashes, then by key. A key's place never changes (a shard's slots move when
+/// records are removed, its table when it grows), so a walk meets a key at most once, and
+/// every key that stays live throughout. It holds a window of a shard's keys in that order
+/// (at least 256, a 16th of the shard when that is more), read in one pass under the shard's
+/// read lock; each record is read again when the walk reaches it.
+struct HashWalk<'a> {
+    db: &'a MemHash,
+    /// Every live key of shard `shard` placed in (`from`, `to`] when the window was read,
+    /// ascending by (hash, key). `shard == SHARDS`: no window.
+    shard: usize,
+    window: std::collections::VecDeque<(u32, Vec<u8>)>,
+    from: Option<(u32, Vec<u8>)>,
+    /// `None`: the window reaches the end of the shard.
+    to: Option<(u32, Vec<u8>)>,
+}
+
+impl<'a> HashWalk<'a> {
+    fn new(db: &'a MemHash) -> HashWalk<'a> {
+        HashWalk {
+            db,
+            shard: SHARDS,
+            window: Default::default(),
+            from: None,
+            to: None,
         }
+    }
+
+    /// Read the window of shard `si` after `after`.
+    fn fill(&mut self, si: usize, after: Option<(u32, Vec<u8>)>) {
+        let sh = self.db.shard(si).read();
+        let now = now_secs();
+        let past = |h: u32, i: usize| match &after {
+            None => true,
+            Some((ah, ak)) => h > *ah || (h == *ah && sh.slots[i].key() > ak.as_slice()),
+        };
+        let mut cand: Vec<(u32, u32)> = sh
+            .hashes
+            .iter()
+            .enumerate()
+            .filter(|&(i, &h)| past(h, i) && !sh.slots[i].is_expired(now))
+            .map(|(i, &h)| (h, i as u32))
+            .collect();
+        let cap = WINDOW_MIN.max(sh.slots.len() / 16);
+        let complete = cand.len() <= cap;
+        if !complete {
+            // The `cap` lowest hashes, and every other key of the highest of them.
+            cand.select_nth_unstable_by_key(cap - 1, |c| c.0);
+            let top = cand[cap - 1].0;
+            cand.retain(|c| c.0 <= top);
+        }
+        let mut window: Vec<(u32, Vec<u8>)> = cand
+            .iter()
+            .map(|&(h, i)| (h, sh.slots[i as usize].key().to_vec()))
+            .collect();
+        drop(sh);
+        window.sort_unstable();
+        self.to = if complete {
+            None
+        } else {
+            window.last().cloned()
+        };
+        self.window = window.into();
+        self.from = after;
+        self.shard = si;
+    }
+
+    /// The live record of `key` (not marked used: a walk says nothing about which records
+    /// are hot).
+    fn live(&self, key: &[u8]) -> Option<Record> {
+        let hash = xxh3_64(key);
+        let sh = self.db.shard(shard_of(hash)).read();
+        sh.find(hash, key)
+            .map(|i| &sh.slots[i])
+            .filter(|r| r.is_live_now())
+            .map(Rec::record)
+    }
+}
+
+impl Walk for HashWalk<'_> {
+    fn ordered(&self) -> bool {
+        false
+    }
+
+    fn forward(&mut self, from: Bound<&[u8]>) -> Result<Found> {
+        self.db.common.check_open()?;
+        let (mut si, mut after) = match from {
+            Unbounded => (0, None),
+            Included(k) => {
+                if let Some(r) = self.live(k) {
+                    return Ok(Some((k.to_vec(), r)));
+                }
+                let (s, h, k) = place_of(k);
+                (s, Some((h, k)))
+            }
+            Excluded(k) => {
+                let (s, h, k) = place_of(k);
+                (s, Some((h, k)))
+            }
+        };
+        while si < SHARDS {
+            if self.shard != si || self.from > after {
+                self.fill(si, after.clone());
+            }
+            while self
+                .window
+                .front()
+                .is_some_and(|e| Some(e) <= after.as_ref())
+            {
+                self.window.pop_front();
+            }
+            while let Some((h, key)) = self.window.pop_front() {
+                let rec = self.live(&key);
+                self.from = Some((h, key));
+                if let Some(r) = rec {
+                    let key = self.from.as_ref().map(|f| f.1.clone()).unwrap_or_default();
+                    return Ok(Some((key, r)));
+                }
+            }
+            match self.to.take() {
+                Some(to) => {
+                    after = Some(to);
+                    self.shard = SHARDS;
+                }
+                None => {
+                    si += 1;
+                    after = None;
+                }
+            }
+        }
+        Ok(None)
     }
 }
 
@@ -1533,10 +1629,7 @@ impl Store for MemTree {
 
     fn cursor(&self) -> Result<Box<dyn Cursor + '_>> {
         self.common.check_open()?;
-        Ok(Box::new(TreeCursor {
-            db: self,
-            pos: Unbounded,
-        }))
+        Ok(Box::new(KindCursor::new(self, TreeWalk { db: self })))
     }
 
     fn count(&self) -> u64 {
@@ -1662,46 +1755,40 @@ impl Store for MemTree {
     }
 }
 
-/// Cursor over the tree: each `next` looks up the first live record after the last key returned
-/// (`range((Excluded(last), Unbounded))`), so concurrent inserts and deletes are harmless and
+/// The walk behind the tree's cursor: each step looks up the first (or last) live record past
+/// the cursor's key in the tree, so records written meanwhile ahead of it are met, and
 /// records come in key order.
-struct TreeCursor<'a> {
+struct TreeWalk<'a> {
     db: &'a MemTree,
-    /// Where the next record starts: `Unbounded` at first, `Included` after `jump`, `Excluded`
-    /// (the last key returned) afterwards.
-    pos: Bound<Vec<u8>>,
 }
 
-impl Cursor for TreeCursor<'_> {
-    fn next(&mut self) -> Result<Option<(Vec<u8>, Record)>> {
+impl TreeWalk<'_> {
+    fn find(&self, range: (Bound<&[u8]>, Bound<&[u8]>), back: bool) -> Result<Found> {
         self.db.common.check_open()?;
         let t = self.db.inner.read();
         let now = now_secs();
-        let start = match &self.pos {
-            Unbounded => Unbounded,
-            Included(k) => Included(k.as_slice()),
-            Excluded(k) => Excluded(k.as_slice()),
+        let live = |r: &&Rec| !r.is_expired(now);
+        let mut it = t.set.range::<[u8], _>(range);
+        let found = if back {
+            it.rev().find(live)
+        } else {
+            it.find(live)
         };
-        let found = t
-            .set
-            .range::<[u8], _>((start, Unbounded))
-            .find(|r| !r.is_expired(now));
-        Ok(match found {
-            Some(r) => {
-                let key = r.key().to_vec();
-                let rec = r.record();
-                drop(t);
-                self.pos = Excluded(key.clone());
-                Some((key, rec))
-            }
-            None => None,
-        })
+        Ok(found.map(|r| (r.key().to_vec(), r.record())))
+    }
+}
+
+impl Walk for TreeWalk<'_> {
+    fn ordered(&self) -> bool {
+        true
     }
 
-    fn jump(&mut self, key: &[u8]) -> Result<()> {
-        self.db.common.check_open()?;
-        self.pos = Included(key.to_vec());
-        Ok(())
+    fn forward(&mut self, from: Bound<&[u8]>) -> Result<Found> {
+        self.find((from, Unbounded), false)
+    }
+
+    fn backward(&mut self, to: Bound<&[u8]>) -> Result<Found> {
+        self.find((Unbounded, to), true)
     }
 }
 
@@ -2036,10 +2123,15 @@ mod tests {
         assert_eq!(cur.next().unwrap().unwrap().0, b"a");
         cur.jump(b"z").unwrap();
         assert_eq!(cur.next().unwrap(), None);
-        assert!(matches!(
-            hash("").cursor().unwrap().jump(b"a"),
-            Err(Error::Unsupported(_))
-        ));
+        // On the hash, a jump goes to the key itself; the walk back is not there.
+        let h = hash("");
+        h.put(b"a", b"1").unwrap();
+        let mut cur = h.cursor().unwrap();
+        assert!(!cur.jump(b"b").unwrap());
+        assert!(cur.jump(b"a").unwrap());
+        assert_eq!(cur.get().unwrap().unwrap().0, b"a");
+        assert!(matches!(cur.jump_back(b"a"), Err(Error::Unsupported(_))));
+        assert!(matches!(cur.step_back(), Err(Error::Unsupported(_))));
     }
 
     #[test]

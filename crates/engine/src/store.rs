@@ -258,20 +258,107 @@ pub enum Kind {
     DiskHash,
 }
 
-/// A cursor over the records of a store. Records written during iteration may or may not be
-/// seen; a record that exists for the whole iteration and is not modified is seen exactly once.
+/// A cursor over the records of a store (see docs/ARCHITECTURE.md, "Cursors").
+///
+/// A cursor is *on* a record (after `first`, `last`, `jump`, `jump_back`, `step`,
+/// `step_back`), or nowhere (when made, after running off an end or a jump that found
+/// nothing). Ordered kinds walk in key order, both ways; unordered kinds in their storage
+/// order, forward only: `last`, `jump_back` and `step_back` fail there with
+/// [`Error::Unsupported`], and `jump(k)` goes to the record of `k` itself.
+///
+/// Others may write meanwhile. The record a cursor is on is read again at each use: a read
+/// shows its current value, and when it was removed (by anyone) the cursor is on the next
+/// record, as Kyoto Cabinet's cursors are. A forward walk (from `first` or a `jump`) returns
+/// every record that is live for the whole walk exactly once and no key twice; a record
+/// written or removed during the walk may or may not be returned (each kind says which in
+/// docs/ARCHITECTURE.md).
 pub trait Cursor: Send {
-    /// The next live record, or `None` at the end.
+    /// Go to the first record; false when there is none.
+    fn first(&mut self) -> Result<bool>;
+    /// Go to the last record (ordered kinds); false when there is none.
+    fn last(&mut self) -> Result<bool> {
+        Err(Error::Unsupported(
+            "a backward walk on an unordered database",
+        ))
+    }
+    /// Go to the first record whose key is >= `key` (ordered kinds), or to the record of
+    /// `key` itself (unordered kinds); false when there is none.
+    fn jump(&mut self, key: &[u8]) -> Result<bool>;
+    /// Go to the last record whose key is <= `key` (ordered kinds); false when there is none.
+    fn jump_back(&mut self, _key: &[u8]) -> Result<bool> {
+        Err(Error::Unsupported(
+            "a backward walk on an unordered database",
+        ))
+    }
+    /// Go to the next record; false (and nowhere) past the last one or when nowhere.
+    fn step(&mut self) -> Result<bool>;
+    /// Go to the previous record (ordered kinds); false (and nowhere) before the first one or
+    /// when nowhere.
+    fn step_back(&mut self) -> Result<bool> {
+        Err(Error::Unsupported(
+            "a backward walk on an unordered database",
+        ))
+    }
+    /// The record the cursor is on (read now); `None` when nowhere.
+    fn get(&mut self) -> Result<Option<(Vec<u8>, Record)>>;
+    /// Replace the value of the record the cursor is on, keeping its flags; its expiration
+    /// becomes `expires` when given. False when nowhere.
+    fn set_value(&mut self, value: &[u8], expires: Option<u64>) -> Result<bool>;
+    /// Remove the record the cursor is on; the cursor is then on the next one. False when
+    /// nowhere.
+    fn remove(&mut self) -> Result<bool>;
+    /// Remove the record the cursor is on and return it; the cursor is then on the next one.
+    fn seize(&mut self) -> Result<Option<(Vec<u8>, Record)>>;
+    /// Iterate: the record the cursor is on, the cursor then moving past it (the first record
+    /// when the cursor was just made); `None` at the end.
     fn next(&mut self) -> Result<Option<(Vec<u8>, Record)>>;
-    /// Damaged regions of the files the cursor has passed over (their records skipped): only
-    /// a database opened read-only despite damage has any.
+    /// Damaged records the cursor has passed over (skipped): only a database opened despite
+    /// damage has any.
     fn damage_skipped(&self) -> u64 {
         0
     }
+}
 
-    /// Position so that the next record is the first with key >= `key` (ordered kinds only).
-    fn jump(&mut self, _key: &[u8]) -> Result<()> {
-        Err(Error::Unsupported("cursor jump on an unordered database"))
+/// The keys [`Store::for_each_in_range`] shows: `from` and `to` bound them below and above
+/// (each inclusive, exclusive or open); `desc` walks from the top; at most `max` records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyRange<'a> {
+    pub from: std::ops::Bound<&'a [u8]>,
+    pub to: std::ops::Bound<&'a [u8]>,
+    pub desc: bool,
+    pub max: usize,
+}
+
+impl<'a> KeyRange<'a> {
+    /// `[from, to)` (`to` open when `None`), ascending, unlimited.
+    pub fn new(from: &'a [u8], to: Option<&'a [u8]>) -> KeyRange<'a> {
+        use std::ops::Bound::{Excluded, Included, Unbounded};
+        KeyRange {
+            from: Included(from),
+            to: to.map_or(Unbounded, Excluded),
+            desc: false,
+            max: usize::MAX,
+        }
+    }
+
+    /// Whether `key` is above the lower bound.
+    pub fn above_from(&self, key: &[u8]) -> bool {
+        use std::ops::Bound::{Excluded, Included, Unbounded};
+        match self.from {
+            Included(f) => key >= f,
+            Excluded(f) => key > f,
+            Unbounded => true,
+        }
+    }
+
+    /// Whether `key` is below the upper bound.
+    pub fn below_to(&self, key: &[u8]) -> bool {
+        use std::ops::Bound::{Excluded, Included, Unbounded};
+        match self.to {
+            Included(t) => key <= t,
+            Excluded(t) => key < t,
+            Unbounded => true,
+        }
     }
 }
 
@@ -518,22 +605,28 @@ pub trait Store: Send + Sync {
         if max == 0 {
             return Ok(out);
         }
-        let mut cur = self.cursor()?;
         if self.kind().ordered() {
-            cur.jump(prefix)?;
-            while let Some((k, _)) = cur.next()? {
-                if !k.starts_with(prefix) || out.len() >= max {
-                    break;
+            let range = KeyRange {
+                from: std::ops::Bound::Included(prefix),
+                to: std::ops::Bound::Unbounded,
+                desc: false,
+                max,
+            };
+            self.for_each_in_range(&range, &mut |k, _, _| {
+                if !k.starts_with(prefix) {
+                    return Ok(false);
                 }
+                out.push(k.to_vec());
+                Ok(true)
+            })?;
+            return Ok(out);
+        }
+        let mut cur = self.cursor()?;
+        while let Some((k, _)) = cur.next()? {
+            if k.starts_with(prefix) {
                 out.push(k);
-            }
-        } else {
-            while let Some((k, _)) = cur.next()? {
-                if k.starts_with(prefix) {
-                    out.push(k);
-                    if out.len() >= max {
-                        break;
-                    }
+                if out.len() >= max {
+                    break;
                 }
             }
         }
@@ -542,19 +635,71 @@ pub trait Store: Send + Sync {
 
     /// Keys in `[from, to)` in order, up to `max` (ordered kinds only).
     fn range(&self, from: &[u8], to: Option<&[u8]>, max: usize) -> Result<Vec<Vec<u8>>> {
+        let mut out = Vec::new();
+        let range = KeyRange {
+            max,
+            ..KeyRange::new(from, to)
+        };
+        self.for_each_in_range(&range, &mut |k, _, _| {
+            out.push(k.to_vec());
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Call `f` with each live record whose key is in `range`, in key order (descending when
+    /// `range.desc`), at most `range.max` of them, until `f` returns `Ok(false)` (ordered kinds
+    /// only: [`Error::Unsupported`] on others). `f` must not call the store. Returns how many
+    /// records `f` was shown. Built on the cursor, with its guarantees.
+    fn for_each_in_range(&self, range: &KeyRange<'_>, f: &mut RecordVisitor<'_>) -> Result<u64> {
+        use std::ops::Bound::{Excluded, Included, Unbounded};
         if !self.kind().ordered() {
-            return Err(Error::Unsupported("range on an unordered database"));
+            return Err(Error::Unsupported("a key range on an unordered database"));
+        }
+        let mut shown = 0u64;
+        if range.max == 0 {
+            return Ok(0);
         }
         let mut cur = self.cursor()?;
-        cur.jump(from)?;
-        let mut out = Vec::new();
-        while out.len() < max {
-            match cur.next()? {
-                Some((k, _)) if to.is_none_or(|t| k.as_slice() < t) => out.push(k),
-                _ => break,
+        // Start at the bound the walk comes from; a record on an exclusive bound is skipped.
+        let on = match (range.desc, range.from, range.to) {
+            (false, Unbounded, _) => cur.first()?,
+            (false, Included(k) | Excluded(k), _) => cur.jump(k)?,
+            (true, _, Unbounded) => cur.last()?,
+            (true, _, Included(k) | Excluded(k)) => cur.jump_back(k)?,
+        };
+        if !on {
+            return Ok(0);
+        }
+        // Ascending: `next` reads each record once and moves past it; descending reads the
+        // record, then steps back.
+        loop {
+            let got = if range.desc { cur.get()? } else { cur.next()? };
+            let Some((k, r)) = got else { break };
+            let on_start = match (range.desc, range.from, range.to) {
+                (false, Excluded(f), _) => k.as_slice() == f,
+                (true, _, Excluded(t)) => k.as_slice() == t,
+                _ => false,
+            };
+            if !on_start {
+                let inside = if range.desc {
+                    range.above_from(&k)
+                } else {
+                    range.below_to(&k)
+                };
+                if !inside {
+                    break;
+                }
+                shown += 1;
+                if !f(&k, &r.value, r.meta)? || shown >= range.max as u64 {
+                    break;
+                }
+            }
+            if range.desc && !cur.step_back()? {
+                break;
             }
         }
-        Ok(out)
+        Ok(shown)
     }
 
     /// Store unconditionally with no flags and no expiration.

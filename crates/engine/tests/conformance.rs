@@ -901,13 +901,45 @@ fn too_large(r: kura_engine::Result<impl std::fmt::Debug>, what: &str) {
 /// memcached's decimal counter form, written from the trait's documentation: digits (1 to 20,
 /// no overflow), then optionally spaces.
 fn model_decimal(v: &[u8]) -> Option<u64> {
-    let digits = v.iter().take_while(|b| b.is_ascii_digit()).count();
-    if digits == 0 || digits > 20 || !v[digits..].iter().all(|&b| b == b' ') {
+    // memcached reads a counter with `strtoull` (on the value and its "\r\n"): white space,
+    // a sign, digits, then the end or white space; a result that reads as negative is not a
+    // number ("-0" is 0).
+    let space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
+    let mut i = v.iter().take_while(|&&b| space(b)).count();
+    let neg = match v.get(i) {
+        Some(b'-') => {
+            i += 1;
+            true
+        }
+        Some(b'+') => {
+            i += 1;
+            false
+        }
+        _ => false,
+    };
+    let start = i;
+    let mut n = 0u64;
+    while let Some(&d) = v.get(i).filter(|b| b.is_ascii_digit()) {
+        n = n.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+        i += 1;
+    }
+    if i == start || v.get(i).is_some_and(|&b| !space(b)) {
         return None;
     }
-    v[..digits].iter().try_fold(0u64, |n, &d| {
-        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-    })
+    if !neg {
+        return Some(n);
+    }
+    let n = n.wrapping_neg();
+    ((n as i64) >= 0).then_some(n)
+}
+
+/// What memcached stores for a counter `n` over `old_len` bytes: padded with spaces.
+fn model_counter(n: u64, old_len: usize) -> Vec<u8> {
+    let mut v = n.to_string().into_bytes();
+    if v.len() < old_len {
+        v.resize(old_len, b' ');
+    }
+    v
 }
 
 /// Apply one operation on keys (the ones threads run too) to `db` and to the model, checking
@@ -1036,13 +1068,17 @@ fn apply_key_op(db: &dyn Store, m: &mut Model, op: &Op) {
             width,
         } => {
             let meta = db.putshl(k, v, *width).unwrap();
-            let (mut joined, flags, expires) = match m.get(k) {
-                Some(c) => (c.value.clone(), c.flags, c.expires),
-                None => (Vec::new(), 0, 0),
-            };
-            joined.extend_from_slice(v);
-            let cut = joined.len().saturating_sub(*width);
-            m.wrote(k, joined[cut..].to_vec(), flags, expires, meta);
+            // Tyrant's: an absent record gets the whole value; an existing one the last
+            // `width` bytes of the two joined.
+            match m.get(k).cloned() {
+                None => m.wrote(k, v.to_vec(), 0, 0, meta),
+                Some(c) => {
+                    let mut joined = c.value.clone();
+                    joined.extend_from_slice(v);
+                    let cut = joined.len().saturating_sub(*width);
+                    m.wrote(k, joined[cut..].to_vec(), c.flags, c.expires, meta);
+                }
+            }
         }
         Op::Out(k) => {
             let had = m.remove(k).is_some();
@@ -1105,14 +1141,16 @@ fn apply_key_op(db: &dyn Store, m: &mut Model, op: &Op) {
         Op::AddDouble { key: k, delta } => {
             let r = db.adddouble(k, *delta);
             let cur = m.get(k).cloned();
-            let base = match &cur {
-                None => Some((0f64, 0, 0)),
+            // Tokyo Cabinet's: an absent record becomes `delta` itself; any sum is stored,
+            // an infinity or NaN included.
+            let next = match &cur {
+                None => Some((*delta, 0, 0)),
                 Some(c) => <[u8; 8]>::try_from(&c.value[..])
                     .ok()
-                    .map(|b| (f64::from_le_bytes(b), c.flags, c.expires)),
+                    .map(|b| (f64::from_le_bytes(b) + delta, c.flags, c.expires)),
             };
-            match base.map(|(b, f, e)| (b + delta, f, e)) {
-                Some((n, flags, expires)) if n.is_finite() => {
+            match next {
+                Some((n, flags, expires)) => {
                     assert_eq!(r.unwrap().to_bits(), n.to_bits(), "adddouble {k:?}");
                     m.learn(db, k, n.to_le_bytes().to_vec(), flags, expires);
                 }
@@ -1148,7 +1186,7 @@ fn apply_key_op(db: &dyn Store, m: &mut Model, op: &Op) {
                 (Some(c), Ok(Counted::VersionMismatch)) if cas != 0 && cas != c.version => {}
                 (Some(c), r) if cas == 0 || cas == c.version => {
                     match (model_decimal(&c.value), r) {
-                        (None, Err(Error::NotNumeric)) => {
+                        (None, Err(Error::NotNumeric) | Ok(Counted::NotNumeric)) => {
                             let got = db.get(k).unwrap().map(|r| Rec::of(&r.value, r.meta));
                             m.expect(k, got, "after a failed incr");
                         }
@@ -1159,7 +1197,8 @@ fn apply_key_op(db: &dyn Store, m: &mut Model, op: &Op) {
                                 n.wrapping_add(*delta)
                             };
                             assert_eq!(got, n, "incr {k:?} of {:?}", Bytes(c.value.clone()));
-                            m.wrote(k, n.to_string().into_bytes(), c.flags, c.expires, meta);
+                            let stored = model_counter(n, c.value.len());
+                            m.wrote(k, stored, c.flags, c.expires, meta);
                         }
                         (n, r) => panic!(
                             "incr {k:?} of {:?} (decimal {n:?}): {r:?}",
@@ -1372,11 +1411,24 @@ fn check_cursor(db: &dyn Store, m: &mut Model, keys: &Keys, writes: bool, seed: 
     for _ in 0..3 {
         let at = keys.probe(&mut rng);
         if !ordered {
-            assert!(
-                matches!(cur.jump(&at), Err(Error::Unsupported(_))),
-                "jump on an unordered kind"
-            );
-            break;
+            // An unordered kind jumps to the key's own record, and walks only forward.
+            let live = m.live.get(&at).cloned();
+            assert_eq!(cur.jump(&at).unwrap(), live.is_some(), "jump {at:?}");
+            match live {
+                Some(_) => {
+                    let (k, r) = cur.get().unwrap().expect("on the record jumped to");
+                    assert_eq!(Bytes(k), at, "jump on an unordered kind");
+                    m.expect(&at, Some(Rec::of(&r.value, r.meta)), "cursor after a jump");
+                }
+                None => assert!(cur.get().unwrap().is_none(), "jump {at:?} to a missing key"),
+            }
+            for refused in [cur.last(), cur.jump_back(&at), cur.step_back()] {
+                assert!(
+                    matches!(refused, Err(Error::Unsupported(_))),
+                    "a backward move on an unordered kind"
+                );
+            }
+            continue;
         }
         cur.jump(&at).unwrap();
         let want: Vec<Bytes> = m

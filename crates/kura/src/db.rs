@@ -13,7 +13,7 @@
 
 use crate::transfer::{self, Input, LineFormat};
 use clap::Subcommand;
-use kura_engine::{self as engine, tsv, Error, OpenMode, Outcome, Store};
+use kura_engine::{self as engine, tsv, Error, KeyRange, OpenMode, Outcome, Store};
 use std::ffi::OsString;
 use std::io::{self, BufWriter, IsTerminal, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -84,6 +84,16 @@ pub enum DbCommand {
         /// At most this many records.
         #[arg(long)]
         limit: Option<usize>,
+        /// Only keys from this one on (inclusive; ordered kinds).
+        #[arg(long)]
+        from: Option<OsString>,
+        /// Only keys before this one (exclusive; ordered kinds).
+        #[arg(long)]
+        to: Option<OsString>,
+        /// In descending key order (ordered kinds): the keys of [--from, --to) from the
+        /// last.
+        #[arg(long)]
+        desc: bool,
         /// Print `KEY<TAB>VALUE` lines (the `export` format) instead of keys only.
         #[arg(long)]
         values: bool,
@@ -231,10 +241,20 @@ fn dispatch(cmd: DbCommand) -> Res {
             name,
             prefix,
             limit,
+            from,
+            to,
+            desc,
             values,
         } => with_db(&name, Open::ReadOnly, |db| {
-            let prefix = prefix.as_ref().map(|p| p.as_bytes()).unwrap_or_default();
-            list(db, prefix, limit.unwrap_or(usize::MAX), values, &name)
+            let bytes = |o: &Option<OsString>| o.as_ref().map(|p| p.as_bytes().to_vec());
+            let sel = Selection {
+                prefix: bytes(&prefix).unwrap_or_default(),
+                from: bytes(&from),
+                to: bytes(&to),
+                desc,
+                limit: limit.unwrap_or(usize::MAX),
+            };
+            list(db, &sel, values, &name)
         }),
         DbCommand::Import {
             name,
@@ -440,12 +460,21 @@ fn get(db: &dyn Store, key: &[u8]) -> Res {
     }
 }
 
-fn list(db: &dyn Store, prefix: &[u8], limit: usize, values: bool, name: &str) -> Res {
-    let ordered = db.kind().ordered();
+/// Which records `list` shows.
+struct Selection {
+    prefix: Vec<u8>,
+    /// Inclusive lower bound (ordered kinds).
+    from: Option<Vec<u8>>,
+    /// Exclusive upper bound (ordered kinds).
+    to: Option<Vec<u8>>,
+    desc: bool,
+    limit: usize,
+}
+
+fn list(db: &dyn Store, sel: &Selection, values: bool, name: &str) -> Res {
     let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());
     let mut line = Vec::new();
-    let mut n = 0;
-    let mut write = |key: &[u8], value: &[u8], out: &mut BufWriter<_>| {
+    let mut write = |key: &[u8], value: &[u8]| -> Res {
         line.clear();
         if values {
             tsv::write_line(&mut line, key, value);
@@ -455,15 +484,35 @@ fn list(db: &dyn Store, prefix: &[u8], limit: usize, values: bool, name: &str) -
         }
         out.write_all(&line).map_err(stdout_err)
     };
-    if !ordered {
+    let damaged = select(db, sel, &mut write)?;
+    out.flush().map_err(stdout_err)?;
+    damage_note(damaged + db.damage_found().len() as u64, name)
+}
+
+/// Show `emit` the records `sel` selects; the damaged records passed over.
+fn select(
+    db: &dyn Store,
+    sel: &Selection,
+    emit: &mut dyn FnMut(&[u8], &[u8]) -> Res,
+) -> Result<u64, Fail> {
+    use std::ops::Bound::{Excluded, Included, Unbounded};
+    let mut n = 0;
+    let mut failed = None;
+    let prefix = sel.prefix.as_slice();
+    if !db.kind().ordered() {
+        if sel.from.is_some() || sel.to.is_some() || sel.desc {
+            return Err(Fail::Err(format!(
+                "--from, --to and --desc need an ordered database, not a {}",
+                db.kind().name()
+            )));
+        }
         // In no order anyway: the kind's fastest way through every record.
-        let mut failed = None;
         let damaged = db.for_each_record(&mut |key, value, _| {
-            if n >= limit {
+            if n >= sel.limit {
                 return Ok(false);
             }
             if key.starts_with(prefix) {
-                if let Err(e) = write(key, value, &mut out) {
+                if let Err(e) = emit(key, value) {
                     failed = Some(e);
                     return Ok(false);
                 }
@@ -471,26 +520,37 @@ fn list(db: &dyn Store, prefix: &[u8], limit: usize, values: bool, name: &str) -
             }
             Ok(true)
         })?;
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        out.flush().map_err(stdout_err)?;
-        return damage_note(damaged + db.damage_found().len() as u64, name);
+        return failed.map_or(Ok(damaged), Err);
     }
-    let mut cur = db.cursor()?;
-    if !prefix.is_empty() {
-        cur.jump(prefix)?;
+    // Key order: from the prefix (or --from) up, or from --to down; keys outside the prefix
+    // end the walk once it has passed the prefix's keys.
+    let from = match &sel.from {
+        Some(f) => Included(f.as_slice()),
+        None if !prefix.is_empty() => Included(prefix),
+        None => Unbounded,
+    };
+    let range = KeyRange {
+        from,
+        to: sel.to.as_deref().map_or(Unbounded, Excluded),
+        desc: sel.desc,
+        max: usize::MAX,
+    };
+    if sel.limit == 0 {
+        return Ok(0);
     }
-    while n < limit {
-        let Some((key, rec)) = cur.next()? else { break };
+    db.for_each_in_range(&range, &mut |key, value, _| {
         if !key.starts_with(prefix) {
-            break;
+            // Past the prefix's keys in the walk's direction: done; before them: on.
+            return Ok((key < prefix) != sel.desc);
         }
-        write(&key, &rec.value, &mut out)?;
+        if let Err(e) = emit(key, value) {
+            failed = Some(e);
+            return Ok(false);
+        }
         n += 1;
-    }
-    out.flush().map_err(stdout_err)?;
-    damage_note(cur.damage_skipped() + db.damage_found().len() as u64, name)
+        Ok(n < sel.limit)
+    })?;
+    failed.map_or(Ok(0), Err)
 }
 
 /// A progress counter on stderr, shown only when stderr is a terminal.
@@ -625,5 +685,75 @@ pub(crate) fn damage_note(damaged: u64, name: &str) -> Res {
             "{name}: {n} damaged region(s) skipped, their records left out; `kura db check \
              {name}` lists them"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The keys `select` shows on a tree holding a0..a9, b0..b9.
+    fn keys(
+        prefix: &str,
+        from: Option<&str>,
+        to: Option<&str>,
+        desc: bool,
+        limit: usize,
+    ) -> String {
+        let db = engine::open("+").unwrap();
+        for c in ["a", "b"] {
+            for i in 0..10 {
+                db.put(format!("{c}{i}").as_bytes(), b"v").unwrap();
+            }
+        }
+        let sel = Selection {
+            prefix: prefix.as_bytes().to_vec(),
+            from: from.map(|f| f.as_bytes().to_vec()),
+            to: to.map(|t| t.as_bytes().to_vec()),
+            desc,
+            limit,
+        };
+        let mut out = Vec::new();
+        let r = select(&*db, &sel, &mut |k, _| {
+            out.push(String::from_utf8_lossy(k).into_owned());
+            Ok(())
+        });
+        assert!(r.is_ok());
+        out.join(" ")
+    }
+
+    #[test]
+    fn ranges_prefixes_directions_and_limits_on_a_tree() {
+        let m = usize::MAX;
+        assert_eq!(keys("", Some("a8"), Some("b2"), false, m), "a8 a9 b0 b1");
+        assert_eq!(keys("", Some("a8"), Some("b2"), true, m), "b1 b0 a9 a8");
+        assert_eq!(keys("", Some("a8"), None, false, 3), "a8 a9 b0");
+        assert_eq!(keys("", None, Some("a2"), true, m), "a1 a0");
+        assert_eq!(keys("", None, None, true, 2), "b9 b8");
+        assert_eq!(keys("b", None, None, false, 3), "b0 b1 b2");
+        assert_eq!(keys("a", None, None, true, 2), "a9 a8");
+        assert_eq!(keys("a", Some("a7"), Some("b5"), false, m), "a7 a8 a9");
+        assert_eq!(keys("b", Some("a7"), Some("b2"), true, m), "b1 b0");
+        assert_eq!(keys("", Some("b"), Some("a"), false, m), "");
+        assert_eq!(keys("", None, None, false, 0), "");
+    }
+
+    #[test]
+    fn ranges_need_an_ordered_kind() {
+        let db = engine::open("*").unwrap();
+        db.put(b"k", b"v").unwrap();
+        for (from, desc) in [(Some(b"a".to_vec()), false), (None, true)] {
+            let sel = Selection {
+                prefix: Vec::new(),
+                from,
+                to: None,
+                desc,
+                limit: usize::MAX,
+            };
+            match select(&*db, &sel, &mut |_, _| Ok(())) {
+                Err(Fail::Err(m)) => assert!(m.contains("ordered"), "{m}"),
+                _ => panic!("an unordered kind took a range"),
+            }
+        }
     }
 }

@@ -34,9 +34,19 @@ pub struct ServeArgs {
     /// Connections served at once; more are refused with an error.
     #[arg(long, default_value_t = 4096)]
     max_connections: usize,
-    /// Largest value accepted (k/m/g suffixes; at most 1g).
+    /// Largest item of the memcached protocols (k/m/g suffixes; at most 1g).
     #[arg(long, default_value = "1m", value_parser = item_size)]
     max_item_size: u64,
+    /// Largest value of the Tokyo Tyrant and Kyoto Tycoon protocols, binary and HTTP (k/m/g
+    /// suffixes; at most 1g).
+    #[arg(long, default_value = "64m", value_parser = item_size)]
+    max_value_size: u64,
+    /// Bytes of large requests the server holds in memory at once, beyond 128 KiB per
+    /// connection: a connection whose request is larger waits for room before it is read on
+    /// (k/m/g suffixes). At least the largest request of any protocol (about twice
+    /// --max-value-size, for HTTP bodies).
+    #[arg(long, default_value = "1g", value_parser = parse_bytes)]
+    max_inflight: u64,
     /// Close connections idle for this many seconds (default: never).
     #[arg(long)]
     timeout: Option<u64>,
@@ -84,6 +94,10 @@ fn item_size(s: &str) -> Result<u64, String> {
         Some(n) if (1..=1 << 30).contains(&n) => Ok(n),
         _ => Err("expected a size from 1 to 1g (k/m/g suffixes)".into()),
     }
+}
+
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    parse_size(s).ok_or_else(|| "expected a size (k/m/g suffixes)".into())
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -311,6 +325,15 @@ pub fn run(a: ServeArgs) -> ExitCode {
         );
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
+    let least =
+        kura_server::net::min_inflight(a.max_item_size as usize, a.max_value_size as usize) as u64;
+    if a.max_inflight < least {
+        let msg = format!(
+            "--max-inflight {} is below the largest request the server accepts ({least} bytes)",
+            a.max_inflight
+        );
+        return fail(Some(&log), daemon, msg);
+    }
     raise_fd_limit(a.max_connections, &log);
     if let Some(p) = &a.pid {
         if let Some(pid) = running_pid(p) {
@@ -364,6 +387,8 @@ pub fn run(a: ServeArgs) -> ExitCode {
         threads,
         max_connections: a.max_connections,
         max_item_size: a.max_item_size as usize,
+        max_value_size: a.max_value_size as usize,
+        max_inflight: usize::try_from(a.max_inflight).unwrap_or(usize::MAX),
         idle_timeout: a.timeout.map(Duration::from_secs),
         // The second listener, when there is one, is --memcached-port.
         memcached_only: if a.memcached_port.is_some() {

@@ -538,3 +538,25 @@ fn non_utf8_arguments_are_bytes() {
     // The message shows the key escaped, never raw control bytes.
     assert!(stderr(&missing).contains("\\x01"), "{}", stderr(&missing));
 }
+
+/// `kura db list --from/--to/--desc` needs an ordered kind: on a hash it is an error (status
+/// 2, nothing listed); on the memory tree (empty at each open) it lists nothing.
+#[test]
+fn db_list_ranges_need_an_ordered_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    ok(run(dir.path(), &["put", "h.kh", "k", "v", "--create"]));
+    for args in [&["--from", "a"][..], &["--to", "z"], &["--desc"]] {
+        let o = run(dir.path(), &[&["list", "h.kh"], args].concat());
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&o).contains("ordered"), "{}", stderr(&o));
+        assert!(o.stdout.is_empty());
+    }
+    let o = ok(run(
+        dir.path(),
+        &[
+            "list", "+", "--from", "a", "--to", "z", "--desc", "--limit", "3",
+        ],
+    ));
+    assert!(o.stdout.is_empty());
+    assert_eq!(stdout(&ok(run(dir.path(), &["list", "h.kh"]))), "k\n");
+}

@@ -347,3 +347,22 @@ fn bad_tyrant_input_closes_that_connection_only() {
     );
     assert_eq!(call(&mut good, &Request::Rnum), Reply::U64(1));
 }
+
+/// `kura remote list` on an ordered database (`+`): every key, in key order, with or without a
+/// prefix and a limit.
+#[test]
+fn remote_list_is_in_key_order_on_an_ordered_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = Server::start(dir.path(), "+");
+    for k in ["m", "b", "x", "a", "ba", "c"] {
+        assert!(remote(&srv.addr, &["put", k, "v"]).status.success());
+    }
+    let list = |args: &[&str]| {
+        let o = remote(&srv.addr, &[&["list"], args].concat());
+        assert!(o.status.success());
+        String::from_utf8(o.stdout).unwrap()
+    };
+    assert_eq!(list(&[]), "a\nb\nba\nc\nm\nx\n");
+    assert_eq!(list(&["--prefix", "b"]), "b\nba\n");
+    assert_eq!(list(&["--limit", "3"]), "a\nb\nba\n");
+}

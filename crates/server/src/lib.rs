@@ -3,12 +3,13 @@
 //!
 //! The server-wide context every executor shares: `context`. Executors: memcached text and binary (`mc_exec`, `mc_bin_exec`), Tokyo Tyrant (`tt_exec`),
 //! HTTP — Tyrant's REST, Kyoto Tycoon's RPC and REST (`http_exec`), Kyoto Tycoon's binary
-//! protocol (`kt_bin_exec`); the command mask every one
+//! protocol (`kt_bin_exec`), Kyoto Tycoon's cursors and `match_similar` (`kt_cursor`); the command mask every one
 //! of them checks (`mask`); the connection loop (`net`) and its output queue (`out`).
 
 pub mod context;
 pub mod http_exec;
 pub mod kt_bin_exec;
+pub mod kt_cursor;
 pub mod mask;
 pub mod mc_access;
 pub mod mc_bin_exec;

@@ -8,6 +8,7 @@
 //! (`kura_proto`) and executor, all on the same store.
 
 use crate::context::{Next, Shared};
+use crate::kt_cursor::KtCursors;
 use crate::mc_exec;
 use crate::mc_stats::Dump;
 use crate::out::Out;
@@ -29,7 +30,13 @@ use std::time::{Duration, Instant};
 pub struct Config {
     pub threads: usize,
     pub max_connections: usize,
+    /// memcached's item size limit (text and binary).
     pub max_item_size: usize,
+    /// Largest value of the Tokyo Tyrant and Kyoto Tycoon protocols (binary and HTTP).
+    pub max_value_size: usize,
+    /// Bytes of requests in flight that connections may hold beyond their free allowance,
+    /// server-wide ([`Budget`]); at least the largest request any protocol accepts.
+    pub max_inflight: usize,
     /// Close connections idle for longer than this.
     pub idle_timeout: Option<Duration>,
     /// The listeners (by their place in the list given to [`serve`]) that serve the memcached
@@ -66,6 +73,57 @@ pub fn sniff(first: u8, memcached_only: bool) -> Protocol {
 /// Stop reading from a client while this many reply bytes wait for it (back-pressure).
 const MAX_PENDING_OUT: usize = 4 << 20;
 const READ_CHUNK: usize = 64 << 10;
+/// Request bytes a connection may hold without a grant from the [`Budget`]: a read is made
+/// without one while the buffer holds at most `FREE - READ_CHUNK` bytes.
+pub const FREE: usize = 2 * READ_CHUNK;
+/// The default of [`Config::max_value_size`]: Kyoto Tycoon and Tokyo Tyrant clients send
+/// values of tens of megabytes.
+pub const DEFAULT_MAX_VALUE: usize = 64 << 20;
+/// The default of [`Config::max_inflight`].
+pub const DEFAULT_MAX_INFLIGHT: usize = 1 << 30;
+
+/// The server-wide budget of request bytes in flight beyond every connection's [`FREE`]
+/// allowance. A connection whose buffer outgrows its allowance (a request larger than that
+/// arriving) takes a grant of the largest request its protocol accepts before it reads on, and
+/// gives it back once its buffer is down to its allowance; when the budget has no such grant
+/// left, the connection is not read (the client waits, its bytes stay in the kernel) and is
+/// tried again every [`PAUSED_RETRY`]. Each holder of a grant can always finish its request,
+/// so requests never wait for each other in a circle. Request memory is thus bounded by
+/// connections × `FREE` + the budget (plus one read chunk per connection).
+pub struct Budget {
+    cap: usize,
+    used: std::sync::atomic::AtomicUsize,
+}
+
+impl Budget {
+    pub fn new(cap: usize) -> Budget {
+        Budget {
+            cap,
+            used: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// Take `n` bytes if they are left.
+    pub fn take(&self, n: usize) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                u.checked_add(n).filter(|&t| t <= self.cap)
+            })
+            .is_ok()
+    }
+
+    pub fn give(&self, n: usize) {
+        self.used.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// Bytes granted now.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Acquire)
+    }
+}
+
+/// How often a connection waiting for the budget is tried again.
+const PAUSED_RETRY: Duration = Duration::from_millis(5);
 
 /// The commit thread: workers ask for a sync (a ticket) instead of waiting for one, and are woken
 /// when it is done; one fsync then covers the writes of every worker that asked meanwhile.
@@ -144,6 +202,8 @@ struct Conn<'s> {
     ticket: u64,
     /// Tokyo Tyrant connections only: the iterator (`iterinit` / `iternext`).
     tt: Option<Box<TtState<'s>>>,
+    /// HTTP connections only: Kyoto Tycoon's cursors (`cur_*`), freed with the connection.
+    kt: Option<Box<KtCursors<'s>>>,
     /// Accepted on a memcached-only port.
     mc_only: bool,
     /// memcached text: the long retrieval line whose next piece is due.
@@ -154,6 +214,10 @@ struct Conn<'s> {
     want_dump: Option<bool>,
     /// The metadump under way: no request is read until it is written out.
     dump: Option<Dump<'s>>,
+    /// Bytes granted by the [`Budget`] (0 or the largest request of the protocol).
+    grant: usize,
+    /// Not read for want of a grant: tried again every `PAUSED_RETRY`.
+    paused: bool,
 }
 
 /// The codec limits of every protocol, from the server settings.
@@ -162,6 +226,78 @@ struct AllLimits {
     tt: tt_bin::Limits,
     kt: kt_bin::Limits,
     http: http::Limits,
+    budget: Arc<Budget>,
+}
+
+impl AllLimits {
+    fn new(cfg: &Config, budget: Arc<Budget>) -> AllLimits {
+        let value = cfg.max_value_size;
+        let frame = (64 << 20usize).max(value.saturating_add(1 << 20));
+        AllLimits {
+            mc: Limits {
+                max_line: 2048,
+                max_key: 250,
+                max_item: cfg.max_item_size,
+            },
+            tt: tt_bin::Limits {
+                max_value: value,
+                max_frame: frame,
+                ..tt_bin::Limits::default()
+            },
+            kt: kt_bin::Limits {
+                max_value: value,
+                max_frame: frame,
+                ..kt_bin::Limits::default()
+            },
+            http: http::Limits {
+                // Room for a value encoded (base64, quoted-printable) in a TSV or form body.
+                max_body: value.saturating_mul(2).saturating_add(64 << 10),
+                ..http::Limits::default()
+            },
+            budget,
+        }
+    }
+
+    /// The largest request of a protocol: the grant a connection takes to read one.
+    fn largest(&self, p: Option<Protocol>) -> usize {
+        match p {
+            Some(Protocol::MemcachedText | Protocol::MemcachedBinary) | None => {
+                self.mc.max_item.saturating_add(64 << 10)
+            }
+            Some(Protocol::TokyoTyrant) => self.tt.max_frame,
+            Some(Protocol::KyotoBinary) => self.kt.max_frame,
+            Some(Protocol::Http) => self.http.max_body.saturating_add(self.http.max_head),
+        }
+    }
+
+    /// The largest request of any protocol.
+    fn largest_any(&self) -> usize {
+        [
+            Protocol::MemcachedText,
+            Protocol::TokyoTyrant,
+            Protocol::KyotoBinary,
+            Protocol::Http,
+        ]
+        .into_iter()
+        .map(|p| self.largest(Some(p)))
+        .max()
+        .unwrap_or(0)
+    }
+}
+
+/// The budget a server needs at least: one largest request of any protocol, with these
+/// item and value size limits.
+pub fn min_inflight(max_item_size: usize, max_value_size: usize) -> usize {
+    let cfg = Config {
+        threads: 1,
+        max_connections: 1,
+        max_item_size,
+        max_value_size,
+        max_inflight: 0,
+        idle_timeout: None,
+        memcached_only: Vec::new(),
+    };
+    AllLimits::new(&cfg, Arc::new(Budget::new(0))).largest_any()
 }
 
 /// Serve until `stop` is set: spawn the workers, wait for them.
@@ -186,6 +322,8 @@ pub fn serve(
             .spawn(move || c.run(&*store))?
     };
     let spread = Arc::new(Spread::new(cfg.threads.max(1)));
+    let least = min_inflight(cfg.max_item_size, cfg.max_value_size);
+    let budget = Arc::new(Budget::new(cfg.max_inflight.max(least)));
     let mut workers = Vec::new();
     for i in 0..cfg.threads.max(1) {
         let ls: Vec<TcpListener> = listeners
@@ -193,8 +331,12 @@ pub fn serve(
             .map(|l| l.try_clone().map(TcpListener::from_std))
             .collect::<io::Result<_>>()?;
         let (store, shared, cfg, stop) = (store.clone(), shared.clone(), cfg.clone(), stop.clone());
-        let (committer, spread) = (committer.clone(), spread.clone());
-        let mine = Mine { spread, me: i };
+        let (committer, spread, budget) = (committer.clone(), spread.clone(), budget.clone());
+        let mine = Mine {
+            spread,
+            me: i,
+            budget,
+        };
         workers.push(
             std::thread::Builder::new()
                 .name(format!("kura-worker-{i}"))
@@ -247,25 +389,9 @@ fn worker<'s>(
     }
     let mut conns: Vec<Option<Conn<'s>>> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
-    let limits = AllLimits {
-        mc: Limits {
-            max_line: 2048,
-            max_key: 250,
-            max_item: cfg.max_item_size,
-        },
-        tt: tt_bin::Limits {
-            max_value: cfg.max_item_size,
-            ..tt_bin::Limits::default()
-        },
-        kt: kt_bin::Limits {
-            max_value: cfg.max_item_size,
-            ..kt_bin::Limits::default()
-        },
-        http: http::Limits {
-            max_body: cfg.max_item_size.saturating_mul(2).saturating_add(64 << 10),
-            ..http::Limits::default()
-        },
-    };
+    let limits = AllLimits::new(cfg, mine.budget.clone());
+    // Connections waiting for a grant of the budget.
+    let mut paused: Vec<usize> = Vec::new();
     let mut last_sweep = Instant::now();
     // Reads land here first (zeroed once), then only the bytes read are copied to the
     // connection's buffer.
@@ -274,7 +400,12 @@ fn worker<'s>(
     // `sync=always` writes of this thread wait for one sync per event batch (see phase 2).
     kura_engine::durability::set_deferred(true);
     while !stop.load(Ordering::Relaxed) {
-        match poll.poll(&mut events, Some(Duration::from_millis(100))) {
+        let wait = if paused.is_empty() {
+            Duration::from_millis(100)
+        } else {
+            PAUSED_RETRY
+        };
+        match poll.poll(&mut events, Some(wait)) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
@@ -283,11 +414,18 @@ fn worker<'s>(
         if mine.spread.mail[mine.me].load(Ordering::Acquire) {
             take_mail(mine, &mut poll, &mut conns, &mut free, nl)?;
         }
-        // Phase 1: read and execute; replies wait in the connections' buffers.
+        // Phase 1: read and execute; replies wait in the connections' buffers. Connections
+        // waiting for the budget are tried first, as if they were readable.
         touched.clear();
-        for ev in events.iter() {
-            let t = ev.token().0;
-            if ev.token() == WAKE {
+        let retry: Vec<(usize, bool)> = std::mem::take(&mut paused)
+            .into_iter()
+            .map(|i| (nl + i, false))
+            .collect();
+        let ready = retry
+            .into_iter()
+            .chain(events.iter().map(|ev| (ev.token().0, ev.is_read_closed())));
+        for (t, hup) in ready {
+            if t == WAKE.0 {
                 continue; // a commit finished: the held replies are handled below
             }
             if t < nl {
@@ -306,12 +444,15 @@ fn worker<'s>(
             }
             let idx = t - nl;
             if let Some(c) = conns.get_mut(idx).and_then(Option::as_mut) {
-                let hup = ev.is_read_closed();
+                c.paused = false;
                 let alive = read_and_execute(c, store, shared, &limits, &mut scratch, hup);
                 if c.ticket == 0 && !kura_engine::durability::pending() {
                     // Nothing of this batch so far waits for a commit: the replies go out now,
                     // not after the rest of the batch (up to 1024 connections) is executed.
                     let keep = alive && finish_all(c, store, shared, &limits, &mut scratch);
+                    if keep && c.paused && !paused.contains(&idx) {
+                        paused.push(idx);
+                    }
                     settle(
                         &mut poll, &mut conns, &mut free, idx, keep, nl, shared, mine,
                     )?;
@@ -360,7 +501,11 @@ fn worker<'s>(
                 Some(c) if failed && c.ticket > 0 => false, // a failed sync: drop, not durability
                 Some(c) if alive => {
                     c.ticket = 0;
-                    finish_all(c, store, shared, &limits, &mut scratch)
+                    let keep = finish_all(c, store, shared, &limits, &mut scratch);
+                    if keep && c.paused && !paused.contains(&idx) {
+                        paused.push(idx);
+                    }
+                    keep
                 }
                 Some(_) => false,
                 None => continue,
@@ -492,11 +637,14 @@ fn adopt(
         eof: false,
         ticket: 0,
         tt: None,
+        kt: None,
         mc_only,
         more: None,
         discard_line: false,
         want_dump: None,
         dump: None,
+        grant: 0,
+        paused: false,
     });
     Ok(())
 }
@@ -574,10 +722,11 @@ impl Spread {
     }
 }
 
-/// A worker's index and the spread it takes part in.
+/// A worker's index, the spread it takes part in and the server's request budget.
 struct Mine {
     spread: Arc<Spread>,
     me: usize,
+    budget: Arc<Budget>,
 }
 
 fn close(
@@ -589,6 +738,7 @@ fn close(
     mine: &Mine,
 ) {
     if let Some(mut c) = conns.get_mut(idx).and_then(Option::take) {
+        mine.budget.give(c.grant);
         let _ = poll.registry().deregister(&mut c.sock);
         free.push(idx);
         shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
@@ -619,12 +769,17 @@ fn read_and_execute<'s>(
         process(c, store, shared, limits);
     }
     while c.out.pending() < MAX_PENDING_OUT && !c.closing && !c.eof && c.dump.is_none() {
+        if !may_read(c, limits) {
+            c.paused = true;
+            break;
+        }
         match c.sock.read(scratch) {
             Ok(0) => c.eof = true,
             Ok(n) => {
                 shared.bytes_read.add(n as u64);
                 c.rbuf.extend_from_slice(&scratch[..n]);
                 process(c, store, shared, limits);
+                release(c, limits);
                 if n < READ_CHUNK && !hup {
                     // A short read took everything there was; new data raises a new event
                     // (edge-triggered), so skip the read that would only say EAGAIN.
@@ -639,6 +794,37 @@ fn read_and_execute<'s>(
         }
     }
     true
+}
+
+/// Whether the connection may read another chunk: its buffer within its allowance, or within
+/// a grant it holds or gets now (see [`Budget`]).
+fn may_read(c: &mut Conn<'_>, limits: &AllLimits) -> bool {
+    let held = c.rbuf.len();
+    if held + READ_CHUNK <= FREE || held < c.grant {
+        return true;
+    }
+    if c.grant > 0 {
+        // A buffer as large as the largest request holds a whole one, which is executed (and
+        // the buffer drained) as soon as it is read.
+        return false;
+    }
+    let want = limits.largest(c.proto);
+    if limits.budget.take(want) {
+        c.grant = want;
+        true
+    } else {
+        false
+    }
+}
+
+/// After requests were executed: a connection whose buffer is back within its allowance gives
+/// its grant back, and the memory a large request left in its buffer.
+fn release(c: &mut Conn<'_>, limits: &AllLimits) {
+    if c.grant > 0 && c.rbuf.len() + READ_CHUNK <= FREE {
+        limits.budget.give(c.grant);
+        c.grant = 0;
+        c.rbuf.shrink_to(FREE);
+    }
 }
 
 /// After a connection's replies were handed to the socket: close it unless `keep`, else
@@ -752,7 +938,12 @@ fn process<'s>(c: &mut Conn<'s>, store: &'s dyn Store, shared: &Shared, limits: 
             c.tt = Some(st);
         }
         Some(Protocol::KyotoBinary) => drive(c, pos, &mut KyotoBinary(at, &limits.kt)),
-        Some(Protocol::Http) => drive(c, pos, &mut Http(at, &limits.http)),
+        Some(Protocol::Http) => {
+            // The cursors leave the connection while the loop borrows it.
+            let mut curs = c.kt.take().unwrap_or_default();
+            drive(c, pos, &mut Http(store, at, &limits.http, &mut curs));
+            c.kt = Some(curs);
+        }
         Some(Protocol::MemcachedText) | None => {
             let mut w = McText {
                 at,
@@ -1003,12 +1194,18 @@ impl Wire for KyotoBinary<'_> {
     }
 }
 
-struct Http<'x>(Ctx<'x>, &'x http::Limits);
+/// The store again with its own lifetime: the connection's cursors borrow it for that long.
+struct Http<'x, 's>(
+    &'s dyn Store,
+    Ctx<'x>,
+    &'x http::Limits,
+    &'x mut KtCursors<'s>,
+);
 
-impl Wire for Http<'_> {
+impl Wire for Http<'_, '_> {
     type Req<'a> = http::Request<'a>;
     fn decode<'a>(&mut self, buf: &'a [u8], out: &mut Vec<u8>) -> Step<Self::Req<'a>> {
-        match http::decode(buf, self.1) {
+        match http::decode(buf, self.2) {
             Ok(http::Decoded::Complete { request, consumed }) => Step::Request(request, consumed),
             Ok(http::Decoded::Incomplete) => Step::More,
             Ok(http::Decoded::Continue) => {
@@ -1027,8 +1224,8 @@ impl Wire for Http<'_> {
         }
     }
     fn execute(&mut self, req: &Self::Req<'_>, out: &mut Out) -> Next {
-        let Ctx { store, shared, now } = self.0;
-        http_exec::execute(store, shared, req, now, out)
+        let Ctx { shared, now, .. } = self.1;
+        http_exec::execute_with(self.0, shared, self.3, req, now, out)
     }
 }
 
@@ -1114,6 +1311,8 @@ mod tests {
             threads,
             max_connections: 100,
             max_item_size: 1 << 20,
+            max_value_size: DEFAULT_MAX_VALUE,
+            max_inflight: DEFAULT_MAX_INFLIGHT,
             idle_timeout: None,
             memcached_only: Vec::new(),
         };

@@ -437,17 +437,10 @@ impl Store for DiskHash {
 
     fn cursor(&self) -> Result<Box<dyn Cursor + '_>> {
         self.inner.log.check_open()?;
-        let first = self.inner.log.segs.load().oldest().unwrap_or(0);
-        let seqs = (0..NSHARDS).map(|i| self.inner.excl(i).seq).collect();
-        Ok(Box::new(HashCursor {
-            db: self,
-            seqs,
-            seg: first,
-            off: SEG_HEADER_LEN as u64,
-            pending: std::collections::VecDeque::new(),
-            done: false,
-            damaged: 0,
-        }))
+        Ok(Box::new(crate::cursor::KindCursor::new(
+            self,
+            HashCursor::new(self),
+        )))
     }
 
     fn count(&self) -> u64 {

@@ -1,132 +1,221 @@
-//! The hash's cursor: the log in order, each record the index still points at.
+//! The hash's cursor: the index in its own order (shard, then tag, then key), each record
+//! read where the index points when the walk reaches it.
+//!
+//! A key's place in that order comes from its hash alone, so it never changes: not when the
+//! record is rewritten, not when compaction moves it to another segment, not when the table
+//! grows. A walk therefore meets every key at most once and meets every key that stays in
+//! the index throughout (the log order the cursor used to follow changed under it: compaction
+//! moved records behind or ahead of it). What it holds is a window of the current shard's
+//! tags (4 bytes each, at most a 32nd of the shard, at least 4,096), read under the shard's
+//! exclusive hold in one pass over its table, and the keys of the last tag read.
 
 use super::*;
+#[cfg(doc)]
+use crate::cursor::KindCursor;
+use crate::cursor::{Found, Walk};
+use std::collections::VecDeque;
+use std::ops::Bound;
 
-/// Iterates the log in order and yields each record the index still points at.
+/// Tags a window holds at least (and a 32nd of the shard's slots when that is more).
+const WINDOW_MIN: usize = 4096;
+
+/// The walk behind the hash's cursor (a [`KindCursor`] over it): the index in its own order
+/// (see the module doc).
 pub(super) struct HashCursor<'a> {
-    pub(super) db: &'a DiskHash,
-    /// Every shard's seq when the cursor was made: a record version written later is not
-    /// returned. Without this bound a client that rewrites each record it visits (append-only
-    /// log: the new version lands ahead of the cursor) would iterate forever. Compaction keeps
-    /// a record's seq when it relocates it, so unmodified records are still found.
-    pub(super) seqs: Box<[u64]>,
-    pub(super) seg: u32,
-    pub(super) off: u64,
-    pub(super) pending: std::collections::VecDeque<(Vec<u8>, Record)>,
-    pub(super) done: bool,
-    /// Damaged regions passed over.
-    pub(super) damaged: u64,
+    db: &'a DiskHash,
+    /// Every shard's seq when the walk began: a record version written later is not returned
+    /// by a step. A client that rewrites each record it visits never meets them again anyway
+    /// (their place does not move); the bound makes a walk a view of the records that existed
+    /// when it began, whatever is inserted ahead of it. `None`: no bound (a read-only
+    /// database, which nobody writes).
+    seqs: Option<Box<[u64]>>,
+    /// The shard whose tags `tags` holds (`usize::MAX`: none).
+    shard: usize,
+    /// Every tag of `shard` in (`from`, `to`] when the window was read, ascending, each once.
+    tags: VecDeque<u32>,
+    from: Option<u32>,
+    /// `None`: the window reaches the end of the shard.
+    to: Option<u32>,
+    /// The keys of the last tag group read (shard, tag, keys ascending).
+    group: Option<(usize, u32, Vec<Vec<u8>>)>,
+    damaged: u64,
 }
 
-impl HashCursor<'_> {
-    /// Scan forward from the position until some live records are collected or the log ends.
-    fn fill(&mut self) -> Result<()> {
+impl<'a> HashCursor<'a> {
+    pub(super) fn new(db: &'a DiskHash) -> HashCursor<'a> {
+        HashCursor {
+            db,
+            seqs: None,
+            shard: usize::MAX,
+            tags: VecDeque::new(),
+            from: None,
+            to: None,
+            group: None,
+            damaged: 0,
+        }
+    }
+
+    /// The live records of `tag` in `shard` (every key there whose record the index points
+    /// at, unexpired and within the walk's bound), ascending by key; `only` keeps just that
+    /// key's.
+    fn read_group(
+        &mut self,
+        shard: usize,
+        tag: u32,
+        only: Option<&[u8]>,
+    ) -> Result<Vec<(Vec<u8>, Record)>> {
         let inner = &self.db.inner;
-        while self.pending.is_empty() && !self.done {
-            let segs = inner.log.segs.load_full();
-            let Some((&id, seg)) = segs.segs.range(self.seg..).next() else {
-                self.done = true;
-                return Ok(());
-            };
-            if id != self.seg {
-                self.seg = id;
-                self.off = SEG_HEADER_LEN as u64;
-            }
-            let end = inner.log.seg_end(seg);
-            let now = now_secs();
-            let mut collected = Vec::new();
-            let mut full = false;
-            let seqs = &self.seqs;
-            let visit = |loc_off: u64,
-                         h: &Header,
-                         rec: &[u8],
-                         collected: &mut Vec<(Vec<u8>, Record)>|
-             -> Result<()> {
-                if h.typ != T_PUT || is_expired(h.fields.expires, now) {
-                    return Ok(());
-                }
-                let key = &rec[h.key_off..h.key_off + h.klen];
-                let (shard, tag) = inner.hash(key);
-                if h.fields.seq > seqs[shard] {
-                    return Ok(()); // written after the cursor was made
-                }
-                let here = Slot {
-                    tag,
-                    seg: id,
-                    off: loc_off as u32,
-                };
-                let live = with_reader!(inner, shard, tag, k => {
-                    Ok::<_, Error>(k.cands(tag).any(|s| s == here))
-                })?;
-                if live {
-                    collected.push((
+        let bound = self.seqs.as_ref().map(|s| s[shard]);
+        let now = now_secs();
+        let mut damaged = 0;
+        // The body never evaluates to an error (it returns one), so it runs once.
+        let mut got = with_reader!(inner, shard, tag, tbl => {
+            let mut got: Vec<(Vec<u8>, Record)> = Vec::new();
+            for slot in tbl.cands(tag) {
+                let read = inner.with_record(slot.seg, slot.off as u64, |h, rec| {
+                    if h.typ != T_PUT || h.key_off + h.klen > rec.len() {
+                        return Ok(None);
+                    }
+                    let key = &rec[h.key_off..h.key_off + h.klen];
+                    if only.is_some_and(|o| o != key)
+                        || bound.is_some_and(|b| h.fields.seq > b)
+                        || is_expired(h.fields.expires, now)
+                    {
+                        return Ok(None);
+                    }
+                    Ok(Some((
                         key.to_vec(),
                         Record {
                             value: decode_value(h, rec)?,
                             meta: meta_of(h),
                         },
-                    ));
-                }
-                Ok(())
-            };
-            let mut bytes = crate::log::recovery::SegBytes {
-                log: &inner.log,
-                seg,
-            };
-            let scanned = scan::scan(&mut bytes, seg.seed, self.off, end, |off, h, rec, _| {
-                if h.typ == T_BATCH {
-                    for_each_sub(rec, h, |pos, sh, srec| {
-                        visit(off + pos as u64, sh, srec, &mut collected)
-                    })?;
-                } else {
-                    visit(off, h, rec, &mut collected)?;
-                }
-                full = collected.len() >= 256;
-                Ok(!full)
-            })?;
-            // Damage in what a read-only open serves (a writable one refuses damage): skipped,
-            // counted. A damaged tail's salvaged records may be live (recovery applied them).
-            let mut damaged = scanned.damage.len() as u64;
-            if let Some(t) = &scanned.tail {
-                damaged += 1;
-                let mut buf = Vec::new();
-                for &at in &t.salvaged {
-                    let n = MAX_HEADER_LEN.min((end - at) as usize);
-                    bytes.read(at, n, &mut buf)?;
-                    if let Some(h) = format::parse_header(&buf) {
-                        bytes.read(at, h.len, &mut buf)?;
-                        visit(at, &h, &buf, &mut collected)?;
-                    }
+                    )))
+                });
+                match read.and_then(|r| r) {
+                    Ok(Some(x)) => got.push(x),
+                    Ok(None) => {}
+                    // A record the index points at that no longer verifies (damage behind
+                    // the checkpoint of a database opened despite it): passed over, counted.
+                    Err(Error::Corrupt(_)) => damaged += 1,
+                    Err(e) => return Err(e),
                 }
             }
-            self.damaged += damaged;
-            let stop = scanned.stopped.unwrap_or(end);
-            self.off = stop;
-            self.pending.extend(collected);
-            if stop >= end || !full {
-                // End of this segment: move on if a later one exists, else the log ends here.
-                match segs.segs.range(id + 1..).next() {
-                    Some((&next, _)) => {
-                        self.seg = next;
-                        self.off = SEG_HEADER_LEN as u64;
-                    }
-                    None => {
-                        if self.pending.is_empty() {
-                            self.done = true;
-                        }
-                    }
-                }
+            Ok::<_, Error>(got)
+        })?;
+        self.damaged += damaged;
+        got.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(got)
+    }
+
+    /// Read the window of `shard`'s tags after `after`.
+    fn fill(&mut self, shard: usize, after: Option<u32>) {
+        let g = self.db.inner.excl(shard);
+        let cap = WINDOW_MIN.max(g.len() / 32);
+        let mut tags = VecDeque::new();
+        let mut complete = true;
+        for slot in g.iter() {
+            if after.is_some_and(|a| slot.tag <= a) || tags.back() == Some(&slot.tag) {
+                continue;
+            }
+            if tags.len() == cap {
+                complete = false;
+                break;
+            }
+            tags.push_back(slot.tag);
+        }
+        drop(g);
+        self.to = if complete { None } else { tags.back().copied() };
+        self.tags = tags;
+        self.from = after;
+        self.shard = shard;
+    }
+
+    /// The next tag of `shard` after `after`, or `None` past its last.
+    fn next_tag(&mut self, shard: usize, after: Option<u32>) -> Option<u32> {
+        if self.shard != shard || self.from > after {
+            self.fill(shard, after);
+        }
+        loop {
+            while self.tags.front().is_some_and(|&t| Some(t) <= after) {
+                self.tags.pop_front();
+            }
+            if let Some(t) = self.tags.pop_front() {
+                self.from = Some(t);
+                return Some(t);
+            }
+            match self.to {
+                Some(to) => self.fill(shard, Some(to.max(after.unwrap_or(0)))),
+                None => return None,
             }
         }
-        Ok(())
     }
 }
 
-impl Cursor for HashCursor<'_> {
-    fn next(&mut self) -> Result<Option<(Vec<u8>, Record)>> {
+impl Walk for HashCursor<'_> {
+    fn ordered(&self) -> bool {
+        false
+    }
+
+    fn begin(&mut self) -> Result<()> {
+        let inner = &self.db.inner;
+        inner.log.check_open()?;
+        self.seqs =
+            (!inner.log.readonly).then(|| (0..NSHARDS).map(|i| inner.excl(i).seq).collect());
+        self.group = None;
+        Ok(())
+    }
+
+    fn forward(&mut self, from: Bound<&[u8]>) -> Result<Found> {
         self.db.inner.log.check_open()?;
-        self.fill()?;
-        Ok(self.pending.pop_front())
+        let (mut shard, mut after) = match from {
+            Bound::Unbounded => (0, None),
+            Bound::Included(k) => {
+                let (s, t) = self.db.inner.hash(k);
+                if let Some(r) = self.read_group(s, t, Some(k))?.pop() {
+                    return Ok(Some(r));
+                }
+                (s, Some((t, k)))
+            }
+            Bound::Excluded(k) => {
+                let (s, t) = self.db.inner.hash(k);
+                (s, Some((t, k)))
+            }
+        };
+        while shard < NSHARDS {
+            // The rest of the tag group `after` is in: keys above it (rarely any: a tag is 32
+            // bits of the hash).
+            if let Some((t, k)) = after {
+                let later: Vec<Vec<u8>> = match &self.group {
+                    Some((s, gt, keys)) if *s == shard && *gt == t => {
+                        keys.iter().filter(|x| x.as_slice() > k).cloned().collect()
+                    }
+                    _ => self
+                        .read_group(shard, t, None)?
+                        .into_iter()
+                        .map(|(x, _)| x)
+                        .filter(|x| x.as_slice() > k)
+                        .collect(),
+                };
+                for key in later {
+                    if let Some(r) = self.read_group(shard, t, Some(&key))?.pop() {
+                        return Ok(Some(r));
+                    }
+                }
+            }
+            // The next tags.
+            let mut from_tag = after.map(|(t, _)| t);
+            while let Some(t) = self.next_tag(shard, from_tag) {
+                let group = self.read_group(shard, t, None)?;
+                self.group = Some((shard, t, group.iter().map(|(k, _)| k.clone()).collect()));
+                if let Some(first) = group.into_iter().next() {
+                    return Ok(Some(first));
+                }
+                from_tag = Some(t);
+            }
+            shard += 1;
+            after = None;
+        }
+        Ok(None)
     }
 
     fn damage_skipped(&self) -> u64 {

@@ -44,7 +44,6 @@ use self::format::{
     Header, HeaderBuf, PutFields, MAX_HEADER_LEN, SEG_HEADER_LEN, T_BATCH, T_DELETE, T_PUT,
 };
 use self::index::{Slot, Table};
-use self::scan::Bytes;
 use self::segment::{corrupt_at, seg_file_name, SegTable, Segment};
 use crate::compress;
 use crate::config::{Compression, OpenMode, Params, SyncMode};

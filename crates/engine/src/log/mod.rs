@@ -654,16 +654,6 @@ impl Log {
         crate::counter::thread_number() % self.lanes
     }
 
-    /// Where a segment's records end now (including bytes still in its lane's buffer).
-    pub(crate) fn seg_end(&self, seg: &Segment) -> u64 {
-        let tail = self.tails[seg.lane].0.lock();
-        if tail.seg.id == seg.id {
-            tail.end()
-        } else {
-            seg.flushed()
-        }
-    }
-
     /// The ids of every lane's active segment.
     pub(crate) fn active_ids(&self) -> Vec<u32> {
         self.tails.iter().map(|t| t.0.lock().seg.id).collect()

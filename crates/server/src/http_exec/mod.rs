@@ -38,8 +38,10 @@
 //! write without `xt` stores a record that never expires (Kyoto Tycoon's default), except
 //! REST PUT with Tyrant's putcat, which keeps the record's expiration.
 
+pub(crate) use self::rpc::{db_ok, fail, get, set, Input, Output, Rv};
 use crate::context::{flush_if_due, Next, Shared};
 use crate::kt_bin_exec::kt_expiry;
+use crate::kt_cursor::KtCursors;
 use kura_engine::counter::Counter;
 use kura_engine::Store;
 use kura_proto::http::{self, Method, Request};
@@ -91,7 +93,7 @@ impl Reply {
 }
 
 /// Execute one request, appending its response to `out`. [`Next::Close`] when the request
-/// did not ask to keep the connection.
+/// did not ask to keep the connection. Kyoto Tycoon's cursors live only for this request.
 pub fn execute(
     store: &dyn Store,
     shared: &Shared,
@@ -99,10 +101,22 @@ pub fn execute(
     now: u64,
     out: &mut Vec<u8>,
 ) -> Next {
+    execute_with(store, shared, &mut KtCursors::new(), req, now, out)
+}
+
+/// [`execute`] on a connection that keeps Kyoto Tycoon's cursors in `curs`.
+pub fn execute_with<'s>(
+    store: &'s dyn Store,
+    shared: &Shared,
+    curs: &mut KtCursors<'s>,
+    req: &Request<'_>,
+    now: u64,
+    out: &mut Vec<u8>,
+) -> Next {
     let reply = match flush_if_due(store, shared, now) {
         Err(e) => Reply::text(500, &e.to_string()),
         Ok(()) => match req.path().strip_prefix("/rpc/") {
-            Some(name) => rpc::rpc(store, shared, req, name, now),
+            Some(name) => rpc::rpc(store, shared, curs, req, name, now),
             None => rest::rest(store, shared, req, now),
         },
     };
@@ -139,7 +153,7 @@ fn bump(counter: &Counter) {
 }
 
 /// Kyoto Cabinet's error text: `DB: <code>: <name>: <message>`.
-fn db_error(code: u8, message: &str) -> String {
+pub(crate) fn db_error(code: u8, message: &str) -> String {
     let name = match code {
         6 => "record duplication",
         7 => "no record",
@@ -149,13 +163,13 @@ fn db_error(code: u8, message: &str) -> String {
     format!("DB: {code}: {name}: {message}")
 }
 
-const NO_RECORD: &str = "DB: 7: no record: no record";
+pub(crate) const NO_RECORD: &str = "DB: 7: no record: no record";
 
 // ----- numbers as Kyoto Cabinet reads them -----
 
 /// `kc::atoi`: leading spaces, a sign, digits; anything after them is ignored; no digits is
 /// 0. Saturates instead of overflowing.
-fn atoi(s: &[u8]) -> i64 {
+pub(crate) fn atoi(s: &[u8]) -> i64 {
     let s = &s[s.iter().position(|&b| b > b' ').unwrap_or(s.len())..];
     let (neg, digits) = match s.first() {
         Some(b'-') => (true, &s[1..]),
@@ -194,7 +208,7 @@ fn atof(s: &[u8]) -> f64 {
 
 /// The absolute expiration (0 = never) of Kyoto Tycoon's `xt` parameter: absent → never, else
 /// as the binary protocol reads it ([`kt_expiry`]).
-fn kt_expiry_param(xt: Option<&[u8]>, now: u64) -> u64 {
+pub(crate) fn kt_expiry_param(xt: Option<&[u8]>, now: u64) -> u64 {
     xt.map_or(0, |xt| kt_expiry(atoi(xt), now))
 }
 

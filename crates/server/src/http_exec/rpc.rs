@@ -3,6 +3,7 @@
 
 use super::{atof, atoi, bump, db_error, kt_expiry_param, os_name, Reply, KT_VERSION, NO_RECORD};
 use crate::context::Shared;
+use crate::kt_cursor::{self, KtCursors};
 use crate::mask::{Op, Proto};
 use kura_engine::counter::Counter;
 use kura_engine::store::check_sizes;
@@ -15,9 +16,9 @@ use std::sync::atomic::Ordering::Relaxed;
 
 /// The input of a procedure: query string first, then the body; the last value of a name
 /// wins (Kyoto Tycoon reads both into one map).
-type Input<'a> = BTreeMap<Cow<'a, [u8]>, Cow<'a, [u8]>>;
+pub(crate) type Input<'a> = BTreeMap<Cow<'a, [u8]>, Cow<'a, [u8]>>;
 /// The output of a procedure, sent sorted by name like Kyoto Tycoon's map.
-type Output = BTreeMap<Vec<u8>, Vec<u8>>;
+pub(crate) type Output = BTreeMap<Vec<u8>, Vec<u8>>;
 
 fn rpc_input<'a>(req: &'a Request<'_>) -> Result<Input<'a>, &'static str> {
     let mut input = Input::new();
@@ -42,26 +43,27 @@ fn rpc_input<'a>(req: &'a Request<'_>) -> Result<Input<'a>, &'static str> {
     Ok(input)
 }
 
-fn get<'i>(input: &'i Input<'_>, name: &str) -> Option<&'i [u8]> {
+pub(crate) fn get<'i>(input: &'i Input<'_>, name: &str) -> Option<&'i [u8]> {
     input.get(name.as_bytes()).map(|v| v.as_ref())
 }
 
-fn set(out: &mut Output, name: &str, value: impl Into<Vec<u8>>) {
+pub(crate) fn set(out: &mut Output, name: &str, value: impl Into<Vec<u8>>) {
     out.insert(name.as_bytes().to_vec(), value.into());
 }
 
 /// The result of a procedure: an HTTP status (200, 400, 403, 450, 500, 501); the output map
 /// carries `ERROR` for the others.
-type Rv = u16;
+pub(crate) type Rv = u16;
 
-fn fail(out: &mut Output, status: Rv, message: impl Into<Vec<u8>>) -> Rv {
+pub(crate) fn fail(out: &mut Output, status: Rv, message: impl Into<Vec<u8>>) -> Rv {
     out.insert(b"ERROR".to_vec(), message.into());
     status
 }
 
-pub(super) fn rpc(
-    store: &dyn Store,
+pub(super) fn rpc<'s>(
+    store: &'s dyn Store,
     shared: &Shared,
+    curs: &mut KtCursors<'s>,
     req: &Request<'_>,
     name: &str,
     now: u64,
@@ -70,7 +72,8 @@ pub(super) fn rpc(
     let status = match (http::percent_decode(name.as_bytes()), rpc_input(req)) {
         (Err(_), _) => fail(&mut out, 400, "bad escape in the procedure name"),
         (_, Err(msg)) => fail(&mut out, 400, msg),
-        (Ok(name), Ok(input)) => match procedure(store, shared, &name, &input, now, &mut out) {
+        (Ok(name), Ok(input)) => match procedure(store, shared, curs, &name, &input, now, &mut out)
+        {
             Ok(status) => status,
             Err(Error::TooLarge(m)) => {
                 out.clear();
@@ -117,7 +120,7 @@ fn procedure_op(name: &[u8], input: &Input<'_>) -> Option<Op> {
 
 /// Whether the `DB` parameter names our one database: absent, empty, a number that reads as
 /// 0, or the file name of the database path.
-fn db_ok(input: &Input<'_>, shared: &Shared) -> bool {
+pub(crate) fn db_ok(input: &Input<'_>, shared: &Shared) -> bool {
     match get(input, "DB") {
         None | Some(b"") => true,
         Some(d) if d[0].is_ascii_digit() => atoi(d) == 0,
@@ -135,14 +138,18 @@ fn bulk<'i>(input: &'i Input<'_>) -> impl Iterator<Item = (&'i [u8], &'i [u8])> 
         .filter_map(|(n, v)| n.strip_prefix(b"_").map(|k| (k, v.as_ref())))
 }
 
-fn procedure(
-    store: &dyn Store,
+fn procedure<'s>(
+    store: &'s dyn Store,
     shared: &Shared,
+    curs: &mut KtCursors<'s>,
     name: &[u8],
     input: &Input<'_>,
     now: u64,
     out: &mut Output,
 ) -> Result<Rv, Error> {
+    if let Some(rv) = kt_cursor::procedure(store, shared, curs, name, input, now, out) {
+        return rv;
+    }
     match name {
         b"void" => return Ok(200),
         b"echo" => {

@@ -395,7 +395,7 @@ fn rpc_procedures_in_every_style() {
         let r = c("bogus", &[]);
         assert_eq!(r.status, 501);
         assert_eq!(r.field("ERROR").unwrap(), b"not implemented: bogus");
-        assert_eq!(c("cur_jump", &[(b"CUR", b"1")]).status, 501);
+        assert_eq!(c("tune_replication", &[]).status, 501);
         assert_eq!(c("play_script", &[(b"name", b"x")]).status, 501);
     }
 }
