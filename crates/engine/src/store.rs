@@ -256,6 +256,8 @@ pub enum Kind {
     MemTree,
     /// `.kh`: on-disk hash.
     DiskHash,
+    /// `.kb`: on-disk B+ tree.
+    DiskTree,
 }
 
 /// A cursor over the records of a store (see docs/ARCHITECTURE.md, "Cursors").
