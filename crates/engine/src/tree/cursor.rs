@@ -296,9 +296,11 @@ impl Walk for TreeWalk<'_> {
         true
     }
     fn forward(&mut self, from: Bound<&[u8]>) -> Result<Found> {
+        self.inner.wal.check_open()?;
         self.inner.next_after(from)
     }
     fn backward(&mut self, to: Bound<&[u8]>) -> Result<Found> {
+        self.inner.wal.check_open()?;
         self.inner.prev_before(to)
     }
 }

@@ -5,6 +5,7 @@
 //! valid: the leaf's right links lead on from it (B-link).
 
 use super::cmp::Cmp;
+use super::leaf::head;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use std::cmp::Ordering;
@@ -19,7 +20,43 @@ pub(crate) type Key = Arc<[u8]>;
 pub(crate) struct Node {
     /// `kids.len() - 1` separators: child `i` holds the keys in `[seps[i-1], seps[i])`.
     seps: Vec<Key>,
+    /// `leaf::head` of each separator: a lexical descent compares these first.
+    heads: Vec<u64>,
     kids: Kids,
+}
+
+impl Node {
+    fn new(seps: Vec<Key>, kids: Kids) -> Arc<Node> {
+        let heads = seps.iter().map(|s| head(s)).collect();
+        Arc::new(Node { seps, heads, kids })
+    }
+
+    /// The number of separators `s` with `right(order of s against key)` false, when those
+    /// form a prefix of `seps`.
+    #[inline]
+    fn count(&self, cmp: Cmp, key: &[u8], right: impl Fn(Ordering) -> bool) -> usize {
+        let h = head(key);
+        let (mut lo, mut hi) = (0, self.seps.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let by_head = match cmp {
+                Cmp::Lex => self.heads[mid].cmp(&h),
+                Cmp::LexDesc => h.cmp(&self.heads[mid]),
+                _ => Ordering::Equal,
+            };
+            let o = if by_head == Ordering::Equal {
+                cmp.cmp(&self.seps[mid], key)
+            } else {
+                by_head
+            };
+            if right(o) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        lo
+    }
 }
 
 enum Kids {
@@ -57,27 +94,27 @@ impl Index {
         let mut start = 0;
         while start < ids.len() {
             let end = (start + FANOUT).min(ids.len());
-            let node = Node {
-                seps: lows[start..end - 1].to_vec(),
-                kids: Kids::Leaves(ids[start..end].to_vec()),
-            };
+            let node = Node::new(
+                lows[start..end - 1].to_vec(),
+                Kids::Leaves(ids[start..end].to_vec()),
+            );
             let low = if start == 0 {
                 None
             } else {
                 Some(lows[start - 1].clone())
             };
-            level.push((low, Arc::new(node)));
+            level.push((low, node));
             start = end;
         }
         while level.len() > 1 {
             let mut up = Vec::new();
             for chunk in level.chunks(FANOUT) {
                 let low = chunk[0].0.clone();
-                let node = Node {
-                    seps: chunk[1..].iter().map(|c| c.0.clone().unwrap()).collect(),
-                    kids: Kids::Nodes(chunk.iter().map(|c| c.1.clone()).collect()),
-                };
-                up.push((low, Arc::new(node)));
+                let node = Node::new(
+                    chunk[1..].iter().map(|c| c.0.clone().unwrap()).collect(),
+                    Kids::Nodes(chunk.iter().map(|c| c.1.clone()).collect()),
+                );
+                up.push((low, node));
             }
             level = up;
         }
@@ -95,9 +132,7 @@ impl Index {
         let root = self.root.load();
         let mut node: &Node = &root;
         loop {
-            let i = node
-                .seps
-                .partition_point(|s| cmp.cmp(s, key) != Ordering::Greater);
+            let i = node.count(cmp, key, |o| o == Ordering::Greater);
             match &node.kids {
                 Kids::Leaves(ids) => return ids[i],
                 Kids::Nodes(kids) => node = &kids[i],
@@ -111,9 +146,7 @@ impl Index {
         let root = self.root.load();
         let mut node: &Node = &root;
         loop {
-            let i = node
-                .seps
-                .partition_point(|s| cmp.cmp(s, key) == Ordering::Less);
+            let i = node.count(cmp, key, |o| o != Ordering::Less);
             match &node.kids {
                 Kids::Leaves(ids) => return ids[i],
                 Kids::Nodes(kids) => node = &kids[i],
@@ -141,10 +174,7 @@ impl Index {
         let (node, split) = insert_into(&root, cmp, sep, id);
         let new_root = match split {
             None => node,
-            Some((s, right)) => Arc::new(Node {
-                seps: vec![s],
-                kids: Kids::Nodes(vec![node, right]),
-            }),
+            Some((s, right)) => Node::new(vec![s], Kids::Nodes(vec![node, right])),
         };
         self.root.store(new_root);
     }
@@ -152,7 +182,7 @@ impl Index {
     /// Levels above the leaves, and bytes held (approximately), for `inform`.
     pub fn stats(&self) -> (usize, usize) {
         fn walk(n: &Node, bytes: &mut usize) -> usize {
-            *bytes += 64 + n.seps.iter().map(|s| s.len() + 24).sum::<usize>();
+            *bytes += 64 + n.seps.iter().map(|s| s.len() + 32).sum::<usize>();
             match &n.kids {
                 Kids::Leaves(v) => {
                     *bytes += 4 * v.len();
@@ -172,9 +202,7 @@ impl Index {
 
 /// A copy of `node` with `(sep, id)` inserted below it, and the right half when it split.
 fn insert_into(node: &Node, cmp: Cmp, sep: Key, id: u32) -> (Arc<Node>, Option<(Key, Arc<Node>)>) {
-    let i = node
-        .seps
-        .partition_point(|s| cmp.cmp(s, &sep) != Ordering::Greater);
+    let i = node.count(cmp, &sep, |o| o == Ordering::Greater);
     let mut seps = node.seps.clone();
     let kids = match &node.kids {
         Kids::Leaves(ids) => {
@@ -196,7 +224,7 @@ fn insert_into(node: &Node, cmp: Cmp, sep: Key, id: u32) -> (Arc<Node>, Option<(
     };
     let n = kids.len();
     if n <= FANOUT {
-        return (Arc::new(Node { seps, kids }), None);
+        return (Node::new(seps, kids), None);
     }
     // Split: the left keeps half; the separator between them moves up.
     let h = n / 2;
@@ -212,11 +240,8 @@ fn insert_into(node: &Node, cmp: Cmp, sep: Key, id: u32) -> (Arc<Node>, Option<(
             (Kids::Nodes(v), Kids::Nodes(r))
         }
     };
-    let left = Arc::new(Node { seps, kids: lk });
-    let right = Arc::new(Node {
-        seps: right_seps,
-        kids: rk,
-    });
+    let left = Node::new(seps, lk);
+    let right = Node::new(right_seps, rk);
     (left, Some((up, right)))
 }
 

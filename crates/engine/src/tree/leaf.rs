@@ -41,6 +41,9 @@ pub(crate) struct Entry<'a> {
 pub(crate) struct Leaf {
     buf: Vec<u8>,
     offs: Vec<u32>,
+    /// The first 8 bytes of each entry's key, big-endian and zero-padded (`head`): a
+    /// lexical search compares these and reads an entry only on a tie.
+    heads: Vec<u64>,
     /// Bytes of `buf` no entry uses any more.
     dead: usize,
 }
@@ -70,6 +73,16 @@ fn rd(buf: &[u8], pos: &mut usize) -> u64 {
         return u64::from(b);
     }
     get_varint(buf, pos).unwrap_or(0)
+}
+
+/// The first 8 bytes of `key` as a big-endian number, zero-padded: `head(a) < head(b)`
+/// implies `a < b` in lexical order.
+#[inline]
+pub(crate) fn head(key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = key.len().min(8);
+    b[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(b)
 }
 
 /// Bytes an entry takes in memory.
@@ -137,7 +150,7 @@ impl Leaf {
 
     /// Bytes of memory held (what the cache counts).
     pub fn mem_bytes(&self) -> usize {
-        self.buf.capacity() + 4 * self.offs.capacity() + 64
+        self.buf.capacity() + 4 * self.offs.capacity() + 8 * self.heads.capacity() + 64
     }
 
     #[inline]
@@ -189,17 +202,45 @@ impl Leaf {
     /// whether it is `key`.
     #[inline]
     pub fn find(&self, cmp: Cmp, key: &[u8]) -> (usize, bool) {
-        let i = self
-            .offs
-            .partition_point(|&o| self.key_at_off(o).cmp_with(cmp, key) == Ordering::Less);
-        let hit = i < self.offs.len() && cmp.cmp(self.key(i), key) == Ordering::Equal;
+        let i = self.search(cmp, key, |o| o != Ordering::Less);
+        let hit = i < self.offs.len() && self.cmp_entry(cmp, i, key, head(key)).is_eq();
         (i, hit)
     }
 
     /// The index of the first entry whose key is above `key`.
     pub fn upper(&self, cmp: Cmp, key: &[u8]) -> usize {
-        self.offs
-            .partition_point(|&o| self.key_at_off(o).cmp_with(cmp, key) != Ordering::Greater)
+        self.search(cmp, key, |o| o == Ordering::Greater)
+    }
+
+    /// The first index whose entry's order against `key` satisfies `right` (entries that
+    /// do form a suffix of the leaf).
+    #[inline]
+    fn search(&self, cmp: Cmp, key: &[u8], right: impl Fn(Ordering) -> bool) -> usize {
+        let h = head(key);
+        let (mut lo, mut hi) = (0, self.offs.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if right(self.cmp_entry(cmp, mid, key, h)) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        lo
+    }
+
+    /// The order of entry `i`'s key against `key` (whose head is `h`).
+    #[inline]
+    fn cmp_entry(&self, cmp: Cmp, i: usize, key: &[u8], h: u64) -> Ordering {
+        let by_head = match cmp {
+            Cmp::Lex => self.heads[i].cmp(&h),
+            Cmp::LexDesc => h.cmp(&self.heads[i]),
+            _ => Ordering::Equal,
+        };
+        if by_head != Ordering::Equal {
+            return by_head;
+        }
+        self.key_at_off(self.offs[i]).cmp_with(cmp, key)
     }
 
     #[inline]
@@ -214,6 +255,7 @@ impl Leaf {
         let off = self.buf.len();
         encode_entry(&mut self.buf, key, value, meta, dup);
         self.offs.insert(i, off as u32);
+        self.heads.insert(i, head(key));
     }
 
     /// Replace the value and metadata of the entry at `i` (its key and dup number stay).
@@ -243,6 +285,7 @@ impl Leaf {
     /// Remove the entry at `i`.
     pub fn remove(&mut self, i: usize) {
         let at = self.offs.remove(i) as usize;
+        self.heads.remove(i);
         let (_, len) = self.entry_at(at);
         self.dead += len;
         self.maybe_compact();
@@ -268,6 +311,7 @@ impl Leaf {
         let mut out = Leaf {
             buf: Vec::with_capacity(bytes),
             offs: Vec::with_capacity(to - from),
+            heads: self.heads[from..to].to_vec(),
             dead: 0,
         };
         for i in from..to {
@@ -323,7 +367,12 @@ impl Leaf {
             }
         }
         let right = self.slice(s, n);
-        *self = self.slice(0, s);
+        for i in s..n {
+            self.dead += self.entry_at(self.offs[i] as usize).1;
+        }
+        self.offs.truncate(s);
+        self.heads.truncate(s);
+        self.maybe_compact();
         Some((right.key(0).to_vec(), right))
     }
 
@@ -387,6 +436,7 @@ impl Leaf {
         let mut leaf = Leaf {
             buf: Vec::with_capacity(img.len() + 8 * n as usize),
             offs: Vec::with_capacity(n as usize),
+            heads: Vec::with_capacity(n as usize),
             dead: 0,
         };
         let mut prev: Vec<u8> = Vec::new();
