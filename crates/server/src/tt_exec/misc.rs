@@ -290,11 +290,10 @@ pub(crate) fn prefix_keys(
     if !info.caps.ordered || info.caps.integer_keys {
         return store.fwmkeys(prefix, max);
     }
-    let lexical = store
+    let lexical = !store
         .describe()
         .iter()
-        .find(|(k, _)| k == "cmp")
-        .map_or(true, |(_, v)| v == "lex");
+        .any(|(k, v)| k == "cmp" && v != "lex");
     if lexical && !store.allows_dups() {
         return store.fwmkeys(prefix, max);
     }
