@@ -68,11 +68,40 @@ impl Store for DiskTree {
         self.inner.batch(ops)
     }
 
+    fn allows_dups(&self) -> bool {
+        true
+    }
+
+    fn put_dup(&self, key: &[u8], value: &[u8], front: bool) -> Result<()> {
+        self.inner.put_dup(key, value, front)
+    }
+
+    fn get_all(&self, key: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let mut out = Vec::new();
+        self.inner.values_of(key, &mut |v| out.push(v.to_vec()))?;
+        self.inner.after_read();
+        Ok(out)
+    }
+
+    fn remove_all(&self, key: &[u8]) -> Result<u64> {
+        self.inner.remove_all(key)
+    }
+
+    fn value_count(&self, key: &[u8]) -> Result<u64> {
+        let mut n = 0;
+        self.inner.values_of(key, &mut |_| n += 1)?;
+        self.inner.after_read();
+        Ok(n)
+    }
+
     fn cursor(&self) -> Result<Box<dyn Cursor + '_>> {
         self.inner.wal.check_open()?;
         Ok(Box::new(crate::cursor::KindCursor::new(
             self,
-            TreeWalk { inner: &self.inner },
+            TreeWalk {
+                inner: &self.inner,
+                last: None,
+            },
         )))
     }
 

@@ -9,9 +9,15 @@ use crate::store::{is_expired, now_secs, KeyRange, Meta, Record};
 use std::cmp::Ordering as KeyOrder;
 use std::ops::Bound::{self, Excluded, Included, Unbounded};
 
+/// A walk remembers the value it last landed on (key and duplicate number), so that among
+/// several values of one key it steps from value to value.
 pub(crate) struct TreeWalk<'a> {
     pub inner: &'a Inner,
+    pub last: Option<(Vec<u8>, u64)>,
 }
+
+/// A live record, and which of its key's values it is.
+type FoundDup = Option<(Vec<u8>, Record, u64)>;
 
 impl Inner {
     /// The leaf holding the keys just below leaf `id`'s low key (`None`: `id` is the first).
@@ -45,8 +51,9 @@ impl Inner {
         }
     }
 
-    /// The first live record after `from`, in key order.
-    pub(crate) fn next_after(&self, from: Bound<&[u8]>) -> Result<Found> {
+    /// The first live record after `from`, in key order; with `dup`, an `Excluded` bound
+    /// is that value of the key, and the key's later values come first.
+    pub(crate) fn next_after(&self, from: Bound<&[u8]>, dup: Option<u64>) -> Result<FoundDup> {
         let now = now_secs();
         'again: loop {
             let f = self.forest.load();
@@ -66,12 +73,18 @@ impl Inner {
                 let start = match (first, from) {
                     (false, _) | (_, Unbounded) => 0,
                     (true, Included(k)) => leaf.find(self.cmp, k).0,
-                    (true, Excluded(k)) => leaf.upper(self.cmp, k),
+                    (true, Excluded(k)) => match dup {
+                        Some(d) => match leaf.find_dup(self.cmp, k, d) {
+                            (p, true) => p + 1,
+                            (p, false) => p,
+                        },
+                        None => leaf.upper(self.cmp, k),
+                    },
                 };
                 for i in start..leaf.len() {
                     let e = leaf.entry(i);
                     if !is_expired(e.meta.expires, now) {
-                        return Ok(Some((e.key.to_vec(), record(e.value, e.meta))));
+                        return Ok(Some((e.key.to_vec(), record(e.value, e.meta), e.dup)));
                     }
                 }
                 let r = g.right;
@@ -88,8 +101,9 @@ impl Inner {
         }
     }
 
-    /// The last live record before `to`, in key order.
-    pub(crate) fn prev_before(&self, to: Bound<&[u8]>) -> Result<Found> {
+    /// The last live record before `to`, in key order; with `dup`, an `Excluded` bound is
+    /// that value of the key, and the key's earlier values come first.
+    pub(crate) fn prev_before(&self, to: Bound<&[u8]>, dup: Option<u64>) -> Result<FoundDup> {
         let now = now_secs();
         'again: loop {
             let f = self.forest.load();
@@ -118,12 +132,15 @@ impl Inner {
                 let end = match (first, to) {
                     (false, _) | (_, Unbounded) => leaf.len(),
                     (true, Included(k)) => leaf.upper(self.cmp, k),
-                    (true, Excluded(k)) => leaf.find(self.cmp, k).0,
+                    (true, Excluded(k)) => match dup {
+                        Some(d) => leaf.find_dup(self.cmp, k, d).0,
+                        None => leaf.find(self.cmp, k).0,
+                    },
                 };
                 for i in (0..end).rev() {
                     let e = leaf.entry(i);
                     if !is_expired(e.meta.expires, now) {
-                        return Ok(Some((e.key.to_vec(), record(e.value, e.meta))));
+                        return Ok(Some((e.key.to_vec(), record(e.value, e.meta), e.dup)));
                     }
                 }
                 drop(g);
@@ -297,10 +314,59 @@ impl Walk for TreeWalk<'_> {
     }
     fn forward(&mut self, from: Bound<&[u8]>) -> Result<Found> {
         self.inner.wal.check_open()?;
-        self.inner.next_after(from)
+        let dup = self.dup_at(from);
+        let found = self.inner.next_after(from, dup)?;
+        Ok(self.land(found))
     }
     fn backward(&mut self, to: Bound<&[u8]>) -> Result<Found> {
         self.inner.wal.check_open()?;
-        self.inner.prev_before(to)
+        let dup = self.dup_at(to);
+        let found = self.inner.prev_before(to, dup)?;
+        Ok(self.land(found))
+    }
+    fn get_at(&mut self, _store: &dyn crate::store::Store, key: &[u8]) -> Result<Option<Record>> {
+        self.inner.wal.check_open()?;
+        let dup = match &self.last {
+            Some((k, d)) if k.as_slice() == key => *d,
+            _ => 0,
+        };
+        self.inner.get_dup(key, dup)
+    }
+}
+
+impl TreeWalk<'_> {
+    /// The value the walk is on, when `b` is the key it last landed on.
+    fn dup_at(&self, b: Bound<&[u8]>) -> Option<u64> {
+        match (b, &self.last) {
+            (Excluded(k), Some((lk, d))) if lk.as_slice() == k => Some(*d),
+            _ => None,
+        }
+    }
+
+    fn land(&mut self, found: FoundDup) -> Found {
+        let (k, r, d) = found?;
+        self.last = Some((k.clone(), d));
+        Some((k, r))
+    }
+}
+
+impl Inner {
+    /// Value `dup` of `key`, when live.
+    pub(crate) fn get_dup(&self, key: &[u8], dup: u64) -> Result<Option<Record>> {
+        loop {
+            let forest = self.forest.load();
+            let (_, g) = match self.read_leaf(&forest, key)? {
+                Ok(x) => x,
+                Err(Gone) => continue,
+            };
+            let leaf = g.leaf.as_ref().expect("latched leaves are cached");
+            let (i, hit) = leaf.find_dup(self.cmp, key, dup);
+            if !hit {
+                return Ok(None);
+            }
+            let e = leaf.entry(i);
+            let live = !is_expired(e.meta.expires, now_secs());
+            return Ok(live.then(|| record(e.value, e.meta)));
+        }
     }
 }

@@ -85,6 +85,13 @@ pub(crate) fn head(key: &[u8]) -> u64 {
     u64::from_be_bytes(b)
 }
 
+/// The order of duplicate numbers: as signed numbers, so that a value put before the first
+/// (`putdupback`) takes the number below it.
+#[inline]
+pub(crate) fn dup_order(dup: u64) -> i64 {
+    dup as i64
+}
+
 /// Bytes an entry takes in memory.
 fn entry_len(key: &[u8], vlen: usize, meta: &Meta, dup: u64) -> usize {
     varint_len(key.len() as u64)
@@ -205,6 +212,31 @@ impl Leaf {
         let i = self.search(cmp, key, |o| o != Ordering::Less);
         let hit = i < self.offs.len() && self.cmp_entry(cmp, i, key, head(key)).is_eq();
         (i, hit)
+    }
+
+    /// The entries of `key` (its values, first to last): `start..end`, empty at the place
+    /// where it would go when it has none.
+    pub fn run(&self, cmp: Cmp, key: &[u8]) -> (usize, usize) {
+        let (i, hit) = self.find(cmp, key);
+        if !hit {
+            return (i, i);
+        }
+        let mut j = i + 1;
+        while j < self.len() && self.key(j) == key {
+            j += 1;
+        }
+        (i, j)
+    }
+
+    /// The place of value `dup` of `key` (duplicates sort by `dup` as a signed number), and
+    /// whether it is there.
+    pub fn find_dup(&self, cmp: Cmp, key: &[u8], dup: u64) -> (usize, bool) {
+        let (i, j) = self.run(cmp, key);
+        let mut k = i;
+        while k < j && dup_order(self.entry(k).dup) < dup_order(dup) {
+            k += 1;
+        }
+        (k, k < j && self.entry(k).dup == dup)
     }
 
     /// The index of the first entry whose key is above `key`.
@@ -484,7 +516,9 @@ impl Leaf {
                 .ok_or("leaf image: truncated value")?;
             p += vlen;
             if let (Some(c), true) = (cmp, i > 0) {
-                let ord = c.cmp(&prev, &key).then(prev_dup.cmp(&dup));
+                let ord = c
+                    .cmp(&prev, &key)
+                    .then(dup_order(prev_dup).cmp(&dup_order(dup)));
                 if ord != Ordering::Less {
                     return bad("keys out of order");
                 }

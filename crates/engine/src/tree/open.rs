@@ -373,7 +373,7 @@ impl Inner {
     /// Salvage of a database whose checkpoint is damaged: every record of every image in the
     /// node log that verifies, the newest version of each key.
     fn rebuild_from_images(&self) -> Result<()> {
-        let mut best: std::collections::HashMap<Vec<u8>, (Vec<u8>, Meta)> =
+        let mut best: std::collections::HashMap<(Vec<u8>, u64), (Vec<u8>, Meta)> =
             std::collections::HashMap::new();
         let table = self.nodes.segs.load_full();
         for seg in table.segs.values() {
@@ -399,19 +399,27 @@ impl Inner {
                     };
                     for i in 0..leaf.len() {
                         let e = leaf.entry(i);
+                        let id = (e.key.to_vec(), e.dup);
                         let newer = best
-                            .get(e.key)
+                            .get(&id)
                             .is_none_or(|(_, m)| m.version < e.meta.version);
                         if newer {
-                            best.insert(e.key.to_vec(), (e.value.to_vec(), e.meta));
+                            best.insert(id, (e.value.to_vec(), e.meta));
                         }
                     }
                     Ok(true)
                 },
             )?;
         }
-        for (k, (v, meta)) in best {
-            self.replay(&k, Change::Put { value: &v, meta })?;
+        for ((k, dup), (v, meta)) in best {
+            self.replay(
+                &k,
+                Change::Put {
+                    value: &v,
+                    meta,
+                    dup,
+                },
+            )?;
         }
         Ok(())
     }
@@ -637,7 +645,7 @@ impl Inner {
             .get(h.key_off..h.key_off + h.klen)
             .ok_or_else(|| Error::Corrupt("a log record shorter than its key".into()))?;
         if h.typ == T_DELETE {
-            return self.replay(key, Change::Remove);
+            return self.replay(key, Change::Remove { dup: h.fields.dup });
         }
         let stored = rec
             .get(h.value_off()..h.len)
@@ -656,6 +664,13 @@ impl Inner {
             version: h.fields.version(),
         };
         self.version.fetch_max(h.fields.seq, Ordering::Relaxed);
-        self.replay(key, Change::Put { value, meta })
+        self.replay(
+            key,
+            Change::Put {
+                value,
+                meta,
+                dup: h.fields.dup,
+            },
+        )
     }
 }

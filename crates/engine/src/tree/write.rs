@@ -10,6 +10,7 @@
 
 use super::forest::{Forest, SlotState, NONE};
 use super::index::Key;
+use super::leaf::dup_order;
 use super::{Gone, Inner};
 use crate::error::{Error, Result};
 use crate::log::format::{self, HeaderBuf, PutFields, MAX_HEADER_LEN};
@@ -22,9 +23,16 @@ use std::sync::Arc;
 const MAX_BATCH_BYTES: usize = crate::store::MAX_VALUE_LEN + crate::store::MAX_KEY_LEN + (1 << 20);
 
 /// A change of one key, as replayed or applied by a batch.
+/// `dup`: which of the key's values (0 for a key without duplicates).
 pub(crate) enum Change<'a> {
-    Put { value: &'a [u8], meta: Meta },
-    Remove,
+    Put {
+        value: &'a [u8],
+        meta: Meta,
+        dup: u64,
+    },
+    Remove {
+        dup: u64,
+    },
 }
 
 impl Inner {
@@ -36,6 +44,7 @@ impl Inner {
         flags: u32,
         expires: u64,
         keep: Option<u64>,
+        dup: u64,
     ) -> Result<u64> {
         let mut tail = self.wal.tails[0].0.lock();
         let seq = self.version.fetch_add(1, Ordering::Relaxed) + 1;
@@ -44,6 +53,7 @@ impl Inner {
             expires,
             seq,
             version: keep.unwrap_or(0),
+            dup,
             ..PutFields::default()
         };
         let h = HeaderBuf::put(key.len(), value.len(), &f);
@@ -55,10 +65,10 @@ impl Inner {
         Ok(f.version())
     }
 
-    fn log_delete(&self, key: &[u8]) -> Result<()> {
+    fn log_delete(&self, key: &[u8], dup: u64) -> Result<()> {
         let mut tail = self.wal.tails[0].0.lock();
         let seq = self.version.fetch_add(1, Ordering::Relaxed) + 1;
-        let h = HeaderBuf::delete(key.len(), seq);
+        let h = HeaderBuf::delete_dup(key.len(), seq, dup);
         self.wal.append(&mut tail, &[h.as_slice(), key], true)?;
         self.wal.note_full(0, &tail);
         let len = h.as_slice().len() + key.len();
@@ -106,7 +116,8 @@ impl Inner {
                     expires,
                 } => {
                     check_sizes(key, value.len())?;
-                    let version = self.log_put(key, &value, flags, expires, None)?;
+                    let dup = if hit { leaf.entry(i).dup } else { 0 };
+                    let version = self.log_put(key, &value, flags, expires, None, dup)?;
                     let meta = Meta {
                         flags,
                         expires,
@@ -125,9 +136,9 @@ impl Inner {
                         return Ok(None);
                     }
                     let e = leaf.entry(i);
-                    let value = e.value.to_vec();
+                    let (value, dup) = (e.value.to_vec(), e.dup);
                     let mut meta = e.meta;
-                    self.log_put(key, &value, meta.flags, expires, Some(meta.version))?;
+                    self.log_put(key, &value, meta.flags, expires, Some(meta.version), dup)?;
                     meta.expires = expires;
                     leaf.replace(i, &value, &meta);
                     Some(meta)
@@ -136,7 +147,7 @@ impl Inner {
                     if !hit {
                         return Ok(None);
                     }
-                    self.log_delete(key)?;
+                    self.log_delete(key, leaf.entry(i).dup)?;
                     leaf.remove(i);
                     self.count_neg.add(1);
                     None
@@ -159,17 +170,28 @@ impl Inner {
     pub(crate) fn apply(&self, st: &mut SlotState, key: &[u8], change: &Change<'_>) -> usize {
         let leaf = st.leaf.as_mut().expect("a latched leaf is cached");
         let before = leaf.mem_bytes();
-        let (i, hit) = leaf.find(self.cmp, key);
+        let dup = match change {
+            Change::Put { dup, .. } | Change::Remove { dup } => *dup,
+        };
+        let (i, hit) = if dup == 0 {
+            // Fast path: value 0 is the first (duplicates put before it are rare).
+            match leaf.find(self.cmp, key) {
+                (i, true) if leaf.entry(i).dup != 0 => leaf.find_dup(self.cmp, key, 0),
+                x => x,
+            }
+        } else {
+            leaf.find_dup(self.cmp, key, dup)
+        };
         match change {
-            Change::Put { value, meta } => {
+            Change::Put { value, meta, dup } => {
                 if hit {
                     leaf.replace(i, value, meta);
                 } else {
-                    leaf.insert(i, key, value, meta, 0);
+                    leaf.insert(i, key, value, meta, *dup);
                     self.count.add(1);
                 }
             }
-            Change::Remove => {
+            Change::Remove { .. } => {
                 if hit {
                     leaf.remove(i);
                     self.count_neg.add(1);
@@ -338,6 +360,28 @@ impl Inner {
             let mut body = Vec::with_capacity(frame.min(1 << 20));
             let first = self.version.fetch_add(ops.len() as u64, Ordering::Relaxed) + 1;
             let mut metas = Vec::with_capacity(ops.len());
+            // Which value of its key each operation changes (the first, as `accept` does),
+            // following the batch's own earlier operations on that key.
+            let mut runs: std::collections::HashMap<&[u8], std::collections::VecDeque<u64>> =
+                std::collections::HashMap::new();
+            let mut dups = Vec::with_capacity(ops.len());
+            for (n, op) in ops.iter().enumerate() {
+                let run = runs.entry(op.key()).or_insert_with(|| {
+                    let leaf = held[at[n]].1.leaf.as_ref().expect("loaded above");
+                    let (i, j) = leaf.run(cmp, op.key());
+                    (i..j).map(|k| leaf.entry(k).dup).collect()
+                });
+                dups.push(match op {
+                    BatchOp::Put { .. } => match run.front() {
+                        Some(&d) => d,
+                        None => {
+                            run.push_back(0);
+                            0
+                        }
+                    },
+                    BatchOp::Remove { .. } => run.pop_front().unwrap_or(0),
+                });
+            }
             for (n, op) in ops.iter().enumerate() {
                 let start = body.len();
                 let seq = first + n as u64;
@@ -352,6 +396,7 @@ impl Inner {
                             flags: *flags,
                             expires: *expires,
                             seq,
+                            dup: dups[n],
                             ..PutFields::default()
                         };
                         format::encode_put(&mut body, key, value, &fields);
@@ -362,7 +407,7 @@ impl Inner {
                         });
                     }
                     BatchOp::Remove { key } => {
-                        format::encode_delete(&mut body, key, seq);
+                        format::encode_delete_dup(&mut body, key, seq, dups[n]);
                         metas.push(Meta::default());
                     }
                 }
@@ -383,8 +428,9 @@ impl Inner {
                     BatchOp::Put { value, .. } => Change::Put {
                         value,
                         meta: metas[n],
+                        dup: dups[n],
                     },
-                    BatchOp::Remove { .. } => Change::Remove,
+                    BatchOp::Remove { .. } => Change::Remove { dup: dups[n] },
                 };
                 last_at[at[n]] = self.apply(&mut held[at[n]].1, op.key(), &change);
             }
@@ -466,5 +512,126 @@ impl Inner {
             s.live.store(0, Ordering::Relaxed);
         }
         self.forest.store(Arc::new(Forest::new()));
+    }
+}
+
+impl Inner {
+    /// `Store::put_dup`: one more value of `key`, after its others or (`front`) before them.
+    pub(crate) fn put_dup(&self, key: &[u8], value: &[u8], front: bool) -> Result<()> {
+        check_sizes(key, value.len())?;
+        self.wal.check_writable()?;
+        loop {
+            let f = self.forest.load();
+            let (_, mut g) = match self.write_leaf(&f, key)? {
+                Ok(x) => x,
+                Err(Gone) => continue,
+            };
+            let st = &mut *g;
+            let leaf = st.leaf.as_mut().expect("write_leaf caches the leaf");
+            let (i, j) = leaf.run(self.cmp, key);
+            let (at, dup) = if i == j {
+                (i, 0)
+            } else if front {
+                (i, dup_order(leaf.entry(i).dup).wrapping_sub(1) as u64)
+            } else {
+                (j, dup_order(leaf.entry(j - 1).dup).wrapping_add(1) as u64)
+            };
+            let before = leaf.mem_bytes();
+            let version = self.log_put(key, value, 0, 0, None, dup)?;
+            let meta = Meta {
+                flags: 0,
+                expires: 0,
+                version,
+            };
+            leaf.insert(at, key, value, &meta, dup);
+            self.count.add(1);
+            let after = leaf.mem_bytes();
+            self.cached
+                .fetch_add(after as i64 - before as i64, Ordering::Relaxed);
+            st.dirty = true;
+            let splits = self.split_leaf(&f, st, at);
+            drop(g);
+            self.index_splits(&f, splits);
+            self.wal.after_write()?;
+            self.after_change();
+            return Ok(());
+        }
+    }
+
+    /// `Store::remove_all`: every value of `key`, in one log record.
+    pub(crate) fn remove_all(&self, key: &[u8]) -> Result<u64> {
+        check_sizes(key, 0)?;
+        self.wal.check_writable()?;
+        loop {
+            let f = self.forest.load();
+            let (_, mut g) = match self.write_leaf(&f, key)? {
+                Ok(x) => x,
+                Err(Gone) => continue,
+            };
+            let st = &mut *g;
+            let leaf = st.leaf.as_mut().expect("write_leaf caches the leaf");
+            let (i, j) = leaf.run(self.cmp, key);
+            if i == j {
+                return Ok(0);
+            }
+            let now = now_secs();
+            let live = (i..j)
+                .filter(|&k| !is_expired(leaf.entry(k).meta.expires, now))
+                .count() as u64;
+            let n = j - i;
+            let seed = format::seed(self.wal.salt);
+            let first = self.version.fetch_add(n as u64, Ordering::Relaxed) + 1;
+            let mut body = Vec::with_capacity(n * (MAX_HEADER_LEN + key.len()));
+            for (m, k) in (i..j).enumerate() {
+                let start = body.len();
+                let dup = leaf.entry(k).dup;
+                format::encode_delete_dup(&mut body, key, first + m as u64, dup);
+                format::seal(&mut body[start..], seed);
+            }
+            let mut hdr = Vec::with_capacity(16);
+            format::encode_batch_header(&mut hdr, body.len(), n);
+            {
+                let mut tail = self.wal.tails[0].0.lock();
+                self.wal.append(&mut tail, &[&hdr, &body], true)?;
+                self.wal.note_full(0, &tail);
+            }
+            self.since_ckpt
+                .fetch_add((hdr.len() + body.len()) as u64, Ordering::Relaxed);
+            let before = leaf.mem_bytes();
+            for _ in i..j {
+                leaf.remove(i);
+            }
+            self.count_neg.add(n as u64);
+            let after = leaf.mem_bytes();
+            self.cached
+                .fetch_add(after as i64 - before as i64, Ordering::Relaxed);
+            st.dirty = true;
+            drop(g);
+            self.wal.after_write()?;
+            self.after_change();
+            return Ok(live);
+        }
+    }
+
+    /// The live values of `key`, first to last, each handed to `f`.
+    pub(crate) fn values_of(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<()> {
+        self.wal.check_open()?;
+        loop {
+            let forest = self.forest.load();
+            let (_, g) = match self.read_leaf(&forest, key)? {
+                Ok(x) => x,
+                Err(Gone) => continue,
+            };
+            let leaf = g.leaf.as_ref().expect("latched leaves are cached");
+            let (i, j) = leaf.run(self.cmp, key);
+            let now = now_secs();
+            for k in i..j {
+                let e = leaf.entry(k);
+                if !is_expired(e.meta.expires, now) {
+                    f(e.value);
+                }
+            }
+            return Ok(());
+        }
     }
 }
