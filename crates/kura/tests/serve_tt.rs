@@ -433,7 +433,7 @@ fn a_b_plus_tree_served_as_tyrant_serves_a_tcb() {
         panic!("stat")
     };
     assert!(text.contains("\ntype\tB+ tree\n"), "{text}");
-    assert!(text.contains("\nrnum\t5\n"), "{text}");
+    assert!(text.contains("\nrnum\t4\n"), "{text}");
     let o = remote(&srv.addr, &["list"]);
     assert!(o.status.success());
     assert_eq!(String::from_utf8(o.stdout).unwrap(), "a\nba\nm\nx\n");
