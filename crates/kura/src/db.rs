@@ -554,9 +554,10 @@ fn get_all(db: &dyn Store, key: &[u8]) -> Res {
 
 /// Whether an ordered database keeps its keys in lexical (byte) order, so that the keys of a
 /// prefix lie together: a B+ tree made with another comparator (`#cmp=dec`, …) says so in its
-/// description.
+/// description, and a kind keyed by ids orders them as numbers.
 pub(crate) fn lexical(db: &dyn Store) -> bool {
-    !db.describe().iter().any(|(k, v)| k == "cmp" && v != "lex")
+    !db.kind().info().caps.integer_keys
+        && !db.describe().iter().any(|(k, v)| k == "cmp" && v != "lex")
 }
 
 /// Which records `list` shows.
