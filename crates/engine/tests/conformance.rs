@@ -89,9 +89,9 @@ const KINDS: &[KindUnderTest] = &[
     KindUnderTest { label: ".kh", open: Opener::Name("{dir}/db.kh#segsiz=64k#bufsiz=4k#ckptsiz=1m#lanes=3#sync=none"), restart: Restart::Reopen, retune: KH_RETUNE, copy_as: ".kh" },
     KindUnderTest { label: ".kh sim", open: Opener::SimDiskHash("segsiz=64k#bufsiz=4k#ckptsiz=1m#lanes=3#sync=none"), restart: Restart::Reopen, retune: KH_RETUNE, copy_as: ".kh" },
     KindUnderTest { label: ".kh sim crash", open: Opener::SimDiskHash("segsiz=64k#bufsiz=4k#ckptsiz=1m#lanes=3#sync=always"), restart: Restart::Crash, retune: KH_RETUNE, copy_as: ".kh" },
-    KindUnderTest { label: ".kb", open: Opener::Name("{dir}/db.kb#segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=512#cache=1m#sync=none"), restart: Restart::Reopen, retune: &[""], copy_as: ".kb" },
+    KindUnderTest { label: ".kb", open: Opener::Name("{dir}/db.kb#segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=512#cache=1m#sync=none"), restart: Restart::Reopen, retune: &["", "compress=zstd", "compress=none"], copy_as: ".kb" },
     KindUnderTest { label: ".kb sim", open: Opener::SimDiskTree("segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=300#cache=1m#sync=none"), restart: Restart::Reopen, retune: &[""], copy_as: ".kb" },
-    KindUnderTest { label: ".kb sim crash", open: Opener::SimDiskTree("segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=400#compress=lz4#sync=always"), restart: Restart::Crash, retune: &[""], copy_as: ".kb" },
+    KindUnderTest { label: ".kb sim crash", open: Opener::SimDiskTree("segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=400#compress=lz4#sync=always"), restart: Restart::Crash, retune: &["", "compress=none"], copy_as: ".kb" },
 ];
 
 const KH_RETUNE: &[&str] = &["", "", "compress=lz4", "compress=none", "bnum=64"];

@@ -175,6 +175,14 @@ impl Inner {
             self.since_ckpt.store(0, Ordering::Relaxed);
             (tail.seg.id, tail.end())
         };
+        if all {
+            // Every image is rewritten: the node segment being written is sealed too, so it
+            // can go with the others.
+            let mut tail = self.nodes.tails[0].0.lock();
+            if tail.end() > SEG_HEADER_LEN as u64 {
+                self.nodes.roll(&mut tail)?;
+            }
+        }
         // Node segments mostly dead: their live images move.
         let active = self.nodes.active_ids();
         let victims: HashSet<u32> = self

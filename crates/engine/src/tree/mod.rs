@@ -120,7 +120,9 @@ pub(crate) struct Inner {
     pub wal: Log,
     pub nodes: Log,
     pub cmp: Cmp,
-    pub compress: Compression,
+    /// The compression of images written from now on (a `Compression` code: `optimize`
+    /// changes it).
+    pub compress: std::sync::atomic::AtomicU8,
     pub cfg: TreeConfig,
     pub forest: ArcSwap<Forest>,
     /// Bytes of cached leaves.
@@ -273,7 +275,7 @@ impl Inner {
     }
 
     /// Read a leaf's image into the cache.
-    fn load(&self, st: &mut SlotState) -> Result<()> {
+    pub(crate) fn load(&self, st: &mut SlotState) -> Result<()> {
         let leaf = match self.read_image(st.image) {
             Err(Error::Corrupt(why)) if self.salvage => {
                 let img = st.image;
@@ -351,8 +353,11 @@ impl Inner {
         };
         leaf.encode_image(&mut raw, (low, high));
         let count = leaf.len() as u32;
-        let (stored, fields) =
-            image_fields(self.compress, raw, self.version.load(Ordering::Relaxed));
+        let (stored, fields) = image_fields(
+            self.compression(),
+            raw,
+            self.version.load(Ordering::Relaxed),
+        );
         let key = id.to_le_bytes();
         let h = HeaderBuf::put(key.len(), stored.len(), &fields);
         let len = h.as_slice().len() + key.len() + stored.len();
@@ -374,6 +379,11 @@ impl Inner {
         st.dirty = false;
         self.counters.images.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// The compression of images written now.
+    pub(crate) fn compression(&self) -> Compression {
+        Compression::from_code(self.compress.load(Ordering::Relaxed)).unwrap_or(Compression::None)
     }
 
     /// Records now.

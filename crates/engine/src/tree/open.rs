@@ -307,7 +307,7 @@ impl DiskTree {
                 node_table,
             ),
             cmp: stored.cmp,
-            compress,
+            compress: std::sync::atomic::AtomicU8::new(compress as u8),
             cfg,
             forest: ArcSwap::new(Arc::new(Forest::new())),
             cached: AtomicI64::new(0),

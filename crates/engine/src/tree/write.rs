@@ -635,3 +635,31 @@ impl Inner {
         }
     }
 }
+
+impl Inner {
+    /// Mark every leaf changed (loading those not cached), so the next checkpoint writes
+    /// every image anew (`optimize` with another compression). Leaves are latched one at a
+    /// time; the cache stays within its budget meanwhile (an eviction writes the image).
+    pub(crate) fn dirty_all(&self) -> Result<()> {
+        let f = self.forest.load_full();
+        let mut id = 0;
+        loop {
+            let right = {
+                let mut g = f.slot(id).st.write();
+                if g.gone {
+                    return Ok(());
+                }
+                if g.leaf.is_none() {
+                    self.load(&mut g)?;
+                }
+                g.dirty = true;
+                g.right
+            };
+            self.after_change();
+            if right == NONE {
+                return Ok(());
+            }
+            id = right;
+        }
+    }
+}
