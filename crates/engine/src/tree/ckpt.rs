@@ -173,6 +173,7 @@ impl Inner {
                 self.wal.roll(&mut tail)?;
             }
             self.since_ckpt.store(0, Ordering::Relaxed);
+            self.node_since.store(0, Ordering::Relaxed);
             (tail.seg.id, tail.end())
         };
         if all {
@@ -281,6 +282,8 @@ impl Inner {
         };
         self.nodes.add_live(s, i64::from(img.len));
         self.nodes.add_live(img.seg(), -i64::from(img.len));
+        self.node_since
+            .fetch_add(u64::from(img.len), Ordering::Relaxed);
         st.image = Image {
             loc: (u64::from(s) << 32) | off,
             ..img
@@ -323,7 +326,7 @@ impl Inner {
                     last_sync = std::time::Instant::now();
                 }
             }
-            if self.since_ckpt.load(Ordering::Relaxed) >= self.cfg.ckptsiz {
+            if self.ckpt_due() {
                 let _ = self.checkpoint();
             }
             if self.cached.load(Ordering::Relaxed) > self.cfg.cache as i64 {

@@ -134,6 +134,11 @@ pub(crate) struct Inner {
     pub version: AtomicU64,
     /// Write-ahead log bytes since the last checkpoint.
     pub since_ckpt: AtomicU64,
+    /// Bytes of the node log's live images, and bytes appended to it since the last
+    /// checkpoint: a checkpoint is due when the log grew by as much as it holds alive (its
+    /// dead images go at checkpoints), so the node log stays within about twice its live size.
+    pub node_live: std::sync::atomic::AtomicI64,
+    pub node_since: AtomicU64,
     pub ckpt_asked: AtomicBool,
     /// Held by a checkpoint (and by what must not run beside one: vanish).
     pub ckpt_lock: Mutex<()>,
@@ -367,9 +372,13 @@ impl Inner {
                 .append(&mut tail, &[h.as_slice(), &key, &stored], true)?
         };
         self.nodes.add_live(seg, len as i64);
+        self.node_live.fetch_add(len as i64, Ordering::Relaxed);
+        self.node_since.fetch_add(len as u64, Ordering::Relaxed);
         if !st.image.is_none() {
             self.nodes
                 .add_live(st.image.seg(), -i64::from(st.image.len));
+            self.node_live
+                .fetch_sub(i64::from(st.image.len), Ordering::Relaxed);
         }
         st.image = Image {
             loc: (u64::from(seg) << 32) | off,
@@ -393,10 +402,15 @@ impl Inner {
 
     /// After a change: ask for a checkpoint when the log has grown enough since the last, and
     /// keep the cache within its budget.
+    /// Whether the logs grew enough for a checkpoint.
+    pub(crate) fn ckpt_due(&self) -> bool {
+        let live = self.node_live.load(Ordering::Relaxed).max(0) as u64;
+        self.since_ckpt.load(Ordering::Relaxed) >= self.cfg.ckptsiz
+            || self.node_since.load(Ordering::Relaxed) >= live.max(self.cfg.ckptsiz)
+    }
+
     pub(crate) fn after_change(&self) {
-        if self.since_ckpt.load(Ordering::Relaxed) >= self.cfg.ckptsiz
-            && !self.ckpt_asked.swap(true, Ordering::AcqRel)
-        {
+        if self.ckpt_due() && !self.ckpt_asked.swap(true, Ordering::AcqRel) {
             self.wal.stop_cv.notify_all();
         }
         if self.cached.load(Ordering::Relaxed) > self.cfg.cache as i64 {

@@ -484,6 +484,7 @@ impl Inner {
         for s in self.nodes.segs.load().segs.values() {
             s.live.store(0, Ordering::Relaxed);
         }
+        self.node_live.store(0, Ordering::Relaxed);
         self.forest.store(Arc::new(Forest::new()));
         drop(held);
         self.wal.after_write()?;
@@ -511,6 +512,7 @@ impl Inner {
         for s in self.nodes.segs.load().segs.values() {
             s.live.store(0, Ordering::Relaxed);
         }
+        self.node_live.store(0, Ordering::Relaxed);
         self.forest.store(Arc::new(Forest::new()));
     }
 }
