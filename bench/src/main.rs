@@ -20,7 +20,8 @@
 //!
 //! A memory kind (`+`, `*`) starts empty in every process: `read` and `scan` given `--fill` first
 //! store the records `write` would, untimed, so that the same commands (and scripts) run against
-//! `+` and against an on-disk kind, where `--fill` finds the records there and does nothing.
+//! `+` and against an on-disk kind, where `--fill` finds the records there and does nothing
+//! (`--fill=all`: every key in order, for a read with other options than its write's).
 //!
 //! `grow`, `reopen` and `big` measure the database at scale (insert rate as it grows, memory,
 //! open and recovery time, databases beyond 4 GiB); see the `scale` module.
@@ -110,14 +111,24 @@ struct Common {
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1 << 30))]
     vsiz: u64,
     /// `read` and `scan` only: when the database opens empty (a memory kind such as `+` in a
-    /// fresh process), first store the records `write` would (same keys, values and order), not
-    /// timed. A database that holds records is left as it is.
-    #[arg(long)]
-    fill: bool,
+    /// fresh process), first store records, not timed: `--fill` (or `--fill=same`) the records
+    /// `write` with the same options would store (same keys, values and order), `--fill=all`
+    /// every key 1..N in order. A database that holds records is left as it is.
+    #[arg(long, value_enum, num_args = 0..=1, require_equals = true, default_missing_value = "same")]
+    fill: Option<Fill>,
     /// `read` with `--draw` only: the number of lookups, drawn from the whole range 1..N
     /// (default: N).
     #[arg(long, requires = "draw", value_parser = clap::value_parser!(u64).range(1..))]
     reads: Option<u64>,
+}
+
+/// What `--fill` stores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Fill {
+    /// The records of `write` with the same options.
+    Same,
+    /// Every key 1..N, in order.
+    All,
 }
 
 impl Common {
@@ -126,7 +137,7 @@ impl Common {
         if self.by_shard && cmd != "write" {
             return Err("--by-shard is for `write` only".into());
         }
-        if self.fill && cmd != "read" && cmd != "scan" {
+        if self.fill.is_some() && cmd != "read" && cmd != "scan" {
             return Err("--fill is for `read` and `scan` only".into());
         }
         if self.reads.is_some() && cmd != "read" {
@@ -438,11 +449,25 @@ fn vm_hwm_kb() -> u64 {
 /// `--fill`: when `db` opened empty, store the records `write` would (untimed by the callers).
 /// Returns how long that took (zero when the database held records or `--fill` is not given).
 fn fill_if_empty(c: &Common, db: &dyn Store) -> BenchResult<Duration> {
-    if !c.fill || db.count() != 0 {
+    let Some(fill) = c.fill else {
+        return Ok(Duration::ZERO);
+    };
+    if db.count() != 0 {
         return Ok(Duration::ZERO);
     }
+    let keys = match fill {
+        Fill::Same => plan(c, 1),
+        Fill::All => plan(
+            &Common {
+                rnd: false,
+                draw: false,
+                ..c.clone()
+            },
+            1,
+        ),
+    };
     let t0 = Instant::now();
-    run_phase(db, &plan(c, 1), Op::Put, c.vsiz)?;
+    run_phase(db, &keys, Op::Put, c.vsiz)?;
     let d = t0.elapsed();
     println!(
         "  filled the empty database with the records of `write` in {:.3}s (not timed); \
@@ -552,7 +577,7 @@ fn cmd_read(c: &Common) -> BenchResult<bool> {
         tally.misses,
         tally.bad
     );
-    let fill = if c.fill {
+    let fill = if c.fill.is_some() {
         format!(" fill_seconds={:.3}", secs(t_fill))
     } else {
         String::new()
@@ -723,7 +748,7 @@ fn cmd_scan(c: &Common) -> BenchResult<bool> {
             "unordered kind"
         },
     );
-    let fill = if c.fill {
+    let fill = if c.fill.is_some() {
         format!(" fill_seconds={:.3}", secs(t_fill))
     } else {
         String::new()
@@ -768,7 +793,7 @@ mod tests {
             seed: 7,
             by_shard: false,
             vsiz: 0,
-            fill: false,
+            fill: None,
             reads: None,
         }
     }
@@ -865,8 +890,16 @@ mod tests {
             if !draw {
                 assert!(!cmd_read(&c).unwrap(), "{name}: reads of an empty database");
             }
-            c.fill = true;
+            c.fill = Some(Fill::Same);
             assert!(cmd_read(&c).unwrap(), "{name} rnd={rnd} draw={draw}");
+            if draw {
+                // Keys written in order, read at random: every draw finds its record.
+                c.fill = Some(Fill::All);
+                c.reads = Some(5000);
+                assert!(cmd_read(&c).unwrap(), "{name}: --fill=all");
+                c.reads = None;
+                c.fill = Some(Fill::Same);
+            }
             c.threads = 1;
             c.rnd = false;
             assert!(cmd_scan(&c).unwrap(), "{name} draw={draw} vsiz={vsiz}");
@@ -874,7 +907,7 @@ mod tests {
         let mut c = common(10, 2, false);
         assert!(cmd_scan(&c).is_err(), "scan takes one thread");
         c.threads = 1;
-        c.fill = true;
+        c.fill = Some(Fill::Same);
         assert!(cmd_write(&c).is_err(), "--fill is for read and scan");
     }
 
@@ -889,7 +922,7 @@ mod tests {
         assert!(cmd_write(&c).unwrap());
         c.threads = 1;
         c.rnd = false;
-        c.fill = true;
+        c.fill = Some(Fill::Same);
         assert!(cmd_scan(&c).unwrap());
         c.records = 2001;
         assert!(!cmd_scan(&c).unwrap(), "a record short");
