@@ -7,12 +7,13 @@
 # process, then a full ordered scan in another.
 #
 # Usage: scripts/bench-tree-peers.sh                   (from anywhere in the repository)
-#        KURA_DB=casket.kb scripts/bench-tree-peers.sh (the on-disk B+ tree, once it exists)
+#        KURA_DB=+ scripts/bench-tree-peers.sh         (the in-memory tree instead)
 #
 # Environment:
-#   KURA_DB=+          the Kura database name: a memory kind (`+`) as is (a fresh process starts
-#                      empty, so read and scan store the records first, untimed); any other name
-#                      is a path inside each run's fresh directory (`casket.kb`, `casket.kb#…`)
+#   KURA_DB=casket.kb  the Kura database name: a path inside each run's fresh directory, with a
+#                      `.kb`'s parameters if wanted (`casket.kb#cache=64m`); a memory kind (`+`)
+#                      is used as is (a fresh process starts empty, so read and scan store the
+#                      records first, untimed)
 #   REPS=3             repetitions; the tables show the median of each figure
 #   RECORDS=1000000    records per run
 #   STORES="lmdb-batch lmdb-one redb fjall kura"   which stores to run
@@ -37,7 +38,7 @@ set -euo pipefail
 REPS=${REPS:-3}
 RECORDS=${RECORDS:-1000000}
 BENCH_TMPDIR=${BENCH_TMPDIR:-${TMPDIR:-/tmp}}
-KURA_DB=${KURA_DB:-+}
+KURA_DB=${KURA_DB:-casket.kb}
 STORES=${STORES:-lmdb-batch lmdb-one redb fjall kura}
 SCAN=${SCAN:-1}
 RUN_TIMEOUT=${RUN_TIMEOUT:-600}

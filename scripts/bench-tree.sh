@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Ordered-store benchmark (issue 24, "Fast, measured side by side"): a Kura ordered database
-# (`PATH.kb`; the in-memory tree `+` until `.kb` exists) against Tokyo Cabinet's B+ tree
+# (the on-disk B+ tree `PATH.kb` by default, or the in-memory tree `+`) against Tokyo Cabinet's B+ tree
 # (tcbtest / tcbmttest) and Kyoto Cabinet's file tree (kctreetest order) on the same workloads:
 # RECORDS records with 8-byte `%08d` keys and values equal to the keys, 1 or 2 threads, keys in
 # order or random; then a full ordered scan (`tcbmgr list` against `kura db list` and
@@ -8,14 +8,17 @@
 # (peak RSS and random reads).
 #
 # Usage: scripts/bench-tree.sh                       (from anywhere in the repository)
-#        KURA_DB=casket.kb scripts/bench-tree.sh     (the on-disk B+ tree, once it exists)
+#        KURA_DB=+ scripts/bench-tree.sh             (the in-memory tree instead)
+#        LARGE=1 ONLY=large LARGE_REPS=1 scripts/bench-tree.sh   (the large test alone)
 #
 # Environment:
-#   KURA_DB=+          the Kura database name. A memory kind (`+`, `+#capnum=…`) is used as is,
-#                      and kura-bench's read and scan are given --fill (a fresh process starts
-#                      empty: the records are stored first, untimed). Any other name is a path
-#                      inside each run's fresh directory, parameters allowed: `casket.kb`,
-#                      `casket.kb#sync=none`. Default tuning for every tool, Kura's included.
+#   KURA_DB=casket.kb  the Kura database name. Any name but a memory kind is a path inside each
+#                      run's fresh directory, parameters allowed; a `.kb` takes cache=BYTES
+#                      (1m or more; default 128m), leafsiz, compress, cmp, sync, segsiz, bufsiz,
+#                      ckptsiz: `casket.kb#cache=64m`, `casket.kb#sync=none`. A memory kind
+#                      (`+`, `+#capnum=…`) is used as is, and kura-bench's read and scan are given
+#                      --fill (a fresh process starts empty: the records are stored first,
+#                      untimed). Default tuning for every tool, Kura's included.
 #   REPS=3             repetitions; the tables show the median of each figure
 #   RECORDS=1000000    records per run (even: the 2-thread runs split it in halves)
 #   ONLY=engine|scan|large   run only that part (default: engine and scan, and large if LARGE=1)
@@ -53,7 +56,7 @@ set -euo pipefail
 REPS=${REPS:-3}
 RECORDS=${RECORDS:-1000000}
 BENCH_TMPDIR=${BENCH_TMPDIR:-${TMPDIR:-/tmp}}
-KURA_DB=${KURA_DB:-+}
+KURA_DB=${KURA_DB:-casket.kb}
 ONLY=${ONLY:-}
 LARGE=${LARGE:-0}
 LARGE_RECORDS=${LARGE_RECORDS:-10000000}
