@@ -373,7 +373,11 @@ impl Inner {
         };
         self.nodes.add_live(seg, len as i64);
         self.node_live.fetch_add(len as i64, Ordering::Relaxed);
-        self.node_since.fetch_add(len as u64, Ordering::Relaxed);
+        let since = self.node_since.fetch_add(len as u64, Ordering::Relaxed) + len as u64;
+        let live = self.node_live.load(Ordering::Relaxed).max(0) as u64;
+        if since >= live.max(self.cfg.ckptsiz) {
+            self.ask_ckpt();
+        }
         if !st.image.is_none() {
             self.nodes
                 .add_live(st.image.seg(), -i64::from(st.image.len));
@@ -409,10 +413,37 @@ impl Inner {
             || self.node_since.load(Ordering::Relaxed) >= live.max(self.cfg.ckptsiz)
     }
 
-    pub(crate) fn after_change(&self) {
-        if self.ckpt_due() && !self.ckpt_asked.swap(true, Ordering::AcqRel) {
+    /// `n` more bytes in the write-ahead log: a checkpoint is asked for once they add up to
+    /// `ckptsiz` (checked here, where the counter is written, so that writers read no counter
+    /// the others write).
+    pub(crate) fn note_wal_bytes(&self, n: u64) {
+        let since = self.since_ckpt.fetch_add(n, Ordering::Relaxed) + n;
+        if since >= self.cfg.ckptsiz {
+            self.ask_ckpt();
+        }
+    }
+
+    /// Wake the background thread for a checkpoint (once until it runs).
+    pub(crate) fn ask_ckpt(&self) {
+        if !self.ckpt_asked.load(Ordering::Relaxed) && !self.ckpt_asked.swap(true, Ordering::AcqRel)
+        {
             self.wal.stop_cv.notify_all();
         }
+    }
+
+    /// A cached leaf went from `before` to `after` bytes (most changes leave its capacity,
+    /// and so the shared counter, alone).
+    #[inline]
+    pub(crate) fn account(&self, before: usize, after: usize) {
+        if before != after {
+            self.cached
+                .fetch_add(after as i64 - before as i64, Ordering::Relaxed);
+        }
+    }
+
+    /// After a change: keep the cache within its budget (checkpoints are asked for where the
+    /// logs grow).
+    pub(crate) fn after_change(&self) {
         if self.cached.load(Ordering::Relaxed) > self.cfg.cache as i64 {
             self.evict();
         }
