@@ -2,11 +2,12 @@
 # This build's engine against another build's, same run: `kura-bench` workloads alternating
 # between the two binaries (which one goes first alternates too), REPS times each, medians.
 #
-# Usage: BASE=/path/to/other/kura-bench scripts/bench-ab.sh
+# Usage: BASE=/path/to/other/kura-bench [EXT=kb] scripts/bench-ab.sh
 # Workloads (RECORDS=1000000 by default): write in order, read in order, write shuffled, read
 # shuffled (one thread), write with 2 threads, and `order` (write, read, remove in one open),
 # each into a fresh directory (reads read what the same build's write just wrote).
 set -euo pipefail
+EXT=${EXT:-kh}  # the kind: kh (the hash) or kb (the B+ tree)
 cd "$(dirname "$0")/.."
 BASE=${BASE:?set BASE to the other build of kura-bench}
 REPS=${REPS:-5} RECORDS=${RECORDS:-1000000}
@@ -22,12 +23,12 @@ run() { # BIN LABEL REP: every workload once
 	local bin=$1 label=$2 rep=$3
 	local d="$WORK/$label-$rep"
 	rm -rf "$d" && mkdir -p "$d"
-	echo "$label write $("$bin" write "$d/s.kh#sync=none" -n "$RECORDS" | secs)" >>"$RAW"
-	echo "$label read $("$bin" read "$d/s.kh#sync=none" -n "$RECORDS" | secs)" >>"$RAW"
-	echo "$label write-rnd $("$bin" write "$d/r.kh#sync=none" -n "$RECORDS" --rnd | secs)" >>"$RAW"
-	echo "$label read-rnd $("$bin" read "$d/r.kh#sync=none" -n "$RECORDS" --rnd | secs)" >>"$RAW"
-	echo "$label write-2t $("$bin" write "$d/t.kh#sync=none" -n "$RECORDS" -t 2 | secs)" >>"$RAW"
-	echo "$label order $("$bin" order "$d/o.kh#sync=none" -n "$RECORDS" | grep 'op=order' | secs)" >>"$RAW"
+	echo "$label write $("$bin" write "$d/s.${EXT}#sync=none" -n "$RECORDS" | secs)" >>"$RAW"
+	echo "$label read $("$bin" read "$d/s.${EXT}#sync=none" -n "$RECORDS" | secs)" >>"$RAW"
+	echo "$label write-rnd $("$bin" write "$d/r.${EXT}#sync=none" -n "$RECORDS" --rnd | secs)" >>"$RAW"
+	echo "$label read-rnd $("$bin" read "$d/r.${EXT}#sync=none" -n "$RECORDS" --rnd | secs)" >>"$RAW"
+	echo "$label write-2t $("$bin" write "$d/t.${EXT}#sync=none" -n "$RECORDS" -t 2 | secs)" >>"$RAW"
+	echo "$label order $("$bin" order "$d/o.${EXT}#sync=none" -n "$RECORDS" | grep 'op=order' | secs)" >>"$RAW"
 	rm -rf "$d"
 }
 

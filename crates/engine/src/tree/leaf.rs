@@ -714,4 +714,52 @@ mod tests {
         }
         assert!(one.split(2).is_none());
     }
+
+    proptest::proptest! {
+        /// Searches agree with a sorted list whatever the keys have in common (heads after a
+        /// shared prefix, a key without it arriving, removals, splits), in both lexical orders.
+        #[test]
+        fn searches_agree_with_a_sorted_list(
+            ops in proptest::collection::vec(
+                (0u8..4, proptest::collection::vec(b'a'..b'e', 0..14), 0usize..64), 1..200),
+            desc in proptest::bool::ANY,
+        ) {
+            let cmp = if desc { Cmp::LexDesc } else { Cmp::Lex };
+            let mut leaf = Leaf::new();
+            let mut model: Vec<Vec<u8>> = Vec::new();
+            for (op, tail, at) in ops {
+                // Mostly keys with a long common prefix, sometimes one without it.
+                let key: Vec<u8> = if op == 3 { tail.clone() } else {
+                    let mut k = b"prefix:shared/".to_vec();
+                    k.extend_from_slice(&tail);
+                    k
+                };
+                let (i, hit) = leaf.find(cmp, &key);
+                let want = model.partition_point(|k| cmp.cmp(k, &key).is_lt());
+                proptest::prop_assert_eq!(i, want);
+                proptest::prop_assert_eq!(hit, model.get(want) == Some(&key));
+                let up = model.partition_point(|k| !cmp.cmp(k, &key).is_gt());
+                proptest::prop_assert_eq!(leaf.upper(cmp, &key), up);
+                if op == 0 && !model.is_empty() {
+                    let j = at % model.len();
+                    leaf.remove(j);
+                    model.remove(j);
+                } else if !hit {
+                    leaf.insert(i, &key, b"v", &meta(1), 0);
+                    model.insert(i, key);
+                }
+                if model.len() > 40 {
+                    let (_, right) = leaf.split(at % model.len()).unwrap();
+                    let keep = leaf.len();
+                    proptest::prop_assert_eq!(keep + right.len(), model.len());
+                    if at % 2 == 0 {
+                        leaf = right;
+                        model.drain(..keep);
+                    } else {
+                        model.truncate(keep);
+                    }
+                }
+            }
+        }
+    }
 }
