@@ -256,6 +256,8 @@ pub enum Kind {
     MemTree,
     /// `.kh`: on-disk hash.
     DiskHash,
+    /// `.kf`: fixed-length database (records by integer id).
+    Fixed,
 }
 
 /// A cursor over the records of a store (see docs/ARCHITECTURE.md, "Cursors").
