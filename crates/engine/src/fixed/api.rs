@@ -41,6 +41,39 @@ impl FixedDb {
         )
     }
 
+    /// The smallest and largest ids with a record that reads (not expired; 0 and 0 when there
+    /// is none): what `min` and `max` are in an interval. The records between an expired one
+    /// and the sweep that reclaims it are skipped, so an interval agrees with what `get` shows.
+    fn live_bounds(&self) -> Result<(u64, u64)> {
+        let (min, max) = self.bounds();
+        if min == 0 || self.inner.expiring.load(Ordering::Relaxed) == 0 {
+            return Ok((min, max));
+        }
+        let now = now_secs();
+        let reads = |id: u64| -> Result<bool> {
+            Ok(self
+                .inner
+                .with_id(id, &mut |h, _| Ok(!is_expired(h.fields.expires, now)))?
+                == Some(true))
+        };
+        let mut lo = min;
+        loop {
+            match self.inner.index.next_live(lo, max) {
+                Some(id) if reads(id)? => break lo = id,
+                Some(id) => lo = id + 1,
+                None => return Ok((0, 0)),
+            }
+        }
+        let mut hi = max;
+        while let Some(id) = self.inner.index.prev_live(lo, hi) {
+            if reads(id)? {
+                return Ok((lo, id));
+            }
+            hi = id - 1;
+        }
+        Ok((lo, lo))
+    }
+
     /// Bytes of memory the id array holds.
     pub fn index_memory(&self) -> u64 {
         self.inner.index.memory()
@@ -115,6 +148,7 @@ impl Store for FixedDb {
     ) -> Result<Option<Meta>> {
         let inner = &self.inner;
         inner.log.check_writable()?;
+        check_sizes(key, 0)?;
         let (result, wrote) = inner.accept_key(key, visitor)?;
         if wrote {
             inner.log.after_write()?;
@@ -341,7 +375,7 @@ impl Store for FixedDb {
     fn fwmkeys(&self, prefix: &[u8], max: usize) -> Result<Vec<Vec<u8>>> {
         self.inner.log.check_open()?;
         let interval = id::parse_interval(prefix)?;
-        let (min, mx) = self.bounds();
+        let (min, mx) = self.live_bounds()?;
         let mut out = Vec::new();
         let Some((lo, hi)) = interval.resolve(min, mx) else {
             return Ok(out);
