@@ -34,6 +34,11 @@ pub trait Walk: Send {
             "a backward walk on an unordered database",
         ))
     }
+    /// The record of `key` where the walk is (a kind with several values of a key reads the
+    /// one it landed on).
+    fn get_at(&mut self, store: &dyn Store, key: &[u8]) -> Result<Option<Record>> {
+        store.get(key)
+    }
     /// Damaged records passed over.
     fn damage_skipped(&self) -> u64 {
         0
@@ -88,7 +93,7 @@ impl<'a, W: Walk> KindCursor<'a, W> {
     fn current(&mut self) -> Result<Found> {
         let found = match &self.pos {
             Pos::Fresh | Pos::Off => return Ok(None),
-            Pos::At(k) => match self.store.get(k)? {
+            Pos::At(k) => match self.walk.get_at(self.store, k)? {
                 Some(r) => return Ok(Some((k.clone(), r))),
                 None => self.walk.forward(Excluded(k))?,
             },

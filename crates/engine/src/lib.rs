@@ -26,6 +26,7 @@ pub mod name;
 pub mod numbers;
 pub mod registry;
 pub mod store;
+pub mod tree;
 pub mod tsv;
 
 pub use config::{Compression, OpenMode, Params, SyncMode};

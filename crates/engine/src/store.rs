@@ -256,6 +256,8 @@ pub enum Kind {
     MemTree,
     /// `.kh`: on-disk hash.
     DiskHash,
+    /// `.kb`: on-disk B+ tree.
+    DiskTree,
     /// `.kf`: fixed-length database (records by integer id).
     Fixed,
 }
@@ -647,6 +649,38 @@ pub trait Store: Send + Sync {
             Ok(true)
         })?;
         Ok(out)
+    }
+
+    /// Whether this database keeps several values of one key (`put_dup`; the B+ tree).
+    fn allows_dups(&self) -> bool {
+        false
+    }
+
+    /// Add `value` as one more value of `key`: after the values it has (`front == false`,
+    /// Tokyo Cabinet's `putdup`), or before them (`front == true`, `putdupback`, whose value
+    /// then is the one `get` returns). With duplicates, `get` and the put variants read and
+    /// replace the first value, `remove` removes the first, `count` counts every value and a
+    /// cursor visits each. [`Error::Unsupported`] where [`Store::allows_dups`] is false.
+    fn put_dup(&self, _key: &[u8], _value: &[u8], _front: bool) -> Result<()> {
+        Err(Error::Unsupported(
+            "duplicate keys (use a B+ tree, PATH.kb)",
+        ))
+    }
+
+    /// Every value of `key`, first to last (empty when it has none). On a database without
+    /// duplicates, the one value there is.
+    fn get_all(&self, key: &[u8]) -> Result<Vec<Vec<u8>>> {
+        Ok(self.get(key)?.map(|r| r.value).into_iter().collect())
+    }
+
+    /// Remove every value of `key`; how many there were.
+    fn remove_all(&self, key: &[u8]) -> Result<u64> {
+        Ok(u64::from(self.out(key)?))
+    }
+
+    /// How many values `key` has (0 when none).
+    fn value_count(&self, key: &[u8]) -> Result<u64> {
+        Ok(u64::from(self.get(key)?.is_some()))
     }
 
     /// Call `f` with each live record whose key is in `range`, in key order (descending when

@@ -42,6 +42,7 @@ use kura_engine::fixed::FixedDb;
 use kura_engine::hash::DiskHash;
 use kura_engine::io::{CrashMode, SimVfs};
 use kura_engine::store::{now_secs, MAX_KEY_LEN};
+use kura_engine::tree::DiskTree;
 use kura_engine::{
     BatchOp, Counted, Decision, Error, Meta, OpenMode, Outcome, Params, Record, Store,
 };
@@ -81,6 +82,8 @@ enum Opener {
     Name(&'static str),
     /// `DiskHash::open_with` on a `SimVfs` (kept across restarts) with these parameters.
     SimDiskHash(&'static str),
+    /// `DiskTree::open_mode` on a `SimVfs` likewise.
+    SimDiskTree(&'static str),
     /// `FixedDb::open_mode` on a `SimVfs` (kept across restarts) with these parameters.
     SimFixed(&'static str),
 }
@@ -104,6 +107,9 @@ const KINDS: &[KindUnderTest] = &[
     KindUnderTest { label: ".kh", open: Opener::Name("{dir}/db.kh#segsiz=64k#bufsiz=4k#ckptsiz=1m#lanes=3#sync=none"), restart: Restart::Reopen, retune: KH_RETUNE, copy_as: ".kh", ids: None },
     KindUnderTest { label: ".kh sim", open: Opener::SimDiskHash("segsiz=64k#bufsiz=4k#ckptsiz=1m#lanes=3#sync=none"), restart: Restart::Reopen, retune: KH_RETUNE, copy_as: ".kh", ids: None },
     KindUnderTest { label: ".kh sim crash", open: Opener::SimDiskHash("segsiz=64k#bufsiz=4k#ckptsiz=1m#lanes=3#sync=always"), restart: Restart::Crash, retune: KH_RETUNE, copy_as: ".kh", ids: None },
+    KindUnderTest { label: ".kb", open: Opener::Name("{dir}/db.kb#segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=512#cache=1m#sync=none"), restart: Restart::Reopen, retune: &[""], copy_as: ".kb", ids: None },
+    KindUnderTest { label: ".kb sim", open: Opener::SimDiskTree("segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=300#cache=1m#sync=none"), restart: Restart::Reopen, retune: &[""], copy_as: ".kb", ids: None },
+    KindUnderTest { label: ".kb sim crash", open: Opener::SimDiskTree("segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=400#compress=lz4#sync=always"), restart: Restart::Crash, retune: &[""], copy_as: ".kb", ids: None },
     KindUnderTest { label: ".kf", open: Opener::Name("{dir}/db.kf#width=300000#limsiz=2t#segsiz=64k#bufsiz=4k#ckptsiz=1m#sync=none"), restart: Restart::Reopen, retune: KF_RETUNE, copy_as: ".kf", ids: Some(KF_WIDTH) },
     KindUnderTest { label: ".kf sim", open: Opener::SimFixed("width=300000#limsiz=2t#segsiz=64k#bufsiz=4k#ckptsiz=1m#sync=none"), restart: Restart::Reopen, retune: KF_RETUNE, copy_as: ".kf", ids: Some(KF_WIDTH) },
     KindUnderTest { label: ".kf sim crash", open: Opener::SimFixed("width=300000#limsiz=2t#segsiz=64k#bufsiz=4k#ckptsiz=1m#sync=always"), restart: Restart::Crash, retune: KF_RETUNE, copy_as: ".kf", ids: Some(KF_WIDTH) },
@@ -118,6 +124,7 @@ const KF_RETUNE: &[&str] = &["", "", "width=300000"];
 const KH_RETUNE: &[&str] = &["", "", "compress=lz4", "compress=none", "bnum=64"];
 
 const SIM_PATH: &str = "/sim/db.kh";
+const SIM_TREE_PATH: &str = "/sim/db.kb";
 const SIM_FIXED_PATH: &str = "/sim/db.kf";
 
 /// The kinds this run tests (`KURA_CONFORMANCE_KIND` picks one by label).
@@ -148,6 +155,7 @@ struct Db {
 enum Handle {
     Named(Arc<dyn Store>),
     Sim(Arc<DiskHash>),
+    SimTree(Arc<DiskTree>),
     SimFixed(Arc<FixedDb>),
 }
 
@@ -180,6 +188,15 @@ impl Db {
                 )
                 .unwrap(),
             )),
+            Opener::SimDiskTree(params) => Handle::SimTree(Arc::new(
+                DiskTree::open_mode(
+                    Path::new(SIM_TREE_PATH),
+                    &Params::parse(params).unwrap(),
+                    Arc::new(fs.clone()),
+                    mode,
+                )
+                .unwrap(),
+            )),
             Opener::SimFixed(params) => Handle::SimFixed(Arc::new(
                 FixedDb::open_mode(
                     Path::new(SIM_FIXED_PATH),
@@ -196,6 +213,7 @@ impl Db {
         match self.handle.as_ref().expect("open") {
             Handle::Named(s) => s.clone(),
             Handle::Sim(d) => d.clone(),
+            Handle::SimTree(d) => d.clone(),
             Handle::SimFixed(d) => d.clone(),
         }
     }
@@ -210,6 +228,13 @@ impl Db {
             }
             (Restart::Reopen, Handle::Named(s)) => s.close().unwrap(),
             (Restart::Reopen, Handle::Sim(d)) => d.close().unwrap(),
+            (Restart::Reopen, Handle::SimTree(d)) => d.close().unwrap(),
+            (Restart::Crash, Handle::SimTree(d)) => {
+                Arc::into_inner(d)
+                    .expect("no other handle at a crash")
+                    .abandon();
+                self.fs.crash(CrashMode::Torn { seed });
+            }
             (Restart::Reopen, Handle::SimFixed(d)) => d.close().unwrap(),
             (Restart::Crash, Handle::Sim(d)) => {
                 Arc::into_inner(d)

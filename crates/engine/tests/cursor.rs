@@ -11,10 +11,14 @@ use std::sync::Arc;
 /// Every kind, fresh, with tuning that reaches rare paths (a `.kh` with small segments).
 fn kinds(dir: &Path) -> Vec<(String, Arc<dyn Store>)> {
     let kh = dir.join("c.kh");
+    let kb = dir.join("c.kb");
+    let kd = dir.join("d.kb");
     [
         "*".to_string(),
         "+".to_string(),
         format!("{}#segsiz=64k", kh.display()),
+        format!("{}#leafsiz=256#cache=1m#segsiz=64k", kb.display()),
+        format!("{}#leafsiz=256#compress=lz4", kd.display()),
     ]
     .into_iter()
     .map(|n| {

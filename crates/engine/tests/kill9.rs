@@ -1,4 +1,4 @@
-//! A process writing to a `.kh` database is killed with SIGKILL, again and again; after each
+//! A process writing to a `.kh` or `.kb` database is killed with SIGKILL, again and again; after each
 //! kill the database must open, pass `check`, and hold every record whose write returned
 //! (with `sync=always`), and with the default sync mode it must open consistent and healthy.
 //!
@@ -113,8 +113,20 @@ fn verify(name: &str, upto: Option<u64>, from: u64) {
 
 #[test]
 fn sigkill_loses_no_acknowledged_write_with_sync_always() {
+    no_loss_with_sync_always("k.kh");
+}
+
+#[test]
+fn sigkill_loses_no_acknowledged_write_with_sync_always_kb() {
+    no_loss_with_sync_always(KB);
+}
+
+/// A `.kb` with small leaves and checkpoints, so kills land in splits and checkpoints.
+const KB: &str = "t.kb#leafsiz=512#ckptsiz=1m#segsiz=256k";
+
+fn no_loss_with_sync_always(file: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let name = format!("{}#sync=always", dir.path().join("k.kh").display());
+    let name = format!("{}#sync=always", dir.path().join(file).display());
     let mut start = 0;
     for round in 0..8u64 {
         let acked = run_and_kill(&name, start, Duration::from_millis(150 + 40 * round));
@@ -126,8 +138,17 @@ fn sigkill_loses_no_acknowledged_write_with_sync_always() {
 
 #[test]
 fn sigkill_with_default_sync_reopens_healthy() {
+    default_sync_reopens_healthy("d.kh");
+}
+
+#[test]
+fn sigkill_with_default_sync_reopens_healthy_kb() {
+    default_sync_reopens_healthy(KB);
+}
+
+fn default_sync_reopens_healthy(file: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let name = dir.path().join("d.kh").display().to_string();
+    let name = dir.path().join(file).display().to_string();
     let mut start = 0;
     let mut confirmed: Vec<u64> = Vec::new();
     for round in 0..6u64 {
@@ -286,8 +307,17 @@ fn run_threads_and_kill(name: &str, round: u64, run: Duration) -> Vec<u64> {
 /// meet shards that are growing (slow mode, the move in batches).
 #[test]
 fn sigkill_with_writer_threads_loses_no_acknowledged_write() {
+    threads_lose_nothing("mt.kh");
+}
+
+#[test]
+fn sigkill_with_writer_threads_loses_no_acknowledged_write_kb() {
+    threads_lose_nothing(KB);
+}
+
+fn threads_lose_nothing(file: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let name = format!("{}#sync=always", dir.path().join("mt.kh").display());
+    let name = format!("{}#sync=always", dir.path().join(file).display());
     let mut model = BTreeMap::<Vec<u8>, Vec<u8>>::new();
     let mut touched = BTreeSet::<Vec<u8>>::new();
     let mut total = 0;

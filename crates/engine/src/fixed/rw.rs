@@ -248,6 +248,7 @@ impl Inner {
             compression: 0,
             raw_len: 0,
             version,
+            dup: 0,
         };
         let hdr = HeaderBuf::put(KEY_LEN, value.len(), &fields);
         let key = id.to_be_bytes();

@@ -395,6 +395,7 @@ impl Store for DiskHash {
                         compression: stored.code,
                         raw_len: stored.raw_len,
                         version: 0,
+                        dup: 0,
                     };
                     format::encode_put(&mut body, key, &stored.bytes, &fields);
                 }

@@ -558,6 +558,7 @@ mod checkpoint;
 mod compact;
 mod cursor;
 mod open;
+pub(crate) use open::random_u64 as random_salt;
 mod read;
 mod shard;
 mod write;

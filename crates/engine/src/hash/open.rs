@@ -3,7 +3,8 @@
 
 use super::*;
 
-pub(super) fn random_u64() -> u64 {
+/// A random odd 64-bit number (a new database's salt).
+pub(crate) fn random_u64() -> u64 {
     let mut b = [0u8; 8];
     // SAFETY: getrandom writes at most `b.len()` bytes into the valid buffer `b`.
     let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };

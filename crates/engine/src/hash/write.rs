@@ -55,6 +55,7 @@ impl Inner {
             compression: stored.code,
             raw_len: stored.raw_len,
             version,
+            dup: 0,
         };
         let hdr = HeaderBuf::put(key.len(), stored.bytes.len(), &fields);
         if expires != 0 {

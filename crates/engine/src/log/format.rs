@@ -16,10 +16,11 @@
 //! ```text
 //! 0   4  crc32c (seeded with the segment salt) of every byte after this field
 //! 4   1  bits: 0-1 type (0 put, 1 delete, 2 batch, 3 clear), 2 flags present,
-//!           3 expires present, 4 version present, 5-6 compression code
+//!           3 expires present, 4 version present, 5-6 compression code, 7 dup present
 //! 5   ..  put:    varint klen, varint vlen (stored bytes), [varint raw_len if compressed],
-//!                 varint seq, [u32 LE flags], [varint expires], [varint version], key, value
-//!         delete: varint klen, varint seq, key
+//!                 varint seq, [u32 LE flags], [varint expires], [varint version],
+//!                 [varint dup], key, value
+//!         delete: varint klen, varint seq, [varint dup], key
 //!         batch:  varint body_len, varint count, body = `count` complete put/delete records
 //!         clear:  varint clear id, varint lanes (a vanish writes one clear into each of its
 //!                 lanes; recovery honours it only when all of them survived)
@@ -30,6 +31,9 @@
 //! record carries a version of its own: a touch rewrites a record with a new seq (for the
 //! order) but keeps the version it had (a touch changes no cas, as in memcached). Compaction
 //! copies a record with its seq and version, so moving a record never changes its version.
+//!
+//! `dup` (the B+ tree only) names one of several values of a key: a put sets that value, a
+//! delete removes it; absent, it is 0 (the value of a key without duplicates).
 
 use crate::config::Compression;
 use crate::error::{Error, Result};
@@ -52,9 +56,10 @@ const B_FLAGS: u8 = 1 << 2;
 const B_EXPIRES: u8 = 1 << 3;
 const B_VERSION: u8 = 1 << 4;
 const COMP_SHIFT: u8 = 5;
+const B_DUP: u8 = 1 << 7;
 
-/// Longest possible record header: crc + bits + 6 varints of at most 10 bytes + flags.
-pub const MAX_HEADER_LEN: usize = 4 + 1 + 10 * 6 + 4;
+/// Longest possible record header: crc + bits + 7 varints of at most 10 bytes + flags.
+pub const MAX_HEADER_LEN: usize = 4 + 1 + 10 * 7 + 4;
 
 /// What a segment header says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -155,11 +160,16 @@ impl HeaderBuf {
 
     /// The header of a delete record of a `klen`-byte key.
     pub fn delete(klen: usize, seq: u64) -> HeaderBuf {
+        HeaderBuf::delete_dup(klen, seq, 0)
+    }
+
+    /// The header of a delete record of value `dup` of a `klen`-byte key.
+    pub fn delete_dup(klen: usize, seq: u64, dup: u64) -> HeaderBuf {
         let mut h = HeaderBuf {
             b: [0; MAX_HEADER_LEN],
             n: 0,
         };
-        encode_delete_header(&mut h, klen, seq);
+        encode_delete_header(&mut h, klen, seq, dup);
         h
     }
 
@@ -205,6 +215,8 @@ pub struct PutFields {
     pub raw_len: u64,
     /// The record's version when it is not `seq` (0: it is `seq`).
     pub version: u64,
+    /// Which value of the key (B+ tree duplicates; 0 otherwise).
+    pub dup: u64,
 }
 
 impl PutFields {
@@ -239,6 +251,9 @@ pub fn encode_put_header(out: &mut impl Sink, klen: usize, vlen: usize, f: &PutF
     if f.version != 0 {
         bits |= B_VERSION;
     }
+    if f.dup != 0 {
+        bits |= B_DUP;
+    }
     out.put(&[0, 0, 0, 0, bits]);
     put_varint(out, klen as u64);
     put_varint(out, vlen as u64);
@@ -255,20 +270,32 @@ pub fn encode_put_header(out: &mut impl Sink, klen: usize, vlen: usize, f: &PutF
     if f.version != 0 {
         put_varint(out, f.version);
     }
+    if f.dup != 0 {
+        put_varint(out, f.dup);
+    }
 }
 
 pub fn encode_delete(out: &mut Vec<u8>, key: &[u8], seq: u64) -> usize {
+    encode_delete_dup(out, key, seq, 0)
+}
+
+/// A delete record of value `dup` of `key`.
+pub fn encode_delete_dup(out: &mut Vec<u8>, key: &[u8], seq: u64, dup: u64) -> usize {
     let start = out.len();
-    encode_delete_header(out, key.len(), seq);
+    encode_delete_header(out, key.len(), seq, dup);
     out.extend_from_slice(key);
     out.len() - start
 }
 
 /// The header of a delete record (crc left zero), before its key.
-fn encode_delete_header(out: &mut impl Sink, klen: usize, seq: u64) {
-    out.put(&[0, 0, 0, 0, T_DELETE]);
+fn encode_delete_header(out: &mut impl Sink, klen: usize, seq: u64, dup: u64) {
+    let bits = if dup != 0 { T_DELETE | B_DUP } else { T_DELETE };
+    out.put(&[0, 0, 0, 0, bits]);
     put_varint(out, klen as u64);
     put_varint(out, seq);
+    if dup != 0 {
+        put_varint(out, dup);
+    }
 }
 
 pub fn encode_clear(out: &mut Vec<u8>, id: u64, lanes: usize) -> usize {
@@ -366,6 +393,9 @@ pub fn parse_header(buf: &[u8]) -> Option<Header> {
             if bits & B_VERSION != 0 {
                 h.fields.version = get_varint(buf, &mut pos)?;
             }
+            if bits & B_DUP != 0 {
+                h.fields.dup = get_varint(buf, &mut pos)?;
+            }
             if h.klen > crate::store::MAX_KEY_LEN || h.vlen > 2 * crate::store::MAX_VALUE_LEN {
                 return None;
             }
@@ -373,6 +403,9 @@ pub fn parse_header(buf: &[u8]) -> Option<Header> {
         T_DELETE => {
             h.klen = usize::try_from(get_varint(buf, &mut pos)?).ok()?;
             h.fields.seq = get_varint(buf, &mut pos)?;
+            if bits & B_DUP != 0 {
+                h.fields.dup = get_varint(buf, &mut pos)?;
+            }
             if h.klen > crate::store::MAX_KEY_LEN {
                 return None;
             }
@@ -392,7 +425,12 @@ pub fn parse_header(buf: &[u8]) -> Option<Header> {
         }
     }
     let version = if typ == T_PUT { B_VERSION } else { 0 };
-    if bits & !(3 | B_FLAGS | B_EXPIRES | version | (3 << COMP_SHIFT)) != 0 {
+    let dup = if typ == T_PUT || typ == T_DELETE {
+        B_DUP
+    } else {
+        0
+    };
+    if bits & !(3 | B_FLAGS | B_EXPIRES | version | dup | (3 << COMP_SHIFT)) != 0 {
         return None;
     }
     h.key_off = pos;
@@ -433,6 +471,7 @@ mod tests {
             compression: 0,
             raw_len: 0,
             version: 0,
+            dup: 0,
         };
         // A record that carries a version of its own (a touched one) round-trips it.
         let touched = PutFields { version: 42, ..f };

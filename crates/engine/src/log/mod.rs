@@ -720,6 +720,26 @@ impl Log {
         self.retired.push(Box::new(old));
     }
 
+    /// Remove segments from the table and their files from the directory (then synced). A
+    /// reader still holding one keeps reading it until it lets go. What was retired is the
+    /// caller's to free (`retired`), once no reader can be peeking at it.
+    pub(crate) fn remove_segments(&self, ids: &[u32]) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        self.set_segs(|t| {
+            let mut t = SegTable::clone(t);
+            for id in ids {
+                t.segs.remove(id);
+            }
+            t
+        });
+        for &id in ids {
+            let _ = self.vfs.remove(&self.dir.join(seg_file_name(id)));
+        }
+        self.vfs.sync_dir(&self.dir).map_err(|e| self.poison(&e))
+    }
+
     pub(crate) fn data_size(&self) -> u64 {
         let tail_extra: u64 = self.tails.iter().map(|t| t.0.lock().buf.len() as u64).sum();
         self.segs

@@ -1,0 +1,333 @@
+//! The `Store` of the B+ tree.
+
+use super::cursor::TreeWalk;
+use super::{DiskTree, Gone, Inner, CKPT_NAME, NODES_DIR};
+use crate::error::{Error, Result};
+use crate::log::segment::seg_file_name;
+use crate::store::{
+    is_expired, now_secs, BatchOp, CheckReport, Current, Cursor, Damaged, Decision, KeyRange, Kind,
+    Meta, Record, RecordVisitor, Store,
+};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+impl Inner {
+    fn after_read(&self) {
+        if self.cached.load(Ordering::Relaxed) > self.cfg.cache as i64 {
+            self.evict();
+        }
+    }
+}
+
+impl Store for DiskTree {
+    fn get(&self, key: &[u8]) -> Result<Option<Record>> {
+        let mut out = None;
+        self.view(key, &mut |v, meta| {
+            out = Some(Record {
+                value: v.to_vec(),
+                meta,
+            })
+        })?;
+        Ok(out)
+    }
+
+    fn view(&self, key: &[u8], f: &mut dyn FnMut(&[u8], Meta)) -> Result<bool> {
+        let inner = &self.inner;
+        inner.wal.check_open()?;
+        loop {
+            let forest = inner.forest.load();
+            let (_, g) = match inner.read_leaf(&forest, key)? {
+                Ok(x) => x,
+                Err(Gone) => continue,
+            };
+            let leaf = g.leaf.as_ref().expect("latched leaves are cached");
+            let (i, hit) = leaf.find(inner.cmp, key);
+            let shown = hit && {
+                let e = leaf.entry(i);
+                let live = !is_expired(e.meta.expires, now_secs());
+                if live {
+                    f(e.value, e.meta);
+                }
+                live
+            };
+            drop(g);
+            inner.after_read();
+            return Ok(shown);
+        }
+    }
+
+    fn accept<'v>(
+        &self,
+        key: &[u8],
+        visitor: &mut dyn FnMut(Option<Current<'_>>) -> Decision<'v>,
+    ) -> Result<Option<Meta>> {
+        self.inner.accept_key(key, visitor)
+    }
+
+    fn write_batch(&self, ops: &[BatchOp]) -> Result<()> {
+        self.inner.batch(ops)
+    }
+
+    fn allows_dups(&self) -> bool {
+        true
+    }
+
+    fn put_dup(&self, key: &[u8], value: &[u8], front: bool) -> Result<()> {
+        self.inner.put_dup(key, value, front)
+    }
+
+    fn get_all(&self, key: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let mut out = Vec::new();
+        self.inner.values_of(key, &mut |v| out.push(v.to_vec()))?;
+        self.inner.after_read();
+        Ok(out)
+    }
+
+    fn remove_all(&self, key: &[u8]) -> Result<u64> {
+        self.inner.remove_all(key)
+    }
+
+    fn value_count(&self, key: &[u8]) -> Result<u64> {
+        let mut n = 0;
+        self.inner.values_of(key, &mut |_| n += 1)?;
+        self.inner.after_read();
+        Ok(n)
+    }
+
+    fn cursor(&self) -> Result<Box<dyn Cursor + '_>> {
+        self.inner.wal.check_open()?;
+        Ok(Box::new(crate::cursor::KindCursor::new(
+            self,
+            TreeWalk {
+                inner: &self.inner,
+                last: None,
+            },
+        )))
+    }
+
+    fn count(&self) -> u64 {
+        self.inner.records()
+    }
+
+    fn size(&self) -> u64 {
+        let ckpt = self
+            .inner
+            .wal
+            .vfs
+            .open(&self.inner.wal.dir.join(CKPT_NAME), false)
+            .and_then(|f| f.len())
+            .unwrap_or(0);
+        self.inner.wal.data_size() + self.inner.nodes.data_size() + ckpt
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.inner.wal.check_open()?;
+        if self.inner.wal.readonly {
+            return Ok(());
+        }
+        self.inner.wal.sync_now()
+    }
+
+    fn optimize(&self, params: &str) -> Result<()> {
+        let inner = &self.inner;
+        inner.wal.check_writable()?;
+        let p = crate::config::Params::parse(params)?;
+        p.allow_only("optimize of a disk tree (.kb)", &["compress"])?;
+        if p.compression()?.is_some_and(|c| c != inner.compress) {
+            return Err(Error::Unsupported(
+                "changing a tree's compression (copy it into a new database instead)",
+            ));
+        }
+        let _one = inner.ckpt_lock.lock();
+        inner.checkpoint_locked(true)?;
+        Ok(())
+    }
+
+    fn vanish(&self) -> Result<()> {
+        self.inner.vanish()
+    }
+
+    fn copy_to(&self, dest: &Path) -> Result<()> {
+        let inner = &self.inner;
+        inner.wal.check_open()?;
+        if inner.wal.readonly {
+            return Err(Error::Unsupported(
+                "a hot copy of a database opened read-only",
+            ));
+        }
+        if dest.exists() && std::fs::read_dir(dest).map(|mut d| d.next().is_some())? {
+            return Err(Error::InvalidParam(format!(
+                "{}: destination exists and is not empty",
+                dest.display()
+            )));
+        }
+        match std::fs::create_dir(dest) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e.into()),
+            _ => {}
+        }
+        std::fs::create_dir_all(dest.join(NODES_DIR))?;
+        // A checkpoint, held (no segment is removed meanwhile), then its files and the
+        // write-ahead log from its replay position to its end now.
+        let _one = inner.ckpt_lock.lock();
+        let c = inner.checkpoint_locked(false)?;
+        let wal_end = {
+            let mut tail = inner.wal.tails[0].0.lock();
+            inner.wal.flush(&mut tail)?;
+            (tail.seg.id, tail.seg.flushed())
+        };
+        let copy = |src: &crate::log::segment::Segment, to: &Path, len: u64| -> Result<()> {
+            let out = std::fs::File::create(to)?;
+            let mut buf = Vec::new();
+            let mut at = 0u64;
+            while at < len {
+                let n = (len - at).min(4 << 20) as usize;
+                src.read_file(at, &mut buf, n)?;
+                std::os::unix::fs::FileExt::write_all_at(&out, &buf, at)?;
+                at += n as u64;
+            }
+            out.sync_all()?;
+            Ok(())
+        };
+        for s in inner.nodes.segs.load().segs.values() {
+            if s.id > c.nodes_end.0 {
+                continue;
+            }
+            let len = if s.id == c.nodes_end.0 {
+                c.nodes_end.1
+            } else {
+                s.flushed()
+            };
+            copy(s, &dest.join(NODES_DIR).join(seg_file_name(s.id)), len)?;
+        }
+        for s in inner.wal.segs.load().segs.values() {
+            if s.id < c.wal.0 || s.id > wal_end.0 {
+                continue;
+            }
+            let len = if s.id == wal_end.0 {
+                wal_end.1
+            } else {
+                s.flushed()
+            };
+            copy(s, &dest.join(seg_file_name(s.id)), len)?;
+        }
+        std::fs::write(dest.join(CKPT_NAME), c.encode())?;
+        let d = super::open::Stored {
+            cmp: inner.cmp,
+            compress: inner.compress,
+        }
+        .descriptor();
+        std::fs::write(dest.join(crate::meta::META_NAME), d.encode())?;
+        for d in [dest.join(NODES_DIR), dest.to_path_buf()] {
+            std::fs::File::open(&d)?.sync_all()?;
+        }
+        Ok(())
+    }
+
+    fn check(&self) -> Result<CheckReport> {
+        self.inner.wal.check_open()?;
+        self.inner.check()
+    }
+
+    fn kind(&self) -> Kind {
+        Kind::DiskTree
+    }
+
+    fn describe(&self) -> Vec<(String, String)> {
+        let inner = &self.inner;
+        let f = inner.forest.load();
+        let (depth, index_bytes) = f.index.stats();
+        vec![
+            ("path".into(), inner.wal.dir.display().to_string()),
+            ("cmp".into(), inner.cmp.name().into()),
+            ("compress".into(), inner.compress.name().into()),
+            ("cache".into(), inner.cfg.cache.to_string()),
+            ("leafsiz".into(), inner.cfg.leafsiz.to_string()),
+            ("sync".into(), inner.wal.sync.describe()),
+            ("ckptsiz".into(), inner.cfg.ckptsiz.to_string()),
+            ("leaves".into(), f.allocated().to_string()),
+            ("levels".into(), (depth + 1).to_string()),
+            ("index_bytes".into(), index_bytes.to_string()),
+            (
+                "cached_bytes".into(),
+                inner.cached.load(Ordering::Relaxed).max(0).to_string(),
+            ),
+        ]
+    }
+
+    fn close(&self) -> Result<()> {
+        let inner = &self.inner;
+        if inner.wal.closed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        *inner.wal.stop.lock() = true;
+        inner.wal.stop_cv.notify_all();
+        inner.wal.fill_cv.notify_all();
+        for h in self.bg.lock().drain(..) {
+            let _ = h.join();
+        }
+        let mut result = Ok(());
+        if !inner.wal.readonly && !inner.wal.is_poisoned.load(Ordering::Acquire) {
+            let r = (|| {
+                if inner.since_ckpt.load(Ordering::Relaxed) > 0 {
+                    inner.checkpoint()?;
+                }
+                for log in [&inner.wal, &inner.nodes] {
+                    let mut tail = log.tails[0].0.lock();
+                    log.mark(&mut tail);
+                    log.trim_tail(&mut tail)?;
+                }
+                inner.wal.sync_now()?;
+                inner.nodes.sync_now()
+            })();
+            result = r;
+        }
+        inner.wal.closed.store(true, Ordering::Release);
+        inner.nodes.closed.store(true, Ordering::Release);
+        inner.lock.lock().take();
+        result
+    }
+
+    fn damage_found(&self) -> Vec<Damaged> {
+        self.inner.findings.lock().clone()
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let c = &self.inner.counters;
+        vec![
+            ("leaf_loads", c.loads.load(Ordering::Relaxed)),
+            ("leaf_evictions", c.evictions.load(Ordering::Relaxed)),
+            ("leaf_splits", c.splits.load(Ordering::Relaxed)),
+            ("leaf_images", c.images.load(Ordering::Relaxed)),
+            ("checkpoints", c.checkpoints.load(Ordering::Relaxed)),
+            (
+                "truncated_bytes",
+                self.inner
+                    .wal
+                    .counters
+                    .truncated_bytes
+                    .load(Ordering::Relaxed),
+            ),
+            (
+                "syncs",
+                self.inner.wal.counters.syncs.load(Ordering::Relaxed),
+            ),
+        ]
+    }
+
+    fn for_each_record(&self, f: &mut RecordVisitor<'_>) -> Result<u64> {
+        self.inner.wal.check_open()?;
+        let all = KeyRange {
+            from: std::ops::Bound::Unbounded,
+            to: std::ops::Bound::Unbounded,
+            desc: false,
+            max: usize::MAX,
+        };
+        self.inner.scan(&all, f)?;
+        Ok(0)
+    }
+
+    fn for_each_in_range(&self, range: &KeyRange<'_>, f: &mut RecordVisitor<'_>) -> Result<u64> {
+        self.inner.wal.check_open()?;
+        self.inner.scan(range, f)
+    }
+}

@@ -1,0 +1,368 @@
+//! Checkpoints (`tree.ki`) and the background thread.
+//!
+//! A checkpoint rolls the write-ahead log to a new segment, walks the leaves left to right
+//! (each latched only while it is looked at), writes the image of every leaf changed since its
+//! last one, and of every leaf whose image lies in a node segment that is mostly dead (so that
+//! segment can go), syncs the write-ahead log (every change an image holds is then durable in
+//! it too: a batch is never half in the images) and the node log, and replaces `tree.ki`.
+//! Then the write-ahead segments before the roll and the emptied node segments are removed.
+//!
+//! `tree.ki` (all integers little-endian):
+//! ```text
+//! 0   8  magic "KURATKI1"
+//! 8   4  format version (1)
+//! 12  8  salt of the database's logs
+//! 20  4  write-ahead segment where replay starts
+//! 24  8  offset in it
+//! 32  4  node segment where the node log ended
+//! 36  8  offset in it (images after it belong to no checkpoint)
+//! 44  8  last version given out
+//! 52  8  records (informative: an open counts the leaves' records)
+//! 60  8  leaves
+//! 68  .. per leaf in key order: [varint shared, varint suffix length, suffix: its low key,
+//!        prefix-compressed against the previous one; absent for the first leaf],
+//!        varint node segment, varint offset, varint record length, varint records in it
+//! ..  4  crc32c of every byte before it
+//! ```
+
+use super::forest::{Image, NONE};
+use super::index::Key;
+use super::{Inner, CKPT_NAME};
+use crate::error::{Error, Result};
+use crate::log::format::{get_varint, put_varint, SEG_HEADER_LEN};
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+pub(crate) const CKPT_MAGIC: &[u8; 8] = b"KURATKI1";
+pub(crate) const CKPT_VERSION: u32 = 1;
+const FIXED: usize = 68;
+
+/// What a checkpoint says.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Checkpoint {
+    pub salt: u64,
+    pub wal: (u32, u64),
+    pub nodes_end: (u32, u64),
+    pub version: u64,
+    pub records: u64,
+    pub leaves: Vec<(Option<Key>, Image)>,
+}
+
+impl Checkpoint {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(FIXED + self.leaves.len() * 16);
+        b.extend_from_slice(CKPT_MAGIC);
+        b.extend_from_slice(&CKPT_VERSION.to_le_bytes());
+        b.extend_from_slice(&self.salt.to_le_bytes());
+        b.extend_from_slice(&self.wal.0.to_le_bytes());
+        b.extend_from_slice(&self.wal.1.to_le_bytes());
+        b.extend_from_slice(&self.nodes_end.0.to_le_bytes());
+        b.extend_from_slice(&self.nodes_end.1.to_le_bytes());
+        b.extend_from_slice(&self.version.to_le_bytes());
+        b.extend_from_slice(&self.records.to_le_bytes());
+        b.extend_from_slice(&(self.leaves.len() as u64).to_le_bytes());
+        let mut prev: &[u8] = &[];
+        for (i, (low, img)) in self.leaves.iter().enumerate() {
+            if i > 0 {
+                let low = low.as_deref().unwrap_or(&[]);
+                let shared = prev.iter().zip(low).take_while(|(a, b)| a == b).count();
+                put_varint(&mut b, shared as u64);
+                put_varint(&mut b, (low.len() - shared) as u64);
+                b.extend_from_slice(&low[shared..]);
+                prev = low;
+            }
+            put_varint(&mut b, u64::from(img.seg()));
+            put_varint(&mut b, img.off());
+            put_varint(&mut b, u64::from(img.len));
+            put_varint(&mut b, u64::from(img.count));
+        }
+        let crc = crc32c::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decode (never panics); `cmp` checks the low keys rise.
+    pub fn decode(b: &[u8], cmp: super::cmp::Cmp) -> std::result::Result<Checkpoint, String> {
+        if b.len() < FIXED + 4 {
+            return Err(format!("{} bytes, shorter than a checkpoint", b.len()));
+        }
+        let (body, crc) = b.split_at(b.len() - 4);
+        if crc32c::crc32c(body) != u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]) {
+            return Err("its checksum fails".into());
+        }
+        if &body[0..8] != CKPT_MAGIC {
+            return Err("not a tree checkpoint".into());
+        }
+        let u32_at = |o: usize| u32::from_le_bytes(body[o..o + 4].try_into().unwrap());
+        let u64_at = |o: usize| u64::from_le_bytes(body[o..o + 8].try_into().unwrap());
+        if u32_at(8) != CKPT_VERSION {
+            return Err(format!("format version {} (this build reads 1)", u32_at(8)));
+        }
+        let mut c = Checkpoint {
+            salt: u64_at(12),
+            wal: (u32_at(20), u64_at(24)),
+            nodes_end: (u32_at(32), u64_at(36)),
+            version: u64_at(44),
+            records: u64_at(52),
+            leaves: Vec::new(),
+        };
+        let n = u64_at(60);
+        if n == 0 || n > body.len() as u64 {
+            return Err(format!("{n} leaves"));
+        }
+        let mut p = FIXED;
+        let mut prev: Vec<u8> = Vec::new();
+        let bad = || "its leaf list is malformed".to_string();
+        for i in 0..n {
+            let low = if i == 0 {
+                None
+            } else {
+                let shared = get_varint(body, &mut p).ok_or_else(bad)? as usize;
+                let suffix = get_varint(body, &mut p).ok_or_else(bad)? as usize;
+                if shared > prev.len() || suffix > body.len().saturating_sub(p) {
+                    return Err(bad());
+                }
+                let mut k = prev[..shared].to_vec();
+                k.extend_from_slice(&body[p..p + suffix]);
+                p += suffix;
+                if i > 1 && cmp.cmp(&prev, &k) != std::cmp::Ordering::Less {
+                    return Err("its leaves are out of order".into());
+                }
+                prev.clone_from(&k);
+                Some(Arc::from(k.into_boxed_slice()))
+            };
+            let seg = get_varint(body, &mut p).ok_or_else(bad)?;
+            let off = get_varint(body, &mut p).ok_or_else(bad)?;
+            let len = get_varint(body, &mut p).ok_or_else(bad)?;
+            let count = get_varint(body, &mut p).ok_or_else(bad)?;
+            let big = |v: u64| v > u64::from(u32::MAX);
+            if seg == 0 || big(seg) || big(off) || len == 0 || big(len) || count > len {
+                return Err(bad());
+            }
+            c.leaves.push((
+                low,
+                Image {
+                    loc: (seg << 32) | off,
+                    len: len as u32,
+                    count: count as u32,
+                },
+            ));
+        }
+        if p != body.len() {
+            return Err("bytes after its leaf list".into());
+        }
+        Ok(c)
+    }
+}
+
+impl Inner {
+    /// Write a checkpoint (see the module documentation).
+    pub(crate) fn checkpoint(&self) -> Result<()> {
+        let _one = self.ckpt_lock.lock();
+        self.checkpoint_locked(false).map(|_| ())
+    }
+
+    /// A checkpoint, with `ckpt_lock` held; `all` rewrites every leaf's image (`optimize`:
+    /// every node segment is then emptied, and the images take the current compression).
+    pub(crate) fn checkpoint_locked(&self, all: bool) -> Result<Checkpoint> {
+        self.ckpt_asked.store(false, Ordering::Release);
+        let wal_pos = {
+            let mut tail = self.wal.tails[0].0.lock();
+            if tail.seg.id == 0 || tail.end() > SEG_HEADER_LEN as u64 {
+                self.wal.roll(&mut tail)?;
+            }
+            self.since_ckpt.store(0, Ordering::Relaxed);
+            (tail.seg.id, tail.end())
+        };
+        // Node segments mostly dead: their live images move.
+        let active = self.nodes.active_ids();
+        let victims: HashSet<u32> = self
+            .nodes
+            .segs
+            .load()
+            .segs
+            .values()
+            .filter(|s| {
+                let data = s.flushed().saturating_sub(SEG_HEADER_LEN as u64);
+                !active.contains(&s.id) && (all || s.live.load(Ordering::Relaxed) * 2 < data)
+            })
+            .map(|s| s.id)
+            .collect();
+        let f = self.forest.load_full();
+        let mut leaves = Vec::new();
+        let mut id = 0;
+        loop {
+            let slot = f.slot(id);
+            let mut g = slot.st.write();
+            let rewrite = all && victims.contains(&g.image.seg());
+            if g.dirty || g.image.is_none() || rewrite {
+                if g.leaf.is_none() {
+                    self.load(&mut g)?;
+                }
+                self.write_image(id, &mut g)?;
+                drop(g);
+                if all {
+                    self.evict();
+                }
+                g = slot.st.write();
+            } else if victims.contains(&g.image.seg()) {
+                self.move_image(&mut g)?;
+            }
+            leaves.push((
+                slot.low().map(|l| Arc::from(l.to_vec().into_boxed_slice())),
+                g.image,
+            ));
+            let right = g.right;
+            drop(g);
+            if right == NONE {
+                break;
+            }
+            id = right;
+        }
+        let nodes_end = {
+            let mut tail = self.nodes.tails[0].0.lock();
+            self.nodes.ensure_room(&mut tail, 0)?;
+            (tail.seg.id, tail.end())
+        };
+        self.wal.sync_now()?;
+        self.nodes.sync_now()?;
+        let c = Checkpoint {
+            salt: self.wal.salt,
+            wal: wal_pos,
+            nodes_end,
+            version: self.version.load(Ordering::Relaxed),
+            records: self.records(),
+            leaves,
+        };
+        self.write_ckpt_file(&c.encode())?;
+        let old_wal: Vec<u32> = self
+            .wal
+            .segs
+            .load()
+            .segs
+            .keys()
+            .copied()
+            .filter(|&s| s < wal_pos.0)
+            .collect();
+        self.wal.remove_segments(&old_wal)?;
+        let dead: Vec<u32> = victims.into_iter().collect();
+        self.nodes.remove_segments(&dead)?;
+        drop(self.wal.retired.take());
+        drop(self.nodes.retired.take());
+        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+        Ok(c)
+    }
+
+    /// Copy a clean leaf's image record to the end of the node log as it is.
+    fn move_image(&self, st: &mut super::forest::SlotState) -> Result<()> {
+        let img = st.image;
+        let segs = self.nodes.segs.load();
+        let Some(seg) = segs.get(img.seg()) else {
+            return Err(Error::Corrupt(format!(
+                "leaf image in missing node segment {}",
+                img.seg()
+            )));
+        };
+        let mut buf = Vec::new();
+        self.nodes
+            .read_range(seg, img.off(), img.len as usize, &mut buf)?;
+        let (s, off) = {
+            let mut tail = self.nodes.tails[0].0.lock();
+            self.nodes.append(&mut tail, &[&buf], false)?
+        };
+        self.nodes.add_live(s, i64::from(img.len));
+        self.nodes.add_live(img.seg(), -i64::from(img.len));
+        st.image = Image {
+            loc: (u64::from(s) << 32) | off,
+            ..img
+        };
+        Ok(())
+    }
+
+    /// Replace `tree.ki` atomically: a temporary file, synced, renamed, the directory synced.
+    fn write_ckpt_file(&self, bytes: &[u8]) -> Result<()> {
+        let vfs = &self.wal.vfs;
+        let dir = &self.wal.dir;
+        let tmp = dir.join(format!("{CKPT_NAME}.tmp"));
+        let r = (|| {
+            let f = vfs.open(&tmp, true)?;
+            f.set_len(0)?;
+            f.write_at(bytes, 0)?;
+            f.sync()?;
+            drop(f);
+            vfs.rename(&tmp, &dir.join(CKPT_NAME))?;
+            vfs.sync_dir(dir)
+        })();
+        r.map_err(|e| self.wal.poison(&e))
+    }
+
+    /// The background thread: hands the logs' buffers to the OS, syncs at the interval,
+    /// checkpoints when asked, keeps the cache within its budget.
+    pub(crate) fn background(self: Arc<Inner>) {
+        let mut last_sync = std::time::Instant::now();
+        while self.wal.pause(crate::log::FLUSH_TICK) {
+            if self.wal.is_poisoned.load(Ordering::Acquire) {
+                continue;
+            }
+            let _ = self.wal.flush_all();
+            let _ = self.nodes.flush_all();
+            self.wal.start_writebacks();
+            self.nodes.start_writebacks();
+            if let crate::config::SyncMode::Interval(d) = self.wal.sync {
+                if last_sync.elapsed() >= d {
+                    let _ = self.wal.sync_now();
+                    last_sync = std::time::Instant::now();
+                }
+            }
+            if self.since_ckpt.load(Ordering::Relaxed) >= self.cfg.ckptsiz {
+                let _ = self.checkpoint();
+            }
+            if self.cached.load(Ordering::Relaxed) > self.cfg.cache as i64 {
+                self.evict();
+            }
+            self.nodes.trim_maps();
+            self.wal.trim_maps();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree::cmp::Cmp;
+
+    #[test]
+    fn checkpoints_round_trip_and_refuse_damage() {
+        let key = |s: &str| Some(Arc::from(s.as_bytes().to_vec().into_boxed_slice()));
+        let img = |seg: u64, off: u64| Image {
+            loc: (seg << 32) | off,
+            len: 100,
+            count: 7,
+        };
+        let c = Checkpoint {
+            salt: 7,
+            wal: (3, 32),
+            nodes_end: (2, 4096),
+            version: 99,
+            records: 1234,
+            leaves: vec![
+                (None, img(1, 32)),
+                (key("apple"), img(1, 132)),
+                (key("apricot"), img(2, 32)),
+            ],
+        };
+        let b = c.encode();
+        assert_eq!(Checkpoint::decode(&b, Cmp::Lex).unwrap(), c);
+        for cut in 0..b.len() {
+            assert!(Checkpoint::decode(&b[..cut], Cmp::Lex).is_err());
+        }
+        for at in 0..b.len() {
+            let mut bad = b.clone();
+            bad[at] ^= 1;
+            assert!(Checkpoint::decode(&bad, Cmp::Lex).is_err(), "{at}");
+        }
+        // Out of order for another comparator.
+        assert!(Checkpoint::decode(&b, Cmp::LexDesc).is_err());
+    }
+}

@@ -1,0 +1,505 @@
+//! The on-disk B+ tree (`PATH.kb`): ordered keys, a cache of leaves bounded in bytes, and the
+//! shared durable log (docs/ARCHITECTURE.md, "B+ tree").
+//!
+//! A database directory holds:
+//! - the write-ahead log (`seg-NNNNNNNN.kd`, one lane): every change as a put / delete / batch /
+//!   clear record of the shared log format, the full new state of one key each, so replaying a
+//!   record twice changes nothing;
+//! - the node log (`nodes/seg-NNNNNNNN.kd`): leaf images, each a put record of the same format
+//!   (key: the leaf's id at the time, value: the image, compressed with `#compress=`);
+//! - the checkpoint (`tree.ki`): where replay starts in the write-ahead log, and every leaf in
+//!   key order with its low key and where its image is. The inner levels are rebuilt from it.
+//!
+//! Modules: `leaf` (a leaf and its image), `index` (the inner levels), `forest` (the leaf
+//! table), `cmp` (key orders), `write` (changes and splits), `api` (the `Store`), `cursor`,
+//! `ckpt` (checkpoints and the cache's evictions), `open` (opening and recovery), `check`.
+
+mod api;
+mod check;
+mod ckpt;
+pub mod cmp;
+mod cursor;
+mod forest;
+mod index;
+mod leaf;
+mod open;
+mod repair;
+mod write;
+
+use self::cmp::Cmp;
+use self::forest::{Forest, Image, SlotState, NONE};
+use self::leaf::Leaf;
+use crate::config::{Compression, SyncMode};
+use crate::counter::Counter;
+use crate::error::{Error, Result};
+use crate::log::format::{self, HeaderBuf, PutFields, T_PUT};
+use crate::log::Log;
+use crate::store::Damaged;
+use arc_swap::ArcSwap;
+use parking_lot::{Mutex, RwLockReadGuard, RwLockWriteGuard};
+use std::cmp::Ordering as KeyOrder;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The parameters a `.kb` name accepts.
+pub const PARAMS: &[&str] = &[
+    "cmp", "cache", "compress", "leafsiz", "sync", "segsiz", "bufsiz", "ckptsiz",
+];
+
+/// The descriptor's kind.
+pub const KIND: &str = "tree";
+
+/// The checkpoint's file name.
+pub(crate) const CKPT_NAME: &str = "tree.ki";
+/// The node log's directory.
+pub(crate) const NODES_DIR: &str = "nodes";
+
+/// How one open is tuned.
+#[derive(Clone, Debug)]
+pub struct TreeConfig {
+    pub sync: SyncMode,
+    pub segsiz: u64,
+    pub bufsiz: usize,
+    /// Write-ahead log bytes between checkpoints.
+    pub ckptsiz: u64,
+    /// Bytes of cached leaves.
+    pub cache: u64,
+    /// A leaf splits when its records take more than this.
+    pub leafsiz: usize,
+}
+
+/// The default cache: with it a server's resident memory stays under 256 MiB.
+pub const DEFAULT_CACHE: u64 = 128 << 20;
+
+impl TreeConfig {
+    pub fn from_params(params: &crate::config::Params) -> Result<TreeConfig> {
+        params.allow_only("a disk tree (.kb)", PARAMS)?;
+        let range = |key: &str, v: u64, lo: u64, hi: u64, shown: &str| {
+            if (lo..=hi).contains(&v) {
+                Ok(v)
+            } else {
+                Err(Error::InvalidParam(format!(
+                    "`{key}={v}`: expected {shown}"
+                )))
+            }
+        };
+        let segsiz = params.size("segsiz")?.unwrap_or(64 << 20);
+        let bufsiz = params.size("bufsiz")?.unwrap_or(256 << 10);
+        let cache = params.size("cache")?.unwrap_or(DEFAULT_CACHE);
+        let leafsiz = params.size("leafsiz")?.unwrap_or(4 << 10);
+        Ok(TreeConfig {
+            sync: params.sync()?.unwrap_or(SyncMode::DEFAULT),
+            segsiz: range("segsiz", segsiz, 64 << 10, 2 << 30, "64k to 2g")?,
+            bufsiz: range("bufsiz", bufsiz, 4 << 10, 64 << 20, "4k to 64m")? as usize,
+            ckptsiz: params.size("ckptsiz")?.unwrap_or(64 << 20).max(1 << 20),
+            cache: range("cache", cache, 1 << 20, 1 << 50, "1m or more")?,
+            leafsiz: range("leafsiz", leafsiz, 256, 1 << 20, "256 to 1m")? as usize,
+        })
+    }
+}
+
+/// Counters shown by `inform` / `stats`.
+#[derive(Default)]
+pub(crate) struct TreeCounters {
+    pub loads: AtomicU64,
+    pub evictions: AtomicU64,
+    pub splits: AtomicU64,
+    pub checkpoints: AtomicU64,
+    pub images: AtomicU64,
+}
+
+/// An open B+ tree database.
+pub struct DiskTree {
+    inner: Arc<Inner>,
+    bg: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    created: bool,
+}
+
+pub(crate) struct Inner {
+    pub wal: Log,
+    pub nodes: Log,
+    pub cmp: Cmp,
+    pub compress: Compression,
+    pub cfg: TreeConfig,
+    pub forest: ArcSwap<Forest>,
+    /// Bytes of cached leaves.
+    pub cached: AtomicI64,
+    /// Records (expired ones not yet removed included).
+    pub count: Counter,
+    pub count_neg: Counter,
+    /// The last version given out.
+    pub version: AtomicU64,
+    /// Write-ahead log bytes since the last checkpoint.
+    pub since_ckpt: AtomicU64,
+    pub ckpt_asked: AtomicBool,
+    /// Held by a checkpoint (and by what must not run beside one: vanish).
+    pub ckpt_lock: Mutex<()>,
+    /// The eviction clock's hand, and the one evictor.
+    pub hand: AtomicU32,
+    pub evicting: Mutex<()>,
+    /// Damage a read-only open found and served around.
+    pub findings: Mutex<Vec<Damaged>>,
+    pub counters: TreeCounters,
+    /// The database directory's lock, released at close.
+    pub lock: Mutex<Option<Box<dyn std::any::Any + Send + Sync>>>,
+    /// A read-only open going around damage (`repair`): a leaf whose image fails is taken as
+    /// empty, and reported.
+    pub salvage: bool,
+}
+
+/// A leaf latched for reading or writing.
+pub(crate) type ReadLatch<'f> = RwLockReadGuard<'f, SlotState>;
+pub(crate) type WriteLatch<'f> = RwLockWriteGuard<'f, SlotState>;
+
+/// The tree was replaced while an operation looked at it (`vanish`): start again.
+pub(crate) struct Gone;
+
+impl Inner {
+    /// Whether the leaf `right` (a right neighbour) holds `key`.
+    #[inline]
+    fn right_holds(&self, f: &Forest, right: u32, key: &[u8]) -> bool {
+        right != NONE
+            && f.slot(right)
+                .low()
+                .is_some_and(|low| self.cmp.cmp(key, low) != KeyOrder::Less)
+    }
+
+    /// The leaf holding `key`, cached and latched for writing.
+    pub(crate) fn write_leaf<'f>(
+        &self,
+        f: &'f Forest,
+        key: &[u8],
+    ) -> Result<std::result::Result<(u32, WriteLatch<'f>), Gone>> {
+        let mut id = f.index.find(self.cmp, key);
+        loop {
+            let slot = f.slot(id);
+            let mut g = slot.st.write();
+            if g.gone {
+                return Ok(Err(Gone));
+            }
+            if self.right_holds(f, g.right, key) {
+                id = g.right;
+                continue;
+            }
+            self.touch(slot);
+            if g.leaf.is_none() {
+                self.load(&mut g)?;
+            }
+            return Ok(Ok((id, g)));
+        }
+    }
+
+    /// The leaf holding `key`, cached and latched for reading.
+    pub(crate) fn read_leaf<'f>(
+        &self,
+        f: &'f Forest,
+        key: &[u8],
+    ) -> Result<std::result::Result<(u32, ReadLatch<'f>), Gone>> {
+        let id = f.index.find(self.cmp, key);
+        self.read_from(f, id, key)
+    }
+
+    /// Latch leaf `id` for reading, moving right while a neighbour holds `key` (when given).
+    pub(crate) fn read_from<'f>(
+        &self,
+        f: &'f Forest,
+        mut id: u32,
+        key: &[u8],
+    ) -> Result<std::result::Result<(u32, ReadLatch<'f>), Gone>> {
+        loop {
+            let slot = f.slot(id);
+            let g = slot.st.read();
+            if g.gone {
+                return Ok(Err(Gone));
+            }
+            if self.right_holds(f, g.right, key) {
+                id = g.right;
+                continue;
+            }
+            if g.leaf.is_none() {
+                drop(g);
+                let mut w = slot.st.write();
+                if w.gone {
+                    return Ok(Err(Gone));
+                }
+                if w.leaf.is_none() {
+                    self.load(&mut w)?;
+                }
+                let g = RwLockWriteGuard::downgrade(w);
+                if self.right_holds(f, g.right, key) {
+                    id = g.right;
+                    continue;
+                }
+                self.touch(slot);
+                return Ok(Ok((id, g)));
+            }
+            self.touch(slot);
+            return Ok(Ok((id, g)));
+        }
+    }
+
+    /// Latch leaf `id` for reading (cached), whatever it holds.
+    pub(crate) fn read_id<'f>(
+        &self,
+        f: &'f Forest,
+        id: u32,
+    ) -> Result<std::result::Result<ReadLatch<'f>, Gone>> {
+        let slot = f.slot(id);
+        let g = slot.st.read();
+        if g.gone {
+            return Ok(Err(Gone));
+        }
+        self.touch(slot);
+        if g.leaf.is_some() {
+            return Ok(Ok(g));
+        }
+        drop(g);
+        let mut w = slot.st.write();
+        if w.gone {
+            return Ok(Err(Gone));
+        }
+        if w.leaf.is_none() {
+            self.load(&mut w)?;
+        }
+        Ok(Ok(RwLockWriteGuard::downgrade(w)))
+    }
+
+    #[inline]
+    fn touch(&self, slot: &forest::Slot) {
+        if !slot.used.load(Ordering::Relaxed) {
+            slot.used.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Read a leaf's image into the cache.
+    fn load(&self, st: &mut SlotState) -> Result<()> {
+        let leaf = match self.read_image(st.image) {
+            Err(Error::Corrupt(why)) if self.salvage => {
+                let img = st.image;
+                self.findings.lock().push(Damaged {
+                    file: format!(
+                        "{NODES_DIR}/{}",
+                        crate::log::segment::seg_file_name(img.seg())
+                    ),
+                    off: img.off(),
+                    len: u64::from(img.len),
+                    lost: 1,
+                    what: format!("a damaged leaf image ({why}): its records are lost"),
+                });
+                Leaf::new()
+            }
+            r => r?,
+        };
+        self.cached
+            .fetch_add(leaf.mem_bytes() as i64, Ordering::Relaxed);
+        st.leaf = Some(Box::new(leaf));
+        self.counters.loads.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The leaf an image holds; damage is `Error::Corrupt` naming where.
+    pub(crate) fn read_image(&self, img: Image) -> Result<Leaf> {
+        let at = || {
+            format!(
+                "{}/{} offset {}",
+                NODES_DIR,
+                crate::log::segment::seg_file_name(img.seg()),
+                img.off()
+            )
+        };
+        if img.is_none() {
+            return Err(Error::Corrupt("a leaf with no image is not cached".into()));
+        }
+        let segs = self.nodes.segs.load();
+        let seg = segs
+            .get(img.seg())
+            .ok_or_else(|| Error::Corrupt(format!("{}: the node segment is missing", at())))?;
+        let mut buf = Vec::new();
+        self.nodes
+            .read_range(seg, img.off(), img.len as usize, &mut buf)?;
+        let bytes = decode_image_record(&buf, seg.seed)
+            .map_err(|why| Error::Corrupt(format!("{}: {why}", at())))?;
+        Leaf::decode_image(&bytes, Some(self.cmp))
+            .map_err(|why| Error::Corrupt(format!("{}: {why}", at())))
+    }
+
+    /// Write the image of a cached leaf to the node log (it is then clean).
+    pub(crate) fn write_image(&self, id: u32, st: &mut SlotState) -> Result<()> {
+        let Some(leaf) = st.leaf.as_ref() else {
+            return Ok(());
+        };
+        let mut raw = Vec::with_capacity(leaf.live_bytes() + 16);
+        leaf.encode_image(&mut raw);
+        let count = leaf.len() as u32;
+        let (stored, fields) =
+            image_fields(self.compress, raw, self.version.load(Ordering::Relaxed));
+        let key = id.to_le_bytes();
+        let h = HeaderBuf::put(key.len(), stored.len(), &fields);
+        let len = h.as_slice().len() + key.len() + stored.len();
+        let (seg, off) = {
+            let mut tail = self.nodes.tails[0].0.lock();
+            self.nodes
+                .append(&mut tail, &[h.as_slice(), &key, &stored], true)?
+        };
+        self.nodes.add_live(seg, len as i64);
+        if !st.image.is_none() {
+            self.nodes
+                .add_live(st.image.seg(), -i64::from(st.image.len));
+        }
+        st.image = Image {
+            loc: (u64::from(seg) << 32) | off,
+            len: len as u32,
+            count,
+        };
+        st.dirty = false;
+        self.counters.images.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Records now.
+    pub(crate) fn records(&self) -> u64 {
+        self.count.get().saturating_sub(self.count_neg.get())
+    }
+
+    /// After a change: ask for a checkpoint when the log has grown enough since the last, and
+    /// keep the cache within its budget.
+    pub(crate) fn after_change(&self) {
+        if self.since_ckpt.load(Ordering::Relaxed) >= self.cfg.ckptsiz
+            && !self.ckpt_asked.swap(true, Ordering::AcqRel)
+        {
+            self.wal.stop_cv.notify_all();
+        }
+        if self.cached.load(Ordering::Relaxed) > self.cfg.cache as i64 {
+            self.evict();
+        }
+    }
+
+    /// Drop cached leaves (writing the images of changed ones first) until the cache is below
+    /// nine tenths of its budget: the CLOCK algorithm (a leaf used since the hand last passed
+    /// is spared once). Latches are only tried: the evictor never waits for a leaf.
+    pub(crate) fn evict(&self) {
+        let Some(_one) = self.evicting.try_lock() else {
+            return;
+        };
+        let f = self.forest.load();
+        let target = (self.cfg.cache as i64) * 9 / 10;
+        let n = f.allocated();
+        if n == 0 {
+            return;
+        }
+        let mut steps = 0u64;
+        while self.cached.load(Ordering::Relaxed) > target && steps < 4 * u64::from(n) {
+            steps += 1;
+            let id = self.hand.fetch_add(1, Ordering::Relaxed) % n;
+            if !f.exists(id) {
+                continue;
+            }
+            let slot = f.slot(id);
+            if slot.used.swap(false, Ordering::Relaxed) {
+                continue;
+            }
+            let Some(mut g) = slot.st.try_write() else {
+                continue;
+            };
+            if g.gone || g.leaf.is_none() {
+                continue;
+            }
+            if (g.dirty || g.image.is_none())
+                && (self.wal.readonly || self.write_image(id, &mut g).is_err())
+            {
+                continue;
+            }
+            if let Some(leaf) = g.leaf.take() {
+                self.cached
+                    .fetch_sub(leaf.mem_bytes() as i64, Ordering::Relaxed);
+                self.counters.evictions.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The fields and stored bytes of an image record: compressed when that makes it smaller.
+fn image_fields(c: Compression, raw: Vec<u8>, seq: u64) -> (Vec<u8>, PutFields) {
+    let mut fields = PutFields {
+        seq,
+        ..PutFields::default()
+    };
+    match crate::compress::compress(c, &raw) {
+        Some(z) => {
+            fields.compression = c as u8;
+            fields.raw_len = raw.len() as u64;
+            (z, fields)
+        }
+        None => (raw, fields),
+    }
+}
+
+/// The image bytes of an image record (checked, decompressed); `Err` says what is wrong.
+pub(crate) fn decode_image_record(rec: &[u8], seed: u32) -> std::result::Result<Vec<u8>, String> {
+    if !format::verify(rec, seed) {
+        return Err("the leaf image fails its checksum".into());
+    }
+    let h = format::parse_header(rec)
+        .filter(|h| h.typ == T_PUT && h.len == rec.len())
+        .ok_or("the leaf image record is malformed")?;
+    let stored = &rec[h.value_off()..h.len];
+    let codec = format::codec(&h).map_err(|e| e.to_string())?;
+    if codec == Compression::None {
+        return Ok(stored.to_vec());
+    }
+    if h.fields.raw_len > (crate::store::MAX_VALUE_LEN as u64) * 2 {
+        return Err("the leaf image's length is impossible".into());
+    }
+    crate::compress::decompress(codec, stored, h.fields.raw_len as usize).map_err(|e| e.to_string())
+}
+
+impl DiskTree {
+    /// Whether this open made the database.
+    pub fn created(&self) -> bool {
+        self.created
+    }
+
+    /// The key order of this database.
+    pub fn order(&self) -> Cmp {
+        self.inner.cmp
+    }
+
+    /// Write a checkpoint now (tests and tools; the database writes them by itself).
+    pub fn checkpoint(&self) -> Result<()> {
+        self.inner.wal.check_writable()?;
+        self.inner.checkpoint()
+    }
+
+    /// Stop as a killed process would: background threads stopped, nothing flushed, synced
+    /// or checkpointed (the crash tests).
+    pub fn abandon(self) {
+        *self.inner.wal.stop.lock() = true;
+        self.inner.wal.stop_cv.notify_all();
+        self.inner.wal.fill_cv.notify_all();
+        for h in self.bg.lock().drain(..) {
+            let _ = h.join();
+        }
+        self.inner.wal.closed.store(true, Ordering::Release);
+        self.inner.nodes.closed.store(true, Ordering::Release);
+        self.inner.lock.lock().take();
+    }
+
+    /// Bytes of leaves cached now.
+    pub fn cached_bytes(&self) -> u64 {
+        self.inner.cached.load(Ordering::Relaxed).max(0) as u64
+    }
+}
+
+impl Drop for DiskTree {
+    fn drop(&mut self) {
+        let _ = crate::store::Store::close(self);
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn is<T: Send + Sync>() {}
+    is::<DiskTree>();
+    let _ = Path::new("");
+}

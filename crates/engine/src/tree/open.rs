@@ -1,0 +1,676 @@
+//! Opening a tree database: the directory, the descriptor, the lock, the checkpoint, and the
+//! replay of the write-ahead log after it (docs/ARCHITECTURE.md, "B+ tree", "Recovery").
+//!
+//! - The checkpoint gives the leaves (their images are read when first used) and where replay
+//!   starts; images written after it (the node log past its recorded end) belong to no
+//!   checkpoint and are cut off by a writable open.
+//! - The write-ahead log is scanned from there, classified as the hash's is (damage, torn tail,
+//!   zeros), and only then replayed: a writable open that finds damage refuses before changing
+//!   anything; a read-only one serves every record that verifies and reports the rest.
+//! - A write-ahead segment ending torn before the last one ends the replay: the records after
+//!   it were never synced (every sync syncs the segments in order), and are dropped with it.
+
+use super::ckpt::Checkpoint;
+use super::cmp::Cmp;
+use super::forest::{Forest, Image};
+use super::write::Change;
+use super::{DiskTree, Inner, TreeConfig, TreeCounters, CKPT_NAME, KIND, NODES_DIR};
+use crate::config::{Compression, OpenMode, Params};
+use crate::counter::Counter;
+use crate::error::{Error, Result};
+use crate::io::Vfs;
+use crate::log::format::{self, SEG_HEADER_LEN, T_BATCH, T_CLEAR, T_DELETE, T_PUT};
+use crate::log::recovery::{
+    classify, probe_segments, refusal, settle_probes, End, Finding, SegBytes,
+};
+use crate::log::scan::{self, Scanned};
+use crate::log::segment::{parse_seg_file_name, SegTable, Segment};
+use crate::log::{for_each_sub, Log, LogConfig};
+use crate::meta::{self, Descriptor, DirState};
+use crate::store::{Damaged, Meta};
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Whether `name` is one of the files a tree database keeps in its directory.
+pub fn own_file(name: &str) -> bool {
+    matches!(
+        name,
+        "LOCK" | CKPT_NAME | "tree.ki.tmp" | NODES_DIR | meta::META_NAME | meta::META_TMP
+    ) || parse_seg_file_name(name).is_some()
+}
+
+/// What a tree stores about itself (`kura.meta`, kind `tree`): its key order (fixed at
+/// creation) and the compression of its leaf images (chosen at creation or by `optimize`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stored {
+    pub cmp: Cmp,
+    pub compress: Compression,
+}
+
+impl Stored {
+    pub fn from_descriptor(d: &Descriptor, dir: &Path) -> Result<Stored> {
+        let bad = |what: String| {
+            Error::Corrupt(format!("{}: {what}", dir.join(meta::META_NAME).display()))
+        };
+        if d.kind != KIND {
+            return Err(Error::NotADatabase(format!(
+                "{} is a Kura database of kind `{}`, not a tree database",
+                dir.display(),
+                d.kind
+            )));
+        }
+        let mut s = Stored {
+            cmp: Cmp::Lex,
+            compress: Compression::None,
+        };
+        for (k, v) in &d.params {
+            match k.as_str() {
+                "cmp" => s.cmp = Cmp::parse(v).map_err(|_| bad(format!("bad cmp `{v}`")))?,
+                "compress" => {
+                    s.compress =
+                        Compression::parse(v).map_err(|_| bad(format!("bad compress `{v}`")))?
+                }
+                other => return Err(bad(format!("unknown stored parameter `{other}`"))),
+            }
+        }
+        Ok(s)
+    }
+
+    pub fn descriptor(&self) -> Descriptor {
+        let mut d = Descriptor::new(KIND);
+        d.set("cmp", self.cmp.name());
+        d.set("compress", self.compress.name());
+        d
+    }
+}
+
+/// Look at `path` and make it ready to be locked and opened under `mode`: whether this open
+/// creates the database.
+fn prepare(vfs: &dyn Vfs, path: &Path, mode: OpenMode) -> Result<bool> {
+    let shown = path.display();
+    match meta::inspect(vfs, path, &own_file)? {
+        DirState::Missing if mode == OpenMode::Create => match vfs.create_dir(path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => prepare(vfs, path, mode),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::NotFound(format!(
+                "cannot create {shown}: its parent directory does not exist"
+            ))),
+            Err(e) => Err(Error::Io(std::io::Error::new(
+                e.kind(),
+                format!("cannot create {shown}: {e}"),
+            ))),
+        },
+        DirState::Missing => Err(Error::NotFound(format!("no database at {shown}"))),
+        DirState::Empty if mode == OpenMode::Create => Ok(true),
+        DirState::Empty => Err(Error::NotFound(format!(
+            "no database at {shown} (an empty directory)"
+        ))),
+        DirState::File => Err(Error::NotADatabase(format!(
+            "{shown} exists and is a file, not a Kura tree database (a .kb database is a \
+             directory)"
+        ))),
+        DirState::Foreign(names) => Err(Error::NotADatabase(format!(
+            "{shown} is a directory that is not a Kura database: it holds {}… and no {}; it is \
+             left alone (choose another path, or empty the directory)",
+            names.join(", "),
+            meta::META_NAME
+        ))),
+        // Tree databases always had a descriptor: files without one are not one.
+        DirState::Unmarked => Err(Error::NotADatabase(format!(
+            "{shown} holds database files but no {}",
+            meta::META_NAME
+        ))),
+        DirState::Database(_) => Ok(false),
+        DirState::Damaged(m) => Err(Error::Corrupt(m)),
+    }
+}
+
+/// One write-ahead segment's scan at open.
+struct Region {
+    seg: Arc<Segment>,
+    start: u64,
+    end: u64,
+    scanned: Scanned,
+    verdict: End,
+}
+
+impl DiskTree {
+    /// Open (creating when missing) the database directory at `path` on the real file system.
+    pub fn open(path: &Path, params: &Params) -> Result<DiskTree> {
+        Self::open_mode(path, params, Arc::new(crate::io::OsVfs), OpenMode::Create)
+    }
+
+    /// Open on any file system under `mode`.
+    pub fn open_mode(
+        path: &Path,
+        params: &Params,
+        vfs: Arc<dyn Vfs>,
+        mode: OpenMode,
+    ) -> Result<DiskTree> {
+        Self::open_full(path, params, vfs, mode, false, None)
+    }
+
+    /// `open_mode`; `salvage` (read-only only): go around damage instead of failing on it (a
+    /// damaged checkpoint: the leaves are rebuilt from every image in the node log, newest
+    /// version of each key; a damaged image: its records are lost, and reported); `held`: the
+    /// caller holds the database's lock, and this is what to keep in its place.
+    pub(crate) fn open_full(
+        path: &Path,
+        params: &Params,
+        vfs: Arc<dyn Vfs>,
+        mode: OpenMode,
+        salvage: bool,
+        held: Option<Box<dyn std::any::Any + Send + Sync>>,
+    ) -> Result<DiskTree> {
+        let readonly = mode == OpenMode::ReadOnly;
+        let salvage = salvage && readonly;
+        let cfg = TreeConfig::from_params(params)?;
+        let want_cmp = params
+            .items()
+            .iter()
+            .find(|(k, _)| k == "cmp")
+            .map(|(_, v)| Cmp::parse(v))
+            .transpose()?;
+        let want_compress = params.compression()?;
+        let created = prepare(&*vfs, path, mode)?;
+        let lock: Box<dyn std::any::Any + Send + Sync> = match held {
+            Some(l) => l,
+            None => Box::new(crate::lock::take(&*vfs, path)?),
+        };
+        let had = match meta::read(&*vfs, path)? {
+            Some(d) => Some(Stored::from_descriptor(&d, path)?),
+            None => None,
+        };
+        if let (Some(h), Some(w)) = (had, want_cmp) {
+            if h.cmp != w {
+                return Err(Error::InvalidParam(format!(
+                    "`cmp={}`: this database orders its keys by `{}`, fixed at creation",
+                    w.name(),
+                    h.cmp.name()
+                )));
+            }
+        }
+        let stored = match had {
+            Some(h) => h,
+            None if readonly => {
+                return Err(Error::NotFound(format!(
+                    "no database at {}",
+                    path.display()
+                )))
+            }
+            None => {
+                let s = Stored {
+                    cmp: want_cmp.unwrap_or(Cmp::Lex),
+                    compress: want_compress.unwrap_or(Compression::None),
+                };
+                meta::write(&*vfs, path, &s.descriptor())?;
+                s
+            }
+        };
+        let compress = want_compress.unwrap_or(stored.compress);
+        let nodes_dir = path.join(NODES_DIR);
+        if !readonly {
+            vfs.create_dir_all(&nodes_dir)?;
+        }
+        let mut wal_probes = probe_segments(&*vfs, path)?;
+        let mut node_probes = if vfs.exists(&nodes_dir) {
+            probe_segments(&*vfs, &nodes_dir)?
+        } else {
+            Vec::new()
+        };
+        let mut found: Vec<Finding> = Vec::new();
+        let ckpt = match read_ckpt(&*vfs, path, stored.cmp) {
+            Err(Error::Corrupt(why)) if salvage => {
+                found.push(Finding {
+                    file: CKPT_NAME.into(),
+                    off: 0,
+                    len: vfs
+                        .open(&path.join(CKPT_NAME), false)
+                        .and_then(|f| f.len())
+                        .unwrap_or(0),
+                    lost: 0,
+                    what: format!(
+                        "the checkpoint is damaged ({why}): the leaves are rebuilt from every \
+                         image in the node log (a record removed before the last checkpoint \
+                         may come back)"
+                    ),
+                });
+                Err(())
+            }
+            r => Ok(r?),
+        };
+        let from_images = ckpt.is_err();
+        let ckpt = ckpt.unwrap_or(None);
+        let salt = match &ckpt {
+            Some(c) => c.salt,
+            None => settle_probes(&mut wal_probes)
+                .or_else(|| settle_probes(&mut node_probes))
+                .map(|s| s.0)
+                .unwrap_or_else(crate::hash::random_salt),
+        };
+        let mut tables = [SegTable::default(), SegTable::default()];
+        for (t, probes, dir) in [(0, wal_probes, path), (1, node_probes, nodes_dir.as_path())] {
+            for p in probes {
+                match &p.header {
+                    Ok(info) if info.salt == salt => {
+                        let seg = Segment::new(p.id, 0, salt, p.path, p.file, p.len);
+                        tables[t].segs.insert(p.id, Arc::new(seg));
+                    }
+                    Ok(_) | Err(_) if p.len < SEG_HEADER_LEN as u64 && !readonly => {
+                        // Being created at a crash.
+                        vfs.remove(&p.path)?;
+                    }
+                    other => found.push(Finding {
+                        file: format!(
+                            "{}{}",
+                            if t == 1 { "nodes/" } else { "" },
+                            crate::log::segment::seg_file_name(p.id)
+                        ),
+                        off: 0,
+                        len: p.len,
+                        lost: 1,
+                        what: match other {
+                            Err(why) => format!("the segment header is unusable ({why})"),
+                            Ok(_) => "the segment belongs to another database".into(),
+                        },
+                    }),
+                }
+            }
+            let _ = dir;
+        }
+        let [wal_table, node_table] = tables;
+        let log_cfg = |dir_sync| LogConfig {
+            sync: dir_sync,
+            segsiz: cfg.segsiz,
+            bufsiz: cfg.bufsiz,
+            msiz: 0,
+            lanes: 1,
+        };
+        let inner = Inner {
+            wal: Log::new(
+                path,
+                vfs.clone(),
+                readonly,
+                log_cfg(cfg.sync),
+                salt,
+                wal_table,
+            ),
+            nodes: Log::new(
+                &nodes_dir,
+                vfs.clone(),
+                readonly,
+                log_cfg(crate::config::SyncMode::None),
+                salt,
+                node_table,
+            ),
+            cmp: stored.cmp,
+            compress,
+            cfg,
+            forest: ArcSwap::new(Arc::new(Forest::new())),
+            cached: AtomicI64::new(0),
+            count: Counter::new(),
+            count_neg: Counter::new(),
+            version: AtomicU64::new(0),
+            since_ckpt: AtomicU64::new(0),
+            ckpt_asked: AtomicBool::new(false),
+            ckpt_lock: Mutex::new(()),
+            hand: AtomicU32::new(0),
+            evicting: Mutex::new(()),
+            findings: Mutex::new(Vec::new()),
+            counters: TreeCounters::default(),
+            lock: Mutex::new(Some(lock)),
+            salvage,
+        };
+        if from_images {
+            inner.rebuild_from_images()?;
+        }
+        inner.recover(ckpt, from_images, found)?;
+        let inner = Arc::new(inner);
+        let db = DiskTree {
+            inner: inner.clone(),
+            bg: Mutex::new(Vec::new()),
+            created,
+        };
+        if !readonly {
+            type Job = fn(Arc<Inner>);
+            let mut threads: Vec<(&str, Job)> = vec![("kura-kb-bg", Inner::background)];
+            if db.inner.wal.sync == crate::config::SyncMode::Always {
+                threads.push(("kura-kb-fill", |w| w.wal.fill_loop()));
+            }
+            for (name, run) in threads {
+                let w = inner.clone();
+                let h = std::thread::Builder::new()
+                    .name(name.into())
+                    .spawn(move || run(w))
+                    .map_err(Error::Io)?;
+                db.bg.lock().push(h);
+            }
+        }
+        Ok(db)
+    }
+}
+
+/// The checkpoint of `dir`: `None` when there is none; damage is `Error::Corrupt`.
+pub(crate) fn read_ckpt(vfs: &dyn Vfs, dir: &Path, cmp: Cmp) -> Result<Option<Checkpoint>> {
+    let path = dir.join(CKPT_NAME);
+    let f = match vfs.open(&path, false) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let len = f.len()? as usize;
+    let mut b = vec![0u8; len];
+    f.read_at(&mut b, 0)?;
+    Checkpoint::decode(&b, cmp)
+        .map(Some)
+        .map_err(|why| Error::Corrupt(format!("{}: {why}", path.display())))
+}
+
+impl Inner {
+    /// Salvage of a database whose checkpoint is damaged: every record of every image in the
+    /// node log that verifies, the newest version of each key.
+    fn rebuild_from_images(&self) -> Result<()> {
+        let mut best: std::collections::HashMap<(Vec<u8>, u64), (Vec<u8>, Meta)> =
+            std::collections::HashMap::new();
+        let table = self.nodes.segs.load_full();
+        for seg in table.segs.values() {
+            let end = seg.flushed();
+            let mut bytes = SegBytes {
+                log: &self.nodes,
+                seg,
+            };
+            scan::scan(
+                &mut bytes,
+                seg.seed,
+                SEG_HEADER_LEN as u64,
+                end,
+                |_, h, rec, _| {
+                    if h.typ != T_PUT {
+                        return Ok(true);
+                    }
+                    let Ok(img) = super::decode_image_record(rec, seg.seed) else {
+                        return Ok(true);
+                    };
+                    let Ok(leaf) = super::leaf::Leaf::decode_image(&img, Some(self.cmp)) else {
+                        return Ok(true);
+                    };
+                    for i in 0..leaf.len() {
+                        let e = leaf.entry(i);
+                        let id = (e.key.to_vec(), e.dup);
+                        let newer = best
+                            .get(&id)
+                            .is_none_or(|(_, m)| m.version < e.meta.version);
+                        if newer {
+                            best.insert(id, (e.value.to_vec(), e.meta));
+                        }
+                    }
+                    Ok(true)
+                },
+            )?;
+        }
+        for ((k, dup), (v, meta)) in best {
+            self.replay(
+                &k,
+                Change::Put {
+                    value: &v,
+                    meta,
+                    dup,
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    fn recover(
+        &self,
+        ckpt: Option<Checkpoint>,
+        from_images: bool,
+        mut found: Vec<Finding>,
+    ) -> Result<()> {
+        let readonly = self.wal.readonly;
+        // The node log: what the checkpoint points at must be there; what is after its end
+        // belongs to no checkpoint.
+        let nodes = self.nodes.segs.load_full();
+        if let Some(c) = &ckpt {
+            for (_, img) in &c.leaves {
+                let ok = nodes.get(img.seg()).is_some_and(|s| {
+                    img.off() + u64::from(img.len) <= s.flushed()
+                        && img.off() >= SEG_HEADER_LEN as u64
+                });
+                if !ok {
+                    found.push(Finding {
+                        file: format!("nodes/{}", crate::log::segment::seg_file_name(img.seg())),
+                        off: img.off(),
+                        len: u64::from(img.len),
+                        lost: 1,
+                        what: "a leaf image the checkpoint lists is missing (its file is gone \
+                               or shorter)"
+                            .into(),
+                    });
+                }
+            }
+        }
+        let (end_seg, end_off) = match &ckpt {
+            Some(c) => c.nodes_end,
+            // No checkpoint: no image is anyone's (unless rebuilt from them: all kept).
+            None if from_images => (u32::MAX, u64::MAX),
+            None => (0, 0),
+        };
+        let mut cut_nodes = Vec::new();
+        for s in nodes.segs.values() {
+            if s.id > end_seg {
+                cut_nodes.push(s.id);
+            } else if s.id == end_seg && s.flushed() > end_off {
+                if !readonly {
+                    s.file.set_len(end_off)?;
+                }
+                s.flushed.store(end_off, Ordering::Release);
+            }
+        }
+        // The write-ahead log from the replay position.
+        let (rseg, roff) = ckpt.as_ref().map_or((0, 0), |c| c.wal);
+        let wal = self.wal.segs.load_full();
+        let mut regions: Vec<Region> = Vec::new();
+        for seg in wal.segs.values().filter(|s| s.id >= rseg) {
+            let start = if seg.id == rseg {
+                roff.max(SEG_HEADER_LEN as u64)
+            } else {
+                SEG_HEADER_LEN as u64
+            };
+            regions.push(Region {
+                seg: seg.clone(),
+                start,
+                end: seg.file.len()?.max(start),
+                scanned: Scanned::default(),
+                verdict: End::Clean,
+            });
+        }
+        if ckpt.is_some() && rseg != 0 && wal.get(rseg).is_none() {
+            found.push(Finding {
+                file: crate::log::segment::seg_file_name(rseg),
+                off: 0,
+                len: 0,
+                lost: 1,
+                what: "the write-ahead segment where replay starts is missing".into(),
+            });
+        }
+        for r in regions.iter_mut() {
+            let durable = (r.seg.id == rseg).then_some(roff);
+            r.scanned = scan::scan(
+                &mut SegBytes {
+                    log: &self.wal,
+                    seg: &r.seg,
+                },
+                r.seg.seed,
+                r.start,
+                r.end,
+                |_, _, _, _| Ok(true),
+            )?;
+            r.verdict = classify(r.seg.id, &r.scanned, durable, &mut found);
+        }
+        if !found.is_empty() && !readonly {
+            return Err(refusal(&self.wal.dir, &found));
+        }
+        *self.findings.lock() = found
+            .iter()
+            .map(|f| Damaged {
+                file: f.file.clone(),
+                off: f.off,
+                len: f.len,
+                lost: f.lost,
+                what: f.what.clone(),
+            })
+            .collect();
+        if !readonly {
+            self.nodes.remove_segments(&cut_nodes)?;
+        }
+        self.activate(&self.nodes, &cut_nodes)?;
+        // The leaves of the checkpoint.
+        if let Some(c) = &ckpt {
+            self.version.store(c.version, Ordering::Relaxed);
+            self.count
+                .add(c.leaves.iter().map(|l| u64::from(l.1.count)).sum());
+            let leaves: Vec<(Option<super::index::Key>, Image)> = c.leaves.clone();
+            let f = Forest::from_images(leaves);
+            for (_, img) in &c.leaves {
+                self.nodes.add_live(img.seg(), i64::from(img.len));
+            }
+            self.forest.store(Arc::new(f));
+        }
+        // Replay, in log order, up to the first torn end.
+        let mut replayed = 0u64;
+        let mut stop_after: Option<usize> = None;
+        for (i, r) in regions.iter().enumerate() {
+            let to = match r.verdict {
+                End::Damaged => r.end,
+                _ => r.scanned.valid_end(r.end),
+            };
+            scan::scan(
+                &mut SegBytes {
+                    log: &self.wal,
+                    seg: &r.seg,
+                },
+                r.seg.seed,
+                r.start,
+                to,
+                |_, h, rec, _| {
+                    replayed += 1;
+                    self.replay_record(h, rec)?;
+                    Ok(true)
+                },
+            )?;
+            if matches!(r.verdict, End::Torn | End::Zeros) && i + 1 < regions.len() {
+                stop_after = Some(i);
+                break;
+            }
+        }
+        if replayed > 0 {
+            // Saved at the next checkpoint (at the latest, at close).
+            self.since_ckpt.store(1, Ordering::Relaxed);
+        }
+        // Cut torn tails; drop the segments after a torn end.
+        let mut dropped = Vec::new();
+        for (i, r) in regions.iter().enumerate() {
+            if stop_after.is_some_and(|s| i > s) {
+                dropped.push(r.seg.id);
+                continue;
+            }
+            let valid_end = r.scanned.valid_end(r.end);
+            match r.verdict {
+                End::Clean => r.seg.flushed.store(r.end, Ordering::Release),
+                End::Damaged => r.seg.flushed.store(r.end, Ordering::Release),
+                End::Zeros | End::Torn => {
+                    let torn = crate::log::data_end(&*r.seg.file, valid_end, r.end)? - valid_end;
+                    self.wal
+                        .counters
+                        .truncated_bytes
+                        .fetch_add(torn, Ordering::Relaxed);
+                    if !readonly {
+                        r.seg.file.set_len(valid_end)?;
+                        r.seg.file.sync()?;
+                    }
+                    r.seg.flushed.store(valid_end, Ordering::Release);
+                }
+            }
+        }
+        if !readonly {
+            self.wal.remove_segments(&dropped)?;
+        }
+        self.activate(&self.wal, &dropped)?;
+        Ok(())
+    }
+
+    /// Give a log's lane its active segment (its last one) and seal the others.
+    fn activate(&self, log: &Log, gone: &[u32]) -> Result<()> {
+        let table = log.segs.load_full();
+        let last = table
+            .segs
+            .values()
+            .rev()
+            .find(|s| !gone.contains(&s.id))
+            .cloned();
+        for s in table.segs.values() {
+            if Some(s.id) != last.as_ref().map(|l| l.id) {
+                s.sealed.store(true, Ordering::Release);
+            }
+        }
+        if let Some(active) = last {
+            if !log.readonly {
+                let mut tail = log.tails[0].0.lock();
+                tail.set_seg(active.clone());
+                tail.marked = log.ends_with_marker(&active)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Apply one verified write-ahead record.
+    fn replay_record(&self, h: &format::Header, rec: &[u8]) -> Result<()> {
+        match h.typ {
+            T_PUT | T_DELETE => self.replay_one(h, rec),
+            T_BATCH => for_each_sub(rec, h, |_, sub, r| self.replay_one(sub, r)),
+            T_CLEAR => {
+                self.replay_clear();
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn replay_one(&self, h: &format::Header, rec: &[u8]) -> Result<()> {
+        let key = rec
+            .get(h.key_off..h.key_off + h.klen)
+            .ok_or_else(|| Error::Corrupt("a log record shorter than its key".into()))?;
+        if h.typ == T_DELETE {
+            return self.replay(key, Change::Remove { dup: h.fields.dup });
+        }
+        let stored = rec
+            .get(h.value_off()..h.len)
+            .ok_or_else(|| Error::Corrupt("a log record shorter than its value".into()))?;
+        let codec = format::codec(h)?;
+        let owned;
+        let value = if codec == Compression::None {
+            stored
+        } else {
+            owned = crate::compress::decompress(codec, stored, h.fields.raw_len as usize)?;
+            &owned[..]
+        };
+        let meta = Meta {
+            flags: h.fields.flags,
+            expires: h.fields.expires,
+            version: h.fields.version(),
+        };
+        self.version.fetch_max(h.fields.seq, Ordering::Relaxed);
+        self.replay(
+            key,
+            Change::Put {
+                value,
+                meta,
+                dup: h.fields.dup,
+            },
+        )
+    }
+}

@@ -1,0 +1,637 @@
+//! Changes: one key (`accept`), an atomic batch, a record replayed at open, `vanish`, and the
+//! splits they cause.
+//!
+//! A change latches its leaf for writing, appends its record to the write-ahead log (one lane:
+//! the log's order is the order in which changes were made to each key, so replay needs no
+//! sequence numbers), changes the cached leaf and marks it dirty. A leaf grown past
+//! `leafsiz` splits under the same latch: the new right leaf is linked from it before the latch
+//! is released, and the index learns of it afterwards (readers meanwhile reach it through the
+//! right link).
+
+use super::forest::{Forest, SlotState, NONE};
+use super::index::Key;
+use super::leaf::dup_order;
+use super::{Gone, Inner};
+use crate::error::{Error, Result};
+use crate::log::format::{self, HeaderBuf, PutFields, MAX_HEADER_LEN};
+use crate::store::{check_sizes, is_expired, now_secs, BatchOp, Current, Decision, Meta};
+use std::cmp::Ordering as KeyOrder;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// A batch's records together may be as large as the largest single record.
+const MAX_BATCH_BYTES: usize = crate::store::MAX_VALUE_LEN + crate::store::MAX_KEY_LEN + (1 << 20);
+
+/// A change of one key, as replayed or applied by a batch.
+/// `dup`: which of the key's values (0 for a key without duplicates).
+pub(crate) enum Change<'a> {
+    Put {
+        value: &'a [u8],
+        meta: Meta,
+        dup: u64,
+    },
+    Remove {
+        dup: u64,
+    },
+}
+
+impl Inner {
+    /// Append a put of `key` to the write-ahead log; its version (`keep`, or a new one).
+    fn log_put(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        expires: u64,
+        keep: Option<u64>,
+        dup: u64,
+    ) -> Result<u64> {
+        let mut tail = self.wal.tails[0].0.lock();
+        let seq = self.version.fetch_add(1, Ordering::Relaxed) + 1;
+        let f = PutFields {
+            flags,
+            expires,
+            seq,
+            version: keep.unwrap_or(0),
+            dup,
+            ..PutFields::default()
+        };
+        let h = HeaderBuf::put(key.len(), value.len(), &f);
+        self.wal
+            .append(&mut tail, &[h.as_slice(), key, value], true)?;
+        self.wal.note_full(0, &tail);
+        let len = h.as_slice().len() + key.len() + value.len();
+        self.since_ckpt.fetch_add(len as u64, Ordering::Relaxed);
+        Ok(f.version())
+    }
+
+    fn log_delete(&self, key: &[u8], dup: u64) -> Result<()> {
+        let mut tail = self.wal.tails[0].0.lock();
+        let seq = self.version.fetch_add(1, Ordering::Relaxed) + 1;
+        let h = HeaderBuf::delete_dup(key.len(), seq, dup);
+        self.wal.append(&mut tail, &[h.as_slice(), key], true)?;
+        self.wal.note_full(0, &tail);
+        let len = h.as_slice().len() + key.len();
+        self.since_ckpt.fetch_add(len as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// `Store::accept` (see there).
+    pub(crate) fn accept_key<'v>(
+        &self,
+        key: &[u8],
+        visitor: &mut dyn FnMut(Option<Current<'_>>) -> Decision<'v>,
+    ) -> Result<Option<Meta>> {
+        check_sizes(key, 0)?;
+        self.wal.check_writable()?;
+        loop {
+            let f = self.forest.load();
+            let (_, mut g) = match self.write_leaf(&f, key)? {
+                Ok(x) => x,
+                Err(Gone) => continue,
+            };
+            let st = &mut *g;
+            let leaf = st.leaf.as_mut().expect("write_leaf caches the leaf");
+            let (i, hit) = leaf.find(self.cmp, key);
+            let now = now_secs();
+            let live = hit && !is_expired(leaf.entry(i).meta.expires, now);
+            let decision = {
+                let cur = live.then(|| {
+                    let e = leaf.entry(i);
+                    Current {
+                        value: e.value,
+                        meta: e.meta,
+                    }
+                });
+                visitor(cur)
+            };
+            let before = leaf.mem_bytes();
+            let result = match decision {
+                Decision::Keep => {
+                    return Ok(live.then(|| leaf.entry(i).meta));
+                }
+                Decision::Put {
+                    value,
+                    flags,
+                    expires,
+                } => {
+                    check_sizes(key, value.len())?;
+                    let dup = if hit { leaf.entry(i).dup } else { 0 };
+                    let version = self.log_put(key, &value, flags, expires, None, dup)?;
+                    let meta = Meta {
+                        flags,
+                        expires,
+                        version,
+                    };
+                    if hit {
+                        leaf.replace(i, &value, &meta);
+                    } else {
+                        leaf.insert(i, key, &value, &meta, 0);
+                        self.count.add(1);
+                    }
+                    Some(meta)
+                }
+                Decision::Touch { expires } => {
+                    if !live {
+                        return Ok(None);
+                    }
+                    let e = leaf.entry(i);
+                    let (value, dup) = (e.value.to_vec(), e.dup);
+                    let mut meta = e.meta;
+                    self.log_put(key, &value, meta.flags, expires, Some(meta.version), dup)?;
+                    meta.expires = expires;
+                    leaf.replace(i, &value, &meta);
+                    Some(meta)
+                }
+                Decision::Remove => {
+                    if !hit {
+                        return Ok(None);
+                    }
+                    self.log_delete(key, leaf.entry(i).dup)?;
+                    leaf.remove(i);
+                    self.count_neg.add(1);
+                    None
+                }
+            };
+            let after = leaf.mem_bytes();
+            self.cached
+                .fetch_add(after as i64 - before as i64, Ordering::Relaxed);
+            st.dirty = true;
+            let splits = self.split_leaf(&f, st, i);
+            drop(g);
+            self.index_splits(&f, splits);
+            self.wal.after_write()?;
+            self.after_change();
+            return Ok(result);
+        }
+    }
+
+    /// Apply `change` to `key` in a latched, cached leaf that holds it (no log record).
+    pub(crate) fn apply(&self, st: &mut SlotState, key: &[u8], change: &Change<'_>) -> usize {
+        let leaf = st.leaf.as_mut().expect("a latched leaf is cached");
+        let before = leaf.mem_bytes();
+        let dup = match change {
+            Change::Put { dup, .. } | Change::Remove { dup } => *dup,
+        };
+        let (i, hit) = if dup == 0 {
+            // Fast path: value 0 is the first (duplicates put before it are rare).
+            match leaf.find(self.cmp, key) {
+                (i, true) if leaf.entry(i).dup != 0 => leaf.find_dup(self.cmp, key, 0),
+                x => x,
+            }
+        } else {
+            leaf.find_dup(self.cmp, key, dup)
+        };
+        match change {
+            Change::Put { value, meta, dup } => {
+                if hit {
+                    leaf.replace(i, value, meta);
+                } else {
+                    leaf.insert(i, key, value, meta, *dup);
+                    self.count.add(1);
+                }
+            }
+            Change::Remove { .. } => {
+                if hit {
+                    leaf.remove(i);
+                    self.count_neg.add(1);
+                }
+            }
+        }
+        let after = leaf.mem_bytes();
+        self.cached
+            .fetch_add(after as i64 - before as i64, Ordering::Relaxed);
+        st.dirty = true;
+        i
+    }
+
+    /// Replay one change at open.
+    pub(crate) fn replay(&self, key: &[u8], change: Change<'_>) -> Result<()> {
+        if let Change::Put { meta, .. } = &change {
+            self.version.fetch_max(meta.version, Ordering::Relaxed);
+        }
+        loop {
+            let f = self.forest.load();
+            let (_, mut g) = match self.write_leaf(&f, key)? {
+                Ok(x) => x,
+                Err(Gone) => continue,
+            };
+            let i = self.apply(&mut g, key, &change);
+            let splits = self.split_leaf(&f, &mut g, i);
+            drop(g);
+            self.index_splits(&f, splits);
+            self.after_change();
+            return Ok(());
+        }
+    }
+
+    /// Split the latched leaf while it is larger than `leafsiz` (`hint`: where the last
+    /// change went). The new leaves are linked to its right; their separators are returned,
+    /// for the index once the latch is released.
+    pub(crate) fn split_leaf(
+        &self,
+        f: &Forest,
+        st: &mut SlotState,
+        hint: usize,
+    ) -> Vec<(Key, u32)> {
+        let mut out = Vec::new();
+        self.split_into(f, st, hint, &mut out);
+        out
+    }
+
+    fn split_into(&self, f: &Forest, st: &mut SlotState, hint: usize, out: &mut Vec<(Key, u32)>) {
+        let Some(leaf) = st.leaf.as_mut() else {
+            return;
+        };
+        if leaf.live_bytes() <= self.cfg.leafsiz {
+            return;
+        }
+        let before = leaf.mem_bytes();
+        let Some((sep, right)) = leaf.split(hint) else {
+            return;
+        };
+        let after = leaf.mem_bytes() + right.mem_bytes();
+        self.cached
+            .fetch_add(after as i64 - before as i64, Ordering::Relaxed);
+        let sep: Key = Arc::from(sep.into_boxed_slice());
+        let rid = f.alloc(Some(sep.clone()));
+        let right_big = right.live_bytes() > self.cfg.leafsiz;
+        let rn = right.len();
+        {
+            // Nobody reaches the new leaf but through this latched one.
+            let mut rg = f.slot(rid).st.write();
+            rg.leaf = Some(Box::new(right));
+            rg.right = st.right;
+            rg.dirty = true;
+            st.right = rid;
+            st.dirty = true;
+            self.counters.splits.fetch_add(1, Ordering::Relaxed);
+            out.push((sep, rid));
+            if right_big {
+                self.split_into(f, &mut rg, rn / 2, out);
+            }
+        }
+        let n = st.leaf.as_ref().map_or(0, |l| l.len());
+        self.split_into(f, st, n / 2, out);
+    }
+
+    /// Tell the index of new leaves.
+    pub(crate) fn index_splits(&self, f: &Forest, splits: Vec<(Key, u32)>) {
+        for (sep, id) in splits {
+            f.index.insert(self.cmp, sep, id);
+        }
+    }
+
+    /// `Store::write_batch`: every operation or none, even across a crash. The batch's leaves
+    /// are latched together (in key order, as every writer of several leaves latches them)
+    /// while its one log record is written and applied, so no reader sees part of it.
+    pub(crate) fn batch(&self, ops: &[BatchOp]) -> Result<()> {
+        self.wal.check_writable()?;
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let mut frame = 0usize;
+        for op in ops {
+            let vlen = match op {
+                BatchOp::Put { value, .. } => value.len(),
+                BatchOp::Remove { .. } => 0,
+            };
+            check_sizes(op.key(), vlen)?;
+            frame = frame.saturating_add(MAX_HEADER_LEN + op.key().len() + vlen);
+        }
+        if frame > MAX_BATCH_BYTES {
+            return Err(Error::TooLarge(format!(
+                "a batch of {frame} bytes of records (limit {MAX_BATCH_BYTES}, as large as the \
+                 largest single record: split it)"
+            )));
+        }
+        let cmp = self.cmp;
+        let mut order: Vec<usize> = (0..ops.len()).collect();
+        order.sort_by(|&a, &b| cmp.cmp(ops[a].key(), ops[b].key()));
+        'again: loop {
+            let f = self.forest.load();
+            // Latch the leaves of the keys in key order; `at[i]`: the latch of op i.
+            let mut held: Vec<(u32, super::WriteLatch<'_>)> = Vec::new();
+            let mut at = vec![0usize; ops.len()];
+            for &o in &order {
+                let key = ops[o].key();
+                if let Some((_, g)) = held.last() {
+                    if !self.right_holds(&f, g.right, key) {
+                        at[o] = held.len() - 1;
+                        continue;
+                    }
+                }
+                // The leaf to start from: the index's, unless that lies left of the last
+                // latched leaf (the index may lag behind a split): then that one's right.
+                let mut id = f.index.find(cmp, key);
+                if let Some((last, g)) = held.last() {
+                    let left_of_last = id == *last
+                        || match (f.slot(id).low(), f.slot(*last).low()) {
+                            (_, None) => false,
+                            (None, Some(_)) => true,
+                            (Some(a), Some(b)) => cmp.cmp(a, b) != KeyOrder::Greater,
+                        };
+                    if left_of_last {
+                        id = g.right;
+                    }
+                }
+                let g = loop {
+                    let slot = f.slot(id);
+                    let g = slot.st.write();
+                    if g.gone {
+                        continue 'again;
+                    }
+                    if self.right_holds(&f, g.right, key) {
+                        id = g.right;
+                        continue;
+                    }
+                    break g;
+                };
+                held.push((id, g));
+                at[o] = held.len() - 1;
+            }
+            for (_, g) in held.iter_mut() {
+                if g.leaf.is_none() {
+                    self.load(g)?;
+                }
+            }
+            // One frame holding every record.
+            let seed = format::seed(self.wal.salt);
+            let mut body = Vec::with_capacity(frame.min(1 << 20));
+            let first = self.version.fetch_add(ops.len() as u64, Ordering::Relaxed) + 1;
+            let mut metas = Vec::with_capacity(ops.len());
+            // Which value of its key each operation changes (the first, as `accept` does),
+            // following the batch's own earlier operations on that key.
+            let mut runs: std::collections::HashMap<&[u8], std::collections::VecDeque<u64>> =
+                std::collections::HashMap::new();
+            let mut dups = Vec::with_capacity(ops.len());
+            for (n, op) in ops.iter().enumerate() {
+                let run = runs.entry(op.key()).or_insert_with(|| {
+                    let leaf = held[at[n]].1.leaf.as_ref().expect("loaded above");
+                    let (i, j) = leaf.run(cmp, op.key());
+                    (i..j).map(|k| leaf.entry(k).dup).collect()
+                });
+                dups.push(match op {
+                    BatchOp::Put { .. } => match run.front() {
+                        Some(&d) => d,
+                        None => {
+                            run.push_back(0);
+                            0
+                        }
+                    },
+                    BatchOp::Remove { .. } => run.pop_front().unwrap_or(0),
+                });
+            }
+            for (n, op) in ops.iter().enumerate() {
+                let start = body.len();
+                let seq = first + n as u64;
+                match op {
+                    BatchOp::Put {
+                        key,
+                        value,
+                        flags,
+                        expires,
+                    } => {
+                        let fields = PutFields {
+                            flags: *flags,
+                            expires: *expires,
+                            seq,
+                            dup: dups[n],
+                            ..PutFields::default()
+                        };
+                        format::encode_put(&mut body, key, value, &fields);
+                        metas.push(Meta {
+                            flags: *flags,
+                            expires: *expires,
+                            version: seq,
+                        });
+                    }
+                    BatchOp::Remove { key } => {
+                        format::encode_delete_dup(&mut body, key, seq, dups[n]);
+                        metas.push(Meta::default());
+                    }
+                }
+                format::seal(&mut body[start..], seed);
+            }
+            let mut hdr = Vec::with_capacity(16);
+            format::encode_batch_header(&mut hdr, body.len(), ops.len());
+            {
+                let mut tail = self.wal.tails[0].0.lock();
+                self.wal.append(&mut tail, &[&hdr, &body], true)?;
+                self.wal.note_full(0, &tail);
+            }
+            self.since_ckpt
+                .fetch_add((hdr.len() + body.len()) as u64, Ordering::Relaxed);
+            let mut last_at = vec![0usize; held.len()];
+            for (n, op) in ops.iter().enumerate() {
+                let change = match op {
+                    BatchOp::Put { value, .. } => Change::Put {
+                        value,
+                        meta: metas[n],
+                        dup: dups[n],
+                    },
+                    BatchOp::Remove { .. } => Change::Remove { dup: dups[n] },
+                };
+                last_at[at[n]] = self.apply(&mut held[at[n]].1, op.key(), &change);
+            }
+            let mut splits = Vec::new();
+            for (h, (_, g)) in held.iter_mut().enumerate() {
+                splits.extend(self.split_leaf(&f, g, last_at[h]));
+            }
+            drop(held);
+            self.index_splits(&f, splits);
+            self.wal.after_write()?;
+            self.after_change();
+            return Ok(());
+        }
+    }
+
+    /// `Store::vanish`: every leaf latched (left to right), one clear record, a new empty
+    /// tree; operations waiting on the old leaves find them gone and start again.
+    pub(crate) fn vanish(&self) -> Result<()> {
+        self.wal.check_writable()?;
+        let _ck = self.ckpt_lock.lock();
+        let f = self.forest.load_full();
+        let mut held = Vec::new();
+        let mut id = 0;
+        loop {
+            let g = f.slot(id).st.write();
+            let r = g.right;
+            held.push(g);
+            if r == NONE {
+                break;
+            }
+            id = r;
+        }
+        {
+            let mut rec = Vec::with_capacity(16);
+            let seq = self.version.fetch_add(1, Ordering::Relaxed) + 1;
+            format::encode_clear(&mut rec, seq, 1);
+            let mut tail = self.wal.tails[0].0.lock();
+            self.wal.append(&mut tail, &[&rec], true)?;
+            self.since_ckpt
+                .fetch_add(rec.len() as u64, Ordering::Relaxed);
+        }
+        for g in held.iter_mut() {
+            g.gone = true;
+            if let Some(l) = g.leaf.take() {
+                self.cached
+                    .fetch_sub(l.mem_bytes() as i64, Ordering::Relaxed);
+            }
+        }
+        self.count.reset();
+        self.count_neg.reset();
+        for s in self.nodes.segs.load().segs.values() {
+            s.live.store(0, Ordering::Relaxed);
+        }
+        self.forest.store(Arc::new(Forest::new()));
+        drop(held);
+        self.wal.after_write()?;
+        Ok(())
+    }
+
+    /// Replay a clear record at open: an empty tree.
+    pub(crate) fn replay_clear(&self) {
+        let f = self.forest.load_full();
+        let mut id = 0;
+        loop {
+            let mut g = f.slot(id).st.write();
+            g.gone = true;
+            if let Some(l) = g.leaf.take() {
+                self.cached
+                    .fetch_sub(l.mem_bytes() as i64, Ordering::Relaxed);
+            }
+            if g.right == NONE {
+                break;
+            }
+            id = g.right;
+        }
+        self.count.reset();
+        self.count_neg.reset();
+        for s in self.nodes.segs.load().segs.values() {
+            s.live.store(0, Ordering::Relaxed);
+        }
+        self.forest.store(Arc::new(Forest::new()));
+    }
+}
+
+impl Inner {
+    /// `Store::put_dup`: one more value of `key`, after its others or (`front`) before them.
+    pub(crate) fn put_dup(&self, key: &[u8], value: &[u8], front: bool) -> Result<()> {
+        check_sizes(key, value.len())?;
+        self.wal.check_writable()?;
+        loop {
+            let f = self.forest.load();
+            let (_, mut g) = match self.write_leaf(&f, key)? {
+                Ok(x) => x,
+                Err(Gone) => continue,
+            };
+            let st = &mut *g;
+            let leaf = st.leaf.as_mut().expect("write_leaf caches the leaf");
+            let (i, j) = leaf.run(self.cmp, key);
+            let (at, dup) = if i == j {
+                (i, 0)
+            } else if front {
+                (i, dup_order(leaf.entry(i).dup).wrapping_sub(1) as u64)
+            } else {
+                (j, dup_order(leaf.entry(j - 1).dup).wrapping_add(1) as u64)
+            };
+            let before = leaf.mem_bytes();
+            let version = self.log_put(key, value, 0, 0, None, dup)?;
+            let meta = Meta {
+                flags: 0,
+                expires: 0,
+                version,
+            };
+            leaf.insert(at, key, value, &meta, dup);
+            self.count.add(1);
+            let after = leaf.mem_bytes();
+            self.cached
+                .fetch_add(after as i64 - before as i64, Ordering::Relaxed);
+            st.dirty = true;
+            let splits = self.split_leaf(&f, st, at);
+            drop(g);
+            self.index_splits(&f, splits);
+            self.wal.after_write()?;
+            self.after_change();
+            return Ok(());
+        }
+    }
+
+    /// `Store::remove_all`: every value of `key`, in one log record.
+    pub(crate) fn remove_all(&self, key: &[u8]) -> Result<u64> {
+        check_sizes(key, 0)?;
+        self.wal.check_writable()?;
+        loop {
+            let f = self.forest.load();
+            let (_, mut g) = match self.write_leaf(&f, key)? {
+                Ok(x) => x,
+                Err(Gone) => continue,
+            };
+            let st = &mut *g;
+            let leaf = st.leaf.as_mut().expect("write_leaf caches the leaf");
+            let (i, j) = leaf.run(self.cmp, key);
+            if i == j {
+                return Ok(0);
+            }
+            let now = now_secs();
+            let live = (i..j)
+                .filter(|&k| !is_expired(leaf.entry(k).meta.expires, now))
+                .count() as u64;
+            let n = j - i;
+            let seed = format::seed(self.wal.salt);
+            let first = self.version.fetch_add(n as u64, Ordering::Relaxed) + 1;
+            let mut body = Vec::with_capacity(n * (MAX_HEADER_LEN + key.len()));
+            for (m, k) in (i..j).enumerate() {
+                let start = body.len();
+                let dup = leaf.entry(k).dup;
+                format::encode_delete_dup(&mut body, key, first + m as u64, dup);
+                format::seal(&mut body[start..], seed);
+            }
+            let mut hdr = Vec::with_capacity(16);
+            format::encode_batch_header(&mut hdr, body.len(), n);
+            {
+                let mut tail = self.wal.tails[0].0.lock();
+                self.wal.append(&mut tail, &[&hdr, &body], true)?;
+                self.wal.note_full(0, &tail);
+            }
+            self.since_ckpt
+                .fetch_add((hdr.len() + body.len()) as u64, Ordering::Relaxed);
+            let before = leaf.mem_bytes();
+            for _ in i..j {
+                leaf.remove(i);
+            }
+            self.count_neg.add(n as u64);
+            let after = leaf.mem_bytes();
+            self.cached
+                .fetch_add(after as i64 - before as i64, Ordering::Relaxed);
+            st.dirty = true;
+            drop(g);
+            self.wal.after_write()?;
+            self.after_change();
+            return Ok(live);
+        }
+    }
+
+    /// The live values of `key`, first to last, each handed to `f`.
+    pub(crate) fn values_of(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<()> {
+        self.wal.check_open()?;
+        loop {
+            let forest = self.forest.load();
+            let (_, g) = match self.read_leaf(&forest, key)? {
+                Ok(x) => x,
+                Err(Gone) => continue,
+            };
+            let leaf = g.leaf.as_ref().expect("latched leaves are cached");
+            let (i, j) = leaf.run(self.cmp, key);
+            let now = now_secs();
+            for k in i..j {
+                let e = leaf.entry(k);
+                if !is_expired(e.meta.expires, now) {
+                    f(e.value);
+                }
+            }
+            return Ok(());
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! The B+ tree's comparators end to end: keys written in a scrambled order come back from a
+//! cursor in the order of the comparator chosen at creation, before and after a reopen (the
+//! comparator is stored in the database), through many leaf splits.
+
+use kura_engine::Store;
+use std::sync::Arc;
+
+/// Keys of one comparator and the number each stands for (the order to expect).
+fn keys(cmp: &str) -> Vec<(Vec<u8>, i64)> {
+    let nums: Vec<i64> = (0..3000i64).map(|i| (i * 7919) % 3001 - 1500).collect();
+    nums.iter()
+        .map(|&n| {
+            let key = match cmp.trim_end_matches("desc") {
+                "lex" => format!("{:08}", n + 1500).into_bytes(),
+                "dec" => n.to_string().into_bytes(),
+                "int32" => (n as i32).to_le_bytes().to_vec(),
+                "int64" => (n * 1_000_000_007).to_le_bytes().to_vec(),
+                other => panic!("{other}"),
+            };
+            (key, n)
+        })
+        .collect()
+}
+
+fn walk(db: &Arc<dyn Store>) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut cur = db.cursor().unwrap();
+    if cur.first().unwrap() {
+        while let Some((k, _)) = cur.get().unwrap() {
+            out.push(k);
+            if !cur.step().unwrap() {
+                break;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn cursors_follow_the_comparator_chosen_at_creation() {
+    let dir = tempfile::tempdir().unwrap();
+    for cmp in [
+        "lex",
+        "lexdesc",
+        "dec",
+        "decdesc",
+        "int32",
+        "int32desc",
+        "int64",
+        "int64desc",
+    ] {
+        let path = dir.path().join(format!("{cmp}.kb"));
+        let ks = keys(cmp);
+        let mut expect = ks.clone();
+        expect.sort_by_key(|(_, n)| *n);
+        if cmp.ends_with("desc") {
+            expect.reverse();
+        }
+        let expect: Vec<Vec<u8>> = expect.into_iter().map(|(k, _)| k).collect();
+        {
+            let db = kura_engine::open(&format!("{}#cmp={cmp}#leafsiz=256", path.display()))
+                .unwrap_or_else(|e| panic!("{cmp}: {e}"));
+            for (k, n) in &ks {
+                db.put(k, n.to_string().as_bytes()).unwrap();
+            }
+            assert_eq!(walk(&db), expect, "{cmp}");
+            db.close().unwrap();
+        }
+        // Reopened without naming the comparator: the stored one applies.
+        let db = kura_engine::open(&path.display().to_string()).unwrap();
+        assert_eq!(walk(&db), expect, "{cmp} after a reopen");
+        for (k, n) in &ks {
+            assert_eq!(
+                db.get(k).unwrap().map(|r| r.value),
+                Some(n.to_string().into_bytes())
+            );
+        }
+        let described = format!("{:?}", db.describe());
+        assert!(described.contains(cmp), "{cmp}: {described}");
+        db.close().unwrap();
+        // A different comparator named at a reopen is refused, not silently used.
+        let other = if cmp == "lex" { "dec" } else { "lex" };
+        assert!(
+            kura_engine::open(&format!("{}#cmp={other}", path.display())).is_err(),
+            "{cmp} reopened as {other}"
+        );
+    }
+}
+
+/// Duplicates against a model (every key's values, first to last): Tokyo Cabinet's `putdup`
+/// (after the others), `putdupback` (before them: it becomes the value `get` returns), `put`
+/// replacing the first value, `out` removing the first, `remove_all`, batches, cursors both
+/// ways over every value, across reopens (log replay) and checkpoints, through leaf splits.
+#[test]
+fn duplicates_follow_the_model() {
+    use std::collections::{BTreeMap, VecDeque};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dup.kb");
+    let name = format!("{}#leafsiz=256#ckptsiz=1m", path.display());
+    let mut db = kura_engine::open(&name).unwrap();
+    assert!(db.allows_dups());
+    let mut model: BTreeMap<Vec<u8>, VecDeque<Vec<u8>>> = BTreeMap::new();
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut rnd = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for step in 0..6000u64 {
+        let key = format!("k{:03}", rnd(60)).into_bytes();
+        let value = format!("v{step}").into_bytes();
+        match rnd(10) {
+            0..=2 => {
+                db.put_dup(&key, &value, false).unwrap();
+                model.entry(key).or_default().push_back(value);
+            }
+            3 => {
+                db.put_dup(&key, &value, true).unwrap();
+                model.entry(key).or_default().push_front(value);
+            }
+            4 => {
+                db.put(&key, &value).unwrap();
+                let vs = model.entry(key).or_default();
+                match vs.front_mut() {
+                    Some(v) => *v = value,
+                    None => vs.push_back(value),
+                }
+            }
+            5 => {
+                let had = db.out(&key).unwrap();
+                let vs = model.entry(key.clone()).or_default();
+                assert_eq!(had, vs.pop_front().is_some(), "{step}");
+                if vs.is_empty() {
+                    model.remove(&key);
+                }
+            }
+            6 if rnd(4) == 0 => {
+                let n = db.remove_all(&key).unwrap();
+                assert_eq!(
+                    n,
+                    model.remove(&key).map_or(0, |v| v.len() as u64),
+                    "{step}"
+                );
+            }
+            7 => {
+                // A batch: a put and a removal of the same key, applied in order.
+                db.write_batch(&[
+                    kura_engine::BatchOp::Put {
+                        key: key.clone(),
+                        value: value.clone(),
+                        flags: 0,
+                        expires: 0,
+                    },
+                    kura_engine::BatchOp::Remove { key: key.clone() },
+                ])
+                .unwrap();
+                let vs = model.entry(key.clone()).or_default();
+                match vs.front_mut() {
+                    Some(v) => *v = value,
+                    None => vs.push_back(value),
+                }
+                vs.pop_front();
+                if vs.is_empty() {
+                    model.remove(&key);
+                }
+            }
+            _ => {
+                let want: Vec<Vec<u8>> = model
+                    .get(&key)
+                    .map_or(vec![], |v| v.iter().cloned().collect());
+                assert_eq!(db.get_all(&key).unwrap(), want, "{step}");
+                assert_eq!(db.value_count(&key).unwrap(), want.len() as u64);
+                assert_eq!(
+                    db.get(&key).unwrap().map(|r| r.value),
+                    want.first().cloned()
+                );
+            }
+        }
+        if step % 1500 == 1499 {
+            if step % 3000 == 2999 {
+                db.optimize("").unwrap();
+            }
+            db.close().unwrap();
+            db = kura_engine::open(&name).unwrap();
+        }
+    }
+    let flat: Vec<(Vec<u8>, Vec<u8>)> = model
+        .iter()
+        .flat_map(|(k, vs)| vs.iter().map(move |v| (k.clone(), v.clone())))
+        .collect();
+    assert_eq!(db.count(), flat.len() as u64);
+    // Forward over every value.
+    let mut cur = db.cursor().unwrap();
+    let mut got = Vec::new();
+    if cur.first().unwrap() {
+        while let Some(kv) = cur.get().unwrap() {
+            got.push((kv.0, kv.1.value));
+            if !cur.step().unwrap() {
+                break;
+            }
+        }
+    }
+    assert_eq!(got, flat);
+    // Backward.
+    let mut got = Vec::new();
+    if cur.last().unwrap() {
+        while let Some(kv) = cur.get().unwrap() {
+            got.push((kv.0, kv.1.value));
+            if !cur.step_back().unwrap() {
+                break;
+            }
+        }
+    }
+    got.reverse();
+    assert_eq!(got, flat);
+    drop(cur);
+    let report = db.check().unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    db.close().unwrap();
+}
+
+/// Kinds without duplicates refuse `put_dup` with a clear error and keep the one-value
+/// meaning of the other calls.
+#[test]
+fn kinds_without_duplicates_refuse_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = kura_engine::open(&dir.path().join("h.kh").display().to_string()).unwrap();
+    assert!(!db.allows_dups());
+    let e = db.put_dup(b"a", b"1", false).unwrap_err();
+    assert!(e.to_string().contains("duplicate"), "{e}");
+    db.put(b"a", b"1").unwrap();
+    assert_eq!(db.get_all(b"a").unwrap(), vec![b"1".to_vec()]);
+    assert_eq!(db.value_count(b"a").unwrap(), 1);
+    assert_eq!(db.remove_all(b"a").unwrap(), 1);
+    assert_eq!(db.value_count(b"a").unwrap(), 0);
+    db.close().unwrap();
+}
