@@ -2,7 +2,8 @@
 # Client libraries and conformance tools written by others, against the real `kura serve`
 # (debug build): pymemcache, pylibmc (libmemcached), python-binary-memcached (pytest, in a
 # local virtual environment .venv, on a `.kh`), Perl Cache::Memcached, libmemcached's
-# memccapable and memcdump (Debian packages, installed when missing; on `*` and on a `.kh`).
+# memccapable and memcdump (Debian packages, installed when missing; on `*` and on a `.kh`),
+# pytyrant and ukt (also on a `.kb`), and Tokyo Tyrant's tcrmgr on a `.kb` where installable.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +14,10 @@ need_pkg() { # COMMAND-OR-FILE PACKAGE...
     apt-get install -y -qq "$@" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "$@" >/dev/null; }
 }
 need_pkg memccapable libmemcached-tools
+# Tokyo Tyrant's own manager, tcrmgr (Debian package tokyotyrant), for `tcrmgr list` on a B+
+# tree below. Debian dropped the package after Debian 11: where it cannot be installed, that
+# check says so and is skipped (pytyrant covers the same calls in tests/clients).
+need_pkg tcrmgr tokyotyrant 2>/dev/null || true
 need_pkg /usr/share/perl5/Cache/Memcached.pm libcache-memcached-perl
 
 if [ ! -x .venv/bin/python ]; then
@@ -90,3 +95,36 @@ for db in '*' "$work/tools.kh"; do
     wait "$pid" || true
     pid=
 done
+
+# Tokyo Tyrant's tcrmgr against a B+ tree: `list` walks iterinit / iternext (key order, a key
+# once per value), `misc putdup` adds a value, `misc get` gives them all.
+if command -v tcrmgr >/dev/null 2>&1; then
+    log="$work/serve.log"
+    : >"$log"
+    "$KURA" serve "$work/tcrmgr.kb" --port 0 --threads 2 2>"$log" &
+    pid=$!
+    addr=
+    for _ in $(seq 100); do
+        addr=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' "$log")
+        [ -n "$addr" ] && break
+        kill -0 "$pid" 2>/dev/null || { cat "$log"; exit 1; }
+        sleep 0.05
+    done
+    [ -n "$addr" ] || { echo "kura serve did not start"; cat "$log"; exit 1; }
+    host=${addr%:*} port=${addr##*:}
+    for k in m b x a ba c; do tcrmgr put -port "$port" "$host" "$k" "v$k"; done
+    tcrmgr misc -port "$port" "$host" putdup b 2 >/dev/null
+    got=$(tcrmgr list -port "$port" "$host" | tr '\n' ' ')
+    want="a b b ba c m x "
+    vals=$(tcrmgr misc -port "$port" "$host" get b | tr '\n' ' ')
+    if [ "$got" != "$want" ] || [ "$vals" != "vb 2 " ]; then
+        echo "tcrmgr: 0 passed, 1 failed (list: '$got', want '$want'; misc get b: '$vals')"
+        exit 1
+    fi
+    echo "tcrmgr: 1 passed, 0 failed (.kb)"
+    kill "$pid"
+    wait "$pid" || true
+    pid=
+else
+    echo "tcrmgr: not installed (no tokyotyrant package for this system): skipped"
+fi

@@ -62,6 +62,6 @@ scripts/client-tests.sh 2>&1 | tee -a "$log"
 # One closing line for the whole suite (cargo prints one per test binary, pytest its own).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      /^[0-9]+ passed/ { p += $1 }
-     /^(perl|memccapable|memcdump): [0-9]+ passed/ { p += $2 }
+     /^(perl|memccapable|memcdump|tcrmgr): [0-9]+ passed/ { p += $2 }
      / [0-9]+ failed/ { for (i = 1; i <= NF; i++) if ($(i+1) ~ /^failed/) f += $i }
      END { printf "tests: %d passed, %d failed\n", p, f; exit (f > 0) }' "$log"

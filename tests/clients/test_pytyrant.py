@@ -139,3 +139,36 @@ def test_addint_adddouble_raw(server):
     integ, fract = struct.unpack(">qq", recv(16))
     assert (integ, fract) == (1, 500_000_000_000)
     s.close()
+
+
+# A B+ tree (`.kb`), as Tokyo Tyrant serves a `.tcb` (tcadb.c's B+ tree functions): iteration
+# and fwmkeys in key order, duplicates through misc, every value of a key from misc get,
+# getlist and range, outlist removing them all.
+@pytest.mark.parametrize("server", ["c.kb"], indirect=True)
+def test_a_b_plus_tree_in_key_order_with_duplicates(tt):
+    for k in [b"m", b"b", b"x", b"a", b"ba", b"c"]:
+        tt.put(k, b"v")
+    tt.iterinit()
+    seen = []
+    while True:
+        try:
+            seen.append(tt.iternext())
+        except pytyrant.TyrantError:
+            break
+    assert seen == [b"a", b"b", b"ba", b"c", b"m", b"x"]
+    assert tt.fwmkeys(b"b", 10) == [b"b", b"ba"]
+    assert tt.misc(b"putdup", 0, [b"b", b"2"]) == []
+    assert tt.misc(b"putdupback", 0, [b"b", b"0"]) == []
+    assert tt.misc(b"putlist", 0, [b"c", b"w"]) == []
+    assert tt.get(b"b") == b"0"
+    assert tt.misc(b"get", 0, [b"b"]) == [b"0", b"v", b"2"]
+    assert tt.misc(b"getlist", 0, [b"c"]) == [b"c", b"v", b"c", b"w"]
+    assert tt.misc(b"range", 0, [b"b", b"0", b"c"]) == [b"b", b"0", b"b", b"v", b"b", b"2", b"ba", b"v"]
+    assert tt.misc(b"regex", 0, [b"^b"]) == [b"b", b"0", b"b", b"v", b"b", b"2", b"ba", b"v"]
+    assert tt.misc(b"iterinit", 0, [b"bb"]) == []
+    assert tt.misc(b"iternext", 0, []) == [b"c", b"v"]
+    assert tt.rnum() == 9
+    assert tt.misc(b"outlist", 0, [b"b", b"c"]) == []
+    assert tt.rnum() == 4
+    stat = dict(line.split(b"\t", 1) for line in tt.stat().splitlines() if line)
+    assert stat[b"type"] == b"B+ tree"

@@ -112,14 +112,15 @@ def test_binary_expiration(kt):
 
 
 # Cursors and similarity matching on every kind: `*` (memory hash), `+` (memory tree, in key
-# order, both ways) and a `.kh` (on-disk hash, forward only: the walk back answers 501, which
-# ukt raises as NotImplementedError).
-EVERY_KIND = pytest.mark.parametrize("server", ["*", "+", "c.kh"], indirect=True)
+# order, both ways), a `.kh` (on-disk hash, forward only: the walk back answers 501, which
+# ukt raises as NotImplementedError) and a `.kb` (on-disk B+ tree, in key order, both ways).
+EVERY_KIND = pytest.mark.parametrize("server", ["*", "+", "c.kh", "c.kb"], indirect=True)
+ORDERED = ("+", "c.kb")
 
 
 @EVERY_KIND
 def test_cursor_walks_every_record_once(kt, request):
-    ordered = request.node.callspec.params["server"] == "+"
+    ordered = request.node.callspec.params["server"] in ORDERED
     data = {"k%02d" % i: b"v%d" % i for i in range(40)}
     assert kt.set_bulk_http(data) == 40
     walked = [k for k, _ in kt.cursor()]
@@ -139,7 +140,7 @@ def test_cursor_walks_every_record_once(kt, request):
 
 @EVERY_KIND
 def test_cursor_reads_and_writes_at_the_cursor(kt, request):
-    ordered = request.node.callspec.params["server"] == "+"
+    ordered = request.node.callspec.params["server"] in ORDERED
     assert kt.set_bulk_http({"a": b"1", "b": b"2", "c": b"3", "d": b"4"}) == 4
     order = [k for k, _ in kt.cursor()]
     cur = kt.cursor()
@@ -178,7 +179,7 @@ def test_cursor_reads_and_writes_at_the_cursor(kt, request):
 
 
 @EVERY_KIND
-def test_match_prefix_regex_similar(kt):
+def test_match_prefix_regex_similar(kt, request):
     words = ["apple", "apply", "ample", "maple", "applesauce", "banana"]
     assert kt.set_bulk_http({w: b"1" for w in words}) == len(words)
     assert sorted(kt.match_prefix("appl")) == ["apple", "applesauce", "apply"]
@@ -187,6 +188,27 @@ def test_match_prefix_regex_similar(kt):
     assert kt.match_similar("apple") == ["apple", "ample", "apply"]
     assert kt.match_similar("apple", distance=2, max_keys=4) == ["apple", "ample", "apply", "maple"]
     assert kt.match_similar("zzz") == []
+    if request.node.callspec.params["server"] in ORDERED:
+        # Key order, as Kyoto Cabinet's tree database walks its cursor.
+        assert kt.match_prefix("appl") == ["apple", "applesauce", "apply"]
+        assert kt.match_regex("^a.*e$") == ["ample", "apple", "applesauce"]
+
+
+# A B+ tree reports itself as Kyoto Cabinet's TreeDB does (`type` 49, its comparator as
+# `rcomp`), and its cursors, match_prefix and match_regex follow the comparator it was made
+# with (`#cmp=lexdesc` here: descending).
+@pytest.mark.parametrize("server", ["c.kb#cmp=lexdesc"], indirect=True)
+def test_a_tree_database_status_and_its_order(kt):
+    assert kt.set_bulk_http({"k%d" % i: b"v" for i in range(5)}) == 5
+    st = kt.status()
+    assert st["type"] == 49 or st["type"] == "49"
+    assert st["rcomp"] == "lexicaldesc"
+    assert [k for k, _ in kt.cursor()] == ["k4", "k3", "k2", "k1", "k0"]
+    cur = kt.cursor()
+    assert cur.jump_back()
+    assert cur.key() == "k0"
+    assert kt.match_prefix("k") == ["k4", "k3", "k2", "k1", "k0"]
+    assert kt.match_regex("[0-2]$", max_keys=2) == ["k2", "k1"]
 
 
 def test_a_32_mib_value_over_http_and_binary(kt):

@@ -21,9 +21,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-const NAME_HELP: &str = "Database name: PATH.kh (on-disk hash), `*` (memory hash) or `+` \
-                         (memory tree), optionally followed by #param=value tuning, e.g. \
-                         `casket.kh#sync=always`";
+const NAME_HELP: &str = "Database name: PATH.kh (on-disk hash), PATH.kb (on-disk B+ tree), `*` \
+                         (memory hash) or `+` (memory tree), optionally followed by \
+                         #param=value tuning, e.g. `casket.kh#sync=always`";
 
 const AFTER_HELP: &str = "Exit status: 0 on success, 1 when the key is absent / already exists or \
                           the database is unhealthy, 2 on errors (usage, open, I/O).\n\
@@ -45,18 +45,27 @@ pub enum DbCommand {
         #[arg(help = NAME_HELP)]
         name: String,
     },
-    /// Store a record (replacing any existing value unless --keep or --cat is given).
+    /// Store a record (replacing any existing value unless --keep, --cat, --dup or --dupback
+    /// is given).
     Put {
         #[arg(help = NAME_HELP)]
         name: String,
         key: OsString,
         value: OsString,
         /// Do not overwrite: fail with status 1 when the key already exists.
-        #[arg(long, conflicts_with = "cat")]
+        #[arg(long, conflicts_with_all = ["cat", "dup", "dupback"])]
         keep: bool,
         /// Append VALUE to the existing value (creating the record when absent).
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["dup", "dupback"])]
         cat: bool,
+        /// Add VALUE as one more value of KEY, after those it has (Tokyo Cabinet's putdup;
+        /// databases with duplicate keys: the B+ tree PATH.kb).
+        #[arg(long, conflicts_with = "dupback")]
+        dup: bool,
+        /// Add VALUE as one more value of KEY, before those it has (putdupback: `get` then
+        /// shows it).
+        #[arg(long)]
+        dupback: bool,
         /// Create the database when it does not exist (without it, a missing database is an
         /// error, so that a mistyped path creates nothing).
         #[arg(long)]
@@ -67,14 +76,22 @@ pub enum DbCommand {
         #[arg(help = NAME_HELP)]
         name: String,
         key: OsString,
+        /// Every value of KEY (a key with duplicates), first to last, one per line,
+        /// TSV-escaped as `list` writes keys.
+        #[arg(long)]
+        all: bool,
     },
     /// Remove a record (status 1 when it is absent).
     Out {
         #[arg(help = NAME_HELP)]
         name: String,
         key: OsString,
+        /// Remove every value of KEY (a key with duplicates; without it, only the first).
+        #[arg(long)]
+        all: bool,
     },
-    /// List keys, one per line, TSV-escaped (in key order for ordered kinds only).
+    /// List keys, one per line, TSV-escaped (in key order for ordered kinds only; a key with
+    /// several values once per value).
     List {
         #[arg(help = NAME_HELP)]
         name: String,
@@ -120,8 +137,14 @@ pub enum DbCommand {
         /// Create the database when it does not exist.
         #[arg(long)]
         create: bool,
+        /// Keep every line of a key as one more value (a database with duplicate keys, the
+        /// B+ tree PATH.kb: what `tcbmgr importtsv` does); without it the last line of a key
+        /// wins.
+        #[arg(long)]
+        dup: bool,
     },
-    /// Write every record as a `KEY<TAB>VALUE` line to FILE (or stdout); see `import`.
+    /// Write every record as a `KEY<TAB>VALUE` line to FILE (or stdout), in key order on
+    /// ordered kinds (a key with several values once per value); see `import`.
     ///
     /// A FILE is written under a temporary name and renamed at the end: a failed export leaves
     /// no partial FILE. `--format raw` refuses (status 2) a record it cannot carry.
@@ -220,15 +243,33 @@ fn dispatch(cmd: DbCommand) -> Res {
             value,
             keep,
             cat,
+            dup,
+            dupback,
             create,
         } => with_db(&name, Open::writable(create), |db| {
-            put(db, key.as_bytes(), value.as_bytes(), keep, cat)
+            let how = match (keep, cat, dup, dupback) {
+                (true, ..) => PutHow::Keep,
+                (_, true, ..) => PutHow::Cat,
+                (_, _, true, _) => PutHow::Dup { front: false },
+                (.., true) => PutHow::Dup { front: true },
+                _ => PutHow::Over,
+            };
+            put(db, key.as_bytes(), value.as_bytes(), how)
         }),
-        DbCommand::Get { name, key } => {
-            with_db(&name, Open::ReadOnly, |db| get(db, key.as_bytes()))
-        }
-        DbCommand::Out { name, key } => with_db(&name, Open::Existing, |db| {
-            if db.out(key.as_bytes())? {
+        DbCommand::Get { name, key, all } => with_db(&name, Open::ReadOnly, |db| {
+            if all {
+                get_all(db, key.as_bytes())
+            } else {
+                get(db, key.as_bytes())
+            }
+        }),
+        DbCommand::Out { name, key, all } => with_db(&name, Open::Existing, |db| {
+            let found = if all {
+                db.remove_all(key.as_bytes())? > 0
+            } else {
+                db.out(key.as_bytes())?
+            };
+            if found {
                 Ok(())
             } else {
                 Err(Fail::No(format!(
@@ -261,12 +302,20 @@ fn dispatch(cmd: DbCommand) -> Res {
             file,
             format,
             create,
+            dup,
         } => {
             // Every line is checked before the database is opened: bad input creates and
             // changes nothing.
             let input = transfer::checked(Input::open(file.as_deref())?, format)?;
             with_db(&name, Open::writable(create), |db| {
-                transfer::import(db, input)
+                if dup && !db.allows_dups() {
+                    return Err(Fail::Err(format!(
+                        "--dup needs a database that keeps duplicate keys (a B+ tree, \
+                         PATH.kb), not a {}",
+                        db.kind().name()
+                    )));
+                }
+                transfer::import(db, input, dup)
             })
         }
         DbCommand::Export { name, file, format } => with_db(&name, Open::ReadOnly, |db| {
@@ -411,13 +460,21 @@ fn create(name: &str) -> Res {
 }
 
 fn inform(db: &dyn Store) -> Res {
+    // `type`: what Tokyo Tyrant calls the counterpart database (its `stat`), from the
+    // registry.
     let mut s = format!(
-        "kind: {}\nrecords: {}\nfile_size: {}\n",
+        "kind: {}\nrecords: {}\nfile_size: {}\ntype: {}\n",
         db.kind().name(),
         db.count(),
-        db.size()
+        db.size(),
+        db.kind().info().tt_type
     );
-    let mut printed: Vec<String> = vec!["kind".into(), "records".into(), "file_size".into()];
+    let mut printed: Vec<String> = vec![
+        "kind".into(),
+        "records".into(),
+        "file_size".into(),
+        "type".into(),
+    ];
     for (k, v) in db.describe() {
         if !printed.contains(&k) {
             s.push_str(&format!("{k}: {v}\n"));
@@ -432,7 +489,28 @@ fn inform(db: &dyn Store) -> Res {
     print(s.as_bytes())
 }
 
-fn put(db: &dyn Store, key: &[u8], value: &[u8], keep: bool, cat: bool) -> Res {
+/// What `put` does with an existing key.
+#[derive(Clone, Copy)]
+enum PutHow {
+    Over,
+    Keep,
+    Cat,
+    Dup { front: bool },
+}
+
+fn put(db: &dyn Store, key: &[u8], value: &[u8], how: PutHow) -> Res {
+    if let PutHow::Dup { front } = how {
+        if !db.allows_dups() {
+            return Err(Fail::Err(format!(
+                "--dup and --dupback need a database that keeps duplicate keys (a B+ tree, \
+                 PATH.kb), not a {}",
+                db.kind().name()
+            )));
+        }
+        db.put_dup(key, value, front)?;
+        return Ok(());
+    }
+    let (keep, cat) = (matches!(how, PutHow::Keep), matches!(how, PutHow::Cat));
     if keep {
         match db.putkeep(key, value, 0, 0)? {
             Outcome::Stored(_) => Ok(()),
@@ -458,6 +536,28 @@ fn get(db: &dyn Store, key: &[u8]) -> Res {
         Some(rec) => print(&rec.value),
         None => Err(Fail::No(format!("no record for key `{}`", show(key)))),
     }
+}
+
+/// Every value of `key`, one TSV-escaped line each.
+fn get_all(db: &dyn Store, key: &[u8]) -> Res {
+    let values = db.get_all(key)?;
+    if values.is_empty() {
+        return Err(Fail::No(format!("no record for key `{}`", show(key))));
+    }
+    let mut out = Vec::new();
+    for v in values {
+        tsv::escape_into(&mut out, &v);
+        out.push(b'\n');
+    }
+    print(&out)
+}
+
+/// Whether an ordered database keeps its keys in lexical (byte) order, so that the keys of a
+/// prefix lie together: a B+ tree made with another comparator (`#cmp=dec`, …) says so in its
+/// description, and a kind keyed by ids orders them as numbers.
+pub(crate) fn lexical(db: &dyn Store) -> bool {
+    !db.kind().info().caps.integer_keys
+        && !db.describe().iter().any(|(k, v)| k == "cmp" && v != "lex")
 }
 
 /// Which records `list` shows.
@@ -523,10 +623,12 @@ fn select(
         return failed.map_or(Ok(damaged), Err);
     }
     // Key order: from the prefix (or --from) up, or from --to down; keys outside the prefix
-    // end the walk once it has passed the prefix's keys.
+    // end the walk once it has passed the prefix's keys. In another order than the bytes'
+    // (a B+ tree's `#cmp=dec`, …) a prefix's keys are not together: all are looked at.
+    let together = prefix.is_empty() || lexical(db);
     let from = match &sel.from {
         Some(f) => Included(f.as_slice()),
-        None if !prefix.is_empty() => Included(prefix),
+        None if together && !prefix.is_empty() => Included(prefix),
         None => Unbounded,
     };
     let range = KeyRange {
@@ -541,7 +643,7 @@ fn select(
     db.for_each_in_range(&range, &mut |key, value, _| {
         if !key.starts_with(prefix) {
             // Past the prefix's keys in the walk's direction: done; before them: on.
-            return Ok((key < prefix) != sel.desc);
+            return Ok(!together || (key < prefix) != sel.desc);
         }
         if let Err(e) = emit(key, value) {
             failed = Some(e);

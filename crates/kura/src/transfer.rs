@@ -8,7 +8,7 @@
 
 use crate::db::{stdout_err, Fail, Progress, Res};
 use kura_engine::tsv::{Format, TsvError};
-use kura_engine::{self as engine, BatchOp, Error, Store};
+use kura_engine::{self as engine, BatchOp, Error, KeyRange, Store};
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, IsTerminal, Seek, Write};
@@ -275,8 +275,12 @@ impl Batch {
     }
 }
 
-/// Store every record of a checked input, in batches (each atomic).
-pub(crate) fn import(db: &dyn Store, input: Checked) -> Res {
+/// Store every record of a checked input, in batches (each atomic); with `dup`, each line as
+/// one more value of its key (`put_dup`, one by one, in the input's order).
+pub(crate) fn import(db: &dyn Store, input: Checked, dup: bool) -> Res {
+    if dup {
+        return import_dups(db, input);
+    }
     let total = input.records;
     let mut rd = input.reader();
     let label = rd.label().to_string();
@@ -344,6 +348,42 @@ pub(crate) fn import(db: &dyn Store, input: Checked) -> Res {
     Ok(())
 }
 
+/// `import --dup`: every line one more value of its key. Running it again would add every
+/// value again, so a failure part way says where to go on from.
+fn import_dups(db: &dyn Store, input: Checked) -> Res {
+    let total = input.records;
+    let mut rd = input.reader();
+    let label = rd.label().to_string();
+    let mut progress = Progress::new("imported", true);
+    let mut imported = 0u64;
+    while let Some(parsed) = rd.next()? {
+        let lineno = rd.lineno;
+        let stopped = |why: String| {
+            Fail::Err(format!(
+                "{label}: {why}; the records of the lines before line {lineno} ({imported} of \
+                 {total}) are stored, none from there on. Running the same import again would \
+                 add them twice: import the lines from {lineno} on"
+            ))
+        };
+        let (key, value) = match parsed {
+            Ok(kv) => kv,
+            Err(msg) => {
+                return Err(stopped(format!(
+                    "line {lineno} changed after it was checked: {msg}"
+                )))
+            }
+        };
+        db.put_dup(&key, &value, false)
+            .map_err(|e| stopped(format!("writing: {e}")))?;
+        imported += 1;
+        if imported & 1023 == 0 {
+            progress.tick(imported, rd.read, rd.size());
+        }
+    }
+    progress.finish(imported, rd.read, rd.size());
+    Ok(())
+}
+
 /// Bytes gathered before each write of `export`.
 const OUT_CHUNK: usize = 1 << 20;
 
@@ -386,7 +426,7 @@ pub(crate) fn export(db: &dyn Store, file: Option<&Path>, format: LineFormat, na
         let mut buf = Vec::with_capacity(OUT_CHUNK + (64 << 10));
         let mut n = 0u64;
         let mut failed: Option<Fail> = None;
-        let damaged = db.for_each_record(&mut |key, value, _| {
+        let mut each = |key: &[u8], value: &[u8], _: kura_engine::Meta| {
             if let Err(e) = format.write_line(&mut buf, key, value) {
                 failed = Some(Fail::Err(format!(
                     "record `{}`: {e}; the export stops there ({n} records written{})",
@@ -405,7 +445,21 @@ pub(crate) fn export(db: &dyn Store, file: Option<&Path>, format: LineFormat, na
                 progress.tick(n, n, Some(total));
             }
             Ok(true)
-        })?;
+        };
+        // In key order where the kind has one (as `tcbmgr list` writes a B+ tree), else in
+        // the kind's fastest order.
+        let damaged = if db.kind().ordered() {
+            let all = KeyRange {
+                from: std::ops::Bound::Unbounded,
+                to: std::ops::Bound::Unbounded,
+                desc: false,
+                max: usize::MAX,
+            };
+            db.for_each_in_range(&all, &mut each)?;
+            0
+        } else {
+            db.for_each_record(&mut each)?
+        };
         if let Some(f) = failed {
             return Err(f);
         }

@@ -560,3 +560,106 @@ fn db_list_ranges_need_an_ordered_kind() {
     assert!(o.stdout.is_empty());
     assert_eq!(stdout(&ok(run(dir.path(), &["list", "h.kh"]))), "k\n");
 }
+
+/// A B+ tree (`.kb`) through `kura db`: list ranges, prefixes and export in key order (its
+/// comparator's: decimal below), duplicates with `put --dup/--dupback`, `get --all`,
+/// `out --all`, and `import --dup` taking back what `export` wrote, every value in order.
+#[test]
+fn a_b_plus_tree_ranges_duplicates_import_and_export() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(run(d, &["create", "t.kb"]));
+    for k in ["m", "b", "z", "a", "ba", "c"] {
+        ok(run(d, &["put", "t.kb", k, &format!("v{k}")]));
+    }
+    assert_eq!(
+        stdout(&ok(run(d, &["list", "t.kb"]))),
+        "a\nb\nba\nc\nm\nz\n"
+    );
+    let inform = stdout(&ok(run(d, &["inform", "t.kb"])));
+    assert!(inform.contains("\ntype: B+ tree\n"), "{inform}");
+    assert_eq!(
+        stdout(&ok(run(
+            d,
+            &["list", "t.kb", "--from", "b", "--to", "m", "--desc"]
+        ))),
+        "c\nba\nb\n"
+    );
+    assert_eq!(
+        stdout(&ok(run(d, &["list", "t.kb", "--prefix", "b"]))),
+        "b\nba\n"
+    );
+    // Duplicates: after (--dup) and before (--dupback) the values there.
+    ok(run(d, &["put", "t.kb", "b", "2", "--dup"]));
+    ok(run(d, &["put", "t.kb", "b", "0", "--dupback"]));
+    assert_eq!(stdout(&ok(run(d, &["get", "t.kb", "b"]))), "0");
+    assert_eq!(
+        stdout(&ok(run(d, &["get", "t.kb", "b", "--all"]))),
+        "0\nvb\n2\n"
+    );
+    status(&run(d, &["get", "t.kb", "nope", "--all"]), 1);
+    let o = run(d, &["put", "t.kb", "b", "x", "--dup", "--keep"]);
+    status(&o, 2);
+    // Export: key order, a line per value; import --dup gives every value back.
+    let exported = ok(run(d, &["export", "t.kb"])).stdout;
+    assert_eq!(
+        String::from_utf8(exported.clone()).unwrap(),
+        "a\tva\nb\t0\nb\tvb\nb\t2\nba\tvba\nc\tvc\nm\tvm\nz\tvz\n"
+    );
+    let o = run_in(
+        d,
+        &[os("import"), os("u.kb"), os("--create"), os("--dup")],
+        &exported,
+    );
+    status(&o, 0);
+    assert_eq!(
+        stdout(&ok(run(d, &["get", "u.kb", "b", "--all"]))),
+        "0\nvb\n2\n"
+    );
+    assert_eq!(ok(run(d, &["export", "u.kb"])).stdout, exported);
+    // Without --dup the last line of a key wins.
+    ok(run_in(
+        d,
+        &[os("import"), os("w.kb"), os("--create")],
+        &exported,
+    ));
+    assert_eq!(stdout(&ok(run(d, &["get", "w.kb", "b", "--all"]))), "2\n");
+    // out --all removes every value; out alone the first.
+    ok(run(d, &["out", "u.kb", "b"]));
+    assert_eq!(
+        stdout(&ok(run(d, &["get", "u.kb", "b", "--all"]))),
+        "vb\n2\n"
+    );
+    ok(run(d, &["out", "u.kb", "b", "--all"]));
+    status(&run(d, &["out", "u.kb", "b", "--all"]), 1);
+    status(&run(d, &["get", "u.kb", "b"]), 1);
+    // Duplicates need a kind that keeps them.
+    ok(run(d, &["put", "h.kh", "k", "v", "--create"]));
+    let o = run(d, &["put", "h.kh", "k", "w", "--dup"]);
+    status(&o, 2);
+    assert!(stderr(&o).contains("duplicate"), "{}", stderr(&o));
+    let o = run_in(d, &[os("import"), os("h.kh"), os("--dup")], b"k\tv\n");
+    status(&o, 2);
+    assert_eq!(stdout(&ok(run(d, &["get", "h.kh", "k", "--all"]))), "v\n");
+    // A decimal comparator: ranges, prefixes and export follow it.
+    ok(run(d, &["create", "n.kb#cmp=dec"]));
+    for k in ["10", "9", "100", "2", "11"] {
+        ok(run(d, &["put", "n.kb", k, k]));
+    }
+    assert_eq!(
+        stdout(&ok(run(d, &["list", "n.kb"]))),
+        "2\n9\n10\n11\n100\n"
+    );
+    assert_eq!(
+        stdout(&ok(run(d, &["list", "n.kb", "--from", "9", "--to", "100"]))),
+        "9\n10\n11\n"
+    );
+    assert_eq!(
+        stdout(&ok(run(d, &["list", "n.kb", "--prefix", "1"]))),
+        "10\n11\n100\n"
+    );
+    assert_eq!(
+        stdout(&ok(run(d, &["export", "n.kb"]))),
+        "2\t2\n9\t9\n10\t10\n11\t11\n100\t100\n"
+    );
+}

@@ -366,3 +366,77 @@ fn remote_list_is_in_key_order_on_an_ordered_database() {
     assert_eq!(list(&["--prefix", "b"]), "b\nba\n");
     assert_eq!(list(&["--limit", "3"]), "a\nb\nba\n");
 }
+
+/// `kura serve` on a B+ tree (`.kb`), as Tokyo Tyrant serves a `.tcb`: iteration, fwmkeys and
+/// `kura remote list` in key order, duplicates through misc putdup / putdupback / putlist,
+/// every value from misc get / getlist / range, outlist removing them all, and `stat` naming
+/// the type.
+#[test]
+fn a_b_plus_tree_served_as_tyrant_serves_a_tcb() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = Server::start(dir.path(), "t.kb");
+    let mut s = srv.connect();
+    for k in [&b"m"[..], b"b", b"x", b"a", b"ba", b"c"] {
+        assert_eq!(
+            call(
+                &mut s,
+                &Request::Put {
+                    key: k,
+                    value: b"v"
+                }
+            ),
+            Reply::Code(0)
+        );
+    }
+    let misc = |s: &mut TcpStream, name: &'static [u8], args: &[&[u8]]| {
+        call(
+            s,
+            &Request::Misc {
+                name,
+                opts: 0,
+                args: args.to_vec(),
+            },
+        )
+    };
+    let list = |items: &[&[u8]]| Reply::List(items.iter().map(|i| i.to_vec()).collect());
+    assert_eq!(misc(&mut s, b"putdup", &[b"b", b"2"]), list(&[]));
+    assert_eq!(misc(&mut s, b"putdupback", &[b"b", b"0"]), list(&[]));
+    assert_eq!(misc(&mut s, b"putlist", &[b"c", b"w"]), list(&[]));
+    assert_eq!(misc(&mut s, b"get", &[b"b"]), list(&[b"0", b"v", b"2"]));
+    assert_eq!(
+        misc(&mut s, b"getlist", &[b"c", b"a"]),
+        list(&[b"c", b"v", b"c", b"w", b"a", b"v"])
+    );
+    assert_eq!(
+        misc(&mut s, b"range", &[b"b", b"0", b"c"]),
+        list(&[b"b", b"0", b"b", b"v", b"b", b"2", b"ba", b"v"])
+    );
+    assert_eq!(call(&mut s, &Request::IterInit), Reply::Code(0));
+    let mut keys = Vec::new();
+    while let Reply::Value(k) = call(&mut s, &Request::IterNext) {
+        keys.push(String::from_utf8(k).unwrap());
+    }
+    assert_eq!(keys, ["a", "b", "b", "b", "ba", "c", "c", "m", "x"]);
+    assert_eq!(
+        call(
+            &mut s,
+            &Request::Fwmkeys {
+                prefix: b"b",
+                max: -1
+            }
+        ),
+        list(&[b"b", b"ba"])
+    );
+    assert_eq!(misc(&mut s, b"outlist", &[b"b", b"c"]), list(&[]));
+    assert_eq!(misc(&mut s, b"get", &[b"b"]), Reply::Code(1));
+    let Reply::Stat(text) = call(&mut s, &Request::Stat) else {
+        panic!("stat")
+    };
+    assert!(text.contains("\ntype\tB+ tree\n"), "{text}");
+    assert!(text.contains("\nrnum\t4\n"), "{text}");
+    let o = remote(&srv.addr, &["list"]);
+    assert!(o.status.success());
+    assert_eq!(String::from_utf8(o.stdout).unwrap(), "a\nba\nm\nx\n");
+    let o = remote(&srv.addr, &["inform"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("B+ tree"));
+}

@@ -10,10 +10,15 @@
 //! Image (docs/ARCHITECTURE.md, "B+ tree"):
 //! ```text
 //! u8 IMAGE_VERSION, varint count, varint base version,
+//! u8 span bits (1 low, 2 high), [varint len, low key], [varint len, high key],
 //! per entry in key order: u8 bits, varint shared (bytes in common with the previous key),
 //! varint suffix length, suffix, varint vlen, varint version - base, [u32 LE flags],
 //! [varint expires], [varint dup], value
 //! ```
+//! The span is the leaf's key range when the image was written: from its low key (none: the
+//! first leaf) to its right neighbour's low key (none: the last leaf), so that a salvage
+//! without a checkpoint knows which keys an image speaks for.
+//!
 //! Of several records of one key (duplicates, in a database that allows them), each carries
 //! its `dup` number: entries sort by key, then `dup`.
 
@@ -26,6 +31,10 @@ const B_FLAGS: u8 = 1;
 const B_EXPIRES: u8 = 2;
 const B_DUP: u8 = 4;
 const IMAGE_VERSION: u8 = 1;
+
+/// A leaf's key range: low key (inclusive) and high key (exclusive), `None` unbounded.
+pub(crate) type Span<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+pub(crate) type OwnedSpan = (Option<Vec<u8>>, Option<Vec<u8>>);
 
 /// One record, borrowed from a leaf.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -409,7 +418,7 @@ impl Leaf {
     }
 
     /// The image of this leaf (see the module documentation).
-    pub fn encode_image(&self, out: &mut Vec<u8>) {
+    pub fn encode_image(&self, out: &mut Vec<u8>, span: Span<'_>) {
         out.push(IMAGE_VERSION);
         varint(out, self.len() as u64);
         let base = (0..self.len())
@@ -417,6 +426,11 @@ impl Leaf {
             .min()
             .unwrap_or(0);
         varint(out, base);
+        out.push(u8::from(span.0.is_some()) | (u8::from(span.1.is_some()) << 1));
+        for k in [span.0, span.1].into_iter().flatten() {
+            varint(out, k.len() as u64);
+            out.extend_from_slice(k);
+        }
         let mut prev: &[u8] = &[];
         for i in 0..self.len() {
             let e = self.entry(i);
@@ -454,6 +468,12 @@ impl Leaf {
     /// A leaf from its image; `Err` says what is wrong with a damaged one (it never panics).
     /// With `cmp`, the keys must be in strictly increasing order (by key, then dup number).
     pub fn decode_image(img: &[u8], cmp: Option<Cmp>) -> Result<Leaf, String> {
+        Leaf::decode_image_span(img, cmp).map(|(l, _)| l)
+    }
+
+    /// The leaf of an image and the span it was written with (low, high). With `cmp`, the
+    /// keys must lie in the span.
+    pub fn decode_image_span(img: &[u8], cmp: Option<Cmp>) -> Result<(Leaf, OwnedSpan), String> {
         let mut p = 0;
         let bad = |what: &str| Err(format!("leaf image: {what}"));
         if img.first() != Some(&IMAGE_VERSION) {
@@ -464,6 +484,22 @@ impl Leaf {
         let base = get_varint(img, &mut p).ok_or("leaf image: truncated version")?;
         if n > img.len() as u64 {
             return bad("more entries than bytes");
+        }
+        let bits = *img.get(p).ok_or("leaf image: truncated span")?;
+        p += 1;
+        if bits & !3 != 0 {
+            return bad("bad span bits");
+        }
+        let mut span: OwnedSpan = (None, None);
+        for (bit, end) in [(1u8, &mut span.0), (2, &mut span.1)] {
+            if bits & bit != 0 {
+                let len = get_varint(img, &mut p).ok_or("leaf image: truncated span")? as usize;
+                if len > crate::store::MAX_KEY_LEN || len > img.len() - p.min(img.len()) {
+                    return bad("bad span key length");
+                }
+                *end = Some(img[p..p + len].to_vec());
+                p += len;
+            }
         }
         let mut leaf = Leaf {
             buf: Vec::with_capacity(img.len() + 8 * n as usize),
@@ -523,6 +559,13 @@ impl Leaf {
                     return bad("keys out of order");
                 }
             }
+            if let Some(c) = cmp {
+                let below = span.0.as_ref().is_some_and(|l| c.cmp(&key, l).is_lt());
+                let above = span.1.as_ref().is_some_and(|h| c.cmp(&key, h).is_ge());
+                if below || above {
+                    return bad("a key outside the image's span");
+                }
+            }
             leaf.insert(leaf.len(), &key, value, &meta, dup);
             std::mem::swap(&mut prev, &mut key);
             prev_dup = dup;
@@ -530,7 +573,7 @@ impl Leaf {
         if p != img.len() {
             return bad("bytes after the last entry");
         }
-        Ok(leaf)
+        Ok((leaf, span))
     }
 }
 
@@ -604,7 +647,7 @@ mod tests {
         assert_eq!(l.len(), 200);
         check_sorted(&l);
         let mut img = Vec::new();
-        l.encode_image(&mut img);
+        l.encode_image(&mut img, (None, None));
         let back = Leaf::decode_image(&img, Some(Cmp::Lex)).unwrap();
         assert_eq!(back.len(), l.len());
         for i in 0..l.len() {

@@ -284,7 +284,7 @@ impl Inner {
                     ),
                     off: img.off(),
                     len: u64::from(img.len),
-                    lost: 1,
+                    lost: u64::from(img.count),
                     what: format!("a damaged leaf image ({why}): its records are lost"),
                 });
                 Leaf::new()
@@ -316,8 +316,18 @@ impl Inner {
             .get(img.seg())
             .ok_or_else(|| Error::Corrupt(format!("{}: the node segment is missing", at())))?;
         let mut buf = Vec::new();
-        self.nodes
-            .read_range(seg, img.off(), img.len as usize, &mut buf)?;
+        match self
+            .nodes
+            .read_range(seg, img.off(), img.len as usize, &mut buf)
+        {
+            Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(Error::Corrupt(format!(
+                    "{}: the image lies past the end of its segment",
+                    at()
+                )));
+            }
+            r => r?,
+        }
         let bytes = decode_image_record(&buf, seg.seed)
             .map_err(|why| Error::Corrupt(format!("{}: {why}", at())))?;
         Leaf::decode_image(&bytes, Some(self.cmp))
@@ -330,7 +340,16 @@ impl Inner {
             return Ok(());
         };
         let mut raw = Vec::with_capacity(leaf.live_bytes() + 16);
-        leaf.encode_image(&mut raw);
+        // The latch on `st` keeps a vanish from replacing the forest (it latches every
+        // leaf first), so unless the leaf is gone, the current forest is the leaf's.
+        let forest = self.forest.load();
+        let low = if st.gone { None } else { forest.slot(id).low() };
+        let high = if st.gone || st.right == NONE {
+            None
+        } else {
+            forest.slot(st.right).low()
+        };
+        leaf.encode_image(&mut raw, (low, high));
         let count = leaf.len() as u32;
         let (stored, fields) =
             image_fields(self.compress, raw, self.version.load(Ordering::Relaxed));

@@ -370,11 +370,22 @@ pub(crate) fn read_ckpt(vfs: &dyn Vfs, dir: &Path, cmp: Cmp) -> Result<Option<Ch
 }
 
 impl Inner {
-    /// Salvage of a database whose checkpoint is damaged: every record of every image in the
-    /// node log that verifies, the newest version of each key.
+    /// Salvage of a database whose checkpoint is damaged, from every leaf image in the node
+    /// log that verifies. An image tells the state of every key of its span (its leaf's key
+    /// range when it was written) as of that moment: each key takes its values from the
+    /// newest image whose span covers it, so a key removed before that image stays removed
+    /// even though older images still hold it.
     fn rebuild_from_images(&self) -> Result<()> {
-        let mut best: std::collections::HashMap<(Vec<u8>, u64), (Vec<u8>, Meta)> =
-            std::collections::HashMap::new();
+        use std::collections::BinaryHeap;
+        struct Span {
+            seq: u64,
+            low: Option<Vec<u8>>,
+            high: Option<Vec<u8>>,
+        }
+        let mut spans: Vec<Span> = Vec::new();
+        /// key, dup, value, meta, image
+        type Salvaged = (Vec<u8>, u64, Vec<u8>, Meta, usize);
+        let mut entries: Vec<Salvaged> = Vec::new();
         let table = self.nodes.segs.load_full();
         for seg in table.segs.values() {
             let end = seg.flushed();
@@ -394,32 +405,86 @@ impl Inner {
                     let Ok(img) = super::decode_image_record(rec, seg.seed) else {
                         return Ok(true);
                     };
-                    let Ok(leaf) = super::leaf::Leaf::decode_image(&img, Some(self.cmp)) else {
+                    let Ok((leaf, (low, high))) =
+                        super::leaf::Leaf::decode_image_span(&img, Some(self.cmp))
+                    else {
                         return Ok(true);
                     };
+                    let at = spans.len();
+                    spans.push(Span {
+                        seq: h.fields.seq,
+                        low,
+                        high,
+                    });
                     for i in 0..leaf.len() {
                         let e = leaf.entry(i);
-                        let id = (e.key.to_vec(), e.dup);
-                        let newer = best
-                            .get(&id)
-                            .is_none_or(|(_, m)| m.version < e.meta.version);
-                        if newer {
-                            best.insert(id, (e.value.to_vec(), e.meta));
-                        }
+                        entries.push((e.key.to_vec(), e.dup, e.value.to_vec(), e.meta, at));
                     }
                     Ok(true)
                 },
             )?;
         }
-        for ((k, dup), (v, meta)) in best {
-            self.replay(
-                &k,
-                Change::Put {
-                    value: &v,
-                    meta,
-                    dup,
-                },
-            )?;
+        let cmp = self.cmp;
+        entries.sort_by(|a, b| {
+            cmp.cmp(&a.0, &b.0)
+                .then(super::leaf::dup_order(a.1).cmp(&super::leaf::dup_order(b.1)))
+        });
+        let mut by_first: Vec<usize> = (0..spans.len()).collect();
+        by_first.sort_by(|&a, &b| match (&spans[a].low, &spans[b].low) {
+            (None, None) => std::cmp::Ordering::Equal,
+            (None, Some(_)) => std::cmp::Ordering::Less,
+            (Some(_), None) => std::cmp::Ordering::Greater,
+            (Some(x), Some(y)) => cmp.cmp(x, y),
+        });
+        let mut next_span = 0;
+        // The spans begun so far, newest on top (ties: the later image).
+        let mut open: BinaryHeap<(u64, usize)> = BinaryHeap::new();
+        let mut i = 0;
+        while i < entries.len() {
+            let key = entries[i].0.clone();
+            let mut j = i;
+            while j < entries.len() && entries[j].0 == key {
+                j += 1;
+            }
+            while next_span < by_first.len()
+                && spans[by_first[next_span]]
+                    .low
+                    .as_ref()
+                    .is_none_or(|l| cmp.cmp(l, &key).is_le())
+            {
+                let s = by_first[next_span];
+                open.push((spans[s].seq, s));
+                next_span += 1;
+            }
+            while let Some(&(_, s)) = open.peek() {
+                if spans[s]
+                    .high
+                    .as_ref()
+                    .is_some_and(|h| cmp.cmp(h, &key).is_le())
+                {
+                    open.pop();
+                } else {
+                    break;
+                }
+            }
+            // The key's own image covers it, so a span is open.
+            let Some(&(_, newest)) = open.peek() else {
+                i = j;
+                continue;
+            };
+            for (k, dup, v, meta, img) in &entries[i..j] {
+                if *img == newest {
+                    self.replay(
+                        k,
+                        Change::Put {
+                            value: v,
+                            meta: *meta,
+                            dup: *dup,
+                        },
+                    )?;
+                }
+            }
+            i = j;
         }
         Ok(())
     }

@@ -126,8 +126,20 @@ fn copy_all(from: &DiskTree, dst: &Path, params: &Params, vfs: Arc<dyn Vfs>) -> 
     let mut ops: Vec<BatchOp> = Vec::with_capacity(BATCH_RECORDS);
     let mut bytes = 0usize;
     let mut kept = 0u64;
+    let mut prev: Option<Vec<u8>> = None;
     // The visitor writes to the new database (it must not call the one it walks).
     from.for_each_record(&mut |k, v, m| {
+        if prev.as_deref() == Some(k) {
+            // A key's second and later values: after the first, in their order.
+            to.write_batch(&ops)?;
+            kept += ops.len() as u64;
+            ops.clear();
+            bytes = 0;
+            to.put_dup(k, v, false)?;
+            kept += 1;
+            return Ok(true);
+        }
+        prev = Some(k.to_vec());
         bytes += k.len() + v.len();
         ops.push(BatchOp::Put {
             key: k.to_vec(),

@@ -379,7 +379,7 @@ fn procedure<'s>(
                 let Some(prefix) = get(input, "prefix") else {
                     return invalid(out);
                 };
-                store.fwmkeys(prefix, max)?
+                crate::tt_exec::prefix_keys(store, prefix, max)?
             } else {
                 let Some(pattern) = get(input, "regex") else {
                     return invalid(out);
@@ -394,7 +394,8 @@ fn procedure<'s>(
                 let mut cur = store.cursor()?;
                 while keys.len() < max {
                     let Some((k, _)) = cur.next()? else { break };
-                    if re.is_match(&k) {
+                    // A key with several values (duplicates) is one key.
+                    if re.is_match(&k) && keys.last() != Some(&k) {
                         keys.push(k);
                     }
                 }
@@ -426,6 +427,25 @@ fn status(store: &dyn Store, shared: &Shared, out: &mut Output) {
     set(out, "realtype", ty);
     set(out, "count", store.count().to_string());
     set(out, "size", store.size().to_string());
+    // What a tree database's status adds in Kyoto Cabinet (`TreeDB::status`): the record
+    // comparator by its name there, and the leaf count, from what the kind describes.
+    let described = |out: &Output, name: &str| {
+        out.get(name.as_bytes())
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    if let Some(cmp) = described(out, "cmp") {
+        let rcomp = match cmp.as_str() {
+            "lex" => "lexical",
+            "dec" => "decimal",
+            "lexdesc" => "lexicaldesc",
+            "decdesc" => "decimaldesc",
+            _ => "external",
+        };
+        set(out, "rcomp", rcomp);
+    }
+    if let Some(leaves) = described(out, "leaves") {
+        set(out, "lcnt", leaves);
+    }
 }
 
 fn report(store: &dyn Store, shared: &Shared, now: u64, out: &mut Output) {

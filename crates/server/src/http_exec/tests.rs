@@ -734,3 +734,54 @@ fn kt_numbers_and_expiry_helpers() {
     assert_eq!(kt_expiry_param(Some(b"-5"), now()), 5);
     assert_eq!(kt_expiry_param(Some(b"-1099511627775"), now()), 0);
 }
+
+/// A B+ tree over Kyoto Tycoon's RPC and Tyrant's HTTP: status as Kyoto Cabinet's TreeDB
+/// gives it (type 49, `rcomp`), matching and cursors in key order, a key with several values
+/// matched once; Tyrant's OPTIONS names the type.
+#[test]
+fn a_b_plus_tree_over_http() {
+    let dir = std::env::temp_dir().join(format!("kura-http-kb-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let name = dir.join("t.kb#cmp=lexdesc");
+    let tree = kura_engine::open(name.to_str().unwrap()).unwrap();
+    let mut sh = Shared::new(now() - 100, 1 << 20);
+    sh.db_name = "t.kb".into();
+    for k in ["a1", "b2", "a3", "a2", "c"] {
+        tree.put(k.as_bytes(), b"v").unwrap();
+    }
+    if tree.allows_dups() {
+        tree.put_dup(b"a2", b"w", false).unwrap();
+    }
+    let c = |name: &str, params: &[(&[u8], &[u8])]| {
+        rpc_call(&*tree, &sh, name, params, Style::Tsv(ColEnc::Raw))
+    };
+    let r = c("status", &[]);
+    assert_eq!(r.field("type").as_deref(), Some(&b"49"[..]));
+    assert_eq!(r.field("realtype").as_deref(), Some(&b"49"[..]));
+    assert_eq!(r.field("rcomp").as_deref(), Some(&b"lexicaldesc"[..]));
+    assert!(r.field("lcnt").is_some());
+    // Descending order: a3, a2, a1; each key once.
+    let keys = |r: &Resp| {
+        let mut v: Vec<(u64, String)> = r
+            .text()
+            .lines()
+            .filter(|l| l.starts_with('_'))
+            .map(|l| {
+                let (k, i) = l.split_once('\t').unwrap();
+                (i.parse().unwrap(), k[1..].to_string())
+            })
+            .collect();
+        v.sort();
+        v.into_iter().map(|(_, k)| k).collect::<Vec<_>>()
+    };
+    let r = c("match_prefix", &[(b"prefix", b"a")]);
+    assert_eq!(keys(&r), ["a3", "a2", "a1"]);
+    let r = c("match_prefix", &[(b"prefix", b"a"), (b"max", b"2")]);
+    assert_eq!(keys(&r), ["a3", "a2"]);
+    let r = c("match_regex", &[(b"regex", b"^[ab]")]);
+    assert_eq!(keys(&r), ["b2", "a3", "a2", "a1"]);
+    let r = call(&*tree, &sh, "OPTIONS", "*", &[], b"");
+    assert_eq!(r.header("x-tt-type").unwrap(), b"B+ tree");
+    drop(tree);
+    let _ = std::fs::remove_dir_all(&dir);
+}

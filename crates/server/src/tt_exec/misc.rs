@@ -2,7 +2,7 @@
 //! apply to Kura's kinds, shared by the binary protocol and HTTP POST (`X-TT-MNAME`).
 
 use super::{c_str, TtState};
-use kura_engine::{BatchOp, Error, Outcome, Store};
+use kura_engine::{BatchOp, Error, KeyRange, Outcome, Store};
 
 /// Tokyo Cabinet's `tcatoi` on a misc argument: leading white space, an optional sign, decimal
 /// digits up to the first other byte; saturates instead of overflowing.
@@ -52,8 +52,12 @@ pub fn misc<'s>(
     args: &[&[u8]],
 ) -> Result<Option<Vec<Vec<u8>>>, Error> {
     let done = Some(Vec::new());
+    // A database that keeps several values of a key (the B+ tree) answers the functions
+    // that take or give records as Tokyo Cabinet's B+ tree does (tcadb.c, `ADBOBDB`): every
+    // value of a key, duplicates added by putlist.
+    let dups = store.allows_dups();
     Ok(match name {
-        b"put" | b"putkeep" | b"putcat" => {
+        b"put" | b"putkeep" | b"putcat" | b"putdup" | b"putdupback" => {
             let [key, value, ..] = args else {
                 return Ok(None);
             };
@@ -66,8 +70,14 @@ pub fn misc<'s>(
                     Outcome::Stored(_) => done,
                     _ => None,
                 },
-                _ => {
+                b"putcat" => {
                     store.putcat(key, value)?;
+                    done
+                }
+                // Not a function of a database without duplicates (Tokyo Cabinet's hash).
+                _ if !dups => None,
+                _ => {
+                    store.put_dup(key, value, name == b"putdupback")?;
                     done
                 }
             }
@@ -77,9 +87,18 @@ pub fn misc<'s>(
             _ => None,
         },
         b"get" => match args.first() {
+            Some(key) if dups => Some(store.get_all(key)?).filter(|v| !v.is_empty()),
             Some(key) => store.get(key)?.map(|r| vec![r.value]),
             None => None,
         },
+        b"putlist" if dups => {
+            // Each pair one more value of its key, in order (an odd last argument is
+            // ignored), as tcbdbputdup one by one.
+            for p in args.chunks_exact(2) {
+                store.put_dup(p[0], p[1], false)?;
+            }
+            done
+        }
         b"putlist" => {
             // Key, value pairs; an odd last argument is ignored. A key given twice keeps its
             // last value, as Tyrant's one-by-one puts do: only that pair goes into the batch
@@ -104,10 +123,21 @@ pub fn misc<'s>(
             done
         }
         b"outlist" => {
+            // Every value of each key (absent keys are ignored).
             for key in args {
-                store.out(key)?;
+                store.remove_all(key)?;
             }
             done
+        }
+        b"getlist" if dups => {
+            let mut items = Vec::new();
+            for key in args {
+                for v in store.get_all(key)? {
+                    items.push(key.to_vec());
+                    items.push(v);
+                }
+            }
+            Some(items)
         }
         b"getlist" => {
             let recs = store.get_multi(args)?;
@@ -178,6 +208,7 @@ pub fn misc<'s>(
             let max = max_arg(args, 1);
             let mut items = Vec::new();
             let mut found = 0;
+            // In key order on an ordered kind (its cursor's order), every value of a key.
             let mut cur = store.cursor()?;
             while found < max {
                 let Some((k, r)) = cur.next()? else { break };
@@ -191,33 +222,109 @@ pub fn misc<'s>(
             Some(items)
         }
         b"range" => {
-            // Start key (default: the first), max (< 1: no limit), end key (exclusive).
+            // Start key (default: the first), max (< 1: no limit), end key (exclusive), in
+            // the database's own key order (a B+ tree's comparator, a fixed-length
+            // database's ids).
             if !store.kind().ordered() {
                 return Ok(None);
             }
             let max = max_arg(args, 1);
-            let end = args.get(2);
-            let mut cur = store.cursor()?;
-            if let Some(from) = args.first() {
-                cur.jump(from)?;
-            }
+            let ids = store.kind().info().caps.integer_keys;
+            let (from, to) = if ids {
+                (
+                    args.first().and_then(|k| id_bound(k)),
+                    args.get(2).and_then(|k| id_bound(k)),
+                )
+            } else {
+                (
+                    args.first().map(|k| k.to_vec()),
+                    args.get(2).map(|k| k.to_vec()),
+                )
+            };
+            use std::ops::Bound::{Excluded, Included, Unbounded};
+            let range = KeyRange {
+                from: from.as_deref().map_or(Unbounded, Included),
+                to: to.as_deref().map_or(Unbounded, Excluded),
+                desc: false,
+                max,
+            };
             let mut items = Vec::new();
-            let mut found = 0;
-            while found < max {
-                let Some((k, r)) = cur.next()? else { break };
-                if end.is_some_and(|e| k.as_slice() >= *e) {
-                    break;
-                }
-                items.push(k);
-                items.push(r.value);
-                found += 1;
-            }
+            store.for_each_in_range(&range, &mut |k, v, _| {
+                items.push(k.to_vec());
+                items.push(v.to_vec());
+                Ok(true)
+            })?;
             Some(items)
         }
-        // Table-database functions (setindex, search, genuid, …), B+ tree duplicates (putdup,
-        // putdupback) and anything else: not a function of these kinds.
+        // Table-database functions (setindex, search, genuid, …) and anything else: not a
+        // function of these kinds.
         _ => None,
     })
+}
+
+/// A bound of misc range on a database keyed by ids, read as Tokyo Cabinet's `tcfdbkeytoid`
+/// reads it: the key words `min` and `max` as they are, anything else the decimal number it
+/// starts with (`tcatoi`); a number below 1 is no bound (Tokyo Cabinet's range then runs
+/// from the first record, or to the last).
+fn id_bound(key: &[u8]) -> Option<Vec<u8>> {
+    let key = c_str(key);
+    if key == b"min" || key == b"max" {
+        return Some(key.to_vec());
+    }
+    let n = atoi(key);
+    (n >= 1).then(|| n.to_string().into_bytes())
+}
+
+/// Up to `max` distinct keys starting with `prefix` (Tyrant's fwmkeys, Kyoto Tycoon's
+/// match_prefix), in the database's order: the store's own `fwmkeys` where that is the
+/// answer (unordered kinds, kinds keyed by ids, lexical orders without duplicates); on an
+/// ordered database whose order is not lexical (a B+ tree's `#cmp=dec`, `lexdesc`, …) the
+/// prefix's keys are not together, so every key is looked at, as Kyoto Cabinet's
+/// `match_prefix` does; a key with several values is one key.
+pub(crate) fn prefix_keys(
+    store: &dyn Store,
+    prefix: &[u8],
+    max: usize,
+) -> Result<Vec<Vec<u8>>, Error> {
+    let info = store.kind().info();
+    if !info.caps.ordered || info.caps.integer_keys {
+        return store.fwmkeys(prefix, max);
+    }
+    let lexical = !store
+        .describe()
+        .iter()
+        .any(|(k, v)| k == "cmp" && v != "lex");
+    if lexical && !store.allows_dups() {
+        return store.fwmkeys(prefix, max);
+    }
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    if max == 0 {
+        return Ok(keys);
+    }
+    let range = KeyRange {
+        from: if lexical {
+            std::ops::Bound::Included(prefix)
+        } else {
+            std::ops::Bound::Unbounded
+        },
+        to: std::ops::Bound::Unbounded,
+        desc: false,
+        max: usize::MAX,
+    };
+    store.for_each_in_range(&range, &mut |k, _, _| {
+        if !k.starts_with(prefix) {
+            // In a lexical order, past the prefix's keys.
+            return Ok(!lexical);
+        }
+        if keys.last().map(Vec::as_slice) != Some(k) {
+            if keys.len() >= max {
+                return Ok(false);
+            }
+            keys.push(k.to_vec());
+        }
+        Ok(true)
+    })?;
+    Ok(keys)
 }
 
 /// A POSIX extended regular expression as Tokyo Cabinet compiles it for misc regex: a leading

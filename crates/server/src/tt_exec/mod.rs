@@ -21,6 +21,7 @@ mod misc;
 mod stat;
 
 pub use misc::misc;
+pub(crate) use misc::prefix_keys;
 
 /// The Tyrant release whose protocol Kura speaks, reported by `stat`.
 pub const TT_VERSION: &str = "1.1.41";
@@ -57,14 +58,17 @@ impl<'s> TtState<'s> {
     }
 
     /// Start a new iteration, at the first record or at `from` (the record of that key on an
-    /// unordered kind, which must exist; the first key >= `from` on an ordered kind).
+    /// unordered kind, which must exist; the first key >= `from` in the database's order on an
+    /// ordered kind, which must exist too, as Tokyo Cabinet's B+ tree cursor jump).
     fn iter_init(&mut self, store: &'s dyn Store, from: Option<&[u8]>) -> Result<bool, Error> {
         self.cursor = None;
         self.pending = None;
         let mut cur = store.cursor()?;
         if let Some(from) = from {
             if store.kind().ordered() {
-                cur.jump(from)?;
+                if !cur.jump(from)? {
+                    return Ok(false);
+                }
             } else {
                 loop {
                     match cur.next()? {
@@ -270,7 +274,7 @@ fn run<'s>(
         },
         Request::Fwmkeys { prefix, max } => {
             let max = usize::try_from(max).unwrap_or(usize::MAX);
-            let keys = store.fwmkeys(prefix, max)?;
+            let keys = prefix_keys(store, prefix, max)?;
             tt_bin::reply_list(out, keys.iter().map(Vec::as_slice));
         }
         Request::AddInt { key, num } => match store.addint(key, num) {

@@ -109,18 +109,20 @@ impl Drop for TempDir {
     }
 }
 
-/// Run `f` on every kind: memory hash, memory tree, and a disk hash in a temporary
-/// directory.
+/// Run `f` on every kind: memory hash, memory tree, and a disk hash and a disk B+ tree in a
+/// temporary directory.
 fn each_kind(f: impl Fn(&dyn Store, &str)) {
     for name in ["*", "+"] {
         let db = kura_engine::open(name).unwrap();
         f(&*db, name);
     }
-    let dir = TempDir::new("kind");
-    let name = dir.0.join("t.kh");
-    let db = kura_engine::open(name.to_str().unwrap()).unwrap();
-    f(&*db, ".kh");
-    db.close().unwrap();
+    for suffix in [".kh", ".kb"] {
+        let dir = TempDir::new("kind");
+        let name = dir.0.join(format!("t{suffix}"));
+        let db = kura_engine::open(name.to_str().unwrap()).unwrap();
+        f(&*db, suffix);
+        db.close().unwrap();
+    }
 }
 
 #[test]
@@ -419,9 +421,16 @@ fn misc_functions() {
             c.misc(b"putlist", &[b"x", b"0", b"y", b"2", b"x", b"1", b"odd"]),
             list(&[])
         );
+        // A database with duplicate keys (the B+ tree) keeps both values of x, as Tokyo
+        // Cabinet's B+ tree does; the others keep the last.
+        let want: &[&[u8]] = if db.allows_dups() {
+            &[b"x", b"0", b"x", b"1", b"y", b"2"]
+        } else {
+            &[b"x", b"1", b"y", b"2"]
+        };
         assert_eq!(
             c.misc(b"getlist", &[b"x", b"missing", b"y", b"odd"]),
-            list(&[b"x", b"1", b"y", b"2"])
+            list(want)
         );
         assert_eq!(c.misc(b"outlist", &[b"x", b"missing"]), list(&[]));
         assert_eq!(c.misc(b"getlist", &[b"x", b"y"]), list(&[b"y", b"2"]));
@@ -450,8 +459,12 @@ fn misc_functions() {
             panic!()
         };
         assert_eq!(first[0], b"i2", "{kind}: starts at the record of the key");
-        if kind == "+" {
+        if db.kind().ordered() {
             assert_eq!(c.r(Request::IterNext), Reply::Value(b"i3".to_vec()));
+            // A start key between keys starts at the next one; past the last, a failure.
+            assert_eq!(c.misc(b"iterinit", &[b"i25"]), list(&[]));
+            assert_eq!(c.r(Request::IterNext), Reply::Value(b"i3".to_vec()));
+            assert_eq!(c.misc(b"iterinit", &[b"zz"]), FAIL_);
         } else {
             assert_eq!(c.misc(b"iterinit", &[b"absent"]), FAIL_);
         }
@@ -477,7 +490,7 @@ fn misc_functions() {
         assert_eq!(c.misc(b"regex", &[]), FAIL_);
         // range: ordered kinds only; start, max, exclusive end.
         let range = c.misc(b"range", &[b"i1", b"0", b"i3"]);
-        if kind == "+" {
+        if db.kind().ordered() {
             assert_eq!(range, list(&[b"i1", b"v1", b"i2", b"v2"]));
             assert_eq!(c.misc(b"range", &[b"i", b"1"]), list(&[b"i1", b"v1"]));
             let all = c.misc(b"range", &[]);
@@ -492,7 +505,8 @@ fn misc_functions() {
         assert_eq!(c.misc(b"optimize", &[b"bogus=1"]), FAIL_);
         assert_eq!(c.misc(b"cacheclear", &[]), list(&[]));
         assert_eq!(c.misc(b"error", &[]), list(&[b"0: success"]));
-        // Table-database functions and anything unknown: failure [1][0:4].
+        // Table-database functions and anything unknown: failure [1][0:4]; putdup where
+        // the database keeps no duplicates.
         for name in [
             &b"setindex"[..],
             b"search",
@@ -501,6 +515,9 @@ fn misc_functions() {
             b"",
             b"PUT",
         ] {
+            if name == b"putdup" && db.allows_dups() {
+                continue;
+            }
             assert_eq!(c.misc(name, &[b"a", b"b"]), FAIL_);
         }
         let (out, _) = c.raw(&Request::Misc {
@@ -512,6 +529,132 @@ fn misc_functions() {
         assert_eq!(c.misc(b"vanish", &[]), list(&[]));
         assert_eq!(db.count(), 0);
     });
+}
+
+/// Tokyo Cabinet's B+ tree over Tyrant (tcadb.c, `ADBOBDB`): duplicates through misc, every
+/// value in get / getlist / range / regex / iteration, outlist removing them all, key order
+/// everywhere; on kinds without duplicates putdup fails and putlist overwrites.
+#[test]
+fn duplicates_and_key_order_on_a_b_plus_tree() {
+    let dir = TempDir::new("dups");
+    let name = dir.0.join("d.kb");
+    let db = kura_engine::open(name.to_str().unwrap()).unwrap();
+    assert!(db.allows_dups());
+    let mut c = Client::new(&*db);
+    // Written out of order: read back in key order.
+    for k in [&b"m"[..], b"b", b"z", b"a"] {
+        assert_eq!(
+            c.r(Request::Put {
+                key: k,
+                value: b"1"
+            }),
+            OK_
+        );
+    }
+    assert_eq!(c.misc(b"putdup", &[b"b", b"2"]), list(&[]));
+    assert_eq!(c.misc(b"putdup", &[b"b", b"3"]), list(&[]));
+    assert_eq!(c.misc(b"putdupback", &[b"b", b"0"]), list(&[]));
+    assert_eq!(c.misc(b"putdup", &[b"b"]), FAIL_);
+    assert_eq!(c.misc(b"get", &[b"b"]), list(&[b"0", b"1", b"2", b"3"]));
+    assert_eq!(c.misc(b"get", &[b"none"]), FAIL_);
+    // The single-value commands see the first value; rnum counts every value.
+    assert_eq!(c.r(Request::Get { key: b"b" }), Reply::Value(b"0".to_vec()));
+    assert_eq!(c.r(Request::Rnum), Reply::U64(7));
+    // putlist adds duplicates, in order; getlist answers a pair for every value.
+    assert_eq!(
+        c.misc(b"putlist", &[b"m", b"2", b"c", b"x", b"c", b"y", b"odd"]),
+        list(&[])
+    );
+    assert_eq!(
+        c.misc(b"getlist", &[b"c", b"none", b"m"]),
+        list(&[b"c", b"x", b"c", b"y", b"m", b"1", b"m", b"2"])
+    );
+    // Iteration: keys in order, a key once per value.
+    assert_eq!(c.r(Request::IterInit), OK_);
+    let mut keys = Vec::new();
+    while let Reply::Value(k) = c.r(Request::IterNext) {
+        keys.push(String::from_utf8(k).unwrap());
+    }
+    assert_eq!(keys, ["a", "b", "b", "b", "b", "c", "c", "m", "m", "z"]);
+    // misc iterinit at a key, iternext as [key, value].
+    assert_eq!(c.misc(b"iterinit", &[b"bb"]), list(&[]));
+    assert_eq!(c.misc(b"iternext", &[]), list(&[b"c", b"x"]));
+    assert_eq!(c.misc(b"iternext", &[]), list(&[b"c", b"y"]));
+    // fwmkeys: each key once, in order, up to max.
+    c.misc(b"putlist", &[b"ba", b"1", b"bc", b"1"]);
+    assert_eq!(
+        c.r(Request::Fwmkeys {
+            prefix: b"b",
+            max: -1
+        }),
+        list(&[b"b", b"ba", b"bc"])
+    );
+    assert_eq!(
+        c.r(Request::Fwmkeys {
+            prefix: b"b",
+            max: 2
+        }),
+        list(&[b"b", b"ba"])
+    );
+    // range [b, c): every value of b, then ba; max counts values.
+    assert_eq!(
+        c.misc(b"range", &[b"b", b"0", b"bb"]),
+        list(&[b"b", b"0", b"b", b"1", b"b", b"2", b"b", b"3", b"ba", b"1"])
+    );
+    assert_eq!(
+        c.misc(b"range", &[b"b", b"2"]),
+        list(&[b"b", b"0", b"b", b"1"])
+    );
+    // regex in key order, every value.
+    assert_eq!(
+        c.misc(b"regex", &[b"*^[CM]$"]),
+        list(&[b"c", b"x", b"c", b"y", b"m", b"1", b"m", b"2"])
+    );
+    // outlist removes every value of each key; out only the first.
+    assert_eq!(c.misc(b"outlist", &[b"c", b"none"]), list(&[]));
+    assert_eq!(c.misc(b"get", &[b"c"]), FAIL_);
+    assert_eq!(c.r(Request::Out { key: b"m" }), OK_);
+    assert_eq!(c.misc(b"get", &[b"m"]), list(&[b"2"]));
+    drop(c);
+    db.close().unwrap();
+
+    // Kinds without duplicates: putdup is no function of theirs, putlist overwrites.
+    let db = kura_engine::open("+").unwrap();
+    let mut c = Client::new(&*db);
+    assert_eq!(c.misc(b"putdup", &[b"k", b"1"]), FAIL_);
+    assert_eq!(c.misc(b"putdupback", &[b"k", b"1"]), FAIL_);
+    c.misc(b"putlist", &[b"k", b"1", b"k", b"2"]);
+    assert_eq!(c.misc(b"get", &[b"k"]), list(&[b"2"]));
+    assert_eq!(c.misc(b"getlist", &[b"k"]), list(&[b"k", b"2"]));
+}
+
+/// misc range compares with the stored comparator: on a decimal tree, "9" < "10" and the
+/// exclusive end is a number too.
+#[test]
+fn range_follows_the_comparator() {
+    let dir = TempDir::new("cmp");
+    let name = dir.0.join("n.kb#cmp=dec");
+    let db = kura_engine::open(name.to_str().unwrap()).unwrap();
+    let mut c = Client::new(&*db);
+    for k in ["1", "2", "9", "10", "11", "100"] {
+        db.put(k.as_bytes(), k.as_bytes()).unwrap();
+    }
+    assert_eq!(
+        c.misc(b"range", &[b"2", b"0", b"11"]),
+        list(&[b"2", b"2", b"9", b"9", b"10", b"10"])
+    );
+    assert_eq!(
+        c.misc(b"range", &[b"10"]),
+        list(&[b"10", b"10", b"11", b"11", b"100", b"100"])
+    );
+    assert_eq!(c.r(Request::IterInit), OK_);
+    let mut keys = Vec::new();
+    while let Reply::Value(k) = c.r(Request::IterNext) {
+        keys.push(String::from_utf8(k).unwrap());
+    }
+    assert_eq!(keys, ["1", "2", "9", "10", "11", "100"]);
+    drop(c);
+    db.close().unwrap();
 }
 
 #[test]
@@ -657,6 +800,7 @@ fn stat_reports_tyrant_fields() {
         let want_type = match kind {
             "*" => "on-memory hash",
             "+" => "on-memory tree",
+            ".kb" => "B+ tree",
             _ => "hash",
         };
         assert_eq!(fields["type"], want_type);
