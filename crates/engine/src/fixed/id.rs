@@ -223,7 +223,7 @@ impl Interval {
         }
         let lo = lo.max(i128::from(min));
         let hi = hi.min(i128::from(max));
-        (lo <= hi).then(|| (lo as u64, hi as u64))
+        (lo <= hi).then_some((lo as u64, hi as u64))
     }
 }
 

@@ -334,7 +334,7 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             let id = 1 + x % 20_000;
-            if x % 3 == 0 {
+            if x.is_multiple_of(3) {
                 ix.set(id, 0);
                 m.remove(&id);
             } else {

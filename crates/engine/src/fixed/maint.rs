@@ -30,7 +30,8 @@ fn dead_share(s: &crate::log::segment::Segment) -> f64 {
 
 impl FixedDb {
     pub(super) fn start_background(&self) -> Result<()> {
-        let mut threads: Vec<(&str, fn(Arc<Inner>))> = vec![
+        type Run = fn(Arc<Inner>);
+        let mut threads: Vec<(&str, Run)> = vec![
             ("kura-kf-bg", Inner::background),
             ("kura-kf-gc", Inner::compactor),
         ];

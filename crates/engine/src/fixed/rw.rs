@@ -312,36 +312,32 @@ impl Inner {
     /// The record of `id` for a write (under the writer lock): its place, and its verified
     /// contents when it has one.
     pub(super) fn old_record(&self, id: u64) -> Result<(u64, Option<Old>)> {
-        loop {
-            let place = self.index.get(id);
-            if place == 0 {
-                return Ok((0, None));
+        let place = self.index.get(id);
+        if place == 0 {
+            return Ok((0, None));
+        }
+        let got = self.with_place(place, true, &mut |h, rec| {
+            if h.typ != T_PUT || id_of(h, rec) != Some(id) {
+                let (s, o) = split(place);
+                return Err(corrupt_at(
+                    s,
+                    o,
+                    "the index points at a record of another id",
+                ));
             }
-            let got = self.with_place(place, true, &mut |h, rec| {
-                if h.typ != T_PUT || id_of(h, rec) != Some(id) {
-                    let (s, o) = split(place);
-                    return Err(corrupt_at(
-                        s,
-                        o,
-                        "the index points at a record of another id",
-                    ));
-                }
-                Ok(Old {
-                    meta: meta_of(h),
-                    value: rec[h.value_off()..h.len].to_vec(),
-                    len: h.len,
-                })
-            })?;
-            match got {
-                Some(o) => return Ok((place, Some(o))),
-                // Compaction moves records under the writer lock, so the place is current.
-                None => {
-                    return Err(Error::Corrupt(format!(
-                        "id {id}: the index points into missing segment {}",
-                        split(place).0
-                    )))
-                }
-            }
+            Ok(Old {
+                meta: meta_of(h),
+                value: rec[h.value_off()..h.len].to_vec(),
+                len: h.len,
+            })
+        })?;
+        match got {
+            Some(o) => Ok((place, Some(o))),
+            // Compaction moves records under the writer lock, so the place is current.
+            None => Err(Error::Corrupt(format!(
+                "id {id}: the index points into missing segment {}",
+                split(place).0
+            ))),
         }
     }
 
