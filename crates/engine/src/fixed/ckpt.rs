@@ -98,7 +98,8 @@ pub(super) fn decode(
                 return Err(bad);
             }
             let d = ((v >> 1) as i64) ^ -((v & 1) as i64);
-            let off = u32::try_from(i64::from(poff) + d).map_err(|_| bad)?;
+            let off = i64::from(poff).checked_add(d).ok_or(bad)?;
+            let off = u32::try_from(off).map_err(|_| bad)?;
             (pseg, off)
         } else {
             (
@@ -118,6 +119,35 @@ pub(super) fn decode(
         places,
         entries: n,
     })
+}
+
+/// An entry of a checkpoint: an id, and the segment and offset of its newest record.
+pub type Entry = (u64, u32, u32);
+
+/// A checkpoint's bytes (checksum already cut off) read as its seq and its entries (id,
+/// segment, offset), ascending by id; an error says what is wrong with it. What an open reads,
+/// for tools and the fuzz target.
+pub fn read_entries(b: &[u8]) -> Result<(u64, Vec<Entry>), &'static str> {
+    let mut entries = Vec::new();
+    let head = decode(b, |id, seg, off| {
+        entries.push((id, seg, off));
+        Ok(())
+    })?;
+    Ok((head.seq, entries))
+}
+
+/// The bytes (without the checksum) of a checkpoint of `entries` (id, segment, offset; ascending
+/// by id, segments not 0) taken at `seq`, with no lanes or segments listed.
+pub fn write_entries(salt: u64, seq: u64, entries: &[Entry]) -> Vec<u8> {
+    let head = Head {
+        salt,
+        seq,
+        places: Places::default(),
+        entries: entries.len() as u64,
+    };
+    let mut out = Vec::new();
+    encode(&head, entries, &mut out);
+    out
 }
 
 #[cfg(test)]
@@ -180,6 +210,17 @@ mod tests {
         let mut b = Vec::new();
         encode(&head, &entries, &mut b);
         assert!(b.len() < 50 + 3 * 1000 + 2, "{} bytes", b.len());
+    }
+
+    #[test]
+    fn an_offset_step_past_the_range_is_an_error() {
+        // One entry at offset u32::MAX, then a step of i64::MAX (zigzag 2^64 - 2) from it.
+        let mut b = write_entries(1, 1, &[(1, 1, u32::MAX)]);
+        b[36..44].copy_from_slice(&2u64.to_le_bytes());
+        put_varint(&mut b, 0);
+        put_varint(&mut b, 0);
+        put_varint(&mut b, u64::MAX - 1);
+        assert!(read_entries(&b).is_err());
     }
 
     #[test]
