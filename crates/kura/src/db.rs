@@ -179,7 +179,7 @@ pub enum DbCommand {
     /// that verify are kept. Prints the records kept and lost and the damaged bytes skipped.
     /// The new database is checked before this returns.
     Repair {
-        /// The damaged database (PATH.kh).
+        /// The damaged database (PATH.kh, PATH.kb or PATH.kf).
         src: String,
         /// The new database (must not exist), optionally with #param=value tuning.
         #[arg(required_unless_present = "in_place")]

@@ -668,7 +668,7 @@ fn a_b_plus_tree_ranges_duplicates_import_and_export() {
 /// the same id) and the key words `min`, `max` and `next`; `list` ranges take ids and key
 /// words and follow numeric order, as do `--prefix` walks and `export`; a key that is not an
 /// id, a value over the width and an id past the limit are errors (status 2) that store
-/// nothing; `optimize` takes `width=`, `inform` shows it.
+/// nothing; `optimize` takes `width=`, `inform` shows it; `check`, `repair` and `import` work.
 #[test]
 fn a_fixed_length_database_by_ids_and_key_words() {
     let dir = tempfile::tempdir().unwrap();
@@ -738,6 +738,13 @@ fn a_fixed_length_database_by_ids_and_key_words() {
     assert_eq!(
         stdout(&ok(run(d, &["list", "f.kf", "--limit", "3"]))),
         "2\n3\n5\n"
+    );
+    // check, and repair into a new database with the same records.
+    ok(run(d, &["check", "f.kf"]));
+    ok(run(d, &["repair", "f.kf", "r.kf"]));
+    assert_eq!(
+        ok(run(d, &["export", "r.kf"])).stdout,
+        ok(run(d, &["export", "f.kf"])).stdout
     );
     // Import takes ids too.
     ok(run_in(
