@@ -9,6 +9,13 @@
 # Every run lasts SECS seconds (bounded). Prints medians, ratios to memcached and p99s.
 # KURA_BASE=PATH/kura adds that build's `*` and `.kh` servers to the same run (base-mem,
 # base-kh) and prints a second table: this build against it (before/after a change).
+# `kura serve P.kb` (the on-disk B+ tree, default tuning) runs too (kura-kb); the `.kb / .kh`
+# column is its throughput over the `.kh`'s (issue 24's target: 0.8 or more).
+# SERVERS="kura-kh kura-kb" runs only those (any of memcached kura-mem kura-kh kura-always kura-kb;
+# KURA_BASE adds base-mem base-kh); a column of a server not run shows 0 and its ratios "-".
+# PROTOS may add tyrant (Tokyo Tyrant binary get/put; memcached does not speak it: its runs are
+# skipped). Each `kura bench` is killed after SECS+30 seconds; servers listen on 127.0.0.1 only
+# and are stopped by their pids at exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${REPS:-3} SECS=${SECS:-2} THREADS=${THREADS:-2} CONNS=${CONNS:-128} PIPELINE=${PIPELINE:-16}
@@ -29,11 +36,13 @@ start() { # NAME: start it, record its port in PORT[NAME] and its pid in PIDS
 	port=$(free_port)
 	case $name in
 	memcached) memcached -u root -l 127.0.0.1 -p "$port" -t "$THREADS" -U 0 -m 2048 -c 4096 & ;;
-	kura-mem) "$KURA" serve '*' --port "$port" --threads "$THREADS" 2>/dev/null & ;;
-	kura-kh) "$KURA" serve "$WORK/d$port.kh" --port "$port" --threads "$THREADS" 2>/dev/null & ;;
-	kura-always) "$KURA" serve "$WORK/a$port.kh#sync=always" --port "$port" --threads "$THREADS" 2>/dev/null & ;;
-	base-mem) "$KURA_BASE" serve '*' --port "$port" --threads "$THREADS" 2>/dev/null & ;;
-	base-kh) "$KURA_BASE" serve "$WORK/b$port.kh" --port "$port" --threads "$THREADS" 2>/dev/null & ;;
+	kura-mem) "$KURA" serve '*' --host 127.0.0.1 --port "$port" --threads "$THREADS" 2>/dev/null & ;;
+	kura-kh) "$KURA" serve "$WORK/d$port.kh" --host 127.0.0.1 --port "$port" --threads "$THREADS" 2>/dev/null & ;;
+	kura-always) "$KURA" serve "$WORK/a$port.kh#sync=always" --host 127.0.0.1 --port "$port" --threads "$THREADS" 2>/dev/null & ;;
+	kura-kb) "$KURA" serve "$WORK/t$port.kb" --host 127.0.0.1 --port "$port" --threads "$THREADS" 2>/dev/null & ;;
+	base-mem) "$KURA_BASE" serve '*' --host 127.0.0.1 --port "$port" --threads "$THREADS" 2>/dev/null & ;;
+	base-kh) "$KURA_BASE" serve "$WORK/b$port.kh" --host 127.0.0.1 --port "$port" --threads "$THREADS" 2>/dev/null & ;;
+	*) echo "unknown server $name" >&2; exit 1 ;;
 	esac
 	PIDS+=($!)
 	for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.05; done
@@ -52,7 +61,7 @@ settle() {
 	done
 }
 
-SERVERS="memcached kura-mem kura-kh kura-always"
+SERVERS=${SERVERS:-"memcached kura-mem kura-kh kura-always kura-kb"}
 [ -n "${KURA_BASE:-}" ] && SERVERS="$SERVERS base-mem base-kh"
 declare -A PORT
 for s in $SERVERS; do start "$s"; done
@@ -62,8 +71,9 @@ for rep in $(seq "$REPS"); do
 		# Alternate which server goes first.
 		order=$SERVERS; ((rep % 2 == 0)) && order=$(echo "$SERVERS" | tr ' ' '\n' | tac | tr '\n' ' ')
 		for s in $order; do
+			[[ $proto == tyrant && $s == memcached ]] && continue
 			settle
-			line=$("$KURA" bench --port "${PORT[$s]}" --protocol "$proto" --connections "$CONNS" \
+			line=$(timeout $((SECS + 30)) "$KURA" bench --port "${PORT[$s]}" --protocol "$proto" --connections "$CONNS" \
 				--threads "$THREADS" --pipeline "$depth" --ratio "$ratio" --duration "$SECS" --preload \
 				--key-size 100 --value-size "$VSIZE" --keyspace "$KEYSPACE" | grep '^RESULT' || echo "RESULT failed")
 			ops=$(sed -n 's/.* ops_per_sec=\([0-9]*\).*/\1/p' <<<"$line"); p99=$(sed -n 's/.* p99_us=\([0-9]*\).*/\1/p' <<<"$line")
@@ -74,19 +84,20 @@ for rep in $(seq "$REPS"); do
 done
 printf '\nmedians of %s runs of %ss; %s connections, %s client and %s server threads; %s-byte values, %s keys\n\n' \
 	"$REPS" "$SECS" "$CONNS" "$THREADS" "$THREADS" "$VSIZE" "$KEYSPACE"
-printf '| protocol | pipeline | get:set | memcached ops/s | Kura * | Kura .kh | Kura .kh sync=always | * / mc | .kh / mc | always / .kh | p99 µs mc / * / .kh / always |\n'
-printf '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n'
+printf '| protocol | pipeline | get:set | memcached ops/s | Kura * | Kura .kh | Kura .kh sync=always | Kura .kb | * / mc | .kh / mc | always / .kh | .kb / .kh | p99 µs mc / * / .kh / always / .kb |\n'
+printf '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n'
 sort -k1,1 -k2,2n -k3,3 "$RAW" | awk '
 	function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t } return a[int((n + 1) / 2)] }
+	function r(x, y) { return (x && y) ? sprintf("%.2f", x / y) : "-" }
 	{ k = $1 " " $2 " " $3; keys[k] = 1; n[k, $4]++; o[k, $4, n[k, $4]] = $5; l[k, $4, n[k, $4]] = $6 }
 	END {
-		split("memcached kura-mem kura-kh kura-always", S, " ")
+		split("memcached kura-mem kura-kh kura-always kura-kb", S, " ")
 		for (k in keys) {
-			for (i = 1; i <= 4; i++) { s = S[i]; c = n[k, s]; delete a; delete b
+			for (i = 1; i <= 5; i++) { s = S[i]; c = n[k, s]; delete a; delete b
 				for (j = 1; j <= c; j++) { a[j] = o[k, s, j]; b[j] = l[k, s, j] }
-				m[s] = med(a, c); q[s] = med(b, c) }
+				m[s] = c ? med(a, c) : 0; q[s] = c ? med(b, c) : 0 }
 			split(k, f, " ")
-			printf "| %s | %s | %s | %d | %d | %d | %d | %.2f | %.2f | %.2f | %d / %d / %d / %d |\n", f[1], f[2], f[3], m["memcached"], m["kura-mem"], m["kura-kh"], m["kura-always"], m["kura-mem"] / (m["memcached"] ? m["memcached"] : 1), m["kura-kh"] / (m["memcached"] ? m["memcached"] : 1), m["kura-always"] / (m["kura-kh"] ? m["kura-kh"] : 1), q["memcached"], q["kura-mem"], q["kura-kh"], q["kura-always"]
+			printf "| %s | %s | %s | %d | %d | %d | %d | %d | %s | %s | %s | %s | %d / %d / %d / %d / %d |\n", f[1], f[2], f[3], m["memcached"], m["kura-mem"], m["kura-kh"], m["kura-always"], m["kura-kb"], r(m["kura-mem"], m["memcached"]), r(m["kura-kh"], m["memcached"]), r(m["kura-always"], m["kura-kh"]), r(m["kura-kb"], m["kura-kh"]), q["memcached"], q["kura-mem"], q["kura-kh"], q["kura-always"], q["kura-kb"]
 		}
 	}' | sort
 if [ -n "${KURA_BASE:-}" ]; then

@@ -3,8 +3,9 @@
 //! Kura database name (`/tmp/x.kh#sync=none`, `*`, …).
 //!
 //! Records are keyed `%08d` from `00000001` to N, and every value equals its key (8 bytes each),
-//! as in tchtest. With T threads each thread handles a disjoint slice of the key range. With
-//! `--rnd` each thread visits its slice in a shuffled order computed before the timer starts.
+//! as in tchtest (or, with `--vsiz N`, is N bytes: the key, then filler). With T threads each
+//! thread handles a disjoint slice of the key range. With `--rnd` each thread visits its slice in
+//! a shuffled order computed before the timer starts.
 //!
 //! Every measurement prints a human line and one machine-readable line:
 //!
@@ -14,7 +15,13 @@
 //!
 //! Timing: `write` and `read` time everything from `open` to the end of `close` (the write also
 //! includes an explicit `sync`), as tchtest does; `order` times its phases separately, as
-//! kchashtest does (open, set, get, remove, close).
+//! kchashtest does (open, set, get, remove, close). `scan` walks every record in key order
+//! (`tcbmgr list`'s workload), timed from open to close.
+//!
+//! A memory kind (`+`, `*`) starts empty in every process: `read` and `scan` given `--fill` first
+//! store the records `write` would, untimed, so that the same commands (and scripts) run against
+//! `+` and against an on-disk kind, where `--fill` finds the records there and does nothing
+//! (`--fill=all`: every key in order, for a read with other options than its write's).
 //!
 //! `grow`, `reopen` and `big` measure the database at scale (insert rate as it grows, memory,
 //! open and recovery time, databases beyond 4 GiB); see the `scale` module.
@@ -24,6 +31,7 @@ mod scale;
 use clap::{Args, Parser, Subcommand};
 use kura_engine::hash::DiskHash;
 use kura_engine::name::split_name;
+use kura_engine::store::KeyRange;
 use kura_engine::Store;
 use std::path::Path;
 use std::process::ExitCode;
@@ -53,6 +61,10 @@ enum Cmd {
     /// Read and verify N records written by `write` (open, get every record, close; all timed).
     /// Exits non-zero when any record is missing or has a wrong value.
     Read(Common),
+    /// Walk every record in key order (an ordered kind; any other kind in its own order) and
+    /// verify it (open, walk, close; all timed). One thread; exits non-zero when the records are
+    /// out of order, a value is wrong, or fewer than N were seen (unless `--draw`).
+    Scan(Common),
     /// Write, read (verifying), then remove N records in one open database, timing each phase
     /// like `kchashtest order`. Exits non-zero on any missing record.
     Order(Common),
@@ -94,6 +106,48 @@ struct Common {
     /// same shard. The split is computed after the open and is not timed.
     #[arg(long, conflicts_with = "draw")]
     by_shard: bool,
+    /// Value size in bytes: 0 makes every value equal its key (8 bytes, as tchtest); N > 0 makes
+    /// it N bytes, the key followed by filler (`--vsiz 100`).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1 << 30))]
+    vsiz: u64,
+    /// `read` and `scan` only: when the database opens empty (a memory kind such as `+` in a
+    /// fresh process), first store records, not timed: `--fill` (or `--fill=same`) the records
+    /// `write` with the same options would store (same keys, values and order), `--fill=all`
+    /// every key 1..N in order. A database that holds records is left as it is.
+    #[arg(long, value_enum, num_args = 0..=1, require_equals = true, default_missing_value = "same")]
+    fill: Option<Fill>,
+    /// `read` with `--draw` only: the number of lookups, drawn from the whole range 1..N
+    /// (default: N).
+    #[arg(long, requires = "draw", value_parser = clap::value_parser!(u64).range(1..))]
+    reads: Option<u64>,
+}
+
+/// What `--fill` stores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Fill {
+    /// The records of `write` with the same options.
+    Same,
+    /// Every key 1..N, in order.
+    All,
+}
+
+impl Common {
+    /// Refuse the options that `cmd` does not take.
+    fn only(&self, cmd: &str) -> BenchResult<()> {
+        if self.by_shard && cmd != "write" {
+            return Err("--by-shard is for `write` only".into());
+        }
+        if self.fill.is_some() && cmd != "read" && cmd != "scan" {
+            return Err("--fill is for `read` and `scan` only".into());
+        }
+        if self.reads.is_some() && cmd != "read" {
+            return Err("--reads is for `read` only".into());
+        }
+        if cmd == "scan" && (self.threads != 1 || self.rnd) {
+            return Err("`scan` walks in one thread, in key order (no -t, no --rnd)".into());
+        }
+        Ok(())
+    }
 }
 
 fn main() -> ExitCode {
@@ -101,6 +155,7 @@ fn main() -> ExitCode {
     let res = match &cli.cmd {
         Cmd::Write(c) => cmd_write(c),
         Cmd::Read(c) => cmd_read(c),
+        Cmd::Scan(c) => cmd_scan(c),
         Cmd::Order(c) => cmd_order(c),
         Cmd::Grow(a) => scale::cmd_grow(a),
         Cmd::Reopen(a) => scale::cmd_reopen(a),
@@ -158,6 +213,8 @@ impl SplitMix {
 
 /// Per-thread key numbers for one phase: thread `t` of `T` gets `1 + N*t/T .. 1 + N*(t+1)/T`,
 /// in order or shuffled (Fisher–Yates).
+/// With `--draw`, thread `t` draws as many keys from the whole range instead (in the read
+/// phase, 2, `--reads` of them in all when given).
 fn plan(c: &Common, phase: u64) -> Vec<Vec<u64>> {
     let n = c.records;
     let t = c.threads;
@@ -168,7 +225,15 @@ fn plan(c: &Common, phase: u64) -> Vec<Vec<u64>> {
             if c.draw {
                 let mut rng =
                     SplitMix(c.seed ^ (phase << 48) ^ i.wrapping_mul(0x2545_F491_4F6C_DD1D));
-                return (lo..hi).map(|_| 1 + rng.below(n)).collect();
+                let ops = match c.reads {
+                    Some(r) if phase == 2 => {
+                        let r = u128::from(r);
+                        (r * u128::from(i + 1) / u128::from(t) - r * u128::from(i) / u128::from(t))
+                            as u64
+                    }
+                    _ => hi - lo,
+                };
+                return (0..ops).map(|_| 1 + rng.below(n)).collect();
             }
             let mut keys: Vec<u64> = (lo..hi).collect();
             shuffle_if(c, phase, i, &mut keys);
@@ -204,6 +269,32 @@ fn plan_by_shard(c: &Common, phase: u64, db: &DiskHash) -> Vec<Vec<u64>> {
     keys
 }
 
+/// The value of each key: the key itself (`--vsiz 0`), or `vsiz` bytes, the key then filler.
+struct Values {
+    vsiz: usize,
+    buf: Vec<u8>,
+}
+
+impl Values {
+    fn new(vsiz: u64) -> Values {
+        let vsiz = vsiz as usize;
+        Values {
+            vsiz,
+            buf: (0..vsiz).map(|i| b'a' + (i % 26) as u8).collect(),
+        }
+    }
+
+    /// The value of `key`.
+    fn of<'a>(&'a mut self, key: &'a [u8]) -> &'a [u8] {
+        if self.vsiz == 0 {
+            return key;
+        }
+        let n = key.len().min(self.vsiz);
+        self.buf[..n].copy_from_slice(&key[..n]);
+        &self.buf
+    }
+}
+
 // ----- phases -----
 
 #[derive(Default)]
@@ -221,13 +312,19 @@ enum Op {
     Remove,
 }
 
-/// Run one phase over the planned keys, one thread per slice. Returns the elapsed time.
-fn run_phase(db: &dyn Store, plan: &[Vec<u64>], op: Op) -> BenchResult<(Duration, Tally)> {
+/// Run one phase over the planned keys, one thread per slice, with values of `vsiz` bytes
+/// (0: equal to their keys). Returns the elapsed time.
+fn run_phase(
+    db: &dyn Store,
+    plan: &[Vec<u64>],
+    op: Op,
+    vsiz: u64,
+) -> BenchResult<(Duration, Tally)> {
     let start = Instant::now();
     let results: Vec<BenchResult<Tally>> = std::thread::scope(|s| {
         let handles: Vec<_> = plan
             .iter()
-            .map(|keys| s.spawn(move || worker(db, keys, op)))
+            .map(|keys| s.spawn(move || worker(db, keys, op, vsiz)))
             .collect();
         handles
             .into_iter()
@@ -247,14 +344,15 @@ fn run_phase(db: &dyn Store, plan: &[Vec<u64>], op: Op) -> BenchResult<(Duration
     Ok((elapsed, total))
 }
 
-fn worker(db: &dyn Store, keys: &[u64], op: Op) -> BenchResult<Tally> {
+fn worker(db: &dyn Store, keys: &[u64], op: Op, vsiz: u64) -> BenchResult<Tally> {
     let mut tally = Tally::default();
     let mut buf = [0u8; 20];
+    let mut values = Values::new(vsiz);
     for &n in keys {
         let key = key_of(n, &mut buf);
         match op {
             Op::Put => {
-                db.put(key, key)
+                db.put(key, values.of(key))
                     .map_err(|e| format!("put {}: {e}", String::from_utf8_lossy(key)))?;
             }
             Op::Get => match db
@@ -262,7 +360,7 @@ fn worker(db: &dyn Store, keys: &[u64], op: Op) -> BenchResult<Tally> {
                 .map_err(|e| format!("get {}: {e}", String::from_utf8_lossy(key)))?
             {
                 None => tally.misses += 1,
-                Some(r) if r.value != key => tally.bad += 1,
+                Some(r) if r.value != values.of(key) => tally.bad += 1,
                 Some(_) => {}
             },
             Op::Remove => {
@@ -325,7 +423,7 @@ fn result_line(op: &str, c: &Common, ops: u64, d: Duration, extra: &str) {
 
 fn header(what: &str, c: &Common) {
     println!(
-        "kura-bench {what}: name={} records={} threads={} order={}{}",
+        "kura-bench {what}: name={} records={} threads={} order={}{}{}",
         c.name,
         c.records,
         c.threads,
@@ -334,11 +432,54 @@ fn header(what: &str, c: &Common) {
             format!(" seed={}", c.seed)
         } else {
             String::new()
+        },
+        if c.vsiz > 0 {
+            format!(" vsiz={}", c.vsiz)
+        } else {
+            String::new()
         }
     );
 }
 
+/// The process's peak resident memory so far (VmHWM, KiB; 0 where /proc is missing).
+fn vm_hwm_kb() -> u64 {
+    scale::mem().hwm
+}
+
+/// `--fill`: when `db` opened empty, store the records `write` would (untimed by the callers).
+/// Returns how long that took (zero when the database held records or `--fill` is not given).
+fn fill_if_empty(c: &Common, db: &dyn Store) -> BenchResult<Duration> {
+    let Some(fill) = c.fill else {
+        return Ok(Duration::ZERO);
+    };
+    if db.count() != 0 {
+        return Ok(Duration::ZERO);
+    }
+    let keys = match fill {
+        Fill::Same => plan(c, 1),
+        Fill::All => plan(
+            &Common {
+                rnd: false,
+                draw: false,
+                ..c.clone()
+            },
+            1,
+        ),
+    };
+    let t0 = Instant::now();
+    run_phase(db, &keys, Op::Put, c.vsiz)?;
+    let d = t0.elapsed();
+    println!(
+        "  filled the empty database with the records of `write` in {:.3}s (not timed); \
+         records now: {}",
+        secs(d),
+        db.count()
+    );
+    Ok(d)
+}
+
 fn cmd_write(c: &Common) -> BenchResult<bool> {
+    c.only("write")?;
     header("write", c);
     let mut keys = if c.by_shard { Vec::new() } else { plan(c, 1) };
     let start = Instant::now();
@@ -361,7 +502,7 @@ fn cmd_write(c: &Common) -> BenchResult<bool> {
     if before != 0 {
         println!("  note: the database already holds {before} records");
     }
-    let (t_put, _) = run_phase(db.as_ref(), &keys, Op::Put)?;
+    let (t_put, _) = run_phase(db.as_ref(), &keys, Op::Put, c.vsiz)?;
     let t0 = Instant::now();
     db.sync().map_err(|e| format!("sync: {e}"))?;
     let t_sync = t0.elapsed();
@@ -399,52 +540,59 @@ fn cmd_write(c: &Common) -> BenchResult<bool> {
         c.records,
         total,
         &format!(
-            "file_size={size} count={count} put_seconds={:.3} sync_seconds={:.3} close_seconds={:.3} by_shard={}",
+            "file_size={size} count={count} put_seconds={:.3} sync_seconds={:.3} close_seconds={:.3} by_shard={} vm_hwm_kb={}",
             secs(t_put),
             secs(t_sync),
             secs(t_close),
-            u8::from(c.by_shard)
+            u8::from(c.by_shard),
+            vm_hwm_kb()
         ),
     );
     Ok(true)
 }
 
 fn cmd_read(c: &Common) -> BenchResult<bool> {
-    if c.by_shard {
-        return Err("--by-shard is for `write` only".into());
-    }
+    c.only("read")?;
     header("read", c);
     let keys = plan(c, 2);
+    let ops: u64 = keys.iter().map(|k| k.len() as u64).sum();
     let start = Instant::now();
     let db = open(&c.name)?;
     let t_open = start.elapsed();
-    let (t_get, tally) = run_phase(db.as_ref(), &keys, Op::Get)?;
+    let t_fill = fill_if_empty(c, db.as_ref())?;
+    let (t_get, tally) = run_phase(db.as_ref(), &keys, Op::Get, c.vsiz)?;
     let size = db.size();
     let t0 = Instant::now();
     db.close().map_err(|e| format!("close: {e}"))?;
     drop(db);
     let t_close = t0.elapsed();
-    let total = start.elapsed();
+    let total = start.elapsed() - t_fill;
     println!(
         "  open {:.3}s  get {:.3}s  close {:.3}s  total {:.3}s  ({} gets/s)  misses {}  wrong values {}",
         secs(t_open),
         secs(t_get),
         secs(t_close),
         secs(total),
-        rate(c.records, total),
+        rate(ops, total),
         tally.misses,
         tally.bad
     );
+    let fill = if c.fill.is_some() {
+        format!(" fill_seconds={:.3}", secs(t_fill))
+    } else {
+        String::new()
+    };
     result_line(
         "read",
         c,
-        c.records,
+        ops,
         total,
         &format!(
-            "file_size={size} misses={} bad={} get_seconds={:.3}",
+            "file_size={size} misses={} bad={} get_seconds={:.3} vm_hwm_kb={}{fill}",
             tally.misses,
             tally.bad,
-            secs(t_get)
+            secs(t_get),
+            vm_hwm_kb()
         ),
     );
     let ok = (tally.misses == 0 || c.draw) && tally.bad == 0;
@@ -458,9 +606,7 @@ fn cmd_read(c: &Common) -> BenchResult<bool> {
 }
 
 fn cmd_order(c: &Common) -> BenchResult<bool> {
-    if c.by_shard {
-        return Err("--by-shard is for `write` only".into());
-    }
+    c.only("order")?;
     header("order", c);
     let set_keys = plan(c, 1);
     let get_keys = plan(c, 2);
@@ -472,7 +618,7 @@ fn cmd_order(c: &Common) -> BenchResult<bool> {
     let t_open = start.elapsed();
     result_line("open", c, 0, t_open, "");
 
-    let (t_set, _) = run_phase(db.as_ref(), &set_keys, Op::Put)?;
+    let (t_set, _) = run_phase(db.as_ref(), &set_keys, Op::Put, c.vsiz)?;
     // Not timed: the size after the writes (not synced: kchashtest order syncs nothing either).
     let count = db.count();
     let size = db.size();
@@ -489,7 +635,7 @@ fn cmd_order(c: &Common) -> BenchResult<bool> {
         &format!("file_size={size} count={count}"),
     );
 
-    let (t_get, got) = run_phase(db.as_ref(), &get_keys, Op::Get)?;
+    let (t_get, got) = run_phase(db.as_ref(), &get_keys, Op::Get, c.vsiz)?;
     println!(
         "  get     {:.3}s ({} ops/s); misses {}, wrong values {}",
         secs(t_get),
@@ -505,7 +651,7 @@ fn cmd_order(c: &Common) -> BenchResult<bool> {
         &format!("misses={} bad={}", got.misses, got.bad),
     );
 
-    let (t_rem, removed) = run_phase(db.as_ref(), &rem_keys, Op::Remove)?;
+    let (t_rem, removed) = run_phase(db.as_ref(), &rem_keys, Op::Remove, c.vsiz)?;
     let count_after = db.count();
     println!(
         "  remove  {:.3}s ({} ops/s); misses {}; records now {count_after}",
@@ -549,6 +695,90 @@ fn cmd_order(c: &Common) -> BenchResult<bool> {
     Ok(ok)
 }
 
+fn cmd_scan(c: &Common) -> BenchResult<bool> {
+    c.only("scan")?;
+    header("scan", c);
+    let start = Instant::now();
+    let db = open(&c.name)?;
+    let t_open = start.elapsed();
+    let t_fill = fill_if_empty(c, db.as_ref())?;
+    let count = db.count();
+    let ordered = db.kind().ordered();
+    let t0 = Instant::now();
+    let (mut seen, mut unordered, mut bad) = (0u64, 0u64, 0u64);
+    let mut prev: Vec<u8> = Vec::with_capacity(64);
+    let mut values = Values::new(c.vsiz);
+    let mut visit = |k: &[u8], v: &[u8], _| {
+        if seen > 0 && ordered && k <= prev.as_slice() {
+            unordered += 1;
+        }
+        if v != values.of(k) {
+            bad += 1;
+        }
+        prev.clear();
+        prev.extend_from_slice(k);
+        seen += 1;
+        Ok(true)
+    };
+    let damaged = if ordered {
+        db.for_each_in_range(&KeyRange::new(b"", None), &mut visit)
+            .map(|_| 0)
+    } else {
+        db.for_each_record(&mut visit)
+    }
+    .map_err(|e| format!("scan: {e}"))?;
+    let t_scan = t0.elapsed();
+    let size = db.size();
+    let t0 = Instant::now();
+    db.close().map_err(|e| format!("close: {e}"))?;
+    drop(db);
+    let t_close = t0.elapsed();
+    let total = start.elapsed() - t_fill;
+    println!(
+        "  open {:.3}s  scan {:.3}s  close {:.3}s  total {:.3}s  ({} records/s)  records {seen} \
+         ({}); out of order {unordered}; wrong values {bad}",
+        secs(t_open),
+        secs(t_scan),
+        secs(t_close),
+        secs(total),
+        rate(seen, total),
+        if ordered {
+            "key order"
+        } else {
+            "unordered kind"
+        },
+    );
+    let fill = if c.fill.is_some() {
+        format!(" fill_seconds={:.3}", secs(t_fill))
+    } else {
+        String::new()
+    };
+    result_line(
+        "scan",
+        c,
+        seen,
+        total,
+        &format!(
+            "file_size={size} count={count} ordered={} unordered={unordered} bad={bad} \
+             scan_seconds={:.3} open_seconds={:.3} vm_hwm_kb={}{fill}",
+            u8::from(ordered),
+            secs(t_scan),
+            secs(t_open),
+            vm_hwm_kb()
+        ),
+    );
+    let complete = seen == count && (c.draw || seen == c.records);
+    let ok = complete && unordered == 0 && bad == 0 && damaged == 0;
+    if !ok {
+        eprintln!(
+            "kura-bench: scan: {seen} records seen of {count} ({} expected), {unordered} out of \
+             order, {bad} wrong values, {damaged} damaged regions passed over",
+            c.records
+        );
+    }
+    Ok(ok)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -562,6 +792,9 @@ mod tests {
             draw: false,
             seed: 7,
             by_shard: false,
+            vsiz: 0,
+            fill: None,
+            reads: None,
         }
     }
 
@@ -615,6 +848,85 @@ mod tests {
             p[0].iter().any(|&k| k > 500),
             "each thread draws from the whole range"
         );
+    }
+
+    #[test]
+    fn values_are_the_key_or_vsiz_bytes_starting_with_it() {
+        let mut v = Values::new(0);
+        assert_eq!(v.of(b"00000007"), b"00000007");
+        let mut v = Values::new(100);
+        let got = v.of(b"00000007").to_vec();
+        assert_eq!(got.len(), 100);
+        assert!(got.starts_with(b"00000007"));
+        assert_eq!(&got[8..11], b"ijk");
+        let mut v = Values::new(4);
+        assert_eq!(v.of(b"00000007"), b"0000");
+    }
+
+    #[test]
+    fn reads_draws_that_many_lookups_from_the_whole_range() {
+        let mut c = common(1000, 3, true);
+        c.draw = true;
+        c.reads = Some(10_001);
+        let p = plan(&c, 2);
+        assert_eq!(p.iter().map(Vec::len).sum::<usize>(), 10_001);
+        assert!(p.iter().flatten().all(|&k| (1..=1000).contains(&k)));
+        // The write phase keeps drawing N keys.
+        assert_eq!(plan(&c, 1).iter().map(Vec::len).sum::<usize>(), 1000);
+    }
+
+    #[test]
+    fn read_and_scan_fill_a_memory_kind_and_check_what_they_read() {
+        for (name, rnd, draw, vsiz) in [
+            ("+", false, false, 0),
+            ("+", true, true, 100),
+            ("*", true, false, 0),
+        ] {
+            let mut c = common(3000, 2, rnd);
+            c.name = name.into();
+            c.draw = draw;
+            c.vsiz = vsiz;
+            // Without --fill a fresh memory database is empty: every read misses.
+            if !draw {
+                assert!(!cmd_read(&c).unwrap(), "{name}: reads of an empty database");
+            }
+            c.fill = Some(Fill::Same);
+            assert!(cmd_read(&c).unwrap(), "{name} rnd={rnd} draw={draw}");
+            if draw {
+                // Keys written in order, read at random: every draw finds its record.
+                c.fill = Some(Fill::All);
+                c.reads = Some(5000);
+                assert!(cmd_read(&c).unwrap(), "{name}: --fill=all");
+                c.reads = None;
+                c.fill = Some(Fill::Same);
+            }
+            c.threads = 1;
+            c.rnd = false;
+            assert!(cmd_scan(&c).unwrap(), "{name} draw={draw} vsiz={vsiz}");
+        }
+        let mut c = common(10, 2, false);
+        assert!(cmd_scan(&c).is_err(), "scan takes one thread");
+        c.threads = 1;
+        c.fill = Some(Fill::Same);
+        assert!(cmd_write(&c).is_err(), "--fill is for read and scan");
+    }
+
+    #[test]
+    fn scan_walks_an_on_disk_database_written_before() {
+        let dir = std::env::temp_dir().join(format!("kura-bench-scan-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut c = common(2000, 2, true);
+        c.name = format!("{}/s.kh#sync=none", dir.display());
+        c.vsiz = 20;
+        assert!(cmd_write(&c).unwrap());
+        c.threads = 1;
+        c.rnd = false;
+        c.fill = Some(Fill::Same);
+        assert!(cmd_scan(&c).unwrap());
+        c.records = 2001;
+        assert!(!cmd_scan(&c).unwrap(), "a record short");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -75,14 +75,14 @@ impl Keys {
 
 /// Memory figures of this process, in KiB, from /proc/self/status.
 #[derive(Default)]
-struct Mem {
-    rss: u64,
-    hwm: u64,
-    anon: u64,
-    file: u64,
+pub(crate) struct Mem {
+    pub(crate) rss: u64,
+    pub(crate) hwm: u64,
+    pub(crate) anon: u64,
+    pub(crate) file: u64,
 }
 
-fn mem() -> Mem {
+pub(crate) fn mem() -> Mem {
     let mut m = Mem::default();
     let Ok(s) = std::fs::read_to_string("/proc/self/status") else {
         return m;

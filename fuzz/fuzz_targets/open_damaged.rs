@@ -75,7 +75,10 @@ fuzz_target!(|data: &[u8]| {
     if DiskHash::repair_with(dir, fixed, &Params::default(), Arc::new(fs.clone())).is_ok() {
         let db = DiskHash::open_with(fixed, &Params::default(), Arc::new(fs.clone()), true)
             .expect("the repaired database opens");
-        assert!(db.check().expect("check").healthy(), "the repaired database is damaged");
+        assert!(
+            db.check().expect("check").healthy(),
+            "the repaired database is damaged"
+        );
     }
     if let Ok(db) = DiskHash::open_with(dir, &p, Arc::new(fs.clone()), false) {
         let _ = db.check();

@@ -133,12 +133,19 @@ impl Store for DiskTree {
         inner.wal.check_writable()?;
         let p = crate::config::Params::parse(params)?;
         p.allow_only("optimize of a disk tree (.kb)", &["compress"])?;
-        if p.compression()?.is_some_and(|c| c != inner.compress) {
-            return Err(Error::Unsupported(
-                "changing a tree's compression (copy it into a new database instead)",
-            ));
-        }
         let _one = inner.ckpt_lock.lock();
+        if let Some(c) = p.compression()?.filter(|&c| c != inner.compression()) {
+            // Stored first (it holds for later opens), then every leaf is made dirty so the
+            // checkpoint below (or an eviction before it) writes its image anew.
+            let d = super::open::Stored {
+                cmp: inner.cmp,
+                compress: c,
+            }
+            .descriptor();
+            crate::meta::write(&*inner.wal.vfs, &inner.wal.dir, &d)?;
+            inner.compress.store(c as u8, Ordering::Relaxed);
+            inner.dirty_all()?;
+        }
         inner.checkpoint_locked(true)?;
         Ok(())
     }
@@ -213,7 +220,7 @@ impl Store for DiskTree {
         std::fs::write(dest.join(CKPT_NAME), c.encode())?;
         let d = super::open::Stored {
             cmp: inner.cmp,
-            compress: inner.compress,
+            compress: inner.compression(),
         }
         .descriptor();
         std::fs::write(dest.join(crate::meta::META_NAME), d.encode())?;
@@ -239,7 +246,7 @@ impl Store for DiskTree {
         vec![
             ("path".into(), inner.wal.dir.display().to_string()),
             ("cmp".into(), inner.cmp.name().into()),
-            ("compress".into(), inner.compress.name().into()),
+            ("compress".into(), inner.compression().name().into()),
             ("cache".into(), inner.cfg.cache.to_string()),
             ("leafsiz".into(), inner.cfg.leafsiz.to_string()),
             ("sync".into(), inner.wal.sync.describe()),

@@ -173,8 +173,17 @@ impl Inner {
                 self.wal.roll(&mut tail)?;
             }
             self.since_ckpt.store(0, Ordering::Relaxed);
+            self.node_since.store(0, Ordering::Relaxed);
             (tail.seg.id, tail.end())
         };
+        if all {
+            // Every image is rewritten: the node segment being written is sealed too, so it
+            // can go with the others.
+            let mut tail = self.nodes.tails[0].0.lock();
+            if tail.end() > SEG_HEADER_LEN as u64 {
+                self.nodes.roll(&mut tail)?;
+            }
+        }
         // Node segments mostly dead: their live images move.
         let active = self.nodes.active_ids();
         let victims: HashSet<u32> = self
@@ -273,6 +282,8 @@ impl Inner {
         };
         self.nodes.add_live(s, i64::from(img.len));
         self.nodes.add_live(img.seg(), -i64::from(img.len));
+        self.node_since
+            .fetch_add(u64::from(img.len), Ordering::Relaxed);
         st.image = Image {
             loc: (u64::from(s) << 32) | off,
             ..img
@@ -315,7 +326,7 @@ impl Inner {
                     last_sync = std::time::Instant::now();
                 }
             }
-            if self.since_ckpt.load(Ordering::Relaxed) >= self.cfg.ckptsiz {
+            if self.ckpt_due() {
                 let _ = self.checkpoint();
             }
             if self.cached.load(Ordering::Relaxed) > self.cfg.cache as i64 {

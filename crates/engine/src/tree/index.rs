@@ -203,17 +203,28 @@ impl Index {
 /// A copy of `node` with `(sep, id)` inserted below it, and the right half when it split.
 fn insert_into(node: &Node, cmp: Cmp, sep: Key, id: u32) -> (Arc<Node>, Option<(Key, Arc<Node>)>) {
     let i = node.count(cmp, &sep, |o| o == Ordering::Greater);
-    let mut seps = node.seps.clone();
+    // Copies with room for one more and no more: a node is copied at every split below it,
+    // and a doubled capacity would stay with the copy.
+    let mut seps = Vec::with_capacity(node.seps.len() + 1);
+    seps.extend_from_slice(&node.seps);
     let kids = match &node.kids {
         Kids::Leaves(ids) => {
-            let mut ids = ids.clone();
+            let mut ids = {
+                let mut v = Vec::with_capacity(ids.len() + 1);
+                v.extend_from_slice(ids);
+                v
+            };
             seps.insert(i, sep);
             ids.insert(i + 1, id);
             Kids::Leaves(ids)
         }
         Kids::Nodes(kids) => {
             let (kid, split) = insert_into(&kids[i], cmp, sep, id);
-            let mut kids = kids.clone();
+            let mut kids = {
+                let mut v = Vec::with_capacity(kids.len() + 1);
+                v.extend_from_slice(kids);
+                v
+            };
             kids[i] = kid;
             if let Some((s, right)) = split {
                 seps.insert(i, s);

@@ -293,6 +293,7 @@ impl Leaf {
 
     /// Insert a new entry at index `i` (the caller found the place).
     pub fn insert(&mut self, i: usize, key: &[u8], value: &[u8], meta: &Meta, dup: u64) {
+        self.room(entry_len(key, value.len(), meta, dup));
         let off = self.buf.len();
         encode_entry(&mut self.buf, key, value, meta, dup);
         self.offs.insert(i, off as u32);
@@ -313,6 +314,7 @@ impl Leaf {
             self.buf[at..at + new_len].copy_from_slice(&tmp);
             return;
         }
+        self.room(new_len);
         let off = self.buf.len();
         let key_at = at + varint_len(klen as u64);
         let mut tmp = Vec::with_capacity(new_len);
@@ -321,6 +323,19 @@ impl Leaf {
         self.offs[i] = off as u32;
         self.dead += old_len;
         self.maybe_compact();
+    }
+
+    /// Make room for `n` more bytes of entries, growing by a quarter at a time rather than
+    /// doubling (the cache counts capacity: a leaf should hold little it does not use).
+    fn room(&mut self, n: usize) {
+        if self.buf.capacity() - self.buf.len() < n {
+            self.buf.reserve_exact(n.max(self.buf.len() / 4).max(64));
+        }
+        if self.offs.capacity() == self.offs.len() {
+            let more = (self.offs.len() / 4).max(8);
+            self.offs.reserve_exact(more);
+            self.heads.reserve_exact(more);
+        }
     }
 
     /// Remove the entry at `i`.

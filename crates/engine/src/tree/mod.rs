@@ -120,7 +120,9 @@ pub(crate) struct Inner {
     pub wal: Log,
     pub nodes: Log,
     pub cmp: Cmp,
-    pub compress: Compression,
+    /// The compression of images written from now on (a `Compression` code: `optimize`
+    /// changes it).
+    pub compress: std::sync::atomic::AtomicU8,
     pub cfg: TreeConfig,
     pub forest: ArcSwap<Forest>,
     /// Bytes of cached leaves.
@@ -132,6 +134,11 @@ pub(crate) struct Inner {
     pub version: AtomicU64,
     /// Write-ahead log bytes since the last checkpoint.
     pub since_ckpt: AtomicU64,
+    /// Bytes of the node log's live images, and bytes appended to it since the last
+    /// checkpoint: a checkpoint is due when the log grew by as much as it holds alive (its
+    /// dead images go at checkpoints), so the node log stays within about twice its live size.
+    pub node_live: std::sync::atomic::AtomicI64,
+    pub node_since: AtomicU64,
     pub ckpt_asked: AtomicBool,
     /// Held by a checkpoint (and by what must not run beside one: vanish).
     pub ckpt_lock: Mutex<()>,
@@ -273,7 +280,7 @@ impl Inner {
     }
 
     /// Read a leaf's image into the cache.
-    fn load(&self, st: &mut SlotState) -> Result<()> {
+    pub(crate) fn load(&self, st: &mut SlotState) -> Result<()> {
         let leaf = match self.read_image(st.image) {
             Err(Error::Corrupt(why)) if self.salvage => {
                 let img = st.image;
@@ -351,8 +358,11 @@ impl Inner {
         };
         leaf.encode_image(&mut raw, (low, high));
         let count = leaf.len() as u32;
-        let (stored, fields) =
-            image_fields(self.compress, raw, self.version.load(Ordering::Relaxed));
+        let (stored, fields) = image_fields(
+            self.compression(),
+            raw,
+            self.version.load(Ordering::Relaxed),
+        );
         let key = id.to_le_bytes();
         let h = HeaderBuf::put(key.len(), stored.len(), &fields);
         let len = h.as_slice().len() + key.len() + stored.len();
@@ -362,9 +372,17 @@ impl Inner {
                 .append(&mut tail, &[h.as_slice(), &key, &stored], true)?
         };
         self.nodes.add_live(seg, len as i64);
+        self.node_live.fetch_add(len as i64, Ordering::Relaxed);
+        let since = self.node_since.fetch_add(len as u64, Ordering::Relaxed) + len as u64;
+        let live = self.node_live.load(Ordering::Relaxed).max(0) as u64;
+        if since >= live.max(self.cfg.ckptsiz) {
+            self.ask_ckpt();
+        }
         if !st.image.is_none() {
             self.nodes
                 .add_live(st.image.seg(), -i64::from(st.image.len));
+            self.node_live
+                .fetch_sub(i64::from(st.image.len), Ordering::Relaxed);
         }
         st.image = Image {
             loc: (u64::from(seg) << 32) | off,
@@ -376,6 +394,11 @@ impl Inner {
         Ok(())
     }
 
+    /// The compression of images written now.
+    pub(crate) fn compression(&self) -> Compression {
+        Compression::from_code(self.compress.load(Ordering::Relaxed)).unwrap_or(Compression::None)
+    }
+
     /// Records now.
     pub(crate) fn records(&self) -> u64 {
         self.count.get().saturating_sub(self.count_neg.get())
@@ -383,12 +406,44 @@ impl Inner {
 
     /// After a change: ask for a checkpoint when the log has grown enough since the last, and
     /// keep the cache within its budget.
-    pub(crate) fn after_change(&self) {
-        if self.since_ckpt.load(Ordering::Relaxed) >= self.cfg.ckptsiz
-            && !self.ckpt_asked.swap(true, Ordering::AcqRel)
+    /// Whether the logs grew enough for a checkpoint.
+    pub(crate) fn ckpt_due(&self) -> bool {
+        let live = self.node_live.load(Ordering::Relaxed).max(0) as u64;
+        self.since_ckpt.load(Ordering::Relaxed) >= self.cfg.ckptsiz
+            || self.node_since.load(Ordering::Relaxed) >= live.max(self.cfg.ckptsiz)
+    }
+
+    /// `n` more bytes in the write-ahead log: a checkpoint is asked for once they add up to
+    /// `ckptsiz` (checked here, where the counter is written, so that writers read no counter
+    /// the others write).
+    pub(crate) fn note_wal_bytes(&self, n: u64) {
+        let since = self.since_ckpt.fetch_add(n, Ordering::Relaxed) + n;
+        if since >= self.cfg.ckptsiz {
+            self.ask_ckpt();
+        }
+    }
+
+    /// Wake the background thread for a checkpoint (once until it runs).
+    pub(crate) fn ask_ckpt(&self) {
+        if !self.ckpt_asked.load(Ordering::Relaxed) && !self.ckpt_asked.swap(true, Ordering::AcqRel)
         {
             self.wal.stop_cv.notify_all();
         }
+    }
+
+    /// A cached leaf went from `before` to `after` bytes (most changes leave its capacity,
+    /// and so the shared counter, alone).
+    #[inline]
+    pub(crate) fn account(&self, before: usize, after: usize) {
+        if before != after {
+            self.cached
+                .fetch_add(after as i64 - before as i64, Ordering::Relaxed);
+        }
+    }
+
+    /// After a change: keep the cache within its budget (checkpoints are asked for where the
+    /// logs grow).
+    pub(crate) fn after_change(&self) {
         if self.cached.load(Ordering::Relaxed) > self.cfg.cache as i64 {
             self.evict();
         }
@@ -521,4 +576,51 @@ fn _assert_send_sync() {
     fn is<T: Send + Sync>() {}
     is::<DiskTree>();
     let _ = Path::new("");
+}
+
+/// Entry points for the fuzz targets (`fuzz/fuzz_targets/tree_*.rs`): the file readers of
+/// the tree on arbitrary bytes. Not part of the API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::ckpt::Checkpoint;
+    use super::cmp::Cmp;
+    use super::leaf::Leaf;
+
+    const ORDERS: [Cmp; 4] = [Cmp::Lex, Cmp::Dec, Cmp::Int64, Cmp::LexDesc];
+
+    /// A leaf image: decodes or is refused; what decodes is in order, within its span, and
+    /// round-trips through `encode_image`.
+    pub fn image(data: &[u8]) {
+        let cmp = ORDERS[data.first().map_or(0, |b| *b as usize) % ORDERS.len()];
+        let Ok((leaf, span)) = Leaf::decode_image_span(data, Some(cmp)) else {
+            return;
+        };
+        for i in 1..leaf.len() {
+            assert!(
+                cmp.cmp(leaf.key(i - 1), leaf.key(i)).is_le(),
+                "keys out of order"
+            );
+        }
+        let mut again = Vec::new();
+        leaf.encode_image(&mut again, (span.0.as_deref(), span.1.as_deref()));
+        let (back, span2) = Leaf::decode_image_span(&again, Some(cmp)).expect("own image");
+        assert_eq!(span, span2);
+        assert_eq!(back.len(), leaf.len());
+        for i in 0..leaf.len() {
+            assert_eq!(back.entry(i), leaf.entry(i));
+        }
+    }
+
+    /// A checkpoint file (`tree.ki`): decodes or is refused; what decodes re-encodes to a
+    /// file that decodes the same.
+    pub fn checkpoint(data: &[u8]) {
+        let cmp = ORDERS[data.last().map_or(0, |b| *b as usize) % ORDERS.len()];
+        let Ok(c) = Checkpoint::decode(data, cmp) else {
+            return;
+        };
+        let again = Checkpoint::decode(&c.encode(), cmp).expect("own checkpoint");
+        assert_eq!(again.leaves.len(), c.leaves.len());
+        assert_eq!((again.wal, again.nodes_end), (c.wal, c.nodes_end));
+        assert_eq!((again.version, again.records), (c.version, c.records));
+    }
 }

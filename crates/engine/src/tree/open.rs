@@ -307,7 +307,7 @@ impl DiskTree {
                 node_table,
             ),
             cmp: stored.cmp,
-            compress,
+            compress: std::sync::atomic::AtomicU8::new(compress as u8),
             cfg,
             forest: ArcSwap::new(Arc::new(Forest::new())),
             cached: AtomicI64::new(0),
@@ -315,6 +315,8 @@ impl DiskTree {
             count_neg: Counter::new(),
             version: AtomicU64::new(0),
             since_ckpt: AtomicU64::new(0),
+            node_live: std::sync::atomic::AtomicI64::new(0),
+            node_since: AtomicU64::new(0),
             ckpt_asked: AtomicBool::new(false),
             ckpt_lock: Mutex::new(()),
             hand: AtomicU32::new(0),
@@ -602,6 +604,8 @@ impl Inner {
             let f = Forest::from_images(leaves);
             for (_, img) in &c.leaves {
                 self.nodes.add_live(img.seg(), i64::from(img.len));
+                self.node_live
+                    .fetch_add(i64::from(img.len), Ordering::Relaxed);
             }
             self.forest.store(Arc::new(f));
         }

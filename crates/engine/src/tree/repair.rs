@@ -66,7 +66,7 @@ impl DiskTree {
             given.push(format!("cmp={}", from.inner.cmp.name()));
         }
         if !has("compress") {
-            given.push(format!("compress={}", from.inner.compress.name()));
+            given.push(format!("compress={}", from.inner.compression().name()));
         }
         let params = Params::parse(&given.join("#"))?;
         let res = copy_all(&from, dst, &params, vfs.clone());

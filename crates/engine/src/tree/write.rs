@@ -61,7 +61,7 @@ impl Inner {
             .append(&mut tail, &[h.as_slice(), key, value], true)?;
         self.wal.note_full(0, &tail);
         let len = h.as_slice().len() + key.len() + value.len();
-        self.since_ckpt.fetch_add(len as u64, Ordering::Relaxed);
+        self.note_wal_bytes(len as u64);
         Ok(f.version())
     }
 
@@ -72,7 +72,7 @@ impl Inner {
         self.wal.append(&mut tail, &[h.as_slice(), key], true)?;
         self.wal.note_full(0, &tail);
         let len = h.as_slice().len() + key.len();
-        self.since_ckpt.fetch_add(len as u64, Ordering::Relaxed);
+        self.note_wal_bytes(len as u64);
         Ok(())
     }
 
@@ -154,8 +154,7 @@ impl Inner {
                 }
             };
             let after = leaf.mem_bytes();
-            self.cached
-                .fetch_add(after as i64 - before as i64, Ordering::Relaxed);
+            self.account(before, after);
             st.dirty = true;
             let splits = self.split_leaf(&f, st, i);
             drop(g);
@@ -199,8 +198,7 @@ impl Inner {
             }
         }
         let after = leaf.mem_bytes();
-        self.cached
-            .fetch_add(after as i64 - before as i64, Ordering::Relaxed);
+        self.account(before, after);
         st.dirty = true;
         i
     }
@@ -251,8 +249,7 @@ impl Inner {
             return;
         };
         let after = leaf.mem_bytes() + right.mem_bytes();
-        self.cached
-            .fetch_add(after as i64 - before as i64, Ordering::Relaxed);
+        self.account(before, after);
         let sep: Key = Arc::from(sep.into_boxed_slice());
         let rid = f.alloc(Some(sep.clone()));
         let right_big = right.live_bytes() > self.cfg.leafsiz;
@@ -420,8 +417,7 @@ impl Inner {
                 self.wal.append(&mut tail, &[&hdr, &body], true)?;
                 self.wal.note_full(0, &tail);
             }
-            self.since_ckpt
-                .fetch_add((hdr.len() + body.len()) as u64, Ordering::Relaxed);
+            self.note_wal_bytes((hdr.len() + body.len()) as u64);
             let mut last_at = vec![0usize; held.len()];
             for (n, op) in ops.iter().enumerate() {
                 let change = match op {
@@ -469,8 +465,7 @@ impl Inner {
             format::encode_clear(&mut rec, seq, 1);
             let mut tail = self.wal.tails[0].0.lock();
             self.wal.append(&mut tail, &[&rec], true)?;
-            self.since_ckpt
-                .fetch_add(rec.len() as u64, Ordering::Relaxed);
+            self.note_wal_bytes(rec.len() as u64);
         }
         for g in held.iter_mut() {
             g.gone = true;
@@ -484,6 +479,7 @@ impl Inner {
         for s in self.nodes.segs.load().segs.values() {
             s.live.store(0, Ordering::Relaxed);
         }
+        self.node_live.store(0, Ordering::Relaxed);
         self.forest.store(Arc::new(Forest::new()));
         drop(held);
         self.wal.after_write()?;
@@ -511,6 +507,7 @@ impl Inner {
         for s in self.nodes.segs.load().segs.values() {
             s.live.store(0, Ordering::Relaxed);
         }
+        self.node_live.store(0, Ordering::Relaxed);
         self.forest.store(Arc::new(Forest::new()));
     }
 }
@@ -546,8 +543,7 @@ impl Inner {
             leaf.insert(at, key, value, &meta, dup);
             self.count.add(1);
             let after = leaf.mem_bytes();
-            self.cached
-                .fetch_add(after as i64 - before as i64, Ordering::Relaxed);
+            self.account(before, after);
             st.dirty = true;
             let splits = self.split_leaf(&f, st, at);
             drop(g);
@@ -595,16 +591,14 @@ impl Inner {
                 self.wal.append(&mut tail, &[&hdr, &body], true)?;
                 self.wal.note_full(0, &tail);
             }
-            self.since_ckpt
-                .fetch_add((hdr.len() + body.len()) as u64, Ordering::Relaxed);
+            self.note_wal_bytes((hdr.len() + body.len()) as u64);
             let before = leaf.mem_bytes();
             for _ in i..j {
                 leaf.remove(i);
             }
             self.count_neg.add(n as u64);
             let after = leaf.mem_bytes();
-            self.cached
-                .fetch_add(after as i64 - before as i64, Ordering::Relaxed);
+            self.account(before, after);
             st.dirty = true;
             drop(g);
             self.wal.after_write()?;
@@ -632,6 +626,34 @@ impl Inner {
                 }
             }
             return Ok(());
+        }
+    }
+}
+
+impl Inner {
+    /// Mark every leaf changed (loading those not cached), so the next checkpoint writes
+    /// every image anew (`optimize` with another compression). Leaves are latched one at a
+    /// time; the cache stays within its budget meanwhile (an eviction writes the image).
+    pub(crate) fn dirty_all(&self) -> Result<()> {
+        let f = self.forest.load_full();
+        let mut id = 0;
+        loop {
+            let right = {
+                let mut g = f.slot(id).st.write();
+                if g.gone {
+                    return Ok(());
+                }
+                if g.leaf.is_none() {
+                    self.load(&mut g)?;
+                }
+                g.dirty = true;
+                g.right
+            };
+            self.after_change();
+            if right == NONE {
+                return Ok(());
+            }
+            id = right;
         }
     }
 }

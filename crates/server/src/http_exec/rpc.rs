@@ -443,8 +443,17 @@ fn status(store: &dyn Store, shared: &Shared, out: &mut Output) {
         };
         set(out, "rcomp", rcomp);
     }
-    if let Some(leaves) = described(out, "leaves") {
-        set(out, "lcnt", leaves);
+    // Kyoto Cabinet's names for the same figures: page (leaf) size, page cache capacity and
+    // the bytes the cache holds now.
+    for (kc, ours) in [
+        ("lcnt", "leaves"),
+        ("psiz", "leafsiz"),
+        ("pccap", "cache"),
+        ("cusage", "cached_bytes"),
+    ] {
+        if let Some(v) = described(out, ours) {
+            set(out, kc, v);
+        }
     }
 }
 

@@ -760,6 +760,9 @@ fn a_b_plus_tree_over_http() {
     assert_eq!(r.field("realtype").as_deref(), Some(&b"49"[..]));
     assert_eq!(r.field("rcomp").as_deref(), Some(&b"lexicaldesc"[..]));
     assert!(r.field("lcnt").is_some());
+    for f in ["psiz", "pccap", "cusage"] {
+        assert!(r.field(f).is_some(), "{f}");
+    }
     // Descending order: a3, a2, a1; each key once.
     let keys = |r: &Resp| {
         let mut v: Vec<(u64, String)> = r
