@@ -40,6 +40,9 @@ pub enum Key {
 
 /// Read a key: a decimal id or a key word. Anything else is [`Error::InvalidKey`].
 pub fn parse_key(key: &[u8]) -> Result<Key> {
+    if key.first().is_some_and(u8::is_ascii_digit) {
+        return parse_number(key).map(Key::Id).ok_or_else(|| not_an_id(key));
+    }
     match key {
         b"min" => return Ok(Key::Min),
         b"max" => return Ok(Key::Max),
@@ -55,6 +58,18 @@ pub fn parse_key(key: &[u8]) -> Result<Key> {
 pub fn parse_number(b: &[u8]) -> Option<u64> {
     if b.is_empty() {
         return None;
+    }
+    if b.len() <= 19 {
+        // Up to 19 digits cannot overflow: no checks but the digits'.
+        let mut n: u64 = 0;
+        for &c in b {
+            let d = c.wrapping_sub(b'0');
+            if d > 9 {
+                return None;
+            }
+            n = n * 10 + u64::from(d);
+        }
+        return Some(n);
     }
     let mut n: u64 = 0;
     for &c in b {
@@ -261,6 +276,10 @@ mod tests {
         assert_eq!(
             parse_key(b"18446744073709551615").unwrap(),
             Key::Id(u64::MAX)
+        );
+        assert_eq!(
+            parse_key(b"9999999999999999999").unwrap(),
+            Key::Id(9_999_999_999_999_999_999)
         );
         assert_eq!(key_of(7), b"7");
     }

@@ -124,22 +124,26 @@ impl Index {
         unsafe { &*c }
     }
 
-    /// Point `id` at `place` (0: no record); the place it had. One writer at a time.
+    /// Point `id` at `place` (0: no record); the place it had. One writer at a time: slots
+    /// and live counts are only ever written here, so plain loads and stores (no atomic
+    /// read-modify-write) suffice, and readers see each slot's old or new place.
     pub(super) fn set(&self, id: u64, place: u64) -> u64 {
-        if place == 0 {
-            let Some(c) = self.chunk(id) else {
-                return 0;
-            };
-            let old = c.slots[(id % CHUNK) as usize].swap(0, Ordering::AcqRel);
-            if old != 0 {
-                c.live.fetch_sub(1, Ordering::Relaxed);
+        let c = if place == 0 {
+            match self.chunk(id) {
+                Some(c) => c,
+                None => return 0,
             }
-            return old;
-        }
-        let c = self.chunk_for(id);
-        let old = c.slots[(id % CHUNK) as usize].swap(place, Ordering::AcqRel);
-        if old == 0 {
-            c.live.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.chunk_for(id)
+        };
+        let slot = &c.slots[(id % CHUNK) as usize];
+        let old = slot.load(Ordering::Relaxed);
+        slot.store(place, Ordering::Release);
+        let live = c.live.load(Ordering::Relaxed);
+        match (old == 0, place == 0) {
+            (true, false) => c.live.store(live + 1, Ordering::Relaxed),
+            (false, true) => c.live.store(live.saturating_sub(1), Ordering::Relaxed),
+            _ => {}
         }
         old
     }
