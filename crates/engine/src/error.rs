@@ -16,6 +16,8 @@ pub enum Error {
     InvalidName(String),
     /// A `#key=value` tuning parameter is unknown or has a bad value.
     InvalidParam(String),
+    /// A key the kind cannot take (a fixed-length database's keys are record ids).
+    InvalidKey(String),
     /// Another process (or handle) holds the database open: its process id and command line
     /// when they can be told (from the lock file, see `lock`).
     Locked {
@@ -50,6 +52,7 @@ impl fmt::Display for Error {
             Error::Corrupt(s) => write!(f, "corrupt database: {s}"),
             Error::InvalidName(s) => write!(f, "invalid database name: {s}"),
             Error::InvalidParam(s) => write!(f, "invalid parameter: {s}"),
+            Error::InvalidKey(s) => write!(f, "invalid key: {s}"),
             Error::Locked { path, pid, command } => {
                 write!(
                     f,

@@ -15,6 +15,7 @@ pub mod counter;
 pub mod cursor;
 pub mod durability;
 pub mod error;
+pub mod fixed;
 pub mod hash;
 pub mod io;
 pub mod lock;

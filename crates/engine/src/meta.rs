@@ -255,6 +255,69 @@ pub fn inspect(vfs: &dyn Vfs, dir: &Path, own: &dyn Fn(&str) -> bool) -> Result<
     })
 }
 
+/// Look at `path` and make it ready to be locked and opened under `mode` as a database of
+/// the kind `about` (`"fixed-length database"`, for messages) whose own files `own` tells,
+/// creating the directory when that is allowed; whether this open makes a new database.
+/// Nothing is written into an existing directory. The rules (the same for every kind with a
+/// directory; docs/ARCHITECTURE.md, "Opening and creating"):
+/// - nothing there: created by `Create` (the parent directory must exist; it is never made),
+///   else [`Error::NotFound`];
+/// - an empty directory: becomes the database under `Create`, else `NotFound`;
+/// - a directory with a descriptor: opened (the kind checks it is its own);
+/// - a directory with only the kind's own files and no descriptor: opened (a read-only open
+///   of a damaged descriptor too, which it reports);
+/// - anything else (a file, a directory holding foreign files): [`Error::NotADatabase`].
+pub fn prepare(
+    vfs: &dyn Vfs,
+    path: &Path,
+    mode: crate::config::OpenMode,
+    own: &dyn Fn(&str) -> bool,
+    about: &str,
+) -> Result<bool> {
+    use crate::config::OpenMode;
+    let shown = path.display();
+    match inspect(vfs, path, own)? {
+        DirState::Missing if mode == OpenMode::Create => match vfs.create_dir(path) {
+            Ok(()) => Ok(true),
+            // Made by another open meanwhile: open what is there now.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                prepare(vfs, path, mode, own, about)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let parent = path
+                    .parent()
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."));
+                Err(Error::NotFound(format!(
+                    "cannot create {shown}: directory {} does not exist",
+                    parent.display()
+                )))
+            }
+            Err(e) => Err(Error::Io(std::io::Error::new(
+                e.kind(),
+                format!("cannot create {shown}: {e}"),
+            ))),
+        },
+        DirState::Missing => Err(Error::NotFound(format!("no database at {shown}"))),
+        DirState::Empty if mode == OpenMode::Create => Ok(true),
+        DirState::Empty => Err(Error::NotFound(format!(
+            "no database at {shown} (an empty directory)"
+        ))),
+        DirState::File => Err(Error::NotADatabase(format!(
+            "{shown} exists and is a file, not a Kura {about} (a Kura database is a directory)"
+        ))),
+        DirState::Foreign(names) => Err(Error::NotADatabase(format!(
+            "{shown} is a directory that is not a Kura database: it holds {}… and no {}; it is \
+             left alone (choose another path, or empty the directory)",
+            names.join(", "),
+            META_NAME
+        ))),
+        DirState::Unmarked | DirState::Database(_) => Ok(false),
+        DirState::Damaged(_) if mode == OpenMode::ReadOnly => Ok(false),
+        DirState::Damaged(m) => Err(Error::Corrupt(m)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

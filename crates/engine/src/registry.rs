@@ -20,7 +20,7 @@ pub struct Caps {
     pub ordered: bool,
     /// Records live in files and survive a restart.
     pub persistent: bool,
-    /// Keys are decimal integers (Tokyo Cabinet's fixed-length database): no kind yet.
+    /// Keys are decimal integers (Tokyo Cabinet's fixed-length database, `.kf`).
     pub integer_keys: bool,
 }
 
@@ -86,7 +86,8 @@ pub struct KindInfo {
     pub tt_type: &'static str,
     /// The Kyoto Cabinet class it stands in for, as Kyoto Tycoon's `status` reports it
     /// (`type`, `realtype`: `BasicDB::Type`): 0x20 `CacheDB`, 0x21 `GrassDB`, 0x30 `HashDB`,
-    /// 0x31 `TreeDB`.
+    /// 0x31 `TreeDB`, 0x80 `TYPEMISC` (Kyoto Cabinet has no fixed-length database: its
+    /// "miscellaneous").
     pub kc_type: u32,
     pub open: OpenFn,
     /// `None`: nothing on disk to repair.
@@ -179,6 +180,32 @@ pub const KINDS: &[KindInfo] = &[
             in_place: |src, params| crate::tree::DiskTree::repair_in_place(src, params, os()),
         }),
     },
+    KindInfo {
+        kind: Kind::Fixed,
+        selector: Selector::Suffix(".kf"),
+        name: "fixed-length (.kf)",
+        about: "fixed-length database",
+        params: crate::fixed::PARAMS,
+        caps: Caps {
+            ordered: true,
+            persistent: true,
+            integer_keys: true,
+        },
+        tt_type: "fixed-length",
+        kc_type: 0x80,
+        open: |path, params, mode| {
+            let db = crate::fixed::FixedDb::open_mode(path, params, os(), mode)?;
+            let created = db.created();
+            Ok(Opened {
+                store: Arc::new(db),
+                created,
+            })
+        },
+        repair: Some(Repair {
+            into: |src, dst, params| crate::fixed::FixedDb::repair_with(src, dst, params, os()),
+            in_place: |src, params| crate::fixed::FixedDb::repair_in_place(src, params, os()),
+        }),
+    },
 ];
 
 // `Kind::info` indexes the table by the variant: every entry must sit at its kind's index.
@@ -255,10 +282,16 @@ mod tests {
     /// Every kind, listed by an exhaustive match: a new variant fails to compile here until it
     /// is listed (and then fails below until its entry is in the table).
     fn every_kind() -> Vec<Kind> {
-        let all = [Kind::MemHash, Kind::MemTree, Kind::DiskHash, Kind::DiskTree];
+        let all = [
+            Kind::MemHash,
+            Kind::MemTree,
+            Kind::DiskHash,
+            Kind::DiskTree,
+            Kind::Fixed,
+        ];
         for k in all {
             match k {
-                Kind::MemHash | Kind::MemTree | Kind::DiskHash | Kind::DiskTree => {}
+                Kind::MemHash | Kind::MemTree | Kind::DiskHash | Kind::DiskTree | Kind::Fixed => {}
             }
         }
         all.to_vec()
@@ -279,13 +312,14 @@ mod tests {
         assert_eq!(kind("*"), Some(Kind::MemHash));
         assert_eq!(kind("+"), Some(Kind::MemTree));
         assert_eq!(kind("/tmp/a.kh"), Some(Kind::DiskHash));
+        assert_eq!(kind("/tmp/a.kf"), Some(Kind::Fixed));
         assert_eq!(kind("a.tch"), None);
         assert_eq!(kind("x*"), None);
         assert_eq!(kind("**"), None);
         assert_eq!(
             usage(),
             "`*` (memory hash), `+` (memory tree), `PATH.kh` (on-disk hash), `PATH.kb` \
-             (on-disk B+ tree)"
+             (on-disk B+ tree), `PATH.kf` (fixed-length database)"
         );
     }
 
@@ -297,7 +331,8 @@ mod tests {
             .filter(|k| k.caps.persistent)
             .map(|k| k.kind)
             .collect();
-        assert_eq!(persistent, [Kind::DiskHash, Kind::DiskTree]);
+        assert_eq!(persistent, [Kind::DiskHash, Kind::DiskTree, Kind::Fixed]);
+        assert!(Kind::Fixed.ordered() && Kind::Fixed.info().caps.integer_keys);
         // Exactly the kinds with files can be repaired.
         for k in KINDS {
             assert_eq!(k.repair.is_some(), k.caps.persistent, "{}", k.name);

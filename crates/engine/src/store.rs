@@ -258,6 +258,8 @@ pub enum Kind {
     DiskHash,
     /// `.kb`: on-disk B+ tree.
     DiskTree,
+    /// `.kf`: fixed-length database (records by integer id).
+    Fixed,
 }
 
 /// A cursor over the records of a store (see docs/ARCHITECTURE.md, "Cursors").

@@ -27,11 +27,18 @@
 //!   (which a kind may count until it reclaims them); `check` is healthy; a copy holds the live
 //!   records; a restart (or a crash under `sync=always`) loses nothing; `vanish` empties.
 //!
+//! Keys are the kind's: byte strings (`k12`, binary ones, a thread's prefix), or for kinds
+//! whose keys are record ids (the fixed-length database) decimal ids, ordered as numbers, each
+//! thread on a range of its own, and `fwmkeys` taking an interval (`[3,10]`, `(min,7]`). The
+//! model orders keys as `Bytes` does: canonical decimal numbers by value, anything else by
+//! its bytes (no byte-keyed round makes a key of digits only).
+//!
 //! A new kind joins by one entry in [`KINDS`]. Two drivers: `fixed_seeds` runs the same seeds on
 //! every kind (a failure prints its seed, the last operations, and the command that reruns it:
 //! `KURA_CONFORMANCE_SEED=N` runs one seed, `KURA_CONFORMANCE_KIND=LABEL` one kind), and
 //! `proptest_sequences` lets proptest draw sequences and shrink a failing one.
 
+use kura_engine::fixed::FixedDb;
 use kura_engine::hash::DiskHash;
 use kura_engine::io::{CrashMode, SimVfs};
 use kura_engine::store::{now_secs, MAX_KEY_LEN};
@@ -58,6 +65,15 @@ struct KindUnderTest {
     /// The suffix a copy written by `copy_to` is opened by (the memory kinds copy to an
     /// on-disk hash).
     copy_as: &'static str,
+    /// Keys are record ids (decimal numbers) and values at most this long (the width).
+    ids: Option<usize>,
+}
+
+impl KindUnderTest {
+    /// The keys of a round of `n` keys on this kind.
+    fn keys(&self, n: usize) -> Keys {
+        Keys::new("", n, self.ids.is_some())
+    }
 }
 
 enum Opener {
@@ -68,6 +84,8 @@ enum Opener {
     SimDiskHash(&'static str),
     /// `DiskTree::open_mode` on a `SimVfs` likewise.
     SimDiskTree(&'static str),
+    /// `FixedDb::open_mode` on a `SimVfs` (kept across restarts) with these parameters.
+    SimFixed(&'static str),
 }
 
 enum Restart {
@@ -84,20 +102,30 @@ enum Restart {
 /// Every kind, and every way of running the on-disk ones. A new kind is one more line.
 #[rustfmt::skip]
 const KINDS: &[KindUnderTest] = &[
-    KindUnderTest { label: "*", open: Opener::Name("*"), restart: Restart::None, retune: &["", "bnum=1000"], copy_as: ".kh" },
-    KindUnderTest { label: "+", open: Opener::Name("+"), restart: Restart::None, retune: &[""], copy_as: ".kh" },
-    KindUnderTest { label: ".kh", open: Opener::Name("{dir}/db.kh#segsiz=64k#bufsiz=4k#ckptsiz=1m#lanes=3#sync=none"), restart: Restart::Reopen, retune: KH_RETUNE, copy_as: ".kh" },
-    KindUnderTest { label: ".kh sim", open: Opener::SimDiskHash("segsiz=64k#bufsiz=4k#ckptsiz=1m#lanes=3#sync=none"), restart: Restart::Reopen, retune: KH_RETUNE, copy_as: ".kh" },
-    KindUnderTest { label: ".kh sim crash", open: Opener::SimDiskHash("segsiz=64k#bufsiz=4k#ckptsiz=1m#lanes=3#sync=always"), restart: Restart::Crash, retune: KH_RETUNE, copy_as: ".kh" },
-    KindUnderTest { label: ".kb", open: Opener::Name("{dir}/db.kb#segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=512#cache=1m#sync=none"), restart: Restart::Reopen, retune: &["", "compress=zstd", "compress=none"], copy_as: ".kb" },
-    KindUnderTest { label: ".kb sim", open: Opener::SimDiskTree("segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=300#cache=1m#sync=none"), restart: Restart::Reopen, retune: &[""], copy_as: ".kb" },
-    KindUnderTest { label: ".kb sim crash", open: Opener::SimDiskTree("segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=400#compress=lz4#sync=always"), restart: Restart::Crash, retune: &["", "compress=none"], copy_as: ".kb" },
+    KindUnderTest { label: "*", open: Opener::Name("*"), restart: Restart::None, retune: &["", "bnum=1000"], copy_as: ".kh", ids: None },
+    KindUnderTest { label: "+", open: Opener::Name("+"), restart: Restart::None, retune: &[""], copy_as: ".kh", ids: None },
+    KindUnderTest { label: ".kh", open: Opener::Name("{dir}/db.kh#segsiz=64k#bufsiz=4k#ckptsiz=1m#lanes=3#sync=none"), restart: Restart::Reopen, retune: KH_RETUNE, copy_as: ".kh", ids: None },
+    KindUnderTest { label: ".kh sim", open: Opener::SimDiskHash("segsiz=64k#bufsiz=4k#ckptsiz=1m#lanes=3#sync=none"), restart: Restart::Reopen, retune: KH_RETUNE, copy_as: ".kh", ids: None },
+    KindUnderTest { label: ".kh sim crash", open: Opener::SimDiskHash("segsiz=64k#bufsiz=4k#ckptsiz=1m#lanes=3#sync=always"), restart: Restart::Crash, retune: KH_RETUNE, copy_as: ".kh", ids: None },
+    KindUnderTest { label: ".kb", open: Opener::Name("{dir}/db.kb#segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=512#cache=1m#sync=none"), restart: Restart::Reopen, retune: &["", "compress=zstd", "compress=none"], copy_as: ".kb", ids: None },
+    KindUnderTest { label: ".kb sim", open: Opener::SimDiskTree("segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=300#cache=1m#sync=none"), restart: Restart::Reopen, retune: &[""], copy_as: ".kb", ids: None },
+    KindUnderTest { label: ".kb sim crash", open: Opener::SimDiskTree("segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=400#compress=lz4#sync=always"), restart: Restart::Crash, retune: &["", "compress=none"], copy_as: ".kb", ids: None },
+    KindUnderTest { label: ".kf", open: Opener::Name("{dir}/db.kf#width=300000#limsiz=2t#segsiz=64k#bufsiz=4k#ckptsiz=1m#sync=none"), restart: Restart::Reopen, retune: KF_RETUNE, copy_as: ".kf", ids: Some(KF_WIDTH) },
+    KindUnderTest { label: ".kf sim", open: Opener::SimFixed("width=300000#limsiz=2t#segsiz=64k#bufsiz=4k#ckptsiz=1m#sync=none"), restart: Restart::Reopen, retune: KF_RETUNE, copy_as: ".kf", ids: Some(KF_WIDTH) },
+    KindUnderTest { label: ".kf sim crash", open: Opener::SimFixed("width=300000#limsiz=2t#segsiz=64k#bufsiz=4k#ckptsiz=1m#sync=always"), restart: Restart::Crash, retune: KF_RETUNE, copy_as: ".kf", ids: Some(KF_WIDTH) },
 ];
+
+/// The width of the fixed-length kinds: every value the rounds make fits (the longest is
+/// 300,000 bytes); a concatenation past it is refused, as the model expects.
+const KF_WIDTH: usize = 300_000;
+
+const KF_RETUNE: &[&str] = &["", "", "width=300000"];
 
 const KH_RETUNE: &[&str] = &["", "", "compress=lz4", "compress=none", "bnum=64"];
 
 const SIM_PATH: &str = "/sim/db.kh";
 const SIM_TREE_PATH: &str = "/sim/db.kb";
+const SIM_FIXED_PATH: &str = "/sim/db.kf";
 
 /// The kinds this run tests (`KURA_CONFORMANCE_KIND` picks one by label).
 fn kinds() -> Vec<&'static KindUnderTest> {
@@ -128,6 +156,7 @@ enum Handle {
     Named(Arc<dyn Store>),
     Sim(Arc<DiskHash>),
     SimTree(Arc<DiskTree>),
+    SimFixed(Arc<FixedDb>),
 }
 
 impl Db {
@@ -168,6 +197,15 @@ impl Db {
                 )
                 .unwrap(),
             )),
+            Opener::SimFixed(params) => Handle::SimFixed(Arc::new(
+                FixedDb::open_mode(
+                    Path::new(SIM_FIXED_PATH),
+                    &Params::parse(params).unwrap(),
+                    Arc::new(fs.clone()),
+                    mode,
+                )
+                .unwrap(),
+            )),
         }
     }
 
@@ -176,6 +214,7 @@ impl Db {
             Handle::Named(s) => s.clone(),
             Handle::Sim(d) => d.clone(),
             Handle::SimTree(d) => d.clone(),
+            Handle::SimFixed(d) => d.clone(),
         }
     }
 
@@ -196,7 +235,14 @@ impl Db {
                     .abandon();
                 self.fs.crash(CrashMode::Torn { seed });
             }
+            (Restart::Reopen, Handle::SimFixed(d)) => d.close().unwrap(),
             (Restart::Crash, Handle::Sim(d)) => {
+                Arc::into_inner(d)
+                    .expect("no other handle at a crash")
+                    .abandon();
+                self.fs.crash(CrashMode::Torn { seed });
+            }
+            (Restart::Crash, Handle::SimFixed(d)) => {
                 Arc::into_inner(d)
                     .expect("no other handle at a crash")
                     .abandon();
@@ -242,9 +288,40 @@ impl Rng {
     }
 }
 
-/// Bytes that print short: keys and values in the operation log.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
+/// Bytes that print short: keys and values in the operation log. Ordered as keys are: a
+/// canonical decimal number (digits, no leading zero) by its value, before anything else,
+/// which is ordered by its bytes (the order of an ordered kind's keys, record ids included).
+#[derive(Clone, PartialEq, Eq)]
 struct Bytes(Vec<u8>);
+
+impl Bytes {
+    /// The value of a canonical decimal number.
+    fn number(&self) -> Option<u64> {
+        let b = &self.0;
+        let digits = !b.is_empty() && b.iter().all(u8::is_ascii_digit);
+        if !digits || (b.len() > 1 && b[0] == b'0') || b.len() > 19 {
+            return None;
+        }
+        std::str::from_utf8(b).ok()?.parse().ok()
+    }
+}
+
+impl Ord for Bytes {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        match (self.number(), other.number()) {
+            (Some(a), Some(b)) => a.cmp(&b),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => self.0.cmp(&other.0),
+        }
+    }
+}
+
+impl PartialOrd for Bytes {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
 
 impl std::ops::Deref for Bytes {
     type Target = [u8];
@@ -271,21 +348,44 @@ impl std::fmt::Debug for Bytes {
 }
 
 /// The keys of a round (or of one thread's part of it): `prefix` alone, then `prefix` + `k1`,
-/// `k2`, … (so that prefixes nest: `k1` is one of `k10`'s), every seventh one binary.
+/// `k2`, … (so that prefixes nest: `k1` is one of `k10`'s), every seventh one binary. With
+/// `ids`, record ids instead: from 1 (a thread's from a million times its number plus one).
 #[derive(Clone, Debug)]
 struct Keys {
     prefix: Vec<u8>,
     n: usize,
+    /// The id before the first (`None`: byte keys).
+    ids: Option<u64>,
 }
 
 impl Keys {
-    fn new(prefix: &str, n: usize) -> Keys {
+    fn new(prefix: &str, n: usize, ids: bool) -> Keys {
         Keys {
             prefix: prefix.as_bytes().to_vec(),
             n,
+            ids: ids.then_some(0),
+        }
+    }
+    /// The keys of thread `t` (disjoint from the round's and every other thread's).
+    fn thread(&self, t: u8, n: usize) -> Keys {
+        Keys {
+            prefix: format!("t{t}/").into_bytes(),
+            n,
+            ids: self.ids.map(|_| 1_000_000 * (u64::from(t) + 1)),
+        }
+    }
+    /// Whether `k` is one of these keys (a thread's part of the model).
+    fn owns(&self, k: &Bytes) -> bool {
+        match (self.ids, k.number()) {
+            (Some(base), Some(n)) => n > base && n <= base + 1_000_000,
+            (Some(_), None) => false,
+            (None, _) => k.starts_with(&self.prefix),
         }
     }
     fn key(&self, i: usize) -> Bytes {
+        if let Some(base) = self.ids {
+            return Bytes((base + i as u64 + 1).to_string().into_bytes());
+        }
         let mut k = self.prefix.clone();
         match i {
             0 => {}
@@ -304,11 +404,38 @@ impl Keys {
         };
         self.key(rng.below(n as u64) as usize)
     }
-    /// A prefix of a key, or a key (for `fwmkeys`, `range`, `jump`).
+    /// A prefix of a key, or a key (for `fwmkeys`, `range`, `jump`); with ids, an id (0 and
+    /// ids past the last key included).
     fn probe(&self, rng: &mut Rng) -> Bytes {
+        if let Some(base) = self.ids {
+            let n = base + rng.below(self.n as u64 + 3);
+            return Bytes(n.to_string().into_bytes());
+        }
         let k = self.pick(rng);
         let cut = rng.upto(k.len() + 1).min(k.len());
         Bytes(k[..cut].to_vec())
+    }
+    /// What `fwmkeys` takes: a prefix (`probe`), or with ids an interval of them (`[3,10]`,
+    /// `(min,7]`, `[5,max)`).
+    fn fwm(&self, rng: &mut Rng) -> Bytes {
+        if self.ids.is_none() {
+            return self.probe(rng);
+        }
+        let bound = |rng: &mut Rng| match rng.below(6) {
+            0 => b"min".to_vec(),
+            1 => b"max".to_vec(),
+            _ => self.probe(rng).0,
+        };
+        let lo = bound(rng);
+        let hi = bound(rng);
+        let open = if rng.chance(1, 2) { b'[' } else { b'(' };
+        let close = if rng.chance(1, 2) { b']' } else { b')' };
+        let mut s = vec![open];
+        s.extend_from_slice(&lo);
+        s.push(b',');
+        s.extend_from_slice(&hi);
+        s.push(close);
+        Bytes(s)
     }
 }
 
@@ -691,7 +818,7 @@ fn gen_op(rng: &mut Rng, keys: &Keys, whole: bool) -> Op {
             seed: rng.next(),
         },
         915..=931 => Op::Fwm {
-            prefix: keys.probe(rng),
+            prefix: keys.fwm(rng),
             max: rng.pick(&[0, 1, 2, 5, 1000]),
         },
         932..=948 => Op::Range {
@@ -755,6 +882,9 @@ struct Model {
     /// Keys whose newest record was stored already expired (written or touched into the
     /// past): they read as absent, but a kind may count them until it reclaims them.
     expired: BTreeSet<Bytes>,
+    /// The longest value the kind stores (a fixed-length database's width): a write of a
+    /// longer one is refused with `TooLarge` and changes nothing.
+    width: Option<usize>,
 }
 
 impl Model {
@@ -873,13 +1003,16 @@ impl Model {
         (live, live + self.expired.len() as u64)
     }
 
-    /// Take out the records of keys starting with `prefix` (one thread's part).
-    fn take_prefix(&mut self, prefix: &[u8]) -> Model {
-        let mut part = Model::default();
+    /// Take out the records of `owned` keys (one thread's part).
+    fn take_part(&mut self, owned: &Keys) -> Model {
+        let mut part = Model {
+            width: self.width,
+            ..Model::default()
+        };
         let keys: Vec<Bytes> = self
             .live
             .keys()
-            .filter(|k| k.starts_with(prefix))
+            .filter(|k| owned.owns(k))
             .cloned()
             .collect();
         for k in keys {
@@ -889,7 +1022,7 @@ impl Model {
         let keys: Vec<Bytes> = self
             .expired
             .iter()
-            .filter(|k| k.starts_with(prefix))
+            .filter(|k| owned.owns(k))
             .cloned()
             .collect();
         for k in keys {
@@ -921,6 +1054,41 @@ fn too_large(r: kura_engine::Result<impl std::fmt::Debug>, what: &str) {
         "{what} with a key of {} bytes: {r:?}",
         MAX_KEY_LEN + 1
     );
+}
+
+fn too_large_value(r: kura_engine::Result<()>, what: &str) {
+    assert!(matches!(r, Err(Error::TooLarge(_))), "{what}: {r:?}");
+}
+
+/// The ids `fwmkeys` with the interval `s` covers (inclusive; empty when `lo > hi`) in a
+/// database whose ids with records are `ids` (ascending), as Tokyo Cabinet's `tcfdbrange4`
+/// reads an interval and Kura cuts it to the ids there are.
+fn model_interval(s: &[u8], ids: &[u64]) -> (u64, u64) {
+    let (min, max) = (
+        ids.first().copied().unwrap_or(0),
+        ids.last().copied().unwrap_or(0),
+    );
+    let s = std::str::from_utf8(s).expect("intervals the suite makes are text");
+    let (lo, hi) = s[1..s.len() - 1].split_once(',').expect("an interval");
+    let val = |b: &str| -> i128 {
+        match b {
+            "min" => i128::from(min),
+            "max" => i128::from(max),
+            n => n.parse().expect("an id"),
+        }
+    };
+    let lo = val(lo) + i128::from(s.starts_with('('));
+    let hi = val(hi) - i128::from(s.ends_with(')'));
+    if max == 0 {
+        return (1, 0);
+    }
+    let lo = lo.max(i128::from(min)).max(1);
+    let hi = hi.min(i128::from(max));
+    if lo > hi {
+        (1, 0)
+    } else {
+        (lo as u64, hi as u64)
+    }
 }
 
 /// memcached's decimal counter form, written from the trait's documentation: digits (1 to 20,
@@ -1066,6 +1234,18 @@ fn apply_key_op(db: &dyn Store, m: &mut Model, op: &Op) {
             front,
             create,
         } => {
+            let joined = m.get(k).map_or(v.len(), |c| c.value.len() + v.len());
+            if m.width.is_some_and(|w| joined > w) && (m.get(k).is_some() || *create) {
+                let r = match (*front, *create) {
+                    (false, true) => db.putcat(k, v).map(|_| ()),
+                    (true, true) => db.prepend(k, v).map(|_| ()),
+                    (front, false) => db.concat(k, v, front, false).map(|_| ()),
+                };
+                too_large_value(r, "a concatenation past the width");
+                let got = db.get(k).unwrap().map(|r| Rec::of(&r.value, r.meta));
+                m.expect(k, got, "after a refused concatenation");
+                return;
+            }
             let r = match (*front, *create) {
                 (false, true) => Some(db.putcat(k, v).unwrap()),
                 (true, true) => Some(db.prepend(k, v).unwrap()),
@@ -1364,7 +1544,8 @@ fn check_cursor(db: &dyn Store, m: &mut Model, keys: &Keys, writes: bool, seed: 
     while let Some((k, r)) = cur.next().unwrap() {
         if ordered {
             assert!(
-                last.as_ref().is_none_or(|l| *l < k),
+                last.as_ref()
+                    .is_none_or(|l| Bytes(l.clone()) < Bytes(k.clone())),
                 "cursor out of key order: {:?} after {:?}",
                 Bytes(k.clone()),
                 last.clone().map(Bytes)
@@ -1530,12 +1711,23 @@ impl Runner {
             }
             Op::Fwm { prefix, max } => {
                 let got = db.fwmkeys(prefix, *max).unwrap();
-                let want: Vec<&Bytes> = self
-                    .m
-                    .live
-                    .keys()
-                    .filter(|k| k.starts_with(prefix))
-                    .collect();
+                let want: Vec<&Bytes> = match self.db.kind.ids {
+                    Some(_) => {
+                        let ids: Vec<u64> = self.m.live.keys().filter_map(Bytes::number).collect();
+                        let (lo, hi) = model_interval(prefix, &ids);
+                        self.m
+                            .live
+                            .keys()
+                            .filter(|k| k.number().is_some_and(|n| lo <= n && n <= hi))
+                            .collect()
+                    }
+                    None => self
+                        .m
+                        .live
+                        .keys()
+                        .filter(|k| k.starts_with(prefix))
+                        .collect(),
+                };
                 if db.kind().ordered() {
                     let want: Vec<&[u8]> = want.iter().take(*max).map(|k| &k[..]).collect();
                     let got: Vec<&[u8]> = got.iter().map(|k| &k[..]).collect();
@@ -1564,7 +1756,7 @@ impl Runner {
                         .m
                         .live
                         .keys()
-                        .filter(|k| k[..] >= from[..] && to.as_ref().is_none_or(|t| k[..] < t[..]))
+                        .filter(|k| *k >= from && to.as_ref().is_none_or(|t| *k < t))
                         .take(*max)
                         .map(|k| k.to_vec())
                         .collect();
@@ -1590,7 +1782,10 @@ impl Runner {
             }
             Op::Vanish => {
                 db.vanish().unwrap();
-                self.m = Model::default();
+                self.m = Model {
+                    width: self.m.width,
+                    ..Model::default()
+                };
                 assert_eq!(db.count(), 0, "count after vanish");
             }
             Op::CopyTo => self.copy_to(db),
@@ -1614,8 +1809,8 @@ impl Runner {
         let db = self.db.store();
         let handles: Vec<_> = (0..threads)
             .map(|t| {
-                let keys = Keys::new(&format!("t{t}/"), 12);
-                let mut part = self.m.take_prefix(&keys.prefix);
+                let keys = self.keys.thread(t, 12);
+                let mut part = self.m.take_part(&keys);
                 let db = db.clone();
                 let log = self.log.clone();
                 std::thread::spawn(move || {
@@ -1746,7 +1941,10 @@ fn run(kind: &'static KindUnderTest, keys: &Keys, ops: &[Op]) -> Result<(), Stri
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let mut r = Runner {
             db: Db::open(kind),
-            m: Model::default(),
+            m: Model {
+                width: kind.ids,
+                ..Model::default()
+            },
             keys: keys.clone(),
             log: log.clone(),
         };
@@ -1795,10 +1993,11 @@ fn every_kind(test: impl Fn(&'static KindUnderTest)) {
 const ROUNDS: u64 = 16;
 const OPS: usize = 300;
 
-/// The keys and operations of the round `seed`: the same on every kind.
-fn round(seed: u64) -> (Keys, Vec<Op>) {
+/// The keys and operations of the round `seed`: the same on every kind (but for the form of
+/// the keys).
+fn round(seed: u64, kind: &KindUnderTest) -> (Keys, Vec<Op>) {
     let mut rng = Rng::new(seed);
-    let keys = Keys::new("", rng.pick(&[8, 24, 24, 64, 2000]));
+    let keys = kind.keys(rng.pick(&[8, 24, 24, 64, 2000]));
     let ops = (0..OPS).map(|_| gen_op(&mut rng, &keys, true)).collect();
     (keys, ops)
 }
@@ -1818,7 +2017,7 @@ fn fixed_seeds() {
     for kind in kinds() {
         let t = std::time::Instant::now();
         let failure = seeds.iter().find_map(|&seed| {
-            let (keys, ops) = round(seed);
+            let (keys, ops) = round(seed, kind);
             run(kind, &keys, &ops).err().map(|e| (seed, e))
         });
         match failure {
@@ -1845,9 +2044,9 @@ proptest! {
     /// operations and simplifying the ones left.
     #[test]
     fn proptest_sequences(keyspace in prop::sample::select(vec![6usize, 24]), seeds in prop::collection::vec(any::<u64>(), 1..120)) {
-        let keys = Keys::new("", keyspace);
-        let ops: Vec<Op> = seeds.iter().map(|&s| gen_op(&mut Rng::new(s), &keys, true)).collect();
         for kind in kinds() {
+            let keys = kind.keys(keyspace);
+            let ops: Vec<Op> = seeds.iter().map(|&s| gen_op(&mut Rng::new(s), &keys, true)).collect();
             if let Err(e) = run(kind, &keys, &ops) {
                 return Err(TestCaseError::fail(format!("kind {:?}: {e}", kind.label)));
             }
@@ -1860,22 +2059,24 @@ proptest! {
 /// Sequences that once failed, as they were shrunk, replayed on every kind.
 #[test]
 fn saved_sequences() {
-    let keys = Keys::new("", 40);
-    let saved: Vec<Vec<Op>> = vec![
-        // The on-disk hash's model test (before this suite) shrank a failure to this.
+    let saved = |keys: &Keys| -> Vec<Vec<Op>> {
         vec![
-            Op::Restart(0),
-            Op::Cat {
-                key: Bytes(b"key-0".to_vec()),
-                value: Bytes(vec![25, 40, 226, 168, 95, 73, 126, 157]),
-                front: false,
-                create: true,
-            },
-            Op::Restart(0),
-        ],
-    ];
+            // The on-disk hash's model test (before this suite) shrank a failure to this.
+            vec![
+                Op::Restart(0),
+                Op::Cat {
+                    key: keys.key(0),
+                    value: Bytes(vec![25, 40, 226, 168, 95, 73, 126, 157]),
+                    front: false,
+                    create: true,
+                },
+                Op::Restart(0),
+            ],
+        ]
+    };
     every_kind(|kind| {
-        for ops in &saved {
+        let keys = kind.keys(40);
+        for ops in &saved(&keys) {
             if let Err(e) = run(kind, &keys, ops) {
                 panic!("{e}");
             }
@@ -1894,8 +2095,9 @@ fn a_walk_shows_each_record_once_while_optimize_moves_them() {
     every_kind(|kind| {
         let db = Db::open(kind);
         let s = db.store();
-        for i in 0..100u32 {
-            s.put(format!("k{i}").as_bytes(), &[1; 1000]).unwrap();
+        let keys = kind.keys(100);
+        for i in 0..100 {
+            s.put(&keys.key(i), &[1; 1000]).unwrap();
         }
         let mut seen = BTreeMap::<Vec<u8>, u32>::new();
         let mut cur = s.cursor().unwrap();
@@ -1926,15 +2128,16 @@ fn a_batch_record_across_the_segment_size_reads_back() {
         // Record lengths that put the second record's header across 64 KiB in one of them.
         let lens = 65_440..65_536usize;
         for len in lens.clone() {
+            let (a, b) = keys_ab(kind, len);
             let ops = [
                 BatchOp::Put {
-                    key: format!("a{len}").into_bytes(),
+                    key: a,
                     value: vec![1; len],
                     flags: 0,
                     expires: 0,
                 },
                 BatchOp::Put {
-                    key: format!("b{len}").into_bytes(),
+                    key: b,
                     value: vec![2; 10],
                     flags: 0,
                     expires: 0,
@@ -1945,7 +2148,7 @@ fn a_batch_record_across_the_segment_size_reads_back() {
         for round in ["written", "restarted"] {
             let s = db.store();
             for len in lens.clone() {
-                let got = s.get(format!("b{len}").as_bytes());
+                let got = s.get(&keys_ab(kind, len).1);
                 assert!(
                     matches!(&got, Ok(Some(r)) if r.value == [2; 10]),
                     "{round}: b{len} after a{len} of {len} bytes: {got:?}"
@@ -1957,4 +2160,18 @@ fn a_batch_record_across_the_segment_size_reads_back() {
             db.restart(1);
         }
     });
+}
+
+/// The keys `a{len}` and `b{len}` of the batch regression, as the kind's keys.
+fn keys_ab(kind: &KindUnderTest, len: usize) -> (Vec<u8>, Vec<u8>) {
+    match kind.ids {
+        Some(_) => (
+            len.to_string().into_bytes(),
+            (100_000 + len).to_string().into_bytes(),
+        ),
+        None => (
+            format!("a{len}").into_bytes(),
+            format!("b{len}").into_bytes(),
+        ),
+    }
 }

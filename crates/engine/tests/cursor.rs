@@ -1,6 +1,10 @@
 //! The cursor on every kind: a table of kinds, a `BTreeMap` model for the ordered ones and
 //! set semantics for the unordered ones (each live key exactly once, in an order of the kind's
 //! own), with others writing meanwhile. Seeds are printed on failure.
+//!
+//! The fixed-length database (`.kf`), keyed by record ids, runs the same tests on ids of one
+//! digit count (whose byte order is their numeric order, so the same `BTreeMap` models it),
+//! and a test of its own for numeric order across digit counts and the key words.
 
 use kura_engine::{Cursor, Error, KeyRange, Store};
 use std::collections::{BTreeMap, BTreeSet};
@@ -8,7 +12,76 @@ use std::ops::Bound::{self, Excluded, Included, Unbounded};
 use std::path::Path;
 use std::sync::Arc;
 
-/// Every kind, fresh, with tuning that reaches rare paths (a `.kh` with small segments).
+/// The keys a test writes on a kind: `k0042` and `new7`, `churn3`; or on a kind keyed by ids,
+/// ids of six digits (`100042`, `200007`, `300003`).
+#[derive(Clone, Copy)]
+struct Form {
+    ids: bool,
+}
+
+impl Form {
+    fn key(self, i: u64) -> Vec<u8> {
+        if self.ids {
+            (100_000 + i).to_string().into_bytes()
+        } else {
+            key(i)
+        }
+    }
+    /// A key no `key(i)` is: what a walk may meet as written meanwhile.
+    fn fresh(self, i: u64) -> Vec<u8> {
+        if self.ids {
+            (200_000 + i).to_string().into_bytes()
+        } else {
+            format!("new{i}").into_bytes()
+        }
+    }
+    fn is_fresh(self, k: &[u8]) -> bool {
+        if self.ids {
+            k.starts_with(b"2")
+        } else {
+            k.starts_with(b"new")
+        }
+    }
+    /// One of 300 keys a writer churns.
+    fn churn(self, i: u64) -> Vec<u8> {
+        if self.ids {
+            (300_000 + i % 300).to_string().into_bytes()
+        } else {
+            format!("churn{}", i % 300).into_bytes()
+        }
+    }
+    fn is_stable(self, k: &[u8]) -> bool {
+        k.starts_with(if self.ids { b"1" } else { b"k" })
+    }
+    /// The smallest key, as a range's bound.
+    fn lowest(self) -> &'static [u8] {
+        if self.ids {
+            b"min"
+        } else {
+            b""
+        }
+    }
+}
+
+const BYTES: Form = Form { ids: false };
+const IDS: Form = Form { ids: true };
+
+/// Every kind, fresh, with tuning that reaches rare paths (a `.kh` with small segments), and
+/// the form of its keys.
+fn all_kinds(dir: &Path) -> Vec<(String, Arc<dyn Store>, Form)> {
+    let kf = dir.join("c.kf");
+    let mut v: Vec<_> = kinds(dir)
+        .into_iter()
+        .map(|(n, db)| (n, db, BYTES))
+        .collect();
+    let n = format!("{}#segsiz=64k#limsiz=1g", kf.display());
+    let db = kura_engine::open(&n).unwrap_or_else(|e| panic!("{n}: {e}"));
+    v.push((n, db, IDS));
+    v
+}
+
+/// Every kind keyed by bytes, fresh, with tuning that reaches rare paths (a `.kh` with small
+/// segments).
 fn kinds(dir: &Path) -> Vec<(String, Arc<dyn Store>)> {
     let kh = dir.join("c.kh");
     let kb = dir.join("c.kb");
@@ -99,10 +172,11 @@ fn empty_databases_have_nothing_to_walk() {
 #[test]
 fn ordered_kinds_follow_the_model() {
     let dir = tempfile::tempdir().unwrap();
-    for (name, db) in kinds(dir.path()) {
+    for (name, db, form) in all_kinds(dir.path()) {
         if !db.kind().ordered() {
             continue;
         }
+        let key = |i| form.key(i);
         for seed in 1..=40u64 {
             let ctx = format!("{name} seed {seed}");
             let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
@@ -219,7 +293,8 @@ fn ordered_kinds_follow_the_model() {
 #[test]
 fn ranges_on_ordered_kinds_match_the_model() {
     let dir = tempfile::tempdir().unwrap();
-    for (name, db) in kinds(dir.path()) {
+    for (name, db, form) in all_kinds(dir.path()) {
+        let key = |i| form.key(i);
         if !db.kind().ordered() {
             assert!(matches!(
                 db.for_each_in_range(&KeyRange::new(b"a", None), &mut |_, _, _| Ok(true)),
@@ -273,7 +348,7 @@ fn ranges_on_ordered_kinds_match_the_model() {
         }
         // `f` stops the walk.
         let mut n = 0;
-        db.for_each_in_range(&KeyRange::new(b"", None), &mut |_, _, _| {
+        db.for_each_in_range(&KeyRange::new(form.lowest(), None), &mut |_, _, _| {
             n += 1;
             Ok(n < 5)
         })
@@ -359,7 +434,8 @@ fn unordered_kinds_walk_each_key_once() {
 #[test]
 fn a_walk_while_others_write_misses_and_repeats_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    for (name, db) in kinds(dir.path()) {
+    for (name, db, form) in all_kinds(dir.path()) {
+        let key = |i| form.key(i);
         for seed in [3u64, 17, 99] {
             let ctx = format!("{name} seed {seed}");
             let mut rng = Rng(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1);
@@ -374,7 +450,7 @@ fn a_walk_while_others_write_misses_and_repeats_nothing() {
             let mut steps = 0u64;
             while let Some((k, r)) = cur.next().unwrap() {
                 assert!(seen.insert(k.clone()), "{ctx}: {k:?} twice");
-                let fresh = k.starts_with(b"new") && r.value == b"3";
+                let fresh = form.is_fresh(&k) && r.value == b"3";
                 assert!(
                     r.value == b"0" || touched.contains(&k) || fresh,
                     "{ctx}: {k:?} has a value it never had"
@@ -391,7 +467,7 @@ fn a_walk_while_others_write_misses_and_repeats_nothing() {
                         db.put(&other, b"2").unwrap();
                     }
                     _ => {
-                        db.put(format!("new{steps}").as_bytes(), b"3").unwrap();
+                        db.put(&form.fresh(steps), b"3").unwrap();
                     }
                 }
                 touched.insert(other);
@@ -414,9 +490,9 @@ fn a_walk_while_others_write_misses_and_repeats_nothing() {
 #[test]
 fn concurrent_walks_and_writers() {
     let dir = tempfile::tempdir().unwrap();
-    for (name, db) in kinds(dir.path()) {
+    for (name, db, form) in all_kinds(dir.path()) {
         for i in 0..1000u64 {
-            db.put(&key(i), b"stable").unwrap();
+            db.put(&form.key(i), b"stable").unwrap();
         }
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let writer = {
@@ -424,11 +500,11 @@ fn concurrent_walks_and_writers() {
             std::thread::spawn(move || {
                 let mut i = 0u64;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let k = format!("churn{}", i % 300);
+                    let k = form.churn(i);
                     if i.is_multiple_of(3) {
-                        db.out(k.as_bytes()).unwrap();
+                        db.out(&k).unwrap();
                     } else {
-                        db.put(k.as_bytes(), &i.to_le_bytes()).unwrap();
+                        db.put(&k, &i.to_le_bytes()).unwrap();
                     }
                     i += 1;
                 }
@@ -441,7 +517,7 @@ fn concurrent_walks_and_writers() {
                     for _ in 0..5 {
                         let mut cur = db.cursor().unwrap();
                         let keys = walk(&mut *cur);
-                        let stable = keys.iter().filter(|k| k.starts_with(b"k")).count();
+                        let stable = keys.iter().filter(|k| form.is_stable(k)).count();
                         assert_eq!(stable, 1000);
                     }
                 })
@@ -460,12 +536,76 @@ fn concurrent_walks_and_writers() {
 #[test]
 fn a_cursor_fails_after_close() {
     let dir = tempfile::tempdir().unwrap();
-    for (name, db) in kinds(dir.path()) {
-        db.put(b"a", b"1").unwrap();
+    for (name, db, form) in all_kinds(dir.path()) {
+        db.put(&form.key(1), b"1").unwrap();
         let mut cur = db.cursor().unwrap();
         assert!(cur.first().unwrap());
         db.close().unwrap();
         assert!(cur.step().is_err(), "{name}");
         assert!(cur.first().is_err(), "{name}");
     }
+}
+
+/// The fixed-length database: ids in numeric order across digit counts (`9` before `10`),
+/// ids written with leading zeros, and the key words `min` and `max` as a cursor's and a
+/// range's bounds.
+#[test]
+fn fixed_length_ids_walk_in_numeric_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = kura_engine::open(&format!("{}/n.kf", dir.path().display())).unwrap();
+    let mut cur = db.cursor().unwrap();
+    assert!(!cur.first().unwrap());
+    assert!(!cur.jump(b"min").unwrap(), "an empty database has no min");
+    for id in [100u64, 9, 10, 1, 99, 1000] {
+        db.put(id.to_string().as_bytes(), format!("v{id}").as_bytes())
+            .unwrap();
+    }
+    let order = [b"1".to_vec(), b"9".to_vec(), b"10".to_vec(), b"99".to_vec()];
+    let all: Vec<Vec<u8>> = order
+        .iter()
+        .cloned()
+        .chain([b"100".to_vec(), b"1000".to_vec()])
+        .collect();
+    assert_eq!(walk(&mut *cur), all);
+    // A key with leading zeros names the same id; the cursor shows it without them.
+    assert!(cur.jump(b"0009").unwrap());
+    assert_eq!(cur.get().unwrap().unwrap().0, b"9");
+    assert!(cur.jump(b"11").unwrap());
+    assert_eq!(cur.get().unwrap().unwrap().0, b"99");
+    assert!(cur.jump_back(b"999").unwrap());
+    assert_eq!(cur.get().unwrap().unwrap().0, b"100");
+    assert!(cur.jump(b"max").unwrap());
+    assert_eq!(cur.get().unwrap().unwrap().0, b"1000");
+    assert!(cur.jump_back(b"min").unwrap());
+    assert_eq!(cur.get().unwrap().unwrap().0, b"1");
+    assert!(!cur.step_back().unwrap());
+    assert!(cur.jump(b"abc").is_err(), "not an id");
+    let range = |from: Bound<&[u8]>, to: Bound<&[u8]>, desc: bool| -> Vec<Vec<u8>> {
+        let mut got = Vec::new();
+        let r = KeyRange {
+            from,
+            to,
+            desc,
+            max: usize::MAX,
+        };
+        db.for_each_in_range(&r, &mut |k, v, _| {
+            assert_eq!(v, format!("v{}", String::from_utf8_lossy(k)).as_bytes());
+            got.push(k.to_vec());
+            Ok(true)
+        })
+        .unwrap();
+        got
+    };
+    assert_eq!(range(Included(b"min"), Included(b"max"), false), all);
+    assert_eq!(range(Included(b"9"), Excluded(b"100"), false), order[1..]);
+    assert_eq!(
+        range(Excluded(b"1"), Included(b"99"), true),
+        [b"99".to_vec(), b"10".to_vec(), b"9".to_vec()]
+    );
+    assert_eq!(
+        range(Unbounded, Excluded(b"min"), false),
+        Vec::<Vec<u8>>::new()
+    );
+    assert_eq!(db.range(b"2", Some(b"100"), 10).unwrap().len(), 3);
+    assert_eq!(db.fwmkeys(b"(min,100]", 10).unwrap(), all[1..5]);
 }

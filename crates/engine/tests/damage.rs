@@ -1,4 +1,5 @@
-//! The damage model of the on-disk hash: seeded trials that write a random workload (puts,
+//! The damage model of the on-disk kinds on the shared log, the hash (`.kh`) and the
+//! fixed-length database (`.kf`): seeded trials that write a random workload (puts,
 //! deletes, appends, batches, several lanes, compactions, checkpoints), close or crash, then
 //! damage the files — flip 1–32 bytes, zero a 4 KiB-aligned page, or cut a segment short —
 //! in segments only, the checkpoint only, or both, and hold the engine to what the damage
@@ -18,20 +19,129 @@
 //! that verifies, split into *units* (a record; a batch frame's header and each of its inner
 //! records), each with the byte range damage is counted against.
 //!
+//! The fixed-length database runs the same trials with record ids for keys (its records carry
+//! the id as an 8-byte big-endian key), one lane, and its own checkpoint (`index.kfi`).
+//!
 //! One case is undecidable from the files, and the oracle allows both outcomes: when every
 //! unit from some point to the end of a segment is damaged, and no checkpoint knew those bytes
 //! durable, the damage looks exactly like a write cut short by a crash (`Zone` below).
 
+use kura_engine::fixed::FixedDb;
 use kura_engine::hash::{format, DiskHash};
 use kura_engine::io::{CrashMode, OsVfs, SimVfs, Vfs};
-use kura_engine::{compress, Error, Params, Store};
+use kura_engine::{compress, Error, OpenMode, Params, RepairReport, Store};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 type Image = BTreeMap<PathBuf, Vec<u8>>;
 
-const DIR: &str = "/sim/d.kh";
+/// The kind a trial runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Hash,
+    Fixed,
+}
+
+/// The fixed-length database's width in the trials: every value the workload makes fits.
+const KF_WIDTH: usize = 65_535;
+
+impl Kind {
+    /// The database's directory on the simulated file system.
+    fn dir(self) -> &'static str {
+        match self {
+            Kind::Hash => "/sim/d.kh",
+            Kind::Fixed => "/sim/d.kf",
+        }
+    }
+    fn suffix(self) -> &'static str {
+        match self {
+            Kind::Hash => "kh",
+            Kind::Fixed => "kf",
+        }
+    }
+    /// The checkpoint's file name, and where its salt and its lane count lie.
+    fn ckpt(self) -> (&'static str, usize, usize) {
+        match self {
+            Kind::Hash => ("index.ki", 16, 24),
+            Kind::Fixed => ("index.kfi", 12, 28),
+        }
+    }
+    /// The key of the workload's key `n`, written by thread `t` (a batch's `i`-th key made
+    /// from it with `i`): `k{n}.{t}` and `k{n}.{t}/{i}`, or ids on a fixed-length database.
+    fn key(self, n: u64, t: usize, i: Option<u64>) -> Vec<u8> {
+        match (self, i) {
+            (Kind::Hash, None) => format!("k{n}.{t}").into_bytes(),
+            (Kind::Hash, Some(i)) => format!("k{n}.{t}/{i}").into_bytes(),
+            (Kind::Fixed, i) => ((n + 1) * 1000 + t as u64 * 100 + i.map_or(0, |i| i + 1))
+                .to_string()
+                .into_bytes(),
+        }
+    }
+    /// A record's key as the store shows it (an id's 8 big-endian bytes in decimal).
+    fn shown_key(self, raw: &[u8]) -> Vec<u8> {
+        match self {
+            Kind::Hash => raw.to_vec(),
+            Kind::Fixed => match <[u8; 8]>::try_from(raw) {
+                Ok(b) => u64::from_be_bytes(b).to_string().into_bytes(),
+                Err(_) => raw.to_vec(),
+            },
+        }
+    }
+    /// Open the database at `dir`.
+    fn open(
+        self,
+        dir: &Path,
+        params: &str,
+        vfs: Arc<dyn Vfs>,
+        mode: OpenMode,
+    ) -> kura_engine::Result<Db> {
+        let p = Params::parse(params).unwrap();
+        match self {
+            Kind::Hash => {
+                DiskHash::open_with(dir, &p, vfs, mode == OpenMode::ReadOnly).map(Db::Hash)
+            }
+            Kind::Fixed => FixedDb::open_mode(dir, &p, vfs, mode).map(Db::Fixed),
+        }
+    }
+    fn repair(
+        self,
+        src: &Path,
+        dst: &Path,
+        vfs: Arc<dyn Vfs>,
+    ) -> kura_engine::Result<RepairReport> {
+        match self {
+            Kind::Hash => DiskHash::repair_with(src, dst, &Params::default(), vfs),
+            Kind::Fixed => FixedDb::repair_with(src, dst, &Params::default(), vfs),
+        }
+    }
+}
+
+/// An open database of either kind.
+enum Db {
+    Hash(DiskHash),
+    Fixed(FixedDb),
+}
+
+impl std::ops::Deref for Db {
+    type Target = dyn Store;
+    fn deref(&self) -> &(dyn Store + 'static) {
+        match self {
+            Db::Hash(d) => d,
+            Db::Fixed(d) => d,
+        }
+    }
+}
+
+impl Db {
+    /// Stop as a killed process would (no flush, no sync).
+    fn abandon(self) {
+        match self {
+            Db::Hash(d) => d.abandon(),
+            Db::Fixed(d) => d.abandon(),
+        }
+    }
+}
 
 struct Rng(u64);
 
@@ -73,26 +183,29 @@ fn value(r: &mut Rng) -> Vec<u8> {
     }
 }
 
-fn open_sim(fs: &SimVfs, params: &str) -> kura_engine::Result<DiskHash> {
-    DiskHash::open_with(
-        Path::new(DIR),
-        &Params::parse(params).unwrap(),
+fn open_sim(kind: Kind, fs: &SimVfs, params: &str) -> kura_engine::Result<Db> {
+    kind.open(
+        Path::new(kind.dir()),
+        params,
         Arc::new(fs.clone()),
-        false,
+        OpenMode::Create,
     )
 }
 
-fn workload(seed: u64) -> Written {
+fn workload(seed: u64, kind: Kind) -> Written {
     let mut r = Rng::new(seed);
     let always = r.below(2) == 0;
-    let params = format!(
-        "sync={}#segsiz=64k#bufsiz=4k#lanes={}{}",
-        if always { "always" } else { "none" },
-        1 + r.below(4),
-        if r.below(4) == 0 { "#compress=lz4" } else { "" },
-    );
+    let sync = if always { "always" } else { "none" };
+    let params = match kind {
+        Kind::Hash => format!(
+            "sync={sync}#segsiz=64k#bufsiz=4k#lanes={}{}",
+            1 + r.below(4),
+            if r.below(4) == 0 { "#compress=lz4" } else { "" },
+        ),
+        Kind::Fixed => format!("sync={sync}#segsiz=64k#bufsiz=4k#width={KF_WIDTH}#limsiz=16g"),
+    };
     let fs = SimVfs::new();
-    let mut db = open_sim(&fs, &params).unwrap();
+    let mut db = open_sim(kind, &fs, &params).unwrap();
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     let nkeys = 20 + r.below(150);
     let rounds = 2 + r.below(6);
@@ -100,17 +213,13 @@ fn workload(seed: u64) -> Written {
         // Each round from threads of its own: with `sync=none` each writes its own lane.
         let mut ops = Vec::new();
         for _ in 0..30 + r.below(120) {
-            ops.push((
-                r.below(100),
-                format!("k{}", r.below(nkeys)).into_bytes(),
-                value(&mut r),
-            ));
+            ops.push((r.below(100), r.below(nkeys), value(&mut r)));
         }
         let threads = 1 + r.below(3) as usize;
         let chunk = ops.len().div_ceil(threads);
         std::thread::scope(|s| {
             let db = &db;
-            // Each thread writes keys of its own (suffixed with its number), so the model can
+            // Each thread writes keys of its own (made with its number), so the model can
             // apply the threads' results one after the other.
             let handles: Vec<_> = ops
                 .chunks(chunk)
@@ -118,9 +227,8 @@ fn workload(seed: u64) -> Written {
                 .map(|(t, part)| {
                     s.spawn(move || {
                         let mut done = Vec::new();
-                        for (op, k, v) in part {
-                            let k = [k.as_slice(), format!(".{t}").as_bytes()].concat();
-                            done.extend(apply(db, *op, &k, v));
+                        for (op, n, v) in part {
+                            done.extend(apply(db, kind, *op, (*n, t), v));
                         }
                         done
                     })
@@ -139,7 +247,7 @@ fn workload(seed: u64) -> Written {
             0 => db.optimize("").unwrap(),
             1 => {
                 db.close().unwrap();
-                db = open_sim(&fs, &params).unwrap();
+                db = open_sim(kind, &fs, &params).unwrap();
             }
             _ => {}
         }
@@ -167,10 +275,27 @@ fn workload(seed: u64) -> Written {
     }
 }
 
-/// Apply one operation to `key` (a batch also to keys made from it); each key written and the
-/// value it must have now (checked against the store).
-fn apply(db: &DiskHash, op: u64, key: &[u8], v: &[u8]) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+/// Apply one operation to the key `n` of thread `t` (a batch also to keys made from it); each
+/// key written and the value it must have now (checked against the store).
+fn apply(
+    db: &Db,
+    kind: Kind,
+    op: u64,
+    (n, t): (u64, usize),
+    v: &[u8],
+) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    let key = &kind.key(n, t, None)[..];
     let mut done = Vec::new();
+    // A concatenation past a fixed-length database's width is a put instead.
+    let too_long = || {
+        let before = db.get(key).unwrap().map_or(0, |r| r.value.len());
+        before + v.len() > KF_WIDTH
+    };
+    let op = if kind == Kind::Fixed && (60..=74).contains(&op) && too_long() {
+        0
+    } else {
+        op
+    };
     match op {
         0..=44 => {
             db.put(key, v).unwrap();
@@ -192,7 +317,7 @@ fn apply(db: &DiskHash, op: u64, key: &[u8], v: &[u8]) -> Vec<(Vec<u8>, Option<V
             // A batch of puts and deletes of keys made from this one.
             let mut ops = Vec::new();
             for i in 0..1 + op % 7 {
-                let k = [key, format!("/{i}").as_bytes()].concat();
+                let k = kind.key(n, t, Some(i));
                 if i % 3 == 2 {
                     ops.push(kura_engine::BatchOp::Remove { key: k.clone() });
                     done.push((k, None));
@@ -243,7 +368,7 @@ fn seg_id(p: &Path) -> Option<u32> {
 
 /// Every unit of the undamaged image: each segment read from its header to its first record
 /// that does not verify (a crash's torn tail, or its end).
-fn layout(img: &Image) -> Layout {
+fn layout(img: &Image, kind: Kind) -> Layout {
     let mut out = Layout {
         units: Vec::new(),
         salt: None,
@@ -277,12 +402,12 @@ fn layout(img: &Image) -> Layout {
                 let mut pos = off + h.key_off;
                 for _ in 0..h.count {
                     let sh = format::parse_header(&data[pos..]).unwrap();
-                    let rec = record(&data[pos..pos + sh.len], &sh);
+                    let rec = record(kind, &data[pos..pos + sh.len], &sh);
                     out.units.push(unit(pos, sh.len, rec));
                     pos += sh.len;
                 }
             } else {
-                let rec = record(&data[off..off + h.len], &h);
+                let rec = record(kind, &data[off..off + h.len], &h);
                 out.units.push(unit(off, h.len, rec));
             }
             off += h.len;
@@ -291,8 +416,8 @@ fn layout(img: &Image) -> Layout {
     out
 }
 
-fn record(rec: &[u8], h: &format::Header) -> Option<(Vec<u8>, u64, Option<Vec<u8>>)> {
-    let key = rec[h.key_off..h.key_off + h.klen].to_vec();
+fn record(kind: Kind, rec: &[u8], h: &format::Header) -> Option<(Vec<u8>, u64, Option<Vec<u8>>)> {
+    let key = kind.shown_key(&rec[h.key_off..h.key_off + h.klen]);
     match h.typ {
         format::T_PUT => {
             let stored = &rec[h.value_off()..h.len];
@@ -349,8 +474,9 @@ struct Knows {
 }
 
 impl Knows {
-    fn read(img: &Image, salt: Option<u64>) -> Knows {
-        let Some(b) = img.get(&Path::new(DIR).join("index.ki")) else {
+    fn read(img: &Image, salt: Option<u64>, kind: Kind) -> Knows {
+        let (name, salt_at, lanes_at) = kind.ckpt();
+        let Some(b) = img.get(&Path::new(kind.dir()).join(name)) else {
             return Knows::default();
         };
         let le32 = |p: usize| u32::from_le_bytes(b[p..p + 4].try_into().unwrap());
@@ -358,14 +484,15 @@ impl Knows {
         if b.len() < 40 || crc32c::crc32c(&b[..b.len() - 4]) != le32(b.len() - 4) {
             return Knows::default();
         }
-        if Some(le64(16)) != salt {
+        if Some(le64(salt_at)) != salt {
             return Knows::default();
         }
-        let lanes = le32(24) as usize;
+        let lanes = le32(lanes_at) as usize;
+        let at = lanes_at + 4;
         let replay = (0..lanes)
-            .map(|l| (le32(28 + 8 * l), le32(32 + 8 * l) as u64))
+            .map(|l| (le32(at + 8 * l), le32(at + 4 + 8 * l) as u64))
             .collect();
-        let pos = 28 + 8 * lanes;
+        let pos = at + 8 * lanes;
         let lens = (0..le32(pos) as usize)
             .map(|i| (le32(pos + 4 + 24 * i), le64(pos + 8 + 24 * i)))
             .collect();
@@ -401,7 +528,7 @@ enum Target {
 /// Damaged byte ranges per file (a cut counts everything it removed).
 type Hurt = BTreeMap<PathBuf, Vec<(u64, u64)>>;
 
-fn damage(img: &mut Image, r: &mut Rng, target: Target) -> (Hurt, String) {
+fn damage(img: &mut Image, r: &mut Rng, target: Target, kind: Kind) -> (Hurt, String) {
     let mut hurt: Hurt = BTreeMap::new();
     let mut what = Vec::new();
     let segs: Vec<PathBuf> = img
@@ -409,7 +536,7 @@ fn damage(img: &mut Image, r: &mut Rng, target: Target) -> (Hurt, String) {
         .filter(|p| seg_id(p).is_some())
         .cloned()
         .collect();
-    let ckpt = Path::new(DIR).join("index.ki");
+    let ckpt = Path::new(kind.dir()).join(kind.ckpt().0);
     let mut files = Vec::new();
     if matches!(target, Target::Segments | Target::Both) && !segs.is_empty() {
         // Weighted by size: damage lands where the bytes are.
@@ -476,63 +603,80 @@ fn touched(h: &Hurt, file: &Path, lo: u64, hi: u64) -> bool {
 // ------------------------------------------------------------------------------ a trial
 
 /// Where the trial's files are opened: in memory, or on real files.
-enum Disk {
+enum Place {
     Sim(SimVfs),
     Real(tempfile::TempDir),
 }
 
+struct Disk {
+    place: Place,
+    kind: Kind,
+}
+
 impl Disk {
-    fn new(real: bool, img: &Image) -> Disk {
+    fn new(real: bool, img: &Image, kind: Kind) -> Disk {
         if !real {
-            return Disk::Sim(SimVfs::from_image(img));
+            return Disk {
+                place: Place::Sim(SimVfs::from_image(img)),
+                kind,
+            };
         }
         let t = tempfile::tempdir().unwrap();
-        let dir = t.path().join("d.kh");
+        let dir = t.path().join(format!("d.{}", kind.suffix()));
         std::fs::create_dir(&dir).unwrap();
         for (p, data) in img {
             std::fs::write(dir.join(p.file_name().unwrap()), data).unwrap();
         }
-        Disk::Real(t)
+        Disk {
+            place: Place::Real(t),
+            kind,
+        }
     }
     fn vfs(&self) -> Arc<dyn Vfs> {
-        match self {
-            Disk::Sim(fs) => Arc::new(fs.clone()),
-            Disk::Real(_) => Arc::new(OsVfs),
+        match &self.place {
+            Place::Sim(fs) => Arc::new(fs.clone()),
+            Place::Real(_) => Arc::new(OsVfs),
         }
     }
     fn dir(&self) -> PathBuf {
-        match self {
-            Disk::Sim(_) => PathBuf::from(DIR),
-            Disk::Real(t) => t.path().join("d.kh"),
+        match &self.place {
+            Place::Sim(_) => PathBuf::from(self.kind.dir()),
+            Place::Real(t) => t.path().join(format!("d.{}", self.kind.suffix())),
         }
     }
     fn repaired(&self) -> PathBuf {
-        self.dir().with_file_name("r.kh")
+        self.dir()
+            .with_file_name(format!("r.{}", self.kind.suffix()))
     }
     /// The database's files, as the image names them (the lock file left out).
     fn files(&self) -> Image {
-        match self {
-            Disk::Sim(fs) => fs
+        let sim = self.kind.dir();
+        match &self.place {
+            Place::Sim(fs) => fs
                 .image()
                 .into_iter()
-                .filter(|(p, _)| p.starts_with(DIR) && !p.ends_with("LOCK"))
+                .filter(|(p, _)| p.starts_with(sim) && !p.ends_with("LOCK"))
                 .collect(),
-            Disk::Real(t) => std::fs::read_dir(t.path().join("d.kh"))
+            Place::Real(_) => std::fs::read_dir(self.dir())
                 .unwrap()
                 .map(|e| e.unwrap())
                 .filter(|e| e.file_name() != "LOCK")
                 .map(|e| {
                     (
-                        Path::new(DIR).join(e.file_name()),
+                        Path::new(sim).join(e.file_name()),
                         std::fs::read(e.path()).unwrap(),
                     )
                 })
                 .collect(),
         }
     }
-    fn open(&self, readonly: bool) -> kura_engine::Result<DiskHash> {
-        let p = Params::parse("sync=none").unwrap();
-        DiskHash::open_with(&self.dir(), &p, self.vfs(), readonly)
+    fn open(&self, readonly: bool) -> kura_engine::Result<Db> {
+        let mode = if readonly {
+            OpenMode::ReadOnly
+        } else {
+            OpenMode::Existing
+        };
+        self.kind.open(&self.dir(), "sync=none", self.vfs(), mode)
     }
 }
 
@@ -570,7 +714,7 @@ fn keys_differ(a: &BTreeMap<Vec<u8>, Vec<u8>>, b: &BTreeMap<Vec<u8>, Vec<u8>>) -
         .join(", ")
 }
 
-fn dump(db: &DiskHash) -> BTreeMap<Vec<u8>, Vec<u8>> {
+fn dump(db: &dyn Store) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let mut c = db.cursor().unwrap();
     let mut out = BTreeMap::new();
     while let Some((k, r)) = c.next().unwrap() {
@@ -579,22 +723,22 @@ fn dump(db: &DiskHash) -> BTreeMap<Vec<u8>, Vec<u8>> {
     out
 }
 
-fn trial(seed: u64, real: bool) {
-    let w = workload(seed);
-    let lay = layout(&w.image);
+fn trial(seed: u64, real: bool, kind: Kind) {
+    let w = workload(seed, kind);
+    let lay = layout(&w.image, kind);
     let all = newest(&lay.units, |_, _| true);
     let ctx = format!(
-        "seed {seed} ({})",
+        "{kind:?} seed {seed} ({})",
         if real { "real files" } else { "SimVfs" }
     );
 
     // The undamaged files: the oracle and the engine agree, and with the model.
     {
-        let disk = Disk::new(real, &w.image);
+        let disk = Disk::new(real, &w.image, kind);
         let db = disk
             .open(false)
             .unwrap_or_else(|e| panic!("{ctx}: undamaged: {e}"));
-        let got = dump(&db);
+        let got = dump(&*db);
         assert_eq!(
             keys_differ(&got, &all),
             "",
@@ -618,9 +762,9 @@ fn trial(seed: u64, real: bool) {
         _ => Target::Both,
     };
     let mut img = w.image.clone();
-    let (hurt, what) = damage(&mut img, &mut r, target);
+    let (hurt, what) = damage(&mut img, &mut r, target, kind);
     let ctx = format!("{ctx}, {what}");
-    let knows = Knows::read(&img, lay.salt);
+    let knows = Knows::read(&img, lay.salt, kind);
 
     // What the damage did to the units.
     let hit: Vec<bool> = lay
@@ -680,7 +824,7 @@ fn trial(seed: u64, real: bool) {
     let any_unit_hit = hit.iter().any(|&h| h) || !header_hit.is_empty();
     let live_hit_outside_zone = newest_of.values().any(|&i| hit[i] && !zone[i]) || header_damage;
 
-    let disk = Disk::new(real, &img);
+    let disk = Disk::new(real, &img, kind);
 
     // check, read-only.
     match disk.open(true) {
@@ -708,24 +852,21 @@ fn trial(seed: u64, real: bool) {
     );
 
     // repair, then a writable open of the damaged files.
-    let rep = DiskHash::repair_with(
-        &disk.dir(),
-        &disk.repaired(),
-        &Params::default(),
-        disk.vfs(),
-    )
-    .unwrap_or_else(|e| panic!("{ctx}: repair: {e}"));
+    let rep = kind
+        .repair(&disk.dir(), &disk.repaired(), disk.vfs())
+        .unwrap_or_else(|e| panic!("{ctx}: repair: {e}"));
     assert_eq!(
         differ(&disk.files(), &img),
         "",
         "{ctx}: repair changed its source"
     );
     {
-        let p = Params::default();
-        let fixed = DiskHash::open_with(&disk.repaired(), &p, disk.vfs(), true).unwrap();
+        let fixed = kind
+            .open(&disk.repaired(), "", disk.vfs(), OpenMode::ReadOnly)
+            .unwrap();
         let c = fixed.check().unwrap();
         assert!(c.healthy(), "{ctx}: the repaired database: {c:?}");
-        let got = dump(&fixed);
+        let got = dump(&*fixed);
         let keys: BTreeSet<&Vec<u8>> = surv_all
             .keys()
             .chain(surv_nozone.keys())
@@ -796,14 +937,18 @@ fn img_len(img: &Image, file: &Path) -> u64 {
 
 /// Seeds `from..to`; `KURA_DAMAGE_SEED=N` runs seed N alone (with `--exact` on one test).
 fn trials(from: u64, to: u64, real: bool) {
+    trials_of(Kind::Hash, from, to, real);
+}
+
+fn trials_of(kind: Kind, from: u64, to: u64, real: bool) {
     if let Some(n) = std::env::var("KURA_DAMAGE_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
     {
-        return trial(n, real);
+        return trial(n, real, kind);
     }
     for seed in from..to {
-        trial(seed, real);
+        trial(seed, real, kind);
     }
 }
 
@@ -830,4 +975,19 @@ fn damage_model_sim_3() {
 #[test]
 fn damage_model_real_files() {
     trials(10_000, 10_100, true);
+}
+
+#[test]
+fn damage_model_kf_sim_0() {
+    trials_of(Kind::Fixed, 0, 200, false);
+}
+
+#[test]
+fn damage_model_kf_sim_1() {
+    trials_of(Kind::Fixed, 200, 400, false);
+}
+
+#[test]
+fn damage_model_kf_real_files() {
+    trials_of(Kind::Fixed, 10_000, 10_060, true);
 }

@@ -1,6 +1,8 @@
-//! A process writing to a `.kh` or `.kb` database is killed with SIGKILL, again and again; after each
-//! kill the database must open, pass `check`, and hold every record whose write returned
-//! (with `sync=always`), and with the default sync mode it must open consistent and healthy.
+//! A process writing to a `.kh`, `.kb` or `.kf` database is killed with SIGKILL, again and
+//! again; after each kill the database must open, pass `check`, and hold every record whose
+//! write returned (with `sync=always`), and with the default sync mode it must open consistent
+//! and healthy. A `.kf` (fixed-length database) takes record ids as keys: the same writes go to
+//! decimal ids there.
 //!
 //! The writer is this same test binary started again with `KURA_KILL9_CHILD` set: it runs the
 //! ignored test `kill9_child_writer`, which writes records and prints `ack N` after each write
@@ -13,6 +15,20 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "KURA_KILL9_CHILD";
+
+/// Whether `name` is a fixed-length database (keys are record ids).
+fn is_kf(name: &str) -> bool {
+    name.split('#').next().is_some_and(|p| p.ends_with(".kf"))
+}
+
+/// The key of record `i` in the database `name`: `key000000042`, or on a `.kf` the id 43.
+fn key_for(name: &str, i: u64) -> Vec<u8> {
+    if is_kf(name) {
+        (i + 1).to_string().into_bytes()
+    } else {
+        format!("key{i:09}").into_bytes()
+    }
+}
 
 fn value_for(i: u64) -> Vec<u8> {
     format!("value-{i}-{}", "x".repeat((i % 97) as usize)).into_bytes()
@@ -31,8 +47,7 @@ fn kill9_child_writer() {
     let db = kura_engine::open(name).expect("child open");
     let mut out = std::io::stdout();
     for i in start.. {
-        db.put(format!("key{i:09}").as_bytes(), &value_for(i))
-            .expect("put");
+        db.put(&key_for(name, i), &value_for(i)).expect("put");
         use std::io::Write;
         writeln!(out, "ack {i}").expect("stdout");
         out.flush().expect("flush");
@@ -102,7 +117,7 @@ fn verify(name: &str, upto: Option<u64>, from: u64) {
     if let Some(last) = upto {
         for i in from..=last {
             let got = db
-                .get(format!("key{i:09}").as_bytes())
+                .get(&key_for(name, i))
                 .expect("get")
                 .unwrap_or_else(|| panic!("acknowledged record {i} lost (acked up to {last})"));
             assert_eq!(got.value, value_for(i), "record {i}");
@@ -121,8 +136,17 @@ fn sigkill_loses_no_acknowledged_write_with_sync_always_kb() {
     no_loss_with_sync_always(KB);
 }
 
+#[test]
+fn sigkill_loses_no_acknowledged_write_with_sync_always_kf() {
+    no_loss_with_sync_always(KF);
+}
+
 /// A `.kb` with small leaves and checkpoints, so kills land in splits and checkpoints.
 const KB: &str = "t.kb#leafsiz=512#ckptsiz=1m#segsiz=256k";
+
+/// A `.kf` with room for 4M ids, small segments and checkpoints, so kills land in segment rolls
+/// and checkpoints.
+const KF: &str = "t.kf#limsiz=1g#ckptsiz=1m#segsiz=256k";
 
 fn no_loss_with_sync_always(file: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -146,6 +170,11 @@ fn sigkill_with_default_sync_reopens_healthy_kb() {
     default_sync_reopens_healthy(KB);
 }
 
+#[test]
+fn sigkill_with_default_sync_reopens_healthy_kf() {
+    default_sync_reopens_healthy(KF);
+}
+
 fn default_sync_reopens_healthy(file: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
     let name = dir.path().join(file).display().to_string();
@@ -158,7 +187,7 @@ fn default_sync_reopens_healthy(file: &str) {
         assert!(rep.healthy(), "unhealthy after SIGKILL: {:?}", rep.problems);
         // Records confirmed after an earlier crash were made durable by that reopen's close.
         for &i in &confirmed {
-            let got = db.get(format!("key{i:09}").as_bytes()).expect("get");
+            let got = db.get(&key_for(&name, i)).expect("get");
             assert_eq!(
                 got.map(|r| r.value),
                 Some(value_for(i)),
@@ -169,7 +198,7 @@ fn default_sync_reopens_healthy(file: &str) {
         // killed process; only the last ~50 ms of a lane's write buffer may be lost).
         let end = acked.map_or(start, |a| a + 1);
         for i in start..end {
-            if let Some(r) = db.get(format!("key{i:09}").as_bytes()).expect("get") {
+            if let Some(r) = db.get(&key_for(&name, i)).expect("get") {
                 assert_eq!(r.value, value_for(i), "record {i} damaged");
                 confirmed.push(i);
             }
@@ -195,7 +224,7 @@ enum MtOp {
     Out(Vec<u8>),
 }
 
-fn mt_op(round: u64, t: u64, i: u64) -> MtOp {
+fn mt_op(kf: bool, round: u64, t: u64, i: u64) -> MtOp {
     // SplitMix64 of (round, t, i).
     let mut z = (round << 40 ^ t << 32 ^ i).wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -208,7 +237,14 @@ fn mt_op(round: u64, t: u64, i: u64) -> MtOp {
     } else {
         (z >> 32) % (i + 1)
     };
-    let key = format!("t{t}-r{round}-{n}").into_bytes();
+    let key = if kf {
+        // A million ids of its own for each thread and round.
+        ((round * MT_THREADS + t) * 1_000_000 + n + 1)
+            .to_string()
+            .into_bytes()
+    } else {
+        format!("t{t}-r{round}-{n}").into_bytes()
+    };
     match (z >> 20) % 10 {
         0..=6 => MtOp::Put(
             key,
@@ -258,7 +294,7 @@ fn kill9_child_writer_threads() {
             let (db, out) = (&db, &out);
             s.spawn(move || {
                 for i in 0.. {
-                    match mt_op(round, t, i) {
+                    match mt_op(is_kf(name), round, t, i) {
                         MtOp::Put(k, v) => drop(db.put(&k, &v).expect("put")),
                         MtOp::Cat(k, v) => drop(db.putcat(&k, &v).expect("putcat")),
                         MtOp::Out(k) => drop(db.out(&k).expect("out")),
@@ -315,9 +351,17 @@ fn sigkill_with_writer_threads_loses_no_acknowledged_write_kb() {
     threads_lose_nothing(KB);
 }
 
+/// The same on a fixed-length database: its writers share one writer lock and one log, so
+/// group commit and the id array's growth are what is killed in the middle.
+#[test]
+fn sigkill_with_writer_threads_loses_no_acknowledged_write_kf() {
+    threads_lose_nothing("mt.kf#width=4096#limsiz=1t#ckptsiz=1m#segsiz=256k");
+}
+
 fn threads_lose_nothing(file: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
     let name = format!("{}#sync=always", dir.path().join(file).display());
+    let kf = is_kf(&name);
     let mut model = BTreeMap::<Vec<u8>, Vec<u8>>::new();
     let mut touched = BTreeSet::<Vec<u8>>::new();
     let mut total = 0;
@@ -330,14 +374,14 @@ fn threads_lose_nothing(file: &str) {
         let mut either = BTreeMap::new();
         for (t, &n) in acked.iter().enumerate() {
             for i in 0..n {
-                let op = mt_op(round, t as u64, i);
+                let op = mt_op(kf, round, t as u64, i);
                 let key = mt_key(&op);
                 let after = mt_after(model.get(key), &op);
                 mt_set(&mut model, key, after);
                 touched.insert(key.to_vec());
             }
             total += n;
-            let op = mt_op(round, t as u64, n);
+            let op = mt_op(kf, round, t as u64, n);
             let key = mt_key(&op).to_vec();
             let before = model.get(&key).cloned();
             let after = mt_after(before.as_ref(), &op);

@@ -21,9 +21,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-const NAME_HELP: &str = "Database name: PATH.kh (on-disk hash), PATH.kb (on-disk B+ tree), `*` \
-                         (memory hash) or `+` (memory tree), optionally followed by \
-                         #param=value tuning, e.g. `casket.kh#sync=always`";
+const NAME_HELP: &str = "Database name: PATH.kh (on-disk hash), PATH.kb (on-disk B+ tree), \
+                         PATH.kf (fixed-length database: keys are record ids 1, 2, … and the \
+                         key words min, max, prev, next), `*` (memory hash) or `+` (memory \
+                         tree), optionally followed by #param=value tuning, e.g. \
+                         `casket.kh#sync=always`";
 
 const AFTER_HELP: &str = "Exit status: 0 on success, 1 when the key is absent / already exists or \
                           the database is unhealthy, 2 on errors (usage, open, I/O).\n\
@@ -158,8 +160,8 @@ pub enum DbCommand {
         format: LineFormat,
     },
     /// Compact / rebuild the database, optionally changing what it stores: `compress=` (applied
-    /// to every record and stored for later writes) and `bnum=`; any other parameter is an
-    /// error.
+    /// to every record and stored for later writes) and `bnum=`, or on a `.kf` `width=` and
+    /// `limsiz=`; any other parameter is an error.
     Optimize {
         #[arg(help = NAME_HELP)]
         name: String,
@@ -177,7 +179,7 @@ pub enum DbCommand {
     /// that verify are kept. Prints the records kept and lost and the damaged bytes skipped.
     /// The new database is checked before this returns.
     Repair {
-        /// The damaged database (PATH.kh).
+        /// The damaged database (PATH.kh, PATH.kb or PATH.kf).
         src: String,
         /// The new database (must not exist), optionally with #param=value tuning.
         #[arg(required_unless_present = "in_place")]

@@ -663,3 +663,97 @@ fn a_b_plus_tree_ranges_duplicates_import_and_export() {
         "2\t2\n9\t9\n10\t10\n11\t11\n100\t100\n"
     );
 }
+
+/// A fixed-length database (`.kf`) through `kura db`: keys are record ids (leading zeros name
+/// the same id) and the key words `min`, `max` and `next`; `list` ranges take ids and key
+/// words and follow numeric order, as do `--prefix` walks and `export`; a key that is not an
+/// id, a value over the width and an id past the limit are errors (status 2) that store
+/// nothing; `optimize` takes `width=`, `inform` shows it; `check`, `repair` and `import` work.
+#[test]
+fn a_fixed_length_database_by_ids_and_key_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(run(d, &["create", "f.kf#width=16#limsiz=1m"]));
+    status(&run(d, &["create", "f.kf"]), 1);
+    for id in ["3", "1", "10", "2", "100"] {
+        ok(run(d, &["put", "f.kf", id, &format!("v{id}")]));
+    }
+    ok(run(d, &["put", "f.kf", "next", "v101"]));
+    ok(run(d, &["put", "f.kf", "0009", "v9"]));
+    assert_eq!(stdout(&ok(run(d, &["get", "f.kf", "max"]))), "v101");
+    assert_eq!(stdout(&ok(run(d, &["get", "f.kf", "min"]))), "v1");
+    assert_eq!(stdout(&ok(run(d, &["get", "f.kf", "010"]))), "v10");
+    status(&run(d, &["get", "f.kf", "4"]), 1);
+    assert_eq!(
+        stdout(&ok(run(d, &["list", "f.kf"]))),
+        "1\n2\n3\n9\n10\n100\n101\n"
+    );
+    assert_eq!(
+        stdout(&ok(run(
+            d,
+            &["list", "f.kf", "--from", "3", "--to", "max", "--values"]
+        ))),
+        "3\tv3\n9\tv9\n10\tv10\n100\tv100\n"
+    );
+    assert_eq!(
+        stdout(&ok(run(
+            d,
+            &["list", "f.kf", "--from", "min", "--to", "10", "--desc"]
+        ))),
+        "9\n3\n2\n1\n"
+    );
+    assert_eq!(
+        stdout(&ok(run(d, &["list", "f.kf", "--desc", "--limit", "2"]))),
+        "101\n100\n"
+    );
+    assert_eq!(
+        stdout(&ok(run(d, &["list", "f.kf", "--prefix", "1"]))),
+        "1\n10\n100\n101\n"
+    );
+    assert_eq!(
+        stdout(&ok(run(d, &["export", "f.kf"]))),
+        "1\tv1\n2\tv2\n3\tv3\n9\tv9\n10\tv10\n100\tv100\n101\tv101\n"
+    );
+    // Not an id, longer than the width, past the limit: refused, nothing stored.
+    for (key, value, says) in [
+        ("abc", "v", "record id"),
+        ("5", "seventeen bytes!!", "width"),
+        ("99999999", "v", "outside"),
+    ] {
+        let o = run(d, &["put", "f.kf", key, value]);
+        status(&o, 2);
+        assert!(stderr(&o).contains(says), "{key}: {}", stderr(&o));
+    }
+    assert_eq!(
+        stdout(&ok(run(d, &["inform", "f.kf"])))
+            .lines()
+            .find(|l| l.starts_with("records:")),
+        Some("records: 7")
+    );
+    ok(run(d, &["optimize", "f.kf", "width=32"]));
+    let inform = stdout(&ok(run(d, &["inform", "f.kf"])));
+    assert!(inform.contains("\nstored.width: 32\n"), "{inform}");
+    ok(run(d, &["put", "f.kf", "5", "seventeen bytes!!"]));
+    ok(run(d, &["out", "f.kf", "min"]));
+    assert_eq!(
+        stdout(&ok(run(d, &["list", "f.kf", "--limit", "3"]))),
+        "2\n3\n5\n"
+    );
+    // check, and repair into a new database with the same records.
+    ok(run(d, &["check", "f.kf"]));
+    ok(run(d, &["repair", "f.kf", "r.kf"]));
+    assert_eq!(
+        ok(run(d, &["export", "r.kf"])).stdout,
+        ok(run(d, &["export", "f.kf"])).stdout
+    );
+    // Import takes ids too.
+    ok(run_in(
+        d,
+        &[os("import"), os("i.kf"), os("--create")],
+        b"7\tseven\n0008\teight\n",
+    ));
+    assert_eq!(
+        stdout(&ok(run(d, &["export", "i.kf"]))),
+        "7\tseven\n8\teight\n"
+    );
+}

@@ -15,8 +15,11 @@
 //! and at a checkpoint reads every lane's position (`lane_positions`). The kind owns what the
 //! records mean: the hash its index, its checkpoints, its compaction policy and its recovery.
 
+mod background;
+pub(crate) mod checkpoint;
 pub mod format;
 pub(crate) mod recovery;
+pub(crate) mod replay;
 pub(crate) mod scan;
 pub mod segment;
 pub(crate) mod tail;

@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# Fixed-length database benchmark: Kura's `PATH.kf` against Tokyo Cabinet's `.tcf`
+# (`tcftest write` / `tcftest read`) on the same workload: RECORDS records with 8-byte `%08d`
+# keys (ids 1..RECORDS) and values equal to the keys, in id order, one thread, default tuning
+# for both (width 255, limsiz 256 MiB: ids up to 1,048,575). Each phase runs in its own
+# process: write (open, store every record, close), then read (open, get and verify every
+# record, close).
+#
+# Usage: scripts/bench-fixed.sh            (from anywhere in the repository)
+#
+# Environment:
+#   REPS=3            repetitions; the table shows the median of each figure
+#   RECORDS=1000000   records per run (at most 1048575, the default id limit of both)
+#   RUN_TIMEOUT=600   seconds any single command may take before the script gives up
+#   BENCH_TMPDIR=...  where the databases go (default $TMPDIR or /tmp); each run uses a fresh
+#                     directory there, removed after the run
+#   RAW=file          also keep every single measurement there (tab-separated)
+#   KURA_BENCH_BIN=.. use this kura-bench binary instead of building one
+#
+# Timing: each tool's own in-process wall clock, parsed from its output, open to close.
+#   tcftest write / read   its "time:" line
+#   kura-bench write / read   its RESULT "seconds" (write includes an explicit sync; close
+#                             syncs and writes a checkpoint)
+# File sizes are `du -sb` of the database right after the write phase (a file for Tokyo
+# Cabinet, a directory of segments and a checkpoint for Kura).
+#
+# The two tools alternate which goes first in each repetition, so that slow drifts of a
+# shared machine do not always hit the same one.
+
+set -euo pipefail
+
+REPS=${REPS:-3}
+RECORDS=${RECORDS:-1000000}
+RUN_TIMEOUT=${RUN_TIMEOUT:-600}
+BENCH_TMPDIR=${BENCH_TMPDIR:-${TMPDIR:-/tmp}}
+
+die() {
+	echo "bench-fixed: $*" >&2
+	exit 1
+}
+
+[[ $REPS =~ ^[1-9][0-9]*$ ]] || die "REPS must be a positive integer"
+[[ $RECORDS =~ ^[1-9][0-9]*$ ]] && ((RECORDS <= 1048575)) ||
+	die "RECORDS must be a positive integer up to 1048575 (the default id limit)"
+[[ $RUN_TIMEOUT =~ ^[1-9][0-9]*$ ]] || die "RUN_TIMEOUT must be a positive integer"
+
+if ! command -v tcftest >/dev/null 2>&1 && [[ $(id -u) == 0 ]]; then
+	echo "bench-fixed: installing tokyocabinet-bin (tcftest missing)..." >&2
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get install -y -qq tokyocabinet-bin >/dev/null 2>&1 ||
+		{ apt-get update -qq && apt-get install -y -qq tokyocabinet-bin >/dev/null; }
+fi
+command -v tcftest >/dev/null 2>&1 ||
+	die "tcftest is missing; install it with: sudo apt-get install -y tokyocabinet-bin"
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+if [[ -n ${KURA_BENCH_BIN:-} ]]; then
+	BIN=$KURA_BENCH_BIN
+else
+	echo "building kura-bench (release)..." >&2
+	cargo build --release -q -p kura-bench
+	BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/kura-bench
+fi
+[[ -x $BIN ]] || die "no $BIN after the build"
+
+WORK=$(mktemp -d "$BENCH_TMPDIR/kura-bench-fixed.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+DATA=$WORK/results.tsv
+: >"$DATA"
+
+# rec TOOL METRIC VALUE
+rec() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$DATA"; }
+
+# run_cmd OUTVAR CMD...: run (at most RUN_TIMEOUT seconds), keep the combined output, fail
+# loudly with its tail.
+run_cmd() {
+	local __var=$1 __out
+	shift
+	if ! __out=$(timeout "$RUN_TIMEOUT" "$@" 2>&1); then
+		echo "bench-fixed: FAILED (or over ${RUN_TIMEOUT}s): $*" >&2
+		tail -n 20 <<<"$__out" >&2
+		exit 1
+	fi
+	printf -v "$__var" '%s' "$__out"
+}
+
+size_of() { du -sb "$1" | cut -f1; }
+kfield() { grep -m1 "^RESULT op=$2 " <<<"$1" | tr ' ' '\n' | sed -n "s/^$3=//p"; }
+tc_time() { awk '/^time:/ { t = $2 } END { print t }' <<<"$1"; }
+tc_ok() { grep -qx ok <<<"$1" || die "Tokyo Cabinet reported an error"; }
+
+run_tc() {
+	local dir out tw tr sz n
+	dir=$(mktemp -d "$WORK/run.XXXXXX")
+	run_cmd out tcftest write "$dir/casket.tcf" "$RECORDS"
+	tc_ok "$out"
+	tw=$(tc_time "$out")
+	n=$(awk '/^record number:/ { n = $3 } END { print n }' <<<"$out")
+	sz=$(size_of "$dir/casket.tcf")
+	run_cmd out tcftest read "$dir/casket.tcf"
+	tc_ok "$out"
+	tr=$(tc_time "$out")
+	rm -rf "$dir"
+	rec tc write "$tw"
+	rec tc read "$tr"
+	rec tc size "$sz"
+	echo "    TC    write ${tw}s read ${tr}s size $sz ($n records)" >&2
+}
+
+run_kura() {
+	local dir out tw tr sz n
+	dir=$(mktemp -d "$WORK/run.XXXXXX")
+	run_cmd out "$BIN" write -n "$RECORDS" "$dir/casket.kf"
+	tw=$(kfield "$out" write seconds)
+	n=$(kfield "$out" write count)
+	sz=$(size_of "$dir/casket.kf")
+	run_cmd out "$BIN" read -n "$RECORDS" "$dir/casket.kf"
+	tr=$(kfield "$out" read seconds)
+	rm -rf "$dir"
+	rec kura write "$tw"
+	rec kura read "$tr"
+	rec kura size "$sz"
+	echo "    Kura  write ${tw}s read ${tr}s size $sz (${n:-?} records)" >&2
+}
+
+echo "fixed-length benchmark: $RECORDS records, $REPS repetitions, under $WORK" \
+	"(a shared machine: $(nproc) cores)" >&2
+for ((rep = 1; rep <= REPS; rep++)); do
+	echo "rep $rep/$REPS:" >&2
+	if ((rep % 2)); then
+		run_tc
+		run_kura
+	else
+		run_kura
+		run_tc
+	fi
+done
+
+[[ -n ${RAW:-} ]] && cp "$DATA" "$RAW" && echo "raw measurements: $RAW" >&2
+
+awk -F '\t' -v reps="$REPS" -v records="$RECORDS" '
+function median(key,    n, i, j, a, tmp) {
+	if (!(key in vals)) return ""
+	n = split(vals[key], a, " ")
+	for (i = 2; i <= n; i++) {            # insertion sort (mawk has no asort)
+		tmp = a[i] + 0
+		for (j = i - 1; j >= 1 && a[j] + 0 > tmp; j--) a[j + 1] = a[j]
+		a[j + 1] = tmp
+	}
+	if (n % 2) return a[(n + 1) / 2] + 0
+	return (a[n / 2] + a[n / 2 + 1]) / 2
+}
+function sec(v) { return v == "" ? "-" : sprintf("%.3f", v) }
+function ratio(a, b) { return (a == "" || b == "" || b == 0) ? "-" : sprintf("%.2f", a / b) }
+function mb(v) { return v == "" ? "-" : sprintf("%.1f MB", v / 1e6) }
+{ k = $1 SUBSEP $2; vals[k] = (k in vals) ? vals[k] " " $3 : $3 }
+END {
+	printf "\nFixed-length databases: %d records (8-byte ids and values), in id order, 1 thread, default tuning;\n", records
+	printf "median of %d runs, seconds, open to close, each phase its own process (lower is better).\n", reps
+	printf "TC = tcftest write, read (.tcf); Kura = kura-bench write, read (.kf). Speedup = TC time / Kura time (target >= 1.5).\n\n"
+	printf "| %-6s | %9s | %9s | %8s |\n", "phase", "TC", "Kura", "speedup"
+	printf "|%s|%s|%s|%s|\n", "--------", "----------:", "----------:", "---------:"
+	split("write read", P, " ")
+	for (p = 1; p <= 2; p++) {
+		tc = median("tc" SUBSEP P[p]); ku = median("kura" SUBSEP P[p])
+		printf "| %-6s | %9s | %9s | %8s |\n", P[p], sec(tc), sec(ku), ratio(tc, ku)
+	}
+	tc = median("tc" SUBSEP "size"); ku = median("kura" SUBSEP "size")
+	printf "\nSize after writing (du -sb): TC %s, Kura %s (Kura/TC %s).\n", mb(tc), mb(ku), ratio(ku, tc)
+}' "$DATA"
