@@ -25,6 +25,7 @@ pub mod meta;
 pub mod name;
 pub mod numbers;
 pub mod registry;
+mod repair;
 pub mod store;
 pub mod tree;
 pub mod tsv;

@@ -175,18 +175,7 @@ impl FixedDb {
         vfs: Arc<dyn Vfs>,
         held: Option<Box<dyn std::any::Any + Send + Sync>>,
     ) -> Result<RepairReport> {
-        if vfs.exists(dst) {
-            return Err(Error::InvalidName(format!(
-                "{}: already exists; repair writes a new database",
-                dst.display()
-            )));
-        }
-        if !vfs.exists(src) {
-            return Err(Error::NotFound(format!(
-                "{}: no such database",
-                src.display()
-            )));
-        }
+        crate::repair::check_paths(&*vfs, src, dst)?;
         let from = FixedDb::open_full(
             src,
             &Params::default(),
@@ -195,75 +184,37 @@ impl FixedDb {
             true,
             held,
         )?;
-        let mut given: Vec<String> = params
-            .items()
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        let has = |k: &str| params.items().iter().any(|(x, _)| x == k);
-        if let Some(st) = from.stored() {
-            if !has("width") {
-                given.push(format!("width={}", st.width));
-            }
-            if !has("limsiz") {
-                given.push(format!("limsiz={}", st.limsiz));
-            }
-        }
-        let params = Params::parse(&given.join("#"))?;
+        let stored: Vec<(&str, String)> = from
+            .stored()
+            .map(|st| {
+                vec![
+                    ("width", st.width.to_string()),
+                    ("limsiz", st.limsiz.to_string()),
+                ]
+            })
+            .unwrap_or_default();
+        let params = crate::repair::copy_params(params, &stored)?;
         let res = copy_live(&from, dst, &params, vfs.clone());
         if res.is_err() {
-            if let Ok(names) = vfs.list(dst) {
-                for n in names {
-                    let _ = vfs.remove(&dst.join(n));
-                }
-            }
-            let _ = std::fs::remove_dir(dst);
+            crate::repair::remove_copy(&*vfs, dst, &[]);
         }
         let kept = res?;
         let damage = from.inner.findings.lock().clone();
         from.close()?;
-        Ok(RepairReport {
-            kept,
-            lost: damage.iter().map(|d| d.lost).sum(),
-            damaged_bytes: damage.iter().map(|d| d.len).sum(),
-            damage,
-        })
+        Ok(crate::repair::report(kept, damage))
     }
 
-    /// `repair_with` beside `src`, then swap: `src` is renamed to `SRC.damaged-<unix time>`
-    /// (returned) and the repaired database takes its name. Holds `src`'s lock throughout.
+    /// `repair_with` beside `src`, then swap (`crate::repair::in_place`): `src` is renamed to
+    /// `SRC.damaged-<unix time>` (returned) and the repaired database takes its name.
     pub fn repair_in_place(
         src: &Path,
         params: &Params,
         vfs: Arc<dyn Vfs>,
     ) -> Result<(RepairReport, PathBuf)> {
-        let lock = crate::lock::take(&*vfs, src)?;
-        let name = src
-            .file_name()
-            .ok_or_else(|| Error::InvalidName(format!("{}: not a database path", src.display())))?
-            .to_string_lossy()
-            .into_owned();
-        let tmp = src.with_file_name(format!(".{name}.repair-{}", std::process::id()));
-        let secs = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let kept = src.with_file_name(format!("{name}.damaged-{secs}"));
-        if vfs.exists(&kept) {
-            return Err(Error::InvalidName(format!(
-                "{}: already exists",
-                kept.display()
-            )));
-        }
-        let report = Self::repair_locked(src, &tmp, params, vfs.clone(), Some(Box::new(())))?;
-        vfs.rename(src, &kept)?;
-        vfs.rename(&tmp, src)?;
-        let parent = match src.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        vfs.sync_dir(parent)?;
-        drop(lock);
-        Ok((report, kept))
+        // The salvage open keeps a stand-in for the lock `in_place` holds.
+        crate::repair::in_place(src, &vfs, |tmp| {
+            Self::repair_locked(src, tmp, params, vfs.clone(), Some(Box::new(())))
+        })
     }
 }
 

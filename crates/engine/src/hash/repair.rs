@@ -9,7 +9,7 @@
 
 use super::DiskHash;
 use crate::config::{OpenMode, Params};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::io::Vfs;
 use crate::store::{BatchOp, RepairReport, Store};
 use std::path::{Path, PathBuf};
@@ -41,18 +41,7 @@ impl DiskHash {
         vfs: Arc<dyn Vfs>,
         held: Option<Box<dyn std::any::Any + Send + Sync>>,
     ) -> Result<RepairReport> {
-        if vfs.exists(dst) {
-            return Err(Error::InvalidName(format!(
-                "{}: already exists; repair writes a new database",
-                dst.display()
-            )));
-        }
-        if !vfs.exists(src) {
-            return Err(Error::Io(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("{}: no such database", src.display()),
-            )));
-        }
+        crate::repair::check_paths(&*vfs, src, dst)?;
         let from = DiskHash::open_full(
             src,
             &Params::default(),
@@ -62,76 +51,36 @@ impl DiskHash {
             held,
         )?;
         // What the source stores about itself, unless `params` say otherwise.
-        let mut given: Vec<String> = params
-            .items()
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        let has = |k: &str| params.items().iter().any(|(x, _)| x == k);
-        if !has("lanes") {
-            given.push(format!("lanes={}", from.inner.log.lanes));
-        }
+        let mut stored = vec![("lanes", from.inner.log.lanes.to_string())];
         if let Some(st) = from.stored() {
-            if !has("compress") {
-                given.push(format!("compress={}", st.compress.name()));
-            }
-            if !has("bnum") && st.bnum != 0 {
-                given.push(format!("bnum={}", st.bnum));
+            stored.push(("compress", st.compress.name().to_string()));
+            if st.bnum != 0 {
+                stored.push(("bnum", st.bnum.to_string()));
             }
         }
-        let params = Params::parse(&given.join("#"))?;
+        let params = crate::repair::copy_params(params, &stored)?;
         let res = copy_live(&from, dst, &params, vfs.clone());
         if res.is_err() {
             // Ours, and incomplete.
-            remove_tree(&*vfs, dst);
+            crate::repair::remove_copy(&*vfs, dst, &[]);
         }
         let kept = res?;
         let damage = from.inner.findings.lock().clone();
         from.close()?;
-        Ok(RepairReport {
-            kept,
-            lost: damage.iter().map(|d| d.lost).sum(),
-            damaged_bytes: damage.iter().map(|d| d.len).sum(),
-            damage,
-        })
+        Ok(crate::repair::report(kept, damage))
     }
 
-    /// `repair_with` into a temporary database beside `src`, then swap: `src` is renamed to
-    /// `SRC.damaged-<unix time>` (returned) and the repaired database takes its name. Holds
-    /// `src`'s lock throughout, so no writer can have it open.
+    /// `repair_with` beside `src`, then swap (`crate::repair::in_place`): `src` is renamed to
+    /// `SRC.damaged-<unix time>` (returned) and the repaired database takes its name.
     pub fn repair_in_place(
         src: &Path,
         params: &Params,
         vfs: Arc<dyn Vfs>,
     ) -> Result<(RepairReport, PathBuf)> {
-        let lock = crate::lock::take(&*vfs, src)?;
-        let name = src
-            .file_name()
-            .ok_or_else(|| Error::InvalidName(format!("{}: not a database path", src.display())))?
-            .to_string_lossy()
-            .into_owned();
-        let tmp = src.with_file_name(format!(".{name}.repair-{}", std::process::id()));
-        let secs = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let kept = src.with_file_name(format!("{name}.damaged-{secs}"));
-        if vfs.exists(&kept) {
-            return Err(Error::InvalidName(format!(
-                "{}: already exists",
-                kept.display()
-            )));
-        }
-        // The salvage open keeps a stand-in: this function holds the real lock to the end.
-        let report = Self::repair_locked(src, &tmp, params, vfs.clone(), Some(Box::new(())))?;
-        vfs.rename(src, &kept)?;
-        vfs.rename(&tmp, src)?;
-        let parent = match src.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        vfs.sync_dir(parent)?;
-        drop(lock);
-        Ok((report, kept))
+        // The salvage open keeps a stand-in for the lock `in_place` holds.
+        crate::repair::in_place(src, &vfs, |tmp| {
+            Self::repair_locked(src, tmp, params, vfs.clone(), Some(Box::new(())))
+        })
     }
 }
 
@@ -162,15 +111,4 @@ fn copy_live(from: &DiskHash, dst: &Path, params: &Params, vfs: Arc<dyn Vfs>) ->
     drop(cur);
     to.close()?;
     Ok(kept)
-}
-
-/// Remove what `copy_live` created at `dir` (best effort: the error that made it stop is the
-/// one reported).
-fn remove_tree(vfs: &dyn Vfs, dir: &Path) {
-    if let Ok(names) = vfs.list(dir) {
-        for n in names {
-            let _ = vfs.remove(&dir.join(n));
-        }
-    }
-    let _ = std::fs::remove_dir(dir);
 }
