@@ -210,20 +210,22 @@ impl Inner {
                     self.load(&mut g)?;
                 }
                 self.write_image(id, &mut g)?;
-                drop(g);
-                if all {
-                    self.evict();
-                }
-                g = slot.st.write();
             } else if victims.contains(&g.image.seg()) {
                 self.move_image(&mut g)?;
             }
+            // The image and the right link as of this latch, together: once it is released the
+            // leaf may split, and an image taken before the split must not be paired with the
+            // new right neighbour (both would hold the moved keys; the split and every change
+            // after it are in the log past this checkpoint's position).
             leaves.push((
                 slot.low().map(|l| Arc::from(l.to_vec().into_boxed_slice())),
                 g.image,
             ));
             let right = g.right;
             drop(g);
+            if all {
+                self.evict();
+            }
             if right == NONE {
                 break;
             }
