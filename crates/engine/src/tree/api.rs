@@ -1,7 +1,7 @@
 //! The `Store` of the B+ tree.
 
 use super::cursor::TreeWalk;
-use super::{DiskTree, Gone, Inner, CKPT_NAME, NODES_DIR};
+use super::{DiskTree, Inner, CKPT_NAME, NODES_DIR};
 use crate::error::{Error, Result};
 use crate::log::segment::seg_file_name;
 use crate::store::{
@@ -34,26 +34,19 @@ impl Store for DiskTree {
     fn view(&self, key: &[u8], f: &mut dyn FnMut(&[u8], Meta)) -> Result<bool> {
         let inner = &self.inner;
         inner.wal.check_open()?;
-        loop {
-            let forest = inner.forest.load();
-            let (_, g) = match inner.read_leaf(&forest, key)? {
-                Ok(x) => x,
-                Err(Gone) => continue,
-            };
-            let leaf = g.leaf.as_ref().expect("latched leaves are cached");
+        let shown = inner.read_key(key, |leaf| {
             let (i, hit) = leaf.find(inner.cmp, key);
-            let shown = hit && {
+            hit && {
                 let e = leaf.entry(i);
                 let live = !is_expired(e.meta.expires, now_secs());
                 if live {
                     f(e.value, e.meta);
                 }
                 live
-            };
-            drop(g);
-            inner.after_read();
-            return Ok(shown);
-        }
+            }
+        })?;
+        inner.after_read();
+        Ok(shown)
     }
 
     fn accept<'v>(

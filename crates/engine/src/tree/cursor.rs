@@ -353,20 +353,10 @@ impl TreeWalk<'_> {
 impl Inner {
     /// Value `dup` of `key`, when live.
     pub(crate) fn get_dup(&self, key: &[u8], dup: u64) -> Result<Option<Record>> {
-        loop {
-            let forest = self.forest.load();
-            let (_, g) = match self.read_leaf(&forest, key)? {
-                Ok(x) => x,
-                Err(Gone) => continue,
-            };
-            let leaf = g.leaf.as_ref().expect("latched leaves are cached");
+        self.read_key(key, |leaf| {
             let (i, hit) = leaf.find_dup(self.cmp, key, dup);
-            if !hit {
-                return Ok(None);
-            }
-            let e = leaf.entry(i);
-            let live = !is_expired(e.meta.expires, now_secs());
-            return Ok(live.then(|| record(e.value, e.meta)));
-        }
+            let e = hit.then(|| leaf.entry(i))?;
+            (!is_expired(e.meta.expires, now_secs())).then(|| record(e.value, e.meta))
+        })
     }
 }

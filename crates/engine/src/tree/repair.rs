@@ -81,10 +81,11 @@ fn copy_all(from: &DiskTree, dst: &Path, params: &Params, vfs: Arc<dyn Vfs>) -> 
     let mut ops: Vec<BatchOp> = Vec::with_capacity(BATCH_RECORDS);
     let mut bytes = 0usize;
     let mut kept = 0u64;
-    let mut prev: Option<Vec<u8>> = None;
+    // The previous key (one buffer, reused), and whether there was one.
+    let (mut prev, mut any) = (Vec::new(), false);
     // The visitor writes to the new database (it must not call the one it walks).
     from.for_each_record(&mut |k, v, m| {
-        if prev.as_deref() == Some(k) {
+        if any && prev == k {
             // A key's second and later values: after the first, in their order.
             to.write_batch(&ops)?;
             kept += ops.len() as u64;
@@ -94,7 +95,9 @@ fn copy_all(from: &DiskTree, dst: &Path, params: &Params, vfs: Arc<dyn Vfs>) -> 
             kept += 1;
             return Ok(true);
         }
-        prev = Some(k.to_vec());
+        prev.clear();
+        prev.extend_from_slice(k);
+        any = true;
         bytes += k.len() + v.len();
         ops.push(BatchOp::Put {
             key: k.to_vec(),

@@ -10,7 +10,7 @@
 
 use super::forest::{Forest, SlotState, NONE};
 use super::index::Key;
-use super::leaf::dup_order;
+use super::leaf::{dup_order, Leaf};
 use super::{Gone, Inner};
 use crate::error::{Error, Result};
 use crate::log::format::{self, HeaderBuf, PutFields, MAX_HEADER_LEN};
@@ -84,13 +84,7 @@ impl Inner {
     ) -> Result<Option<Meta>> {
         check_sizes(key, 0)?;
         self.wal.check_writable()?;
-        loop {
-            let f = self.forest.load();
-            let (_, mut g) = match self.write_leaf(&f, key)? {
-                Ok(x) => x,
-                Err(Gone) => continue,
-            };
-            let st = &mut *g;
+        self.change_leaf(key, true, |st| {
             let leaf = st.leaf.as_mut().expect("write_leaf caches the leaf");
             let (i, hit) = leaf.find(self.cmp, key);
             let now = now_secs();
@@ -108,7 +102,7 @@ impl Inner {
             let before = leaf.mem_bytes();
             let result = match decision {
                 Decision::Keep => {
-                    return Ok(live.then(|| leaf.entry(i).meta));
+                    return Ok((live.then(|| leaf.entry(i).meta), None));
                 }
                 Decision::Put {
                     value,
@@ -133,7 +127,7 @@ impl Inner {
                 }
                 Decision::Touch { expires } => {
                     if !live {
-                        return Ok(None);
+                        return Ok((None, None));
                     }
                     let e = leaf.entry(i);
                     let (value, dup) = (e.value.to_vec(), e.dup);
@@ -145,7 +139,7 @@ impl Inner {
                 }
                 Decision::Remove => {
                     if !hit {
-                        return Ok(None);
+                        return Ok((None, None));
                     }
                     self.log_delete(key, leaf.entry(i).dup)?;
                     leaf.remove(i);
@@ -153,15 +147,57 @@ impl Inner {
                     None
                 }
             };
-            let after = leaf.mem_bytes();
-            self.account(before, after);
-            st.dirty = true;
-            let splits = self.split_leaf(&f, st, i);
+            self.account(before, leaf.mem_bytes());
+            Ok((result, Some(i)))
+        })
+    }
+
+    /// How every change of one key goes: latch the leaf holding `key` for writing (again if a
+    /// vanish replaced the tree meanwhile) and let `change` work on it. When it changed the
+    /// leaf (`Some(hint)`, where), the leaf is marked dirty and split if it grew, the index
+    /// learns of new leaves once the latch is released, the writer waits for its log record
+    /// as the sync mode says (`durable`; not while replaying) and the cache is kept within
+    /// its budget.
+    fn change_leaf<R>(
+        &self,
+        key: &[u8],
+        durable: bool,
+        change: impl FnOnce(&mut SlotState) -> Result<(R, Option<usize>)>,
+    ) -> Result<R> {
+        let mut change = Some(change);
+        loop {
+            let f = self.forest.load();
+            let (_, mut g) = match self.write_leaf(&f, key)? {
+                Ok(x) => x,
+                Err(Gone) => continue,
+            };
+            let change = change.take().expect("a change runs once");
+            let (result, hint) = change(&mut g)?;
+            let Some(hint) = hint else {
+                return Ok(result);
+            };
+            g.dirty = true;
+            let splits = self.split_leaf(&f, &mut g, hint);
             drop(g);
             self.index_splits(&f, splits);
-            self.wal.after_write()?;
+            if durable {
+                self.wal.after_write()?;
+            }
             self.after_change();
             return Ok(result);
+        }
+    }
+
+    /// Read the cached leaf holding `key`, latched for reading (again if a vanish replaced
+    /// the tree meanwhile).
+    pub(crate) fn read_key<R>(&self, key: &[u8], read: impl FnOnce(&Leaf) -> R) -> Result<R> {
+        loop {
+            let forest = self.forest.load();
+            let (_, g) = match self.read_leaf(&forest, key)? {
+                Ok(x) => x,
+                Err(Gone) => continue,
+            };
+            return Ok(read(g.leaf.as_ref().expect("latched leaves are cached")));
         }
     }
 
@@ -208,19 +244,9 @@ impl Inner {
         if let Change::Put { meta, .. } = &change {
             self.version.fetch_max(meta.version, Ordering::Relaxed);
         }
-        loop {
-            let f = self.forest.load();
-            let (_, mut g) = match self.write_leaf(&f, key)? {
-                Ok(x) => x,
-                Err(Gone) => continue,
-            };
-            let i = self.apply(&mut g, key, &change);
-            let splits = self.split_leaf(&f, &mut g, i);
-            drop(g);
-            self.index_splits(&f, splits);
-            self.after_change();
-            return Ok(());
-        }
+        self.change_leaf(key, false, |st| {
+            Ok(((), Some(self.apply(st, key, &change))))
+        })
     }
 
     /// Split the latched leaf while it is larger than `leafsiz` (`hint`: where the last
@@ -517,13 +543,7 @@ impl Inner {
     pub(crate) fn put_dup(&self, key: &[u8], value: &[u8], front: bool) -> Result<()> {
         check_sizes(key, value.len())?;
         self.wal.check_writable()?;
-        loop {
-            let f = self.forest.load();
-            let (_, mut g) = match self.write_leaf(&f, key)? {
-                Ok(x) => x,
-                Err(Gone) => continue,
-            };
-            let st = &mut *g;
+        self.change_leaf(key, true, |st| {
             let leaf = st.leaf.as_mut().expect("write_leaf caches the leaf");
             let (i, j) = leaf.run(self.cmp, key);
             let (at, dup) = if i == j {
@@ -542,33 +562,20 @@ impl Inner {
             };
             leaf.insert(at, key, value, &meta, dup);
             self.count.add(1);
-            let after = leaf.mem_bytes();
-            self.account(before, after);
-            st.dirty = true;
-            let splits = self.split_leaf(&f, st, at);
-            drop(g);
-            self.index_splits(&f, splits);
-            self.wal.after_write()?;
-            self.after_change();
-            return Ok(());
-        }
+            self.account(before, leaf.mem_bytes());
+            Ok(((), Some(at)))
+        })
     }
 
-    /// `Store::remove_all`: every value of `key`, in one log record.
+    /// `Store::remove_all`: every value of `key`, in one log record; how many were live.
     pub(crate) fn remove_all(&self, key: &[u8]) -> Result<u64> {
         check_sizes(key, 0)?;
         self.wal.check_writable()?;
-        loop {
-            let f = self.forest.load();
-            let (_, mut g) = match self.write_leaf(&f, key)? {
-                Ok(x) => x,
-                Err(Gone) => continue,
-            };
-            let st = &mut *g;
+        self.change_leaf(key, true, |st| {
             let leaf = st.leaf.as_mut().expect("write_leaf caches the leaf");
             let (i, j) = leaf.run(self.cmp, key);
             if i == j {
-                return Ok(0);
+                return Ok((0, None));
             }
             let now = now_secs();
             let live = (i..j)
@@ -597,26 +604,15 @@ impl Inner {
                 leaf.remove(i);
             }
             self.count_neg.add(n as u64);
-            let after = leaf.mem_bytes();
-            self.account(before, after);
-            st.dirty = true;
-            drop(g);
-            self.wal.after_write()?;
-            self.after_change();
-            return Ok(live);
-        }
+            self.account(before, leaf.mem_bytes());
+            Ok((live, Some(i)))
+        })
     }
 
     /// The live values of `key`, first to last, each handed to `f`.
     pub(crate) fn values_of(&self, key: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<()> {
         self.wal.check_open()?;
-        loop {
-            let forest = self.forest.load();
-            let (_, g) = match self.read_leaf(&forest, key)? {
-                Ok(x) => x,
-                Err(Gone) => continue,
-            };
-            let leaf = g.leaf.as_ref().expect("latched leaves are cached");
+        self.read_key(key, |leaf| {
             let (i, j) = leaf.run(self.cmp, key);
             let now = now_secs();
             for k in i..j {
@@ -625,8 +621,7 @@ impl Inner {
                     f(e.value);
                 }
             }
-            return Ok(());
-        }
+        })
     }
 }
 
