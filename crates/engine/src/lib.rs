@@ -29,6 +29,7 @@ mod repair;
 pub mod store;
 pub mod tree;
 pub mod tsv;
+pub mod ulog;
 
 pub use config::{Compression, OpenMode, Params, SyncMode};
 pub use error::{Error, Result};

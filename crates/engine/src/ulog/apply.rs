@@ -1,0 +1,79 @@
+//! Applying update log records to a database: a replica following its master, a restore
+//! replaying a log onto a backup, a master redoing its own log's tail after a crash.
+
+use super::record::{batch_ops, values_of, Op};
+use crate::error::{Error, Result};
+use crate::store::{BatchOp, Decision, Store};
+
+/// Apply one operation to `store`. A database of another kind than the log's origin takes
+/// what it can: `Values` on a kind without duplicate keys keeps the last value, an
+/// `Optimize` whose parameters the kind does not take is skipped (`Ok(false)`).
+pub fn apply(store: &dyn Store, op: &Op<'_>) -> Result<bool> {
+    match op {
+        Op::Put {
+            key,
+            value,
+            flags,
+            expires,
+        } => {
+            store.put_with(key, value, *flags, *expires)?;
+        }
+        Op::Remove { key } => {
+            store.out(key)?;
+        }
+        Op::Touch { key, expires } => {
+            store.accept(key, &mut |cur| match cur {
+                Some(_) => Decision::Touch { expires: *expires },
+                None => Decision::Keep,
+            })?;
+        }
+        Op::Vanish => store.vanish()?,
+        Op::Optimize { params } => {
+            let params = std::str::from_utf8(params).unwrap_or("");
+            match store.optimize(params) {
+                Ok(()) => {}
+                Err(Error::InvalidParam(_) | Error::Unsupported(_)) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        Op::Batch { body, .. } => {
+            let mut ops = Vec::new();
+            for op in batch_ops(body) {
+                ops.push(match op? {
+                    Op::Put {
+                        key,
+                        value,
+                        flags,
+                        expires,
+                    } => BatchOp::Put {
+                        key: key.to_vec(),
+                        value: value.to_vec(),
+                        flags,
+                        expires,
+                    },
+                    Op::Remove { key } => BatchOp::Remove { key: key.to_vec() },
+                    _ => return Err(Error::Corrupt("a batch holds only puts and removes".into())),
+                });
+            }
+            store.write_batch(&ops)?;
+        }
+        Op::Values { key, body, .. } => {
+            if store.allows_dups() {
+                store.remove_all(key)?;
+                for v in values_of(body) {
+                    store.put_dup(key, v?, false)?;
+                }
+            } else {
+                match values_of(body).last() {
+                    Some(v) => {
+                        store.put(key, v?)?;
+                    }
+                    None => {
+                        store.out(key)?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(true)
+}

@@ -1,0 +1,766 @@
+//! `Logged`: a database whose every change is written to an update log. It wraps any kind
+//! (it is itself a `Store`), so every protocol and tool that writes through it is logged
+//! alike.
+//!
+//! Rules:
+//! - **Log, then apply.** A change is appended to the log (and written to the operating
+//!   system at once, so a killed process never loses a log record whose change reached the
+//!   database), then applied. A change the database then refuses is followed by a record of
+//!   the key's actual state, so the log never claims what the database does not hold.
+//! - **One order per key.** Changes of one key are serialised by one of 1,024 stripe locks,
+//!   taken around logging and applying, so a key's records are in the order its changes were
+//!   applied. Different keys proceed in parallel (the log's append is a short critical
+//!   section). A read-modify-write (`accept`) decides on the record it reads under the stripe.
+//! - **Redo after a crash.** Every 2 s (and at close) the time stamp up to which every record
+//!   is applied and the database synced is saved (`applied` in the log's directory); opening
+//!   replays the records after it onto the database. Records are effects, so replaying one
+//!   the database already holds changes nothing.
+//! - **Positions for copies.** [`Logged::position`] waits until every record up to the log's
+//!   newest is applied and returns its time stamp: a copy or snapshot taken after it holds at
+//!   least everything up to it, and replaying the log from it makes it exact.
+//! - **Concurrent writes of two masters converge**: a replicated change of a key is applied
+//!   only if its origin stamp (origin time stamp, then origin server id) is newer than that of
+//!   the key's last change this server saw within the last `LWW_WINDOW` (last writer wins).
+
+use super::apply::apply;
+use super::record::{self, push_batch_op, push_value, Op, Rec};
+use super::{now_us, read_dir, Ulog};
+use crate::error::{Error, Result};
+use crate::store::{
+    BatchOp, CheckReport, Current, Cursor, Damaged, Decision, KeyRange, Kind, Meta, Record,
+    RecordVisitor, Shown, Store,
+};
+use hashbrown::HashMap;
+use parking_lot::Mutex;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const STRIPES: usize = 1024;
+/// How long a key's last origin stamp is remembered for ordering concurrent writes of two
+/// masters, in microseconds.
+pub const LWW_WINDOW: u64 = 600 * 1_000_000;
+/// Stamps kept per stripe at most (so about a million keys in all).
+const LWW_PER_STRIPE: usize = 1024;
+
+type Stamp = (u64, u32);
+
+#[derive(Default)]
+struct Stripe {
+    stamps: Option<HashMap<Box<[u8]>, Stamp>>,
+}
+
+impl Stripe {
+    fn newer_seen(&self, key: &[u8], stamp: Stamp) -> bool {
+        self.stamps
+            .as_ref()
+            .and_then(|m| m.get(key))
+            .is_some_and(|s| *s >= stamp)
+    }
+
+    fn note(&mut self, key: &[u8], stamp: Stamp) {
+        let m = self.stamps.get_or_insert_with(HashMap::new);
+        if m.len() >= LWW_PER_STRIPE && !m.contains_key(key) {
+            let old = now_us().saturating_sub(LWW_WINDOW);
+            m.retain(|_, s| s.0 >= old);
+            if m.len() >= LWW_PER_STRIPE {
+                m.clear();
+            }
+        }
+        m.insert(key.into(), stamp);
+    }
+}
+
+/// A database with an update log (see the module's comment).
+pub struct Logged {
+    inner: Arc<dyn Store>,
+    log: Arc<Ulog>,
+    stripes: Box<[Mutex<Stripe>]>,
+    /// Remember origin stamps (a server that takes writes from clients and from a master).
+    lww: AtomicBool,
+    persistent: bool,
+    stop: Arc<AtomicBool>,
+    marker: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Records replayed onto the database when it was opened.
+    pub redone: u64,
+}
+
+fn stripe_of(key: &[u8]) -> usize {
+    xxhash_rust::xxh3::xxh3_64(key) as usize & (STRIPES - 1)
+}
+
+fn applied_path(log: &Ulog) -> PathBuf {
+    log.config().dir.join("applied")
+}
+
+fn read_applied(log: &Ulog) -> Option<u64> {
+    let text = std::fs::read_to_string(applied_path(log)).ok()?;
+    let (ts, crc) = text.trim().split_once(' ')?;
+    (crc.parse::<u32>().ok()? == crc32c::crc32c(ts.as_bytes())).then_some(())?;
+    ts.parse().ok()
+}
+
+fn write_applied(log: &Ulog, ts: u64) -> Result<()> {
+    let ts = ts.to_string();
+    let text = format!("{ts} {}\n", crc32c::crc32c(ts.as_bytes()));
+    let tmp = log.config().dir.join("applied.tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, applied_path(log))?;
+    Ok(())
+}
+
+/// The position file written beside a copy: `DEST.ulogpos`.
+pub fn position_path(dest: &Path) -> PathBuf {
+    let mut s = dest.as_os_str().to_owned();
+    s.push(".ulogpos");
+    PathBuf::from(s)
+}
+
+/// Record that the copy at `dest` holds every change up to `ts` of server `sid`'s log.
+pub fn write_position(dest: &Path, ts: u64, sid: u32) -> Result<()> {
+    let body = format!("kura-ulog-position {ts} {sid}");
+    let text = format!("{body}\ncrc {}\n", crc32c::crc32c(body.as_bytes()));
+    let path = position_path(dest);
+    std::fs::write(&path, text)?;
+    std::fs::File::open(&path)?.sync_all()?;
+    Ok(())
+}
+
+/// The log position recorded beside the copy at `dest`: `(ts, sid)`.
+pub fn read_position(dest: &Path) -> Result<(u64, u32)> {
+    let path = position_path(dest);
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        Error::NotFound(format!(
+            "{}: no log position beside the backup ({e})",
+            path.display()
+        ))
+    })?;
+    let bad = || Error::Corrupt(format!("{}: damaged log position file", path.display()));
+    let mut lines = text.lines();
+    let body = lines.next().ok_or_else(bad)?;
+    let crc: u32 = lines
+        .next()
+        .and_then(|l| l.strip_prefix("crc "))
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(bad)?;
+    if crc != crc32c::crc32c(body.as_bytes()) {
+        return Err(bad());
+    }
+    let f: Vec<&str> = body.split(' ').collect();
+    match f[..] {
+        ["kura-ulog-position", ts, sid] => Ok((
+            ts.parse().map_err(|_| bad())?,
+            sid.parse().map_err(|_| bad())?,
+        )),
+        _ => Err(bad()),
+    }
+}
+
+impl Logged {
+    /// Wrap `inner` with `log`. A persistent database gets the log's records after its saved
+    /// `applied` mark replayed onto it; a memory database, which starts empty, gets a `Vanish`
+    /// logged (when the log has records), so its replicas start empty too.
+    pub fn new(inner: Arc<dyn Store>, log: Arc<Ulog>) -> Result<Arc<Logged>> {
+        let persistent = inner.kind().info().caps.persistent;
+        let mut redone = 0;
+        if persistent {
+            let (_, first) = log.span();
+            let from = read_applied(&log).unwrap_or(0).max(first);
+            if from < log.last_ts() {
+                log.flush()?;
+                redone = read_dir(&log.config().dir, from, u64::MAX, &mut |r: &Rec<'_>| {
+                    apply(&*inner, &r.op).map(|_| ())
+                })?;
+                inner.sync()?;
+            }
+            write_applied(&log, log.last_ts())?;
+        } else if log.last_ts() > 0 {
+            log.append(&Op::Vanish)?;
+        }
+        let stripes = (0..STRIPES)
+            .map(|_| Mutex::new(Stripe::default()))
+            .collect();
+        let me = Arc::new(Logged {
+            inner,
+            log,
+            stripes,
+            lww: AtomicBool::new(false),
+            persistent,
+            stop: Arc::new(AtomicBool::new(false)),
+            marker: Mutex::new(None),
+            redone,
+        });
+        if persistent {
+            let weak = Arc::downgrade(&me);
+            let stop = me.stop.clone();
+            let h = std::thread::Builder::new()
+                .name("kura-ulog-mark".into())
+                .spawn(move || {
+                    let mut n = 0u32;
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_millis(100));
+                        n += 1;
+                        if !n.is_multiple_of(20) {
+                            continue;
+                        }
+                        let Some(me) = weak.upgrade() else { return };
+                        let _ = me.mark();
+                    }
+                })
+                .ok();
+            *me.marker.lock() = h;
+        }
+        Ok(me)
+    }
+
+    pub fn log(&self) -> &Arc<Ulog> {
+        &self.log
+    }
+
+    pub fn inner(&self) -> &Arc<dyn Store> {
+        &self.inner
+    }
+
+    /// Order concurrent writes to a key by their origin stamps (a server with a master that
+    /// also takes writes: dual master).
+    pub fn set_lww(&self, on: bool) {
+        self.lww.store(on, Ordering::Relaxed);
+    }
+
+    /// Wait until every record logged so far is applied; the newest time stamp.
+    pub fn position(&self) -> u64 {
+        let ts = self.log.last_ts();
+        for s in self.stripes.iter() {
+            drop(s.lock());
+        }
+        ts
+    }
+
+    /// Save the point up to which the database holds every record, durably.
+    fn mark(&self) -> Result<()> {
+        let ts = self.position();
+        self.inner.sync()?;
+        write_applied(&self.log, ts)
+    }
+
+    /// Log `op` (a change of `key`) and apply it with `f`, under the key's stripe.
+    fn change<T>(
+        &self,
+        key: &[u8],
+        op: &Op<'_>,
+        f: impl FnOnce(&dyn Store) -> Result<T>,
+    ) -> Result<T> {
+        let mut st = self.stripes[stripe_of(key)].lock();
+        let ts = self.log.append(op)?;
+        let r = f(&*self.inner);
+        match &r {
+            // A key with duplicates: the change may have touched one value of several.
+            Ok(_) if self.inner.allows_dups() => self.compensate(key),
+            Ok(_) => {}
+            Err(_) => self.compensate(key),
+        }
+        if r.is_ok() && self.lww.load(Ordering::Relaxed) {
+            st.note(key, (ts, self.log.sid()));
+        }
+        drop(st);
+        if r.is_ok() {
+            self.log.settle()?;
+        }
+        r
+    }
+
+    /// After a logged change the database refused, or one that may have touched one value of
+    /// several: log the key's actual state.
+    fn compensate(&self, key: &[u8]) {
+        if self.inner.allows_dups() && self.inner.value_count(key).unwrap_or(0) > 1 {
+            if let Ok(vals) = self.inner.get_all(key) {
+                let mut body = Vec::new();
+                for v in &vals {
+                    push_value(&mut body, v);
+                }
+                let _ = self.log.append(&Op::Values {
+                    key,
+                    count: vals.len() as u32,
+                    body: &body,
+                });
+            }
+            return;
+        }
+        let _ = match self.inner.get(key) {
+            Ok(Some(r)) => self.log.append(&Op::Put {
+                key,
+                value: &r.value,
+                flags: r.meta.flags,
+                expires: r.meta.expires,
+            }),
+            Ok(None) => self.log.append(&Op::Remove { key }),
+            Err(_) => return,
+        };
+    }
+
+    /// Apply a record replicated from another server: logged again with its origin kept,
+    /// skipped when it came from this server (a loop) or, with last-writer-wins on, when a
+    /// newer change of the key was seen. Whether it was applied.
+    pub fn apply_remote(&self, rec: &Rec<'_>) -> Result<bool> {
+        if rec.origin_sid == self.log.sid() {
+            return Ok(false);
+        }
+        let origin = Some((rec.origin_sid, rec.origin_ts));
+        let stamp = (rec.origin_ts, rec.origin_sid);
+        let lww = self.lww.load(Ordering::Relaxed);
+        match &rec.op {
+            Op::Batch { body, .. } => {
+                let ops: Vec<Op<'_>> = record::batch_ops(body).collect::<Result<_>>()?;
+                let mut idx: Vec<usize> =
+                    ops.iter().filter_map(|o| o.key().map(stripe_of)).collect();
+                idx.sort_unstable();
+                idx.dedup();
+                let mut guards: Vec<_> = idx.iter().map(|&i| (i, self.stripes[i].lock())).collect();
+                let stripe = |guards: &mut Vec<(usize, parking_lot::MutexGuard<'_, Stripe>)>,
+                              key: &[u8]| {
+                    let i = stripe_of(key);
+                    guards.iter_mut().position(|(j, _)| *j == i).unwrap_or(0)
+                };
+                let mut kept = Vec::new();
+                let mut n = 0;
+                for o in &ops {
+                    let key = o.key().unwrap_or_default();
+                    let g = stripe(&mut guards, key);
+                    if lww && guards[g].1.newer_seen(key, stamp) {
+                        continue;
+                    }
+                    push_batch_op(&mut kept, o);
+                    n += 1;
+                }
+                if n == 0 {
+                    return Ok(false);
+                }
+                let op = Op::Batch {
+                    count: n,
+                    body: &kept,
+                };
+                self.log.append_from(origin, &op)?;
+                apply(&*self.inner, &op)?;
+                if lww {
+                    for o in &ops {
+                        let key = o.key().unwrap_or_default();
+                        let g = stripe(&mut guards, key);
+                        guards[g].1.note(key, stamp);
+                    }
+                }
+                drop(guards);
+            }
+            Op::Vanish => {
+                let guards: Vec<_> = self.stripes.iter().map(|s| s.lock()).collect();
+                self.log.append_from(origin, &rec.op)?;
+                apply(&*self.inner, &rec.op)?;
+                drop(guards);
+            }
+            Op::Optimize { .. } => {
+                self.log.append_from(origin, &rec.op)?;
+                apply(&*self.inner, &rec.op)?;
+            }
+            op => {
+                let key = op.key().unwrap_or_default();
+                let mut st = self.stripes[stripe_of(key)].lock();
+                if lww && st.newer_seen(key, stamp) {
+                    return Ok(false);
+                }
+                self.log.append_from(origin, op)?;
+                if let Err(e) = apply(&*self.inner, op) {
+                    self.compensate(key);
+                    return Err(e);
+                }
+                if lww {
+                    st.note(key, stamp);
+                }
+            }
+        }
+        self.log.settle()?;
+        Ok(true)
+    }
+}
+
+impl Drop for Logged {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Store for Logged {
+    fn get(&self, key: &[u8]) -> Result<Option<Record>> {
+        self.inner.get(key)
+    }
+
+    fn view(&self, key: &[u8], f: &mut dyn FnMut(&[u8], Meta)) -> Result<bool> {
+        self.inner.view(key, f)
+    }
+
+    fn view_shared(
+        &self,
+        key: &[u8],
+        min: usize,
+        f: &mut dyn FnMut(Shown<'_>, Meta),
+    ) -> Result<bool> {
+        self.inner.view_shared(key, min, f)
+    }
+
+    fn accept<'v>(
+        &self,
+        key: &[u8],
+        visitor: &mut dyn FnMut(Option<Current<'_>>) -> Decision<'v>,
+    ) -> Result<Option<Meta>> {
+        let mut st = self.stripes[stripe_of(key)].lock();
+        // Decide on the record as it is now: no other change of this key can come between
+        // (they all take this stripe).
+        let mut decided = None;
+        let mut seen = None;
+        let found = self.inner.view(key, &mut |value, meta| {
+            seen = Some(meta);
+            decided = Some(visitor(Some(Current { value, meta })));
+        })?;
+        let decision = match decided {
+            Some(d) if found => d,
+            _ => visitor(None),
+        };
+        let op = match &decision {
+            Decision::Keep => return Ok(seen),
+            Decision::Put {
+                value,
+                flags,
+                expires,
+            } => Op::Put {
+                key,
+                value,
+                flags: *flags,
+                expires: *expires,
+            },
+            Decision::Touch { expires } => {
+                if seen.is_none() {
+                    return Ok(None);
+                }
+                Op::Touch {
+                    key,
+                    expires: *expires,
+                }
+            }
+            Decision::Remove => {
+                if seen.is_none() {
+                    return Ok(None);
+                }
+                Op::Remove { key }
+            }
+        };
+        let ts = self.log.append(&op)?;
+        let r = self.inner.accept(key, &mut |_| decision.clone());
+        if r.is_err() || self.inner.allows_dups() {
+            self.compensate(key);
+        }
+        if r.is_ok() && self.lww.load(Ordering::Relaxed) {
+            st.note(key, (ts, self.log.sid()));
+        }
+        drop(st);
+        if r.is_ok() {
+            self.log.settle()?;
+        }
+        r
+    }
+
+    fn put_with(&self, key: &[u8], value: &[u8], flags: u32, expires: u64) -> Result<Meta> {
+        crate::store::check_sizes(key, value.len())?;
+        let op = Op::Put {
+            key,
+            value,
+            flags,
+            expires,
+        };
+        self.change(key, &op, |s| s.put_with(key, value, flags, expires))
+    }
+
+    fn out(&self, key: &[u8]) -> Result<bool> {
+        // Only a live record's removal is a change worth logging.
+        let st = self.stripes[stripe_of(key)].lock();
+        let live = self.inner.view(key, &mut |_, _| {})?;
+        drop(st);
+        if !live {
+            return Ok(false);
+        }
+        self.change(key, &Op::Remove { key }, |s| s.out(key))
+    }
+
+    fn write_batch(&self, ops: &[BatchOp]) -> Result<()> {
+        for op in ops {
+            if let BatchOp::Put { key, value, .. } = op {
+                crate::store::check_sizes(key, value.len())?;
+            }
+        }
+        let mut idx: Vec<usize> = ops.iter().map(|o| stripe_of(o.key())).collect();
+        idx.sort_unstable();
+        idx.dedup();
+        let guards: Vec<_> = idx.iter().map(|&i| self.stripes[i].lock()).collect();
+        let mut body = Vec::new();
+        for op in ops {
+            let o = match op {
+                BatchOp::Put {
+                    key,
+                    value,
+                    flags,
+                    expires,
+                } => Op::Put {
+                    key,
+                    value,
+                    flags: *flags,
+                    expires: *expires,
+                },
+                BatchOp::Remove { key } => Op::Remove { key },
+            };
+            push_batch_op(&mut body, &o);
+        }
+        self.log.append(&Op::Batch {
+            count: ops.len() as u32,
+            body: &body,
+        })?;
+        let r = self.inner.write_batch(ops);
+        if r.is_err() {
+            for op in ops {
+                self.compensate(op.key());
+            }
+        }
+        drop(guards);
+        r?;
+        self.log.settle()
+    }
+
+    fn cursor(&self) -> Result<Box<dyn Cursor + '_>> {
+        Ok(Box::new(LoggedCursor {
+            inner: self.inner.cursor()?,
+            owner: self,
+        }))
+    }
+
+    fn count(&self) -> u64 {
+        self.inner.count()
+    }
+
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.log.sync()?;
+        self.inner.sync()
+    }
+
+    fn optimize(&self, params: &str) -> Result<()> {
+        self.log.append(&Op::Optimize {
+            params: params.as_bytes(),
+        })?;
+        self.inner.optimize(params)?;
+        self.log.settle()
+    }
+
+    fn vanish(&self) -> Result<()> {
+        let guards: Vec<_> = self.stripes.iter().map(|s| s.lock()).collect();
+        self.log.append(&Op::Vanish)?;
+        let r = self.inner.vanish();
+        drop(guards);
+        r?;
+        self.log.settle()
+    }
+
+    fn copy_to(&self, dest: &Path) -> Result<()> {
+        let ts = self.position();
+        self.inner.copy_to(dest)?;
+        write_position(dest, ts, self.log.sid())
+    }
+
+    fn check(&self) -> Result<CheckReport> {
+        self.inner.check()
+    }
+
+    fn kind(&self) -> Kind {
+        self.inner.kind()
+    }
+
+    fn describe(&self) -> Vec<(String, String)> {
+        let mut d = self.inner.describe();
+        let (files, first) = self.log.span();
+        d.push(("ulog".into(), self.log.config().dir.display().to_string()));
+        d.push(("ulog_files".into(), files.to_string()));
+        d.push(("ulog_first_ts".into(), first.to_string()));
+        d.push(("ulog_last_ts".into(), self.log.last_ts().to_string()));
+        d
+    }
+
+    fn close(&self) -> Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.marker.lock().take() {
+            let _ = h.join();
+        }
+        self.log.close()?;
+        if self.persistent {
+            self.mark()?;
+        }
+        self.inner.close()
+    }
+
+    fn damage_found(&self) -> Vec<Damaged> {
+        self.inner.damage_found()
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        self.inner.counters()
+    }
+
+    fn for_each_record(&self, f: &mut RecordVisitor<'_>) -> Result<u64> {
+        self.inner.for_each_record(f)
+    }
+
+    fn fwmkeys(&self, prefix: &[u8], max: usize) -> Result<Vec<Vec<u8>>> {
+        self.inner.fwmkeys(prefix, max)
+    }
+
+    fn range(&self, from: &[u8], to: Option<&[u8]>, max: usize) -> Result<Vec<Vec<u8>>> {
+        self.inner.range(from, to, max)
+    }
+
+    fn allows_dups(&self) -> bool {
+        self.inner.allows_dups()
+    }
+
+    fn put_dup(&self, key: &[u8], value: &[u8], front: bool) -> Result<()> {
+        crate::store::check_sizes(key, value.len())?;
+        let mut st = self.stripes[stripe_of(key)].lock();
+        let mut vals = self.inner.get_all(key)?;
+        if front {
+            vals.insert(0, value.to_vec());
+        } else {
+            vals.push(value.to_vec());
+        }
+        let mut body = Vec::new();
+        for v in &vals {
+            push_value(&mut body, v);
+        }
+        let ts = self.log.append(&Op::Values {
+            key,
+            count: vals.len() as u32,
+            body: &body,
+        })?;
+        let r = self.inner.put_dup(key, value, front);
+        match &r {
+            Ok(()) if self.lww.load(Ordering::Relaxed) => st.note(key, (ts, self.log.sid())),
+            Ok(()) => {}
+            Err(_) => self.compensate(key),
+        }
+        drop(st);
+        r?;
+        self.log.settle()
+    }
+
+    fn get_all(&self, key: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.inner.get_all(key)
+    }
+
+    fn remove_all(&self, key: &[u8]) -> Result<u64> {
+        let op = Op::Values {
+            key,
+            count: 0,
+            body: &[],
+        };
+        if self.inner.value_count(key)? == 0 {
+            return Ok(0);
+        }
+        self.change(key, &op, |s| s.remove_all(key))
+    }
+
+    fn value_count(&self, key: &[u8]) -> Result<u64> {
+        self.inner.value_count(key)
+    }
+
+    fn for_each_in_range(&self, range: &KeyRange<'_>, f: &mut RecordVisitor<'_>) -> Result<u64> {
+        self.inner.for_each_in_range(range, f)
+    }
+}
+
+/// A cursor whose writes are logged.
+struct LoggedCursor<'a> {
+    inner: Box<dyn Cursor + 'a>,
+    owner: &'a Logged,
+}
+
+impl Cursor for LoggedCursor<'_> {
+    fn first(&mut self) -> Result<bool> {
+        self.inner.first()
+    }
+    fn last(&mut self) -> Result<bool> {
+        self.inner.last()
+    }
+    fn jump(&mut self, key: &[u8]) -> Result<bool> {
+        self.inner.jump(key)
+    }
+    fn jump_back(&mut self, key: &[u8]) -> Result<bool> {
+        self.inner.jump_back(key)
+    }
+    fn step(&mut self) -> Result<bool> {
+        self.inner.step()
+    }
+    fn step_back(&mut self) -> Result<bool> {
+        self.inner.step_back()
+    }
+    fn get(&mut self) -> Result<Option<(Vec<u8>, Record)>> {
+        self.inner.get()
+    }
+    fn set_value(&mut self, value: &[u8], expires: Option<u64>) -> Result<bool> {
+        let Some((key, rec)) = self.inner.get()? else {
+            return Ok(false);
+        };
+        let o = self.owner;
+        let mut st = o.stripes[stripe_of(&key)].lock();
+        let op = Op::Put {
+            key: &key,
+            value,
+            flags: rec.meta.flags,
+            expires: expires.unwrap_or(rec.meta.expires),
+        };
+        let ts = o.log.append(&op)?;
+        let r = self.inner.set_value(value, expires);
+        if !matches!(r, Ok(true)) || o.inner.allows_dups() {
+            o.compensate(&key);
+        } else if o.lww.load(Ordering::Relaxed) {
+            st.note(&key, (ts, o.log.sid()));
+        }
+        drop(st);
+        if r.is_ok() {
+            o.log.settle()?;
+        }
+        r
+    }
+    fn remove(&mut self) -> Result<bool> {
+        Ok(self.seize()?.is_some())
+    }
+    fn seize(&mut self) -> Result<Option<(Vec<u8>, Record)>> {
+        let Some((key, _)) = self.inner.get()? else {
+            return Ok(None);
+        };
+        let o = self.owner;
+        let st = o.stripes[stripe_of(&key)].lock();
+        o.log.append(&Op::Remove { key: &key })?;
+        let r = self.inner.seize();
+        if !matches!(r, Ok(Some(_))) || o.inner.allows_dups() {
+            o.compensate(&key);
+        }
+        drop(st);
+        if r.is_ok() {
+            o.log.settle()?;
+        }
+        r
+    }
+    fn next(&mut self) -> Result<Option<(Vec<u8>, Record)>> {
+        self.inner.next()
+    }
+    fn damage_skipped(&self) -> u64 {
+        self.inner.damage_skipped()
+    }
+}

@@ -1,0 +1,811 @@
+//! The update log: every change of a database, in order, with a microsecond time stamp and the
+//! server id of its origin, in files under one directory. It is what replicas follow, what a
+//! point-in-time restore replays onto a backup, and what a hot backup records its position in.
+//!
+//! Files are `NNNNNNNNNNNNNNNNNNNN.kul` (a 20-digit sequence number), each a 32-byte header
+//! (`[magic "KURAULG1"][sid u32][0 u32][prev_ts u64][0 u32][crc32c u32]`, `prev_ts` the time
+//! stamp of the last record before this file: every record in it is newer) and then records
+//! (`record`). A new file is started when the current one passes `file_size`; the old one is
+//! fsynced first, so only the newest file can have a torn tail.
+//!
+//! Time stamps are positions: each is the later of the wall clock in microseconds and the
+//! previous one plus one, so they increase strictly even across restarts and clock steps back.
+//! A reader asks for the records after a time stamp.
+//!
+//! Durability follows the database's sync mode: `always` makes a write wait for the log's
+//! fsync (one fsync for every writer waiting when it starts: group commit), or, for a server
+//! thread that defers durability (`crate::durability`), owe a sync its commit thread makes;
+//! an interval syncs in the background; `none` on `sync` and close.
+//!
+//! Retention: files other than the newest are removed oldest first once every known replica
+//! has confirmed them and they are older than `keep`, or at once when the log is over `limit`
+//! bytes. A reader that asks for records that were removed is told it is behind
+//! ([`Start::Behind`]), and bootstraps from a snapshot instead.
+
+pub mod apply;
+pub mod logged;
+pub mod record;
+
+use crate::config::SyncMode;
+use crate::error::{Error, Result};
+use parking_lot::{Condvar, Mutex};
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub use record::{Op, Rec};
+
+const MAGIC: &[u8; 8] = b"KURAULG1";
+const FILE_HEADER: u64 = 32;
+
+/// How an update log is set up.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub dir: PathBuf,
+    /// This server's id: the origin of the writes it takes from clients.
+    pub sid: u32,
+    pub sync: SyncMode,
+    /// A new file is started past this many bytes.
+    pub file_size: u64,
+    /// The log's total size cap in bytes (0: none): oldest files are removed past it, even
+    /// if a replica still needs them.
+    pub limit: u64,
+    /// Files younger than this are kept (for point-in-time restores), even once confirmed.
+    pub keep: Duration,
+}
+
+impl Config {
+    pub fn new(dir: impl Into<PathBuf>, sid: u32) -> Config {
+        Config {
+            dir: dir.into(),
+            sid,
+            sync: SyncMode::DEFAULT,
+            file_size: 64 << 20,
+            limit: 1 << 30,
+            keep: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+/// Microseconds since the epoch.
+pub fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+#[derive(Clone, Debug)]
+struct FileInfo {
+    idx: u64,
+    prev_ts: u64,
+}
+
+struct Writer {
+    file: Arc<File>,
+    idx: u64,
+    /// Bytes of the current file written (header included), not counting `buf`.
+    size: u64,
+    buf: Vec<u8>,
+    last_ts: u64,
+    /// Bytes ever written to files by this handle: what a sync covers.
+    written: u64,
+    files: Vec<FileInfo>,
+    failed: Option<String>,
+}
+
+/// A replica the log knows of: the position it confirmed (every record up to it is applied
+/// there), and when it was last heard from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Replica {
+    pub confirmed: u64,
+    pub last_seen: u64,
+    pub addr: String,
+    pub connected: bool,
+}
+
+/// An open update log.
+pub struct Ulog {
+    cfg: Config,
+    w: Mutex<Writer>,
+    /// Readers waiting for records wait here (with `w`).
+    cv: Condvar,
+    /// `written` that the last fsync covered.
+    synced: Mutex<u64>,
+    last_ts: AtomicU64,
+    replicas: Mutex<BTreeMap<u32, Replica>>,
+    replicas_dirty: AtomicBool,
+    stop: Arc<AtomicBool>,
+    background: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Bytes dropped from the newest file's torn tail when the log was opened.
+    pub torn_tail: u64,
+}
+
+/// Where a reader starts.
+pub enum Start {
+    Reader(Reader),
+    /// The records after the asked position were removed: the oldest kept follow this one.
+    Behind {
+        first: u64,
+    },
+}
+
+fn file_name(idx: u64) -> String {
+    format!("{idx:020}.kul")
+}
+
+fn file_header(sid: u32, prev_ts: u64) -> [u8; 32] {
+    let mut h = [0u8; 32];
+    h[0..8].copy_from_slice(MAGIC);
+    h[8..12].copy_from_slice(&sid.to_le_bytes());
+    h[16..24].copy_from_slice(&prev_ts.to_le_bytes());
+    let crc = crc32c::crc32c(&h[0..28]);
+    h[28..32].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+fn read_header(path: &Path) -> Result<u64> {
+    let mut f = File::open(path)?;
+    let mut h = [0u8; 32];
+    f.read_exact(&mut h)
+        .map_err(|_| Error::Corrupt(format!("{}: shorter than its header", path.display())))?;
+    let crc = u32::from_le_bytes([h[28], h[29], h[30], h[31]]);
+    if &h[0..8] != MAGIC || crc32c::crc32c(&h[0..28]) != crc {
+        return Err(Error::Corrupt(format!(
+            "{}: not an update log file (bad header)",
+            path.display()
+        )));
+    }
+    let mut p = [0u8; 8];
+    p.copy_from_slice(&h[16..24]);
+    Ok(u64::from_le_bytes(p))
+}
+
+/// The update log files of `dir`, oldest first.
+fn list(dir: &Path) -> Result<Vec<FileInfo>> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir)? {
+        let e = e?;
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(stem) = name.strip_suffix(".kul") else {
+            continue;
+        };
+        let Ok(idx) = stem.parse::<u64>() else {
+            continue;
+        };
+        let prev_ts = read_header(&e.path())?;
+        out.push(FileInfo { idx, prev_ts });
+    }
+    out.sort_by_key(|f| f.idx);
+    for w in out.windows(2) {
+        if w[1].prev_ts < w[0].prev_ts {
+            return Err(Error::Corrupt(format!(
+                "update log: {} starts before {}",
+                file_name(w[1].idx),
+                file_name(w[0].idx)
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// Scan a file's records: the offset after the last good one, the last time stamp, and
+/// whether bad bytes follow it.
+fn scan_file(path: &Path, prev_ts: u64) -> Result<(u64, u64, bool)> {
+    let data = fs::read(path)?;
+    let mut off = FILE_HEADER as usize;
+    let mut last = prev_ts;
+    while off < data.len() {
+        match record::decode(&data[off..]) {
+            Ok(record::Next::Record(r, n)) => {
+                if r.ts <= last {
+                    return Err(Error::Corrupt(format!(
+                        "{}: time stamps out of order at offset {off}",
+                        path.display()
+                    )));
+                }
+                last = r.ts;
+                off += n;
+            }
+            Ok(record::Next::Incomplete) | Err(_) => {
+                // A torn tail holds no intact record after it; damage in the middle does.
+                let later = (off + 1..data.len()).any(|o| {
+                    matches!(record::decode(&data[o..]), Ok(record::Next::Record(r, _)) if r.ts > last)
+                });
+                if later {
+                    return Err(Error::Corrupt(format!(
+                        "{}: damaged record at offset {off} with intact records after it",
+                        path.display()
+                    )));
+                }
+                return Ok((off as u64, last, true));
+            }
+        }
+    }
+    Ok((off as u64, last, false))
+}
+
+impl Ulog {
+    /// Open (or create) the update log in `cfg.dir`. A torn tail of the newest file (a crash
+    /// during a write) is cut off and counted in `torn_tail`; damage anywhere else is an error.
+    pub fn open(cfg: Config) -> Result<Arc<Ulog>> {
+        fs::create_dir_all(&cfg.dir)?;
+        let mut files = list(&cfg.dir)?;
+        let mut torn = 0;
+        let (file, idx, size, last_ts) = match files.last() {
+            Some(f) => {
+                let path = cfg.dir.join(file_name(f.idx));
+                let (end, last, _) = scan_file(&path, f.prev_ts)?;
+                let file = OpenOptions::new().read(true).write(true).open(&path)?;
+                let len = file.metadata()?.len();
+                if len > end {
+                    torn = len - end;
+                    file.set_len(end)?;
+                    file.sync_all()?;
+                }
+                (file, f.idx, end, last)
+            }
+            None => {
+                let path = cfg.dir.join(file_name(1));
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)?;
+                file.write_all_at(&file_header(cfg.sid, 0), 0)?;
+                file.sync_all()?;
+                File::open(&cfg.dir)?.sync_all()?;
+                files.push(FileInfo { idx: 1, prev_ts: 0 });
+                (file, 1, FILE_HEADER, 0)
+            }
+        };
+        let replicas = load_replicas(&cfg.dir);
+        let log = Arc::new(Ulog {
+            w: Mutex::new(Writer {
+                file: Arc::new(file),
+                idx,
+                size,
+                buf: Vec::with_capacity(64 << 10),
+                last_ts,
+                written: 0,
+                files,
+                failed: None,
+            }),
+            cv: Condvar::new(),
+            synced: Mutex::new(0),
+            last_ts: AtomicU64::new(last_ts),
+            replicas: Mutex::new(replicas),
+            replicas_dirty: AtomicBool::new(false),
+            stop: Arc::new(AtomicBool::new(false)),
+            background: Mutex::new(None),
+            torn_tail: torn,
+            cfg,
+        });
+        log.start_background();
+        Ok(log)
+    }
+
+    /// A thread that syncs on the interval (when the sync mode has one), flushes buffered
+    /// records for readers, saves replica positions and applies retention.
+    fn start_background(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        let stop = self.stop.clone();
+        let every = match self.cfg.sync {
+            SyncMode::Interval(d) => d.min(Duration::from_secs(1)),
+            _ => Duration::from_secs(1),
+        };
+        let h = std::thread::Builder::new()
+            .name("kura-ulog".into())
+            .spawn(move || {
+                let mut since_sync = Duration::ZERO;
+                let tick = Duration::from_millis(20).min(every);
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(tick);
+                    since_sync += tick;
+                    let Some(log) = weak.upgrade() else { return };
+                    let _ = log.flush();
+                    if since_sync >= every {
+                        since_sync = Duration::ZERO;
+                        if matches!(log.cfg.sync, SyncMode::Interval(_)) {
+                            let _ = log.sync();
+                        }
+                        let _ = log.save_replicas();
+                        let _ = log.purge();
+                    }
+                }
+            })
+            .ok();
+        *self.background.lock() = h;
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn sid(&self) -> u32 {
+        self.cfg.sid
+    }
+
+    /// The time stamp of the newest record (0: none yet).
+    pub fn last_ts(&self) -> u64 {
+        self.last_ts.load(Ordering::Acquire)
+    }
+
+    /// Append one record written by this server (origin: its own sid, the new time stamp).
+    pub fn append(&self, op: &Op<'_>) -> Result<u64> {
+        self.append_from(None, op)
+    }
+
+    /// Append one record; `origin` is `(sid, ts)` of a replicated write (kept), `None` for a
+    /// local one.
+    pub fn append_from(&self, origin: Option<(u32, u64)>, op: &Op<'_>) -> Result<u64> {
+        let mut w = self.w.lock();
+        if let Some(e) = &w.failed {
+            return Err(Error::Poisoned(e.clone()));
+        }
+        let ts = now_us().max(w.last_ts + 1);
+        let (osid, ots) = origin.unwrap_or((self.cfg.sid, ts));
+        record::encode(&mut w.buf, ts, osid, ots, op);
+        w.last_ts = ts;
+        self.last_ts.store(ts, Ordering::Release);
+        // Written through at once: a killed process never loses a record whose change
+        // reached the database after it.
+        self.flush_locked(&mut w)?;
+        drop(w);
+        self.cv.notify_all();
+        Ok(ts)
+    }
+
+    fn fail(&self, w: &mut Writer, e: std::io::Error) -> Error {
+        let msg = format!("update log write failed: {e}");
+        w.failed = Some(msg);
+        Error::Io(e)
+    }
+
+    /// Write buffered records to the file (and start a new file past the size).
+    fn flush_locked(&self, w: &mut Writer) -> Result<()> {
+        if w.buf.is_empty() {
+            return Ok(());
+        }
+        if let Err(e) = w.file.write_all_at(&w.buf, w.size) {
+            return Err(self.fail(w, e));
+        }
+        w.size += w.buf.len() as u64;
+        w.written += w.buf.len() as u64;
+        w.buf.clear();
+        if w.size >= self.cfg.file_size {
+            self.rotate(w)?;
+        }
+        Ok(())
+    }
+
+    fn rotate(&self, w: &mut Writer) -> Result<()> {
+        if let Err(e) = w.file.sync_data() {
+            return Err(self.fail(w, e));
+        }
+        let idx = w.idx + 1;
+        let path = self.cfg.dir.join(file_name(idx));
+        let made = (|| -> std::io::Result<File> {
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&path)?;
+            f.write_all_at(&file_header(self.cfg.sid, w.last_ts), 0)?;
+            f.sync_all()?;
+            File::open(&self.cfg.dir)?.sync_all()?;
+            Ok(f)
+        })();
+        let f = match made {
+            Ok(f) => f,
+            Err(e) => return Err(self.fail(w, e)),
+        };
+        w.files.push(FileInfo {
+            idx,
+            prev_ts: w.last_ts,
+        });
+        w.file = Arc::new(f);
+        w.idx = idx;
+        w.size = FILE_HEADER;
+        Ok(())
+    }
+
+    /// Write buffered records to the file (readers see them).
+    pub fn flush(&self) -> Result<()> {
+        let mut w = self.w.lock();
+        self.flush_locked(&mut w)
+    }
+
+    /// Make every record appended so far durable. Concurrent callers share fsyncs: one that
+    /// finds a sync under way waits for it, then syncs everything appended meanwhile.
+    pub fn sync(&self) -> Result<()> {
+        let target = {
+            let mut w = self.w.lock();
+            self.flush_locked(&mut w)?;
+            w.written
+        };
+        let mut synced = self.synced.lock();
+        if *synced >= target {
+            return Ok(());
+        }
+        // Everyone who appended while the previous sync ran is covered by this one.
+        let (file, end) = {
+            let mut w = self.w.lock();
+            self.flush_locked(&mut w)?;
+            (w.file.clone(), w.written)
+        };
+        if let Err(e) = file.sync_data() {
+            let mut w = self.w.lock();
+            return Err(self.fail(&mut w, e));
+        }
+        *synced = end;
+        Ok(())
+    }
+
+    /// After a write made through this log: wait for durability when the sync mode says so
+    /// (or note that the calling server thread owes a sync, when it defers).
+    pub fn settle(&self) -> Result<()> {
+        if self.cfg.sync == SyncMode::Always {
+            if crate::durability::deferred() {
+                crate::durability::note_pending();
+            } else {
+                self.sync()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Total bytes of the log's files.
+    pub fn size(&self) -> u64 {
+        let w = self.w.lock();
+        w.files
+            .iter()
+            .map(|f| fs::metadata(self.cfg.dir.join(file_name(f.idx))).map_or(0, |m| m.len()))
+            .sum::<u64>()
+            + w.buf.len() as u64
+    }
+
+    /// The number of files and the time stamp the oldest kept record follows.
+    pub fn span(&self) -> (usize, u64) {
+        let w = self.w.lock();
+        (w.files.len(), w.files.first().map_or(0, |f| f.prev_ts))
+    }
+
+    /// Read the records after `after`, from the oldest file that may hold them.
+    pub fn reader(self: &Arc<Self>, after: u64) -> Result<Start> {
+        let w = self.w.lock();
+        let first = w.files.first().map_or(0, |f| f.prev_ts);
+        if after < first {
+            return Ok(Start::Behind { first });
+        }
+        // The newest file whose records all follow a time stamp at most `after`.
+        let f = w
+            .files
+            .iter()
+            .rev()
+            .find(|f| f.prev_ts <= after)
+            .cloned()
+            .unwrap_or_else(|| w.files[0].clone());
+        drop(w);
+        let file = File::open(self.cfg.dir.join(file_name(f.idx)))?;
+        Ok(Start::Reader(Reader {
+            log: self.clone(),
+            idx: f.idx,
+            file,
+            off: FILE_HEADER,
+            buf: Vec::new(),
+            start: 0,
+            after,
+        }))
+    }
+
+    /// Note a replica's confirmed position (and that it is connected or not).
+    pub fn confirm(&self, sid: u32, confirmed: u64, addr: &str, connected: bool) {
+        let mut r = self.replicas.lock();
+        let e = r.entry(sid).or_default();
+        if confirmed > e.confirmed {
+            e.confirmed = confirmed;
+        }
+        e.last_seen = crate::store::now_secs();
+        e.addr = addr.to_string();
+        e.connected = connected;
+        self.replicas_dirty.store(true, Ordering::Relaxed);
+    }
+
+    /// Forget a replica (it no longer holds back retention).
+    pub fn forget(&self, sid: u32) -> bool {
+        let gone = self.replicas.lock().remove(&sid).is_some();
+        self.replicas_dirty.store(true, Ordering::Relaxed);
+        gone
+    }
+
+    /// The replicas known, by server id.
+    pub fn replicas(&self) -> BTreeMap<u32, Replica> {
+        self.replicas.lock().clone()
+    }
+
+    fn save_replicas(&self) -> Result<()> {
+        if !self.replicas_dirty.swap(false, Ordering::Relaxed) {
+            return Ok(());
+        }
+        let mut text = String::new();
+        for (sid, r) in self.replicas.lock().iter() {
+            text.push_str(&format!("{sid} {} {}\n", r.confirmed, r.last_seen));
+        }
+        let crc = crc32c::crc32c(text.as_bytes());
+        text.push_str(&format!("crc {crc}\n"));
+        let tmp = self.cfg.dir.join("replicas.tmp");
+        let mut f = File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        fs::rename(&tmp, self.cfg.dir.join("replicas"))?;
+        Ok(())
+    }
+
+    /// Remove the files retention lets go (see the module's comment). Returns how many.
+    pub fn purge(&self) -> Result<usize> {
+        let replicas = self.replicas.lock().clone();
+        let mut removed = 0;
+        loop {
+            let (victim, next_prev) = {
+                let w = self.w.lock();
+                if w.files.len() < 2 {
+                    break;
+                }
+                (w.files[0].clone(), w.files[1].prev_ts)
+            };
+            let path = self.cfg.dir.join(file_name(victim.idx));
+            let over = self.cfg.limit > 0 && self.size() > self.cfg.limit;
+            let confirmed = replicas.values().all(|r| r.confirmed >= next_prev);
+            let old = fs::metadata(&path)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age >= self.cfg.keep);
+            if !(over || (confirmed && old)) {
+                break;
+            }
+            {
+                let mut w = self.w.lock();
+                if w.files.first().map(|f| f.idx) != Some(victim.idx) {
+                    break;
+                }
+                w.files.remove(0);
+            }
+            fs::remove_file(&path)?;
+            removed += 1;
+        }
+        Ok(removed)
+    }
+
+    /// Flush, sync and stop the background thread.
+    pub fn close(&self) -> Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.background.lock().take() {
+            let _ = h.join();
+        }
+        self.sync()?;
+        self.save_replicas()
+    }
+}
+
+impl Drop for Ulog {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn load_replicas(dir: &Path) -> BTreeMap<u32, Replica> {
+    let mut out = BTreeMap::new();
+    let Ok(text) = fs::read_to_string(dir.join("replicas")) else {
+        return out;
+    };
+    let Some(at) = text.rfind("crc ") else {
+        return out;
+    };
+    let (body, tail) = text.split_at(at);
+    let ok = tail
+        .trim()
+        .strip_prefix("crc ")
+        .and_then(|c| c.parse::<u32>().ok())
+        == Some(crc32c::crc32c(body.as_bytes()));
+    if !ok {
+        return out;
+    }
+    for line in body.lines() {
+        let f: Vec<u64> = line
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        if let [sid, confirmed, last_seen] = f[..] {
+            out.insert(
+                sid as u32,
+                Replica {
+                    confirmed,
+                    last_seen,
+                    addr: String::new(),
+                    connected: false,
+                },
+            );
+        }
+    }
+    out
+}
+
+/// A reader of the records after a time stamp, following the log as it grows.
+pub struct Reader {
+    log: Arc<Ulog>,
+    idx: u64,
+    file: File,
+    off: u64,
+    buf: Vec<u8>,
+    start: usize,
+    after: u64,
+}
+
+impl Reader {
+    /// The next record's bytes (as stored: `record::decode` reads them), waiting up to `wait`
+    /// for one to be written; `None` when none came.
+    pub fn next(&mut self, wait: Duration) -> Result<Option<&[u8]>> {
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            match record::decode(&self.buf[self.start..]) {
+                Ok(record::Next::Record(r, n)) => {
+                    let at = self.start;
+                    self.start += n;
+                    if r.ts <= self.after {
+                        continue;
+                    }
+                    self.after = r.ts;
+                    return Ok(Some(&self.buf[at..at + n]));
+                }
+                Ok(record::Next::Incomplete) => {}
+                Err(e) => {
+                    return Err(Error::Corrupt(format!(
+                        "{} near offset {}: {e}",
+                        file_name(self.idx),
+                        self.off - (self.buf.len() - self.start) as u64
+                    )))
+                }
+            }
+            if self.fill()? {
+                continue;
+            }
+            // At the end of this file: on to the next one, or wait for more.
+            let next = {
+                let w = self.log.w.lock();
+                w.files.iter().find(|f| f.idx > self.idx).cloned()
+            };
+            if let Some(f) = next {
+                if self.start < self.buf.len() {
+                    return Err(Error::Corrupt(format!(
+                        "{}: ends inside a record",
+                        file_name(self.idx)
+                    )));
+                }
+                if f.idx != self.idx + 1 && f.prev_ts > self.after {
+                    return Err(Error::NotFound("update log records removed".into()));
+                }
+                self.file = File::open(self.log.cfg.dir.join(file_name(f.idx)))
+                    .map_err(|_| Error::NotFound("update log file removed".into()))?;
+                self.idx = f.idx;
+                self.off = FILE_HEADER;
+                self.buf.clear();
+                self.start = 0;
+                continue;
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            let mut w = self.log.w.lock();
+            if w.idx == self.idx && w.size <= self.off && w.buf.is_empty() {
+                self.log.cv.wait_for(&mut w, deadline - now);
+            }
+            if !w.buf.is_empty() {
+                self.log.flush_locked(&mut w)?;
+            }
+        }
+    }
+
+    /// Read more of the current file; whether anything came.
+    fn fill(&mut self) -> Result<bool> {
+        if self.start > 0 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        let have = self.buf.len();
+        let want = (1 << 20).max(have);
+        self.buf.resize(have + want, 0);
+        let n = self.file.read_at(&mut self.buf[have..], self.off)?;
+        self.buf.truncate(have + n);
+        self.off += n as u64;
+        Ok(n > 0)
+    }
+
+    /// The time stamp of the last record returned (or the start position).
+    pub fn position(&self) -> u64 {
+        self.after
+    }
+}
+
+/// Read every record of a log directory after `after` and up to `until` (inclusive), in
+/// order, without opening it for writing (a restore reads a copy of another server's log).
+pub fn read_dir(
+    dir: &Path,
+    after: u64,
+    until: u64,
+    f: &mut dyn FnMut(&Rec<'_>) -> Result<()>,
+) -> Result<u64> {
+    let files = list(dir)?;
+    if files.is_empty() {
+        return Err(Error::NotFound(format!(
+            "{}: no update log files",
+            dir.display()
+        )));
+    }
+    if after < files[0].prev_ts {
+        return Err(Error::NotFound(format!(
+            "{}: the records after {after} were removed (the oldest kept follow {})",
+            dir.display(),
+            files[0].prev_ts
+        )));
+    }
+    let mut n = 0;
+    let mut last = after;
+    let newest = files.last().map(|f| f.idx);
+    for fi in files.iter().filter(|f| {
+        // Files whose records all lie at or before `after` are skipped.
+        files
+            .iter()
+            .find(|g| g.idx > f.idx)
+            .is_none_or(|g| g.prev_ts > after)
+    }) {
+        let path = dir.join(file_name(fi.idx));
+        let mut file = File::open(&path)?;
+        file.seek(SeekFrom::Start(FILE_HEADER))?;
+        let mut data = Vec::new();
+        file.read_to_end(&mut data)?;
+        let mut off = 0;
+        while off < data.len() {
+            match record::decode(&data[off..]) {
+                Ok(record::Next::Record(r, len)) => {
+                    if r.ts > last {
+                        if r.ts > until {
+                            return Ok(n);
+                        }
+                        f(&r)?;
+                        n += 1;
+                        last = r.ts;
+                    }
+                    off += len;
+                }
+                Ok(record::Next::Incomplete) if Some(fi.idx) == newest => break,
+                Ok(record::Next::Incomplete) => {
+                    return Err(Error::Corrupt(format!(
+                        "{}: ends inside a record at offset {}",
+                        path.display(),
+                        off as u64 + FILE_HEADER
+                    )))
+                }
+                Err(e) => {
+                    return Err(Error::Corrupt(format!(
+                        "{} at offset {}: {e}",
+                        path.display(),
+                        off as u64 + FILE_HEADER
+                    )))
+                }
+            }
+        }
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests;

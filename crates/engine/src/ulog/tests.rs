@@ -1,0 +1,340 @@
+use super::logged::Logged;
+use super::record::{self, Op};
+use super::*;
+use crate::store::Store;
+use std::collections::BTreeMap;
+
+fn cfg(dir: &Path, sid: u32) -> Config {
+    let mut c = Config::new(dir.join("ulog"), sid);
+    c.sync = SyncMode::None;
+    c
+}
+
+type Digest = BTreeMap<Vec<u8>, (Vec<u8>, u32, u64)>;
+
+fn digest(s: &dyn Store) -> Digest {
+    let mut d = BTreeMap::new();
+    s.for_each_record(&mut |k, v, m| {
+        d.insert(k.to_vec(), (v.to_vec(), m.flags, m.expires));
+        Ok(true)
+    })
+    .unwrap();
+    d
+}
+
+/// Every record after `after`, decoded and applied to `to` (as a replica would).
+fn follow(log: &Arc<Ulog>, after: u64, to: &dyn Store) -> u64 {
+    let Start::Reader(mut r) = log.reader(after).unwrap() else {
+        panic!("behind")
+    };
+    let mut n = 0;
+    while let Some(b) = r.next(Duration::from_millis(50)).unwrap() {
+        let record::Next::Record(rec, _) = record::decode(b).unwrap() else {
+            panic!("incomplete")
+        };
+        apply::apply(to, &rec.op).unwrap();
+        n += 1;
+    }
+    n
+}
+
+fn every_kind_of_write(db: &dyn Store) {
+    db.put(b"a", b"1").unwrap();
+    db.put_with(b"b", b"2", 7, 0).unwrap();
+    db.putkeep(b"a", b"x", 0, 0).unwrap();
+    db.putkeep(b"c", b"3", 0, 0).unwrap();
+    db.putcat(b"c", b"33").unwrap();
+    db.addint(b"n", 5).unwrap();
+    db.addint(b"n", -2).unwrap();
+    db.increment(b"k", 10, 0, 0).unwrap();
+    db.incr_decimal(b"m", 3, false).unwrap();
+    db.put(b"m", b"10").unwrap();
+    db.incr_decimal(b"m", 3, false).unwrap();
+    db.touch(b"b", 4_000_000_000).unwrap();
+    db.out(b"a").unwrap();
+    db.out(b"missing").unwrap();
+    db.write_batch(&[
+        crate::BatchOp::Put {
+            key: b"p".to_vec(),
+            value: b"q".to_vec(),
+            flags: 1,
+            expires: 0,
+        },
+        crate::BatchOp::Remove { key: b"c".to_vec() },
+    ])
+    .unwrap();
+    db.seize(b"p").unwrap();
+    db.put(b"z", b"zz").unwrap();
+    {
+        let mut c = db.cursor().unwrap();
+        c.jump(b"z").unwrap();
+        c.set_value(b"zzz", None).unwrap();
+    }
+    db.put(b"y", b"yy").unwrap();
+    {
+        let mut c = db.cursor().unwrap();
+        if c.jump(b"y").unwrap() {
+            c.remove().unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_follower_of_the_log_ends_with_the_same_records() {
+    for name in ["*", "+", "x.kh", "x.kb", "x.kf"] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = if name.starts_with('x') {
+            dir.path().join(name).display().to_string()
+        } else {
+            name.to_string()
+        };
+        let inner = crate::open(&path).unwrap();
+        let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+        let db = Logged::new(inner, log.clone()).unwrap();
+        if name.ends_with(".kf") {
+            db.put(b"1", b"one").unwrap();
+            db.put(b"2", b"two").unwrap();
+            db.out(b"1").unwrap();
+        } else {
+            every_kind_of_write(&*db);
+        }
+        let replica = crate::open("*").unwrap();
+        follow(&log, 0, &*replica);
+        assert_eq!(digest(&*db), digest(&*replica), "{name}");
+        db.vanish().unwrap();
+        db.put(b"3", b"after").unwrap();
+        follow(&log, 0, &*replica);
+        assert_eq!(digest(&*db), digest(&*replica), "{name} after vanish");
+        db.close().unwrap();
+    }
+}
+
+#[test]
+fn duplicates_replicate_as_whole_value_lists() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner = crate::open(&dir.path().join("t.kb").display().to_string()).unwrap();
+    let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+    let db = Logged::new(inner, log.clone()).unwrap();
+    db.put_dup(b"d", b"1", false).unwrap();
+    db.put_dup(b"d", b"2", false).unwrap();
+    db.put_dup(b"d", b"0", true).unwrap();
+    db.put_dup(b"e", b"x", false).unwrap();
+    db.out(b"d").unwrap();
+    db.remove_all(b"e").unwrap();
+    let rd = dir.path().join("r.kb").display().to_string();
+    let replica = crate::open(&rd).unwrap();
+    follow(&log, 0, &*replica);
+    assert_eq!(db.get_all(b"d").unwrap(), replica.get_all(b"d").unwrap());
+    assert!(replica.get_all(b"e").unwrap().is_empty());
+    // Replaying from the start again (a replica that lost its position) changes nothing.
+    follow(&log, 0, &*replica);
+    assert_eq!(db.get_all(b"d").unwrap(), replica.get_all(b"d").unwrap());
+}
+
+#[test]
+fn time_stamps_increase_across_reopens_and_torn_tails_are_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+    let a = log.append(&Op::Remove { key: b"a" }).unwrap();
+    let b = log.append(&Op::Remove { key: b"b" }).unwrap();
+    assert!(b > a);
+    log.close().unwrap();
+    drop(log);
+    // A torn record at the end: cut off when the log is opened.
+    let file = dir.path().join("ulog").join(file_name(1));
+    let len = fs::metadata(&file).unwrap().len();
+    let mut torn = Vec::new();
+    record::encode(&mut torn, b + 1, 1, b + 1, &Op::Remove { key: b"c" });
+    let f = OpenOptions::new().write(true).open(&file).unwrap();
+    f.write_all_at(&torn[..torn.len() - 3], len).unwrap();
+    let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+    assert_eq!(log.torn_tail, torn.len() as u64 - 3);
+    assert_eq!(log.last_ts(), b);
+    assert!(log.append(&Op::Vanish).unwrap() > b);
+}
+
+#[test]
+fn damage_before_intact_records_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+    for i in 0..10u8 {
+        log.append(&Op::Remove { key: &[i] }).unwrap();
+    }
+    log.close().unwrap();
+    drop(log);
+    let file = dir.path().join("ulog").join(file_name(1));
+    let f = OpenOptions::new().write(true).open(&file).unwrap();
+    f.write_all_at(&[0xff], FILE_HEADER + 40).unwrap();
+    match Ulog::open(cfg(dir.path(), 1)) {
+        Err(Error::Corrupt(m)) => assert!(m.contains("intact records after it"), "{m}"),
+        Err(e) => panic!("wrong error {e}"),
+        Ok(_) => panic!("damaged log opened"),
+    }
+    let mut seen = 0;
+    let r = read_dir(&dir.path().join("ulog"), 0, u64::MAX, &mut |_| {
+        seen += 1;
+        Ok(())
+    });
+    assert!(
+        r.is_err(),
+        "a restore must not apply a damaged log in part silently"
+    );
+}
+
+#[test]
+fn readers_follow_rotation_and_retention_says_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cfg(dir.path(), 1);
+    c.file_size = 4096;
+    c.limit = 64 << 10;
+    c.keep = Duration::ZERO;
+    let log = Ulog::open(c).unwrap();
+    let Start::Reader(mut r) = log.reader(0).unwrap() else {
+        panic!()
+    };
+    let mut last = 0;
+    let v = vec![7u8; 200];
+    for i in 0..100u32 {
+        last = log
+            .append(&Op::Put {
+                key: &i.to_be_bytes(),
+                value: &v,
+                flags: 0,
+                expires: 0,
+            })
+            .unwrap();
+    }
+    let mut n = 0;
+    while r.next(Duration::from_millis(10)).unwrap().is_some() {
+        n += 1;
+    }
+    assert_eq!(n, 100);
+    assert_eq!(r.position(), last);
+    assert!(log.span().0 > 3, "rotated");
+    for i in 0..400u32 {
+        log.append(&Op::Put {
+            key: &i.to_be_bytes(),
+            value: &v,
+            flags: 0,
+            expires: 0,
+        })
+        .unwrap();
+    }
+    log.purge().unwrap();
+    assert!(log.size() <= (64 << 10) + 8192, "capped: {}", log.size());
+    assert!(matches!(log.reader(1).unwrap(), Start::Behind { .. }));
+    // A known replica that confirmed nothing does not hold files past the cap.
+    log.confirm(9, 0, "r", false);
+    assert!(log.replicas().contains_key(&9));
+}
+
+#[test]
+fn retention_keeps_what_a_replica_has_not_confirmed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cfg(dir.path(), 1);
+    c.file_size = 4096;
+    c.limit = 0;
+    c.keep = Duration::ZERO;
+    let log = Ulog::open(c).unwrap();
+    log.confirm(2, 0, "r", true);
+    let v = vec![1u8; 500];
+    let mut mid = 0;
+    for i in 0..100u32 {
+        let ts = log
+            .append(&Op::Put {
+                key: &i.to_be_bytes(),
+                value: &v,
+                flags: 0,
+                expires: 0,
+            })
+            .unwrap();
+        if i == 50 {
+            mid = ts;
+        }
+    }
+    assert_eq!(log.purge().unwrap(), 0, "the replica confirmed nothing");
+    log.confirm(2, mid, "r", true);
+    assert!(log.purge().unwrap() > 0);
+    assert!(matches!(log.reader(mid).unwrap(), Start::Reader(_)));
+    assert!(matches!(log.reader(0).unwrap(), Start::Behind { .. }));
+}
+
+#[test]
+fn records_logged_but_not_applied_are_redone_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d.kh").display().to_string();
+    {
+        let inner = crate::open(&path).unwrap();
+        let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+        let db = Logged::new(inner, log.clone()).unwrap();
+        db.put(b"kept", b"1").unwrap();
+        db.close().unwrap();
+    }
+    {
+        // As if the process died between logging and applying.
+        let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+        log.append(&Op::Put {
+            key: b"lost",
+            value: b"2",
+            flags: 0,
+            expires: 0,
+        })
+        .unwrap();
+        log.append(&Op::Remove { key: b"kept" }).unwrap();
+        log.close().unwrap();
+    }
+    let inner = crate::open(&path).unwrap();
+    let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+    let db = Logged::new(inner, log).unwrap();
+    assert_eq!(db.redone, 2);
+    assert_eq!(db.get(b"lost").unwrap().unwrap().value, b"2");
+    assert!(db.get(b"kept").unwrap().is_none());
+}
+
+#[test]
+fn two_masters_converge_on_concurrent_writes_of_one_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let la = Ulog::open(Config {
+        sync: SyncMode::None,
+        ..Config::new(dir.path().join("a"), 1)
+    })
+    .unwrap();
+    let lb = Ulog::open(Config {
+        sync: SyncMode::None,
+        ..Config::new(dir.path().join("b"), 2)
+    })
+    .unwrap();
+    let a = Logged::new(crate::open("*").unwrap(), la.clone()).unwrap();
+    let b = Logged::new(crate::open("*").unwrap(), lb.clone()).unwrap();
+    a.set_lww(true);
+    b.set_lww(true);
+    // Both write the same keys before either hears of the other's writes.
+    for i in 0..50u32 {
+        a.put(&(i % 7).to_be_bytes(), format!("a{i}").as_bytes())
+            .unwrap();
+        b.put(&(i % 7).to_be_bytes(), format!("b{i}").as_bytes())
+            .unwrap();
+        if i % 10 == 0 {
+            a.out(&3u32.to_be_bytes()).unwrap();
+        }
+    }
+    let ship = |from: &Arc<Ulog>, to: &Logged, after: u64| {
+        let Start::Reader(mut r) = from.reader(after).unwrap() else {
+            panic!()
+        };
+        while let Some(bytes) = r.next(Duration::from_millis(20)).unwrap() {
+            let record::Next::Record(rec, _) = record::decode(bytes).unwrap() else {
+                panic!()
+            };
+            to.apply_remote(&rec).unwrap();
+        }
+        r.position()
+    };
+    let (pa, pb) = (la.last_ts(), lb.last_ts());
+    ship(&la, &b, 0);
+    ship(&lb, &a, 0);
+    // Records relogged on the other side come back and are skipped as loops.
+    ship(&la, &b, pa);
+    ship(&lb, &a, pb);
+    assert_eq!(digest(&*a), digest(&*b));
+}
