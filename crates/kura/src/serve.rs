@@ -72,9 +72,54 @@ pub struct ServeArgs {
     /// Allow these operations again (applied after every --mask). Repeatable.
     #[arg(long, value_name = "NAMES")]
     unmask: Vec<String>,
-    /// Server id reported by Tyrant `stat` (default: derived from the port).
+    /// Server id: reported by Tyrant `stat`, and the origin of this server's writes in the
+    /// update log (default: derived from the port). Every server of a replication set needs
+    /// its own.
     #[arg(long)]
     sid: Option<u32>,
+    /// Keep an update log in this directory: every change, with a time stamp and the server
+    /// id of its origin. Replicas follow it; `kura db restore` replays it onto a backup.
+    #[arg(long, value_name = "DIR")]
+    ulog: Option<PathBuf>,
+    /// The update log's size cap (k/m/g suffixes; 0 = none): the oldest files are removed
+    /// past it even if a replica still needs them (that replica then bootstraps again).
+    #[arg(long, default_value = "1g", value_parser = parse_bytes)]
+    ulog_limit: u64,
+    /// Keep update log files at least this many seconds (for point-in-time restores), even
+    /// once every replica has them.
+    #[arg(long, default_value_t = 86400)]
+    ulog_keep: u64,
+    /// Follow this master (HOST:PORT): apply its update log, bootstrapping from a snapshot of
+    /// it when this database is new or too far behind. Client writes are refused unless
+    /// --replica-writes.
+    #[arg(long, value_name = "HOST:PORT")]
+    master: Option<String>,
+    /// A replica that also takes writes from clients (two masters following each other:
+    /// concurrent writes of a key converge on the one with the later time stamp).
+    #[arg(long)]
+    replica_writes: bool,
+}
+
+/// `HOST:PORT` of a master.
+fn host_port(s: &str) -> Result<(String, u16), String> {
+    let (h, p) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("--master {s}: expected HOST:PORT"))?;
+    let port: u16 = p
+        .parse()
+        .ok()
+        .filter(|&p| p > 0)
+        .ok_or_else(|| format!("--master {s}: bad port"))?;
+    Ok((h.trim_matches(|c| c == '[' || c == ']').to_string(), port))
+}
+
+/// The sync mode a database name asks for (`#sync=…`), which its update log follows too.
+fn sync_of(name: &str) -> kura_engine::SyncMode {
+    name.split('#')
+        .skip(1)
+        .find_map(|p| p.strip_prefix("sync="))
+        .and_then(|v| kura_engine::SyncMode::parse(v).ok())
+        .unwrap_or(kura_engine::SyncMode::DEFAULT)
 }
 
 /// The mask from every `--mask`, then every `--unmask`.
@@ -283,6 +328,13 @@ pub fn run(a: ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let master = match a.master.as_deref().map(host_port).transpose() {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("kura: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let mut daemon = None;
     if a.daemon {
         match Daemon::detach() {
@@ -356,6 +408,51 @@ pub fn run(a: ServeArgs) -> ExitCode {
         }
         Err(e) => return fail(Some(&log), daemon, format!("cannot open {}: {e}", a.name)),
     };
+    let sid = a.sid.unwrap_or(if a.port != 0 {
+        u32::from(a.port)
+    } else {
+        std::process::id()
+    });
+    let mut logged = None;
+    let store: Arc<dyn kura_engine::Store> = match &a.ulog {
+        None => store,
+        Some(dir) => {
+            let mut cfg = kura_engine::ulog::Config::new(dir, sid);
+            cfg.sync = sync_of(&a.name);
+            cfg.limit = a.ulog_limit;
+            cfg.keep = Duration::from_secs(a.ulog_keep);
+            if cfg.limit > 0 {
+                cfg.file_size = cfg.file_size.min((cfg.limit / 4).max(1 << 20));
+            }
+            let opened = kura_engine::ulog::Ulog::open(cfg).and_then(|l| {
+                if l.torn_tail > 0 {
+                    log.line(&format!(
+                        "update log: {} bytes of a write torn by a crash cut off",
+                        l.torn_tail
+                    ));
+                }
+                kura_engine::ulog::logged::Logged::new(store.clone(), l)
+            });
+            match opened {
+                Ok(l) => {
+                    if l.redone > 0 {
+                        log.line(&format!(
+                            "update log: {} records redone onto the database",
+                            l.redone
+                        ));
+                    }
+                    l.set_lww(master.is_some() && a.replica_writes);
+                    logged = Some(l.clone());
+                    l
+                }
+                Err(e) => {
+                    let _ = store.close();
+                    let msg = format!("cannot open the update log {}: {e}", dir.display());
+                    return fail(Some(&log), daemon, msg);
+                }
+            }
+        }
+    };
     let mut listeners = Vec::new();
     for port in std::iter::once(a.port).chain(a.memcached_port) {
         match std::net::TcpListener::bind((a.host.as_str(), port)) {
@@ -415,7 +512,31 @@ pub fn run(a: ServeArgs) -> ExitCode {
     shared.max_connections = a.max_connections;
     shared.host = a.host.clone();
     shared.idle_timeout = a.timeout.unwrap_or(0);
-    shared.sid = a.sid.unwrap_or(u32::from(port).max(1));
+    shared.sid = sid;
+    let pos_file = store.kind().info().caps.persistent.then(|| {
+        PathBuf::from(format!(
+            "{}.replica",
+            a.name.split('#').next().unwrap_or("")
+        ))
+    });
+    let repl = {
+        let log = log.clone();
+        Arc::new(kura_server::repl::Replication::new(
+            sid,
+            store.clone(),
+            logged.clone(),
+            pos_file,
+            a.replica_writes,
+            Box::new(move |m: &str| log.line(m)),
+        ))
+    };
+    if let Some(m) = master.clone() {
+        log.line(&format!("following the master {}:{}", m.0, m.1));
+        repl.set_master(Some(m));
+        shared.read_only.store(!a.replica_writes, Ordering::Relaxed);
+    }
+    shared.repl = Some(repl.clone());
+    let follower = kura_server::repl::follow::start(repl.clone()).ok();
     let shared = Arc::new(shared);
     let stop = Arc::new(AtomicBool::new(false));
     // Watch the signal flags: stop the workers, reopen the log.
@@ -436,6 +557,10 @@ pub fn run(a: ServeArgs) -> ExitCode {
     let served = net::serve(listeners, store.clone(), shared, cfg, stop.clone());
     stop.store(true, Ordering::SeqCst);
     let _ = watcher.join();
+    repl.stop.store(true, Ordering::SeqCst);
+    if let Some(f) = follower {
+        let _ = f.join();
+    }
     let mut code = ExitCode::SUCCESS;
     if let Err(e) = served {
         log.line(&format!("server error: {e}"));

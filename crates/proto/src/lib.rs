@@ -11,6 +11,7 @@ pub mod kt_tsv;
 pub mod mc_bin;
 pub mod mc_num;
 pub mod mc_text;
+pub mod repl;
 pub mod tt_bin;
 
 /// The result of decoding the start of a buffer, shared by the codecs whose decoders either

@@ -65,6 +65,8 @@ pub mod cmd {
     pub const STAT: u8 = 0x88;
     pub const MISC: u8 = 0x90;
     pub const REPL: u8 = 0xa0;
+    /// Kura's own replication request (`crate::repl`), on the same port.
+    pub const KREPL: u8 = 0xa8;
 }
 
 /// Reply codes. Tyrant answers 0 on success and 1 on every failure (missing record, existing
@@ -206,6 +208,12 @@ pub enum Request<'a> {
         ts: u64,
         sid: u32,
     },
+    /// A Kura replica asks for the update log after `after` (see `crate::repl`).
+    KuraRepl {
+        after: u64,
+        sid: u32,
+        flags: u32,
+    },
 }
 
 impl Request<'_> {
@@ -238,6 +246,7 @@ impl Request<'_> {
             Request::Stat => cmd::STAT,
             Request::Misc { .. } => cmd::MISC,
             Request::Repl { .. } => cmd::REPL,
+            Request::KuraRepl { .. } => cmd::KREPL,
         }
     }
 
@@ -275,7 +284,7 @@ pub fn cmd_name(c: u8) -> Option<&'static str> {
         cmd::SIZE => "size",
         cmd::STAT => "stat",
         cmd::MISC => "misc",
-        cmd::REPL => "repl",
+        cmd::REPL | cmd::KREPL => "repl",
         _ => return None,
     })
 }
@@ -536,6 +545,12 @@ fn decode_body<'a>(
             let sid = need!(rd.u32());
             Request::Repl { ts, sid }
         }
+        cmd::KREPL => {
+            let after = need!(rd.u64());
+            let sid = need!(rd.u32());
+            let flags = need!(rd.u32());
+            Request::KuraRepl { after, sid, flags }
+        }
         _ => return Err(DecodeError::hang_up()),
     };
     Ok(Some(req))
@@ -725,6 +740,11 @@ pub fn encode_request(req: &Request<'_>, out: &mut Vec<u8>) {
             out.extend_from_slice(&ts.to_be_bytes());
             out.extend_from_slice(&sid.to_be_bytes());
         }
+        Request::KuraRepl { after, sid, flags } => {
+            out.extend_from_slice(&after.to_be_bytes());
+            out.extend_from_slice(&sid.to_be_bytes());
+            out.extend_from_slice(&flags.to_be_bytes());
+        }
     }
 }
 
@@ -835,7 +855,7 @@ pub fn reply_stat(out: &mut Vec<u8>, text: &[u8]) {
 /// for every other command.
 pub fn reply_failure(out: &mut Vec<u8>, c: u8) {
     match c {
-        cmd::PUTNR | cmd::REPL => {}
+        cmd::PUTNR | cmd::REPL | cmd::KREPL => {}
         cmd::MGET | cmd::MISC => {
             out.push(FAIL);
             out.extend_from_slice(&[0; 4]);

@@ -82,7 +82,18 @@ pub struct Shared {
     pub tt_counts: [Counter; crate::mask::OPS.len()],
     /// Tyrant's `cnt_put_miss`, `cnt_out_miss`, `cnt_get_miss`.
     pub tt_misses: [Counter; 3],
+    /// Refuse every client write (a replica that takes its changes from its master only).
+    pub read_only: std::sync::atomic::AtomicBool,
+    /// Replication: the update log, the master followed, the replicas fed.
+    pub repl: Option<std::sync::Arc<crate::repl::Replication>>,
 }
+
+/// What a read-only server refuses: every change of the database.
+static READ_ONLY: std::sync::LazyLock<Mask> = std::sync::LazyLock::new(|| {
+    Mask::NONE
+        .mask("allwrite,vanish,optimize,restore")
+        .unwrap_or(Mask::NONE)
+});
 
 impl Shared {
     pub fn new(now: u64, max_item_size: u64) -> Shared {
@@ -98,6 +109,8 @@ impl Shared {
             cmd_flush: Counter::new(),
             tt_counts: std::array::from_fn(|_| Counter::new()),
             tt_misses: std::array::from_fn(|_| Counter::new()),
+            read_only: std::sync::atomic::AtomicBool::new(false),
+            repl: None,
             get_hits: Counter::new(),
             get_misses: Counter::new(),
             delete_hits: Counter::new(),
@@ -137,6 +150,16 @@ impl Shared {
     /// `stats reset`: every request and hit/miss counter back to zero, the `stats detail`
     /// prefixes and `total_connections` (as memcached does; current connections and items
     /// stay).
+    /// The command mask in force: `--mask`, and every write while the server is read-only.
+    #[inline]
+    pub fn mask(&self) -> Mask {
+        if self.read_only.load(Relaxed) {
+            self.mask.union(*READ_ONLY)
+        } else {
+            self.mask
+        }
+    }
+
     pub fn reset_stats(&self) {
         for c in [
             &self.cmd_get,
@@ -196,6 +219,8 @@ pub enum Next {
     /// Stream an `lru_crawler metadump` (every item if true, none if false) before reading
     /// any further request: the connection loop drives it ([`crate::mc_stats::Dump`]).
     Dump(bool),
+    /// The connection becomes a replication stream, served by a thread of its own.
+    Stream(crate::repl::StreamReq),
 }
 
 /// Carry out a pending delayed `flush_all` once its time has come.

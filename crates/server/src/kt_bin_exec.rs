@@ -61,7 +61,7 @@ pub fn execute(
     };
     // Encoded in place; taken back when it fails or no reply was asked for.
     let start = out.len();
-    let ok = !shared.mask.denies(op, Proto::Http)
+    let ok = !shared.mask().denies(op, Proto::Http)
         && flush_if_due(store, shared, now).is_ok()
         && run(store, shared, req, now, out).is_ok();
     if !ok || req.no_reply() {

@@ -102,7 +102,7 @@ pub fn procedure<'s>(
     out: &mut Output,
 ) -> Option<Result<Rv, Error>> {
     let op = op_of(name)?;
-    if op.is_some_and(|op| shared.mask.denies(op, Proto::Http)) {
+    if op.is_some_and(|op| shared.mask().denies(op, Proto::Http)) {
         return Some(Ok(fail(out, 403, "forbidden")));
     }
     if !db_ok(input, shared) {

@@ -18,6 +18,7 @@ pub mod mc_meta;
 pub mod mc_stats;
 pub mod net;
 pub mod out;
+pub mod repl;
 pub mod tt_exec;
 
 #[cfg(test)]

@@ -190,6 +190,11 @@ impl Mask {
         self.0 == 0
     }
 
+    /// Refused by either.
+    pub fn union(self, other: Mask) -> Mask {
+        Mask(self.0 | other.0)
+    }
+
     /// The operation names refused over `proto`, for logs and `stat`.
     pub fn names(self, proto: Proto) -> Vec<&'static str> {
         OPS.iter()

@@ -19,7 +19,7 @@ pub fn execute(
     now: u64,
     out: &mut Out,
 ) -> Next {
-    if !shared.mask.is_empty() && masked(shared.mask, req.opcode) {
+    if !shared.mask().is_empty() && masked(shared.mask(), req.opcode) {
         encode_error(out, req.opcode, status::NOT_SUPPORTED, req.opaque);
         return Next::Continue;
     }

@@ -141,7 +141,7 @@ pub fn execute(
     now: u64,
     out: &mut Out,
 ) -> Next {
-    if !shared.mask.is_empty() && masked(shared.mask, req) {
+    if !shared.mask().is_empty() && masked(shared.mask(), req) {
         if !noreply(req) {
             out.extend_from_slice(REFUSED);
         }

@@ -212,6 +212,8 @@ struct Conn<'s> {
     discard_line: bool,
     /// memcached text: an `lru_crawler metadump` asked for (every item: true) and not started.
     want_dump: Option<bool>,
+    /// The connection asked to become a replication stream.
+    want_stream: Option<crate::repl::StreamReq>,
     /// The metadump under way: no request is read until it is written out.
     dump: Option<Dump<'s>>,
     /// Bytes granted by the [`Budget`] (0 or the largest request of the protocol).
@@ -446,6 +448,10 @@ fn worker<'s>(
             if let Some(c) = conns.get_mut(idx).and_then(Option::as_mut) {
                 c.paused = false;
                 let alive = read_and_execute(c, store, shared, &limits, &mut scratch, hup);
+                if alive && c.want_stream.is_some() {
+                    hand_over_stream(&mut poll, &mut conns, &mut free, idx, store, shared, mine);
+                    continue;
+                }
                 if c.ticket == 0 && !kura_engine::durability::pending() {
                     // Nothing of this batch so far waits for a commit: the replies go out now,
                     // not after the rest of the batch (up to 1024 connections) is executed.
@@ -642,6 +648,7 @@ fn adopt(
         more: None,
         discard_line: false,
         want_dump: None,
+        want_stream: None,
         dump: None,
         grant: 0,
         paused: false,
@@ -743,6 +750,41 @@ fn close(
         free.push(idx);
         shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
         mine.spread.conns[mine.me].fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Give a connection that asked for a replication stream to a thread of its own, with the
+/// replies owed to the requests before it.
+fn hand_over_stream(
+    poll: &mut Poll,
+    conns: &mut [Option<Conn<'_>>],
+    free: &mut Vec<usize>,
+    idx: usize,
+    store: &dyn Store,
+    shared: &Shared,
+    mine: &Mine,
+) {
+    let Some(mut c) = conns.get_mut(idx).and_then(Option::take) else {
+        return;
+    };
+    mine.budget.give(c.grant);
+    let _ = poll.registry().deregister(&mut c.sock);
+    free.push(idx);
+    shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
+    mine.spread.conns[mine.me].fetch_sub(1, Ordering::Relaxed);
+    let (Some(req), Some(repl)) = (c.want_stream.take(), shared.repl.clone()) else {
+        return; // no replication here: the connection is dropped (closed)
+    };
+    if c.ticket != 0 || kura_engine::durability::pending() {
+        // Replies owed to writes before it go out only once those are durable.
+        let _ = store.sync();
+    }
+    let pending = c.out.contiguous();
+    use std::os::fd::{FromRawFd, IntoRawFd};
+    // SAFETY: the descriptor comes out of the mio socket, which gives up its ownership.
+    let sock = unsafe { std::net::TcpStream::from_raw_fd(c.sock.into_raw_fd()) };
+    if sock.set_nonblocking(false).is_ok() {
+        crate::repl::feed::start(repl, req, sock, pending);
     }
 }
 
@@ -1016,6 +1058,11 @@ fn drive<W: Wire>(c: &mut Conn<'_>, mut pos: usize, w: &mut W) {
                     Next::Dump(all) => {
                         // Nothing more is read until the dump is out.
                         c.want_dump = Some(all);
+                        break;
+                    }
+                    Next::Stream(req) => {
+                        // Nothing more is read here: the stream's thread takes the socket.
+                        c.want_stream = Some(req);
                         break;
                     }
                 }

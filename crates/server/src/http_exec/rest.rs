@@ -34,7 +34,7 @@ fn xt_header(reply: Reply, expires: u64) -> Reply {
 }
 
 pub(super) fn rest(store: &dyn Store, shared: &Shared, req: &Request<'_>, now: u64) -> Reply {
-    let deny = |op| shared.mask.denies(op, Proto::Http);
+    let deny = |op| shared.mask().denies(op, Proto::Http);
     if req.method == Method::Options {
         return if deny(Op::Stat) {
             forbidden()
@@ -127,7 +127,7 @@ fn rest_put(
         Mode::Keep => Op::PutKeep,
         Mode::Cat => Op::PutCat,
     };
-    if shared.mask.denies(op, Proto::Http) {
+    if shared.mask().denies(op, Proto::Http) {
         return Ok(forbidden());
     }
     let expires = match req.header("x-kt-xt").and_then(http::parse_http_date) {
@@ -203,7 +203,7 @@ fn rest_post(
 ) -> Result<Reply, Error> {
     let named = |h| req.header(h).filter(|v| !v.is_empty());
     if named("x-tt-xname").is_some() {
-        if shared.mask.denies(Op::Ext, Proto::Http) {
+        if shared.mask().denies(Op::Ext, Proto::Http) {
             return Ok(forbidden());
         }
         // No script extension is ever loaded: ttserver without `-ext` answers 500.
@@ -212,7 +212,7 @@ fn rest_post(
     let Some(mname) = named("x-tt-mname") else {
         return Ok(Reply::text(400, "Bad Request"));
     };
-    if shared.mask.denies(Op::Misc, Proto::Http) {
+    if shared.mask().denies(Op::Misc, Proto::Http) {
         return Ok(forbidden());
     }
     // Tyrant passes the values of the form in the order their names first appear (a later
@@ -258,7 +258,7 @@ fn rest_post(
 /// Tyrant's OPTIONS: the allowed methods (as the mask leaves them) and the server's
 /// description in `X-TT-*` headers.
 fn options(store: &dyn Store, shared: &Shared, now: u64) -> Reply {
-    let deny = |op| shared.mask.denies(op, Proto::Http);
+    let deny = |op| shared.mask().denies(op, Proto::Http);
     let mut allow = String::from("OPTIONS");
     for (op, method) in [
         (Op::Get, "GET"),

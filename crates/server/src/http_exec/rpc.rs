@@ -164,7 +164,7 @@ fn procedure<'s>(
         let name = String::from_utf8_lossy(name);
         return Ok(fail(out, 501, format!("not implemented: {name}")));
     };
-    if shared.mask.denies(op, Proto::Http) {
+    if shared.mask().denies(op, Proto::Http) {
         return Ok(fail(out, 403, "forbidden"));
     }
     if name == b"report" {

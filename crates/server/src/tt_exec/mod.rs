@@ -136,7 +136,7 @@ pub fn op_of(req: &Request<'_>) -> Op {
         Request::Size => Op::Size,
         Request::Stat => Op::Stat,
         Request::Misc { .. } => Op::Misc,
-        Request::Repl { .. } => Op::Repl,
+        Request::Repl { .. } | Request::KuraRepl { .. } => Op::Repl,
     }
 }
 
@@ -161,7 +161,7 @@ pub fn execute<'s>(
     let op = op_of(req);
     // Counted as ttserver counts: every command received, refused ones too.
     shared.tt_counts[op as usize].add(1);
-    if shared.mask.denies(op, Proto::Tyrant) {
+    if shared.mask().denies(op, Proto::Tyrant) {
         return refuse(c, out);
     }
     let start = out.len();
@@ -195,7 +195,7 @@ fn refuse(c: u8, out: &mut Vec<u8>) -> Next {
         cmd::FWMKEYS => tt_bin::reply_list(out, []),
         cmd::RNUM | cmd::SIZE => tt_bin::reply_u64(out, 0),
         cmd::STAT => tt_bin::reply_stat(out, b""),
-        cmd::REPL => return Next::Close,
+        cmd::REPL | cmd::KREPL => return Next::Close,
         _ => tt_bin::reply_failure(out, c),
     }
     Next::Continue
@@ -321,9 +321,42 @@ fn run<'s>(
                 code(out, true);
             }
         }
-        // No update log and no replication yet.
-        Request::Restore { .. } | Request::SetMst { .. } => code(out, false),
-        Request::Repl { .. } => return Ok(Next::Close),
+        Request::Restore { .. } => code(out, false),
+        Request::SetMst { host, port, .. } => match &shared.repl {
+            Some(r) => {
+                let host = String::from_utf8_lossy(c_str(host)).into_owned();
+                match u16::try_from(port) {
+                    // An empty host: stop following (promotion to master); writes allowed.
+                    _ if host.is_empty() => {
+                        r.set_master(None);
+                        shared
+                            .read_only
+                            .store(false, std::sync::atomic::Ordering::Relaxed);
+                        code(out, true);
+                    }
+                    Ok(p) if p > 0 => {
+                        let ro = !r.writable_replica;
+                        r.set_master(Some((host, p)));
+                        shared
+                            .read_only
+                            .store(ro, std::sync::atomic::Ordering::Relaxed);
+                        code(out, true);
+                    }
+                    _ => code(out, false),
+                }
+            }
+            None => code(out, false),
+        },
+        Request::Repl { ts, sid } => {
+            return Ok(Next::Stream(crate::repl::StreamReq::Tyrant { ts, sid }))
+        }
+        Request::KuraRepl { after, sid, flags } => {
+            return Ok(Next::Stream(crate::repl::StreamReq::Kura {
+                after,
+                sid,
+                flags,
+            }))
+        }
         Request::Rnum => tt_bin::reply_u64(out, store.count()),
         Request::Size => tt_bin::reply_u64(out, store.size()),
         Request::Stat => {

@@ -104,12 +104,19 @@ pub(super) fn stat_text(store: &dyn Store, shared: &Shared, st: &TtState<'_>, no
     }
     line("kura_version", &env!("CARGO_PKG_VERSION"));
     line("port", &shared.port);
-    let masked = shared.mask.names(Proto::Tyrant);
+    let masked = shared.mask().names(Proto::Tyrant);
     if !masked.is_empty() {
         line("mask", &masked.join(","));
     }
     for (name, v) in store.counters() {
         line(&format!("kura_{name}"), &v);
+    }
+    if let Some(r) = &shared.repl {
+        for (name, v) in r.report() {
+            if name != "sid" {
+                line(&name, &v);
+            }
+        }
     }
     s
 }

@@ -1,0 +1,163 @@
+//! Replication: the master's side (`feed`: a connection that asked for the update log becomes
+//! a stream, served by a thread of its own) and the replica's (`follow`: one thread that
+//! follows the master, applies its records and keeps its position).
+
+pub mod feed;
+pub mod follow;
+
+use kura_engine::ulog::logged::Logged;
+use kura_engine::Store;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A request that turns a connection into a replication stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamReq {
+    /// Kura's own stream (`kura_proto::repl`).
+    Kura { after: u64, sid: u32, flags: u32 },
+    /// Tokyo Tyrant's `repl` (0xA0).
+    Tyrant { ts: u64, sid: u32 },
+}
+
+/// What the replica knows of its master and how far it got.
+#[derive(Clone, Debug, Default)]
+pub struct FollowStatus {
+    pub connected: bool,
+    pub master_sid: u32,
+    /// The newest time stamp the master reported.
+    pub master_last: u64,
+    /// The master's time stamp up to which every record is applied here.
+    pub position: u64,
+    /// Records applied since the server started.
+    pub applied: u64,
+    pub bootstraps: u64,
+    pub last_error: String,
+}
+
+impl FollowStatus {
+    /// How far behind the master, in microseconds of its log (0 when caught up).
+    pub fn lag_us(&self) -> u64 {
+        if !self.connected && self.master_last == 0 {
+            return 0;
+        }
+        self.master_last.saturating_sub(self.position)
+    }
+}
+
+/// The server's replication state, shared by the executors, the feeds and the follower.
+pub struct Replication {
+    pub sid: u32,
+    /// What clients write to (with the update log when there is one).
+    pub store: Arc<dyn Store>,
+    pub logged: Option<Arc<Logged>>,
+    /// The master being followed (`host`, `port`), if any.
+    pub master: Mutex<Option<(String, u16)>>,
+    /// Bumped when the master changes, so the follower reconnects.
+    pub generation: AtomicU64,
+    pub status: Mutex<FollowStatus>,
+    /// Where a persistent replica keeps its position (beside its database).
+    pub pos_file: Option<PathBuf>,
+    /// A replica that still takes writes from clients (`--replica-writes`: dual master).
+    pub writable_replica: bool,
+    pub stop: Arc<AtomicBool>,
+    log: Box<dyn Fn(&str) + Send + Sync>,
+}
+
+impl Replication {
+    pub fn new(
+        sid: u32,
+        store: Arc<dyn Store>,
+        logged: Option<Arc<Logged>>,
+        pos_file: Option<PathBuf>,
+        writable_replica: bool,
+        log: Box<dyn Fn(&str) + Send + Sync>,
+    ) -> Replication {
+        Replication {
+            sid,
+            store,
+            logged,
+            master: Mutex::new(None),
+            generation: AtomicU64::new(0),
+            status: Mutex::new(FollowStatus::default()),
+            pos_file,
+            writable_replica,
+            stop: Arc::new(AtomicBool::new(false)),
+            log,
+        }
+    }
+
+    pub fn log(&self, msg: &str) {
+        (self.log)(msg)
+    }
+
+    /// Follow `master` (or stop following with `None`).
+    pub fn set_master(&self, master: Option<(String, u16)>) {
+        *self.master.lock().unwrap_or_else(|p| p.into_inner()) = master;
+        self.generation.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn master(&self) -> Option<(String, u16)> {
+        self.master
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub fn status(&self) -> FollowStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn with_status(&self, f: impl FnOnce(&mut FollowStatus)) {
+        f(&mut self.status.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Lines for `inform` / `stat`: the replica's master and lag, and the log's replicas.
+    pub fn report(&self) -> Vec<(String, String)> {
+        let mut out = vec![("sid".to_string(), self.sid.to_string())];
+        if let Some((h, p)) = self.master() {
+            let st = self.status();
+            out.push(("mhost".into(), h));
+            out.push(("mport".into(), p.to_string()));
+            out.push(("rts".into(), st.position.to_string()));
+            out.push(("master_sid".into(), st.master_sid.to_string()));
+            out.push(("master_connected".into(), st.connected.to_string()));
+            out.push(("delay".into(), format!("{:.6}", st.lag_us() as f64 / 1e6)));
+            out.push(("repl_applied".into(), st.applied.to_string()));
+            out.push(("repl_bootstraps".into(), st.bootstraps.to_string()));
+            if !st.last_error.is_empty() {
+                out.push(("repl_error".into(), st.last_error));
+            }
+        }
+        if let Some(l) = &self.logged {
+            let log = l.log();
+            out.push(("ulog_last_ts".into(), log.last_ts().to_string()));
+            let last = log.last_ts();
+            for (sid, r) in log.replicas() {
+                out.push((
+                    format!("replica_{sid}"),
+                    format!(
+                        "confirmed={} lag={:.6} connected={} addr={}",
+                        r.confirmed,
+                        last.saturating_sub(r.confirmed) as f64 / 1e6,
+                        r.connected,
+                        r.addr
+                    ),
+                ));
+            }
+        }
+        out
+    }
+}
+
+impl std::fmt::Debug for Replication {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replication")
+            .field("sid", &self.sid)
+            .field("master", &self.master())
+            .finish()
+    }
+}
