@@ -194,7 +194,10 @@ pub enum DbCommand {
         #[arg(help = NAME_HELP)]
         name: String,
     },
-    /// Write a consistent copy of the database to DEST (which must not exist yet).
+    /// Write a consistent copy of the database to DEST, a new database of the same kind (a
+    /// memory kind's copy: the kind DEST's name selects). DEST must not exist: an existing
+    /// one is never overwritten (status 1). `kura db check DEST` verifies the copy. A database
+    /// a server holds is copied through the server: `kura remote copy`.
     Copy {
         #[arg(help = NAME_HELP)]
         name: String,

@@ -103,7 +103,10 @@ pub enum RemoteCommand {
     },
     /// Remove every record.
     Vanish,
-    /// Hot-copy the server's database to PATH (on the server's machine).
+    /// Hot-copy the server's database to PATH in the server's --backup-dir (relative to it),
+    /// or with `@NAME` to a fresh copy DIR/NAME-<µs>.<ext> and run the executable DIR/NAME on
+    /// it. Status 1 when the server refuses (no --backup-dir, a path leading out of it, an
+    /// existing destination) or the command fails; the server's log says why.
     Copy { path: PathBuf },
     /// Call a `misc` function (putlist, outlist, getlist, getpart, iterinit, iternext, sync,
     /// optimize, vanish, error, cacheclear, regex, range, …); prints the result list, one
@@ -330,7 +333,21 @@ fn dispatch(a: &RemoteArgs) -> Res {
             &Request::Copy {
                 path: path.as_os_str().as_bytes(),
             },
-            refused("copy"),
+            |c| {
+                let p = path.display();
+                Fail::No(if path.as_os_str().as_bytes().starts_with(b"@") {
+                    format!(
+                        "copy {p} failed (the server answered code {c}): the command was \
+                         refused or failed; the server's log says why"
+                    )
+                } else {
+                    format!(
+                        "copy to {p} failed (the server answered code {c}): the server needs \
+                         --backup-dir, and the path must stay inside it and not exist yet; \
+                         the server's log says why"
+                    )
+                })
+            },
         ),
         RemoteCommand::Misc {
             func,

@@ -2,7 +2,8 @@
 //! database is open and recovered), serve until SIGTERM / SIGINT, then finish, sync and close.
 
 use kura_engine::name::parse_size;
-use kura_server::context::Shared;
+use kura_server::backup::BackupDir;
+use kura_server::context::{LogSink, Shared};
 use kura_server::mask::Mask;
 use kura_server::net::{self, Config};
 use std::io::Write;
@@ -98,6 +99,13 @@ pub struct ServeArgs {
     /// concurrent writes of a key converge on the one with the later time stamp).
     #[arg(long)]
     replica_writes: bool,
+    /// The directory that copies asked for over the network go to: Tyrant `copy PATH` writes
+    /// a hot copy to PATH in DIR (relative to it; `..`, and symbolic links that lead out, are
+    /// refused), Tyrant `copy @NAME` and Kyoto Tycoon `synchronize command=NAME` write a hot
+    /// copy DIR/NAME-<unix µs>.<ext> and run the executable DIR/NAME with that path and time
+    /// stamp (killed after 60 s; success only on status 0). Without it, they are refused.
+    #[arg(long, value_name = "DIR")]
+    backup_dir: Option<PathBuf>,
 }
 
 /// `HOST:PORT` of a master.
@@ -453,6 +461,26 @@ pub fn run(a: ServeArgs) -> ExitCode {
             }
         }
     };
+    // Paths from the network are confined to the backup directory, never into the database.
+    let backup_dir = match &a.backup_dir {
+        None => None,
+        Some(dir) => {
+            let path = kura_engine::name::split_name(&a.name)
+                .ok()
+                .map(|(p, _)| PathBuf::from(p))
+                .filter(|_| store.kind().info().caps.persistent);
+            match BackupDir::new(dir, path.as_deref()) {
+                Ok(d) => {
+                    log.line(&format!("backup directory {}", d.root().display()));
+                    Some(d)
+                }
+                Err(e) => {
+                    let _ = store.close();
+                    return fail(Some(&log), daemon, e);
+                }
+            }
+        }
+    };
     let mut listeners = Vec::new();
     for port in std::iter::once(a.port).chain(a.memcached_port) {
         match std::net::TcpListener::bind((a.host.as_str(), port)) {
@@ -537,6 +565,11 @@ pub fn run(a: ServeArgs) -> ExitCode {
     }
     shared.repl = Some(repl.clone());
     let follower = kura_server::repl::follow::start(repl.clone()).ok();
+    shared.backup_dir = backup_dir;
+    shared.log = {
+        let log = log.clone();
+        LogSink::new(move |m| log.line(m))
+    };
     let shared = Arc::new(shared);
     let stop = Arc::new(AtomicBool::new(false));
     // Watch the signal flags: stop the workers, reopen the log.

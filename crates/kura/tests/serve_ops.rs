@@ -55,7 +55,7 @@ fn kt(srv: &Server, call: &str) -> String {
 #[test]
 fn every_protocol_reaches_the_same_operations() {
     let dir = tempfile::tempdir().unwrap();
-    let srv = Server::start(dir.path(), "+");
+    let srv = Server::start_with(dir.path(), "+", &["--backup-dir", "."]);
     let mut t = srv.connect();
     let mut m = srv.connect();
     // Tyrant's putshl on an absent key stores the whole value (Store::putshl), memcached reads it.

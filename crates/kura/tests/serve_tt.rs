@@ -43,7 +43,7 @@ fn remote(addr: &str, args: &[&str]) -> Output {
 #[test]
 fn every_command_over_tcp_and_pipelined() {
     let dir = tempfile::tempdir().unwrap();
-    let srv = Server::start(dir.path(), "t.kh");
+    let srv = Server::start_with(dir.path(), "t.kh", &["--backup-dir", "."]);
     let mut s = srv.connect();
     let put = |k: &'static [u8], v: &'static [u8]| Request::Put { key: k, value: v };
     assert_eq!(call(&mut s, &put(b"a", b"1")), Reply::Code(0));
@@ -173,7 +173,7 @@ fn every_command_over_tcp_and_pipelined() {
         }
         other => panic!("{other:?}"),
     }
-    // A hot copy while the server runs, then vanish.
+    // A hot copy while the server runs (into --backup-dir), then vanish.
     let copy = dir.path().join("copy.kh");
     let path = copy.to_str().unwrap().as_bytes();
     assert_eq!(call(&mut s, &Request::Copy { path }), Reply::Code(0));

@@ -4,6 +4,7 @@
 //! from here; the types of protocol-specific state it holds live beside their protocol
 //! (`mc_meta::ItemStates`, `mc_access::Access`, `mc_stats::PrefixStats`).
 
+use crate::backup::BackupDir;
 use crate::mask::Mask;
 use crate::mc_access::Access;
 use crate::mc_meta::ItemStates;
@@ -11,6 +12,7 @@ use crate::mc_stats::{Did, PrefixStats};
 use kura_engine::counter::Counter;
 use kura_engine::{Error, Store};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
 /// The memcached version reported to clients (`version`, binary VERSION, `stats`): the release
 /// whose protocol Kura follows, a plain number as clients expect (some parse it). Kura's own
@@ -86,6 +88,41 @@ pub struct Shared {
     pub read_only: std::sync::atomic::AtomicBool,
     /// Replication: the update log, the master followed, the replicas fed.
     pub repl: Option<std::sync::Arc<crate::repl::Replication>>,
+    /// Where copies asked for over the network go (`--backup-dir`); `None` refuses them
+    /// (see [`crate::backup`]).
+    pub backup_dir: Option<BackupDir>,
+    /// The server's log (`kura serve --log`); nothing is written when none was given.
+    pub log: LogSink,
+}
+
+/// Writes one line to the server's log.
+type LineFn = dyn Fn(&str) + Send + Sync;
+
+/// Where the executors write a line to the server's log.
+#[derive(Clone, Default)]
+pub struct LogSink(Option<Arc<LineFn>>);
+
+impl LogSink {
+    pub fn new(f: impl Fn(&str) + Send + Sync + 'static) -> LogSink {
+        LogSink(Some(Arc::new(f)))
+    }
+
+    /// Write `msg` as one log line.
+    pub fn line(&self, msg: &str) {
+        if let Some(f) = &self.0 {
+            f(msg);
+        }
+    }
+}
+
+impl std::fmt::Debug for LogSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "LogSink(on)"
+        } else {
+            "LogSink(off)"
+        })
+    }
 }
 
 /// What a read-only server refuses: every change of the database.
@@ -144,6 +181,8 @@ impl Shared {
             item_states: ItemStates::new(),
             access: Access::new(),
             detail: PrefixStats::default(),
+            backup_dir: None,
+            log: LogSink::default(),
         }
     }
 

@@ -2,6 +2,7 @@
 //! and their TSV output.
 
 use super::{atof, atoi, bump, db_error, kt_expiry_param, os_name, Reply, KT_VERSION, NO_RECORD};
+use crate::backup;
 use crate::context::Shared;
 use crate::kt_cursor::{self, KtCursors};
 use crate::mask::{Op, Proto};
@@ -111,7 +112,7 @@ fn procedure_op(name: &[u8], input: &Input<'_>) -> Option<Op> {
         b"clear" => Op::Vanish,
         b"status" | b"report" => Op::Stat,
         b"vacuum" => Op::Optimize,
-        b"synchronize" if get(input, "command").is_some() => Op::Copy,
+        b"synchronize" if get(input, "command").is_some_and(|c| !c.is_empty()) => Op::Copy,
         b"synchronize" => Op::Sync,
         b"play_script" => Op::Ext,
         _ => return None,
@@ -192,14 +193,15 @@ fn procedure<'s>(
         }
         b"synchronize" => {
             store.sync()?;
-            if get(input, "command").is_some() {
-                return Ok(fail(
-                    out,
-                    450,
-                    "postprocessing commands are not supported by Kura",
-                ));
+            // Kyoto Tycoon runs the command on the synchronized database; Kura on a fresh hot
+            // copy in the backup directory (crate::backup). Any failure is Kyoto Cabinet's
+            // failed postprocessing. An empty command is none, as in Kyoto Tycoon.
+            match get(input, "command").filter(|c| !c.is_empty()) {
+                Some(cmd) if !backup::run(store, shared, cmd, "KT synchronize") => {
+                    Ok(fail(out, 500, db_error(8, "postprocessing failed")))
+                }
+                _ => Ok(200),
             }
-            Ok(200)
         }
         b"vacuum" => {
             store.optimize("")?;

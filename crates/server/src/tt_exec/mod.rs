@@ -11,11 +11,11 @@
 //! engine error). An engine error is never a panic and never closes the connection: the
 //! command answers its failure form (see [`tt_bin::reply_failure`]).
 
+use crate::backup;
 use crate::context::{flush_if_due, Next, Shared};
 use crate::mask::{Op, Proto};
 use kura_engine::{Cursor, Error, Outcome, Record, Store};
 use kura_proto::tt_bin::{self, cmd, Request, FAIL, OK};
-use std::path::PathBuf;
 
 mod misc;
 mod stat;
@@ -311,17 +311,19 @@ fn run<'s>(
             store.vanish()?;
             code(out, true);
         }
-        Request::Copy { path } => {
-            // Tyrant runs a path starting with `@` as a shell command: refused here.
-            let path = c_str(path);
-            if path.is_empty() || path[0] == b'@' {
-                code(out, false);
-            } else {
-                store.copy_to(&path_of(path))?;
-                code(out, true);
+        // Confined to the backup directory; `@NAME` runs NAME of that directory on a fresh
+        // copy (crate::backup).
+        Request::Copy { path } => code(out, backup::copy(store, shared, path, "Tyrant copy")),
+        Request::Restore { path, .. } => {
+            // No update log to restore from yet; its path is confined like copy's.
+            if let Some(p) = backup::confined(shared, path, "Tyrant restore") {
+                shared.log.line(&format!(
+                    "Tyrant restore from {}: refused: no update log",
+                    p.display()
+                ));
             }
+            code(out, false);
         }
-        Request::Restore { .. } => code(out, false),
         Request::SetMst { host, port, .. } => match &shared.repl {
             Some(r) => {
                 let host = String::from_utf8_lossy(c_str(host)).into_owned();
@@ -373,17 +375,6 @@ fn run<'s>(
 /// A string argument as Tyrant's C code sees it: up to the first NUL byte.
 fn c_str(b: &[u8]) -> &[u8] {
     b.iter().position(|&x| x == 0).map_or(b, |n| &b[..n])
-}
-
-#[cfg(unix)]
-fn path_of(b: &[u8]) -> PathBuf {
-    use std::os::unix::ffi::OsStrExt;
-    PathBuf::from(std::ffi::OsStr::from_bytes(b))
-}
-
-#[cfg(not(unix))]
-fn path_of(b: &[u8]) -> PathBuf {
-    PathBuf::from(String::from_utf8_lossy(b).into_owned())
 }
 
 #[cfg(test)]

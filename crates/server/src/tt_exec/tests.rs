@@ -5,6 +5,7 @@ use crate::mask::Mask;
 use kura_proto::tt_bin::{
     decode, decode_reply, encode_request, Decoded, DecodedReply, Limits, Reply,
 };
+use std::path::PathBuf;
 
 /// A client of one connection: every request goes through the codec both ways.
 struct Client<'s> {
@@ -816,11 +817,18 @@ fn copy_repl_and_engine_errors() {
     db.put(b"k", b"v").unwrap();
     let dest = dir.0.join("copy.kh");
     let dest_s = dest.to_str().unwrap().as_bytes().to_vec();
+    // Without a backup directory, no copy.
+    assert_eq!(c.r(Request::Copy { path: &dest_s }), FAIL_);
+    assert!(!dest.exists());
+    c.sh.backup_dir = Some(crate::backup::BackupDir::new(&dir.0, None).unwrap());
     assert_eq!(c.r(Request::Copy { path: &dest_s }), OK_);
     let copy = kura_engine::open(dest.to_str().unwrap()).unwrap();
     assert_eq!(copy.get(b"k").unwrap().unwrap().value, b"v");
     copy.close().unwrap();
-    // `@command` is never run; an empty path fails.
+    // Not over it again, not outside the directory; a shell command line is no command
+    // name; an empty path fails.
+    assert_eq!(c.r(Request::Copy { path: &dest_s }), FAIL_);
+    assert_eq!(c.r(Request::Copy { path: b"../x.kh" }), FAIL_);
     let cmd_path = dir.0.join("pwned");
     let at = format!("@touch {}", cmd_path.display());
     assert_eq!(
@@ -831,6 +839,17 @@ fn copy_repl_and_engine_errors() {
     );
     assert!(!cmd_path.exists());
     assert_eq!(c.r(Request::Copy { path: b"" }), FAIL_);
+    // restore: its path confined, then refused (no update log).
+    for path in [&b"ulog"[..], b"/etc"] {
+        assert_eq!(
+            c.r(Request::Restore {
+                path,
+                ts: 0,
+                opts: 0
+            }),
+            FAIL_
+        );
+    }
     // repl: no update log to stream, hang up without a byte.
     assert_eq!(
         c.raw(&Request::Repl { ts: 1, sid: 9 }),
@@ -874,7 +893,7 @@ fn copy_repl_and_engine_errors() {
         },
         Request::Sync,
         Request::Vanish,
-        Request::Copy { path: &dest_s },
+        Request::Copy { path: b"closed.kh" },
         Request::Misc {
             name: b"get",
             opts: 0,
@@ -888,6 +907,8 @@ fn copy_repl_and_engine_errors() {
     ] {
         assert_eq!(c.call(&req), (FAIL_, Next::Continue), "{req:?}");
     }
+    // The failed copy left nothing behind.
+    assert!(!dir.0.join("closed.kh").exists());
     let (out, _) = c.raw(&Request::PutNr {
         key: b"k",
         value: b"v",
