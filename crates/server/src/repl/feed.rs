@@ -348,12 +348,7 @@ fn feed_tyrant(
                     continue;
                 }
                 let mut emit = |body: &[u8]| {
-                    out.push(0xC9);
-                    out.extend_from_slice(&rec.ts.to_be_bytes());
-                    out.extend_from_slice(&rec.origin_sid.to_be_bytes());
-                    out.extend_from_slice(&(body.len() as u32 + 1).to_be_bytes());
-                    out.extend_from_slice(body);
-                    out.push(0);
+                    kura_proto::repl_tt::encode_record(&mut out, rec.ts, rec.origin_sid, body)
                 };
                 for_tyrant(&rec.op, &mut body, &mut emit).map_err(io::Error::other)?;
                 if out.len() >= 256 << 10 {
@@ -367,7 +362,9 @@ fn feed_tyrant(
                     sock.write_all(&out)?;
                     out.clear();
                 } else if idle.elapsed() >= Duration::from_millis(900) {
-                    sock.write_all(&[0xCA])?;
+                    let mut nop = Vec::new();
+                    kura_proto::repl_tt::encode_nop(&mut nop);
+                    sock.write_all(&nop)?;
                     idle = Instant::now();
                 }
             }
@@ -376,53 +373,48 @@ fn feed_tyrant(
     Ok(())
 }
 
-/// The Tyrant commands that have an operation's effect, each passed to `emit`.
+/// The Tyrant update log bodies (command and result byte) that have an operation's effect,
+/// each passed to `emit`.
 fn for_tyrant(
     op: &Op<'_>,
     body: &mut Vec<u8>,
     emit: &mut dyn FnMut(&[u8]),
 ) -> kura_engine::Result<()> {
-    use kura_proto::tt_bin::{self, Request};
-    let mut one = |req: &Request<'_>, body: &mut Vec<u8>| {
-        body.clear();
-        tt_bin::encode_request(req, body);
-        emit(body);
-    };
+    use kura_proto::repl_tt as tt;
+    body.clear();
     match op {
-        Op::Put { key, value, .. } => one(&Request::Put { key, value }, body),
-        Op::Remove { key } => one(&Request::Out { key }, body),
+        Op::Put { key, value, .. } => tt::encode_put(body, key, value, true),
+        Op::Remove { key } => tt::encode_out(body, key, true),
         // Tyrant's records do not expire: nothing to send.
-        Op::Touch { .. } => {}
-        Op::Vanish => one(&Request::Vanish, body),
-        Op::Optimize { params } => one(&Request::Optimize { params }, body),
+        Op::Touch { .. } => return Ok(()),
+        Op::Vanish => tt::encode_vanish(body, true),
+        Op::Optimize { params } => tt::encode_body(
+            body,
+            &kura_proto::tt_bin::Request::Optimize { params },
+            true,
+        ),
         Op::Batch { body: b, .. } => {
             for o in record::batch_ops(b) {
                 for_tyrant(&o?, body, emit)?;
             }
+            return Ok(());
         }
         Op::Values { key, body: b, .. } => {
-            one(&Request::Out { key }, body);
-            let mut args = vec![*key];
+            tt::encode_out(body, key, true);
+            emit(body);
+            body.clear();
+            // putlist takes key / value pairs; on a B+ tree each is a putdup.
+            let mut args = Vec::new();
             for v in record::values_of(b) {
+                args.push(*key);
                 args.push(v?);
             }
-            one(
-                &Request::Misc {
-                    name: b"putlist",
-                    opts: 0,
-                    args: {
-                        // putlist takes key/value pairs.
-                        let mut kv = Vec::new();
-                        for v in &args[1..] {
-                            kv.push(*key);
-                            kv.push(*v);
-                        }
-                        kv
-                    },
-                },
-                body,
-            );
+            if args.is_empty() {
+                return Ok(());
+            }
+            tt::encode_misc(body, b"putlist", &args, true);
         }
     }
+    emit(body);
     Ok(())
 }
