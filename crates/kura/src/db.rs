@@ -203,6 +203,22 @@ pub enum DbCommand {
         name: String,
         dest: PathBuf,
     },
+    /// Point-in-time restore: replay an update log onto a backup made by `kura remote copy` of
+    /// a server with `--ulog` (the backup's `.ulogpos` file says where the log takes over),
+    /// up to `--until` (a time stamp in microseconds since the epoch, inclusive; default: the
+    /// end of the log). The backup's position is advanced, so a later restore goes on from
+    /// there. A damaged log file stops the restore with an error (status 2).
+    Restore {
+        /// The backup (a database name).
+        #[arg(help = NAME_HELP)]
+        name: String,
+        /// The update log directory (the server's `--ulog`, or a copy of it).
+        #[arg(long, value_name = "DIR")]
+        ulog: PathBuf,
+        /// Stop after the last record at or before this time stamp (µs since the epoch).
+        #[arg(long, value_name = "TS")]
+        until: Option<u64>,
+    },
 }
 
 /// Why a command did not succeed.
@@ -340,6 +356,18 @@ fn dispatch(cmd: DbCommand) -> Res {
                 )));
             }
             with_db(&name, Open::Existing, |db| Ok(db.copy_to(&dest)?))
+        }
+        DbCommand::Restore { name, ulog, until } => {
+            let path = PathBuf::from(name.split('#').next().unwrap_or(&name));
+            let (after, sid) = engine::ulog::logged::read_position(&path)
+                .map_err(|e| Fail::Err(e.to_string()))?;
+            with_db(&name, Open::Existing, |db| {
+                let (n, last) =
+                    engine::ulog::apply::replay(db, &ulog, after, until.unwrap_or(u64::MAX))?;
+                engine::ulog::logged::write_position(&path, last, sid)?;
+                println!("{n} records replayed; the backup now holds every change up to {last}");
+                Ok(())
+            })
         }
     }
 }

@@ -536,3 +536,64 @@ fn a_tokyo_tyrant_slave_is_sent_tyrant_commands() {
         ]
     );
 }
+
+#[test]
+fn a_hot_backup_and_the_update_log_restore_to_a_point_in_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let master = serve(
+        dir.path(),
+        &[
+            "m.kh",
+            "--port",
+            "0",
+            "--sid",
+            "1",
+            "--ulog",
+            "mlog",
+            "--backup-dir",
+            ".",
+        ],
+    );
+    let mut t = Tt::new(&master.addr);
+    t.put(b"a", b"1");
+    t.put(b"b", b"2");
+    let kura = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_kura"))
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    let port = common::port_of(&master.addr).to_string();
+    let o = kura(&["remote", "copy", "--port", &port, "bk.kh"]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(dir.path().join("bk.kh.ulogpos").exists());
+    t.put(b"c", b"3");
+    t.out(b"a");
+    let until = t.stat()["ulog_last_ts"].clone();
+    t.put(b"d", b"too late");
+    let o = kura(&["db", "restore", "bk.kh", "--ulog", "mlog", "--until", &until]);
+    assert!(o.status.success(), "{o:?}");
+    let o = kura(&["db", "list", "bk.kh"]);
+    let mut keys: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    keys.sort();
+    assert_eq!(keys, ["b", "c"]);
+    // A damaged log is refused, not applied in part.
+    let first = std::fs::read_dir(dir.path().join("mlog"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "kul"))
+        .unwrap();
+    drop(master);
+    let mut bytes = std::fs::read(&first).unwrap();
+    let n = bytes.len();
+    bytes[n - 3] ^= 0x55;
+    bytes.extend_from_slice(&bytes[32..80].to_vec());
+    std::fs::write(&first, &bytes).unwrap();
+    let o = kura(&["db", "restore", "bk.kh", "--ulog", "mlog"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+}

@@ -147,8 +147,8 @@ const GET_MISS: usize = 2;
 
 /// Execute one request, appending its reply (if any) to `out`.
 ///
-/// Returns [`Next::Close`] only for `repl`: Kura has no update log to stream, so it hangs up
-/// without a reply, as `ttserver` does when it cannot replicate (the slave retries later).
+/// Returns [`Next::Stream`] for `repl` (Tyrant's and Kura's): the connection becomes a
+/// replication stream; [`Next::Close`] when `repl` is refused by the mask.
 pub fn execute<'s>(
     store: &'s dyn Store,
     shared: &Shared,
@@ -314,15 +314,26 @@ fn run<'s>(
         // Confined to the backup directory; `@NAME` runs NAME of that directory on a fresh
         // copy (crate::backup).
         Request::Copy { path } => code(out, backup::copy(store, shared, path, "Tyrant copy")),
-        Request::Restore { path, .. } => {
-            // No update log to restore from yet; its path is confined like copy's.
-            if let Some(p) = backup::confined(shared, path, "Tyrant restore") {
-                shared.log.line(&format!(
-                    "Tyrant restore from {}: refused: no update log",
-                    p.display()
-                ));
+        Request::Restore { path, ts, .. } => {
+            // Replays an update log directory (confined like copy's paths) from time stamp
+            // `ts` on; the changes are logged here like any other.
+            let mut ok = false;
+            if let Some(dir) = backup::confined(shared, path, "Tyrant restore") {
+                match kura_engine::ulog::apply::replay(store, &dir, ts.saturating_sub(1), u64::MAX)
+                {
+                    Ok((n, last)) => {
+                        shared.log.line(&format!(
+                            "Tyrant restore from {}: {n} records replayed, up to {last}",
+                            dir.display()
+                        ));
+                        ok = true;
+                    }
+                    Err(e) => shared
+                        .log
+                        .line(&format!("Tyrant restore from {}: {e}", dir.display())),
+                }
             }
-            code(out, false);
+            code(out, ok);
         }
         Request::SetMst { host, port, .. } => match &shared.repl {
             Some(r) => {
