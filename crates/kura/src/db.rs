@@ -359,8 +359,8 @@ fn dispatch(cmd: DbCommand) -> Res {
         }
         DbCommand::Restore { name, ulog, until } => {
             let path = PathBuf::from(name.split('#').next().unwrap_or(&name));
-            let (after, sid) = engine::ulog::logged::read_position(&path)
-                .map_err(|e| Fail::Err(e.to_string()))?;
+            let (after, sid) =
+                engine::ulog::logged::read_position(&path).map_err(|e| Fail::Err(e.to_string()))?;
             with_db(&name, Open::Existing, |db| {
                 let (n, last) =
                     engine::ulog::apply::replay(db, &ulog, after, until.unwrap_or(u64::MAX))?;

@@ -572,7 +572,9 @@ fn a_hot_backup_and_the_update_log_restore_to_a_point_in_time() {
     t.out(b"a");
     let until = t.stat()["ulog_last_ts"].clone();
     t.put(b"d", b"too late");
-    let o = kura(&["db", "restore", "bk.kh", "--ulog", "mlog", "--until", &until]);
+    let o = kura(&[
+        "db", "restore", "bk.kh", "--ulog", "mlog", "--until", &until,
+    ]);
     assert!(o.status.success(), "{o:?}");
     let o = kura(&["db", "list", "bk.kh"]);
     let mut keys: Vec<String> = String::from_utf8_lossy(&o.stdout)

@@ -83,7 +83,12 @@ pub fn apply(store: &dyn Store, op: &Op<'_>) -> Result<bool> {
 /// `after`. Returns how many records were applied and the time stamp of the last one (`after`
 /// when none). A damaged log file stops the restore with an error before any record past the
 /// damage is applied; the database is then synced up to what was applied.
-pub fn replay(store: &dyn Store, dir: &std::path::Path, after: u64, until: u64) -> Result<(u64, u64)> {
+pub fn replay(
+    store: &dyn Store,
+    dir: &std::path::Path,
+    after: u64,
+    until: u64,
+) -> Result<(u64, u64)> {
     let mut last = after;
     let r = super::read_dir(dir, after, until, &mut |rec| {
         apply(store, &rec.op)?;
