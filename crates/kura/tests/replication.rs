@@ -594,7 +594,8 @@ fn a_hot_backup_and_the_update_log_restore_to_a_point_in_time() {
     let mut bytes = std::fs::read(&first).unwrap();
     let n = bytes.len();
     bytes[n - 3] ^= 0x55;
-    bytes.extend_from_slice(&bytes[32..80].to_vec());
+    let extra = bytes[32..80].to_vec();
+    bytes.extend_from_slice(&extra);
     std::fs::write(&first, &bytes).unwrap();
     let o = kura(&["db", "restore", "bk.kh", "--ulog", "mlog"]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");

@@ -79,8 +79,11 @@ pub enum FrameError {
     TooLarge(usize),
 }
 
-/// The frame at the start of `buf`: `(tag, payload, bytes taken)`; `Ok(None)` if incomplete.
-pub fn decode_frame(buf: &[u8]) -> Result<Option<(u8, &[u8], usize)>, FrameError> {
+/// A decoded frame: its tag, its payload and the bytes it took.
+pub type Frame<'a> = (u8, &'a [u8], usize);
+
+/// The frame at the start of `buf`; `Ok(None)` if incomplete.
+pub fn decode_frame(buf: &[u8]) -> Result<Option<Frame<'_>>, FrameError> {
     if buf.len() < 5 {
         return Ok(None);
     }

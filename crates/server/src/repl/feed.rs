@@ -186,6 +186,10 @@ fn feed_kura(
     Ok(())
 }
 
+/// The values of one key of a database with duplicates, gathered for a snapshot: key,
+/// values, flags and expiry of the first.
+type Group = (Vec<u8>, Vec<Vec<u8>>, u32, u64);
+
 /// Send a snapshot of the whole database: the position first (every change up to it is in
 /// what follows; later ones may be too, and the log after it makes the replica exact).
 fn snapshot(repl: &Replication, logged: &Logged, sock: &mut TcpStream) -> io::Result<u64> {
@@ -197,7 +201,7 @@ fn snapshot(repl: &Replication, logged: &Logged, sock: &mut TcpStream) -> io::Re
     let mut count = 0u64;
     let mut failed = None;
     let dups = logged.allows_dups();
-    let mut group: Option<(Vec<u8>, Vec<Vec<u8>>, u32, u64)> = None;
+    let mut group: Option<Group> = None;
     let send = |chunk: &mut Vec<u8>, n: &mut u32, sock: &mut TcpStream| -> io::Result<()> {
         let mut f = Vec::with_capacity(chunk.len() + 9);
         let at = wire::begin_frame(&mut f, wire::SNAP);
@@ -209,7 +213,7 @@ fn snapshot(repl: &Replication, logged: &Logged, sock: &mut TcpStream) -> io::Re
         *n = 0;
         Ok(())
     };
-    let emit_group = |g: (Vec<u8>, Vec<Vec<u8>>, u32, u64), chunk: &mut Vec<u8>| {
+    let emit_group = |g: Group, chunk: &mut Vec<u8>| {
         let (key, vals, flags, expires) = g;
         if vals.len() == 1 {
             record::encode(
