@@ -95,6 +95,18 @@ pub struct ServeArgs {
     /// --replica-writes.
     #[arg(long, value_name = "HOST:PORT")]
     master: Option<String>,
+    /// The protocol the master (--master, or Tyrant `setmst`) speaks: `kura` (Kura's own
+    /// stream: flags, expiry, snapshots), `tyrant` (a Tokyo Tyrant ttserver's `repl`: its
+    /// commands are redone here; no snapshot, so seed the database first) or `kyoto` (a Kyoto
+    /// Tycoon ktserver's binary replication, for a database with expiration times; no
+    /// snapshot either).
+    #[arg(long, value_name = "PROTOCOL", default_value = "kura", value_parser = master_protocol)]
+    master_protocol: kura_server::repl::MasterProtocol,
+    /// Where a replica with no saved position yet starts: after this time stamp of the
+    /// master's log (its units: µs for kura and tyrant, Kyoto Tycoon's for kyoto). For a
+    /// replica seeded from a copy of the master's data, as ttserver's `-rts` file.
+    #[arg(long, value_name = "TS")]
+    master_ts: Option<u64>,
     /// A replica that also takes writes from clients (two masters following each other:
     /// concurrent writes of a key converge on the one with the later time stamp).
     #[arg(long)]
@@ -106,6 +118,11 @@ pub struct ServeArgs {
     /// stamp (killed after 60 s; success only on status 0). Without it, they are refused.
     #[arg(long, value_name = "DIR")]
     backup_dir: Option<PathBuf>,
+}
+
+fn master_protocol(s: &str) -> Result<kura_server::repl::MasterProtocol, String> {
+    kura_server::repl::MasterProtocol::parse(s)
+        .ok_or_else(|| format!("{s}: expected kura, tyrant or kyoto"))
 }
 
 /// `HOST:PORT` of a master.
@@ -549,17 +566,25 @@ pub fn run(a: ServeArgs) -> ExitCode {
     });
     let repl = {
         let log = log.clone();
-        Arc::new(kura_server::repl::Replication::new(
+        let mut r = kura_server::repl::Replication::new(
             sid,
             store.clone(),
             logged.clone(),
             pos_file,
             a.replica_writes,
             Box::new(move |m: &str| log.line(m)),
-        ))
+        );
+        r.protocol = a.master_protocol;
+        r.initial_ts = a.master_ts;
+        Arc::new(r)
     };
     if let Some(m) = master.clone() {
-        log.line(&format!("following the master {}:{}", m.0, m.1));
+        log.line(&format!(
+            "following the master {}:{} ({} protocol)",
+            m.0,
+            m.1,
+            a.master_protocol.name()
+        ));
         repl.set_master(Some(m));
         shared.read_only.store(!a.replica_writes, Ordering::Relaxed);
     }

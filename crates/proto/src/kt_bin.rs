@@ -10,7 +10,7 @@
 //! | `0xB9` | remove_bulk | flags u32, count u32, count × (db u16, ksiz u32, key) |
 //! | `0xBA` | get_bulk | flags u32, count u32, count × (db u16, ksiz u32, key) |
 //! | `0xB4` | play_script | flags u32, nsiz u32, count u32, name, count × (ksiz u32, vsiz u32, key, value) |
-//! | `0xB1` | replication | not served: only the magic is consumed |
+//! | `0xB1` | replication | flags u32, ts u64, sid u16 (a slave asking for the update log: `repl_kt`) |
 //!
 //! Flag bit 0 (`0x01`) asks for no reply (get_bulk always replies). Replies start with the
 //! request's magic, or are the single byte `0xBF` on any error:
@@ -88,8 +88,13 @@ pub enum Request<'a> {
         name: &'a [u8],
         args: Vec<(&'a [u8], &'a [u8])>,
     },
-    /// Not served: answer [`ERROR`] and close.
-    Replication,
+    /// A slave asking for the update log after `ts` (`crate::repl_kt::Request`); the
+    /// connection becomes a replication stream.
+    Replication {
+        flags: u32,
+        ts: u64,
+        sid: u16,
+    },
 }
 
 impl Request<'_> {
@@ -100,7 +105,7 @@ impl Request<'_> {
             Request::RemoveBulk { .. } => REMOVE_BULK,
             Request::GetBulk { .. } => GET_BULK,
             Request::PlayScript { .. } => PLAY_SCRIPT,
-            Request::Replication => REPLICATION,
+            Request::Replication { .. } => REPLICATION,
         }
     }
 
@@ -110,7 +115,7 @@ impl Request<'_> {
             Request::SetBulk { no_reply, .. }
             | Request::RemoveBulk { no_reply, .. }
             | Request::PlayScript { no_reply, .. } => *no_reply,
-            Request::GetBulk { .. } | Request::Replication => false,
+            Request::GetBulk { .. } | Request::Replication { .. } => false,
         }
     }
 }
@@ -158,6 +163,12 @@ impl<'a> Rd<'a> {
         let s = self.take(4)?;
         Ok(u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
     }
+    fn u64(&mut self) -> Result<u64, Fail> {
+        let s = self.take(8)?;
+        let mut b = [0u8; 8];
+        b.copy_from_slice(s);
+        Ok(u64::from_be_bytes(b))
+    }
     fn i64(&mut self) -> Result<i64, Fail> {
         let s = self.take(8)?;
         let mut b = [0u8; 8];
@@ -181,7 +192,10 @@ const INITIAL_CAPACITY: usize = 64;
 fn body<'a>(rd: &mut Rd<'a>, limits: &Limits) -> Result<Request<'a>, Fail> {
     let magic = rd.take(1)?[0];
     if magic == REPLICATION {
-        return Ok(Request::Replication);
+        let flags = rd.u32()?;
+        let ts = rd.u64()?;
+        let sid = rd.u16()?;
+        return Ok(Request::Replication { flags, ts, sid });
     }
     if !matches!(magic, SET_BULK | REMOVE_BULK | GET_BULK | PLAY_SCRIPT) {
         return Err(Fail::Bad);
@@ -295,8 +309,7 @@ pub fn reply_error(out: &mut Vec<u8>) {
 
 // ----- client side (tests, fuzzing, tools) -----
 
-/// Encode a request as a client sends it (get_bulk with flags 0; replication as its magic
-/// alone).
+/// Encode a request as a client sends it (get_bulk with flags 0).
 pub fn encode_request(req: &Request<'_>, out: &mut Vec<u8>) {
     let flags = |nr: bool| if nr { NO_REPLY } else { 0 };
     let len = |s: &[u8]| (s.len() as u32).to_be_bytes();
@@ -338,7 +351,11 @@ pub fn encode_request(req: &Request<'_>, out: &mut Vec<u8>) {
                 out.extend_from_slice(v);
             }
         }
-        Request::Replication => {}
+        Request::Replication { flags, ts, sid } => {
+            out.extend_from_slice(&flags.to_be_bytes());
+            out.extend_from_slice(&ts.to_be_bytes());
+            out.extend_from_slice(&sid.to_be_bytes());
+        }
     }
 }
 
@@ -462,7 +479,11 @@ mod tests {
                 name: b"echo",
                 args: vec![(b"x", b"1"), (b"", b"")],
             },
-            Request::Replication,
+            Request::Replication {
+                flags: 1,
+                ts: 1_700_000_000_000_000_123,
+                sid: 7,
+            },
         ]
     }
 
@@ -666,7 +687,11 @@ mod tests {
                 name: recs.first().map(|r| &r.1[..]).unwrap_or(b"f"),
                 args: recs.iter().map(|(_, k, v, _)| (&k[..], &v[..])).collect(),
             },
-            _ => Request::Replication,
+            _ => Request::Replication {
+                flags: recs.len() as u32,
+                ts: u64::MAX - recs.len() as u64,
+                sid: 3,
+            },
         }
     }
 

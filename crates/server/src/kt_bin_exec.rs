@@ -8,8 +8,10 @@
 //!   2^40 − 1, the value Kyoto Tycoon stores for it.
 //! * set_bulk is one atomic batch (a key sent twice keeps its last value); its count is the
 //!   number of records addressed to database 0, duplicates included, as Kyoto Tycoon counts.
-//! * play_script: there is no Lua, so the reply is the error byte; replication is not served:
-//!   the error byte, then the connection closes.
+//! * play_script: there is no Lua, so the reply is the error byte.
+//! * replication (`0xB1`): the connection becomes a stream of the update log in Kyoto
+//!   Tycoon's format (`repl::feed`); the mask's `repl` refuses it with the error byte and a
+//!   hang-up.
 //! * The command mask is checked with `Proto::Http`: `allhttp` covers Kyoto Tycoon's binary
 //!   protocol too (set_bulk = `put`, remove_bulk = `out`, get_bulk = `mget`,
 //!   play_script = `ext`). A refused request gets the error byte.
@@ -40,8 +42,9 @@ pub fn kt_expiry(xt: i64, now: u64) -> u64 {
     }
 }
 
-/// Execute one decoded request, appending its reply (if any) to `out`. [`Next::Close`] only
-/// for replication: send `out`, then close.
+/// Execute one decoded request, appending its reply (if any) to `out`. Replication answers
+/// [`Next::Stream`], or the error byte and [`Next::Close`] when it is masked or there is no
+/// replication here.
 pub fn execute(
     store: &dyn Store,
     shared: &Shared,
@@ -54,9 +57,12 @@ pub fn execute(
         Request::RemoveBulk { .. } => Op::Out,
         Request::GetBulk { .. } => Op::Mget,
         Request::PlayScript { .. } => Op::Ext,
-        Request::Replication => {
-            kt_bin::reply_error(out);
-            return Next::Close;
+        &Request::Replication { flags, ts, sid } => {
+            if shared.repl.is_none() || shared.mask().denies(Op::Repl, Proto::Http) {
+                kt_bin::reply_error(out);
+                return Next::Close;
+            }
+            return Next::Stream(crate::repl::StreamReq::Kyoto { flags, ts, sid });
         }
     };
     // Encoded in place; taken back when it fails or no reply was asked for.
@@ -143,7 +149,7 @@ fn run(
         Request::PlayScript { .. } => {
             return Err(Error::Unsupported("play_script: no scripting language"))
         }
-        Request::Replication => {}
+        Request::Replication { .. } => {}
     }
     Ok(())
 }
@@ -264,10 +270,37 @@ mod tests {
             args: vec![],
         };
         assert_eq!(call(&*db, &sh, &quiet), (None, Next::Continue));
+        // No replication here: refused.
+        let repl = Request::Replication {
+            flags: 0,
+            ts: 5,
+            sid: 2,
+        };
+        assert_eq!(call(&*db, &sh, &repl), (Some(Reply::Error), Next::Close));
+        // With replication: the connection becomes a stream, unless `repl` is masked.
+        sh.repl = Some(std::sync::Arc::new(crate::repl::Replication::new(
+            1,
+            db.clone(),
+            None,
+            None,
+            false,
+            Box::new(|_: &str| {}),
+        )));
         assert_eq!(
-            call(&*db, &sh, &Request::Replication),
-            (Some(Reply::Error), Next::Close)
+            call(&*db, &sh, &repl),
+            (
+                None,
+                Next::Stream(crate::repl::StreamReq::Kyoto {
+                    flags: 0,
+                    ts: 5,
+                    sid: 2
+                })
+            )
         );
+        sh.mask = Mask::NONE.mask("repl").unwrap();
+        assert_eq!(call(&*db, &sh, &repl), (Some(Reply::Error), Next::Close));
+        sh.mask = Mask::NONE;
+        sh.repl = None;
         sh.mask = Mask::NONE.mask("allhttp").unwrap();
         let set = Request::SetBulk {
             no_reply: false,

@@ -32,6 +32,7 @@ use crate::store::{
 };
 use hashbrown::HashMap;
 use parking_lot::Mutex;
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -45,6 +46,21 @@ pub const LWW_WINDOW: u64 = 600 * 1_000_000;
 const LWW_PER_STRIPE: usize = 1024;
 
 type Stamp = (u64, u32);
+
+thread_local! {
+    /// The origin `(sid, ts)` every record logged by this thread is stamped with while
+    /// [`Logged::as_origin`] runs; `None` otherwise (the records are this server's own).
+    static ORIGIN: Cell<Option<(u32, u64)>> = const { Cell::new(None) };
+}
+
+/// Puts back the thread's previous origin when dropped (also when the closure panics).
+struct OriginGuard(Option<(u32, u64)>);
+
+impl Drop for OriginGuard {
+    fn drop(&mut self) {
+        ORIGIN.with(|o| o.set(self.0));
+    }
+}
 
 #[derive(Default)]
 struct Stripe {
@@ -245,6 +261,40 @@ impl Logged {
         write_applied(&self.log, ts)
     }
 
+    /// Append a record: this server's own, or stamped with the origin [`Logged::as_origin`]
+    /// set for this thread.
+    fn append(&self, op: &Op<'_>) -> Result<u64> {
+        self.log.append_from(ORIGIN.with(Cell::get), op)
+    }
+
+    /// The last-writer-wins stamp of a change logged at `ts`: its origin's.
+    fn stamp(&self, ts: u64) -> Stamp {
+        match ORIGIN.with(Cell::get) {
+            Some((sid, ots)) => (ots, sid),
+            None => (ts, self.log.sid()),
+        }
+    }
+
+    /// Run `f` on this database (every operation of it logged as usual: under the key's
+    /// stripe, the effects, a compensating record when the database refuses) with every
+    /// record it logs stamped with the origin `sid` and its time stamp `ts` there, as a
+    /// replicated change is. For a master that sends commands rather than effects (Tokyo
+    /// Tyrant's update log): the command is executed here with its own meaning and its effects
+    /// are logged as the origin's, so they are never sent back to it and chained replicas
+    /// know where they came from. `None` (nothing run) when the origin is this server.
+    pub fn as_origin<T>(
+        &self,
+        sid: u32,
+        ts: u64,
+        f: impl FnOnce(&dyn Store) -> Result<T>,
+    ) -> Result<Option<T>> {
+        if sid == self.log.sid() {
+            return Ok(None);
+        }
+        let _back = OriginGuard(ORIGIN.with(|o| o.replace(Some((sid, ts)))));
+        f(self).map(Some)
+    }
+
     /// Log `op` (a change of `key`) and apply it with `f`, under the key's stripe.
     fn change<T>(
         &self,
@@ -253,7 +303,7 @@ impl Logged {
         f: impl FnOnce(&dyn Store) -> Result<T>,
     ) -> Result<T> {
         let mut st = self.stripes[stripe_of(key)].lock();
-        let ts = self.log.append(op)?;
+        let ts = self.append(op)?;
         let r = f(&*self.inner);
         match &r {
             // A key with duplicates: the change may have touched one value of several.
@@ -262,7 +312,7 @@ impl Logged {
             Err(_) => self.compensate(key),
         }
         if r.is_ok() && self.lww.load(Ordering::Relaxed) {
-            st.note(key, (ts, self.log.sid()));
+            st.note(key, self.stamp(ts));
         }
         drop(st);
         if r.is_ok() {
@@ -280,7 +330,7 @@ impl Logged {
                 for v in &vals {
                     push_value(&mut body, v);
                 }
-                let _ = self.log.append(&Op::Values {
+                let _ = self.append(&Op::Values {
                     key,
                     count: vals.len() as u32,
                     body: &body,
@@ -289,13 +339,13 @@ impl Logged {
             return;
         }
         let _ = match self.inner.get(key) {
-            Ok(Some(r)) => self.log.append(&Op::Put {
+            Ok(Some(r)) => self.append(&Op::Put {
                 key,
                 value: &r.value,
                 flags: r.meta.flags,
                 expires: r.meta.expires,
             }),
-            Ok(None) => self.log.append(&Op::Remove { key }),
+            Ok(None) => self.append(&Op::Remove { key }),
             Err(_) => return,
         };
     }
@@ -453,13 +503,13 @@ impl Store for Logged {
                 Op::Remove { key }
             }
         };
-        let ts = self.log.append(&op)?;
+        let ts = self.append(&op)?;
         let r = self.inner.accept(key, &mut |_| decision.clone());
         if r.is_err() || self.inner.allows_dups() {
             self.compensate(key);
         }
         if r.is_ok() && self.lww.load(Ordering::Relaxed) {
-            st.note(key, (ts, self.log.sid()));
+            st.note(key, self.stamp(ts));
         }
         drop(st);
         if r.is_ok() {
@@ -518,7 +568,7 @@ impl Store for Logged {
             };
             push_batch_op(&mut body, &o);
         }
-        self.log.append(&Op::Batch {
+        self.append(&Op::Batch {
             count: ops.len() as u32,
             body: &body,
         })?;
@@ -554,7 +604,7 @@ impl Store for Logged {
     }
 
     fn optimize(&self, params: &str) -> Result<()> {
-        self.log.append(&Op::Optimize {
+        self.append(&Op::Optimize {
             params: params.as_bytes(),
         })?;
         self.inner.optimize(params)?;
@@ -563,7 +613,7 @@ impl Store for Logged {
 
     fn vanish(&self) -> Result<()> {
         let guards: Vec<_> = self.stripes.iter().map(|s| s.lock()).collect();
-        self.log.append(&Op::Vanish)?;
+        self.append(&Op::Vanish)?;
         let r = self.inner.vanish();
         drop(guards);
         r?;
@@ -643,14 +693,14 @@ impl Store for Logged {
         for v in &vals {
             push_value(&mut body, v);
         }
-        let ts = self.log.append(&Op::Values {
+        let ts = self.append(&Op::Values {
             key,
             count: vals.len() as u32,
             body: &body,
         })?;
         let r = self.inner.put_dup(key, value, front);
         match &r {
-            Ok(()) if self.lww.load(Ordering::Relaxed) => st.note(key, (ts, self.log.sid())),
+            Ok(()) if self.lww.load(Ordering::Relaxed) => st.note(key, self.stamp(ts)),
             Ok(()) => {}
             Err(_) => self.compensate(key),
         }
@@ -724,12 +774,12 @@ impl Cursor for LoggedCursor<'_> {
             flags: rec.meta.flags,
             expires: expires.unwrap_or(rec.meta.expires),
         };
-        let ts = o.log.append(&op)?;
+        let ts = o.append(&op)?;
         let r = self.inner.set_value(value, expires);
         if !matches!(r, Ok(true)) || o.inner.allows_dups() {
             o.compensate(&key);
         } else if o.lww.load(Ordering::Relaxed) {
-            st.note(&key, (ts, o.log.sid()));
+            st.note(&key, o.stamp(ts));
         }
         drop(st);
         if r.is_ok() {
@@ -746,7 +796,7 @@ impl Cursor for LoggedCursor<'_> {
         };
         let o = self.owner;
         let st = o.stripes[stripe_of(&key)].lock();
-        o.log.append(&Op::Remove { key: &key })?;
+        o.append(&Op::Remove { key: &key })?;
         let r = self.inner.seize();
         if !matches!(r, Ok(Some(_))) || o.inner.allows_dups() {
             o.compensate(&key);

@@ -338,3 +338,51 @@ fn two_masters_converge_on_concurrent_writes_of_one_key() {
     ship(&lb, &a, pb);
     assert_eq!(digest(&*a), digest(&*b));
 }
+
+#[test]
+fn commands_run_as_another_origin_log_their_effects_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Ulog::open(cfg(dir.path(), 5)).unwrap();
+    let db = Logged::new(crate::open("*").unwrap(), log.clone()).unwrap();
+    db.put(b"a", b"x").unwrap();
+    let before = log.last_ts();
+    // A command replayed from server 9's log, at its time stamp 1234.
+    let r = db
+        .as_origin(9, 1234, |s| {
+            s.putcat(b"a", b"yz")?;
+            s.addint(b"n", 3)
+        })
+        .unwrap();
+    assert_eq!(r, Some(3));
+    // Its own server's commands are not run again.
+    assert_eq!(db.as_origin(5, 1, |s| s.put(b"a", b"no")).unwrap(), None);
+    // Afterwards, writes are this server's again.
+    db.put(b"b", b"1").unwrap();
+    let Start::Reader(mut r) = log.reader(before).unwrap() else {
+        panic!("behind")
+    };
+    let mut seen = Vec::new();
+    while let Some(b) = r.next(Duration::from_millis(20)).unwrap() {
+        let record::Next::Record(rec, _) = record::decode(b).unwrap() else {
+            panic!("incomplete")
+        };
+        let what = match rec.op {
+            Op::Put { key, value, .. } => format!("{}={}", str(key), str(value)),
+            other => format!("{other:?}"),
+        };
+        seen.push((what, rec.origin_sid, rec.origin_ts == 1234));
+    }
+    fn str(b: &[u8]) -> String {
+        String::from_utf8_lossy(b).into_owned()
+    }
+    assert_eq!(
+        seen,
+        [
+            ("a=xyz".to_string(), 9, true),
+            // addint's value: a 4-byte little-endian int, as Tyrant stores it.
+            ("n=\u{3}\0\0\0".to_string(), 9, true),
+            ("b=1".to_string(), 5, false),
+        ]
+    );
+    assert_eq!(db.get(b"a").unwrap().unwrap().value, b"xyz");
+}

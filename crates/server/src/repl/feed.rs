@@ -1,8 +1,9 @@
 //! The master's side: a connection that asked for the update log is handed to a thread of its
 //! own (blocking I/O), which sends the records after the asked position as they are written,
 //! a snapshot first when the replica holds nothing or the log no longer reaches back far
-//! enough, and a heartbeat at least once a second. Records that came from the replica itself
-//! (their origin is its server id) are never sent back to it.
+//! enough (Kura's stream only), and a heartbeat at least once a second. Records that came from
+//! the replica itself (their origin is its server id) are never sent back to it. Three
+//! formats: Kura's own, Tokyo Tyrant's (`feed_tyrant`) and Kyoto Tycoon's (`feed_kyoto`).
 
 use super::{Replication, StreamReq};
 use kura_engine::ulog::logged::Logged;
@@ -30,6 +31,9 @@ pub fn start(repl: Arc<Replication>, req: StreamReq, sock: TcpStream, pending: V
                     feed_kura(&repl, sock, &pending, after, sid, flags, &peer)
                 }
                 StreamReq::Tyrant { ts, sid } => feed_tyrant(&repl, sock, &pending, ts, sid),
+                StreamReq::Kyoto { flags, ts, sid } => {
+                    feed_kyoto(&repl, sock, &pending, flags, ts, sid, &peer)
+                }
             };
             if let Err(e) = r {
                 if e.kind() != io::ErrorKind::BrokenPipe
@@ -302,6 +306,23 @@ fn snapshot(repl: &Replication, logged: &Logged, sock: &mut TcpStream) -> io::Re
     Ok(pos)
 }
 
+/// A reader of the records after `after`; when they were removed, one from the oldest kept
+/// if `fresh` (a replica that has applied nothing from this log), else `None`.
+fn reader_from(
+    log: &Arc<kura_engine::ulog::Ulog>,
+    after: u64,
+    fresh: bool,
+) -> io::Result<Option<kura_engine::ulog::Reader>> {
+    Ok(match log.reader(after).map_err(io::Error::other)? {
+        Start::Reader(r) => Some(r),
+        Start::Behind { first } if fresh => match log.reader(first).map_err(io::Error::other)? {
+            Start::Reader(r) => Some(r),
+            Start::Behind { .. } => None,
+        },
+        Start::Behind { .. } => None,
+    })
+}
+
 /// Tokyo Tyrant's `repl`: `[own sid u32]`, then `[0xC9][ts u64][sid u32][size u32][body]`
 /// per record (body: a Tyrant command as a client sends it, then its result byte, 0) and a
 /// NOP `[0xCA]` each idle second. Records are sent from time stamp `ts` on (a Tyrant slave
@@ -321,8 +342,9 @@ fn feed_tyrant(
         return Ok(());
     }
     let log = logged.log().clone();
-    let Start::Reader(mut reader) = log.reader(ts.saturating_sub(1)).map_err(io::Error::other)?
-    else {
+    // A new slave (ts 1: it has applied nothing) gets whatever the log still holds, as from
+    // ttserver; one that has applied records the log no longer holds is hung up on.
+    let Some(mut reader) = reader_from(&log, ts.saturating_sub(1), ts <= 1)? else {
         repl.log(&format!(
             "a Tyrant slave (sid {sid}) asked for records from {ts}, which were removed"
         ));
@@ -421,4 +443,270 @@ fn for_tyrant(
     }
     emit(body);
     Ok(())
+}
+
+/// Kyoto Tycoon's time stamp of message `i` of the `n` a record of time stamp `ts` (µs)
+/// becomes. Kyoto Tycoon counts milliseconds × 10^6 plus a counter: Kura sends µs × 1000, and
+/// the messages of one record before its last one a little less, so a slave cut off in the
+/// middle of a record asks for it again (a requested time stamp is divided by 1000, rounding
+/// down, and the records after that are sent).
+fn kt_ts(ts: u64, i: usize, n: usize) -> u64 {
+    let before_last = (n - 1 - i).min(999) as u64;
+    ts.saturating_mul(1000).saturating_sub(before_last)
+}
+
+/// The Kyoto Tycoon update-log messages with an operation's effect on the only database
+/// (index 0), for a slave whose databases keep expiration times (Kyoto Tycoon's default:
+/// every set's value carries the 5-byte expiration time; 2^40 − 1 = never). Kyoto Tycoon has
+/// no duplicate keys: a key's several values are sent as its removal and a set of the last
+/// one. An expiry change is sent as a set of the key's value now with the new expiration
+/// time (nothing when the key is gone: a later record says so). Optimize has no message.
+fn for_kyoto(store: &dyn Store, op: &Op<'_>, sid: u16, out: &mut Vec<Vec<u8>>) -> io::Result<()> {
+    use kura_proto::repl_kt::{self as kt, KtOp, Msg};
+    let xt = |expires: u64| Some(if expires == 0 { kt::XT_MAX } else { expires });
+    let mut push = |op: KtOp<'_>| {
+        let mut m = Vec::new();
+        kt::encode_msg(&mut m, &Msg { sid, dbid: 0, op });
+        out.push(m);
+    };
+    match op {
+        Op::Put {
+            key,
+            value,
+            expires,
+            ..
+        } => push(KtOp::Set {
+            key,
+            value,
+            xt: xt(*expires),
+        }),
+        Op::Remove { key } => push(KtOp::Remove { key }),
+        Op::Touch { key, expires } => {
+            if let Some(r) = store.get(key).map_err(io::Error::other)? {
+                push(KtOp::Set {
+                    key,
+                    value: &r.value,
+                    xt: xt(*expires),
+                });
+            }
+        }
+        Op::Vanish => push(KtOp::Clear),
+        Op::Optimize { .. } => {}
+        Op::Batch { body, .. } => {
+            for o in record::batch_ops(body) {
+                for_kyoto(store, &o.map_err(io::Error::other)?, sid, out)?;
+            }
+        }
+        Op::Values { key, body, .. } => {
+            push(KtOp::Remove { key });
+            if let Some(v) = record::values_of(body).last() {
+                push(KtOp::Set {
+                    key,
+                    value: v.map_err(io::Error::other)?,
+                    xt: xt(0),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Kyoto Tycoon's binary replication: `0xB1` (go on) or `0xBF` (no update log; then close),
+/// then `[0xB1][ts][size][msg]` per message of the records after the asked time stamp
+/// (Kyoto Tycoon's units: µs × 1000, see [`kt_ts`]), skipping those that came from the
+/// slave (or, with the WHITESID flag, all others) and sending the time stamp alone after 256
+/// skipped in a row; when idle for a second, `[0xB0][ts]` (the last time stamp read), which
+/// the slave answers with `0xB1`. Server ids are 16-bit on this stream.
+#[allow(clippy::too_many_arguments)]
+fn feed_kyoto(
+    repl: &Replication,
+    mut sock: TcpStream,
+    pending: &[u8],
+    flags: u32,
+    ts: u64,
+    sid: u16,
+    peer: &str,
+) -> io::Result<()> {
+    use kura_proto::repl_kt as kt;
+    sock.write_all(pending)?;
+    let mut out = Vec::with_capacity(1 << 20);
+    let Some(logged) = repl.logged.clone() else {
+        kt::encode_refuse(&mut out);
+        sock.write_all(&out)?;
+        return Ok(()); // no update log: refused, as ktserver without -ulog does
+    };
+    let log = logged.log().clone();
+    let after = ts / 1000;
+    // A new slave (ts 0) gets whatever the log still holds, as from ktserver.
+    let Some(mut reader) = reader_from(&log, after, ts == 0)? else {
+        repl.log(&format!(
+            "a Kyoto Tycoon slave (sid {sid}) asked for records after {ts}, which were removed"
+        ));
+        kt::encode_refuse(&mut out);
+        sock.write_all(&out)?;
+        return Ok(());
+    };
+    kt::encode_accept(&mut out);
+    sock.write_all(&out)?;
+    out.clear();
+    sock.set_read_timeout(Some(Duration::from_secs(60)))?;
+    let white = flags & kt::WHITESID != 0;
+    let who = u32::from(sid);
+    log.confirm(who, reader.position(), peer, true);
+    let mut msgs = Vec::new();
+    let mut missed = 0u32;
+    let mut idle = Instant::now();
+    let r = (|| -> io::Result<()> {
+        while !repl.stop.load(Ordering::Relaxed) {
+            let wait = if out.is_empty() {
+                Duration::from_millis(1000)
+            } else {
+                Duration::ZERO
+            };
+            match reader.next(wait).map_err(io::Error::other)? {
+                Some(bytes) => {
+                    let rec = match record::decode(bytes).map_err(io::Error::other)? {
+                        record::Next::Record(r, _) => r,
+                        record::Next::Incomplete => continue,
+                    };
+                    let origin = rec.origin_sid as u16;
+                    msgs.clear();
+                    if (origin == sid) == white {
+                        for_kyoto(&*repl.store, &rec.op, origin, &mut msgs)?;
+                    }
+                    if msgs.is_empty() {
+                        missed += 1;
+                        if missed >= 256 {
+                            kt::encode_record(&mut out, rec.ts.saturating_mul(1000), &[]);
+                            missed = 0;
+                        }
+                    } else {
+                        missed = 0;
+                        for (i, m) in msgs.iter().enumerate() {
+                            kt::encode_record(&mut out, kt_ts(rec.ts, i, msgs.len()), m);
+                        }
+                    }
+                    if out.len() >= 256 << 10 {
+                        sock.write_all(&out)?;
+                        out.clear();
+                    }
+                    idle = Instant::now();
+                }
+                None => {
+                    if !out.is_empty() {
+                        sock.write_all(&out)?;
+                        out.clear();
+                    } else if idle.elapsed() >= Duration::from_millis(900) {
+                        let at = reader.position();
+                        let mut nop = Vec::new();
+                        kt::encode_nop(&mut nop, at.saturating_mul(1000));
+                        sock.write_all(&nop)?;
+                        let mut b = [0u8; 1];
+                        sock.read_exact(&mut b)?;
+                        if kt::decode_ack(&b).is_err() {
+                            return Err(io::Error::other(format!(
+                                "a Kyoto Tycoon slave answered {:#04x} to an idle frame",
+                                b[0]
+                            )));
+                        }
+                        // It has read everything sent before.
+                        log.confirm(who, at, peer, true);
+                        idle = Instant::now();
+                    }
+                }
+            }
+        }
+        Ok(())
+    })();
+    log.confirm(who, 0, peer, false);
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kyoto_time_stamps_of_one_record_ask_for_it_again_until_its_last_message() {
+        // Three messages of the record at 5 µs, after the record at 4 µs.
+        let ts: Vec<u64> = (0..3).map(|i| kt_ts(5, i, 3)).collect();
+        assert_eq!(ts, [4998, 4999, 5000]);
+        assert!(kt_ts(4, 0, 1) < ts[0]);
+        // A slave cut off after the first two asks after 4 µs (the record again); after
+        // the last, after 5 µs.
+        assert_eq!(ts[1] / 1000, 4);
+        assert_eq!(ts[2] / 1000, 5);
+        // However many messages, they stay above the previous record's.
+        assert_eq!(kt_ts(5, 0, 5000), 4001);
+    }
+
+    #[test]
+    fn kyoto_messages_of_every_operation() {
+        use kura_proto::repl_kt::{decode_msg, KtOp, XT_MAX};
+        let db = kura_engine::open("*").unwrap();
+        db.put_with(b"t", b"tv", 0, 0).unwrap();
+        let mut batch = Vec::new();
+        record::push_batch_op(
+            &mut batch,
+            &Op::Put {
+                key: b"p",
+                value: b"pv",
+                flags: 3,
+                expires: 2_000_000_000,
+            },
+        );
+        record::push_batch_op(&mut batch, &Op::Remove { key: b"r" });
+        let mut vals = Vec::new();
+        push_value(&mut vals, b"v1");
+        push_value(&mut vals, b"v2");
+        let ops = [
+            Op::Batch {
+                count: 2,
+                body: &batch,
+            },
+            Op::Touch {
+                key: b"t",
+                expires: 1_900_000_000,
+            },
+            Op::Touch {
+                key: b"gone",
+                expires: 1,
+            },
+            Op::Values {
+                key: b"d",
+                count: 2,
+                body: &vals,
+            },
+            Op::Optimize { params: b"" },
+            Op::Vanish,
+        ];
+        let mut out = Vec::new();
+        for op in &ops {
+            for_kyoto(&*db, op, 7, &mut out).unwrap();
+        }
+        let got: Vec<KtOp<'_>> = out
+            .iter()
+            .map(|m| {
+                let m = decode_msg(m, true).unwrap();
+                assert_eq!((m.sid, m.dbid), (7, 0));
+                m.op
+            })
+            .collect();
+        let set = |key, value, xt| KtOp::Set {
+            key,
+            value,
+            xt: Some(xt),
+        };
+        assert_eq!(
+            got,
+            [
+                set(b"p", b"pv", 2_000_000_000),
+                KtOp::Remove { key: b"r" },
+                set(b"t", b"tv", 1_900_000_000),
+                KtOp::Remove { key: b"d" },
+                set(b"d", b"v2", XT_MAX),
+                KtOp::Clear,
+            ]
+        );
+    }
 }

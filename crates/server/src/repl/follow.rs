@@ -1,16 +1,23 @@
 //! The replica's side: one thread follows the master (`Replication::master`), applies its
 //! records in order, and every 200 ms makes what it applied durable, then saves its position
 //! (a persistent replica: `pos_file`, written only after the database is synced, so the
-//! position never runs ahead of the data; records are effects, so replaying a few again after
-//! a crash changes nothing) and acknowledges it to the master. It reconnects by itself (every
-//! second), bootstraps from a snapshot when it holds nothing or the master's log no longer
-//! reaches back to its position, and starts over from a snapshot when the master changes.
+//! position never runs ahead of the data) and, on Kura's stream, acknowledges it to the
+//! master. It reconnects by itself (every second).
+//!
+//! Three masters: Kura's own stream (`session`; records are effects, so replaying a few again
+//! after a crash changes nothing; a snapshot when this replica holds nothing or the master's
+//! log no longer reaches back to its position, or the master changed), Tokyo Tyrant's `repl`
+//! (`session_tyrant`: commands, redone with their Tyrant meaning; no snapshot) and Kyoto
+//! Tycoon's binary replication (`session_kyoto`: sets with their expiration time, removes,
+//! clears; no snapshot).
 
-use super::Replication;
+use super::{MasterProtocol, Replication};
 use kura_engine::ulog::apply::apply;
 use kura_engine::ulog::record::{self, Op, Rec};
+use kura_engine::ulog::Start;
 use kura_engine::BatchOp;
 use kura_proto::repl as wire;
+use kura_proto::{repl_kt, repl_tt, tt_bin};
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::Ordering;
@@ -24,30 +31,55 @@ pub fn start(repl: Arc<Replication>) -> io::Result<std::thread::JoinHandle<()>> 
         .spawn(move || run(&repl))
 }
 
-fn load_pos(repl: &Replication) -> (u32, u64) {
+/// What the position file holds: the master's server id, the position in its log, the
+/// protocol that position belongs to, and this server's own update log time stamp when it
+/// was saved (0: none); `found` is false when there is no position file (or a damaged one).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Saved {
+    found: bool,
+    sid: u32,
+    ts: u64,
+    protocol: MasterProtocol,
+    local: u64,
+}
+
+fn load_pos(repl: &Replication) -> Saved {
     let Some(p) = &repl.pos_file else {
-        return (0, 0);
+        return Saved::default();
     };
     let Ok(text) = std::fs::read_to_string(p) else {
-        return (0, 0);
+        return Saved::default();
     };
     let mut lines = text.lines();
     let (Some(body), Some(crc)) = (lines.next(), lines.next()) else {
-        return (0, 0);
+        return Saved::default();
     };
     if crc.strip_prefix("crc ").and_then(|c| c.parse::<u32>().ok())
         != Some(crc32c::crc32c(body.as_bytes()))
     {
         repl.log(&format!(
-            "{}: damaged replica position; bootstrapping from the master",
+            "{}: damaged replica position; starting over from the master",
             p.display()
         ));
-        return (0, 0);
+        return Saved::default();
     }
     let f: Vec<&str> = body.split(' ').collect();
+    let num = |s: &str| s.parse().unwrap_or(0);
     match f[..] {
-        ["kura-replica", sid, ts] => (sid.parse().unwrap_or(0), ts.parse().unwrap_or(0)),
-        _ => (0, 0),
+        ["kura-replica", sid, ts] => Saved {
+            found: true,
+            sid: num(sid) as u32,
+            ts: num(ts),
+            ..Saved::default()
+        },
+        ["kura-replica", sid, ts, proto, local] => Saved {
+            found: true,
+            sid: num(sid) as u32,
+            ts: num(ts),
+            protocol: MasterProtocol::parse(proto).unwrap_or_default(),
+            local: num(local),
+        },
+        _ => Saved::default(),
     }
 }
 
@@ -55,8 +87,10 @@ fn save_pos(repl: &Replication, sid: u32, ts: u64) -> io::Result<()> {
     let Some(p) = &repl.pos_file else {
         return Ok(());
     };
+    // Read before the sync: every record of what was applied up to `ts` is at or before it.
+    let local = repl.logged.as_ref().map_or(0, |l| l.log().last_ts());
     repl.store.sync().map_err(io::Error::other)?;
-    let body = format!("kura-replica {sid} {ts}");
+    let body = format!("kura-replica {sid} {ts} {} {local}", repl.protocol.name());
     let text = format!("{body}\ncrc {}\n", crc32c::crc32c(body.as_bytes()));
     let tmp = p.with_extension("tmp");
     std::fs::write(&tmp, text)?;
@@ -64,20 +98,97 @@ fn save_pos(repl: &Replication, sid: u32, ts: u64) -> io::Result<()> {
     std::fs::rename(&tmp, p)
 }
 
+/// The newest origin time stamp of a replicated record in this server's own update log after
+/// `local` (its time stamp when the position was saved): the last command of a Tyrant master
+/// applied here, even if the server was killed before it saved its position. Its effects are
+/// in the database (the log is redone onto it at open), so the master is asked for the
+/// commands after it and none is applied twice. (A command that changed nothing left no
+/// record; redoing it changes nothing again.)
+fn applied_in_log(repl: &Replication, local: u64) -> u64 {
+    // A database that starts empty (no position file: a memory one) holds none of them.
+    let (Some(l), Some(_)) = (&repl.logged, &repl.pos_file) else {
+        return 0;
+    };
+    // The newest records are kept longest: from the oldest kept if some were removed.
+    let mut r = match l.log().reader(local) {
+        Ok(Start::Reader(r)) => r,
+        Ok(Start::Behind { first }) => match l.log().reader(first) {
+            Ok(Start::Reader(r)) => r,
+            _ => return 0,
+        },
+        Err(_) => return 0,
+    };
+    let mut newest = 0;
+    while let Ok(Some(bytes)) = r.next(Duration::ZERO) {
+        if let Ok(record::Next::Record(rec, _)) = record::decode(bytes) {
+            if rec.origin_sid != repl.sid {
+                newest = newest.max(rec.origin_ts);
+            }
+        }
+    }
+    newest
+}
+
 fn run(repl: &Replication) {
-    let (mut msid, mut pos) = load_pos(repl);
+    let saved = load_pos(repl);
+    // A position is one of a log of the master's protocol.
+    let usable = saved.found && saved.protocol == repl.protocol;
+    let (mut msid, mut pos) = if usable {
+        (saved.sid, saved.ts)
+    } else {
+        (0, 0)
+    };
+    if saved.found && !usable && saved.ts != 0 {
+        repl.log(&format!(
+            "the replica's position is one of a {} master's log; starting over from this {} \
+             master",
+            saved.protocol.name(),
+            repl.protocol.name()
+        ));
+    }
+    if !usable {
+        if let Some(ts) = repl.initial_ts {
+            repl.log(&format!(
+                "no saved position: starting after {ts} of the master's log"
+            ));
+            pos = ts;
+        }
+    }
+    // Tyrant's records are commands: go on after the last one applied, even if the server
+    // stopped before it saved its position (or before it saved one at all).
+    if repl.protocol == MasterProtocol::Tyrant && (usable || !saved.found) {
+        let found = applied_in_log(repl, if usable { saved.local } else { 0 });
+        if found > pos {
+            repl.log(&format!(
+                "commands up to {found} were applied after the saved position {pos}: \
+                 going on after them"
+            ));
+            pos = found;
+        }
+    }
     repl.with_status(|s| {
         s.position = pos;
         s.master_sid = msid;
+        s.units_per_us = repl.protocol.units_per_us();
     });
     let mut last_err = String::new();
     while !repl.stop.load(Ordering::Relaxed) {
         let gen = repl.generation.load(Ordering::Relaxed);
+        if let Some(ts) = repl.take_reset() {
+            repl.log(&format!("going on after {ts} of the master's log"));
+            (msid, pos) = (0, ts);
+            repl.with_status(|s| s.position = ts);
+            let _ = save_pos(repl, msid, pos);
+        }
         let Some((host, port)) = repl.master() else {
             std::thread::sleep(Duration::from_millis(100));
             continue;
         };
-        let r = session(repl, &host, port, gen, &mut msid, &mut pos);
+        let r = match repl.protocol {
+            MasterProtocol::Kura => session(repl, &host, port, gen, &mut msid, &mut pos),
+            MasterProtocol::Tyrant => session_tyrant(repl, &host, port, gen, &mut msid, &mut pos),
+            MasterProtocol::Kyoto => session_kyoto(repl, &host, port, gen, &mut pos),
+        };
         repl.with_status(|s| s.connected = false);
         if let Err(e) = r {
             let text = e.to_string();
@@ -115,6 +226,53 @@ fn take(repl: &Replication, rec: &Rec<'_>) -> io::Result<()> {
     r.map_err(|e| fail(format!("applying the record at {}: {e}", rec.ts)))
 }
 
+/// Connect to the master (reads time out after 100 ms, so the stop flag and a change of
+/// master are seen).
+fn connect(host: &str, port: u16) -> io::Result<TcpStream> {
+    let addr = (host, port)
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| fail("no address"))?;
+    let sock = TcpStream::connect_timeout(&addr, Duration::from_secs(3))?;
+    sock.set_nodelay(true)?;
+    sock.set_read_timeout(Some(Duration::from_millis(100)))?;
+    Ok(sock)
+}
+
+/// Read what the master sent into `buf`. An error when it hung up or said nothing for
+/// `quiet` (its heartbeats come at least once a second).
+fn fill(
+    sock: &mut TcpStream,
+    chunk: &mut [u8],
+    buf: &mut Vec<u8>,
+    heard: &mut Instant,
+    quiet: Duration,
+) -> io::Result<()> {
+    match sock.read(chunk) {
+        Ok(0) => Err(fail("the master closed the connection")),
+        Ok(n) => {
+            buf.extend_from_slice(&chunk[..n]);
+            *heard = Instant::now();
+            Ok(())
+        }
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            if heard.elapsed() > quiet {
+                return Err(fail(format!(
+                    "no word from the master for {} s",
+                    quiet.as_secs()
+                )));
+            }
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// One connection to the master, until it fails, the master changes or the server stops.
 fn session(
     repl: &Replication,
@@ -124,13 +282,7 @@ fn session(
     msid: &mut u32,
     pos: &mut u64,
 ) -> io::Result<()> {
-    let addr = (host, port)
-        .to_socket_addrs()?
-        .next()
-        .ok_or_else(|| fail("no address"))?;
-    let mut sock = TcpStream::connect_timeout(&addr, Duration::from_secs(3))?;
-    sock.set_nodelay(true)?;
-    sock.set_read_timeout(Some(Duration::from_millis(100)))?;
+    let mut sock = connect(host, port)?;
     let mut req = Vec::new();
     let flags = wire::MAY_BOOTSTRAP | if *pos == 0 { wire::FRESH } else { 0 };
     wire::encode_request(
@@ -152,24 +304,13 @@ fn session(
         if repl.stop.load(Ordering::Relaxed) || repl.generation.load(Ordering::Relaxed) != gen {
             return Ok(());
         }
-        match sock.read(&mut chunk) {
-            Ok(0) => return Err(fail("the master closed the connection")),
-            Ok(n) => {
-                buf.extend_from_slice(&chunk[..n]);
-                heard = Instant::now();
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                if heard.elapsed() > Duration::from_secs(5) {
-                    return Err(fail("no word from the master for 5 s"));
-                }
-            }
-            Err(e) => return Err(e),
-        }
+        fill(
+            &mut sock,
+            &mut chunk,
+            &mut buf,
+            &mut heard,
+            Duration::from_secs(5),
+        )?;
         let mut at = 0;
         loop {
             let (tag, p, n) = match wire::decode_frame(&buf[at..]) {
@@ -342,4 +483,303 @@ fn load_chunk(repl: &Replication, msid: u32, at_ts: u64, p: &[u8]) -> io::Result
         None => repl.store.write_batch(&puts).map_err(io::Error::other)?,
     }
     Ok(count)
+}
+
+/// Make the position durable every 200 ms (the database synced first).
+fn save_due(
+    repl: &Replication,
+    msid: u32,
+    pos: u64,
+    saved: &mut u64,
+    last: &mut Instant,
+) -> io::Result<()> {
+    if last.elapsed() >= Duration::from_millis(200) {
+        *last = Instant::now();
+        if pos != *saved {
+            save_pos(repl, msid, pos)?;
+            *saved = pos;
+        }
+    }
+    Ok(())
+}
+
+/// The largest record body accepted from a Tyrant master (a value of up to 1 GiB).
+const TT_MAX_BODY: usize = (1 << 30) + (1 << 20);
+
+/// Tyrant commands from a master are taken whatever their size (Kura's own limits apply
+/// when they are executed).
+const TT_LIMITS: tt_bin::Limits = tt_bin::Limits {
+    max_key: TT_MAX_BODY,
+    max_value: TT_MAX_BODY,
+    max_args: 1 << 24,
+    max_frame: TT_MAX_BODY,
+};
+
+/// Redo one record of a Tyrant master: its command, with the Tyrant meaning, logged (with an
+/// update log) with its origin `sid` and time stamp `ts`. A record this server's changes came
+/// back in is skipped. A body that is no update-log command is skipped and said so, as
+/// ttserver's slave moves past it. Whether it was applied.
+fn redo_tyrant(repl: &Replication, ts: u64, sid: u32, body: &[u8]) -> io::Result<bool> {
+    if sid == repl.sid {
+        return Ok(false);
+    }
+    let (req, result) = match repl_tt::decode_body(body, &TT_LIMITS) {
+        Ok(d) => d,
+        Err(e) => {
+            repl.log(&format!("the record at {ts} skipped: {e}"));
+            return Ok(false);
+        }
+    };
+    let done = match &repl.logged {
+        Some(l) => l.as_origin(sid, ts, |s| crate::tt_exec::redo(s, &req)),
+        None => crate::tt_exec::redo(&*repl.store, &req).map(Some),
+    };
+    match done {
+        Ok(Some(ok)) => {
+            if ok != (result == repl_tt::RESULT_OK) {
+                // As ttserver: told, not fatal.
+                repl.log(&format!(
+                    "inconsistency: the command at {ts} {} on the master, {} here",
+                    if ok { "failed" } else { "succeeded" },
+                    if ok { "succeeded" } else { "failed" }
+                ));
+            }
+            Ok(true)
+        }
+        Ok(None) => Ok(false),
+        Err(e) => Err(fail(format!("applying the command at {ts}: {e}"))),
+    }
+}
+
+/// One connection to a Tokyo Tyrant master (`repl`, 0xA0): ask for the records from the
+/// position + 1 on, read its server id, then redo each record's command; NOPs keep the
+/// connection alive. The position is the time stamp of the last record applied.
+fn session_tyrant(
+    repl: &Replication,
+    host: &str,
+    port: u16,
+    gen: u64,
+    msid: &mut u32,
+    pos: &mut u64,
+) -> io::Result<()> {
+    let mut sock = connect(host, port)?;
+    let mut req = Vec::new();
+    repl_tt::encode_request(&mut req, *pos + 1, repl.sid);
+    sock.write_all(&req)?;
+    let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
+    let mut chunk = vec![0u8; 256 << 10];
+    let mut heard = Instant::now();
+    let mut last_save = Instant::now();
+    let mut saved = *pos;
+    let mut hello = false;
+    loop {
+        if repl.stop.load(Ordering::Relaxed) || repl.generation.load(Ordering::Relaxed) != gen {
+            return Ok(());
+        }
+        if let Err(e) = fill(
+            &mut sock,
+            &mut chunk,
+            &mut buf,
+            &mut heard,
+            Duration::from_secs(60),
+        ) {
+            if !hello {
+                return Err(fail(format!(
+                    "the master did not answer repl ({e}): no update log there, repl masked, \
+                     or it has this server's sid"
+                )));
+            }
+            return Err(e);
+        }
+        let mut at = 0;
+        if !hello {
+            match repl_tt::decode_sid(&buf) {
+                Ok(None) => continue,
+                Ok(Some((sid, n))) => {
+                    if sid == repl.sid {
+                        return Err(fail("circular: the master has this server's sid"));
+                    }
+                    if *msid != 0 && *msid != sid {
+                        repl.log(&format!(
+                            "the master is now server {sid} (was {msid}): going on after {pos}, \
+                             its time stamps being the wall clock's, as ttserver does"
+                        ));
+                    }
+                    *msid = sid;
+                    hello = true;
+                    at = n;
+                    repl.with_status(|s| {
+                        s.connected = true;
+                        s.master_sid = sid;
+                        s.last_error.clear();
+                    });
+                }
+                Err(e) => return Err(fail(e.to_string())),
+            }
+        }
+        loop {
+            match repl_tt::decode_frame(&buf[at..], TT_MAX_BODY) {
+                Ok(None) => break,
+                Ok(Some((repl_tt::Frame::Nop, n))) => at += n,
+                Ok(Some((repl_tt::Frame::Record { ts, sid, body }, n))) => {
+                    let applied = redo_tyrant(repl, ts, sid, body)?;
+                    at += n;
+                    *pos = ts;
+                    repl.with_status(|s| {
+                        s.applied += u64::from(applied);
+                        s.position = ts;
+                        s.master_last = s.master_last.max(ts);
+                    });
+                }
+                Err(e) => return Err(fail(e.to_string())),
+            }
+        }
+        buf.drain(..at);
+        save_due(repl, *msid, *pos, &mut saved, &mut last_save)?;
+    }
+}
+
+/// The expiration time (unix seconds, 0 = never) of a Kyoto Tycoon stored value's `xt`.
+fn kt_expires(xt: Option<u64>) -> u64 {
+    match xt {
+        None => 0,
+        Some(x) if x >= repl_kt::XT_MAX => 0,
+        // 0 is a time long past: expired, not "never".
+        Some(x) => x.max(1),
+    }
+}
+
+/// Apply one message of a Kyoto Tycoon master (time stamp `ts`, its units): a set (its value
+/// with the 5-byte expiration time of a timed database in front), a remove or a clear of
+/// database 0, unless it came from this server. A message that cannot be read is skipped and
+/// said so (Kyoto Tycoon's slave moves past it too). Whether it was applied.
+fn apply_kyoto(repl: &Replication, ts: u64, msg: &[u8]) -> io::Result<bool> {
+    let m = match repl_kt::decode_msg(msg, true) {
+        Ok(m) => m,
+        // Operations other than these three are ignored by Kyoto Tycoon's slave as well.
+        Err(repl_kt::Error::Op(_)) => return Ok(false),
+        Err(e) => {
+            repl.log(&format!("the message at {ts} skipped: {e}"));
+            return Ok(false);
+        }
+    };
+    if m.sid == repl.sid as u16 || m.dbid != 0 {
+        return Ok(false);
+    }
+    let op = match m.op {
+        repl_kt::KtOp::Set { key, value, xt } => Op::Put {
+            key,
+            value,
+            flags: 0,
+            expires: kt_expires(xt),
+        },
+        repl_kt::KtOp::Remove { key } => Op::Remove { key },
+        repl_kt::KtOp::Clear => Op::Vanish,
+    };
+    let rec = Rec {
+        ts,
+        origin_sid: u32::from(m.sid),
+        origin_ts: ts / 1000,
+        op,
+    };
+    take(repl, &rec)?;
+    Ok(true)
+}
+
+/// One connection to a Kyoto Tycoon master (0xB1): ask for what came after the position (its
+/// time stamps: milliseconds × 10^6 plus a counter), then apply each message; answer each
+/// idle frame with 0xB1. The position is the largest time stamp of any frame, as Kyoto
+/// Tycoon's slave keeps it. Server ids are 16-bit on this stream.
+fn session_kyoto(
+    repl: &Replication,
+    host: &str,
+    port: u16,
+    gen: u64,
+    pos: &mut u64,
+) -> io::Result<()> {
+    let mut sock = connect(host, port)?;
+    let mut req = Vec::new();
+    repl_kt::encode_request(
+        &mut req,
+        &repl_kt::Request {
+            flags: 0,
+            ts: *pos,
+            sid: repl.sid as u16,
+        },
+    );
+    sock.write_all(&req)?;
+    let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
+    let mut chunk = vec![0u8; 256 << 10];
+    let mut heard = Instant::now();
+    let mut last_save = Instant::now();
+    let mut saved = *pos;
+    let mut accepted = false;
+    loop {
+        if repl.stop.load(Ordering::Relaxed) || repl.generation.load(Ordering::Relaxed) != gen {
+            return Ok(());
+        }
+        fill(
+            &mut sock,
+            &mut chunk,
+            &mut buf,
+            &mut heard,
+            Duration::from_secs(60),
+        )?;
+        let mut at = 0;
+        if !accepted {
+            match repl_kt::decode_accept(&buf) {
+                Ok(None) => continue,
+                Ok(Some(true)) => {
+                    accepted = true;
+                    at = 1;
+                    repl.with_status(|s| {
+                        s.connected = true;
+                        s.last_error.clear();
+                    });
+                }
+                Ok(Some(false)) => {
+                    return Err(fail(
+                        "the master refused (0xBF): it has no update log, or no longer the \
+                         records after this replica's position",
+                    ))
+                }
+                Err(e) => return Err(fail(e.to_string())),
+            }
+        }
+        let mut acks = 0;
+        loop {
+            match repl_kt::decode_frame(&buf[at..], TT_MAX_BODY) {
+                Ok(None) => break,
+                Ok(Some((repl_kt::Frame::Nop { ts }, n))) => {
+                    at += n;
+                    acks += 1;
+                    *pos = (*pos).max(ts);
+                    repl.with_status(|s| {
+                        s.position = *pos;
+                        s.master_last = s.master_last.max(ts);
+                    });
+                }
+                Ok(Some((repl_kt::Frame::Record { ts, msg }, n))) => {
+                    let applied = !msg.is_empty() && apply_kyoto(repl, ts, msg)?;
+                    at += n;
+                    *pos = (*pos).max(ts);
+                    repl.with_status(|s| {
+                        s.applied += u64::from(applied);
+                        s.position = *pos;
+                        s.master_last = s.master_last.max(ts);
+                    });
+                }
+                Err(e) => return Err(fail(e.to_string())),
+            }
+        }
+        buf.drain(..at);
+        if acks > 0 {
+            let mut ack = Vec::new();
+            for _ in 0..acks {
+                repl_kt::encode_ack(&mut ack);
+            }
+            sock.write_all(&ack)?;
+        }
+        save_due(repl, 0, *pos, &mut saved, &mut last_save)?;
+    }
 }

@@ -1,6 +1,7 @@
 //! Replication: the master's side (`feed`: a connection that asked for the update log becomes
 //! a stream, served by a thread of its own) and the replica's (`follow`: one thread that
-//! follows the master, applies its records and keeps its position).
+//! follows the master, applies its records and keeps its position). Both sides speak Kura's
+//! own stream, Tokyo Tyrant's (0xA0) and Kyoto Tycoon's (0xB1).
 
 pub mod feed;
 pub mod follow;
@@ -18,6 +19,49 @@ pub enum StreamReq {
     Kura { after: u64, sid: u32, flags: u32 },
     /// Tokyo Tyrant's `repl` (0xA0).
     Tyrant { ts: u64, sid: u32 },
+    /// Kyoto Tycoon's binary replication (0xB1): `ts` in Kyoto Tycoon's units
+    /// (`kura_proto::repl_kt`).
+    Kyoto { flags: u32, ts: u64, sid: u16 },
+}
+
+/// The protocol the master followed speaks (`kura serve --master-protocol`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MasterProtocol {
+    /// Kura's own stream: effects with flags and expiry, snapshots, acknowledgements.
+    #[default]
+    Kura,
+    /// Tokyo Tyrant's `repl` (0xA0): commands, no snapshot.
+    Tyrant,
+    /// Kyoto Tycoon's binary replication (0xB1): sets with expiry, removes, clears.
+    Kyoto,
+}
+
+impl MasterProtocol {
+    pub fn parse(s: &str) -> Option<MasterProtocol> {
+        Some(match s {
+            "kura" => MasterProtocol::Kura,
+            "tyrant" | "tt" => MasterProtocol::Tyrant,
+            "kyoto" | "kt" => MasterProtocol::Kyoto,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MasterProtocol::Kura => "kura",
+            MasterProtocol::Tyrant => "tyrant",
+            MasterProtocol::Kyoto => "kyoto",
+        }
+    }
+
+    /// Units of the master's time stamps per microsecond (Kyoto Tycoon's count
+    /// milliseconds × 10^6).
+    pub fn units_per_us(self) -> u64 {
+        match self {
+            MasterProtocol::Kyoto => 1000,
+            _ => 1,
+        }
+    }
 }
 
 /// What the replica knows of its master and how far it got.
@@ -29,6 +73,8 @@ pub struct FollowStatus {
     pub master_last: u64,
     /// The master's time stamp up to which every record is applied here.
     pub position: u64,
+    /// Units of those time stamps per microsecond (0 taken as 1).
+    pub units_per_us: u64,
     /// Records applied since the server started.
     pub applied: u64,
     pub bootstraps: u64,
@@ -41,7 +87,7 @@ impl FollowStatus {
         if !self.connected && self.master_last == 0 {
             return 0;
         }
-        self.master_last.saturating_sub(self.position)
+        self.master_last.saturating_sub(self.position) / self.units_per_us.max(1)
     }
 }
 
@@ -60,6 +106,13 @@ pub struct Replication {
     pub pos_file: Option<PathBuf>,
     /// A replica that still takes writes from clients (`--replica-writes`: dual master).
     pub writable_replica: bool,
+    /// The protocol the master speaks.
+    pub protocol: MasterProtocol,
+    /// Where a replica with no saved position starts: after this time stamp of the master's
+    /// log (`--master-ts`: a replica seeded from a copy of the master's data).
+    pub initial_ts: Option<u64>,
+    /// A position to go on from, set at run time (Tyrant `setmst` with a time stamp).
+    reset_ts: Mutex<Option<u64>>,
     pub stop: Arc<AtomicBool>,
     log: Box<dyn Fn(&str) + Send + Sync>,
 }
@@ -82,6 +135,9 @@ impl Replication {
             status: Mutex::new(FollowStatus::default()),
             pos_file,
             writable_replica,
+            protocol: MasterProtocol::Kura,
+            initial_ts: None,
+            reset_ts: Mutex::new(None),
             stop: Arc::new(AtomicBool::new(false)),
             log,
         }
@@ -95,6 +151,20 @@ impl Replication {
     pub fn set_master(&self, master: Option<(String, u16)>) {
         *self.master.lock().unwrap_or_else(|p| p.into_inner()) = master;
         self.generation.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Follow `master` and go on after its time stamp `ts` (Tyrant `setmst` with a time
+    /// stamp, as ttserver writes it to its rts file).
+    pub fn set_master_at(&self, master: (String, u16), ts: u64) {
+        *self.reset_ts.lock().unwrap_or_else(|p| p.into_inner()) = Some(ts);
+        self.set_master(Some(master));
+    }
+
+    pub(crate) fn take_reset(&self) -> Option<u64> {
+        self.reset_ts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
     }
 
     pub fn master(&self) -> Option<(String, u16)> {
@@ -122,6 +192,7 @@ impl Replication {
             let st = self.status();
             out.push(("mhost".into(), h));
             out.push(("mport".into(), p.to_string()));
+            out.push(("master_protocol".into(), self.protocol.name().into()));
             out.push(("rts".into(), st.position.to_string()));
             out.push(("master_sid".into(), st.master_sid.to_string()));
             out.push(("master_connected".into(), st.connected.to_string()));

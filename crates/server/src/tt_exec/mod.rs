@@ -335,7 +335,7 @@ fn run<'s>(
             }
             code(out, ok);
         }
-        Request::SetMst { host, port, .. } => match &shared.repl {
+        Request::SetMst { host, port, ts, .. } => match &shared.repl {
             Some(r) => {
                 let host = String::from_utf8_lossy(c_str(host)).into_owned();
                 match u16::try_from(port) {
@@ -349,7 +349,12 @@ fn run<'s>(
                     }
                     Ok(p) if p > 0 => {
                         let ro = !r.writable_replica;
-                        r.set_master(Some((host, p)));
+                        // A time stamp: go on after it (ttserver writes it to its rts file).
+                        if ts > 0 {
+                            r.set_master_at((host, p), ts);
+                        } else {
+                            r.set_master(Some((host, p)));
+                        }
                         shared
                             .read_only
                             .store(ro, std::sync::atomic::Ordering::Relaxed);
@@ -361,14 +366,21 @@ fn run<'s>(
             None => code(out, false),
         },
         Request::Repl { ts, sid } => {
-            return Ok(Next::Stream(crate::repl::StreamReq::Tyrant { ts, sid }))
+            // No update log to stream: hang up without a byte, as ttserver does.
+            if shared.repl.as_ref().is_none_or(|r| r.logged.is_none()) {
+                return Ok(Next::Close);
+            }
+            return Ok(Next::Stream(crate::repl::StreamReq::Tyrant { ts, sid }));
         }
         Request::KuraRepl { after, sid, flags } => {
+            if shared.repl.is_none() {
+                return Ok(Next::Close);
+            }
             return Ok(Next::Stream(crate::repl::StreamReq::Kura {
                 after,
                 sid,
                 flags,
-            }))
+            }));
         }
         Request::Rnum => tt_bin::reply_u64(out, store.count()),
         Request::Size => tt_bin::reply_u64(out, store.size()),
@@ -381,6 +393,53 @@ fn run<'s>(
         },
     }
     Ok(Next::Continue)
+}
+
+/// Redo one command of a Tokyo Tyrant update log (a record of a Tyrant master's `repl`
+/// stream) on `store`, as `tculogadbredo` does: the command with its Tyrant meaning (putnr
+/// as put; misc as [`misc`] runs it), whether it succeeded (compare with the record's
+/// result byte to tell an inconsistency). A command that fails here for what it is (addint on
+/// a value that is not a number, a value too large, parameters this kind does not take) is a
+/// failure, not an error; an error (I/O, a damaged database) means it was not applied.
+pub fn redo(store: &dyn Store, req: &Request<'_>) -> Result<bool, Error> {
+    let done = match *req {
+        Request::Put { key, value } | Request::PutNr { key, value } => {
+            store.put_with(key, value, 0, 0).map(|_| true)
+        }
+        Request::PutKeep { key, value } => store
+            .putkeep(key, value, 0, 0)
+            .map(|o| matches!(o, Outcome::Stored(_))),
+        Request::PutCat { key, value } => store.putcat(key, value).map(|_| true),
+        Request::PutShl { key, value, width } => store
+            .putshl(key, value, usize::try_from(width).unwrap_or(0))
+            .map(|_| true),
+        Request::Out { key } => store.out(key),
+        Request::AddInt { key, num } => store.addint(key, num).map(|n| n != i32::MIN),
+        Request::AddDouble { key, integ, fract } => store
+            .adddouble(key, tt_bin::unpack_double(integ, fract))
+            .map(|n| !n.is_nan()),
+        Request::Sync => store.sync().map(|_| true),
+        Request::Optimize { params } => match std::str::from_utf8(c_str(params)) {
+            Ok(p) => store.optimize(p).map(|_| true),
+            Err(_) => Ok(false),
+        },
+        Request::Vanish => store.vanish().map(|_| true),
+        Request::Misc { name, ref args, .. } => {
+            misc(store, &mut TtState::new(), name, args).map(|r| r.is_some())
+        }
+        // Never in an update log.
+        _ => Ok(false),
+    };
+    match done {
+        Err(
+            Error::NotNumeric
+            | Error::InvalidParam(_)
+            | Error::InvalidKey(_)
+            | Error::TooLarge(_)
+            | Error::Unsupported(_),
+        ) => Ok(false),
+        r => r,
+    }
 }
 
 /// A string argument as Tyrant's C code sees it: up to the first NUL byte.
