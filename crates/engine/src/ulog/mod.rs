@@ -5,8 +5,13 @@
 //! Files are `NNNNNNNNNNNNNNNNNNNN.kul` (a 20-digit sequence number), each a 32-byte header
 //! (`[magic "KURAULG1"][sid u32][0 u32][prev_ts u64][0 u32][crc32c u32]`, `prev_ts` the time
 //! stamp of the last record before this file: every record in it is newer) and then records
-//! (`record`). A new file is started when the current one passes `file_size`; the old one is
-//! fsynced first, so only the newest file can have a torn tail.
+//! (`record`). A new file is started when the next record does not fit in `file_size`; the old
+//! one is fsynced and cut to its records first, so only the newest file can have a torn tail.
+//!
+//! The newest file is made `file_size` long up front (its unwritten end reads as zeros, which
+//! decode as "nothing yet") and mapped shared into memory; a record is appended by copying it
+//! into the mapping under the writer's lock. That needs no system call, and what is copied is
+//! in the operating system's page cache at once: a killed process loses nothing it appended.
 //!
 //! Time stamps are positions: each is the later of the wall clock in microseconds and the
 //! previous one plus one, so they increase strictly even across restarts and clock steps back.
@@ -72,6 +77,16 @@ impl Config {
     }
 }
 
+/// Make `file` `cap` bytes long (when shorter) and map it shared.
+fn map_file(file: &File, cap: u64) -> Result<memmap2::MmapMut> {
+    if file.metadata()?.len() < cap {
+        file.set_len(cap)?;
+    }
+    // SAFETY: the file is this log's own, written by this process only (a server holds the
+    // database's lock); it is cut only after its mapping is replaced by the next file's.
+    Ok(unsafe { memmap2::MmapOptions::new().len(cap as usize).map_mut(file)? })
+}
+
 /// Microseconds since the epoch.
 pub fn now_us() -> u64 {
     SystemTime::now()
@@ -87,9 +102,12 @@ struct FileInfo {
 
 struct Writer {
     file: Arc<File>,
+    /// The newest file, mapped.
+    map: memmap2::MmapMut,
     idx: u64,
-    /// Bytes of the current file written (header included), not counting `buf`.
+    /// Bytes of the newest file holding records (header included).
     size: u64,
+    /// Where the next record is encoded before it is copied.
     buf: Vec<u8>,
     last_ts: u64,
     /// Bytes ever written to files by this handle: what a sync covers.
@@ -214,7 +232,9 @@ fn scan_file(path: &Path, prev_ts: u64) -> Result<(u64, u64, bool)> {
             }
             Ok(record::Next::Incomplete) | Err(_) => {
                 // A torn tail holds no intact record after it; damage in the middle does.
-                let later = (off + 1..data.len()).any(|o| {
+                let last_set = data.iter().rposition(|&b| b != 0).unwrap_or(0);
+                let later = last_set > off
+                    && (off + 1..=last_set).any(|o| {
                     matches!(record::decode(&data[o..]), Ok(record::Next::Record(r, _)) if r.ts > last)
                 });
                 if later {
@@ -242,9 +262,14 @@ impl Ulog {
                 let path = cfg.dir.join(file_name(f.idx));
                 let (end, last, _) = scan_file(&path, f.prev_ts)?;
                 let file = OpenOptions::new().read(true).write(true).open(&path)?;
-                let len = file.metadata()?.len();
-                if len > end {
-                    torn = len - end;
+                let data = fs::read(&path)?;
+                // Bytes of a record torn by a crash: up to the last one not zero.
+                torn = data[end as usize..]
+                    .iter()
+                    .rposition(|&b| b != 0)
+                    .map_or(0, |i| i as u64 + 1);
+                if data.len() as u64 > end {
+                    // The zeros of a preallocated end, or a torn tail: cut (and made again).
                     file.set_len(end)?;
                     file.sync_all()?;
                 }
@@ -265,9 +290,11 @@ impl Ulog {
             }
         };
         let replicas = load_replicas(&cfg.dir);
+        let map = map_file(&file, cfg.file_size.max(size))?;
         let log = Arc::new(Ulog {
             w: Mutex::new(Writer {
                 file: Arc::new(file),
+                map,
                 idx,
                 size,
                 buf: Vec::with_capacity(64 << 10),
@@ -350,12 +377,14 @@ impl Ulog {
         }
         let ts = now_us().max(w.last_ts + 1);
         let (osid, ots) = origin.unwrap_or((self.cfg.sid, ts));
-        record::encode(&mut w.buf, ts, osid, ots, op);
+        let mut buf = std::mem::take(&mut w.buf);
+        buf.clear();
+        record::encode(&mut buf, ts, osid, ots, op);
+        let r = self.copy_in(&mut w, &buf);
+        w.buf = buf;
+        r?;
         w.last_ts = ts;
         self.last_ts.store(ts, Ordering::Release);
-        // Written through at once: a killed process never loses a record whose change
-        // reached the database after it.
-        self.flush_locked(&mut w)?;
         drop(w);
         self.cv.notify_all();
         Ok(ts)
@@ -367,30 +396,29 @@ impl Ulog {
         Error::Io(e)
     }
 
-    /// Write buffered records to the file (and start a new file past the size).
-    fn flush_locked(&self, w: &mut Writer) -> Result<()> {
-        if w.buf.is_empty() {
-            return Ok(());
+    /// Copy an encoded record into the newest file (a new one first when it does not fit).
+    fn copy_in(&self, w: &mut Writer, rec: &[u8]) -> Result<()> {
+        let n = rec.len() as u64;
+        if w.size + n > w.map.len() as u64 {
+            self.rotate(w, n)?;
         }
-        if let Err(e) = w.file.write_all_at(&w.buf, w.size) {
-            return Err(self.fail(w, e));
-        }
-        w.size += w.buf.len() as u64;
-        w.written += w.buf.len() as u64;
-        w.buf.clear();
-        if w.size >= self.cfg.file_size {
-            self.rotate(w)?;
-        }
+        let at = w.size as usize;
+        w.map[at..at + rec.len()].copy_from_slice(rec);
+        w.size += n;
+        w.written += n;
         Ok(())
     }
 
-    fn rotate(&self, w: &mut Writer) -> Result<()> {
-        if let Err(e) = w.file.sync_data() {
+    /// Seal the newest file (synced, cut to its records) and start the next, large enough for
+    /// a record of `need` bytes.
+    fn rotate(&self, w: &mut Writer, need: u64) -> Result<()> {
+        if let Err(e) = w.file.sync_data().and_then(|_| w.file.set_len(w.size)) {
             return Err(self.fail(w, e));
         }
         let idx = w.idx + 1;
         let path = self.cfg.dir.join(file_name(idx));
-        let made = (|| -> std::io::Result<File> {
+        let cap = self.cfg.file_size.max(FILE_HEADER + need);
+        let made = (|| -> std::io::Result<(File, memmap2::MmapMut)> {
             let f = OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -400,10 +428,11 @@ impl Ulog {
             f.write_all_at(&file_header(self.cfg.sid, w.last_ts), 0)?;
             f.sync_all()?;
             File::open(&self.cfg.dir)?.sync_all()?;
-            Ok(f)
+            let m = map_file(&f, cap).map_err(std::io::Error::other)?;
+            Ok((f, m))
         })();
-        let f = match made {
-            Ok(f) => f,
+        let (f, m) = match made {
+            Ok(x) => x,
             Err(e) => return Err(self.fail(w, e)),
         };
         w.files.push(FileInfo {
@@ -411,33 +440,29 @@ impl Ulog {
             prev_ts: w.last_ts,
         });
         w.file = Arc::new(f);
+        w.map = m;
         w.idx = idx;
         w.size = FILE_HEADER;
         Ok(())
     }
 
-    /// Write buffered records to the file (readers see them).
+    /// Records are in the file as soon as they are appended: nothing to do (kept for callers
+    /// that read the files directly).
     pub fn flush(&self) -> Result<()> {
-        let mut w = self.w.lock();
-        self.flush_locked(&mut w)
+        Ok(())
     }
 
     /// Make every record appended so far durable. Concurrent callers share fsyncs: one that
     /// finds a sync under way waits for it, then syncs everything appended meanwhile.
     pub fn sync(&self) -> Result<()> {
-        let target = {
-            let mut w = self.w.lock();
-            self.flush_locked(&mut w)?;
-            w.written
-        };
+        let target = self.w.lock().written;
         let mut synced = self.synced.lock();
         if *synced >= target {
             return Ok(());
         }
         // Everyone who appended while the previous sync ran is covered by this one.
         let (file, end) = {
-            let mut w = self.w.lock();
-            self.flush_locked(&mut w)?;
+            let w = self.w.lock();
             (w.file.clone(), w.written)
         };
         if let Err(e) = file.sync_data() {
@@ -466,9 +491,10 @@ impl Ulog {
         let w = self.w.lock();
         w.files
             .iter()
+            .filter(|f| f.idx != w.idx)
             .map(|f| fs::metadata(self.cfg.dir.join(file_name(f.idx))).map_or(0, |m| m.len()))
             .sum::<u64>()
-            + w.buf.len() as u64
+            + w.size
     }
 
     /// The number of files and the time stamp the oldest kept record follows.
@@ -705,11 +731,8 @@ impl Reader {
                 return Ok(None);
             }
             let mut w = self.log.w.lock();
-            if w.idx == self.idx && w.size <= self.off && w.buf.is_empty() {
+            if w.idx == self.idx && w.size <= self.off {
                 self.log.cv.wait_for(&mut w, deadline - now);
-            }
-            if !w.buf.is_empty() {
-                self.log.flush_locked(&mut w)?;
             }
         }
     }
@@ -721,8 +744,19 @@ impl Reader {
             self.start = 0;
         }
         let have = self.buf.len();
-        let want = (1 << 20).max(have);
-        self.buf.resize(have + want, 0);
+        let mut want = (1 << 20).max(have) as u64;
+        {
+            // In the newest file, only what was appended: the rest is zeros, or a record
+            // being copied.
+            let w = self.log.w.lock();
+            if w.idx == self.idx {
+                want = want.min(w.size.saturating_sub(self.off));
+            }
+        }
+        if want == 0 {
+            return Ok(false);
+        }
+        self.buf.resize(have + want as usize, 0);
         let n = self.file.read_at(&mut self.buf[have..], self.off)?;
         self.buf.truncate(have + n);
         self.off += n as u64;

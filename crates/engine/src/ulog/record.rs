@@ -257,6 +257,10 @@ pub fn decode(buf: &[u8]) -> Result<Next<'_>> {
         return Ok(Next::Incomplete);
     }
     let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+    if len == 0 {
+        // Zeros: the unwritten end of a log file.
+        return Ok(Next::Incomplete);
+    }
     if !(HEADER - 8..=MAX_LEN).contains(&len) {
         return Err(corrupt(&format!("impossible length {len}")));
     }
