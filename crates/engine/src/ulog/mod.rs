@@ -84,7 +84,11 @@ fn map_file(file: &File, cap: u64) -> Result<memmap2::MmapMut> {
     }
     // SAFETY: the file is this log's own, written by this process only (a server holds the
     // database's lock); it is cut only after its mapping is replaced by the next file's.
-    Ok(unsafe { memmap2::MmapOptions::new().len(cap as usize).map_mut(file)? })
+    Ok(unsafe {
+        memmap2::MmapOptions::new()
+            .len(cap as usize)
+            .map_mut(file)?
+    })
 }
 
 /// Microseconds since the epoch.
