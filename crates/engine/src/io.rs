@@ -252,7 +252,21 @@ struct SimFileState {
     /// What survives a crash.
     durable: Vec<u8>,
     /// Writes since the last sync, in order (offset, bytes), and set_len calls as (len, empty).
+    /// `durable` with these applied in order is `data`.
     pending: Vec<(u64, Vec<u8>, bool)>,
+    /// How many entries have left `pending` since the file was created (the number of its
+    /// first entry): a sync makes durable the entries written before it started, up to the
+    /// number it read then.
+    gone: u64,
+}
+
+impl SimFileState {
+    /// Everything pending is durable now (the file was changed behind the log's back).
+    fn settle(&mut self) {
+        self.durable = self.data.clone();
+        self.gone += self.pending.len() as u64;
+        self.pending.clear();
+    }
 }
 
 struct SimFile {
@@ -268,6 +282,8 @@ struct SimShared {
     writes: AtomicU64,
     /// Microseconds each sync takes (to model a real disk's fdatasync latency).
     sync_delay_us: AtomicU64,
+    /// File syncs started.
+    syncs: AtomicU64,
 }
 
 impl SimShared {
@@ -317,15 +333,35 @@ impl VFile for SimFile {
         st.pending.push((off, buf.to_vec(), false));
         Ok(())
     }
+    /// Makes durable what was written before the call; a write made while a slow sync runs
+    /// stays pending (as a real fdatasync promises nothing for it).
     fn sync(&self) -> io::Result<()> {
         self.fs.tick()?;
+        let upto = {
+            let st = self.state.lock();
+            st.gone + st.pending.len() as u64
+        };
+        self.fs.syncs.fetch_add(1, Ordering::Release);
         let delay = self.fs.sync_delay_us.load(Ordering::Relaxed);
         if delay > 0 {
             std::thread::sleep(std::time::Duration::from_micros(delay));
         }
         let mut st = self.state.lock();
-        st.durable = st.data.clone();
-        st.pending.clear();
+        let n = (upto.saturating_sub(st.gone) as usize).min(st.pending.len());
+        let SimFileState {
+            durable,
+            pending,
+            gone,
+            ..
+        } = &mut *st;
+        for (off, bytes, is_len) in pending.drain(..n) {
+            if is_len {
+                durable.resize(off as usize, 0);
+            } else {
+                apply_write(durable, off, &bytes);
+            }
+        }
+        *gone += n as u64;
         Ok(())
     }
     fn len(&self) -> io::Result<u64> {
@@ -397,6 +433,11 @@ impl SimVfs {
         self.shared.fail_after.store(-1, Ordering::Relaxed);
     }
 
+    /// File syncs (`VFile::sync`, the filler's included) started so far.
+    pub fn sync_count(&self) -> u64 {
+        self.shared.syncs.load(Ordering::Acquire)
+    }
+
     /// Mutating operations performed so far.
     pub fn op_count(&self) -> u64 {
         self.shared.writes.load(Ordering::Relaxed)
@@ -443,9 +484,8 @@ impl SimVfs {
                     }
                 }
             }
-            st.data = img.clone();
-            st.durable = img;
-            st.pending.clear();
+            st.data = img;
+            st.settle();
         }
         drop(files);
         // Directory entries not made durable by a `sync_dir` are lost (created files vanish,
@@ -464,8 +504,7 @@ impl SimVfs {
                     return false;
                 }
                 apply_write(&mut st.data, off, bytes);
-                let d = st.data.clone();
-                st.durable = d;
+                st.settle();
                 true
             }
             None => false,
@@ -479,8 +518,7 @@ impl SimVfs {
             Some(f) => {
                 let mut st = f.state.lock();
                 st.data.truncate(len as usize);
-                let d = st.data.clone();
-                st.durable = d;
+                st.settle();
                 true
             }
             None => false,
@@ -519,6 +557,7 @@ impl SimVfs {
                     data: data.clone(),
                     durable: data.clone(),
                     pending: Vec::new(),
+                    gone: 0,
                 }),
                 fs: v.shared.clone(),
             });
@@ -629,6 +668,30 @@ mod tests {
         fs.crash(CrashMode::DropUnsynced);
         let f = fs.open(Path::new("/d/a"), false).unwrap();
         assert_eq!(f.len().unwrap(), 5);
+    }
+
+    /// A sync makes durable what was written before it started, not what is written while it
+    /// sleeps (the sync delay).
+    #[test]
+    fn sim_sync_covers_writes_before_it_only() {
+        let fs = SimVfs::new();
+        fs.set_sync_delay(std::time::Duration::from_millis(20));
+        let f = fs.open(Path::new("/d/a"), true).unwrap();
+        fs.sync_dir(Path::new("/d")).unwrap();
+        f.write_at(b"hello", 0).unwrap();
+        let g = f.clone();
+        let t = std::thread::spawn(move || g.sync().unwrap());
+        while fs.sync_count() == 0 {
+            std::thread::yield_now();
+        }
+        f.write_at(b"world", 5).unwrap();
+        t.join().unwrap();
+        assert_eq!(fs.sync_count(), 1);
+        drop(f);
+        fs.crash(CrashMode::DropUnsynced);
+        let f = fs.open(Path::new("/d/a"), false).unwrap();
+        assert_eq!(f.len().unwrap(), 5);
+        f.sync().unwrap();
     }
 
     #[test]
