@@ -8,12 +8,14 @@
 //! Prints one line a run and, with `--reps` above 1, the median of each figure:
 //!
 //! ```text
-//! RESULT kind=kh threads=8 delay_ms=3 seconds=3.00 writes=… syncs=… log_syncs=… writes_per_sync=… writes_per_sec=…
+//! RESULT kind=kh threads=8 delay_ms=3 seconds=3.00 writes=… syncs=… log_syncs=… commit_waits=… writes_per_sync=… writes_per_sec=…
 //! ```
 //!
 //! `syncs` are the file syncs (`SimVfs::sync_count`: the filler's zeros included), `log_syncs`
-//! the log's group syncs (the store's `syncs` counter); both are taken from just after the
-//! open to just after the last writer stopped.
+//! the log's group syncs (the store's `syncs` counter), `commit_waits` the group commit leaders
+//! that waited for the writers they expected (its `commit_waits`, 0 before it had one); all
+//! from just after the open to just after the last writer stopped. `writes_per_sync` is
+//! `writes / syncs`.
 
 use clap::Parser;
 use kura_engine::hash::DiskHash;
@@ -52,12 +54,14 @@ struct Run {
     writes: u64,
     syncs: u64,
     log_syncs: u64,
+    waits: u64,
 }
 
-fn log_syncs(db: &dyn Store) -> u64 {
+/// A counter of the store (0 when it has none of that name).
+fn counter(db: &dyn Store, name: &str) -> u64 {
     db.counters()
         .iter()
-        .find(|(k, _)| *k == "syncs")
+        .find(|(k, _)| *k == name)
         .map_or(0, |c| c.1)
 }
 
@@ -77,7 +81,8 @@ fn run(o: &Opts, threads: usize) -> Run {
     };
     let stop = Arc::new(AtomicBool::new(false));
     let syncs0 = fs.sync_count();
-    let log0 = log_syncs(&*db);
+    let log0 = counter(&*db, "syncs");
+    let waits0 = counter(&*db, "commit_waits");
     let t0 = Instant::now();
     let workers: Vec<_> = (0..threads)
         .map(|t| {
@@ -104,7 +109,8 @@ fn run(o: &Opts, threads: usize) -> Run {
         secs,
         writes,
         syncs: fs.sync_count() - syncs0,
-        log_syncs: log_syncs(&*db) - log0,
+        log_syncs: counter(&*db, "syncs") - log0,
+        waits: counter(&*db, "commit_waits") - waits0,
     };
     db.close().unwrap();
     r
@@ -123,13 +129,14 @@ fn main() {
             let r = run(&o, threads);
             println!(
                 "RESULT kind={} threads={threads} delay_ms={} seconds={:.2} writes={} syncs={} \
-                 log_syncs={} writes_per_sync={:.2} writes_per_sec={:.0}",
+                 log_syncs={} commit_waits={} writes_per_sync={:.2} writes_per_sec={:.0}",
                 o.kind,
                 o.delay_ms,
                 r.secs,
                 r.writes,
                 r.syncs,
                 r.log_syncs,
+                r.waits,
                 r.writes as f64 / r.syncs.max(1) as f64,
                 r.writes as f64 / r.secs
             );

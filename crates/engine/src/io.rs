@@ -376,6 +376,48 @@ impl VFile for SimFile {
     }
 }
 
+/// The random numbers a crash under `mode` tears writes by.
+fn crash_rng(mode: CrashMode) -> impl FnMut() -> u64 {
+    let mut rng = match mode {
+        CrashMode::DropUnsynced => 0,
+        CrashMode::Torn { seed } => seed | 1,
+    };
+    move || {
+        // xorshift64*
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    }
+}
+
+/// What of a file survives a crash under `mode`: its durable bytes, and when torn, a prefix of
+/// the writes since its last sync, the last of them cut at a random byte.
+fn survivor(st: &SimFileState, mode: CrashMode, next: &mut impl FnMut() -> u64) -> Vec<u8> {
+    let mut img = st.durable.clone();
+    if let CrashMode::Torn { .. } = mode {
+        let n = st.pending.len();
+        if n > 0 {
+            let keep = (next() % (n as u64 + 1)) as usize;
+            for (i, (off, bytes, is_len)) in st.pending.iter().enumerate().take(keep + 1) {
+                if *is_len {
+                    if i < keep {
+                        img.resize(*off as usize, 0);
+                    }
+                    continue;
+                }
+                let part = if i < keep {
+                    bytes.len()
+                } else {
+                    (next() % (bytes.len() as u64 + 1)) as usize
+                };
+                apply_write(&mut img, *off, &bytes[..part]);
+            }
+        }
+    }
+    img
+}
+
 /// An in-memory file system that can crash and fail on demand.
 #[derive(Clone, Default)]
 pub struct SimVfs {
@@ -446,45 +488,14 @@ impl SimVfs {
     /// Simulate a crash: every file keeps only what survives under `mode`. Handles opened before
     /// the crash must not be used afterwards (the engine under test is dropped first).
     pub fn crash(&self, mode: CrashMode) {
-        let mut rng = match mode {
-            CrashMode::DropUnsynced => 0,
-            CrashMode::Torn { seed } => seed | 1,
-        };
-        let mut next = move || {
-            // xorshift64*
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = crash_rng(mode);
         let files = self.files.lock();
         let mut names: Vec<_> = files.keys().cloned().collect();
         names.sort();
         for name in names {
             let f = &files[&name];
             let mut st = f.state.lock();
-            let mut img = st.durable.clone();
-            if let CrashMode::Torn { .. } = mode {
-                let n = st.pending.len();
-                if n > 0 {
-                    let keep = (next() % (n as u64 + 1)) as usize;
-                    for (i, (off, bytes, is_len)) in st.pending.iter().enumerate().take(keep + 1) {
-                        if *is_len {
-                            if i < keep {
-                                img.resize(*off as usize, 0);
-                            }
-                            continue;
-                        }
-                        let part = if i < keep {
-                            bytes.len()
-                        } else {
-                            (next() % (bytes.len() as u64 + 1)) as usize
-                        };
-                        apply_write(&mut img, *off, &bytes[..part]);
-                    }
-                }
-            }
-            st.data = img;
+            st.data = survivor(&st, mode, &mut next);
             st.settle();
         }
         drop(files);
@@ -492,6 +503,34 @@ impl SimVfs {
         // removed ones come back), as on a real file system after a power loss.
         *self.files.lock() = self.names.lock().clone();
         self.locks.lock().clear();
+    }
+
+    /// What a crash now would leave (`crash` under `mode`), without crashing: every file under a
+    /// name made durable, with its bytes that survive, all taken at one instant, so that the
+    /// engine under test may go on writing meanwhile. `SimVfs::from_image` opens it.
+    pub fn crash_image(&self, mode: CrashMode) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+        let mut next = crash_rng(mode);
+        // Held throughout, so that no name changes (`sync_dir` takes both).
+        let _files = self.files.lock();
+        let names = self.names.lock();
+        let mut named: Vec<(&PathBuf, &Arc<SimFile>)> = names.iter().collect();
+        named.sort_by(|a, b| a.0.cmp(b.0));
+        // Every file locked at once (each once), so that no sync lands between two of them.
+        let mut held: Vec<(*const SimFile, parking_lot::MutexGuard<'_, SimFileState>)> = Vec::new();
+        for (_, f) in &named {
+            let at = Arc::as_ptr(f);
+            if !held.iter().any(|h| h.0 == at) {
+                held.push((at, f.state.lock()));
+            }
+        }
+        named
+            .iter()
+            .map(|(p, f)| {
+                let at = Arc::as_ptr(f);
+                let st = &held.iter().find(|h| h.0 == at).unwrap().1;
+                ((*p).clone(), survivor(st, mode, &mut next))
+            })
+            .collect()
     }
 
     /// Overwrite bytes of a file directly (to test corruption detection).
