@@ -252,7 +252,21 @@ struct SimFileState {
     /// What survives a crash.
     durable: Vec<u8>,
     /// Writes since the last sync, in order (offset, bytes), and set_len calls as (len, empty).
+    /// `durable` with these applied in order is `data`.
     pending: Vec<(u64, Vec<u8>, bool)>,
+    /// How many entries have left `pending` since the file was created (the number of its
+    /// first entry): a sync makes durable the entries written before it started, up to the
+    /// number it read then.
+    gone: u64,
+}
+
+impl SimFileState {
+    /// Everything pending is durable now (the file was changed behind the log's back).
+    fn settle(&mut self) {
+        self.durable = self.data.clone();
+        self.gone += self.pending.len() as u64;
+        self.pending.clear();
+    }
 }
 
 struct SimFile {
@@ -268,6 +282,8 @@ struct SimShared {
     writes: AtomicU64,
     /// Microseconds each sync takes (to model a real disk's fdatasync latency).
     sync_delay_us: AtomicU64,
+    /// File syncs started.
+    syncs: AtomicU64,
 }
 
 impl SimShared {
@@ -317,15 +333,35 @@ impl VFile for SimFile {
         st.pending.push((off, buf.to_vec(), false));
         Ok(())
     }
+    /// Makes durable what was written before the call; a write made while a slow sync runs
+    /// stays pending (as a real fdatasync promises nothing for it).
     fn sync(&self) -> io::Result<()> {
         self.fs.tick()?;
+        let upto = {
+            let st = self.state.lock();
+            st.gone + st.pending.len() as u64
+        };
+        self.fs.syncs.fetch_add(1, Ordering::Release);
         let delay = self.fs.sync_delay_us.load(Ordering::Relaxed);
         if delay > 0 {
             std::thread::sleep(std::time::Duration::from_micros(delay));
         }
         let mut st = self.state.lock();
-        st.durable = st.data.clone();
-        st.pending.clear();
+        let n = (upto.saturating_sub(st.gone) as usize).min(st.pending.len());
+        let SimFileState {
+            durable,
+            pending,
+            gone,
+            ..
+        } = &mut *st;
+        for (off, bytes, is_len) in pending.drain(..n) {
+            if is_len {
+                durable.resize(off as usize, 0);
+            } else {
+                apply_write(durable, off, &bytes);
+            }
+        }
+        *gone += n as u64;
         Ok(())
     }
     fn len(&self) -> io::Result<u64> {
@@ -338,6 +374,48 @@ impl VFile for SimFile {
         st.pending.push((len, Vec::new(), true));
         Ok(())
     }
+}
+
+/// The random numbers a crash under `mode` tears writes by.
+fn crash_rng(mode: CrashMode) -> impl FnMut() -> u64 {
+    let mut rng = match mode {
+        CrashMode::DropUnsynced => 0,
+        CrashMode::Torn { seed } => seed | 1,
+    };
+    move || {
+        // xorshift64*
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    }
+}
+
+/// What of a file survives a crash under `mode`: its durable bytes, and when torn, a prefix of
+/// the writes since its last sync, the last of them cut at a random byte.
+fn survivor(st: &SimFileState, mode: CrashMode, next: &mut impl FnMut() -> u64) -> Vec<u8> {
+    let mut img = st.durable.clone();
+    if let CrashMode::Torn { .. } = mode {
+        let n = st.pending.len();
+        if n > 0 {
+            let keep = (next() % (n as u64 + 1)) as usize;
+            for (i, (off, bytes, is_len)) in st.pending.iter().enumerate().take(keep + 1) {
+                if *is_len {
+                    if i < keep {
+                        img.resize(*off as usize, 0);
+                    }
+                    continue;
+                }
+                let part = if i < keep {
+                    bytes.len()
+                } else {
+                    (next() % (bytes.len() as u64 + 1)) as usize
+                };
+                apply_write(&mut img, *off, &bytes[..part]);
+            }
+        }
+    }
+    img
 }
 
 /// An in-memory file system that can crash and fail on demand.
@@ -397,6 +475,11 @@ impl SimVfs {
         self.shared.fail_after.store(-1, Ordering::Relaxed);
     }
 
+    /// File syncs (`VFile::sync`, the filler's included) started so far.
+    pub fn sync_count(&self) -> u64 {
+        self.shared.syncs.load(Ordering::Acquire)
+    }
+
     /// Mutating operations performed so far.
     pub fn op_count(&self) -> u64 {
         self.shared.writes.load(Ordering::Relaxed)
@@ -405,53 +488,49 @@ impl SimVfs {
     /// Simulate a crash: every file keeps only what survives under `mode`. Handles opened before
     /// the crash must not be used afterwards (the engine under test is dropped first).
     pub fn crash(&self, mode: CrashMode) {
-        let mut rng = match mode {
-            CrashMode::DropUnsynced => 0,
-            CrashMode::Torn { seed } => seed | 1,
-        };
-        let mut next = move || {
-            // xorshift64*
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = crash_rng(mode);
         let files = self.files.lock();
         let mut names: Vec<_> = files.keys().cloned().collect();
         names.sort();
         for name in names {
             let f = &files[&name];
             let mut st = f.state.lock();
-            let mut img = st.durable.clone();
-            if let CrashMode::Torn { .. } = mode {
-                let n = st.pending.len();
-                if n > 0 {
-                    let keep = (next() % (n as u64 + 1)) as usize;
-                    for (i, (off, bytes, is_len)) in st.pending.iter().enumerate().take(keep + 1) {
-                        if *is_len {
-                            if i < keep {
-                                img.resize(*off as usize, 0);
-                            }
-                            continue;
-                        }
-                        let part = if i < keep {
-                            bytes.len()
-                        } else {
-                            (next() % (bytes.len() as u64 + 1)) as usize
-                        };
-                        apply_write(&mut img, *off, &bytes[..part]);
-                    }
-                }
-            }
-            st.data = img.clone();
-            st.durable = img;
-            st.pending.clear();
+            st.data = survivor(&st, mode, &mut next);
+            st.settle();
         }
         drop(files);
         // Directory entries not made durable by a `sync_dir` are lost (created files vanish,
         // removed ones come back), as on a real file system after a power loss.
         *self.files.lock() = self.names.lock().clone();
         self.locks.lock().clear();
+    }
+
+    /// What a crash now would leave (`crash` under `mode`), without crashing: every file under a
+    /// name made durable, with its bytes that survive, all taken at one instant, so that the
+    /// engine under test may go on writing meanwhile. `SimVfs::from_image` opens it.
+    pub fn crash_image(&self, mode: CrashMode) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+        let mut next = crash_rng(mode);
+        // Held throughout, so that no name changes (`sync_dir` takes both).
+        let _files = self.files.lock();
+        let names = self.names.lock();
+        let mut named: Vec<(&PathBuf, &Arc<SimFile>)> = names.iter().collect();
+        named.sort_by(|a, b| a.0.cmp(b.0));
+        // Every file locked at once (each once), so that no sync lands between two of them.
+        let mut held: Vec<(*const SimFile, parking_lot::MutexGuard<'_, SimFileState>)> = Vec::new();
+        for (_, f) in &named {
+            let at = Arc::as_ptr(f);
+            if !held.iter().any(|h| h.0 == at) {
+                held.push((at, f.state.lock()));
+            }
+        }
+        named
+            .iter()
+            .map(|(p, f)| {
+                let at = Arc::as_ptr(f);
+                let st = &held.iter().find(|h| h.0 == at).unwrap().1;
+                ((*p).clone(), survivor(st, mode, &mut next))
+            })
+            .collect()
     }
 
     /// Overwrite bytes of a file directly (to test corruption detection).
@@ -464,8 +543,7 @@ impl SimVfs {
                     return false;
                 }
                 apply_write(&mut st.data, off, bytes);
-                let d = st.data.clone();
-                st.durable = d;
+                st.settle();
                 true
             }
             None => false,
@@ -479,8 +557,7 @@ impl SimVfs {
             Some(f) => {
                 let mut st = f.state.lock();
                 st.data.truncate(len as usize);
-                let d = st.data.clone();
-                st.durable = d;
+                st.settle();
                 true
             }
             None => false,
@@ -519,6 +596,7 @@ impl SimVfs {
                     data: data.clone(),
                     durable: data.clone(),
                     pending: Vec::new(),
+                    gone: 0,
                 }),
                 fs: v.shared.clone(),
             });
@@ -629,6 +707,30 @@ mod tests {
         fs.crash(CrashMode::DropUnsynced);
         let f = fs.open(Path::new("/d/a"), false).unwrap();
         assert_eq!(f.len().unwrap(), 5);
+    }
+
+    /// A sync makes durable what was written before it started, not what is written while it
+    /// sleeps (the sync delay).
+    #[test]
+    fn sim_sync_covers_writes_before_it_only() {
+        let fs = SimVfs::new();
+        fs.set_sync_delay(std::time::Duration::from_millis(20));
+        let f = fs.open(Path::new("/d/a"), true).unwrap();
+        fs.sync_dir(Path::new("/d")).unwrap();
+        f.write_at(b"hello", 0).unwrap();
+        let g = f.clone();
+        let t = std::thread::spawn(move || g.sync().unwrap());
+        while fs.sync_count() == 0 {
+            std::thread::yield_now();
+        }
+        f.write_at(b"world", 5).unwrap();
+        t.join().unwrap();
+        assert_eq!(fs.sync_count(), 1);
+        drop(f);
+        fs.crash(CrashMode::DropUnsynced);
+        let f = fs.open(Path::new("/d/a"), false).unwrap();
+        assert_eq!(f.len().unwrap(), 5);
+        f.sync().unwrap();
     }
 
     #[test]

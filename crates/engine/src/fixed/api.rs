@@ -516,6 +516,7 @@ impl Store for FixedDb {
                 l.truncated_bytes.load(Ordering::Relaxed),
             ),
             ("syncs", l.syncs.load(Ordering::Relaxed)),
+            ("commit_waits", l.commit_waits.load(Ordering::Relaxed)),
         ]
     }
 }

@@ -756,6 +756,7 @@ impl Store for DiskHash {
                 l.truncated_bytes.load(Ordering::Relaxed),
             ),
             ("syncs", l.syncs.load(Ordering::Relaxed)),
+            ("commit_waits", l.commit_waits.load(Ordering::Relaxed)),
         ]
     }
 }

@@ -311,6 +311,10 @@ impl Store for DiskTree {
                 "syncs",
                 self.inner.wal.counters.syncs.load(Ordering::Relaxed),
             ),
+            (
+                "commit_waits",
+                self.inner.wal.counters.commit_waits.load(Ordering::Relaxed),
+            ),
         ]
     }
 
