@@ -22,7 +22,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${REPS:-3} STEPS=${STEPS:-lag catchup bootstrap} THREADS=${THREADS:-2} CONNS=${CONNS:-128}
 LAG_SECS=${LAG_SECS:-20} CATCHUP_N=${CATCHUP_N:-1000000} BOOT_N=${BOOT_N:-10000000}
-cargo build --release -q -p kura -p kura-bench --example repl_lag
+cargo build --release -q -p kura
+cargo build --release -q -p kura-bench --example repl_lag
 KURA="$PWD/target/release/kura"
 LAG="$PWD/target/release/examples/repl_lag"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/bench-repl.XXXXXX")
@@ -102,8 +103,8 @@ w = sys.stdout.write
 for i in range($BOOT_N): w('k%010d\t%s%010d\n' % (i, v, i))
 " >"$WORK/boot.tsv"
 	t0=$(date +%s.%N)
-	"$KURA" db import "$WORK/bm.kh" "$WORK/boot.tsv" >/dev/null
-	echo "loaded $BOOT_N records offline in $(echo "$(date +%s.%N) - $t0" | bc) s: $(du -sh "$WORK/bm.kh" | cut -f1)"
+	"$KURA" db import --create "$WORK/bm.kh" "$WORK/boot.tsv" >/dev/null
+	echo "loaded $BOOT_N records offline in $(printf %.1f "$(echo "$(date +%s.%N) - $t0" | bc)") s: $(du -sh "$WORK/bm.kh" | cut -f1)"
 	rm -f "$WORK/boot.tsv"
 	mp=$(free_port)
 	"$KURA" serve "$WORK/bm.kh" --port "$mp" --threads "$THREADS" --sid 1 --ulog "$WORK/bmlog" 2>/dev/null &

@@ -52,7 +52,7 @@ import sys
 w = sys.stdout.write
 for i in range($N): w('k%010d\tvalue-%010d-0123456789012345678901234567890123456789012345678901234567890123456789\n' % (i, i))
 " >"$WORK/in.tsv"
-"$KURA" db import "$WORK/m.kh" "$WORK/in.tsv" >/dev/null
+"$KURA" db import --create "$WORK/m.kh" "$WORK/in.tsv" >/dev/null
 rm -f "$WORK/in.tsv"
 start_master
 say "master on $mp holds $(stat_of "$mp" records) records"
@@ -83,12 +83,12 @@ for round in $(seq "$ROUNDS"); do
 	case $((RANDOM % 3)) in
 	0) victim=master ;;
 	1) victim=replica ;;
-	*) victim=both ;;
+	*) victim="master and the replica" ;;
 	esac
 	case $victim in
 	master) kill9 "$M"; start_master ;;
 	replica) kill9 "$R"; start_replica ;;
-	both)
+	both | "master and the replica")
 		kill -KILL "$M" "$R" 2>/dev/null || true
 		wait "$M" "$R" 2>/dev/null || true
 		start_master; start_replica ;;
