@@ -56,8 +56,10 @@ if [[ " $STEPS " == *" lag "* ]]; then
 			--threads "$THREADS" --duration 5 --key-size 100 --value-size 400 --keyspace 10000 |
 			grep '^RESULT' | field ops_per_sec)
 		rate=$((max / 2))
-		line=$(timeout $((LAG_SECS + 60)) "$LAG" lag --master "127.0.0.1:$mp" --replica "127.0.0.1:$rp" \
-			--rate "$rate" --secs "$LAG_SECS" --conns 8 | tee /dev/stderr | grep '^RESULT' || echo "RESULT failed")
+		out=$(timeout $((LAG_SECS + 60)) "$LAG" lag --master "127.0.0.1:$mp" --replica "127.0.0.1:$rp" \
+			--rate "$rate" --secs "$LAG_SECS" --conns 8 || true)
+		echo "$out" | grep -v '^RESULT' >&2 || true
+		line=$(grep '^RESULT' <<<"$out" || echo "RESULT failed")
 		echo "$max $(field achieved <<<"$line") $(field lag_p50_ms <<<"$line") $(field lag_p99_ms <<<"$line") $(field lag_max_ms <<<"$line")" >>"$WORK/lag"
 		echo "lag rep $rep: max set rate $max/s, paced at $rate/s: $line; $(load)"
 		stop "$r"; stop "$m"; rm -rf "$WORK/lm$rep.kh" "$WORK/lmlog$rep" "$WORK/lr$rep.kh" "$WORK/lr$rep.kh.replica"
