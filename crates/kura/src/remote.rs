@@ -109,8 +109,8 @@ pub enum RemoteCommand {
     /// existing destination) or the command fails; the server's log says why.
     Copy { path: PathBuf },
     /// Call a `misc` function (putlist, outlist, getlist, getpart, iterinit, iternext, sync,
-    /// optimize, vanish, error, cacheclear, regex, range, …); prints the result list, one
-    /// TSV-escaped element per line.
+    /// optimize, vanish, error, cacheclear, regex, range, …, and Kura's ulogstat and
+    /// ulogforget SID); prints the result list, one TSV-escaped element per line.
     Misc {
         func: String,
         args: Vec<OsString>,
@@ -129,6 +129,25 @@ pub enum RemoteCommand {
     },
     /// Print the server's version.
     Version,
+    /// Make the server follow the master HOST:PORT (Tyrant setmst): it refuses client writes
+    /// from then on (unless it runs with --replica-writes) and bootstraps from the new master
+    /// when that is another server. With --none (or an empty HOST) it stops following: a
+    /// promoted replica, taking writes.
+    Setmst {
+        #[arg(value_name = "HOST:PORT", required_unless_present = "none")]
+        master: Option<String>,
+        /// Stop following any master.
+        #[arg(long, conflicts_with = "master")]
+        none: bool,
+    },
+    /// List the replicas a master knows (server id, confirmed position, lag, connected or
+    /// when last seen, address), and the server's own master, position and delay when it is
+    /// a replica (from `stat`).
+    Replicas,
+    /// Make a master forget replica SID, so that its confirmed position no longer holds back
+    /// the removal of update log files (Kura's `misc ulogforget`). Status 1 when the server
+    /// has no update log or knows no such replica.
+    Forget { sid: u32 },
 }
 
 /// One connection to a Tyrant-protocol server: send a request, read its reply.
@@ -377,6 +396,9 @@ fn dispatch(a: &RemoteArgs) -> Res {
             let input = transfer::checked(Input::open(file.as_deref())?, *format)?;
             import(&mut r, input)
         }
+        RemoteCommand::Setmst { master, none } => setmst(&mut r, master.as_deref(), *none),
+        RemoteCommand::Replicas => replicas(&mut r),
+        RemoteCommand::Forget { sid } => forget(&mut r, *sid),
         RemoteCommand::Version => {
             let stat = stat(&mut r)?;
             let v = stat
@@ -518,4 +540,160 @@ fn import(r: &mut Remote, input: Checked) -> Res {
     imported += send(r, &mut batch)?;
     progress.finish(imported, rd.read, rd.size());
     Ok(())
+}
+
+/// `setmst`: follow `master` (`HOST:PORT`), or none (`--none`, an empty host).
+fn setmst(r: &mut Remote, master: Option<&str>, none: bool) -> Res {
+    let (host, port) = match master.filter(|m| !none && !m.is_empty()) {
+        None => (String::new(), 0),
+        Some(m) => {
+            let (h, p) = m
+                .rsplit_once(':')
+                .ok_or_else(|| Fail::Err(format!("{m}: expected HOST:PORT")))?;
+            let port: u16 = p
+                .parse()
+                .ok()
+                .filter(|&p| p > 0)
+                .ok_or_else(|| Fail::Err(format!("{m}: bad port")))?;
+            let h = h.trim_matches(|c| c == '[' || c == ']');
+            if h.is_empty() {
+                return Err(Fail::Err(format!("{m}: no host")));
+            }
+            (h.to_string(), port)
+        }
+    };
+    let req = Request::SetMst {
+        host: host.as_bytes(),
+        port: i32::from(port),
+        ts: 0,
+        opts: 0,
+    };
+    r.ok(&req, |c| {
+        Fail::No(format!(
+            "setmst failed (the server answered code {c}): masked (--mask setmst), or a server \
+             that cannot replicate"
+        ))
+    })?;
+    let text = if host.is_empty() {
+        "following no master: the server takes writes\n".to_string()
+    } else {
+        format!("following {host}:{port}\n")
+    };
+    print(text.as_bytes())
+}
+
+/// The `key=value` fields of a `replica_N` line of `stat`.
+fn fields(line: &str) -> Vec<(&str, &str)> {
+    line.split_whitespace()
+        .filter_map(|f| f.split_once('='))
+        .collect()
+}
+
+/// `replicas`: the replicas of a master and the master of a replica, from `stat`.
+fn replicas(r: &mut Remote) -> Res {
+    let stat = stat(r)?;
+    let get = |k: &str| stat.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    let mut out = String::new();
+    let sid = get("sid").unwrap_or("?");
+    match get("ulog_last_ts") {
+        None => out.push_str(&format!(
+            "server {sid}: no update log (--ulog): it feeds no replicas\n"
+        )),
+        Some(last) => {
+            out.push_str(&format!("server {sid}: update log up to {last}\n"));
+            let mut reps: Vec<(u32, &str)> = stat
+                .iter()
+                .filter_map(|(k, v)| Some((k.strip_prefix("replica_")?.parse().ok()?, v.as_str())))
+                .collect();
+            reps.sort_unstable_by_key(|(sid, _)| *sid);
+            if reps.is_empty() {
+                out.push_str("no replicas known\n");
+            }
+            let now = kura_engine::store::now_secs();
+            for (rsid, line) in reps {
+                let f = fields(line);
+                let field = |k: &str| f.iter().find(|(n, _)| *n == k).map_or("", |(_, v)| *v);
+                let state = if field("connected") == "true" {
+                    "connected".to_string()
+                } else {
+                    match field("seen").parse::<u64>() {
+                        Ok(t) if t > 0 => {
+                            format!("not connected, last seen {} s ago", now.saturating_sub(t))
+                        }
+                        _ => "not connected".to_string(),
+                    }
+                };
+                let addr = field("addr");
+                out.push_str(&format!(
+                    "replica {rsid}: confirmed {}, lag {} s, {state}{}{addr}\n",
+                    field("confirmed"),
+                    field("lag"),
+                    if addr.is_empty() { "" } else { ", " },
+                ));
+            }
+        }
+    }
+    if let (Some(h), Some(p)) = (get("mhost"), get("mport")) {
+        let mut line = format!("master {h}:{p}");
+        if let Some(s) = get("master_sid").filter(|s| *s != "0") {
+            line.push_str(&format!(" (server {s})"));
+        }
+        if let Some(ts) = get("rts") {
+            line.push_str(&format!(": position {ts}"));
+        }
+        if let Some(d) = get("delay") {
+            line.push_str(&format!(", delay {d} s"));
+        }
+        match get("master_connected") {
+            Some("true") => line.push_str(", connected"),
+            Some(_) => line.push_str(", not connected"),
+            None => {}
+        }
+        if let Some(e) = get("repl_error") {
+            line.push_str(&format!(" (last error: {e})"));
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    print(out.as_bytes())
+}
+
+/// `forget SID`: Kura's `misc ulogforget SID` on a master.
+fn forget(r: &mut Remote, sid: u32) -> Res {
+    let arg = sid.to_string();
+    let req = Request::Misc {
+        name: b"ulogforget",
+        opts: 0,
+        args: vec![arg.as_bytes()],
+    };
+    match r.call(&req)? {
+        Reply::List(items) => {
+            let was = items
+                .first()
+                .map(|l| String::from_utf8_lossy(l).into_owned())
+                .unwrap_or_default();
+            let mut text = format!("replica {sid} forgotten (it was: {was})\n");
+            if fields(&was).contains(&("connected", "true")) {
+                text.push_str(
+                    "it is connected: it will be known again at its next acknowledgement; stop \
+                     it (or point it elsewhere with setmst) first\n",
+                );
+            }
+            print(text.as_bytes())
+        }
+        Reply::Code(c) => {
+            // Say why, from what `stat` shows.
+            let why = match stat(r) {
+                Ok(st) if !st.iter().any(|(k, _)| k == "ulog_last_ts") => {
+                    "the server has no update log (--ulog)".to_string()
+                }
+                Ok(st) if !st.iter().any(|(k, _)| *k == format!("replica_{sid}")) => {
+                    format!("the server knows no replica {sid}")
+                }
+                _ => format!("the server answered code {c} (masked, or not a Kura server)"),
+            };
+            Err(Fail::No(format!("forget {sid} failed: {why}")))
+        }
+        other => Err(unexpected(&req, &other)),
+    }
 }

@@ -78,6 +78,20 @@ pub fn apply(store: &dyn Store, op: &Op<'_>) -> Result<bool> {
     Ok(true)
 }
 
+/// Run `f` with durability waits deferred on this thread (`crate::durability`): a database
+/// with `sync=always` then applies a run of records without an fsync each, and the caller
+/// syncs once at the end.
+pub(crate) fn deferred<T>(f: impl FnOnce() -> T) -> T {
+    let was = crate::durability::deferred();
+    crate::durability::set_deferred(true);
+    let r = f();
+    crate::durability::set_deferred(was);
+    if !was {
+        crate::durability::take_pending();
+    }
+    r
+}
+
 /// Replay the records of the update log in `dir` after `after` and up to `until` (time stamps
 /// in microseconds, inclusive) onto `store`: a point-in-time restore of a backup taken at
 /// `after`. Returns how many records were applied and the time stamp of the last one (`after`
@@ -90,10 +104,13 @@ pub fn replay(
     until: u64,
 ) -> Result<(u64, u64)> {
     let mut last = after;
-    let r = super::read_dir(dir, after, until, &mut |rec| {
-        apply(store, &rec.op)?;
-        last = rec.ts;
-        Ok(())
+    // One sync at the end, not one a record.
+    let r = deferred(|| {
+        super::read_dir(dir, after, until, &mut |rec| {
+            apply(store, &rec.op)?;
+            last = rec.ts;
+            Ok(())
+        })
     });
     store.sync()?;
     let n = r?;

@@ -186,8 +186,11 @@ impl Logged {
             let from = read_applied(&log).unwrap_or(0).max(first);
             if from < log.last_ts() {
                 log.flush()?;
-                redone = read_dir(&log.config().dir, from, u64::MAX, &mut |r: &Rec<'_>| {
-                    apply(&*inner, &r.op).map(|_| ())
+                // Applied without an fsync a record (`sync=always`), then synced once.
+                redone = super::apply::deferred(|| {
+                    read_dir(&log.config().dir, from, u64::MAX, &mut |r: &Rec<'_>| {
+                        apply(&*inner, &r.op).map(|_| ())
+                    })
                 })?;
                 inner.sync()?;
             }

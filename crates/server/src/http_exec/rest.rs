@@ -212,7 +212,7 @@ fn rest_post(
     let Some(mname) = named("x-tt-mname") else {
         return Ok(Reply::text(400, "Bad Request"));
     };
-    if shared.mask().denies(Op::Misc, Proto::Http) {
+    if crate::tt_exec::misc_denied(shared, mname, Proto::Http) {
         return Ok(forbidden());
     }
     // Tyrant passes the values of the form in the order their names first appear (a later
@@ -234,7 +234,9 @@ fn rest_post(
     // The binary protocol's misc functions; an HTTP request has no connection to keep an
     // iterator in, so misc iterinit / iternext only see this request's state.
     let args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
-    let Some(results) = crate::tt_exec::misc(store, &mut TtState::new(), mname, &args)? else {
+    let Some(results) =
+        crate::tt_exec::server_misc(store, shared, &mut TtState::new(), mname, &args)?
+    else {
         return Ok(Reply::text(500, "Internal Server Error"));
     };
     let mut body = Vec::new();

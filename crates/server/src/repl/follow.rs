@@ -130,6 +130,9 @@ fn applied_in_log(repl: &Replication, local: u64) -> u64 {
 }
 
 fn run(repl: &Replication) {
+    // Applied changes owe no sync of their own: what the replica has applied is made durable
+    // (one sync) before its position is saved and acknowledged.
+    kura_engine::durability::set_deferred(true);
     let saved = load_pos(repl);
     // A position is one of a log of the master's protocol.
     let usable = saved.found && saved.protocol == repl.protocol;

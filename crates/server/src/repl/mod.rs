@@ -208,20 +208,81 @@ impl Replication {
             out.push(("ulog_last_ts".into(), log.last_ts().to_string()));
             let last = log.last_ts();
             for (sid, r) in log.replicas() {
-                out.push((
-                    format!("replica_{sid}"),
-                    format!(
-                        "confirmed={} lag={:.6} connected={} addr={}",
-                        r.confirmed,
-                        last.saturating_sub(r.confirmed) as f64 / 1e6,
-                        r.connected,
-                        r.addr
-                    ),
-                ));
+                out.push((format!("replica_{sid}"), replica_line(last, &r)));
             }
         }
         out
     }
+
+    /// Run one of Kura's replication functions of Tyrant `misc` ([`MISC_FUNCS`]); `None` is
+    /// Tyrant's failure: no update log here (`--ulog`), a missing or bad argument, a replica
+    /// the log does not know.
+    ///
+    /// - `ulogstat`: the log's state as name / value pairs (`sid`, `last_ts`, `first_ts` = the
+    ///   time stamp the oldest kept record follows, `files`, `size`), then `replica_SID` and
+    ///   its line (as in `stat`) for every replica known.
+    /// - `ulogforget SID`: forget a replica, so that it no longer holds back retention; the
+    ///   result is its line as it was. A replica still connected is known again at its next
+    ///   acknowledgement (every 200 ms), one that comes back later bootstraps if the log has
+    ///   left it behind.
+    pub fn misc(&self, name: &[u8], args: &[&[u8]]) -> Option<Vec<Vec<u8>>> {
+        let log = self.logged.as_ref()?.log();
+        let last = log.last_ts();
+        match name {
+            b"ulogstat" => {
+                let (files, first) = log.span();
+                let mut out: Vec<(String, String)> = vec![
+                    ("sid".into(), log.sid().to_string()),
+                    ("last_ts".into(), last.to_string()),
+                    ("first_ts".into(), first.to_string()),
+                    ("files".into(), files.to_string()),
+                    ("size".into(), log.size().to_string()),
+                ];
+                for (sid, r) in log.replicas() {
+                    out.push((format!("replica_{sid}"), replica_line(last, &r)));
+                }
+                Some(
+                    out.into_iter()
+                        .flat_map(|(k, v)| [k.into_bytes(), v.into_bytes()])
+                        .collect(),
+                )
+            }
+            b"ulogforget" => {
+                let sid: u32 = std::str::from_utf8(args.first()?)
+                    .ok()?
+                    .trim()
+                    .parse()
+                    .ok()?;
+                let r = log.replicas().remove(&sid)?;
+                log.forget(sid)
+                    .then(|| vec![replica_line(last, &r).into_bytes()])
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Kura's replication functions of Tyrant `misc` ([`Replication::misc`]). They change no
+/// data: a read-only replica takes them as it takes `setmst`.
+pub const MISC_FUNCS: [&[u8]; 2] = [b"ulogstat", b"ulogforget"];
+
+/// Whether `name` is one of [`MISC_FUNCS`].
+pub fn is_misc(name: &[u8]) -> bool {
+    MISC_FUNCS.contains(&name)
+}
+
+/// A replica as `stat` and `ulogstat` show it: its confirmed position, its lag behind the
+/// log's newest record `last` in seconds, whether it is connected, its address and when it
+/// was last heard from (Unix seconds).
+fn replica_line(last: u64, r: &kura_engine::ulog::Replica) -> String {
+    format!(
+        "confirmed={} lag={:.6} connected={} seen={} addr={}",
+        r.confirmed,
+        last.saturating_sub(r.confirmed) as f64 / 1e6,
+        r.connected,
+        r.last_seen,
+        r.addr
+    )
 }
 
 impl std::fmt::Debug for Replication {

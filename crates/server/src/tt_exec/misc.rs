@@ -2,7 +2,35 @@
 //! apply to Kura's kinds, shared by the binary protocol and HTTP POST (`X-TT-MNAME`).
 
 use super::{c_str, TtState};
+use crate::context::Shared;
+use crate::mask::{Op, Proto};
 use kura_engine::{BatchOp, Error, KeyRange, Outcome, Store};
+
+/// Whether the mask refuses misc `name`. Kura's replication functions (`ulogstat`,
+/// `ulogforget`: `crate::repl::MISC_FUNCS`) change no data, so a read-only replica takes them
+/// as it takes `setmst`; `--mask misc` or `--mask setmst` refuses them.
+pub(crate) fn misc_denied(shared: &Shared, name: &[u8], proto: Proto) -> bool {
+    if crate::repl::is_misc(name) {
+        shared.mask.denies(Op::Misc, proto) || shared.mask().denies(Op::SetMst, proto)
+    } else {
+        shared.mask().denies(Op::Misc, proto)
+    }
+}
+
+/// A misc function of the server: Kura's replication functions (on the server's replication
+/// state; failure without one), else [`misc`] on the database.
+pub(crate) fn server_misc<'s>(
+    store: &'s dyn Store,
+    shared: &Shared,
+    st: &mut TtState<'s>,
+    name: &[u8],
+    args: &[&[u8]],
+) -> Result<Option<Vec<Vec<u8>>>, Error> {
+    if crate::repl::is_misc(name) {
+        return Ok(shared.repl.as_ref().and_then(|r| r.misc(name, args)));
+    }
+    misc(store, st, name, args)
+}
 
 /// Tokyo Cabinet's `tcatoi` on a misc argument: leading white space, an optional sign, decimal
 /// digits up to the first other byte; saturates instead of overflowing.

@@ -21,7 +21,7 @@ mod misc;
 mod stat;
 
 pub use misc::misc;
-pub(crate) use misc::prefix_keys;
+pub(crate) use misc::{misc_denied, prefix_keys, server_misc};
 
 /// The Tyrant release whose protocol Kura speaks, reported by `stat`.
 pub const TT_VERSION: &str = "1.1.41";
@@ -161,7 +161,11 @@ pub fn execute<'s>(
     let op = op_of(req);
     // Counted as ttserver counts: every command received, refused ones too.
     shared.tt_counts[op as usize].add(1);
-    if shared.mask().denies(op, Proto::Tyrant) {
+    let denied = match req {
+        Request::Misc { name, .. } => misc_denied(shared, name, Proto::Tyrant),
+        _ => shared.mask().denies(op, Proto::Tyrant),
+    };
+    if denied {
         return refuse(c, out);
     }
     let start = out.len();
@@ -387,7 +391,7 @@ fn run<'s>(
         Request::Stat => {
             tt_bin::reply_stat(out, stat::stat_text(store, shared, st, now).as_bytes())
         }
-        Request::Misc { name, ref args, .. } => match misc(store, st, name, args)? {
+        Request::Misc { name, ref args, .. } => match server_misc(store, shared, st, name, args)? {
             Some(items) => tt_bin::reply_list(out, items.iter().map(Vec::as_slice)),
             None => tt_bin::reply_failure(out, cmd::MISC),
         },
