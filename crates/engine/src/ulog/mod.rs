@@ -78,17 +78,17 @@ impl Config {
 }
 
 /// Make `file` `cap` bytes long (when shorter) and map it shared.
-fn map_file(file: &File, cap: u64) -> Result<memmap2::MmapMut> {
+fn map_file(file: &File, cap: u64) -> Result<Arc<memmap2::MmapRaw>> {
     if file.metadata()?.len() < cap {
         file.set_len(cap)?;
     }
-    // SAFETY: the file is this log's own, written by this process only (a server holds the
+    // The file is this log's own, written by this process only (a server holds the
     // database's lock); it is cut only after its mapping is replaced by the next file's.
-    Ok(unsafe {
+    Ok(Arc::new(
         memmap2::MmapOptions::new()
             .len(cap as usize)
-            .map_mut(file)?
-    })
+            .map_raw(file)?,
+    ))
 }
 
 /// Microseconds since the epoch.
@@ -107,7 +107,9 @@ struct FileInfo {
 struct Writer {
     file: Arc<File>,
     /// The newest file, mapped.
-    map: memmap2::MmapMut,
+    map: Arc<memmap2::MmapRaw>,
+    /// Bytes of `map` whose pages are known to be in memory (see `prefault`).
+    populated: u64,
     idx: u64,
     /// Bytes of the newest file holding records (header included).
     size: u64,
@@ -299,6 +301,7 @@ impl Ulog {
             w: Mutex::new(Writer {
                 file: Arc::new(file),
                 map,
+                populated: 0,
                 idx,
                 size,
                 buf: Vec::with_capacity(64 << 10),
@@ -339,7 +342,7 @@ impl Ulog {
                     std::thread::sleep(tick);
                     since_sync += tick;
                     let Some(log) = weak.upgrade() else { return };
-                    let _ = log.flush();
+                    log.prefault();
                     if since_sync >= every {
                         since_sync = Duration::ZERO;
                         if matches!(log.cfg.sync, SyncMode::Interval(_)) {
@@ -407,7 +410,11 @@ impl Ulog {
             self.rotate(w, n)?;
         }
         let at = w.size as usize;
-        w.map[at..at + rec.len()].copy_from_slice(rec);
+        // SAFETY: `at + rec.len()` is within the mapping (checked above, a new file is made
+        // large enough), and only the writer, holding the lock, writes to it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(rec.as_ptr(), w.map.as_mut_ptr().add(at), rec.len())
+        };
         w.size += n;
         w.written += n;
         Ok(())
@@ -422,7 +429,7 @@ impl Ulog {
         let idx = w.idx + 1;
         let path = self.cfg.dir.join(file_name(idx));
         let cap = self.cfg.file_size.max(FILE_HEADER + need);
-        let made = (|| -> std::io::Result<(File, memmap2::MmapMut)> {
+        let made = (|| -> std::io::Result<(File, Arc<memmap2::MmapRaw>)> {
             let f = OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -445,9 +452,45 @@ impl Ulog {
         });
         w.file = Arc::new(f);
         w.map = m;
+        w.populated = 0;
         w.idx = idx;
         w.size = FILE_HEADER;
         Ok(())
+    }
+
+    /// Bring the pages the next appends will write into memory, off the writers' path: the
+    /// first write to a page of the preallocated file faults and zeroes it, which cost the
+    /// writers about a sixth of their time. Done from the background thread, without the
+    /// writer's lock held while the pages fault in.
+    fn prefault(&self) {
+        const AHEAD: u64 = 16 << 20;
+        let (map, from, to) = {
+            let w = self.w.lock();
+            let to = (w.size + AHEAD).min(w.map.len() as u64);
+            let from = w.populated.max(w.size) & !4095;
+            if from >= to {
+                return;
+            }
+            (w.map.clone(), from, to)
+        };
+        // MADV_POPULATE_WRITE (Linux 5.14): fault the pages in as if written, changing no byte.
+        // Older kernels refuse it; the writers then fault the pages in themselves.
+        const MADV_POPULATE_WRITE: libc::c_int = 23;
+        // SAFETY: the range lies within the mapping, which `map` keeps alive; the advice
+        // changes no data.
+        let rc = unsafe {
+            libc::madvise(
+                map.as_mut_ptr().add(from as usize).cast(),
+                (to - from) as usize,
+                MADV_POPULATE_WRITE,
+            )
+        };
+        if rc == 0 {
+            let mut w = self.w.lock();
+            if Arc::ptr_eq(&w.map, &map) {
+                w.populated = w.populated.max(to);
+            }
+        }
     }
 
     /// Records are in the file as soon as they are appended: nothing to do (kept for callers
