@@ -140,6 +140,10 @@ pub struct Ulog {
     cv: Condvar,
     /// `written` that the last fsync covered.
     synced: Mutex<u64>,
+    /// Syncs asked of the sync thread ([`Ulog::start_sync`]): (asked up to, done up to,
+    /// the error of the last failed one).
+    asked: Mutex<(u64, u64, Option<String>)>,
+    asked_cv: Condvar,
     last_ts: AtomicU64,
     replicas: Mutex<BTreeMap<u32, Replica>>,
     replicas_dirty: AtomicBool,
@@ -312,6 +316,8 @@ impl Ulog {
             }),
             cv: Condvar::new(),
             synced: Mutex::new(0),
+            asked: Mutex::new((0, 0, None)),
+            asked_cv: Condvar::new(),
             last_ts: AtomicU64::new(last_ts),
             replicas: Mutex::new(replicas),
             replicas_dirty: AtomicBool::new(false),
@@ -355,6 +361,61 @@ impl Ulog {
             })
             .ok();
         *self.background.lock() = h;
+        let weak = Arc::downgrade(self);
+        let stop = self.stop.clone();
+        let _ = std::thread::Builder::new()
+            .name("kura-ulog-sync".into())
+            .spawn(move || loop {
+                let Some(log) = weak.upgrade() else { return };
+                let target = {
+                    let mut a = log.asked.lock();
+                    while a.0 <= a.1 && !stop.load(Ordering::Relaxed) {
+                        log.asked_cv.wait_for(&mut a, Duration::from_millis(200));
+                    }
+                    if stop.load(Ordering::Relaxed) && a.0 <= a.1 {
+                        return;
+                    }
+                    a.0
+                };
+                let r = log.sync();
+                let mut a = log.asked.lock();
+                match r {
+                    Ok(()) => a.1 = a.1.max(target),
+                    Err(e) => {
+                        a.1 = a.1.max(target);
+                        a.2 = Some(e.to_string());
+                    }
+                }
+                log.asked_cv.notify_all();
+            });
+    }
+
+    /// Start a sync of everything appended so far on the log's own thread (so a caller can
+    /// sync something else meanwhile); [`Ulog::wait_sync`] waits for it.
+    pub fn start_sync(&self) -> u64 {
+        let target = self.w.lock().written;
+        let mut a = self.asked.lock();
+        if a.0 < target {
+            a.0 = target;
+            self.asked_cv.notify_all();
+        }
+        target
+    }
+
+    /// Wait until a sync started by [`Ulog::start_sync`] is done.
+    pub fn wait_sync(&self, target: u64) -> Result<()> {
+        let mut a = self.asked.lock();
+        while a.1 < target && *self.synced.lock() < target {
+            self.asked_cv.wait_for(&mut a, Duration::from_millis(100));
+            if self.stop.load(Ordering::Relaxed) && a.1 < target {
+                drop(a);
+                return self.sync();
+            }
+        }
+        if let Some(e) = a.2.take() {
+            return Err(Error::Io(std::io::Error::other(e)));
+        }
+        Ok(())
     }
 
     pub fn config(&self) -> &Config {
@@ -410,11 +471,20 @@ impl Ulog {
             self.rotate(w, n)?;
         }
         let at = w.size as usize;
-        // SAFETY: `at + rec.len()` is within the mapping (checked above, a new file is made
-        // large enough), and only the writer, holding the lock, writes to it.
-        unsafe {
-            std::ptr::copy_nonoverlapping(rec.as_ptr(), w.map.as_mut_ptr().add(at), rec.len())
-        };
+        if self.cfg.sync == SyncMode::Always {
+            // Synced after nearly every write: through the mapping, each fsync would
+            // write-protect the page being filled (an interrupt to every core) and the next
+            // append would fault on it. A write costs less.
+            if let Err(e) = w.file.write_all_at(rec, at as u64) {
+                return Err(self.fail(w, e));
+            }
+        } else {
+            // SAFETY: `at + rec.len()` is within the mapping (checked above, a new file is
+            // made large enough), and only the writer, holding the lock, writes to it.
+            unsafe {
+                std::ptr::copy_nonoverlapping(rec.as_ptr(), w.map.as_mut_ptr().add(at), rec.len())
+            };
+        }
         w.size += n;
         w.written += n;
         Ok(())
@@ -464,6 +534,9 @@ impl Ulog {
     /// writer's lock held while the pages fault in.
     fn prefault(&self) {
         const AHEAD: u64 = 16 << 20;
+        if self.cfg.sync == SyncMode::Always {
+            return; // appended with writes, not through the mapping
+        }
         let (map, from, to) = {
             let w = self.w.lock();
             let to = (w.size + AHEAD).min(w.map.len() as u64);
