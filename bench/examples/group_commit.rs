@@ -15,7 +15,8 @@
 //! the log's group syncs (the store's `syncs` counter), `commit_waits` the group commit leaders
 //! that waited for the writers they expected (its `commit_waits`, 0 before it had one); all
 //! from just after the open to just after the last writer stopped. `writes_per_sync` is
-//! `writes / syncs`.
+//! `writes / syncs`. `--ulog` puts an update log in front (its fsyncs as slow):
+//! `ulog_syncs` and `writes_per_ulog_sync` are its own.
 
 use clap::Parser;
 use kura_engine::hash::DiskHash;
@@ -47,6 +48,10 @@ struct Opts {
     /// Value size in bytes.
     #[arg(long, default_value_t = 100)]
     vsiz: usize,
+    /// With an update log (`sync=always`, its fsyncs as slow as the database's; in a
+    /// temporary directory): `ulog_syncs` counts its fsyncs.
+    #[arg(long)]
+    ulog: bool,
 }
 
 struct Run {
@@ -55,6 +60,7 @@ struct Run {
     syncs: u64,
     log_syncs: u64,
     waits: u64,
+    ulog_syncs: u64,
 }
 
 /// A counter of the store (0 when it has none of that name).
@@ -79,10 +85,24 @@ fn run(o: &Opts, threads: usize) -> Run {
         ),
         k => panic!("--kind kh or kb, not {k}"),
     };
+    let inner = db.clone();
+    let tmp = std::env::temp_dir().join(format!("kura-gc-ulog-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let ulog = o.ulog.then(|| {
+        let mut c = kura_engine::ulog::Config::new(&tmp, 1);
+        c.sync = kura_engine::SyncMode::Always;
+        c.sync_delay = Duration::from_secs_f64(o.delay_ms / 1000.0);
+        kura_engine::ulog::Ulog::open(c).unwrap()
+    });
+    let db: Arc<dyn Store> = match &ulog {
+        Some(l) => kura_engine::ulog::logged::Logged::new(db, l.clone()).unwrap(),
+        None => db,
+    };
+    let ulog0 = ulog.as_ref().map_or(0, |l| l.sync_count());
     let stop = Arc::new(AtomicBool::new(false));
     let syncs0 = fs.sync_count();
-    let log0 = counter(&*db, "syncs");
-    let waits0 = counter(&*db, "commit_waits");
+    let log0 = counter(&*inner, "syncs");
+    let waits0 = counter(&*inner, "commit_waits");
     let t0 = Instant::now();
     let workers: Vec<_> = (0..threads)
         .map(|t| {
@@ -109,10 +129,12 @@ fn run(o: &Opts, threads: usize) -> Run {
         secs,
         writes,
         syncs: fs.sync_count() - syncs0,
-        log_syncs: counter(&*db, "syncs") - log0,
-        waits: counter(&*db, "commit_waits") - waits0,
+        log_syncs: counter(&*inner, "syncs") - log0,
+        waits: counter(&*inner, "commit_waits") - waits0,
+        ulog_syncs: ulog.as_ref().map_or(0, |l| l.sync_count()) - ulog0,
     };
     db.close().unwrap();
+    let _ = std::fs::remove_dir_all(&tmp);
     r
 }
 
@@ -129,7 +151,8 @@ fn main() {
             let r = run(&o, threads);
             println!(
                 "RESULT kind={} threads={threads} delay_ms={} seconds={:.2} writes={} syncs={} \
-                 log_syncs={} commit_waits={} writes_per_sync={:.2} writes_per_sec={:.0}",
+                 log_syncs={} commit_waits={} ulog_syncs={} writes_per_sync={:.2} \
+                 writes_per_ulog_sync={:.2} writes_per_sec={:.0}",
                 o.kind,
                 o.delay_ms,
                 r.secs,
@@ -137,7 +160,9 @@ fn main() {
                 r.syncs,
                 r.log_syncs,
                 r.waits,
+                r.ulog_syncs,
                 r.writes as f64 / r.syncs.max(1) as f64,
+                r.writes as f64 / r.ulog_syncs.max(1) as f64,
                 r.writes as f64 / r.secs
             );
             runs.push(r);

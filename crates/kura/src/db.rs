@@ -207,7 +207,7 @@ pub enum DbCommand {
     /// a server with `--ulog` (the backup's `.ulogpos` file says where the log takes over),
     /// up to `--until` (a time stamp in microseconds since the epoch, inclusive; default: the
     /// end of the log). The backup's position is advanced, so a later restore goes on from
-    /// there. A damaged log file stops the restore with an error (status 2).
+    /// there. A damaged log is refused (status 2) before anything of it is applied.
     Restore {
         /// The backup (a database name).
         #[arg(help = NAME_HELP)]

@@ -95,14 +95,17 @@ pub(crate) fn deferred<T>(f: impl FnOnce() -> T) -> T {
 /// Replay the records of the update log in `dir` after `after` and up to `until` (time stamps
 /// in microseconds, inclusive) onto `store`: a point-in-time restore of a backup taken at
 /// `after`. Returns how many records were applied and the time stamp of the last one (`after`
-/// when none). A damaged log file stops the restore with an error before any record past the
-/// damage is applied; the database is then synced up to what was applied.
+/// when none). Every record in the range is read and checked first: a damaged log is refused
+/// before anything of it is applied.
 pub fn replay(
     store: &dyn Store,
     dir: &std::path::Path,
     after: u64,
     until: u64,
 ) -> Result<(u64, u64)> {
+    // Every record is read and checked first: a damaged log is refused before anything of
+    // it is applied.
+    super::read_dir(dir, after, until, &mut |_| Ok(()))?;
     let mut last = after;
     // One sync at the end, not one a record.
     let r = deferred(|| {

@@ -62,6 +62,9 @@ pub struct Config {
     pub limit: u64,
     /// Files younger than this are kept (for point-in-time restores), even once confirmed.
     pub keep: Duration,
+    /// Added to every fsync of the log: a slow disk, for benchmarks of group commit (zero in
+    /// servers).
+    pub sync_delay: Duration,
 }
 
 impl Config {
@@ -73,6 +76,7 @@ impl Config {
             file_size: 64 << 20,
             limit: 1 << 30,
             keep: Duration::from_secs(24 * 3600),
+            sync_delay: Duration::ZERO,
         }
     }
 }
@@ -145,6 +149,8 @@ pub struct Ulog {
     asked: Mutex<(u64, u64, Option<String>)>,
     asked_cv: Condvar,
     last_ts: AtomicU64,
+    /// fsyncs of the log's files so far.
+    syncs: AtomicU64,
     replicas: Mutex<BTreeMap<u32, Replica>>,
     replicas_dirty: AtomicBool,
     stop: Arc<AtomicBool>,
@@ -319,6 +325,7 @@ impl Ulog {
             asked: Mutex::new((0, 0, None)),
             asked_cv: Condvar::new(),
             last_ts: AtomicU64::new(last_ts),
+            syncs: AtomicU64::new(0),
             replicas: Mutex::new(replicas),
             replicas_dirty: AtomicBool::new(false),
             stop: Arc::new(AtomicBool::new(false)),
@@ -424,6 +431,11 @@ impl Ulog {
 
     pub fn sid(&self) -> u32 {
         self.cfg.sid
+    }
+
+    /// fsyncs of the log's files since it was opened.
+    pub fn sync_count(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
     }
 
     /// The time stamp of the newest record (0: none yet).
@@ -585,6 +597,10 @@ impl Ulog {
             let w = self.w.lock();
             (w.file.clone(), w.written)
         };
+        if !self.cfg.sync_delay.is_zero() {
+            std::thread::sleep(self.cfg.sync_delay);
+        }
+        self.syncs.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = file.sync_data() {
             let mut w = self.w.lock();
             return Err(self.fail(&mut w, e));
