@@ -434,21 +434,59 @@ fn record(kind: Kind, rec: &[u8], h: &format::Header) -> Option<(Vec<u8>, u64, O
     }
 }
 
-/// Each key's newest version among the units `keep` takes (absent keys: absent or deleted).
-fn newest(units: &[Unit], keep: impl Fn(usize, &Unit) -> bool) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    let mut best: BTreeMap<&[u8], (u64, &Option<Vec<u8>>)> = BTreeMap::new();
+/// The values of records of one key (`None`: a delete).
+type Values = BTreeSet<Option<Vec<u8>>>;
+
+/// Each key's newest versions: the value of every record of the key at its largest seq. Keys
+/// without one: never written.
+type Versions = BTreeMap<Vec<u8>, Values>;
+
+/// Each key's newest versions among the units `keep` takes.
+///
+/// Usually one record holds a key's largest seq, but two records of a key can share a seq: a
+/// fast put or delete of the hash takes its seq before it locks its key's bucket; when the
+/// bucket then shows that seq or a later one (the key, or another of the bucket, was written
+/// meanwhile by a thread whose clock ran ahead), it writes its record again with a later seq
+/// and the first copy is dead (`hash/shard.rs`, `put_fast`, `out_fast`). That dead copy may
+/// carry the seq of the key's record before it. Once the later copy is lost (damaged), the
+/// two are equally newest by seq, and replay keeps whichever it meets first (lane by lane):
+/// the key's version before that write, or the write's own value. Either is allowed.
+fn newest(units: &[Unit], keep: impl Fn(usize, &Unit) -> bool) -> Versions {
+    let mut best: BTreeMap<&[u8], (u64, Values)> = BTreeMap::new();
     for (i, u) in units.iter().enumerate() {
         let Some((k, seq, v)) = &u.rec else { continue };
         if !keep(i, u) {
             continue;
         }
-        if best.get(k.as_slice()).is_none_or(|b| b.0 < *seq) {
-            best.insert(k, (*seq, v));
+        match best.get_mut(k.as_slice()) {
+            Some(b) if b.0 > *seq => {}
+            Some(b) if b.0 == *seq => {
+                b.1.insert(v.clone());
+            }
+            _ => {
+                best.insert(k, (*seq, BTreeSet::from([v.clone()])));
+            }
         }
     }
     best.into_iter()
-        .filter_map(|(k, (_, v))| v.clone().map(|v| (k.to_vec(), v)))
+        .map(|(k, (_, v))| (k.to_vec(), v))
         .collect()
+}
+
+/// Whether `got` is one of the newest versions of `k` in `v` (absent: a key never written,
+/// or deleted).
+fn allows(v: &Versions, k: &[u8], got: Option<&Vec<u8>>) -> bool {
+    match v.get(k) {
+        Some(set) => set.contains(&got.cloned()),
+        None => got.is_none(),
+    }
+}
+
+/// The lengths of the newest versions of `k` in `v`, for messages.
+fn lens(v: &Versions, k: &[u8]) -> Vec<Option<usize>> {
+    v.get(k).map_or(vec![None], |s| {
+        s.iter().map(|v| v.as_ref().map(Vec::len)).collect()
+    })
 }
 
 /// The newest unit of each key (index into the units).
@@ -714,6 +752,23 @@ fn keys_differ(a: &BTreeMap<Vec<u8>, Vec<u8>>, b: &BTreeMap<Vec<u8>, Vec<u8>>) -
         .join(", ")
 }
 
+/// The keys of `got` that do not hold one of their newest versions in `v` (empty when none).
+fn keys_not_allowed(got: &BTreeMap<Vec<u8>, Vec<u8>>, v: &Versions) -> String {
+    let keys: BTreeSet<&Vec<u8>> = got.keys().chain(v.keys()).collect();
+    keys.into_iter()
+        .filter(|k| !allows(v, k, got.get(*k)))
+        .map(|k| {
+            format!(
+                "{}: {:?} vs {:?} bytes",
+                String::from_utf8_lossy(k),
+                got.get(k).map(Vec::len),
+                lens(v, k)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn dump(db: &dyn Store) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let mut c = db.cursor().unwrap();
     let mut out = BTreeMap::new();
@@ -725,12 +780,26 @@ fn dump(db: &dyn Store) -> BTreeMap<Vec<u8>, Vec<u8>> {
 
 fn trial(seed: u64, real: bool, kind: Kind) {
     let w = workload(seed, kind);
-    let lay = layout(&w.image, kind);
-    let all = newest(&lay.units, |_, _| true);
     let ctx = format!(
         "{kind:?} seed {seed} ({})",
         if real { "real files" } else { "SimVfs" }
     );
+    let mut r = Rng::new(seed ^ 0xdead_beef);
+    let target = match r.below(3) {
+        0 => Target::Segments,
+        1 => Target::Checkpoint,
+        _ => Target::Both,
+    };
+    let mut img = w.image.clone();
+    let (hurt, what) = damage(&mut img, &mut r, target, kind);
+    judge(&ctx, real, kind, &w, img, &hurt, &what);
+}
+
+/// Hold the engine to what the damage allows: `w` was written, `img` is its image damaged as
+/// `hurt` says (`what`, for messages).
+fn judge(ctx: &str, real: bool, kind: Kind, w: &Written, img: Image, hurt: &Hurt, what: &str) {
+    let lay = layout(&w.image, kind);
+    let all = newest(&lay.units, |_, _| true);
 
     // The undamaged files: the oracle and the engine agree, and with the model.
     {
@@ -740,7 +809,7 @@ fn trial(seed: u64, real: bool, kind: Kind) {
             .unwrap_or_else(|e| panic!("{ctx}: undamaged: {e}"));
         let got = dump(&*db);
         assert_eq!(
-            keys_differ(&got, &all),
+            keys_not_allowed(&got, &all),
             "",
             "{ctx}: the oracle disagrees with the undamaged database"
         );
@@ -755,14 +824,6 @@ fn trial(seed: u64, real: bool, kind: Kind) {
         assert!(rep.healthy(), "{ctx}: undamaged: {rep:?}");
     }
 
-    let mut r = Rng::new(seed ^ 0xdead_beef);
-    let target = match r.below(3) {
-        0 => Target::Segments,
-        1 => Target::Checkpoint,
-        _ => Target::Both,
-    };
-    let mut img = w.image.clone();
-    let (hurt, what) = damage(&mut img, &mut r, target, kind);
     let ctx = format!("{ctx}, {what}");
     let knows = Knows::read(&img, lay.salt, kind);
 
@@ -770,12 +831,12 @@ fn trial(seed: u64, real: bool, kind: Kind) {
     let hit: Vec<bool> = lay
         .units
         .iter()
-        .map(|u| touched(&hurt, &u.file, u.off, u.off + u.len))
+        .map(|u| touched(hurt, &u.file, u.off, u.off + u.len))
         .collect();
     let header_hit: BTreeSet<&PathBuf> = lay
         .segs
         .keys()
-        .filter(|p| touched(&hurt, p, 0, format::SEG_HEADER_LEN as u64))
+        .filter(|p| touched(hurt, p, 0, format::SEG_HEADER_LEN as u64))
         .collect();
     // A segment whose header is damaged is read with the salt of the others (or the
     // checkpoint's); with neither, nothing of it can be verified.
@@ -875,12 +936,12 @@ fn trial(seed: u64, real: bool, kind: Kind) {
         for k in keys {
             let g = got.get(k);
             assert!(
-                g == surv_all.get(k) || g == surv_nozone.get(k),
-                "{ctx}: repaired key {:?}: {:?}, expected {:?} or {:?} (kept {}, lost {})",
+                allows(&surv_all, k, g) || allows(&surv_nozone, k, g),
+                "{ctx}: repaired key {:?}: {:?}, expected one of {:?} or of {:?} (kept {}, lost {})",
                 String::from_utf8_lossy(k),
                 g.map(|v| v.len()),
-                surv_all.get(k).map(|v| v.len()),
-                surv_nozone.get(k).map(|v| v.len()),
+                lens(&surv_all, k),
+                lens(&surv_nozone, k),
                 rep.kept,
                 rep.lost,
             );
@@ -908,10 +969,10 @@ fn trial(seed: u64, real: bool, kind: Kind) {
                     Ok(v) => {
                         let v = v.map(|r| r.value);
                         let ok = if !hit[i] && !zone[i] {
-                            v.as_ref() == all.get(k)
+                            allows(&all, k, v.as_ref())
                         } else {
-                            v.as_ref() == surv_all.get(k)
-                                || v.as_ref() == surv_nozone.get(k)
+                            allows(&surv_all, k, v.as_ref())
+                                || allows(&surv_nozone, k, v.as_ref())
                                 || (is_delete && v.is_none())
                         };
                         assert!(
@@ -990,4 +1051,96 @@ fn damage_model_kf_sim_1() {
 #[test]
 fn damage_model_kf_real_files() {
     trials_of(Kind::Fixed, 10_000, 10_060, true);
+}
+
+/// Two records of a key with one seq (see `newest`), made on purpose: a put of a key from a
+/// fresh thread, then another from a fresh thread on the other lane, whose clock and shard
+/// seq are behind the key's bucket: it is written with the seq the first put took, finds
+/// that seq in the bucket, and is written again with the next one, its first copy dead. The
+/// later copy is then damaged: the first put and the dead copy are equally newest, and
+/// repair keeps whichever its replay meets first (lane 0's segments before lane 1's), where
+/// the oracle expected the one first in file order: what seed 781 of `damage_model_sim_3`
+/// failed on now and then (a round's fresh threads start behind the buckets the last round's
+/// threads left). Both lane orders.
+#[test]
+fn damage_tied_seqs() {
+    use kura_engine::counter::thread_number;
+    let key = b"k1.0";
+    let (old, new) = (vec![b'a'; 10], vec![b'b'; 20]);
+    for first_lane in [1, 0] {
+        // A background tick that takes the key's shard between the two puts folds the first
+        // put's seq into the shard's, and the second put is then not behind: try again.
+        let mut tied = None;
+        for _ in 0..20 {
+            let fs = SimVfs::new();
+            let params = "sync=none#segsiz=64k#bufsiz=4k#lanes=2";
+            let db = open_sim(Kind::Hash, &fs, params).unwrap();
+            // Put `v` from a fresh thread (its clock at zero) on lane `lane`.
+            let put_on = |lane: usize, v: &[u8]| loop {
+                let done = std::thread::scope(|s| {
+                    s.spawn(|| {
+                        let mine = thread_number() % 2 == lane;
+                        if mine {
+                            db.put(key, v).unwrap();
+                        }
+                        mine
+                    })
+                    .join()
+                    .unwrap()
+                });
+                if done {
+                    break;
+                }
+            };
+            put_on(first_lane, &old);
+            put_on(1 - first_lane, &new);
+            db.close().unwrap();
+            let image: Image = fs
+                .image()
+                .into_iter()
+                .filter(|(p, _)| !p.ends_with("LOCK"))
+                .collect();
+            let lay = layout(&image, Kind::Hash);
+            let mut recs: Vec<(u64, Option<Vec<u8>>)> = lay
+                .units
+                .iter()
+                .filter_map(|u| u.rec.as_ref().map(|r| (r.1, r.2.clone())))
+                .collect();
+            recs.sort();
+            // The first put and the dead copy with one seq, the copy that superseded it.
+            if let [(s0, v0), (s1, v1), (s2, v2)] = &recs[..] {
+                assert_eq!(
+                    (v0, v1, v2),
+                    (&Some(old.clone()), &Some(new.clone()), &Some(new.clone()))
+                );
+                assert!(s0 <= s1 && s1 < s2);
+            }
+            if recs.len() == 3 && recs[0].0 == recs[1].0 {
+                tied = Some((image, lay));
+                break;
+            }
+        }
+        let (image, lay) = tied.expect("the second put never took the first one's seq");
+        let newest = lay
+            .units
+            .iter()
+            .filter(|u| u.rec.is_some())
+            .max_by_key(|u| u.rec.as_ref().unwrap().1)
+            .unwrap();
+        assert_eq!(newest.rec.as_ref().unwrap().2.as_ref(), Some(&new));
+        let mut img = image.clone();
+        let at = newest.off + newest.len / 2;
+        img.get_mut(&newest.file).unwrap()[at as usize] ^= 0x5a;
+        let hurt: Hurt = BTreeMap::from([(newest.file.clone(), vec![(at, at + 1)])]);
+        let w = Written {
+            image,
+            model: Some(BTreeMap::from([(key.to_vec(), new.clone())])),
+        };
+        let what = format!(
+            "the byte at {at} flipped in {} (the newest record)",
+            newest.file.display()
+        );
+        let ctx = format!("Hash, tied seqs, first put on lane {first_lane} (SimVfs)");
+        judge(&ctx, false, Kind::Hash, &w, img, &hurt, &what);
+    }
 }
