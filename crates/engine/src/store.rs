@@ -611,7 +611,10 @@ pub trait Store: Send + Sync {
         Ok(cur.damage_skipped())
     }
 
-    /// Ordered prefix / forward-matching keys: up to `max` keys starting with `prefix`.
+    /// Forward-matching keys: up to `max` keys starting with `prefix`, the first ones in the
+    /// kind's order: key order on ordered kinds, else the order of [`Store::for_each_record`]
+    /// (the order `kura db list` shows; Tokyo Cabinet's hash answers the first matches in its
+    /// storage order likewise).
     fn fwmkeys(&self, prefix: &[u8], max: usize) -> Result<Vec<Vec<u8>>> {
         let mut out = Vec::new();
         if max == 0 {
@@ -633,15 +636,12 @@ pub trait Store: Send + Sync {
             })?;
             return Ok(out);
         }
-        let mut cur = self.cursor()?;
-        while let Some((k, _)) = cur.next()? {
+        self.for_each_record(&mut |k, _, _| {
             if k.starts_with(prefix) {
-                out.push(k);
-                if out.len() >= max {
-                    break;
-                }
+                out.push(k.to_vec());
             }
-        }
+            Ok(out.len() < max)
+        })?;
         Ok(out)
     }
 

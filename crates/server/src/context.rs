@@ -90,6 +90,8 @@ pub struct Shared {
     pub repl: Option<std::sync::Arc<crate::repl::Replication>>,
     /// Kyoto Tycoon's named signals: the requests waiting for one (`WAIT`).
     pub kt_signals: crate::kt_signal::Signals,
+    /// Where the server's Tyrant iteration is (iterinit / iternext on any connection).
+    pub tt_iter: crate::tt_exec::SharedIter,
     /// Where copies asked for over the network go (`--backup-dir`); `None` refuses them
     /// (see [`crate::backup`]).
     pub backup_dir: Option<BackupDir>,
@@ -151,6 +153,7 @@ impl Shared {
             read_only: std::sync::atomic::AtomicBool::new(false),
             repl: None,
             kt_signals: crate::kt_signal::Signals::new(),
+            tt_iter: Default::default(),
             get_hits: Counter::new(),
             get_misses: Counter::new(),
             delete_hits: Counter::new(),

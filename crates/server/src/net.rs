@@ -1098,7 +1098,7 @@ fn process<'s>(c: &mut Conn<'s>, store: &'s dyn Store, shared: &Shared, limits: 
         let p = sniff(c.rbuf[pos], c.mc_only);
         c.proto = Some(p);
         if p == Protocol::TokyoTyrant {
-            let mut st = TtState::new();
+            let mut st = TtState::of_server(shared);
             st.fd = std::os::fd::AsRawFd::as_raw_fd(&c.sock);
             c.tt = Some(Box::new(st));
         }
