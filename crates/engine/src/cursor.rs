@@ -52,8 +52,10 @@ enum Pos {
     Fresh,
     /// On the record of this key, or (when it is gone) on the next one.
     At(Vec<u8>),
-    /// On the first record after this key (after `next`, `remove`, `seize`).
+    /// On the first record after this key (after `next`, and `remove`, `seize` going forward).
     After(Vec<u8>),
+    /// On the last record before this key (after `remove`, `seize` going backward).
+    Before(Vec<u8>),
     /// Nowhere.
     Off,
 }
@@ -64,6 +66,10 @@ pub struct KindCursor<'a, W: Walk> {
     store: &'a dyn Store,
     walk: W,
     pos: Pos,
+    /// The last jump or step went backward (`last`, `jump_back`, `step_back`), as Kyoto
+    /// Cabinet's tree cursor remembers it: `remove` and `seize` then leave the cursor on the
+    /// previous record.
+    back: bool,
 }
 
 impl<'a, W: Walk> KindCursor<'a, W> {
@@ -72,6 +78,7 @@ impl<'a, W: Walk> KindCursor<'a, W> {
             store,
             walk,
             pos: Pos::Fresh,
+            back: false,
         }
     }
 
@@ -98,6 +105,7 @@ impl<'a, W: Walk> KindCursor<'a, W> {
                 None => self.walk.forward(Excluded(k))?,
             },
             Pos::After(k) => self.walk.forward(Excluded(k))?,
+            Pos::Before(k) => self.walk.backward(Excluded(k))?,
         };
         match found {
             Some((k, r)) => {
@@ -124,6 +132,7 @@ impl<'a, W: Walk> KindCursor<'a, W> {
 
 impl<W: Walk> Cursor for KindCursor<'_, W> {
     fn first(&mut self) -> Result<bool> {
+        self.back = false;
         self.walk.begin()?;
         let found = self.walk.forward(Unbounded)?;
         Ok(self.land(found))
@@ -131,12 +140,14 @@ impl<W: Walk> Cursor for KindCursor<'_, W> {
 
     fn last(&mut self) -> Result<bool> {
         self.need_order()?;
+        self.back = true;
         self.walk.begin()?;
         let found = self.walk.backward(Unbounded)?;
         Ok(self.land(found))
     }
 
     fn jump(&mut self, key: &[u8]) -> Result<bool> {
+        self.back = false;
         self.walk.begin()?;
         let found = if self.walk.ordered() {
             self.walk.forward(Included(key))?
@@ -148,12 +159,14 @@ impl<W: Walk> Cursor for KindCursor<'_, W> {
 
     fn jump_back(&mut self, key: &[u8]) -> Result<bool> {
         self.need_order()?;
+        self.back = true;
         self.walk.begin()?;
         let found = self.walk.backward(Included(key))?;
         Ok(self.land(found))
     }
 
     fn step(&mut self) -> Result<bool> {
+        self.back = false;
         let Some((k, _)) = self.current()? else {
             return Ok(false);
         };
@@ -163,6 +176,7 @@ impl<W: Walk> Cursor for KindCursor<'_, W> {
 
     fn step_back(&mut self) -> Result<bool> {
         self.need_order()?;
+        self.back = true;
         let Some((k, _)) = self.current()? else {
             return Ok(false);
         };
@@ -214,7 +228,11 @@ impl<W: Walk> Cursor for KindCursor<'_, W> {
                 }
                 None => Decision::Keep,
             })?;
-            self.pos = Pos::After(k.clone());
+            self.pos = if self.back {
+                Pos::Before(k.clone())
+            } else {
+                Pos::After(k.clone())
+            };
             if let Some(r) = taken {
                 return Ok(Some((k, r)));
             }
@@ -229,7 +247,7 @@ impl<W: Walk> Cursor for KindCursor<'_, W> {
                 self.walk.forward(Unbounded)?
             }
             Pos::Off => None,
-            Pos::At(_) | Pos::After(_) => self.current()?,
+            Pos::At(_) | Pos::After(_) | Pos::Before(_) => self.current()?,
         };
         match found {
             Some((k, r)) => {
@@ -241,6 +259,10 @@ impl<W: Walk> Cursor for KindCursor<'_, W> {
                 Ok(None)
             }
         }
+    }
+
+    fn backward(&self) -> bool {
+        self.back
     }
 
     fn damage_skipped(&self) -> u64 {

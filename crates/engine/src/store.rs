@@ -308,11 +308,19 @@ pub trait Cursor: Send {
     /// Replace the value of the record the cursor is on, keeping its flags; its expiration
     /// becomes `expires` when given. False when nowhere.
     fn set_value(&mut self, value: &[u8], expires: Option<u64>) -> Result<bool>;
-    /// Remove the record the cursor is on; the cursor is then on the next one. False when
-    /// nowhere.
+    /// Remove the record the cursor is on; the cursor is then on the next one (the previous
+    /// one when it goes [`Cursor::backward`]). False when nowhere.
     fn remove(&mut self) -> Result<bool>;
-    /// Remove the record the cursor is on and return it; the cursor is then on the next one.
+    /// Remove the record the cursor is on and return it; the cursor is then on the next one
+    /// (the previous one when it goes [`Cursor::backward`]).
     fn seize(&mut self) -> Result<Option<(Vec<u8>, Record)>>;
+    /// Whether the cursor's last jump or step went backward (`last`, `jump_back`,
+    /// `step_back`), as Kyoto Cabinet's cursors remember it: `remove` and `seize` then move
+    /// to the previous record, and a caller that steps "on" steps back. `first`, `jump` and
+    /// `step` make it go forward again.
+    fn backward(&self) -> bool {
+        false
+    }
     /// Iterate: the record the cursor is on, the cursor then moving past it (the first record
     /// when the cursor was just made); `None` at the end.
     fn next(&mut self) -> Result<Option<(Vec<u8>, Record)>>;
@@ -603,7 +611,10 @@ pub trait Store: Send + Sync {
         Ok(cur.damage_skipped())
     }
 
-    /// Ordered prefix / forward-matching keys: up to `max` keys starting with `prefix`.
+    /// Forward-matching keys: up to `max` keys starting with `prefix`, the first ones in the
+    /// kind's order: key order on ordered kinds, else the order of [`Store::for_each_record`]
+    /// (the order `kura db list` shows; Tokyo Cabinet's hash answers the first matches in its
+    /// storage order likewise).
     fn fwmkeys(&self, prefix: &[u8], max: usize) -> Result<Vec<Vec<u8>>> {
         let mut out = Vec::new();
         if max == 0 {
@@ -625,15 +636,12 @@ pub trait Store: Send + Sync {
             })?;
             return Ok(out);
         }
-        let mut cur = self.cursor()?;
-        while let Some((k, _)) = cur.next()? {
+        self.for_each_record(&mut |k, _, _| {
             if k.starts_with(prefix) {
-                out.push(k);
-                if out.len() >= max {
-                    break;
-                }
+                out.push(k.to_vec());
             }
-        }
+            Ok(out.len() < max)
+        })?;
         Ok(out)
     }
 

@@ -1747,6 +1747,24 @@ impl Runner {
                             Bytes(k.clone())
                         );
                     }
+                    // The first matches in the kind's own order (that of `for_each_record`,
+                    // which `kura db list` shows), as Tokyo Cabinet's hash answers them.
+                    let mut first: Vec<Vec<u8>> = Vec::new();
+                    db.for_each_record(&mut |k, _, _| {
+                        if first.len() >= *max {
+                            return Ok(false);
+                        }
+                        if k.starts_with(prefix) && !first.iter().any(|f| f[..] == *k) {
+                            first.push(k.to_vec());
+                        }
+                        Ok(true)
+                    })
+                    .unwrap();
+                    assert_eq!(
+                        got.iter().map(|k| Bytes(k.clone())).collect::<Vec<_>>(),
+                        first.into_iter().map(Bytes).collect::<Vec<_>>(),
+                        "fwmkeys {prefix:?} max {max}: not the first matches in the kind's order"
+                    );
                 }
             }
             Op::Range { from, to, max } => {

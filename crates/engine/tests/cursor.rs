@@ -140,6 +140,14 @@ fn walk(cur: &mut dyn Cursor) -> Vec<Vec<u8>> {
     out
 }
 
+/// The last key of `model` before `k`.
+fn before(model: &BTreeMap<Vec<u8>, Vec<u8>>, k: &[u8]) -> Option<Vec<u8>> {
+    model
+        .range::<[u8], _>((Unbounded, Excluded(k)))
+        .next_back()
+        .map(|(k, _)| k.clone())
+}
+
 /// What an ordered cursor on `model` is on: the record of `k`, or the first after it.
 fn model_at(model: &BTreeMap<Vec<u8>, Vec<u8>>, k: &[u8]) -> Option<Vec<u8>> {
     model
@@ -184,6 +192,8 @@ fn ordered_kinds_follow_the_model() {
             let mut model = BTreeMap::new();
             // The model cursor: the key it is on (the record, or the next after it).
             let mut at: Option<Vec<u8>> = None;
+            // The way of its last jump or step: a removal then leaves it on the previous key.
+            let mut back = false;
             let mut cur = db.cursor().unwrap();
             for step in 0..400 {
                 let k = key(rng.below(60));
@@ -199,14 +209,17 @@ fn ordered_kinds_follow_the_model() {
                     }
                     3 => {
                         at = model.keys().next().cloned();
+                        back = false;
                         assert_eq!(cur.first().unwrap(), at.is_some(), "{ctx} first");
                     }
                     4 => {
                         at = model.keys().next_back().cloned();
+                        back = true;
                         assert_eq!(cur.last().unwrap(), at.is_some(), "{ctx} last");
                     }
                     5 => {
                         at = model_at(&model, &k);
+                        back = false;
                         assert_eq!(cur.jump(&k).unwrap(), at.is_some(), "{ctx} jump");
                     }
                     6 => {
@@ -214,6 +227,7 @@ fn ordered_kinds_follow_the_model() {
                             .range::<[u8], _>((Unbounded, Included(k.as_slice())))
                             .next_back()
                             .map(|(k, _)| k.clone());
+                        back = true;
                         assert_eq!(cur.jump_back(&k).unwrap(), at.is_some(), "{ctx} back");
                     }
                     7 => {
@@ -224,6 +238,7 @@ fn ordered_kinds_follow_the_model() {
                                 .next()
                                 .map(|(k, _)| k.clone())
                         });
+                        back = false;
                         assert_eq!(cur.step().unwrap(), at.is_some(), "{ctx} step");
                     }
                     8 => {
@@ -234,6 +249,7 @@ fn ordered_kinds_follow_the_model() {
                                 .next_back()
                                 .map(|(k, _)| k.clone())
                         });
+                        back = true;
                         assert_eq!(cur.step_back().unwrap(), at.is_some(), "{ctx} step back");
                     }
                     9 => {
@@ -249,6 +265,9 @@ fn ordered_kinds_follow_the_model() {
                             let v = model.remove(&n).unwrap_or_default();
                             (n, v)
                         });
+                        if back {
+                            at = want.as_ref().and_then(|(n, _)| before(&model, n));
+                        }
                         let got = cur.seize().unwrap().map(|(k, r)| (k, r.value));
                         assert_eq!(got, want, "{ctx} seize");
                     }
@@ -256,6 +275,9 @@ fn ordered_kinds_follow_the_model() {
                         let now = at.as_deref().and_then(|a| model_at(&model, a));
                         if let Some(n) = &now {
                             model.remove(n);
+                            if back {
+                                at = before(&model, n);
+                            }
                         }
                         assert_eq!(cur.remove().unwrap(), now.is_some(), "{ctx} remove");
                     }
@@ -608,4 +630,63 @@ fn fixed_length_ids_walk_in_numeric_order() {
     );
     assert_eq!(db.range(b"2", Some(b"100"), 10).unwrap().len(), 3);
     assert_eq!(db.fwmkeys(b"(min,100]", 10).unwrap(), all[1..5]);
+}
+
+/// A cursor kept no direction: after `jump_back`, a remove or seize left it on the next
+/// record (Kyoto Tycoon's `cur_seize` after `cur_step_back` to `k1` took `k1`, then `k3`).
+/// Kyoto Cabinet's cursors remember the way of their last jump or step: removing then leaves
+/// the cursor on the previous record, nowhere before the first. On unordered kinds, where
+/// backward moves are refused, a cursor always goes forward.
+#[test]
+fn a_cursor_keeps_the_direction_of_its_last_move() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, db, form) in all_kinds(dir.path()) {
+        let k: Vec<Vec<u8>> = (1..=4).map(|i| form.key(i)).collect();
+        for key in &k {
+            db.put(key, b"v").unwrap();
+        }
+        let mut cur = db.cursor().unwrap();
+        let at = |cur: &mut Box<dyn Cursor + '_>| cur.get().unwrap().map(|(k, _)| k);
+        assert!(cur.jump(&k[1]).unwrap(), "{name}");
+        assert!(!cur.backward(), "{name}");
+        if !db.kind().ordered() {
+            assert!(matches!(cur.jump_back(&k[1]), Err(Error::Unsupported(_))));
+            assert!(matches!(cur.step_back(), Err(Error::Unsupported(_))));
+            assert!(
+                !cur.backward(),
+                "{name}: a refused move keeps the direction"
+            );
+            let taken = cur.seize().unwrap().map(|(k, _)| k);
+            assert_eq!(taken.as_ref(), Some(&k[1]), "{name}");
+            // On to the record after it in the kind's order, never back to it.
+            assert_ne!(at(&mut cur).as_ref(), Some(&k[1]), "{name}");
+            continue;
+        }
+        // Backward: a remove leaves the cursor on the previous record.
+        assert!(cur.jump_back(&k[2]).unwrap(), "{name}");
+        assert!(cur.backward(), "{name}");
+        assert!(cur.remove().unwrap(), "{name}");
+        assert_eq!(at(&mut cur).as_ref(), Some(&k[1]), "{name}");
+        db.put(&k[2], b"v").unwrap();
+        // Forward again after a step: a seize leaves it on the next one.
+        assert!(cur.step().unwrap(), "{name}");
+        assert!(!cur.backward(), "{name}");
+        assert_eq!(cur.seize().unwrap().map(|(k, _)| k).as_ref(), Some(&k[2]));
+        assert_eq!(at(&mut cur).as_ref(), Some(&k[3]), "{name}");
+        db.put(&k[2], b"v").unwrap();
+        // Back to the first: a seize takes it, and nothing is before it.
+        assert!(cur.jump(&k[1]).unwrap(), "{name}");
+        assert!(cur.step_back().unwrap(), "{name}");
+        let first = cur.seize().unwrap().map(|(k, _)| k);
+        assert_eq!(first.as_ref(), Some(&k[0]), "{name}");
+        assert!(
+            cur.seize().unwrap().is_none(),
+            "{name}: nothing before the first"
+        );
+        assert!(at(&mut cur).is_none(), "{name}");
+        // `last` goes backward too.
+        assert!(cur.last().unwrap(), "{name}");
+        assert_eq!(cur.seize().unwrap().map(|(k, _)| k).as_ref(), Some(&k[3]));
+        assert_eq!(at(&mut cur).as_ref(), Some(&k[2]), "{name}");
+    }
 }

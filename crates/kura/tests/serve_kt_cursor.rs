@@ -385,3 +385,62 @@ fn match_similar_on_every_kind() {
         assert_eq!(rpc.call("match_similar", &[]).status, 400, "{kind}");
     }
 }
+
+/// A cursor forgot the way it went: on a `.kb`, `cur_jump_back k2x` then `cur_get` with
+/// `step` walked `k2, k3, k4`, and after `cur_step_back` to `k1`, `cur_seize` took `k1` and a
+/// second one `k3`. ktserver's cursors keep the direction of their last jump or step:
+/// `cur_get … step`, `cur_seize` and `cur_remove` move that way. On a hash, where the
+/// backward moves are refused (501), a cursor goes forward.
+#[test]
+fn a_cursor_keeps_the_direction_of_its_last_jump_or_step() {
+    for kind in ["c.kb", "+", "c.kh"] {
+        let dir = tempfile::tempdir().unwrap();
+        let srv = Server::start(dir.path(), kind);
+        let mut rpc = Rpc::new(&srv);
+        for k in ["k1", "k2", "k3", "k4"] {
+            let a = rpc.call("set", &[("key", k.as_bytes()), ("value", b"v")]);
+            assert_eq!(a.status, 200);
+        }
+        let key_of = |a: &Answer| {
+            a.col("key")
+                .map(|k| String::from_utf8_lossy(k).into_owned())
+        };
+        assert_eq!(rpc.cur("cur_jump", 1, &[("key", b"k2")]).status, 200);
+        if kind == "c.kh" {
+            assert_eq!(rpc.cur("cur_jump_back", 1, &[("key", b"k2x")]).status, 501);
+            assert_eq!(rpc.cur("cur_step_back", 1, &[]).status, 501);
+            let a = rpc.cur("cur_seize", 1, &[]);
+            assert_eq!(key_of(&a).as_deref(), Some("k2"), "{kind}");
+            // Forward in the hash's order: never k2 again.
+            let a = rpc.cur("cur_get", 1, &[]);
+            assert_ne!(key_of(&a).as_deref(), Some("k2"), "{kind}");
+            continue;
+        }
+        assert_eq!(rpc.cur("cur_jump_back", 1, &[("key", b"k2x")]).status, 200);
+        let mut walked = Vec::new();
+        loop {
+            let a = rpc.cur("cur_get", 1, &[("step", b"")]);
+            if a.status == 450 {
+                break;
+            }
+            assert_eq!(a.status, 200, "{kind}");
+            walked.extend(key_of(&a));
+        }
+        assert_eq!(walked, ["k2", "k1"], "{kind}");
+        // Back to k1 with a step back: a seize takes it, and nothing is before it.
+        assert_eq!(rpc.cur("cur_jump", 1, &[("key", b"k2")]).status, 200);
+        assert_eq!(rpc.cur("cur_step_back", 1, &[]).status, 200);
+        assert_eq!(key_of(&rpc.cur("cur_seize", 1, &[])).as_deref(), Some("k1"));
+        let a = rpc.cur("cur_seize", 1, &[]);
+        assert_eq!(a.status, 450, "{kind}: nothing before k1");
+        assert_eq!(a.col("ERROR"), Some(&b"DB: 7: no record: no record"[..]));
+        // cur_remove after a backward jump leaves the cursor on the previous record.
+        assert_eq!(rpc.cur("cur_jump_back", 1, &[("key", b"k3")]).status, 200);
+        assert_eq!(rpc.cur("cur_remove", 1, &[]).status, 200);
+        assert_eq!(key_of(&rpc.cur("cur_get", 1, &[])).as_deref(), Some("k2"));
+        // A step forward turns it round: a seize then moves on to the next record.
+        assert_eq!(rpc.cur("cur_step", 1, &[]).status, 200);
+        assert_eq!(key_of(&rpc.cur("cur_seize", 1, &[])).as_deref(), Some("k4"));
+        assert_eq!(rpc.cur("cur_get", 1, &[]).status, 450, "{kind}");
+    }
+}

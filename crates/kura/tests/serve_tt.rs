@@ -440,3 +440,191 @@ fn a_b_plus_tree_served_as_tyrant_serves_a_tcb() {
     let o = remote(&srv.addr, &["inform"]);
     assert!(String::from_utf8_lossy(&o.stdout).contains("B+ tree"));
 }
+
+/// A misc call on a connection of its own, as each `tcrmgr misc` makes one.
+fn misc_alone(srv: &Server, name: &'static [u8], args: &[&[u8]]) -> Reply {
+    let mut s = srv.connect();
+    call(
+        &mut s,
+        &Request::Misc {
+            name,
+            opts: 0,
+            args: args.to_vec(),
+        },
+    )
+}
+
+fn list(items: &[&str]) -> Reply {
+    Reply::List(items.iter().map(|i| i.as_bytes().to_vec()).collect())
+}
+
+/// Kyoto Tycoon's `match_prefix` over HTTP: the keys, in the order of their numbers.
+fn match_prefix(srv: &Server, query: &str) -> Vec<String> {
+    let mut s = srv.connect();
+    write!(s, "GET /rpc/match_prefix?{query} HTTP/1.0\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let body = out.split("\r\n\r\n").nth(1).unwrap();
+    let mut keys: Vec<(usize, String)> = body
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .filter_map(|(n, v)| Some((v.parse().ok()?, n.strip_prefix('_')?.to_string())))
+        .collect();
+    keys.sort();
+    keys.into_iter().map(|(_, k)| k).collect()
+}
+
+/// fwmkeys with a maximum on a hash returned the last matches of its walk (`ka key3` after
+/// putting `key1 key2 key3 ka kb`), not the first ones in the order `kura db list` shows, as
+/// Tokyo Tyrant's hash answers (`key1 key2`, its storage order); Kyoto Tycoon's `match_prefix`
+/// the same. Every kind answers the first matches in its own order.
+#[test]
+fn fwmkeys_with_a_maximum_answers_the_first_matches_in_the_kinds_order() {
+    for name in ["c.kh", "c.kb"] {
+        let dir = tempfile::tempdir().unwrap();
+        let kura = env!("CARGO_BIN_EXE_kura");
+        let db = |args: &[&str]| {
+            let out = Command::new(kura)
+                .arg("db")
+                .args(args)
+                .current_dir(dir.path())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{args:?}: {out:?}");
+            String::from_utf8(out.stdout).unwrap()
+        };
+        db(&["create", name]);
+        for k in ["key1", "key2", "key3", "ka", "kb"] {
+            db(&["put", name, k, "v"]);
+        }
+        let listed: Vec<String> = db(&["list", name]).lines().map(String::from).collect();
+        let first_k: Vec<String> = listed
+            .iter()
+            .filter(|k| k.starts_with('k'))
+            .cloned()
+            .collect();
+        assert_eq!(listed.len(), 5, "{name}");
+        let srv = Server::start(dir.path(), name);
+        let mut s = srv.connect();
+        for max in [1usize, 2, 4, 5] {
+            let got = call(
+                &mut s,
+                &Request::Fwmkeys {
+                    prefix: b"k",
+                    max: max as i32,
+                },
+            );
+            let want: Vec<&str> = first_k[..max].iter().map(String::as_str).collect();
+            assert_eq!(got, list(&want), "{name}: fwmkeys k {max}");
+            let got = match_prefix(&srv, &format!("prefix=k&max={max}"));
+            assert_eq!(got, want, "{name}: match_prefix k {max}");
+        }
+        if name == "c.kh" {
+            assert_eq!(first_k[..2], ["key1", "key2"]);
+        }
+    }
+}
+
+/// ttserver keeps one iterator per server: `tcrmgr misc … iterinit charlie` and then `tcrmgr
+/// misc … iternext` twice, each on a connection of its own, answer `charlie v-charlie` and
+/// `delta v-delta` on a `.tcb`; Kura answered error 9999 (its iterator was the connection's).
+/// A connection that has not begun an iteration takes up the server's last one; one that has
+/// keeps its own.
+#[test]
+fn misc_iterinit_and_iternext_go_on_across_connections() {
+    for name in ["t.kb", "t.kh", "+"] {
+        let dir = tempfile::tempdir().unwrap();
+        let srv = Server::start(dir.path(), name);
+        let mut s = srv.connect();
+        let keys = ["alpha", "bravo", "charlie", "delta", "echo"];
+        for k in keys {
+            let v = format!("v-{k}");
+            let put = Request::Put {
+                key: k.as_bytes(),
+                value: v.as_bytes(),
+            };
+            assert_eq!(call(&mut s, &put), Reply::Code(0));
+        }
+        let ordered = name != "t.kh";
+        // The walk's order (key order on ordered kinds).
+        assert_eq!(misc_alone(&srv, b"iterinit", &[]), list(&[]));
+        let mut walk = Vec::new();
+        while let Reply::List(kv) = misc_alone(&srv, b"iternext", &[]) {
+            assert_eq!(kv[1], [b"v-", &kv[0][..]].concat(), "{name}");
+            walk.push(String::from_utf8(kv[0].clone()).unwrap());
+        }
+        if ordered {
+            assert_eq!(walk, keys, "{name}");
+        } else {
+            assert_eq!(walk.len(), 5, "{name}");
+        }
+        // At its end the iteration is over for everyone.
+        assert!(matches!(misc_alone(&srv, b"iternext", &[]), Reply::Code(_)));
+        // iterinit KEY: from the record of the key (on a hash), or the first key >= it.
+        let at = walk.iter().position(|k| k == "charlie").unwrap();
+        assert_eq!(misc_alone(&srv, b"iterinit", &[b"charlie"]), list(&[]));
+        for k in &walk[at..(at + 2).min(5)] {
+            let v = format!("v-{k}");
+            assert_eq!(misc_alone(&srv, b"iternext", &[]), list(&[k, &v]), "{name}");
+        }
+        if ordered {
+            assert_eq!(misc_alone(&srv, b"iterinit", &[b"cz"]), list(&[]));
+            assert_eq!(
+                misc_alone(&srv, b"iternext", &[]),
+                list(&["delta", "v-delta"])
+            );
+        } else {
+            // A key without a record: no iteration (Tokyo Cabinet's tchdbiterinit2).
+            assert!(matches!(
+                misc_alone(&srv, b"iterinit", &[b"cz"]),
+                Reply::Code(_)
+            ));
+        }
+        // A connection with an iteration of its own is not moved by others.
+        let mine = |s: &mut TcpStream, name: &'static [u8], args: &[&[u8]]| {
+            call(
+                s,
+                &Request::Misc {
+                    name,
+                    opts: 0,
+                    args: args.to_vec(),
+                },
+            )
+        };
+        assert_eq!(mine(&mut s, b"iterinit", &[]), list(&[]));
+        assert_eq!(misc_alone(&srv, b"iterinit", &[b"echo"]), list(&[]));
+        let first = format!("v-{}", walk[0]);
+        assert_eq!(mine(&mut s, b"iternext", &[]), list(&[&walk[0], &first]));
+    }
+}
+
+/// Tyrant's HTTP misc (`POST` with `X-TT-MNAME`): an iternext goes on from the iterinit of an
+/// earlier request, as on ttserver, whose iterator is the server's.
+#[test]
+fn http_misc_iternext_goes_on_from_an_earlier_iterinit() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = Server::start(dir.path(), "t.kb");
+    let mut s = srv.connect();
+    for k in ["alpha", "bravo", "charlie"] {
+        let put = Request::Put {
+            key: k.as_bytes(),
+            value: b"v",
+        };
+        assert_eq!(call(&mut s, &put), Reply::Code(0));
+    }
+    let post = |mname: &str, body: &str| {
+        let mut h = srv.connect();
+        write!(
+            h,
+            "POST / HTTP/1.0\r\nX-TT-MNAME: {mname}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut out = String::new();
+        h.read_to_string(&mut out).unwrap();
+        out.split("\r\n\r\n").nth(1).unwrap().to_string()
+    };
+    post("iterinit", "key=bravo");
+    assert_eq!(post("iternext", ""), "res1=bravo&res2=v");
+    assert_eq!(post("iternext", ""), "res1=charlie&res2=v");
+}

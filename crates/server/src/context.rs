@@ -88,6 +88,10 @@ pub struct Shared {
     pub read_only: std::sync::atomic::AtomicBool,
     /// Replication: the update log, the master followed, the replicas fed.
     pub repl: Option<std::sync::Arc<crate::repl::Replication>>,
+    /// Kyoto Tycoon's named signals: the requests waiting for one (`WAIT`).
+    pub kt_signals: crate::kt_signal::Signals,
+    /// Where the server's Tyrant iteration is (iterinit / iternext on any connection).
+    pub tt_iter: crate::tt_exec::SharedIter,
     /// Where copies asked for over the network go (`--backup-dir`); `None` refuses them
     /// (see [`crate::backup`]).
     pub backup_dir: Option<BackupDir>,
@@ -148,6 +152,8 @@ impl Shared {
             tt_misses: std::array::from_fn(|_| Counter::new()),
             read_only: std::sync::atomic::AtomicBool::new(false),
             repl: None,
+            kt_signals: crate::kt_signal::Signals::new(),
+            tt_iter: Default::default(),
             get_hits: Counter::new(),
             get_misses: Counter::new(),
             delete_hits: Counter::new(),
@@ -251,7 +257,7 @@ impl Shared {
 }
 
 /// What the connection does after a request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Next {
     Continue,
     Close,
@@ -260,6 +266,9 @@ pub enum Next {
     Dump(bool),
     /// The connection becomes a replication stream, served by a thread of its own.
     Stream(crate::repl::StreamReq),
+    /// Kyoto Tycoon's `WAIT`: nothing is answered yet; the request stays unread and runs
+    /// again once the signal comes or the time is up (see [`crate::kt_signal`]).
+    Wait(crate::kt_signal::WaitReq),
 }
 
 /// Carry out a pending delayed `flush_all` once its time has come.

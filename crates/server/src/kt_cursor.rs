@@ -8,6 +8,12 @@
 //! recently (clients such as `ukt` number every cursor anew and never delete one they ran to
 //! the end, so a limit that refused would break them; Kyoto Tycoon has none).
 //!
+//! A cursor keeps the direction of its last jump or step, as Kyoto Cabinet's do: after
+//! `cur_jump_back` or `cur_step_back`, `cur_get` / `cur_set_value` with `step` move to the
+//! previous record, and `cur_remove` / `cur_seize` leave the cursor on the previous record
+//! (nowhere when there is none); `cur_jump` and `cur_step` turn it forward again. On an
+//! unordered kind, where the backward moves are refused, it always goes forward.
+//!
 //! Answers follow `ktserver.cc` 0.9.56: 200 done; 450 `DB: 7: no record: no record` when the
 //! cursor is nowhere or runs off an end; 501 `DB: 1: not implemented: not implemented` for
 //! `cur_jump_back` and `cur_step_back` on an unordered database (as Kyoto Cabinet's hash
@@ -161,7 +167,7 @@ fn run<'s>(
             let expires = kt_expiry_param(get(input, "xt"), now);
             let done = cur.set_value(value, Some(expires))?;
             if done && step {
-                cur.step()?;
+                step_on(cur)?;
             }
             Ok(done)
         }
@@ -172,7 +178,7 @@ fn run<'s>(
             } else {
                 let found = cur.get()?;
                 if found.is_some() && step {
-                    cur.step()?;
+                    step_on(cur)?;
                 }
                 found
             };
@@ -189,6 +195,16 @@ fn run<'s>(
         Err(Error::Unsupported(_)) => not_implemented(out),
         Err(e) => return Err(e),
     })
+}
+
+/// A `step` parameter's move: the way the cursor's last jump or step went, as Kyoto
+/// Cabinet's cursors step after a visit (`cur_jump_back` then `cur_get step` walks down).
+fn step_on(cur: &mut dyn Cursor) -> Result<bool, Error> {
+    if cur.backward() {
+        cur.step_back()
+    } else {
+        cur.step()
+    }
 }
 
 /// The output of a read at the cursor.

@@ -3,7 +3,8 @@
 //!
 //! The server-wide context every executor shares: `context`. Executors: memcached text and binary (`mc_exec`, `mc_bin_exec`), Tokyo Tyrant (`tt_exec`),
 //! HTTP — Tyrant's REST, Kyoto Tycoon's RPC and REST (`http_exec`), Kyoto Tycoon's binary
-//! protocol (`kt_bin_exec`), Kyoto Tycoon's cursors and `match_similar` (`kt_cursor`); the command mask every one
+//! protocol (`kt_bin_exec`), Kyoto Tycoon's cursors and `match_similar` (`kt_cursor`) and its
+//! named signals (`kt_signal`); the command mask every one
 //! of them checks (`mask`); the connection loop (`net`) and its output queue (`out`). Copies
 //! asked for over the network, confined to the backup directory: `backup`.
 
@@ -12,6 +13,7 @@ pub mod context;
 pub mod http_exec;
 pub mod kt_bin_exec;
 pub mod kt_cursor;
+pub mod kt_signal;
 pub mod mask;
 pub mod mc_access;
 pub mod mc_bin_exec;

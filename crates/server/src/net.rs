@@ -9,6 +9,7 @@
 
 use crate::context::{Next, Shared};
 use crate::kt_cursor::KtCursors;
+use crate::kt_signal::{Ticket, WaitReq, Waited, Wake};
 use crate::mc_exec;
 use crate::mc_stats::Dump;
 use crate::out::Out;
@@ -204,6 +205,13 @@ struct Conn<'s> {
     tt: Option<Box<TtState<'s>>>,
     /// HTTP connections only: Kyoto Tycoon's cursors (`cur_*`), freed with the connection.
     kt: Option<Box<KtCursors<'s>>>,
+    /// A request asked to wait for a signal (Kyoto Tycoon's `WAIT`); it is still in `rbuf`.
+    want_wait: Option<WaitReq>,
+    /// Parked: waiting for the signal (registered in `Shared::kt_signals`) until the instant.
+    /// Nothing is executed meanwhile; the connection is only watched for its client leaving.
+    wait: Option<(Ticket, Instant)>,
+    /// How the wait of the request first in `rbuf` ended: it runs with this.
+    waited: Option<Waited>,
     /// Accepted on a memcached-only port.
     mc_only: bool,
     /// memcached text: the long retrieval line whose next piece is due.
@@ -373,6 +381,16 @@ fn worker<'s>(
 ) -> io::Result<()> {
     let mut poll = Poll::new()?;
     let waker = Arc::new(mio::Waker::new(poll.registry(), WAKE)?);
+    // What a signal calls to wake this worker for a connection of its that waits.
+    let wake: Wake = {
+        let w = waker.clone();
+        Arc::new(move || {
+            let _ = w.wake();
+        })
+    };
+    // Connections parked waiting for a signal.
+    let mut waiting: Vec<usize> = Vec::new();
+    let mut ended: Vec<usize> = Vec::new();
     *mine.spread.wakers[mine.me]
         .lock()
         .unwrap_or_else(|p| p.into_inner()) = Some(waker.clone());
@@ -402,11 +420,20 @@ fn worker<'s>(
     // `sync=always` writes of this thread wait for one sync per event batch (see phase 2).
     kura_engine::durability::set_deferred(true);
     while !stop.load(Ordering::Relaxed) {
-        let wait = if paused.is_empty() {
+        let mut wait = if paused.is_empty() {
             Duration::from_millis(100)
         } else {
             PAUSED_RETRY
         };
+        for &idx in &waiting {
+            if let Some(Some(Conn {
+                wait: Some((_, deadline)),
+                ..
+            })) = conns.get(idx)
+            {
+                wait = wait.min(deadline.saturating_duration_since(Instant::now()));
+            }
+        }
         match poll.poll(&mut events, Some(wait)) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -419,8 +446,14 @@ fn worker<'s>(
         // Phase 1: read and execute; replies wait in the connections' buffers. Connections
         // waiting for the budget are tried first, as if they were readable.
         touched.clear();
+        // Connections whose wait for a signal ended run their request, as if readable.
+        ended.clear();
+        if !waiting.is_empty() {
+            wait_ended(&mut conns, &mut waiting, shared, &mut ended);
+        }
         let retry: Vec<(usize, bool)> = std::mem::take(&mut paused)
             .into_iter()
+            .chain(ended.iter().copied())
             .map(|i| (nl + i, false))
             .collect();
         let ready = retry
@@ -448,6 +481,9 @@ fn worker<'s>(
             if let Some(c) = conns.get_mut(idx).and_then(Option::as_mut) {
                 c.paused = false;
                 let alive = read_and_execute(c, store, shared, &limits, &mut scratch, hup);
+                if alive {
+                    park(c, idx, shared, &wake, &mut waiting);
+                }
                 if alive && c.want_stream.is_some() {
                     hand_over_stream(&mut poll, &mut conns, &mut free, idx, store, shared, mine);
                     continue;
@@ -526,7 +562,11 @@ fn worker<'s>(
                 let stale: Vec<usize> = conns
                     .iter()
                     .enumerate()
-                    .filter(|(_, c)| c.as_ref().is_some_and(|c| c.last.elapsed() > idle))
+                    // A connection waiting for a signal is bounded by its wait time.
+                    .filter(|(_, c)| {
+                        c.as_ref()
+                            .is_some_and(|c| c.wait.is_none() && c.last.elapsed() > idle)
+                    })
                     .map(|(i, _)| i)
                     .collect();
                 for i in stale {
@@ -644,6 +684,9 @@ fn adopt(
         ticket: 0,
         tt: None,
         kt: None,
+        want_wait: None,
+        wait: None,
+        waited: None,
         mc_only,
         more: None,
         discard_line: false,
@@ -745,6 +788,9 @@ fn close(
     mine: &Mine,
 ) {
     if let Some(mut c) = conns.get_mut(idx).and_then(Option::take) {
+        if let Some((t, _)) = c.wait.take() {
+            shared.kt_signals.cancel(&t);
+        }
         mine.budget.give(c.grant);
         let _ = poll.registry().deregister(&mut c.sock);
         free.push(idx);
@@ -801,6 +847,14 @@ fn read_and_execute<'s>(
     hup: bool,
 ) -> bool {
     c.last = Instant::now();
+    if c.wait.is_some() {
+        return buffer_while_waiting(c, shared, limits, scratch, hup);
+    }
+    if c.waited.is_some() {
+        // The request whose wait ended runs first, then those behind it.
+        process(c, store, shared, limits);
+        release(c, limits);
+    }
     if c.dump.is_some() {
         // A metadump under way takes the connection until it is written out; then the
         // requests that came behind it.
@@ -810,7 +864,12 @@ fn read_and_execute<'s>(
         }
         process(c, store, shared, limits);
     }
-    while c.out.pending() < MAX_PENDING_OUT && !c.closing && !c.eof && c.dump.is_none() {
+    while c.out.pending() < MAX_PENDING_OUT
+        && !c.closing
+        && !c.eof
+        && c.dump.is_none()
+        && c.want_wait.is_none()
+    {
         if !may_read(c, limits) {
             c.paused = true;
             break;
@@ -836,6 +895,81 @@ fn read_and_execute<'s>(
         }
     }
     true
+}
+
+/// While a request waits for a signal: keep what the client sends (nothing is executed), and
+/// end the wait with the connection when the client closes it. False when it is finished.
+fn buffer_while_waiting(
+    c: &mut Conn<'_>,
+    shared: &Shared,
+    limits: &AllLimits,
+    scratch: &mut [u8],
+    hup: bool,
+) -> bool {
+    if hup {
+        return false;
+    }
+    while may_read(c, limits) {
+        match c.sock.read(scratch) {
+            Ok(0) => return false,
+            Ok(n) => {
+                shared.bytes_read.add(n as u64);
+                c.rbuf.extend_from_slice(&scratch[..n]);
+            }
+            Err(e) => match e.kind() {
+                io::ErrorKind::WouldBlock => break,
+                io::ErrorKind::Interrupted => continue,
+                _ => return false,
+            },
+        }
+    }
+    true
+}
+
+/// Park a connection whose request asked to wait for a signal: register it, to be woken
+/// through `wake`, and note it in `waiting`.
+fn park(c: &mut Conn<'_>, idx: usize, shared: &Shared, wake: &Wake, waiting: &mut Vec<usize>) {
+    if let Some(w) = c.want_wait.take() {
+        let ticket = shared.kt_signals.wait(&w.name, wake.clone());
+        c.wait = Some((ticket, Instant::now() + w.time));
+        waiting.push(idx);
+    }
+}
+
+/// The parked connections whose wait has ended (signaled, or past its time): each is told how,
+/// and is to run its request now.
+fn wait_ended(
+    conns: &mut [Option<Conn<'_>>],
+    waiting: &mut Vec<usize>,
+    shared: &Shared,
+    ended: &mut Vec<usize>,
+) {
+    let now = Instant::now();
+    waiting.retain(|&idx| {
+        let Some(c) = conns.get_mut(idx).and_then(Option::as_mut) else {
+            return false;
+        };
+        let Some((t, deadline)) = &c.wait else {
+            return false;
+        };
+        let how = if t.woken() {
+            Waited::Woken
+        } else if now >= *deadline {
+            shared.kt_signals.cancel(t);
+            // A signal that took it meanwhile still counts.
+            if t.woken() {
+                Waited::Woken
+            } else {
+                Waited::TimedOut
+            }
+        } else {
+            return true;
+        };
+        c.wait = None;
+        c.waited = Some(how);
+        ended.push(idx);
+        false
+    });
 }
 
 /// Whether the connection may read another chunk: its buffer within its allowance, or within
@@ -964,7 +1098,7 @@ fn process<'s>(c: &mut Conn<'s>, store: &'s dyn Store, shared: &Shared, limits: 
         let p = sniff(c.rbuf[pos], c.mc_only);
         c.proto = Some(p);
         if p == Protocol::TokyoTyrant {
-            let mut st = TtState::new();
+            let mut st = TtState::of_server(shared);
             st.fd = std::os::fd::AsRawFd::as_raw_fd(&c.sock);
             c.tt = Some(Box::new(st));
         }
@@ -983,7 +1117,12 @@ fn process<'s>(c: &mut Conn<'s>, store: &'s dyn Store, shared: &Shared, limits: 
         Some(Protocol::Http) => {
             // The cursors leave the connection while the loop borrows it.
             let mut curs = c.kt.take().unwrap_or_default();
-            drive(c, pos, &mut Http(store, at, &limits.http, &mut curs));
+            let mut waited = c.waited.take();
+            drive(
+                c,
+                pos,
+                &mut Http(store, at, &limits.http, &mut curs, &mut waited),
+            );
             c.kt = Some(curs);
         }
         Some(Protocol::MemcachedText) | None => {
@@ -1051,6 +1190,11 @@ fn drive<W: Wire>(c: &mut Conn<'_>, mut pos: usize, w: &mut W) {
         let (consumed, close, discard_line) = match w.decode(&c.rbuf[pos..], &mut c.out) {
             Step::Request(req, consumed) => {
                 let next = w.execute(&req, &mut c.out);
+                if let Next::Wait(wait) = next {
+                    // Unanswered: the request stays in the buffer until its wait ends.
+                    c.want_wait = Some(wait);
+                    break;
+                }
                 pos += consumed;
                 match next {
                     Next::Continue => continue,
@@ -1065,6 +1209,7 @@ fn drive<W: Wire>(c: &mut Conn<'_>, mut pos: usize, w: &mut W) {
                         c.want_stream = Some(req);
                         break;
                     }
+                    Next::Wait(_) => unreachable!("handled above"),
                 }
                 continue;
             }
@@ -1247,6 +1392,8 @@ struct Http<'x, 's>(
     Ctx<'x>,
     &'x http::Limits,
     &'x mut KtCursors<'s>,
+    /// How the wait of the first request ended (it ran before and waited).
+    &'x mut Option<Waited>,
 );
 
 impl Wire for Http<'_, '_> {
@@ -1272,7 +1419,7 @@ impl Wire for Http<'_, '_> {
     }
     fn execute(&mut self, req: &Self::Req<'_>, out: &mut Out) -> Next {
         let Ctx { shared, now, .. } = self.1;
-        http_exec::execute_with(self.0, shared, self.3, req, now, out)
+        http_exec::execute_with(self.0, shared, self.3, req, self.4.take(), now, out)
     }
 }
 

@@ -634,6 +634,8 @@ impl Store for MemHash {
         self.common.counters()
     }
 
+    /// The first `max` matches in the cursor's order (shard, then hash, then key: the order
+    /// of `for_each_record` here), read shard by shard without a cursor.
     fn fwmkeys(&self, prefix: &[u8], max: usize) -> Result<Vec<Vec<u8>>> {
         self.common.check_open()?;
         let mut out = Vec::new();
@@ -643,12 +645,19 @@ impl Store for MemHash {
                 break;
             }
             let sh = self.shard(i).read();
+            let mut found: Vec<(u32, &[u8])> = sh
+                .slots
+                .iter()
+                .zip(&sh.hashes)
+                .filter(|(r, _)| r.key().starts_with(prefix) && !r.is_expired(now))
+                .map(|(r, &h)| (h, r.key()))
+                .collect();
+            found.sort_unstable();
             out.extend(
-                sh.slots
-                    .iter()
-                    .filter(|r| r.key().starts_with(prefix) && !r.is_expired(now))
+                found
+                    .into_iter()
                     .take(max - out.len())
-                    .map(|r| r.key().to_vec()),
+                    .map(|(_, k)| k.to_vec()),
             );
         }
         Ok(out)

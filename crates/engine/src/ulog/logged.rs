@@ -817,6 +817,9 @@ impl Cursor for LoggedCursor<'_> {
     fn next(&mut self) -> Result<Option<(Vec<u8>, Record)>> {
         self.inner.next()
     }
+    fn backward(&self) -> bool {
+        self.inner.backward()
+    }
     fn damage_skipped(&self) -> u64 {
         self.inner.damage_skipped()
     }

@@ -42,6 +42,7 @@ pub(crate) use self::rpc::{db_ok, fail, get, set, Input, Output, Rv};
 use crate::context::{flush_if_due, Next, Shared};
 use crate::kt_bin_exec::kt_expiry;
 use crate::kt_cursor::KtCursors;
+use crate::kt_signal::Waited;
 use kura_engine::counter::Counter;
 use kura_engine::Store;
 use kura_proto::http::{self, Method, Request};
@@ -101,22 +102,28 @@ pub fn execute(
     now: u64,
     out: &mut Vec<u8>,
 ) -> Next {
-    execute_with(store, shared, &mut KtCursors::new(), req, now, out)
+    execute_with(store, shared, &mut KtCursors::new(), req, None, now, out)
 }
 
-/// [`execute`] on a connection that keeps Kyoto Tycoon's cursors in `curs`.
+/// [`execute`] on a connection that keeps Kyoto Tycoon's cursors in `curs`. A request with
+/// Kyoto Tycoon's `WAIT` answers nothing the first time ([`Next::Wait`]: the connection
+/// parks it); it runs again with `waited` saying how its wait ended.
 pub fn execute_with<'s>(
     store: &'s dyn Store,
     shared: &Shared,
     curs: &mut KtCursors<'s>,
     req: &Request<'_>,
+    waited: Option<Waited>,
     now: u64,
     out: &mut Vec<u8>,
 ) -> Next {
     let reply = match flush_if_due(store, shared, now) {
         Err(e) => Reply::text(500, &e.to_string()),
         Ok(()) => match req.path().strip_prefix("/rpc/") {
-            Some(name) => rpc::rpc(store, shared, curs, req, name, now),
+            Some(name) => match rpc::rpc(store, shared, curs, req, name, waited, now) {
+                Ok(reply) => reply,
+                Err(wait) => return Next::Wait(wait),
+            },
             None => rest::rest(store, shared, req, now),
         },
     };

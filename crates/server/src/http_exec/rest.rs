@@ -231,11 +231,11 @@ fn rest_post(
             }
         }
     }
-    // The binary protocol's misc functions; an HTTP request has no connection to keep an
-    // iterator in, so misc iterinit / iternext only see this request's state.
+    // The binary protocol's misc functions; misc iterinit / iternext take part in the
+    // server's iteration (an HTTP request has no connection to keep one of its own in).
     let args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
     let Some(results) =
-        crate::tt_exec::server_misc(store, shared, &mut TtState::new(), mname, &args)?
+        crate::tt_exec::server_misc(store, shared, &mut TtState::of_server(shared), mname, &args)?
     else {
         return Ok(Reply::text(500, "Internal Server Error"));
     };

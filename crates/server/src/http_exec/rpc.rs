@@ -5,6 +5,7 @@ use super::{atof, atoi, bump, db_error, kt_expiry_param, os_name, Reply, KT_VERS
 use crate::backup;
 use crate::context::Shared;
 use crate::kt_cursor::{self, KtCursors};
+use crate::kt_signal::{self, WaitReq, Waited};
 use crate::mask::{Op, Proto};
 use kura_engine::counter::Counter;
 use kura_engine::store::check_sizes;
@@ -61,39 +62,62 @@ pub(crate) fn fail(out: &mut Output, status: Rv, message: impl Into<Vec<u8>>) ->
     status
 }
 
+/// Run a procedure; `Err` when it waits for a signal first (`WAIT`, and `waited` is `None`).
 pub(super) fn rpc<'s>(
     store: &'s dyn Store,
     shared: &Shared,
     curs: &mut KtCursors<'s>,
     req: &Request<'_>,
     name: &str,
+    waited: Option<Waited>,
     now: u64,
-) -> Reply {
+) -> Result<Reply, WaitReq> {
     let mut out = Output::new();
     let status = match (http::percent_decode(name.as_bytes()), rpc_input(req)) {
         (Err(_), _) => fail(&mut out, 400, "bad escape in the procedure name"),
         (_, Err(msg)) => fail(&mut out, 400, msg),
-        (Ok(name), Ok(input)) => match procedure(store, shared, curs, &name, &input, now, &mut out)
-        {
-            Ok(status) => status,
-            Err(Error::TooLarge(m)) => {
-                out.clear();
-                fail(&mut out, 400, format!("invalid parameters: {m}"))
+        (Ok(name), Ok(input)) => {
+            // ktserver waits before anything else, and sends its signal after the procedure,
+            // whatever its outcome (not when the wait timed out).
+            match (get(&input, "WAIT"), waited) {
+                (Some(cond), None) => {
+                    return Err(WaitReq {
+                        name: cond.to_vec(),
+                        time: kt_signal::wait_time(get(&input, "WAITTIME").map(atof)),
+                    })
+                }
+                (Some(_), Some(Waited::TimedOut)) => fail(&mut out, 503, "the condition timed out"),
+                _ => {
+                    let status = match procedure(store, shared, curs, &name, &input, now, &mut out)
+                    {
+                        Ok(status) => status,
+                        Err(Error::TooLarge(m)) => {
+                            out.clear();
+                            fail(&mut out, 400, format!("invalid parameters: {m}"))
+                        }
+                        Err(e) => {
+                            out.clear();
+                            fail(&mut out, 500, db_error(9, &e.to_string()))
+                        }
+                    };
+                    if let Some(cond) = get(&input, "SIGNAL") {
+                        let broad = get(&input, "SIGNALBROAD").is_some();
+                        let n = shared.kt_signals.send(cond, broad);
+                        set(&mut out, "SIGNALED", n.to_string());
+                    }
+                    status
+                }
             }
-            Err(e) => {
-                out.clear();
-                fail(&mut out, 500, db_error(9, &e.to_string()))
-            }
-        },
+        }
     };
     let enc = kt_tsv::choose_encoding(out.iter().map(|(n, v)| (&n[..], &v[..])));
     let mut body = Vec::new();
     kt_tsv::encode(&mut body, out.iter().map(|(n, v)| (&n[..], &v[..])), enc);
-    Reply {
+    Ok(Reply {
         status,
         headers: vec![("Content-Type", enc.content_type().as_bytes().to_vec())],
         body,
-    }
+    })
 }
 
 /// The operation the command mask knows a procedure as (`None`: always allowed).
@@ -475,6 +499,12 @@ fn report(store: &dyn Store, shared: &Shared, now: u64, out: &mut Output) {
         shared.curr_connections.load(Relaxed).to_string(),
     );
     set(out, "serv_task_count", "0");
+    // Kura's: requests parked waiting for a signal (`WAIT`).
+    set(
+        out,
+        "serv_wait_count",
+        shared.kt_signals.waiting().to_string(),
+    );
     set(out, "serv_current_time", format!("{now}.000000"));
     set(
         out,

@@ -202,7 +202,7 @@ pub fn misc<'s>(
         b"iterinit" => st
             .iter_init(store, args.first().copied())?
             .then_some(Vec::new()),
-        b"iternext" => st.iter_next()?.map(|(k, r)| vec![k, r.value]),
+        b"iternext" => st.iter_next(store)?.map(|(k, r)| vec![k, r.value]),
         b"sync" => {
             store.sync()?;
             done

@@ -29,15 +29,41 @@ pub const TT_VERSION: &str = "1.1.41";
 pub const TT_LIBVER: u32 = 324;
 pub const TT_PROTVER: &str = "0.91";
 
+/// Where the server's Tyrant iteration is: Tyrant keeps one iterator per server, so that
+/// `tcrmgr misc … iterinit KEY` and then `tcrmgr misc … iternext`, each on a connection of
+/// its own, go on from one another. Kura keeps the iteration of each connection to itself (two
+/// clients iterating at once do not disturb each other) and notes here where the last one to
+/// move is; a connection that has not begun an iteration of its own takes it up from there.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub enum IterPos {
+    /// No iteration (none begun, or the last one ended).
+    #[default]
+    None,
+    /// Begun at the first record.
+    Start,
+    /// Begun at a key (misc iterinit KEY).
+    At(Vec<u8>),
+    /// Past the first `n` records of this key (several on a key with duplicates).
+    After(Vec<u8>, usize),
+}
+
+/// The server's [`IterPos`], shared by its connections.
+pub type SharedIter = std::sync::Arc<std::sync::Mutex<IterPos>>;
+
 /// Per-connection state: the record iterator of iterinit / iternext (and misc iterinit /
 /// iternext, which share it, as in Tyrant). Tyrant has one iterator per server, shared by every
-/// client; Kura keeps one per connection so that clients cannot disturb each other.
+/// client; Kura keeps one per connection so that clients cannot disturb each other, and a
+/// connection without one takes up the server's last iteration ([`IterPos`]).
 pub struct TtState<'s> {
     /// `None` before iterinit and after the iteration has ended.
     cursor: Option<Box<dyn Cursor + 's>>,
     /// A record already taken from `cursor` to be returned first (misc iterinit with a start
     /// key on an unordered kind, which has to read up to that key).
     pending: Option<(Vec<u8>, Record)>,
+    /// This connection has begun an iteration of its own (iterinit, or one taken up).
+    begun: bool,
+    /// The server's iteration, noted at each move (none: this connection's only).
+    server: Option<SharedIter>,
     /// The connection's file descriptor, reported by `stat` as Tyrant does; -1 when unknown.
     pub fd: i32,
 }
@@ -47,6 +73,8 @@ impl Default for TtState<'_> {
         TtState {
             cursor: None,
             pending: None,
+            begun: false,
+            server: None,
             fd: -1,
         }
     }
@@ -57,10 +85,38 @@ impl<'s> TtState<'s> {
         Self::default()
     }
 
+    /// A connection's state that takes part in the server's iteration.
+    pub fn of_server(shared: &Shared) -> Self {
+        TtState {
+            server: Some(shared.tt_iter.clone()),
+            ..Self::default()
+        }
+    }
+
+    /// Note the server's iteration.
+    fn note(&self, f: impl FnOnce(&mut IterPos)) {
+        if let Some(s) = &self.server {
+            f(&mut s.lock().unwrap_or_else(|p| p.into_inner()));
+        }
+    }
+
     /// Start a new iteration, at the first record or at `from` (the record of that key on an
     /// unordered kind, which must exist; the first key >= `from` in the database's order on an
     /// ordered kind, which must exist too, as Tokyo Cabinet's B+ tree cursor jump).
     fn iter_init(&mut self, store: &'s dyn Store, from: Option<&[u8]>) -> Result<bool, Error> {
+        self.begun = true;
+        let ok = self.begin(store, from)?;
+        self.note(|p| {
+            *p = match (ok, from) {
+                (false, _) => IterPos::None,
+                (true, None) => IterPos::Start,
+                (true, Some(k)) => IterPos::At(k.to_vec()),
+            }
+        });
+        Ok(ok)
+    }
+
+    fn begin(&mut self, store: &'s dyn Store, from: Option<&[u8]>) -> Result<bool, Error> {
         self.cursor = None;
         self.pending = None;
         let mut cur = store.cursor()?;
@@ -86,8 +142,60 @@ impl<'s> TtState<'s> {
         Ok(true)
     }
 
-    /// The next record of the iteration; `None` at its end (and before any iterinit).
-    fn iter_next(&mut self) -> Result<Option<(Vec<u8>, Record)>, Error> {
+    /// Take up the server's iteration where it is (false: there is none, or its place is
+    /// gone).
+    fn take_up(&mut self, store: &'s dyn Store) -> Result<bool, Error> {
+        let Some(s) = &self.server else {
+            return Ok(false);
+        };
+        let pos = s.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        self.begun = true;
+        match pos {
+            IterPos::None => Ok(false),
+            IterPos::Start => self.begin(store, None),
+            IterPos::At(k) => self.begin(store, Some(&k)),
+            IterPos::After(k, n) => {
+                // The record of the key (or, on an ordered kind, the first after it), then
+                // past the `n` of that key already returned.
+                let mut cur = store.cursor()?;
+                if !cur.jump(&k)? {
+                    return Ok(false);
+                }
+                for _ in 0..n {
+                    match cur.get()? {
+                        Some((at, _)) if at == k => {
+                            cur.next()?;
+                        }
+                        _ => break,
+                    }
+                }
+                self.cursor = Some(cur);
+                self.pending = None;
+                Ok(true)
+            }
+        }
+    }
+
+    /// The next record of the iteration; `None` at its end (and before any iterinit, when the
+    /// server has no iteration to take up).
+    fn iter_next(&mut self, store: &'s dyn Store) -> Result<Option<(Vec<u8>, Record)>, Error> {
+        if !self.begun && !self.take_up(store)? {
+            return Ok(None);
+        }
+        let got = self.step();
+        match &got {
+            Ok(Some((k, _))) => self.note(|p| {
+                *p = match p {
+                    IterPos::After(last, n) if last == k => IterPos::After(k.clone(), *n + 1),
+                    _ => IterPos::After(k.clone(), 1),
+                }
+            }),
+            _ => self.note(|p| *p = IterPos::None),
+        }
+        got
+    }
+
+    fn step(&mut self) -> Result<Option<(Vec<u8>, Record)>, Error> {
         if let Some(p) = self.pending.take() {
             return Ok(Some(p));
         }
@@ -272,7 +380,7 @@ fn run<'s>(
             None => code(out, false),
         },
         Request::IterInit => code(out, st.iter_init(store, None)?),
-        Request::IterNext => match st.iter_next()? {
+        Request::IterNext => match st.iter_next(store)? {
             Some((k, _)) => tt_bin::reply_value(out, &k),
             None => code(out, false),
         },
