@@ -68,15 +68,16 @@ pub enum RemoteCommand {
         #[arg(required = true)]
         keys: Vec<OsString>,
     },
-    /// List keys, one per line, TSV-escaped.
+    /// List keys, one per line, TSV-escaped (a key with several values once per value).
     List {
         /// Only keys starting with these bytes (Tyrant fwmkeys).
         #[arg(long)]
         prefix: Option<OsString>,
-        /// At most this many keys.
+        /// At most this many lines.
         #[arg(long)]
         limit: Option<usize>,
-        /// Print `KEY<TAB>VALUE` lines (the `import` format).
+        /// Print `KEY<TAB>VALUE` lines (the `import` format), each record with its own value
+        /// (misc iternext / getlist).
         #[arg(long)]
         values: bool,
     },
@@ -440,22 +441,33 @@ fn inform(r: &mut Remote) -> Res {
     print(out.as_bytes())
 }
 
+/// Keys per `misc getlist` of `list --prefix --values`.
+const GETLIST_KEYS: usize = 500;
+
+/// `list`: keys (or records) in the server's iteration order. Values travel with their
+/// records (`misc iternext`, `misc getlist`), never by a `get` of each key: on a database with
+/// duplicate keys a `get` answers the first value, and every record shows its own.
 fn list(r: &mut Remote, prefix: Option<Vec<u8>>, limit: Option<usize>, values: bool) -> Res {
     let limit = limit.unwrap_or(usize::MAX);
     let mut out = io::BufWriter::new(io::stdout().lock());
-    let mut emit = |r: &mut Remote, key: &[u8]| -> Res {
-        let mut line = Vec::new();
-        if values {
-            match r.call(&Request::Get { key })? {
-                Reply::Value(v) => tsv::write_line(&mut line, key, &v),
-                _ => return Ok(()), // removed meanwhile
+    // Lines written (a Cell: the loops below read it while `emit` is alive).
+    let n = std::cell::Cell::new(0usize);
+    let mut line = Vec::new();
+    let mut emit = |key: &[u8], value: Option<&[u8]>| -> Res {
+        line.clear();
+        match value {
+            Some(v) => tsv::write_line(&mut line, key, v),
+            None => {
+                tsv::escape_into(&mut line, key);
+                line.push(b'\n');
             }
-        } else {
-            tsv::escape_into(&mut line, key);
-            line.push(b'\n');
         }
+        n.set(n.get() + 1);
         out.write_all(&line).map_err(stdout_err)
     };
+    if limit == 0 {
+        return Ok(());
+    }
     if let Some(prefix) = prefix {
         let max = i32::try_from(limit).unwrap_or(-1);
         let req = Request::Fwmkeys {
@@ -467,21 +479,67 @@ fn list(r: &mut Remote, prefix: Option<Vec<u8>>, limit: Option<usize>, values: b
             Reply::Code(c) => return Err(refused("fwmkeys")(c)),
             other => return Err(unexpected(&req, &other)),
         };
-        for k in keys.iter().take(limit) {
-            emit(r, k)?;
+        let keys = &keys[..keys.len().min(limit)];
+        if !values {
+            for k in keys {
+                emit(k, None)?;
+            }
+        } else {
+            // Each key's records with their values: every value of a key with duplicates.
+            'chunks: for chunk in keys.chunks(GETLIST_KEYS) {
+                let req = Request::Misc {
+                    name: b"getlist",
+                    opts: 0,
+                    args: chunk.iter().map(Vec::as_slice).collect(),
+                };
+                let items = match r.call(&req)? {
+                    Reply::List(items) => items,
+                    Reply::Code(c) => return Err(refused("misc getlist")(c)),
+                    other => return Err(unexpected(&req, &other)),
+                };
+                for pair in items.chunks_exact(2) {
+                    if n.get() >= limit {
+                        break 'chunks;
+                    }
+                    emit(&pair[0], Some(&pair[1]))?;
+                }
+            }
+        }
+    } else if values {
+        // misc iternext answers the record at the iterator: key and its own value.
+        let init = Request::Misc {
+            name: b"iterinit",
+            opts: 0,
+            args: Vec::new(),
+        };
+        match r.call(&init)? {
+            Reply::List(_) => {}
+            Reply::Code(c) => return Err(refused("misc iterinit")(c)),
+            other => return Err(unexpected(&init, &other)),
+        }
+        let next = Request::Misc {
+            name: b"iternext",
+            opts: 0,
+            args: Vec::new(),
+        };
+        while n.get() < limit {
+            match r.call(&next)? {
+                Reply::List(kv) if kv.len() == 2 => emit(&kv[0], Some(&kv[1]))?,
+                Reply::Code(_) => break, // the end
+                other => return Err(unexpected(&next, &other)),
+            }
         }
     } else {
         r.ok(&Request::IterInit, refused("iterinit"))?;
-        let mut n = 0;
-        while n < limit {
+        while n.get() < limit {
             match r.call(&Request::IterNext)? {
-                Reply::Value(k) => emit(r, &k)?,
+                Reply::Value(k) => emit(&k, None)?,
                 Reply::Code(_) => break, // the end
                 other => return Err(unexpected(&Request::IterNext, &other)),
             }
-            n += 1;
         }
     }
+    drop(emit);
     out.flush().map_err(stdout_err)
 }
 

@@ -1,0 +1,109 @@
+//! What an operator meets in `kura db` and `kura remote` (issue 30): listings of duplicate keys,
+//! imports refused before anything is written, restores to a time, the update log's listing,
+//! list bounds, messages and read-only access to a live database. The real binary, in a
+//! temporary directory.
+
+mod common;
+
+use common::{port_of, Server};
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+const KURA: &str = env!("CARGO_BIN_EXE_kura");
+
+/// Run `kura ARGS…` in `dir` with `stdin` as its input.
+fn kura_in(dir: &Path, args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(KURA)
+        .current_dir(dir)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn kura");
+    let mut pipe = child.stdin.take().unwrap();
+    // The command may exit before reading (an error): a broken pipe is fine.
+    let _ = pipe.write_all(stdin);
+    drop(pipe);
+    child.wait_with_output().unwrap()
+}
+
+fn kura(dir: &Path, args: &[&str]) -> Output {
+    kura_in(dir, args, b"")
+}
+
+fn db(dir: &Path, args: &[&str]) -> Output {
+    kura(dir, &[&["db"], args].concat())
+}
+
+fn remote(dir: &Path, srv: &Server, args: &[&str]) -> Output {
+    kura(
+        dir,
+        &[&["remote", "--port", port_of(&srv.addr)], args].concat(),
+    )
+}
+
+fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn out(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[track_caller]
+fn status(o: &Output, code: i32) {
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "stdout: {}\nstderr: {}",
+        out(o),
+        err(o)
+    );
+}
+
+#[track_caller]
+fn ok(o: Output) -> Output {
+    status(&o, 0);
+    o
+}
+
+/// `kura remote list --values` on a B+ tree with duplicate keys printed the first value for
+/// every record of a key (a `get` per key): each record shows its own value, with and
+/// without a prefix, and a limit counts lines.
+#[test]
+fn remote_listings_show_each_duplicates_own_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(db(d, &["put", "--create", "d.kb", "apple", "v-apple-5831"]));
+    ok(db(d, &["put", "--dup", "d.kb", "apple", "v-apple-6466"]));
+    ok(db(d, &["put", "d.kb", "banana", "v-banana"]));
+    let local = out(&ok(db(d, &["list", "--values", "d.kb"])));
+    assert_eq!(
+        local,
+        "apple\tv-apple-5831\napple\tv-apple-6466\nbanana\tv-banana\n"
+    );
+    let srv = common::serve(d, &["d.kb", "--port", "0"]);
+    assert_eq!(out(&ok(remote(d, &srv, &["list", "--values"]))), local);
+    assert_eq!(
+        out(&ok(remote(d, &srv, &["list", "--values", "--prefix", "app"]))),
+        "apple\tv-apple-5831\napple\tv-apple-6466\n"
+    );
+    assert_eq!(
+        out(&ok(remote(
+            d,
+            &srv,
+            &["list", "--values", "--prefix", "a", "--limit", "1"]
+        ))),
+        "apple\tv-apple-5831\n"
+    );
+    assert_eq!(
+        out(&ok(remote(d, &srv, &["list", "--values", "--limit", "2"]))),
+        "apple\tv-apple-5831\napple\tv-apple-6466\n"
+    );
+    assert_eq!(
+        out(&ok(remote(d, &srv, &["list"]))),
+        "apple\napple\nbanana\n"
+    );
+}
