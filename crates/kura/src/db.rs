@@ -124,9 +124,11 @@ pub enum DbCommand {
     /// line split at its first tab (what `tchmgr list -pv` and `kchashmgr list -pv` write);
     /// `hex`: hex byte pairs (their `-px` form). Empty lines are skipped.
     ///
-    /// Every line is checked before the first record is written: a malformed line stops the
-    /// import with status 2, naming the line, and nothing is imported (stdin is kept in a
-    /// temporary file meanwhile). Only keys and values are carried (no flags or expiration
+    /// Every line is checked before the first record is written, against the format and the
+    /// database's rules (a `.kf`'s width and ids): a line that fails stops the import with
+    /// status 2, naming the line, and nothing is imported (stdin is kept in a temporary file
+    /// meanwhile; a database --create made for it is removed). Prints how many records it
+    /// stored. Only keys and values are carried (no flags or expiration
     /// times).
     Import {
         #[arg(help = NAME_HELP)]
@@ -324,21 +326,7 @@ fn dispatch(cmd: DbCommand) -> Res {
             format,
             create,
             dup,
-        } => {
-            // Every line is checked before the database is opened: bad input creates and
-            // changes nothing.
-            let input = transfer::checked(Input::open(file.as_deref())?, format)?;
-            with_db(&name, Open::writable(create), |db| {
-                if dup && !db.allows_dups() {
-                    return Err(Fail::Err(format!(
-                        "--dup needs a database that keeps duplicate keys (a B+ tree, \
-                         PATH.kb), not a {}",
-                        db.kind().name()
-                    )));
-                }
-                transfer::import(db, input, dup)
-            })
-        }
+        } => import(&name, file.as_deref(), format, create, dup),
         DbCommand::Export { name, file, format } => with_db(&name, Open::ReadOnly, |db| {
             transfer::export(db, file.as_deref(), format, &name)
         }),
@@ -398,8 +386,46 @@ impl Open {
     }
 }
 
+/// `import`: every line is checked (its format, and the database's rules: a fixed-length
+/// database's width and ids, …) before the first record is written; bad input changes
+/// nothing, and a database this command created for it is removed again.
+fn import(name: &str, file: Option<&Path>, format: LineFormat, create: bool, dup: bool) -> Res {
+    let input = Input::open(file)?;
+    // Made by this open, and nothing written to it yet.
+    let mut untouched_new = false;
+    let r = with_db_opened(name, Open::writable(create), |db, created| {
+        untouched_new = created;
+        if dup && !db.allows_dups() {
+            return Err(Fail::Err(format!(
+                "--dup needs a database that keeps duplicate keys (a B+ tree, PATH.kb), not a \
+                 {}",
+                db.kind().name()
+            )));
+        }
+        let input = transfer::checked(input, format, Some(db))?;
+        untouched_new = false;
+        let n = transfer::import(db, input, dup)?;
+        print(format!("{n} records stored in {name}\n").as_bytes())
+    });
+    if r.is_err() && untouched_new {
+        // Made by this command and refused before a record was written: nothing stays.
+        if let Ok((path, _)) = engine::name::split_name(name) {
+            let path = Path::new(path);
+            if path.is_dir() {
+                let _ = std::fs::remove_dir_all(path);
+            }
+        }
+    }
+    r
+}
+
 /// Open `name`, run `f`, and close the database whatever `f` returned.
 fn with_db(name: &str, how: Open, f: impl FnOnce(&dyn Store) -> Res) -> Res {
+    with_db_opened(name, how, |db, _| f(db))
+}
+
+/// [`with_db`], telling `f` whether this open created the database.
+fn with_db_opened(name: &str, how: Open, f: impl FnOnce(&dyn Store, bool) -> Res) -> Res {
     let mode = match how {
         Open::Create => OpenMode::Create,
         Open::ExistingOrFlag | Open::Existing => OpenMode::Existing,
@@ -416,8 +442,9 @@ fn with_db(name: &str, how: Open, f: impl FnOnce(&dyn Store) -> Res) -> Res {
                 "cannot open {name}: {e} (`kura db create` makes one)"
             )),
             e => Fail::Err(format!("cannot open {name}: {e}")),
-        })?
-        .store;
+        })?;
+    let created = db.created;
+    let db = db.store;
     let found = db.damage_found();
     if how == Open::ReadOnly && !found.is_empty() {
         let lost: u64 = found.iter().map(|d| d.lost).sum();
@@ -428,7 +455,7 @@ fn with_db(name: &str, how: Open, f: impl FnOnce(&dyn Store) -> Res) -> Res {
             found.len()
         );
     }
-    let result = f(&*db);
+    let result = f(&*db, created);
     let closed = db
         .close()
         .map_err(|e| Fail::Err(format!("closing {name}: {e}")));

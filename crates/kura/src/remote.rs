@@ -394,7 +394,7 @@ fn dispatch(a: &RemoteArgs) -> Res {
             }
         }
         RemoteCommand::Import { file, format } => {
-            let input = transfer::checked(Input::open(file.as_deref())?, *format)?;
+            let input = transfer::checked(Input::open(file.as_deref())?, *format, None)?;
             import(&mut r, input)
         }
         RemoteCommand::Setmst { master, none } => setmst(&mut r, master.as_deref(), *none),

@@ -107,3 +107,54 @@ fn remote_listings_show_each_duplicates_own_value() {
         "apple\napple\nbanana\n"
     );
 }
+
+/// A `.kf` import with a value wider than the database's width failed part way ("running the
+/// same import again finishes it", which it never would): the width, and the kind's other
+/// rules (a key that is an id of the database), are checked with every line before the first
+/// record is written; the message names the line and the width. A successful import says how
+/// many records it stored.
+#[test]
+fn an_import_is_checked_against_the_kinds_rules_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(db(d, &["create", "f.kf#width=5"]));
+    ok(db(d, &["put", "f.kf", "1", "one"]));
+    for (input, what) in [
+        (&b"7\t123456789\n9\tok\n"[..], "line 1"),
+        (b"7\tok\nx\tok\n", "line 2"),
+        (b"7\tok\nmax\tok\n", "line 2"),
+        (b"7\tok\n99999999999\tok\n", "line 2"),
+    ] {
+        let o = kura_in(d, &["db", "import", "--format", "raw", "f.kf"], input);
+        status(&o, 2);
+        let e = err(&o);
+        assert!(e.contains(what) && e.contains("nothing was imported"), "{e}");
+        assert!(!e.contains("Running the same import again"), "{e}");
+        assert_eq!(out(&ok(db(d, &["list", "--values", "f.kf"]))), "1\tone\n");
+    }
+    let o = kura_in(
+        d,
+        &["db", "import", "--format", "raw", "f.kf"],
+        b"7\t123456789\n",
+    );
+    assert!(err(&o).contains("up to 5 bytes"), "{}", err(&o));
+    // A database created for a refused import is not left behind.
+    let o = kura_in(
+        d,
+        &["db", "import", "--create", "--format", "raw", "g.kf#width=3"],
+        b"1\tabcd\n",
+    );
+    status(&o, 2);
+    assert!(!d.join("g.kf").exists());
+    // What passes is stored, and counted.
+    let o = ok(kura_in(
+        d,
+        &["db", "import", "--format", "raw", "f.kf"],
+        b"7\tseven\n9\tnine\n",
+    ));
+    assert_eq!(out(&o), "2 records stored in f.kf\n");
+    assert_eq!(
+        out(&ok(db(d, &["list", "--values", "f.kf"]))),
+        "1\tone\n7\tseven\n9\tnine\n"
+    );
+}

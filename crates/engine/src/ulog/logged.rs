@@ -637,6 +637,10 @@ impl Store for Logged {
         self.inner.check()
     }
 
+    fn check_put(&self, key: &[u8], value_len: usize) -> Result<()> {
+        self.inner.check_put(key, value_len)
+    }
+
     fn kind(&self) -> Kind {
         self.inner.kind()
     }
