@@ -12,6 +12,7 @@
 //! (which syncs it) before exiting, also when it fails.
 
 use crate::transfer::{self, Input, LineFormat};
+use crate::when;
 use clap::Subcommand;
 use kura_engine::{self as engine, tsv, Error, KeyRange, OpenMode, Outcome, Store};
 use std::ffi::OsString;
@@ -206,10 +207,11 @@ pub enum DbCommand {
         dest: PathBuf,
     },
     /// Point-in-time restore: replay an update log onto a backup made by `kura remote copy` of
-    /// a server with `--ulog` (the backup's `.ulogpos` file says where the log takes over),
-    /// up to `--until` (a time stamp in microseconds since the epoch, inclusive; default: the
-    /// end of the log). The backup's position is advanced, so a later restore goes on from
-    /// there. A damaged log is refused (status 2) before anything of it is applied.
+    /// a server with `--ulog` (the position file inside the backup, `kura.ulogpos`, says where
+    /// the log takes over), up to `--until` (default: the end of the log). The backup's
+    /// position is advanced, so a later restore goes on from there. A time before the
+    /// backup's is refused (status 2), and so is a damaged log, before anything of it is
+    /// applied. `kura db ulog DIR` lists the log's records, to find the moment.
     Restore {
         /// The backup (a database name).
         #[arg(help = NAME_HELP)]
@@ -217,9 +219,27 @@ pub enum DbCommand {
         /// The update log directory (the server's `--ulog`, or a copy of it).
         #[arg(long, value_name = "DIR")]
         ulog: PathBuf,
-        /// Stop after the last record at or before this time stamp (µs since the epoch).
-        #[arg(long, value_name = "TS")]
-        until: Option<u64>,
+        /// Stop after the last record at or before this time (inclusive): microseconds since
+        /// the epoch, RFC 3339 (`2026-11-28T03:05:00Z`, `2026-11-28T04:05:00.5+01:00`) or a
+        /// time before now (`-30s`, `-5m`, `-2h`, `-1d`).
+        #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+        until: Option<String>,
+    },
+    /// List the records of an update log directory, one line each (a batch's records one
+    /// each): `TIME<TAB>µs<TAB>ORIGIN<TAB>OPERATION<TAB>KEY` — the time in RFC 3339 (UTC) and
+    /// in microseconds since the epoch (what `restore --until` takes), the server id the
+    /// change came from, `put`, `out`, `touch`, `vanish`, `optimize` (its parameters in the
+    /// KEY column), `values` (every value of a key with duplicates), `batch.put`, `batch.out`;
+    /// the key TSV-escaped. Reads a copy of a log or the log of a running server.
+    Ulog {
+        /// The update log directory (a server's `--ulog`, or a copy of it).
+        dir: PathBuf,
+        /// Only records at or after this time (the forms of `restore --until`).
+        #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+        from: Option<String>,
+        /// Only records at or before this time.
+        #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+        until: Option<String>,
     },
 }
 
@@ -345,19 +365,100 @@ fn dispatch(cmd: DbCommand) -> Res {
             }
             with_db(&name, Open::Existing, |db| Ok(db.copy_to(&dest)?))
         }
-        DbCommand::Restore { name, ulog, until } => {
-            let path = PathBuf::from(name.split('#').next().unwrap_or(&name));
-            let (after, sid) =
-                engine::ulog::logged::read_position(&path).map_err(|e| Fail::Err(e.to_string()))?;
-            with_db(&name, Open::Existing, |db| {
-                let (n, last) =
-                    engine::ulog::apply::replay(db, &ulog, after, until.unwrap_or(u64::MAX))?;
-                engine::ulog::logged::write_position(&path, last, sid)?;
-                println!("{n} records replayed; the backup now holds every change up to {last}");
-                Ok(())
-            })
-        }
+        DbCommand::Restore { name, ulog, until } => restore(&name, &ulog, until.as_deref()),
+        DbCommand::Ulog { dir, from, until } => ulog_list(&dir, from.as_deref(), until.as_deref()),
     }
+}
+
+/// A time of `--until` / `--from` (see [`crate::when`]).
+fn time_arg(flag: &str, s: Option<&str>) -> Result<Option<u64>, Fail> {
+    s.map(|s| when::parse(s, when::now_us()).map_err(|e| Fail::Err(format!("{flag} {e}"))))
+        .transpose()
+}
+
+fn restore(name: &str, ulog: &Path, until: Option<&str>) -> Res {
+    let until = time_arg("--until", until)?;
+    let path = PathBuf::from(name.split('#').next().unwrap_or(name));
+    let (after, sid) =
+        engine::ulog::logged::read_position(&path).map_err(|e| Fail::Err(e.to_string()))?;
+    if let Some(u) = until.filter(|&u| u < after) {
+        return Err(Fail::Err(format!(
+            "--until {} ({u}) is before the backup's time: {} holds every change up to {} \
+             ({after}); a restore goes forward from there only (an earlier moment needs an \
+             earlier backup)",
+            when::show(u),
+            path.display(),
+            when::show(after)
+        )));
+    }
+    with_db(name, Open::Existing, |db| {
+        let (n, last) = engine::ulog::apply::replay(db, ulog, after, until.unwrap_or(u64::MAX))?;
+        engine::ulog::logged::write_position(&path, last, sid)?;
+        print(
+            format!(
+                "{n} records replayed; the backup now holds every change up to {} ({last})\n",
+                when::show(last)
+            )
+            .as_bytes(),
+        )
+    })
+}
+
+/// `kura db ulog DIR`: one line per record (a batch's records one each).
+fn ulog_list(dir: &Path, from: Option<&str>, until: Option<&str>) -> Res {
+    use engine::ulog::record::{batch_ops, Op};
+    let from = time_arg("--from", from)?;
+    let until = time_arg("--until", until)?.unwrap_or(u64::MAX);
+    let start = engine::ulog::dir_start(dir)?;
+    let after = from.map_or(start, |f| f.saturating_sub(1).max(start));
+    let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());
+    let mut failed = None;
+    let mut line = Vec::new();
+    let read = engine::ulog::read_dir(dir, after, until, &mut |rec| {
+        let time = when::show(rec.ts);
+        let mut one = |op: &str, key: &[u8]| {
+            line.clear();
+            line.extend_from_slice(
+                format!("{time}\t{}\t{}\t{op}\t", rec.ts, rec.origin_sid).as_bytes(),
+            );
+            tsv::escape_into(&mut line, key);
+            line.push(b'\n');
+            out.write_all(&line)
+        };
+        let r = match &rec.op {
+            Op::Put { key, .. } => one("put", key),
+            Op::Remove { key } => one("out", key),
+            Op::Touch { key, .. } => one("touch", key),
+            Op::Vanish => one("vanish", b""),
+            Op::Optimize { params } => one("optimize", params),
+            Op::Values { key, .. } => one("values", key),
+            Op::Batch { body, .. } => {
+                let mut r = Ok(());
+                for op in batch_ops(body) {
+                    r = match op? {
+                        Op::Put { key, .. } => one("batch.put", key),
+                        Op::Remove { key } => one("batch.out", key),
+                        _ => one("batch.?", b""),
+                    };
+                    if r.is_err() {
+                        break;
+                    }
+                }
+                r
+            }
+        };
+        if let Err(e) = r {
+            failed = Some(stdout_err(e));
+            // Stop reading: an error the caller replaces with `failed`.
+            return Err(Error::Unsupported("stdout failed"));
+        }
+        Ok(())
+    });
+    if let Some(f) = failed {
+        return Err(f);
+    }
+    read?;
+    out.flush().map_err(stdout_err)
 }
 
 /// How a command opens its database.

@@ -158,3 +158,121 @@ fn an_import_is_checked_against_the_kinds_rules_before_anything_is_written() {
         "1\tone\n7\tseven\n9\tnine\n"
     );
 }
+
+/// The sorted keys of a database.
+fn keys(d: &Path, name: &str) -> Vec<String> {
+    let mut k: Vec<String> = out(&ok(db(d, &["list", name])))
+        .lines()
+        .map(str::to_string)
+        .collect();
+    k.sort();
+    k
+}
+
+/// `kura db restore --until` took only microseconds and answered "0 records replayed" with
+/// status 0 for a time before the backup; there was no way to see the log's records; and the
+/// position a backup needs lived beside its directory, so copying the directory alone lost it.
+/// Now: RFC 3339 and relative times, a time before the backup is an error naming the backup's
+/// time, `kura db ulog` lists the records (binary keys escaped), and the position travels
+/// inside the backup (the old place is still read).
+#[test]
+fn restores_to_a_time_the_log_listing_shows() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let master = common::serve(
+        d,
+        &[
+            "m.kh",
+            "--port",
+            "0",
+            "--sid",
+            "9",
+            "--ulog",
+            "mlog",
+            "--backup-dir",
+            ".",
+        ],
+    );
+    let mut t = common::Tt::new(&master.addr);
+    t.put(b"a", b"1");
+    t.put(b"b", b"2");
+    ok(remote(d, &master, &["copy", "bk.kh"]));
+    ok(remote(d, &master, &["copy", "old.kh"]));
+    assert!(d.join("bk.kh/kura.ulogpos").exists());
+    assert!(!d.join("bk.kh.ulogpos").exists());
+    t.put(b"c", b"3");
+    t.out(b"a");
+    t.put(b"bin\x01", b"x");
+    t.put(b"d", b"too late");
+    drop(master);
+
+    // The listing: time (RFC 3339, UTC), µs, origin, operation, escaped key.
+    let listing = out(&ok(db(d, &["ulog", "mlog"])));
+    let lines: Vec<Vec<&str>> = listing.lines().map(|l| l.split('\t').collect()).collect();
+    let ops: Vec<String> = lines.iter().map(|f| format!("{} {}", f[3], f[4])).collect();
+    assert_eq!(
+        ops,
+        ["put a", "put b", "put c", "out a", "put bin\\x01", "put d"],
+        "{listing}"
+    );
+    for f in &lines {
+        assert_eq!(f.len(), 5, "{listing}");
+        assert_eq!(f[2], "9");
+        assert!(f[0].starts_with("20") && f[0].ends_with('Z'), "{listing}");
+    }
+    let out_a = lines[3][0];
+    // --from/--until in the same forms, inclusive.
+    let some = out(&ok(db(d, &["ulog", "mlog", "--from", lines[2][0], "--until", out_a])));
+    assert_eq!(some.lines().count(), 2, "{some}");
+    let some = out(&ok(db(d, &["ulog", "mlog", "--from", lines[4][1]])));
+    assert_eq!(some.lines().count(), 2, "{some}");
+    assert_eq!(out(&ok(db(d, &["ulog", "mlog", "--from", "-1h"]))), listing);
+    assert_eq!(out(&ok(db(d, &["ulog", "mlog", "--until", "-1h"]))), "");
+    let bad = db(d, &["ulog", "mlog", "--from", "yesterday"]);
+    status(&bad, 2);
+    assert!(err(&bad).contains("RFC 3339"), "{}", err(&bad));
+
+    // The backup's directory alone, moved elsewhere, restores to an RFC 3339 time.
+    std::fs::create_dir(d.join("elsewhere")).unwrap();
+    std::fs::rename(d.join("bk.kh"), d.join("elsewhere/bk.kh")).unwrap();
+    let o = ok(db(
+        d,
+        &["restore", "elsewhere/bk.kh", "--ulog", "mlog", "--until", out_a],
+    ));
+    assert!(out(&o).starts_with("2 records replayed"), "{}", out(&o));
+    assert!(out(&o).contains(out_a), "{}", out(&o));
+    assert_eq!(keys(d, "elsewhere/bk.kh"), ["b", "c"]);
+    // A time before the backup's: an error saying the backup's time; nothing changes.
+    let o = db(
+        d,
+        &[
+            "restore",
+            "elsewhere/bk.kh",
+            "--ulog",
+            "mlog",
+            "--until",
+            "2001-02-03T04:05:06+01:00",
+        ],
+    );
+    status(&o, 2);
+    assert!(
+        err(&o).contains("before the backup's time") && err(&o).contains(out_a),
+        "{}",
+        err(&o)
+    );
+    assert_eq!(keys(d, "elsewhere/bk.kh"), ["b", "c"]);
+    // A time relative to now: the rest.
+    ok(db(
+        d,
+        &["restore", "elsewhere/bk.kh", "--ulog", "mlog", "--until", "-0s"],
+    ));
+    assert_eq!(keys(d, "elsewhere/bk.kh"), ["b", "bin\\x01", "c", "d"]);
+
+    // A backup whose position lies beside it (where copies kept it before) still restores,
+    // and its position moves inside.
+    std::fs::rename(d.join("old.kh/kura.ulogpos"), d.join("old.kh.ulogpos")).unwrap();
+    ok(db(d, &["restore", "old.kh", "--ulog", "mlog"]));
+    assert_eq!(keys(d, "old.kh"), ["b", "bin\\x01", "c", "d"]);
+    assert!(d.join("old.kh/kura.ulogpos").exists());
+    assert!(!d.join("old.kh.ulogpos").exists());
+}
