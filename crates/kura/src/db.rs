@@ -104,14 +104,20 @@ pub enum DbCommand {
         /// At most this many records.
         #[arg(long)]
         limit: Option<usize>,
-        /// Only keys from this one on (inclusive; ordered kinds).
+        /// Start the walk at this key (inclusive; ordered kinds): the keys from it up, or with
+        /// --desc from it down (as `tcbmgr list -bk -j KEY`).
         #[arg(long)]
         from: Option<OsString>,
-        /// Only keys before this one (exclusive; ordered kinds).
-        #[arg(long)]
+        /// End the walk before this key (exclusive; ordered kinds): with --desc the keys
+        /// down to it, it left out.
+        #[arg(long, conflicts_with = "through")]
         to: Option<OsString>,
-        /// In descending key order (ordered kinds): the keys of [--from, --to) from the
-        /// last.
+        /// End the walk at this key, including it (ordered kinds; as `tcbmgr list -rb`
+        /// includes its end).
+        #[arg(long, value_name = "KEY")]
+        through: Option<OsString>,
+        /// In descending key order (ordered kinds): from --from (or the last key) down to
+        /// --to / --through.
         #[arg(long)]
         desc: bool,
         /// Print `KEY<TAB>VALUE` lines (the `export` format) instead of keys only.
@@ -327,6 +333,7 @@ fn dispatch(cmd: DbCommand) -> Res {
             limit,
             from,
             to,
+            through,
             desc,
             values,
         } => with_db(&name, Open::ReadOnly, |db| {
@@ -334,7 +341,7 @@ fn dispatch(cmd: DbCommand) -> Res {
             let sel = Selection {
                 prefix: bytes(&prefix).unwrap_or_default(),
                 from: bytes(&from),
-                to: bytes(&to),
+                to: bytes(&to).map(|k| (k, false)).or(bytes(&through).map(|k| (k, true))),
                 desc,
                 limit: limit.unwrap_or(usize::MAX),
             };
@@ -506,7 +513,8 @@ fn import(name: &str, file: Option<&Path>, format: LineFormat, create: bool, dup
         let input = transfer::checked(input, format, Some(db))?;
         untouched_new = false;
         let n = transfer::import(db, input, dup)?;
-        print(format!("{n} records stored in {name}\n").as_bytes())
+        let path = name.split('#').next().unwrap_or(name);
+        print(format!("{n} records stored in {path}\n").as_bytes())
     });
     if r.is_err() && untouched_new {
         // Made by this command and refused before a record was written: nothing stays.
@@ -542,7 +550,10 @@ fn with_db_opened(name: &str, how: Open, f: impl FnOnce(&dyn Store, bool) -> Res
             Error::NotFound(_) => Fail::Err(format!(
                 "cannot open {name}: {e} (`kura db create` makes one)"
             )),
-            e => Fail::Err(format!("cannot open {name}: {e}")),
+            e => Fail::Err(format!(
+                "cannot open {name}: {e}{}",
+                migrate_hint(name).unwrap_or_default()
+            )),
         })?;
     let created = db.created;
     let db = db.store;
@@ -570,6 +581,38 @@ fn with_db_opened(name: &str, how: Open, f: impl FnOnce(&dyn Store, bool) -> Res
         }
         (Err(Fail::BrokenPipe), closed) => closed,
     }
+}
+
+/// For a name of a Tokyo or Kyoto Cabinet file, which Kura does not open: how to move its
+/// records into a Kura database (the README's "Migrating" pipelines).
+pub(crate) fn migrate_hint(name: &str) -> Option<String> {
+    let path = name.split('#').next().unwrap_or(name);
+    let (stem, ext) = path.rsplit_once('.')?;
+    let ext = ext.to_ascii_lowercase();
+    let (what, tool, kind) = match ext.as_str() {
+        "tch" => ("a Tokyo Cabinet hash", "tchmgr list -pv -px", "kh"),
+        "tcb" => ("a Tokyo Cabinet B+ tree", "tcbmgr list -pv -px", "kb"),
+        "tcf" => ("a Tokyo Cabinet fixed-length database", "tcfmgr list -pv", "kf"),
+        "kch" => ("a Kyoto Cabinet hash", "kchashmgr list -pv -px", "kh"),
+        "kct" => ("a Kyoto Cabinet B+ tree", "kctreemgr list -pv -px", "kb"),
+        _ => return None,
+    };
+    let (format, dest, note) = if ext == "tcf" {
+        (
+            "raw",
+            format!("'{stem}.kf#width=W'"),
+            ", W the width `tcfmgr inform` shows; values holding newlines need the README's hex \
+             pipeline",
+        )
+    } else {
+        ("hex", format!("{stem}.{kind}"), "")
+    };
+    let dup = if ext == "tcb" { " --dup" } else { "" };
+    Some(format!(
+        "; {path} is {what}, which Kura does not open: move its records into a Kura database \
+         with `{tool} {path} | kura db import --create{dup} --format {format} {dest}`{note} \
+         (README: Migrating)"
+    ))
 }
 
 /// A key for messages: escaped like the TSV output, so control bytes are visible.
@@ -724,10 +767,11 @@ pub(crate) fn lexical(db: &dyn Store) -> bool {
 /// Which records `list` shows.
 struct Selection {
     prefix: Vec<u8>,
-    /// Inclusive lower bound (ordered kinds).
+    /// Where the walk starts, inclusive (ordered kinds): the lower bound, or the upper one
+    /// with `desc`.
     from: Option<Vec<u8>>,
-    /// Exclusive upper bound (ordered kinds).
-    to: Option<Vec<u8>>,
+    /// Where the walk ends, and whether that key is included (ordered kinds).
+    to: Option<(Vec<u8>, bool)>,
     desc: bool,
     limit: usize,
 }
@@ -787,14 +831,27 @@ fn select(
     // end the walk once it has passed the prefix's keys. In another order than the bytes'
     // (a B+ tree's `#cmp=dec`, …) a prefix's keys are not together: all are looked at.
     let together = prefix.is_empty() || lexical(db);
-    let from = match &sel.from {
-        Some(f) => Included(f.as_slice()),
+    let start = sel.from.as_deref().map(Included);
+    let end = sel.to.as_ref().map(|(k, incl)| {
+        if *incl {
+            Included(k.as_slice())
+        } else {
+            Excluded(k.as_slice())
+        }
+    });
+    let (lower, upper) = if sel.desc {
+        (end, start)
+    } else {
+        (start, end)
+    };
+    let lower = match lower {
+        Some(b) => b,
         None if together && !prefix.is_empty() => Included(prefix),
         None => Unbounded,
     };
     let range = KeyRange {
-        from,
-        to: sel.to.as_deref().map_or(Unbounded, Excluded),
+        from: lower,
+        to: upper.unwrap_or(Unbounded),
         desc: sel.desc,
         max: usize::MAX,
     };
@@ -963,6 +1020,17 @@ mod tests {
         desc: bool,
         limit: usize,
     ) -> String {
+        keys_to(prefix, from, to.map(|t| (t, false)), desc, limit)
+    }
+
+    /// `keys` with the end's inclusion given.
+    fn keys_to(
+        prefix: &str,
+        from: Option<&str>,
+        to: Option<(&str, bool)>,
+        desc: bool,
+        limit: usize,
+    ) -> String {
         let db = engine::open("+").unwrap();
         for c in ["a", "b"] {
             for i in 0..10 {
@@ -972,7 +1040,7 @@ mod tests {
         let sel = Selection {
             prefix: prefix.as_bytes().to_vec(),
             from: from.map(|f| f.as_bytes().to_vec()),
-            to: to.map(|t| t.as_bytes().to_vec()),
+            to: to.map(|(t, incl)| (t.as_bytes().to_vec(), incl)),
             desc,
             limit,
         };
@@ -989,14 +1057,22 @@ mod tests {
     fn ranges_prefixes_directions_and_limits_on_a_tree() {
         let m = usize::MAX;
         assert_eq!(keys("", Some("a8"), Some("b2"), false, m), "a8 a9 b0 b1");
-        assert_eq!(keys("", Some("a8"), Some("b2"), true, m), "b1 b0 a9 a8");
+        // Descending: from --from down to --to (as `tcbmgr list -bk -j`).
+        assert_eq!(keys("", Some("b1"), Some("a7"), true, m), "b1 b0 a9 a8");
+        assert_eq!(keys("", Some("a8"), Some("b2"), true, m), "");
+        assert_eq!(keys("", Some("a2"), None, true, m), "a2 a1 a0");
         assert_eq!(keys("", Some("a8"), None, false, 3), "a8 a9 b0");
-        assert_eq!(keys("", None, Some("a2"), true, m), "a1 a0");
+        assert_eq!(keys("", None, Some("b7"), true, m), "b9 b8");
+        // An inclusive end (--through), both ways.
+        assert_eq!(keys_to("", Some("a8"), Some(("b1", true)), false, m), "a8 a9 b0 b1");
+        assert_eq!(keys_to("", Some("b1"), Some(("a9", true)), true, m), "b1 b0 a9");
+        assert_eq!(keys_to("", None, Some(("a1", true)), false, m), "a0 a1");
         assert_eq!(keys("", None, None, true, 2), "b9 b8");
         assert_eq!(keys("b", None, None, false, 3), "b0 b1 b2");
         assert_eq!(keys("a", None, None, true, 2), "a9 a8");
         assert_eq!(keys("a", Some("a7"), Some("b5"), false, m), "a7 a8 a9");
-        assert_eq!(keys("b", Some("a7"), Some("b2"), true, m), "b1 b0");
+        assert_eq!(keys("b", Some("b1"), Some("a7"), true, m), "b1 b0");
+        assert_eq!(keys("a", Some("b1"), None, true, 2), "a9 a8");
         assert_eq!(keys("", Some("b"), Some("a"), false, m), "");
         assert_eq!(keys("", None, None, false, 0), "");
     }

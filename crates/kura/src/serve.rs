@@ -15,9 +15,7 @@ use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
-    /// Database name: `*`, `+`, `PATH.kh#param=value…` (created when missing, and said so in
-    /// the log; its directory must exist).
-    #[arg(default_value = "casket.kh")]
+    #[arg(default_value = "casket.kh", help = name_help())]
     name: String,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
@@ -118,6 +116,15 @@ pub struct ServeArgs {
     /// stamp (killed after 60 s; success only on status 0). Without it, they are refused.
     #[arg(long, value_name = "DIR")]
     backup_dir: Option<PathBuf>,
+}
+
+/// The database name's help: every kind, from the registry.
+fn name_help() -> String {
+    format!(
+        "Database name: {}, optionally followed by #param=value tuning (created when missing, \
+         and said so in the log; its directory must exist)",
+        kura_engine::registry::usage()
+    )
 }
 
 fn master_protocol(s: &str) -> Result<kura_server::repl::MasterProtocol, String> {
@@ -431,7 +438,14 @@ pub fn run(a: ServeArgs) -> ExitCode {
             }
             o.store
         }
-        Err(e) => return fail(Some(&log), daemon, format!("cannot open {}: {e}", a.name)),
+        Err(e) => {
+            let hint = crate::db::migrate_hint(&a.name).unwrap_or_default();
+            return fail(
+                Some(&log),
+                daemon,
+                format!("cannot open {}: {e}{hint}", a.name),
+            );
+        }
     };
     let sid = a.sid.unwrap_or(if a.port != 0 {
         u32::from(a.port)

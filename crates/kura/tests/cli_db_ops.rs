@@ -276,3 +276,52 @@ fn restores_to_a_time_the_log_listing_shows() {
     assert!(d.join("old.kh/kura.ulogpos").exists());
     assert!(!d.join("old.kh.ulogpos").exists());
 }
+
+/// `kura db list` on an ordered kind as `tcbmgr list` walks it: `--through` includes the end
+/// (`-rb` does), and `--desc --from K` walks down from K (`-bk -j K`), where `--from` was the
+/// lower bound whatever the direction.
+#[test]
+fn list_bounds_follow_the_walk_as_tcbmgr_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(db(d, &["create", "t.kb"]));
+    for k in ["a", "b", "c", "d", "e"] {
+        ok(db(d, &["put", "t.kb", k, k]));
+    }
+    let list = |args: &[&str]| out(&ok(db(d, &[&["list", "t.kb"], args].concat())));
+    assert_eq!(list(&["--from", "b", "--to", "d"]), "b\nc\n");
+    assert_eq!(list(&["--from", "b", "--through", "d"]), "b\nc\nd\n");
+    assert_eq!(list(&["--desc", "--from", "c"]), "c\nb\na\n");
+    assert_eq!(list(&["--desc", "--from", "d", "--to", "b"]), "d\nc\n");
+    assert_eq!(list(&["--desc", "--from", "d", "--through", "b"]), "d\nc\nb\n");
+    assert_eq!(list(&["--desc", "--limit", "2"]), "e\nd\n");
+    status(&db(d, &["list", "t.kb", "--to", "b", "--through", "c"]), 2);
+}
+
+/// `kura serve --help` named only `*`, `+` and `.kh`; a Tokyo or Kyoto Cabinet file name
+/// was an unknown kind and nothing more: the help lists every kind, and such a name gets the
+/// README's migration pipeline.
+#[test]
+fn serve_names_every_kind_and_how_to_migrate_a_cabinet_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let help = out(&ok(kura(d, &["serve", "--help"])));
+    for k in ["PATH.kh", "PATH.kb", "PATH.kf", "`*`", "`+`"] {
+        assert!(help.contains(k), "{k}: {help}");
+    }
+    for (file, pipeline) in [
+        ("c.tch", "tchmgr list -pv -px c.tch | kura db import --create --format hex c.kh"),
+        ("c.tcb", "tcbmgr list -pv -px c.tcb | kura db import --create --dup --format hex c.kb"),
+        ("c.tcf", "tcfmgr list -pv c.tcf | kura db import --create --format raw 'c.kf#width=W'"),
+        ("c.kch", "kchashmgr list -pv -px c.kch | kura db import --create --format hex c.kh"),
+        ("c.kct", "kctreemgr list -pv -px c.kct | kura db import --create --format hex c.kb"),
+    ] {
+        let o = kura(d, &["serve", file, "--port", "0"]);
+        status(&o, 2);
+        assert!(err(&o).contains(pipeline), "{file}: {}", err(&o));
+        let o = db(d, &["list", file]);
+        status(&o, 2);
+        assert!(err(&o).contains(pipeline), "{file}: {}", err(&o));
+    }
+    assert!(!d.join("c.kh").exists() && !d.join("c.tch").exists());
+}
