@@ -544,14 +544,19 @@ fn with_db_opened(name: &str, how: Open, f: impl FnOnce(&dyn Store, bool) -> Res
         .map_err(|e| match e {
             // The engine's message already names the database and says what is wrong.
             Error::Locked { .. } => Fail::Err(e.to_string()),
+            // Creating, a missing directory: the engine's message says which.
+            Error::NotFound(_) if how == Open::Create => Fail::Err(open_error("create", name, &e)),
             Error::NotFound(_) if how == Open::ExistingOrFlag => Fail::Err(format!(
-                "cannot open {name}: {e} (add --create to create it)"
+                "{} (add --create to create it)",
+                open_error("open", name, &e)
             )),
             Error::NotFound(_) => Fail::Err(format!(
-                "cannot open {name}: {e} (`kura db create` makes one)"
+                "{} (`kura db create` makes one)",
+                open_error("open", name, &e)
             )),
             e => Fail::Err(format!(
-                "cannot open {name}: {e}{}",
+                "{}{}",
+                open_error("open", name, &e),
                 migrate_hint(name).unwrap_or_default()
             )),
         })?;
@@ -615,6 +620,17 @@ pub(crate) fn migrate_hint(name: &str) -> Option<String> {
     ))
 }
 
+/// `cannot VERB NAME: E`, unless the engine's message already names the database it could
+/// not open or create (said once, not twice).
+pub(crate) fn open_error(verb: &str, name: &str, e: &Error) -> String {
+    let m = e.to_string();
+    if m.starts_with("cannot create ") || m.starts_with("cannot open ") {
+        m
+    } else {
+        format!("cannot {verb} {name}: {m}")
+    }
+}
+
 /// A key for messages: escaped like the TSV output, so control bytes are visible.
 pub(crate) fn show(key: &[u8]) -> String {
     String::from_utf8_lossy(&tsv::escape(key)).into_owned()
@@ -644,13 +660,18 @@ fn create(name: &str) -> Res {
             Path::new(path),
             &engine::hash::stored::own_file,
         )
-        .map_err(|e| Fail::Err(format!("cannot create {name}: {e}")))?;
+        .map_err(|e| Fail::Err(open_error("create", name, &e)))?;
         if matches!(state, DirState::Database(_) | DirState::Unmarked) {
             return Err(Fail::No(format!("{path} already exists")));
         }
     }
-    let opened = engine::open_as(name, OpenMode::Create)
-        .map_err(|e| Fail::Err(format!("cannot create {name}: {e}")))?;
+    let opened = engine::open_as(name, OpenMode::Create).map_err(|e| {
+        Fail::Err(format!(
+            "{}{}",
+            open_error("create", name, &e),
+            migrate_hint(name).unwrap_or_default()
+        ))
+    })?;
     let created = opened.created;
     opened
         .store

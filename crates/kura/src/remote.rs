@@ -349,26 +349,16 @@ fn dispatch(a: &RemoteArgs) -> Res {
             refused("optimize"),
         ),
         RemoteCommand::Vanish => r.ok(&Request::Vanish, refused("vanish")),
-        RemoteCommand::Copy { path } => r.ok(
-            &Request::Copy {
+        RemoteCommand::Copy { path } => {
+            let req = Request::Copy {
                 path: path.as_os_str().as_bytes(),
-            },
-            |c| {
-                let p = path.display();
-                Fail::No(if path.as_os_str().as_bytes().starts_with(b"@") {
-                    format!(
-                        "copy {p} failed (the server answered code {c}): the command was \
-                         refused or failed; the server's log says why"
-                    )
-                } else {
-                    format!(
-                        "copy to {p} failed (the server answered code {c}): the server needs \
-                         --backup-dir, and the path must stay inside it and not exist yet; \
-                         the server's log says why"
-                    )
-                })
-            },
-        ),
+            };
+            match r.call(&req)? {
+                Reply::Code(0) => Ok(()),
+                Reply::Code(c) => Err(copy_failed(&mut r, path, c)),
+                other => Err(unexpected(&req, &other)),
+            }
+        }
         RemoteCommand::Misc {
             func,
             args,
@@ -409,6 +399,44 @@ fn dispatch(a: &RemoteArgs) -> Res {
             print(format!("{v}\n").as_bytes())
         }
     }
+}
+
+/// A refused or failed `copy`: the server's reason (its `misc error`, which Kura answers
+/// with the reason of the connection's last failed copy), or what the failure may mean.
+fn copy_failed(r: &mut Remote, path: &std::path::Path, c: u8) -> Fail {
+    let p = path.display();
+    let what = if path.as_os_str().as_bytes().starts_with(b"@") {
+        format!("copy {p}")
+    } else {
+        format!("copy to {p}")
+    };
+    let req = Request::Misc {
+        name: b"error",
+        opts: 0,
+        args: Vec::new(),
+    };
+    let why = match r.call(&req) {
+        Ok(Reply::List(items)) => items
+            .first()
+            .map(|m| String::from_utf8_lossy(m).into_owned())
+            .filter(|m| !m.starts_with("0:")),
+        _ => None,
+    };
+    Fail::No(match why {
+        // `9999: refused: …` → `refused: …`
+        Some(m) => format!(
+            "{what} {}",
+            m.split_once(": ").map_or(m.as_str(), |(_, rest)| rest)
+        ),
+        None if path.as_os_str().as_bytes().starts_with(b"@") => format!(
+            "{what} failed (the server answered code {c}): the command was refused or \
+             failed; the server's log says why"
+        ),
+        None => format!(
+            "{what} failed (the server answered code {c}): the server needs --backup-dir, and \
+             the path must stay inside it and not exist yet; the server's log says why"
+        ),
+    })
 }
 
 fn stat(r: &mut Remote) -> Result<Vec<(String, String)>, Fail> {

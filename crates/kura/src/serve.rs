@@ -443,7 +443,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
             return fail(
                 Some(&log),
                 daemon,
-                format!("cannot open {}: {e}{hint}", a.name),
+                format!("{}{hint}", crate::db::open_error("open", &a.name, &e)),
             );
         }
     };

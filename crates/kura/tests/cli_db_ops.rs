@@ -325,3 +325,33 @@ fn serve_names_every_kind_and_how_to_migrate_a_cabinet_file() {
     }
     assert!(!d.join("c.kh").exists() && !d.join("c.tch").exists());
 }
+
+/// `kura remote copy` failures said only "the server answered code 1" and a list of what
+/// might be wrong: they give the server's reason (its `misc error` after the copy).
+#[test]
+fn remote_copy_failures_give_the_servers_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("bk")).unwrap();
+    let srv = common::serve(d, &["m.kh", "--port", "0", "--backup-dir", "bk"]);
+    ok(remote(d, &srv, &["copy", "x.kh"]));
+    for (path, why) in [
+        ("x.kh", "copy to x.kh refused: "),
+        ("../y.kh", "copy to ../y.kh refused: a `..` component"),
+        ("@nosuch", "copy @nosuch refused: no such command"),
+    ] {
+        let o = remote(d, &srv, &["copy", path]);
+        status(&o, 1);
+        assert!(err(&o).contains(why), "{path}: {}", err(&o));
+    }
+    assert!(err(&remote(d, &srv, &["copy", "x.kh"])).contains("x.kh already exists"));
+    let plain = common::serve(d, &["*", "--port", "0"]);
+    let o = remote(d, &plain, &["copy", "z.kh"]);
+    status(&o, 1);
+    assert!(err(&o).contains("the server has no --backup-dir"), "{}", err(&o));
+    // misc error answers success again on a connection with no failed copy.
+    assert_eq!(
+        out(&ok(remote(d, &srv, &["misc", "error"]))),
+        "0: success\n"
+    );
+}
