@@ -355,3 +355,73 @@ fn remote_copy_failures_give_the_servers_reason() {
         "0: success\n"
     );
 }
+
+/// Wait up to 10 s for `f` to give a value.
+fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(start.elapsed().as_secs() < 10, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// `kura serve --threads 0` was taken; `--daemon` without `--log` threw the log away. Zero
+/// threads are refused; a daemon without --log logs beside its database and says where.
+#[test]
+fn serve_refuses_zero_threads_and_a_daemon_keeps_its_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let o = kura(d, &["serve", "d.kh", "--port", "0", "--threads", "0"]);
+    status(&o, 2);
+    assert!(err(&o).contains("at least 1"), "{}", err(&o));
+    assert!(!d.join("d.kh").exists());
+
+    let o = kura(
+        d,
+        &["serve", "d.kh", "--port", "0", "--daemon", "--pid", "d.pid"],
+    );
+    status(&o, 0);
+    assert!(
+        err(&o).contains("the log goes to") && err(&o).contains("d.kh.log"),
+        "{}",
+        err(&o)
+    );
+    let read = |p: &str| std::fs::read_to_string(d.join(p)).unwrap_or_default();
+    let pid: i32 = wait_for("the pid file", || read("d.pid").trim().parse().ok());
+    wait_for("the log", || read("d.kh.log").contains("listening on").then_some(()));
+    // SAFETY: kill(2) of the daemon this test started.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    wait_for("the server stopped", || {
+        read("d.kh.log").contains("stopped;").then_some(())
+    });
+}
+
+/// `cannot create nodir/x.kh: cannot create nodir/x.kh: …` named the database twice, and
+/// `put --create` added "`kura db create` makes one": said once, for every kind and command.
+#[test]
+fn a_missing_directory_is_said_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for name in ["nodir/x.kh", "nodir/x.kb", "nodir/x.kf"] {
+        for args in [
+            &["db", "create", name][..],
+            &["db", "put", "--create", name, "k", "v"],
+            &["db", "import", "--create", name],
+            &["serve", name, "--port", "0"],
+        ] {
+            let o = kura(d, args);
+            status(&o, 2);
+            let e = err(&o);
+            assert!(
+                e.contains(&format!("cannot create {name}: directory nodir does not exist")),
+                "{args:?}: {e}"
+            );
+            assert_eq!(e.matches(name).count(), 1, "{args:?}: {e}");
+            assert!(!e.contains("makes one"), "{args:?}: {e}");
+        }
+    }
+    assert!(!d.join("nodir").exists());
+}
