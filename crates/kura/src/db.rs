@@ -282,7 +282,153 @@ pub fn run(cmd: DbCommand) -> ExitCode {
     }
 }
 
+/// What the running `kura db` command is over `kura remote` (the arguments after `kura remote
+/// --port P`), for the message when a server holds the database.
+static REMOTE_EQUIVALENT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// An argument as a shell would need it: as it is when plain, else single-quoted.
+fn shell_word(s: &std::ffi::OsStr) -> String {
+    let t = s.to_string_lossy();
+    let plain = !t.is_empty()
+        && t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_./:=@%+,-".contains(&b));
+    if plain {
+        t.into_owned()
+    } else {
+        format!("'{}'", t.replace('\'', "'\\''"))
+    }
+}
+
+/// `cmd` as a `kura remote` command (its arguments), where there is one.
+fn remote_equivalent(cmd: &DbCommand) -> Option<String> {
+    let w = |s: &OsString| shell_word(s);
+    Some(match cmd {
+        DbCommand::Inform { .. } => "inform".into(),
+        DbCommand::Get { key, all: false, .. } => format!("get {}", w(key)),
+        // misc get answers every value of a key, one escaped line each.
+        DbCommand::Get { key, all: true, .. } => format!("misc get {}", w(key)),
+        DbCommand::List {
+            prefix,
+            limit,
+            from: None,
+            to: None,
+            through: None,
+            desc: false,
+            values,
+            ..
+        } => {
+            let mut s = "list".to_string();
+            if let Some(p) = prefix {
+                s.push_str(&format!(" --prefix {}", w(p)));
+            }
+            if let Some(l) = limit {
+                s.push_str(&format!(" --limit {l}"));
+            }
+            if *values {
+                s.push_str(" --values");
+            }
+            s
+        }
+        DbCommand::Export {
+            file,
+            format: LineFormat::Escaped,
+            ..
+        } => match file {
+            Some(f) => format!("list --values > {}", shell_word(f.as_os_str())),
+            None => "list --values".into(),
+        },
+        DbCommand::Put {
+            key,
+            value,
+            keep,
+            cat,
+            dup,
+            dupback,
+            ..
+        } => match (keep, cat, dup, dupback) {
+            (true, ..) => format!("put --keep {} {}", w(key), w(value)),
+            (_, true, ..) => format!("put --cat {} {}", w(key), w(value)),
+            (_, _, true, _) => format!("misc putdup {} {}", w(key), w(value)),
+            (.., true) => format!("misc putdupback {} {}", w(key), w(value)),
+            _ => format!("put {} {}", w(key), w(value)),
+        },
+        DbCommand::Out { key, all: false, .. } => format!("out {}", w(key)),
+        DbCommand::Out { key, all: true, .. } => format!("misc outlist {}", w(key)),
+        DbCommand::Import {
+            file,
+            format,
+            dup: false,
+            ..
+        } => {
+            let mut s = "import".to_string();
+            if *format != LineFormat::Escaped {
+                s.push_str(&format!(
+                    " --format {}",
+                    if *format == LineFormat::Raw { "raw" } else { "hex" }
+                ));
+            }
+            if let Some(f) = file {
+                s.push_str(&format!(" {}", shell_word(f.as_os_str())));
+            }
+            s
+        }
+        DbCommand::Vanish { .. } => "vanish".into(),
+        DbCommand::Optimize { params, .. } => {
+            format!("optimize {}", shell_word(params.as_deref().unwrap_or("").as_ref()))
+        }
+        _ => return None,
+    })
+}
+
+/// The address a `kura serve` command line listens on: `--host` (127.0.0.1; a wildcard
+/// address is reached at 127.0.0.1) and `--port` (1978).
+fn serve_address(command: &str) -> (String, Option<u16>) {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let opt = |name: &str| {
+        words.iter().enumerate().find_map(|(i, w)| {
+            w.strip_prefix(&format!("{name}="))
+                .or_else(|| (*w == name).then(|| words.get(i + 1).copied()).flatten())
+        })
+    };
+    let host = match opt("--host") {
+        None | Some("0.0.0.0" | "::" | "[::]") => "127.0.0.1".to_string(),
+        Some(h) => h.to_string(),
+    };
+    let port = match opt("--port") {
+        None => Some(1978),
+        Some(p) => p.parse().ok().filter(|&p| p != 0),
+    };
+    (host, port)
+}
+
+/// The message for a database another process holds: when that is a server, the same
+/// command through it.
+fn held_message(e: &Error, command: Option<&str>) -> String {
+    let (Some(c), Some(eq)) = (
+        command.filter(|c| c.split_whitespace().any(|w| w == "serve")),
+        REMOTE_EQUIVALENT.get(),
+    ) else {
+        return e.to_string();
+    };
+    let (host, port) = serve_address(c);
+    let host = if host == "127.0.0.1" {
+        String::new()
+    } else {
+        format!("--host {host} ")
+    };
+    match port {
+        Some(p) => format!("{e}: here `kura remote {host}--port {p} {eq}`"),
+        None => format!(
+            "{e}: here `kura remote {host}--port PORT {eq}`, PORT the one its log says it \
+             listens on"
+        ),
+    }
+}
+
 fn dispatch(cmd: DbCommand) -> Res {
+    if let Some(eq) = remote_equivalent(&cmd) {
+        let _ = REMOTE_EQUIVALENT.set(eq);
+    }
     match cmd {
         DbCommand::Create { name } => create(&name),
         DbCommand::Inform { name } => with_db(&name, Open::ReadOnly, inform),
@@ -543,7 +689,7 @@ fn with_db_opened(name: &str, how: Open, f: impl FnOnce(&dyn Store, bool) -> Res
     let db = engine::open_as(name, mode)
         .map_err(|e| match e {
             // The engine's message already names the database and says what is wrong.
-            Error::Locked { .. } => Fail::Err(e.to_string()),
+            Error::Locked { ref command, .. } => Fail::Err(held_message(&e, command.as_deref())),
             // Creating, a missing directory: the engine's message says which.
             Error::NotFound(_) if how == Open::Create => Fail::Err(open_error("create", name, &e)),
             Error::NotFound(_) if how == Open::ExistingOrFlag => Fail::Err(format!(

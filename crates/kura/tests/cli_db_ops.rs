@@ -425,3 +425,34 @@ fn a_missing_directory_is_said_once() {
     }
     assert!(!d.join("nodir").exists());
 }
+
+/// A database a server holds cannot be opened by `kura db` (the server writes it): the
+/// message gives the same command through the server, with its port, so it can be run as
+/// it is.
+#[test]
+fn a_database_a_server_holds_points_at_the_same_command_through_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(db(d, &["put", "--create", "live.kb", "k", "v"]));
+    ok(db(d, &["put", "--dup", "live.kb", "k", "v2"]));
+    let port = common::free_port().to_string();
+    let srv = common::serve(d, &["live.kb", "--port", &port]);
+    for (args, same) in [
+        (&["inform", "live.kb"][..], "inform"),
+        (&["get", "live.kb", "k"], "get k"),
+        (&["get", "--all", "live.kb", "k"], "misc get k"),
+        (&["list", "--values", "live.kb"], "list --values"),
+        (&["export", "live.kb", "out.tsv"], "list --values > out.tsv"),
+        (&["put", "live.kb", "it's", "x"], "put 'it'\\''s' x"),
+    ] {
+        let o = db(d, args);
+        status(&o, 2);
+        let want = format!("`kura remote --port {port} {same}`");
+        assert!(err(&o).contains(&want), "{args:?}: {}", err(&o));
+    }
+    // The commands named do what was asked.
+    let o = ok(remote(d, &srv, &["misc", "get", "k"]));
+    assert_eq!(out(&o), "v\nv2\n");
+    assert_eq!(out(&ok(remote(d, &srv, &["get", "k"]))), "v");
+    assert!(!d.join("out.tsv").exists());
+}
