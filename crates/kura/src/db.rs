@@ -304,7 +304,9 @@ fn remote_equivalent(cmd: &DbCommand) -> Option<String> {
     let w = |s: &OsString| shell_word(s);
     Some(match cmd {
         DbCommand::Inform { .. } => "inform".into(),
-        DbCommand::Get { key, all: false, .. } => format!("get {}", w(key)),
+        DbCommand::Get {
+            key, all: false, ..
+        } => format!("get {}", w(key)),
         // misc get answers every value of a key, one escaped line each.
         DbCommand::Get { key, all: true, .. } => format!("misc get {}", w(key)),
         DbCommand::List {
@@ -352,7 +354,9 @@ fn remote_equivalent(cmd: &DbCommand) -> Option<String> {
             (.., true) => format!("misc putdupback {} {}", w(key), w(value)),
             _ => format!("put {} {}", w(key), w(value)),
         },
-        DbCommand::Out { key, all: false, .. } => format!("out {}", w(key)),
+        DbCommand::Out {
+            key, all: false, ..
+        } => format!("out {}", w(key)),
         DbCommand::Out { key, all: true, .. } => format!("misc outlist {}", w(key)),
         DbCommand::Import {
             file,
@@ -364,7 +368,11 @@ fn remote_equivalent(cmd: &DbCommand) -> Option<String> {
             if *format != LineFormat::Escaped {
                 s.push_str(&format!(
                     " --format {}",
-                    if *format == LineFormat::Raw { "raw" } else { "hex" }
+                    if *format == LineFormat::Raw {
+                        "raw"
+                    } else {
+                        "hex"
+                    }
                 ));
             }
             if let Some(f) = file {
@@ -374,7 +382,10 @@ fn remote_equivalent(cmd: &DbCommand) -> Option<String> {
         }
         DbCommand::Vanish { .. } => "vanish".into(),
         DbCommand::Optimize { params, .. } => {
-            format!("optimize {}", shell_word(params.as_deref().unwrap_or("").as_ref()))
+            format!(
+                "optimize {}",
+                shell_word(params.as_deref().unwrap_or("").as_ref())
+            )
         }
         _ => return None,
     })
@@ -487,7 +498,9 @@ fn dispatch(cmd: DbCommand) -> Res {
             let sel = Selection {
                 prefix: bytes(&prefix).unwrap_or_default(),
                 from: bytes(&from),
-                to: bytes(&to).map(|k| (k, false)).or(bytes(&through).map(|k| (k, true))),
+                to: bytes(&to)
+                    .map(|k| (k, false))
+                    .or(bytes(&through).map(|k| (k, true))),
                 desc,
                 limit: limit.unwrap_or(usize::MAX),
             };
@@ -686,26 +699,25 @@ fn with_db_opened(name: &str, how: Open, f: impl FnOnce(&dyn Store, bool) -> Res
         Open::ExistingOrFlag | Open::Existing => OpenMode::Existing,
         Open::ReadOnly | Open::Inspect => OpenMode::ReadOnly,
     };
-    let db = engine::open_as(name, mode)
-        .map_err(|e| match e {
-            // The engine's message already names the database and says what is wrong.
-            Error::Locked { ref command, .. } => Fail::Err(held_message(&e, command.as_deref())),
-            // Creating, a missing directory: the engine's message says which.
-            Error::NotFound(_) if how == Open::Create => Fail::Err(open_error("create", name, &e)),
-            Error::NotFound(_) if how == Open::ExistingOrFlag => Fail::Err(format!(
-                "{} (add --create to create it)",
-                open_error("open", name, &e)
-            )),
-            Error::NotFound(_) => Fail::Err(format!(
-                "{} (`kura db create` makes one)",
-                open_error("open", name, &e)
-            )),
-            e => Fail::Err(format!(
-                "{}{}",
-                open_error("open", name, &e),
-                migrate_hint(name).unwrap_or_default()
-            )),
-        })?;
+    let db = engine::open_as(name, mode).map_err(|e| match e {
+        // The engine's message already names the database and says what is wrong.
+        Error::Locked { ref command, .. } => Fail::Err(held_message(&e, command.as_deref())),
+        // Creating, a missing directory: the engine's message says which.
+        Error::NotFound(_) if how == Open::Create => Fail::Err(open_error("create", name, &e)),
+        Error::NotFound(_) if how == Open::ExistingOrFlag => Fail::Err(format!(
+            "{} (add --create to create it)",
+            open_error("open", name, &e)
+        )),
+        Error::NotFound(_) => Fail::Err(format!(
+            "{} (`kura db create` makes one)",
+            open_error("open", name, &e)
+        )),
+        e => Fail::Err(format!(
+            "{}{}",
+            open_error("open", name, &e),
+            migrate_hint(name).unwrap_or_default()
+        )),
+    })?;
     let created = db.created;
     let db = db.store;
     let found = db.damage_found();
@@ -743,7 +755,11 @@ pub(crate) fn migrate_hint(name: &str) -> Option<String> {
     let (what, tool, kind) = match ext.as_str() {
         "tch" => ("a Tokyo Cabinet hash", "tchmgr list -pv -px", "kh"),
         "tcb" => ("a Tokyo Cabinet B+ tree", "tcbmgr list -pv -px", "kb"),
-        "tcf" => ("a Tokyo Cabinet fixed-length database", "tcfmgr list -pv", "kf"),
+        "tcf" => (
+            "a Tokyo Cabinet fixed-length database",
+            "tcfmgr list -pv",
+            "kf",
+        ),
         "kch" => ("a Kyoto Cabinet hash", "kchashmgr list -pv -px", "kh"),
         "kct" => ("a Kyoto Cabinet B+ tree", "kctreemgr list -pv -px", "kb"),
         _ => return None,
@@ -1006,11 +1022,7 @@ fn select(
             Excluded(k.as_slice())
         }
     });
-    let (lower, upper) = if sel.desc {
-        (end, start)
-    } else {
-        (start, end)
-    };
+    let (lower, upper) = if sel.desc { (end, start) } else { (start, end) };
     let lower = match lower {
         Some(b) => b,
         None if together && !prefix.is_empty() => Included(prefix),
@@ -1231,8 +1243,14 @@ mod tests {
         assert_eq!(keys("", Some("a8"), None, false, 3), "a8 a9 b0");
         assert_eq!(keys("", None, Some("b7"), true, m), "b9 b8");
         // An inclusive end (--through), both ways.
-        assert_eq!(keys_to("", Some("a8"), Some(("b1", true)), false, m), "a8 a9 b0 b1");
-        assert_eq!(keys_to("", Some("b1"), Some(("a9", true)), true, m), "b1 b0 a9");
+        assert_eq!(
+            keys_to("", Some("a8"), Some(("b1", true)), false, m),
+            "a8 a9 b0 b1"
+        );
+        assert_eq!(
+            keys_to("", Some("b1"), Some(("a9", true)), true, m),
+            "b1 b0 a9"
+        );
         assert_eq!(keys_to("", None, Some(("a1", true)), false, m), "a0 a1");
         assert_eq!(keys("", None, None, true, 2), "b9 b8");
         assert_eq!(keys("b", None, None, false, 3), "b0 b1 b2");

@@ -567,7 +567,6 @@ fn list(r: &mut Remote, prefix: Option<Vec<u8>>, limit: Option<usize>, values: b
             }
         }
     }
-    drop(emit);
     out.flush().map_err(stdout_err)
 }
 

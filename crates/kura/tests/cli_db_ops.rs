@@ -87,7 +87,11 @@ fn remote_listings_show_each_duplicates_own_value() {
     let srv = common::serve(d, &["d.kb", "--port", "0"]);
     assert_eq!(out(&ok(remote(d, &srv, &["list", "--values"]))), local);
     assert_eq!(
-        out(&ok(remote(d, &srv, &["list", "--values", "--prefix", "app"]))),
+        out(&ok(remote(
+            d,
+            &srv,
+            &["list", "--values", "--prefix", "app"]
+        ))),
         "apple\tv-apple-5831\napple\tv-apple-6466\n"
     );
     assert_eq!(
@@ -128,7 +132,10 @@ fn an_import_is_checked_against_the_kinds_rules_before_anything_is_written() {
         let o = kura_in(d, &["db", "import", "--format", "raw", "f.kf"], input);
         status(&o, 2);
         let e = err(&o);
-        assert!(e.contains(what) && e.contains("nothing was imported"), "{e}");
+        assert!(
+            e.contains(what) && e.contains("nothing was imported"),
+            "{e}"
+        );
         assert!(!e.contains("Running the same import again"), "{e}");
         assert_eq!(out(&ok(db(d, &["list", "--values", "f.kf"]))), "1\tone\n");
     }
@@ -141,7 +148,14 @@ fn an_import_is_checked_against_the_kinds_rules_before_anything_is_written() {
     // A database created for a refused import is not left behind.
     let o = kura_in(
         d,
-        &["db", "import", "--create", "--format", "raw", "g.kf#width=3"],
+        &[
+            "db",
+            "import",
+            "--create",
+            "--format",
+            "raw",
+            "g.kf#width=3",
+        ],
         b"1\tabcd\n",
     );
     status(&o, 2);
@@ -222,7 +236,10 @@ fn restores_to_a_time_the_log_listing_shows() {
     }
     let out_a = lines[3][0];
     // --from/--until in the same forms, inclusive.
-    let some = out(&ok(db(d, &["ulog", "mlog", "--from", lines[2][0], "--until", out_a])));
+    let some = out(&ok(db(
+        d,
+        &["ulog", "mlog", "--from", lines[2][0], "--until", out_a],
+    )));
     assert_eq!(some.lines().count(), 2, "{some}");
     let some = out(&ok(db(d, &["ulog", "mlog", "--from", lines[4][1]])));
     assert_eq!(some.lines().count(), 2, "{some}");
@@ -237,7 +254,14 @@ fn restores_to_a_time_the_log_listing_shows() {
     std::fs::rename(d.join("bk.kh"), d.join("elsewhere/bk.kh")).unwrap();
     let o = ok(db(
         d,
-        &["restore", "elsewhere/bk.kh", "--ulog", "mlog", "--until", out_a],
+        &[
+            "restore",
+            "elsewhere/bk.kh",
+            "--ulog",
+            "mlog",
+            "--until",
+            out_a,
+        ],
     ));
     assert!(out(&o).starts_with("2 records replayed"), "{}", out(&o));
     assert!(out(&o).contains(out_a), "{}", out(&o));
@@ -264,7 +288,14 @@ fn restores_to_a_time_the_log_listing_shows() {
     // A time relative to now: the rest.
     ok(db(
         d,
-        &["restore", "elsewhere/bk.kh", "--ulog", "mlog", "--until", "-0s"],
+        &[
+            "restore",
+            "elsewhere/bk.kh",
+            "--ulog",
+            "mlog",
+            "--until",
+            "-0s",
+        ],
     ));
     assert_eq!(keys(d, "elsewhere/bk.kh"), ["b", "bin\\x01", "c", "d"]);
 
@@ -293,7 +324,10 @@ fn list_bounds_follow_the_walk_as_tcbmgr_does() {
     assert_eq!(list(&["--from", "b", "--through", "d"]), "b\nc\nd\n");
     assert_eq!(list(&["--desc", "--from", "c"]), "c\nb\na\n");
     assert_eq!(list(&["--desc", "--from", "d", "--to", "b"]), "d\nc\n");
-    assert_eq!(list(&["--desc", "--from", "d", "--through", "b"]), "d\nc\nb\n");
+    assert_eq!(
+        list(&["--desc", "--from", "d", "--through", "b"]),
+        "d\nc\nb\n"
+    );
     assert_eq!(list(&["--desc", "--limit", "2"]), "e\nd\n");
     status(&db(d, &["list", "t.kb", "--to", "b", "--through", "c"]), 2);
 }
@@ -310,11 +344,26 @@ fn serve_names_every_kind_and_how_to_migrate_a_cabinet_file() {
         assert!(help.contains(k), "{k}: {help}");
     }
     for (file, pipeline) in [
-        ("c.tch", "tchmgr list -pv -px c.tch | kura db import --create --format hex c.kh"),
-        ("c.tcb", "tcbmgr list -pv -px c.tcb | kura db import --create --dup --format hex c.kb"),
-        ("c.tcf", "tcfmgr list -pv c.tcf | kura db import --create --format raw 'c.kf#width=W'"),
-        ("c.kch", "kchashmgr list -pv -px c.kch | kura db import --create --format hex c.kh"),
-        ("c.kct", "kctreemgr list -pv -px c.kct | kura db import --create --format hex c.kb"),
+        (
+            "c.tch",
+            "tchmgr list -pv -px c.tch | kura db import --create --format hex c.kh",
+        ),
+        (
+            "c.tcb",
+            "tcbmgr list -pv -px c.tcb | kura db import --create --dup --format hex c.kb",
+        ),
+        (
+            "c.tcf",
+            "tcfmgr list -pv c.tcf | kura db import --create --format raw 'c.kf#width=W'",
+        ),
+        (
+            "c.kch",
+            "kchashmgr list -pv -px c.kch | kura db import --create --format hex c.kh",
+        ),
+        (
+            "c.kct",
+            "kctreemgr list -pv -px c.kct | kura db import --create --format hex c.kb",
+        ),
     ] {
         let o = kura(d, &["serve", file, "--port", "0"]);
         status(&o, 2);
@@ -348,7 +397,11 @@ fn remote_copy_failures_give_the_servers_reason() {
     let plain = common::serve(d, &["*", "--port", "0"]);
     let o = remote(d, &plain, &["copy", "z.kh"]);
     status(&o, 1);
-    assert!(err(&o).contains("the server has no --backup-dir"), "{}", err(&o));
+    assert!(
+        err(&o).contains("the server has no --backup-dir"),
+        "{}",
+        err(&o)
+    );
     // misc error answers success again on a connection with no failed copy.
     assert_eq!(
         out(&ok(remote(d, &srv, &["misc", "error"]))),
@@ -363,7 +416,10 @@ fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
         if let Some(v) = f() {
             return v;
         }
-        assert!(start.elapsed().as_secs() < 10, "timed out waiting for {what}");
+        assert!(
+            start.elapsed().as_secs() < 10,
+            "timed out waiting for {what}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
@@ -391,7 +447,9 @@ fn serve_refuses_zero_threads_and_a_daemon_keeps_its_log() {
     );
     let read = |p: &str| std::fs::read_to_string(d.join(p)).unwrap_or_default();
     let pid: i32 = wait_for("the pid file", || read("d.pid").trim().parse().ok());
-    wait_for("the log", || read("d.kh.log").contains("listening on").then_some(()));
+    wait_for("the log", || {
+        read("d.kh.log").contains("listening on").then_some(())
+    });
     // SAFETY: kill(2) of the daemon this test started.
     unsafe { libc::kill(pid, libc::SIGTERM) };
     wait_for("the server stopped", || {
@@ -416,7 +474,9 @@ fn a_missing_directory_is_said_once() {
             status(&o, 2);
             let e = err(&o);
             assert!(
-                e.contains(&format!("cannot create {name}: directory nodir does not exist")),
+                e.contains(&format!(
+                    "cannot create {name}: directory nodir does not exist"
+                )),
                 "{args:?}: {e}"
             );
             assert_eq!(e.matches(name).count(), 1, "{args:?}: {e}");

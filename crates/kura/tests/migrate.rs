@@ -272,7 +272,9 @@ fn a_tokyo_fixed_length_file_moves_to_a_kf() {
     for (k, v) in &rawable {
         script.push_str(&format!("tcfmgr put -sx r.tcf '{}' '{}'\n", hex(k), hex(v)));
     }
-    script.push_str("tcfmgr list -pv r.tcf | \"$KURA\" db import --create --format raw 'r.kf#width=16'");
+    script.push_str(
+        "tcfmgr list -pv r.tcf | \"$KURA\" db import --create --format raw 'r.kf#width=16'",
+    );
     sh(d, &script);
     assert_holds(d, "r.kf", &rawable);
 }
