@@ -107,7 +107,8 @@ pub enum RemoteCommand {
     /// Hot-copy the server's database to PATH in the server's --backup-dir (relative to it),
     /// or with `@NAME` to a fresh copy DIR/NAME-<µs>.<ext> and run the executable DIR/NAME on
     /// it. Status 1 when the server refuses (no --backup-dir, a path leading out of it, an
-    /// existing destination) or the command fails; the server's log says why.
+    /// existing destination) or the command fails, with the server's reason (its `misc
+    /// error`; from a server that does not keep one, what the failure may mean).
     Copy { path: PathBuf },
     /// Call a `misc` function (putlist, outlist, getlist, getpart, iterinit, iternext, sync,
     /// optimize, vanish, error, cacheclear, regex, range, …, and Kura's ulogstat and
