@@ -659,6 +659,14 @@ pub trait Store: Send + Sync {
         Ok(out)
     }
 
+    /// Whether a put of `key` with a value of `value_len` bytes, in a [`Store::write_batch`],
+    /// would be accepted by this database's rules (the size limits every kind shares, and the
+    /// kind's own: a fixed-length database's width and ids). Writes nothing; an import checks
+    /// every line with it before it writes the first record.
+    fn check_put(&self, key: &[u8], value_len: usize) -> Result<()> {
+        check_sizes(key, value_len)
+    }
+
     /// Whether this database keeps several values of one key (`put_dup`; the B+ tree).
     fn allows_dups(&self) -> bool {
         false

@@ -12,6 +12,7 @@
 //! (which syncs it) before exiting, also when it fails.
 
 use crate::transfer::{self, Input, LineFormat};
+use crate::when;
 use clap::Subcommand;
 use kura_engine::{self as engine, tsv, Error, KeyRange, OpenMode, Outcome, Store};
 use std::ffi::OsString;
@@ -103,14 +104,20 @@ pub enum DbCommand {
         /// At most this many records.
         #[arg(long)]
         limit: Option<usize>,
-        /// Only keys from this one on (inclusive; ordered kinds).
+        /// Start the walk at this key (inclusive; ordered kinds): the keys from it up, or with
+        /// --desc from it down (as `tcbmgr list -bk -j KEY`).
         #[arg(long)]
         from: Option<OsString>,
-        /// Only keys before this one (exclusive; ordered kinds).
-        #[arg(long)]
+        /// End the walk before this key (exclusive; ordered kinds): with --desc the keys
+        /// down to it, it left out.
+        #[arg(long, conflicts_with = "through")]
         to: Option<OsString>,
-        /// In descending key order (ordered kinds): the keys of [--from, --to) from the
-        /// last.
+        /// End the walk at this key, including it (ordered kinds; as `tcbmgr list -rb`
+        /// includes its end).
+        #[arg(long, value_name = "KEY")]
+        through: Option<OsString>,
+        /// In descending key order (ordered kinds): from --from (or the last key) down to
+        /// --to / --through.
         #[arg(long)]
         desc: bool,
         /// Print `KEY<TAB>VALUE` lines (the `export` format) instead of keys only.
@@ -124,9 +131,11 @@ pub enum DbCommand {
     /// line split at its first tab (what `tchmgr list -pv` and `kchashmgr list -pv` write);
     /// `hex`: hex byte pairs (their `-px` form). Empty lines are skipped.
     ///
-    /// Every line is checked before the first record is written: a malformed line stops the
-    /// import with status 2, naming the line, and nothing is imported (stdin is kept in a
-    /// temporary file meanwhile). Only keys and values are carried (no flags or expiration
+    /// Every line is checked before the first record is written, against the format and the
+    /// database's rules (a `.kf`'s width and ids): a line that fails stops the import with
+    /// status 2, naming the line, and nothing is imported (stdin is kept in a temporary file
+    /// meanwhile; a database --create made for it is removed). Prints how many records it
+    /// stored. Only keys and values are carried (no flags or expiration
     /// times).
     Import {
         #[arg(help = NAME_HELP)]
@@ -204,10 +213,11 @@ pub enum DbCommand {
         dest: PathBuf,
     },
     /// Point-in-time restore: replay an update log onto a backup made by `kura remote copy` of
-    /// a server with `--ulog` (the backup's `.ulogpos` file says where the log takes over),
-    /// up to `--until` (a time stamp in microseconds since the epoch, inclusive; default: the
-    /// end of the log). The backup's position is advanced, so a later restore goes on from
-    /// there. A damaged log is refused (status 2) before anything of it is applied.
+    /// a server with `--ulog` (the position file inside the backup, `kura.ulogpos`, says where
+    /// the log takes over), up to `--until` (default: the end of the log). The backup's
+    /// position is advanced, so a later restore goes on from there. A time before the
+    /// backup's is refused (status 2), and so is a damaged log, before anything of it is
+    /// applied. `kura db ulog DIR` lists the log's records, to find the moment.
     Restore {
         /// The backup (a database name).
         #[arg(help = NAME_HELP)]
@@ -215,9 +225,27 @@ pub enum DbCommand {
         /// The update log directory (the server's `--ulog`, or a copy of it).
         #[arg(long, value_name = "DIR")]
         ulog: PathBuf,
-        /// Stop after the last record at or before this time stamp (µs since the epoch).
-        #[arg(long, value_name = "TS")]
-        until: Option<u64>,
+        /// Stop after the last record at or before this time (inclusive): microseconds since
+        /// the epoch, RFC 3339 (`2026-11-28T03:05:00Z`, `2026-11-28T04:05:00.5+01:00`) or a
+        /// time before now (`-30s`, `-5m`, `-2h`, `-1d`).
+        #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+        until: Option<String>,
+    },
+    /// List the records of an update log directory, one line each (a batch's records one
+    /// each): `TIME<TAB>µs<TAB>ORIGIN<TAB>OPERATION<TAB>KEY` — the time in RFC 3339 (UTC) and
+    /// in microseconds since the epoch (what `restore --until` takes), the server id the
+    /// change came from, `put`, `out`, `touch`, `vanish`, `optimize` (its parameters in the
+    /// KEY column), `values` (every value of a key with duplicates), `batch.put`, `batch.out`;
+    /// the key TSV-escaped. Reads a copy of a log or the log of a running server.
+    Ulog {
+        /// The update log directory (a server's `--ulog`, or a copy of it).
+        dir: PathBuf,
+        /// Only records at or after this time (the forms of `restore --until`).
+        #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+        from: Option<String>,
+        /// Only records at or before this time.
+        #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+        until: Option<String>,
     },
 }
 
@@ -254,7 +282,164 @@ pub fn run(cmd: DbCommand) -> ExitCode {
     }
 }
 
+/// What the running `kura db` command is over `kura remote` (the arguments after `kura remote
+/// --port P`), for the message when a server holds the database.
+static REMOTE_EQUIVALENT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// An argument as a shell would need it: as it is when plain, else single-quoted.
+fn shell_word(s: &std::ffi::OsStr) -> String {
+    let t = s.to_string_lossy();
+    let plain = !t.is_empty()
+        && t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_./:=@%+,-".contains(&b));
+    if plain {
+        t.into_owned()
+    } else {
+        format!("'{}'", t.replace('\'', "'\\''"))
+    }
+}
+
+/// `cmd` as a `kura remote` command (its arguments), where there is one.
+fn remote_equivalent(cmd: &DbCommand) -> Option<String> {
+    let w = |s: &OsString| shell_word(s);
+    Some(match cmd {
+        DbCommand::Inform { .. } => "inform".into(),
+        DbCommand::Get {
+            key, all: false, ..
+        } => format!("get {}", w(key)),
+        // misc get answers every value of a key, one escaped line each.
+        DbCommand::Get { key, all: true, .. } => format!("misc get {}", w(key)),
+        DbCommand::List {
+            prefix,
+            limit,
+            from: None,
+            to: None,
+            through: None,
+            desc: false,
+            values,
+            ..
+        } => {
+            let mut s = "list".to_string();
+            if let Some(p) = prefix {
+                s.push_str(&format!(" --prefix {}", w(p)));
+            }
+            if let Some(l) = limit {
+                s.push_str(&format!(" --limit {l}"));
+            }
+            if *values {
+                s.push_str(" --values");
+            }
+            s
+        }
+        DbCommand::Export {
+            file,
+            format: LineFormat::Escaped,
+            ..
+        } => match file {
+            Some(f) => format!("list --values > {}", shell_word(f.as_os_str())),
+            None => "list --values".into(),
+        },
+        DbCommand::Put {
+            key,
+            value,
+            keep,
+            cat,
+            dup,
+            dupback,
+            ..
+        } => match (keep, cat, dup, dupback) {
+            (true, ..) => format!("put --keep {} {}", w(key), w(value)),
+            (_, true, ..) => format!("put --cat {} {}", w(key), w(value)),
+            (_, _, true, _) => format!("misc putdup {} {}", w(key), w(value)),
+            (.., true) => format!("misc putdupback {} {}", w(key), w(value)),
+            _ => format!("put {} {}", w(key), w(value)),
+        },
+        DbCommand::Out {
+            key, all: false, ..
+        } => format!("out {}", w(key)),
+        DbCommand::Out { key, all: true, .. } => format!("misc outlist {}", w(key)),
+        DbCommand::Import {
+            file,
+            format,
+            dup: false,
+            ..
+        } => {
+            let mut s = "import".to_string();
+            if *format != LineFormat::Escaped {
+                s.push_str(&format!(
+                    " --format {}",
+                    if *format == LineFormat::Raw {
+                        "raw"
+                    } else {
+                        "hex"
+                    }
+                ));
+            }
+            if let Some(f) = file {
+                s.push_str(&format!(" {}", shell_word(f.as_os_str())));
+            }
+            s
+        }
+        DbCommand::Vanish { .. } => "vanish".into(),
+        DbCommand::Optimize { params, .. } => {
+            format!(
+                "optimize {}",
+                shell_word(params.as_deref().unwrap_or("").as_ref())
+            )
+        }
+        _ => return None,
+    })
+}
+
+/// The address a `kura serve` command line listens on: `--host` (127.0.0.1; a wildcard
+/// address is reached at 127.0.0.1) and `--port` (1978).
+fn serve_address(command: &str) -> (String, Option<u16>) {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let opt = |name: &str| {
+        words.iter().enumerate().find_map(|(i, w)| {
+            w.strip_prefix(&format!("{name}="))
+                .or_else(|| (*w == name).then(|| words.get(i + 1).copied()).flatten())
+        })
+    };
+    let host = match opt("--host") {
+        None | Some("0.0.0.0" | "::" | "[::]") => "127.0.0.1".to_string(),
+        Some(h) => h.to_string(),
+    };
+    let port = match opt("--port") {
+        None => Some(1978),
+        Some(p) => p.parse().ok().filter(|&p| p != 0),
+    };
+    (host, port)
+}
+
+/// The message for a database another process holds: when that is a server, the same
+/// command through it.
+fn held_message(e: &Error, command: Option<&str>) -> String {
+    let (Some(c), Some(eq)) = (
+        command.filter(|c| c.split_whitespace().any(|w| w == "serve")),
+        REMOTE_EQUIVALENT.get(),
+    ) else {
+        return e.to_string();
+    };
+    let (host, port) = serve_address(c);
+    let host = if host == "127.0.0.1" {
+        String::new()
+    } else {
+        format!("--host {host} ")
+    };
+    match port {
+        Some(p) => format!("{e}: here `kura remote {host}--port {p} {eq}`"),
+        None => format!(
+            "{e}: here `kura remote {host}--port PORT {eq}`, PORT the one its log says it \
+             listens on"
+        ),
+    }
+}
+
 fn dispatch(cmd: DbCommand) -> Res {
+    if let Some(eq) = remote_equivalent(&cmd) {
+        let _ = REMOTE_EQUIVALENT.set(eq);
+    }
     match cmd {
         DbCommand::Create { name } => create(&name),
         DbCommand::Inform { name } => with_db(&name, Open::ReadOnly, inform),
@@ -305,6 +490,7 @@ fn dispatch(cmd: DbCommand) -> Res {
             limit,
             from,
             to,
+            through,
             desc,
             values,
         } => with_db(&name, Open::ReadOnly, |db| {
@@ -312,7 +498,9 @@ fn dispatch(cmd: DbCommand) -> Res {
             let sel = Selection {
                 prefix: bytes(&prefix).unwrap_or_default(),
                 from: bytes(&from),
-                to: bytes(&to),
+                to: bytes(&to)
+                    .map(|k| (k, false))
+                    .or(bytes(&through).map(|k| (k, true))),
                 desc,
                 limit: limit.unwrap_or(usize::MAX),
             };
@@ -324,21 +512,7 @@ fn dispatch(cmd: DbCommand) -> Res {
             format,
             create,
             dup,
-        } => {
-            // Every line is checked before the database is opened: bad input creates and
-            // changes nothing.
-            let input = transfer::checked(Input::open(file.as_deref())?, format)?;
-            with_db(&name, Open::writable(create), |db| {
-                if dup && !db.allows_dups() {
-                    return Err(Fail::Err(format!(
-                        "--dup needs a database that keeps duplicate keys (a B+ tree, \
-                         PATH.kb), not a {}",
-                        db.kind().name()
-                    )));
-                }
-                transfer::import(db, input, dup)
-            })
-        }
+        } => import(&name, file.as_deref(), format, create, dup),
         DbCommand::Export { name, file, format } => with_db(&name, Open::ReadOnly, |db| {
             transfer::export(db, file.as_deref(), format, &name)
         }),
@@ -357,19 +531,100 @@ fn dispatch(cmd: DbCommand) -> Res {
             }
             with_db(&name, Open::Existing, |db| Ok(db.copy_to(&dest)?))
         }
-        DbCommand::Restore { name, ulog, until } => {
-            let path = PathBuf::from(name.split('#').next().unwrap_or(&name));
-            let (after, sid) =
-                engine::ulog::logged::read_position(&path).map_err(|e| Fail::Err(e.to_string()))?;
-            with_db(&name, Open::Existing, |db| {
-                let (n, last) =
-                    engine::ulog::apply::replay(db, &ulog, after, until.unwrap_or(u64::MAX))?;
-                engine::ulog::logged::write_position(&path, last, sid)?;
-                println!("{n} records replayed; the backup now holds every change up to {last}");
-                Ok(())
-            })
-        }
+        DbCommand::Restore { name, ulog, until } => restore(&name, &ulog, until.as_deref()),
+        DbCommand::Ulog { dir, from, until } => ulog_list(&dir, from.as_deref(), until.as_deref()),
     }
+}
+
+/// A time of `--until` / `--from` (see [`crate::when`]).
+fn time_arg(flag: &str, s: Option<&str>) -> Result<Option<u64>, Fail> {
+    s.map(|s| when::parse(s, when::now_us()).map_err(|e| Fail::Err(format!("{flag} {e}"))))
+        .transpose()
+}
+
+fn restore(name: &str, ulog: &Path, until: Option<&str>) -> Res {
+    let until = time_arg("--until", until)?;
+    let path = PathBuf::from(name.split('#').next().unwrap_or(name));
+    let (after, sid) =
+        engine::ulog::logged::read_position(&path).map_err(|e| Fail::Err(e.to_string()))?;
+    if let Some(u) = until.filter(|&u| u < after) {
+        return Err(Fail::Err(format!(
+            "--until {} ({u}) is before the backup's time: {} holds every change up to {} \
+             ({after}); a restore goes forward from there only (an earlier moment needs an \
+             earlier backup)",
+            when::show(u),
+            path.display(),
+            when::show(after)
+        )));
+    }
+    with_db(name, Open::Existing, |db| {
+        let (n, last) = engine::ulog::apply::replay(db, ulog, after, until.unwrap_or(u64::MAX))?;
+        engine::ulog::logged::write_position(&path, last, sid)?;
+        print(
+            format!(
+                "{n} records replayed; the backup now holds every change up to {} ({last})\n",
+                when::show(last)
+            )
+            .as_bytes(),
+        )
+    })
+}
+
+/// `kura db ulog DIR`: one line per record (a batch's records one each).
+fn ulog_list(dir: &Path, from: Option<&str>, until: Option<&str>) -> Res {
+    use engine::ulog::record::{batch_ops, Op};
+    let from = time_arg("--from", from)?;
+    let until = time_arg("--until", until)?.unwrap_or(u64::MAX);
+    let start = engine::ulog::dir_start(dir)?;
+    let after = from.map_or(start, |f| f.saturating_sub(1).max(start));
+    let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());
+    let mut failed = None;
+    let mut line = Vec::new();
+    let read = engine::ulog::read_dir(dir, after, until, &mut |rec| {
+        let time = when::show(rec.ts);
+        let mut one = |op: &str, key: &[u8]| {
+            line.clear();
+            line.extend_from_slice(
+                format!("{time}\t{}\t{}\t{op}\t", rec.ts, rec.origin_sid).as_bytes(),
+            );
+            tsv::escape_into(&mut line, key);
+            line.push(b'\n');
+            out.write_all(&line)
+        };
+        let r = match &rec.op {
+            Op::Put { key, .. } => one("put", key),
+            Op::Remove { key } => one("out", key),
+            Op::Touch { key, .. } => one("touch", key),
+            Op::Vanish => one("vanish", b""),
+            Op::Optimize { params } => one("optimize", params),
+            Op::Values { key, .. } => one("values", key),
+            Op::Batch { body, .. } => {
+                let mut r = Ok(());
+                for op in batch_ops(body) {
+                    r = match op? {
+                        Op::Put { key, .. } => one("batch.put", key),
+                        Op::Remove { key } => one("batch.out", key),
+                        _ => one("batch.?", b""),
+                    };
+                    if r.is_err() {
+                        break;
+                    }
+                }
+                r
+            }
+        };
+        if let Err(e) = r {
+            failed = Some(stdout_err(e));
+            // Stop reading: an error the caller replaces with `failed`.
+            return Err(Error::Unsupported("stdout failed"));
+        }
+        Ok(())
+    });
+    if let Some(f) = failed {
+        return Err(f);
+    }
+    read?;
+    out.flush().map_err(stdout_err)
 }
 
 /// How a command opens its database.
@@ -398,26 +653,73 @@ impl Open {
     }
 }
 
+/// `import`: every line is checked (its format, and the database's rules: a fixed-length
+/// database's width and ids, …) before the first record is written; bad input changes
+/// nothing, and a database this command created for it is removed again.
+fn import(name: &str, file: Option<&Path>, format: LineFormat, create: bool, dup: bool) -> Res {
+    let input = Input::open(file)?;
+    // Made by this open, and nothing written to it yet.
+    let mut untouched_new = false;
+    let r = with_db_opened(name, Open::writable(create), |db, created| {
+        untouched_new = created;
+        if dup && !db.allows_dups() {
+            return Err(Fail::Err(format!(
+                "--dup needs a database that keeps duplicate keys (a B+ tree, PATH.kb), not a \
+                 {}",
+                db.kind().name()
+            )));
+        }
+        let input = transfer::checked(input, format, Some(db))?;
+        untouched_new = false;
+        let n = transfer::import(db, input, dup)?;
+        let path = name.split('#').next().unwrap_or(name);
+        print(format!("{n} records stored in {path}\n").as_bytes())
+    });
+    if r.is_err() && untouched_new {
+        // Made by this command and refused before a record was written: nothing stays.
+        if let Ok((path, _)) = engine::name::split_name(name) {
+            let path = Path::new(path);
+            if path.is_dir() {
+                let _ = std::fs::remove_dir_all(path);
+            }
+        }
+    }
+    r
+}
+
 /// Open `name`, run `f`, and close the database whatever `f` returned.
 fn with_db(name: &str, how: Open, f: impl FnOnce(&dyn Store) -> Res) -> Res {
+    with_db_opened(name, how, |db, _| f(db))
+}
+
+/// [`with_db`], telling `f` whether this open created the database.
+fn with_db_opened(name: &str, how: Open, f: impl FnOnce(&dyn Store, bool) -> Res) -> Res {
     let mode = match how {
         Open::Create => OpenMode::Create,
         Open::ExistingOrFlag | Open::Existing => OpenMode::Existing,
         Open::ReadOnly | Open::Inspect => OpenMode::ReadOnly,
     };
-    let db = engine::open_as(name, mode)
-        .map_err(|e| match e {
-            // The engine's message already names the database and says what is wrong.
-            Error::Locked { .. } => Fail::Err(e.to_string()),
-            Error::NotFound(_) if how == Open::ExistingOrFlag => Fail::Err(format!(
-                "cannot open {name}: {e} (add --create to create it)"
-            )),
-            Error::NotFound(_) => Fail::Err(format!(
-                "cannot open {name}: {e} (`kura db create` makes one)"
-            )),
-            e => Fail::Err(format!("cannot open {name}: {e}")),
-        })?
-        .store;
+    let db = engine::open_as(name, mode).map_err(|e| match e {
+        // The engine's message already names the database and says what is wrong.
+        Error::Locked { ref command, .. } => Fail::Err(held_message(&e, command.as_deref())),
+        // Creating, a missing directory: the engine's message says which.
+        Error::NotFound(_) if how == Open::Create => Fail::Err(open_error("create", name, &e)),
+        Error::NotFound(_) if how == Open::ExistingOrFlag => Fail::Err(format!(
+            "{} (add --create to create it)",
+            open_error("open", name, &e)
+        )),
+        Error::NotFound(_) => Fail::Err(format!(
+            "{} (`kura db create` makes one)",
+            open_error("open", name, &e)
+        )),
+        e => Fail::Err(format!(
+            "{}{}",
+            open_error("open", name, &e),
+            migrate_hint(name).unwrap_or_default()
+        )),
+    })?;
+    let created = db.created;
+    let db = db.store;
     let found = db.damage_found();
     if how == Open::ReadOnly && !found.is_empty() {
         let lost: u64 = found.iter().map(|d| d.lost).sum();
@@ -428,7 +730,7 @@ fn with_db(name: &str, how: Open, f: impl FnOnce(&dyn Store) -> Res) -> Res {
             found.len()
         );
     }
-    let result = f(&*db);
+    let result = f(&*db, created);
     let closed = db
         .close()
         .map_err(|e| Fail::Err(format!("closing {name}: {e}")));
@@ -441,6 +743,53 @@ fn with_db(name: &str, how: Open, f: impl FnOnce(&dyn Store) -> Res) -> Res {
             closed
         }
         (Err(Fail::BrokenPipe), closed) => closed,
+    }
+}
+
+/// For a name of a Tokyo or Kyoto Cabinet file, which Kura does not open: how to move its
+/// records into a Kura database (the README's "Migrating" pipelines).
+pub(crate) fn migrate_hint(name: &str) -> Option<String> {
+    let path = name.split('#').next().unwrap_or(name);
+    let (stem, ext) = path.rsplit_once('.')?;
+    let ext = ext.to_ascii_lowercase();
+    let (what, tool, kind) = match ext.as_str() {
+        "tch" => ("a Tokyo Cabinet hash", "tchmgr list -pv -px", "kh"),
+        "tcb" => ("a Tokyo Cabinet B+ tree", "tcbmgr list -pv -px", "kb"),
+        "tcf" => (
+            "a Tokyo Cabinet fixed-length database",
+            "tcfmgr list -pv",
+            "kf",
+        ),
+        "kch" => ("a Kyoto Cabinet hash", "kchashmgr list -pv -px", "kh"),
+        "kct" => ("a Kyoto Cabinet B+ tree", "kctreemgr list -pv -px", "kb"),
+        _ => return None,
+    };
+    let (format, dest, note) = if ext == "tcf" {
+        (
+            "raw",
+            format!("'{stem}.kf#width=W'"),
+            ", W the width `tcfmgr inform` shows; values holding newlines need the README's hex \
+             pipeline",
+        )
+    } else {
+        ("hex", format!("{stem}.{kind}"), "")
+    };
+    let dup = if ext == "tcb" { " --dup" } else { "" };
+    Some(format!(
+        "; {path} is {what}, which Kura does not open: move its records into a Kura database \
+         with `{tool} {path} | kura db import --create{dup} --format {format} {dest}`{note} \
+         (README: Migrating)"
+    ))
+}
+
+/// `cannot VERB NAME: E`, unless the engine's message already names the database it could
+/// not open or create (said once, not twice).
+pub(crate) fn open_error(verb: &str, name: &str, e: &Error) -> String {
+    let m = e.to_string();
+    if m.starts_with("cannot create ") || m.starts_with("cannot open ") {
+        m
+    } else {
+        format!("cannot {verb} {name}: {m}")
     }
 }
 
@@ -473,13 +822,18 @@ fn create(name: &str) -> Res {
             Path::new(path),
             &engine::hash::stored::own_file,
         )
-        .map_err(|e| Fail::Err(format!("cannot create {name}: {e}")))?;
+        .map_err(|e| Fail::Err(open_error("create", name, &e)))?;
         if matches!(state, DirState::Database(_) | DirState::Unmarked) {
             return Err(Fail::No(format!("{path} already exists")));
         }
     }
-    let opened = engine::open_as(name, OpenMode::Create)
-        .map_err(|e| Fail::Err(format!("cannot create {name}: {e}")))?;
+    let opened = engine::open_as(name, OpenMode::Create).map_err(|e| {
+        Fail::Err(format!(
+            "{}{}",
+            open_error("create", name, &e),
+            migrate_hint(name).unwrap_or_default()
+        ))
+    })?;
     let created = opened.created;
     opened
         .store
@@ -596,10 +950,11 @@ pub(crate) fn lexical(db: &dyn Store) -> bool {
 /// Which records `list` shows.
 struct Selection {
     prefix: Vec<u8>,
-    /// Inclusive lower bound (ordered kinds).
+    /// Where the walk starts, inclusive (ordered kinds): the lower bound, or the upper one
+    /// with `desc`.
     from: Option<Vec<u8>>,
-    /// Exclusive upper bound (ordered kinds).
-    to: Option<Vec<u8>>,
+    /// Where the walk ends, and whether that key is included (ordered kinds).
+    to: Option<(Vec<u8>, bool)>,
     desc: bool,
     limit: usize,
 }
@@ -659,14 +1014,23 @@ fn select(
     // end the walk once it has passed the prefix's keys. In another order than the bytes'
     // (a B+ tree's `#cmp=dec`, …) a prefix's keys are not together: all are looked at.
     let together = prefix.is_empty() || lexical(db);
-    let from = match &sel.from {
-        Some(f) => Included(f.as_slice()),
+    let start = sel.from.as_deref().map(Included);
+    let end = sel.to.as_ref().map(|(k, incl)| {
+        if *incl {
+            Included(k.as_slice())
+        } else {
+            Excluded(k.as_slice())
+        }
+    });
+    let (lower, upper) = if sel.desc { (end, start) } else { (start, end) };
+    let lower = match lower {
+        Some(b) => b,
         None if together && !prefix.is_empty() => Included(prefix),
         None => Unbounded,
     };
     let range = KeyRange {
-        from,
-        to: sel.to.as_deref().map_or(Unbounded, Excluded),
+        from: lower,
+        to: upper.unwrap_or(Unbounded),
         desc: sel.desc,
         max: usize::MAX,
     };
@@ -835,6 +1199,17 @@ mod tests {
         desc: bool,
         limit: usize,
     ) -> String {
+        keys_to(prefix, from, to.map(|t| (t, false)), desc, limit)
+    }
+
+    /// `keys` with the end's inclusion given.
+    fn keys_to(
+        prefix: &str,
+        from: Option<&str>,
+        to: Option<(&str, bool)>,
+        desc: bool,
+        limit: usize,
+    ) -> String {
         let db = engine::open("+").unwrap();
         for c in ["a", "b"] {
             for i in 0..10 {
@@ -844,7 +1219,7 @@ mod tests {
         let sel = Selection {
             prefix: prefix.as_bytes().to_vec(),
             from: from.map(|f| f.as_bytes().to_vec()),
-            to: to.map(|t| t.as_bytes().to_vec()),
+            to: to.map(|(t, incl)| (t.as_bytes().to_vec(), incl)),
             desc,
             limit,
         };
@@ -861,14 +1236,28 @@ mod tests {
     fn ranges_prefixes_directions_and_limits_on_a_tree() {
         let m = usize::MAX;
         assert_eq!(keys("", Some("a8"), Some("b2"), false, m), "a8 a9 b0 b1");
-        assert_eq!(keys("", Some("a8"), Some("b2"), true, m), "b1 b0 a9 a8");
+        // Descending: from --from down to --to (as `tcbmgr list -bk -j`).
+        assert_eq!(keys("", Some("b1"), Some("a7"), true, m), "b1 b0 a9 a8");
+        assert_eq!(keys("", Some("a8"), Some("b2"), true, m), "");
+        assert_eq!(keys("", Some("a2"), None, true, m), "a2 a1 a0");
         assert_eq!(keys("", Some("a8"), None, false, 3), "a8 a9 b0");
-        assert_eq!(keys("", None, Some("a2"), true, m), "a1 a0");
+        assert_eq!(keys("", None, Some("b7"), true, m), "b9 b8");
+        // An inclusive end (--through), both ways.
+        assert_eq!(
+            keys_to("", Some("a8"), Some(("b1", true)), false, m),
+            "a8 a9 b0 b1"
+        );
+        assert_eq!(
+            keys_to("", Some("b1"), Some(("a9", true)), true, m),
+            "b1 b0 a9"
+        );
+        assert_eq!(keys_to("", None, Some(("a1", true)), false, m), "a0 a1");
         assert_eq!(keys("", None, None, true, 2), "b9 b8");
         assert_eq!(keys("b", None, None, false, 3), "b0 b1 b2");
         assert_eq!(keys("a", None, None, true, 2), "a9 a8");
         assert_eq!(keys("a", Some("a7"), Some("b5"), false, m), "a7 a8 a9");
-        assert_eq!(keys("b", Some("a7"), Some("b2"), true, m), "b1 b0");
+        assert_eq!(keys("b", Some("b1"), Some("a7"), true, m), "b1 b0");
+        assert_eq!(keys("a", Some("b1"), None, true, 2), "a9 a8");
         assert_eq!(keys("", Some("b"), Some("a"), false, m), "");
         assert_eq!(keys("", None, None, false, 0), "");
     }

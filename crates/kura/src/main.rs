@@ -6,6 +6,7 @@ mod db;
 mod remote;
 mod serve;
 mod transfer;
+mod when;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -68,15 +68,16 @@ pub enum RemoteCommand {
         #[arg(required = true)]
         keys: Vec<OsString>,
     },
-    /// List keys, one per line, TSV-escaped.
+    /// List keys, one per line, TSV-escaped (a key with several values once per value).
     List {
         /// Only keys starting with these bytes (Tyrant fwmkeys).
         #[arg(long)]
         prefix: Option<OsString>,
-        /// At most this many keys.
+        /// At most this many lines.
         #[arg(long)]
         limit: Option<usize>,
-        /// Print `KEY<TAB>VALUE` lines (the `import` format).
+        /// Print `KEY<TAB>VALUE` lines (the `import` format), each record with its own value
+        /// (misc iternext / getlist).
         #[arg(long)]
         values: bool,
     },
@@ -106,7 +107,8 @@ pub enum RemoteCommand {
     /// Hot-copy the server's database to PATH in the server's --backup-dir (relative to it),
     /// or with `@NAME` to a fresh copy DIR/NAME-<µs>.<ext> and run the executable DIR/NAME on
     /// it. Status 1 when the server refuses (no --backup-dir, a path leading out of it, an
-    /// existing destination) or the command fails; the server's log says why.
+    /// existing destination) or the command fails, with the server's reason (its `misc
+    /// error`; from a server that does not keep one, what the failure may mean).
     Copy { path: PathBuf },
     /// Call a `misc` function (putlist, outlist, getlist, getpart, iterinit, iternext, sync,
     /// optimize, vanish, error, cacheclear, regex, range, …, and Kura's ulogstat and
@@ -348,26 +350,16 @@ fn dispatch(a: &RemoteArgs) -> Res {
             refused("optimize"),
         ),
         RemoteCommand::Vanish => r.ok(&Request::Vanish, refused("vanish")),
-        RemoteCommand::Copy { path } => r.ok(
-            &Request::Copy {
+        RemoteCommand::Copy { path } => {
+            let req = Request::Copy {
                 path: path.as_os_str().as_bytes(),
-            },
-            |c| {
-                let p = path.display();
-                Fail::No(if path.as_os_str().as_bytes().starts_with(b"@") {
-                    format!(
-                        "copy {p} failed (the server answered code {c}): the command was \
-                         refused or failed; the server's log says why"
-                    )
-                } else {
-                    format!(
-                        "copy to {p} failed (the server answered code {c}): the server needs \
-                         --backup-dir, and the path must stay inside it and not exist yet; \
-                         the server's log says why"
-                    )
-                })
-            },
-        ),
+            };
+            match r.call(&req)? {
+                Reply::Code(0) => Ok(()),
+                Reply::Code(c) => Err(copy_failed(&mut r, path, c)),
+                other => Err(unexpected(&req, &other)),
+            }
+        }
         RemoteCommand::Misc {
             func,
             args,
@@ -393,7 +385,7 @@ fn dispatch(a: &RemoteArgs) -> Res {
             }
         }
         RemoteCommand::Import { file, format } => {
-            let input = transfer::checked(Input::open(file.as_deref())?, *format)?;
+            let input = transfer::checked(Input::open(file.as_deref())?, *format, None)?;
             import(&mut r, input)
         }
         RemoteCommand::Setmst { master, none } => setmst(&mut r, master.as_deref(), *none),
@@ -408,6 +400,44 @@ fn dispatch(a: &RemoteArgs) -> Res {
             print(format!("{v}\n").as_bytes())
         }
     }
+}
+
+/// A refused or failed `copy`: the server's reason (its `misc error`, which Kura answers
+/// with the reason of the connection's last failed copy), or what the failure may mean.
+fn copy_failed(r: &mut Remote, path: &std::path::Path, c: u8) -> Fail {
+    let p = path.display();
+    let what = if path.as_os_str().as_bytes().starts_with(b"@") {
+        format!("copy {p}")
+    } else {
+        format!("copy to {p}")
+    };
+    let req = Request::Misc {
+        name: b"error",
+        opts: 0,
+        args: Vec::new(),
+    };
+    let why = match r.call(&req) {
+        Ok(Reply::List(items)) => items
+            .first()
+            .map(|m| String::from_utf8_lossy(m).into_owned())
+            .filter(|m| !m.starts_with("0:")),
+        _ => None,
+    };
+    Fail::No(match why {
+        // `9999: refused: …` → `refused: …`
+        Some(m) => format!(
+            "{what} {}",
+            m.split_once(": ").map_or(m.as_str(), |(_, rest)| rest)
+        ),
+        None if path.as_os_str().as_bytes().starts_with(b"@") => format!(
+            "{what} failed (the server answered code {c}): the command was refused or \
+             failed; the server's log says why"
+        ),
+        None => format!(
+            "{what} failed (the server answered code {c}): the server needs --backup-dir, and \
+             the path must stay inside it and not exist yet; the server's log says why"
+        ),
+    })
 }
 
 fn stat(r: &mut Remote) -> Result<Vec<(String, String)>, Fail> {
@@ -440,22 +470,33 @@ fn inform(r: &mut Remote) -> Res {
     print(out.as_bytes())
 }
 
+/// Keys per `misc getlist` of `list --prefix --values`.
+const GETLIST_KEYS: usize = 500;
+
+/// `list`: keys (or records) in the server's iteration order. Values travel with their
+/// records (`misc iternext`, `misc getlist`), never by a `get` of each key: on a database with
+/// duplicate keys a `get` answers the first value, and every record shows its own.
 fn list(r: &mut Remote, prefix: Option<Vec<u8>>, limit: Option<usize>, values: bool) -> Res {
     let limit = limit.unwrap_or(usize::MAX);
     let mut out = io::BufWriter::new(io::stdout().lock());
-    let mut emit = |r: &mut Remote, key: &[u8]| -> Res {
-        let mut line = Vec::new();
-        if values {
-            match r.call(&Request::Get { key })? {
-                Reply::Value(v) => tsv::write_line(&mut line, key, &v),
-                _ => return Ok(()), // removed meanwhile
+    // Lines written (a Cell: the loops below read it while `emit` is alive).
+    let n = std::cell::Cell::new(0usize);
+    let mut line = Vec::new();
+    let mut emit = |key: &[u8], value: Option<&[u8]>| -> Res {
+        line.clear();
+        match value {
+            Some(v) => tsv::write_line(&mut line, key, v),
+            None => {
+                tsv::escape_into(&mut line, key);
+                line.push(b'\n');
             }
-        } else {
-            tsv::escape_into(&mut line, key);
-            line.push(b'\n');
         }
+        n.set(n.get() + 1);
         out.write_all(&line).map_err(stdout_err)
     };
+    if limit == 0 {
+        return Ok(());
+    }
     if let Some(prefix) = prefix {
         let max = i32::try_from(limit).unwrap_or(-1);
         let req = Request::Fwmkeys {
@@ -467,19 +508,64 @@ fn list(r: &mut Remote, prefix: Option<Vec<u8>>, limit: Option<usize>, values: b
             Reply::Code(c) => return Err(refused("fwmkeys")(c)),
             other => return Err(unexpected(&req, &other)),
         };
-        for k in keys.iter().take(limit) {
-            emit(r, k)?;
+        let keys = &keys[..keys.len().min(limit)];
+        if !values {
+            for k in keys {
+                emit(k, None)?;
+            }
+        } else {
+            // Each key's records with their values: every value of a key with duplicates.
+            'chunks: for chunk in keys.chunks(GETLIST_KEYS) {
+                let req = Request::Misc {
+                    name: b"getlist",
+                    opts: 0,
+                    args: chunk.iter().map(Vec::as_slice).collect(),
+                };
+                let items = match r.call(&req)? {
+                    Reply::List(items) => items,
+                    Reply::Code(c) => return Err(refused("misc getlist")(c)),
+                    other => return Err(unexpected(&req, &other)),
+                };
+                for pair in items.chunks_exact(2) {
+                    if n.get() >= limit {
+                        break 'chunks;
+                    }
+                    emit(&pair[0], Some(&pair[1]))?;
+                }
+            }
+        }
+    } else if values {
+        // misc iternext answers the record at the iterator: key and its own value.
+        let init = Request::Misc {
+            name: b"iterinit",
+            opts: 0,
+            args: Vec::new(),
+        };
+        match r.call(&init)? {
+            Reply::List(_) => {}
+            Reply::Code(c) => return Err(refused("misc iterinit")(c)),
+            other => return Err(unexpected(&init, &other)),
+        }
+        let next = Request::Misc {
+            name: b"iternext",
+            opts: 0,
+            args: Vec::new(),
+        };
+        while n.get() < limit {
+            match r.call(&next)? {
+                Reply::List(kv) if kv.len() == 2 => emit(&kv[0], Some(&kv[1]))?,
+                Reply::Code(_) => break, // the end
+                other => return Err(unexpected(&next, &other)),
+            }
         }
     } else {
         r.ok(&Request::IterInit, refused("iterinit"))?;
-        let mut n = 0;
-        while n < limit {
+        while n.get() < limit {
             match r.call(&Request::IterNext)? {
-                Reply::Value(k) => emit(r, &k)?,
+                Reply::Value(k) => emit(&k, None)?,
                 Reply::Code(_) => break, // the end
                 other => return Err(unexpected(&Request::IterNext, &other)),
             }
-            n += 1;
         }
     }
     out.flush().map_err(stdout_err)

@@ -15,9 +15,7 @@ use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
-    /// Database name: `*`, `+`, `PATH.kh#param=value…` (created when missing, and said so in
-    /// the log; its directory must exist).
-    #[arg(default_value = "casket.kh")]
+    #[arg(default_value = "casket.kh", help = name_help())]
     name: String,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
@@ -29,8 +27,9 @@ pub struct ServeArgs {
     /// a line that looks like HTTP is hung up on there, as memcached does.
     #[arg(long)]
     memcached_port: Option<u16>,
-    /// Worker threads, each with its own event loop (default: the number of cores).
-    #[arg(long)]
+    /// Worker threads, each with its own event loop (default: the number of cores; at
+    /// least 1).
+    #[arg(long, value_parser = at_least_one)]
     threads: Option<usize>,
     /// Connections served at once; more are refused with an error.
     #[arg(long, default_value_t = 4096)]
@@ -59,7 +58,9 @@ pub struct ServeArgs {
     #[arg(long)]
     log: Option<PathBuf>,
     /// Detach from the terminal and run in the background. Returns once the server listens;
-    /// exits 2 with the reason when it cannot start (database, port).
+    /// exits 2 with the reason when it cannot start (database, port). Without --log, the log
+    /// goes to PATH.log beside the database (kura-PORT.log in the working directory for `*`
+    /// and `+`), and the command says where.
     #[arg(long)]
     daemon: bool,
     /// Refuse these operations on every protocol: a comma-separated list of Tyrant command
@@ -120,6 +121,15 @@ pub struct ServeArgs {
     backup_dir: Option<PathBuf>,
 }
 
+/// The database name's help: every kind, from the registry.
+fn name_help() -> String {
+    format!(
+        "Database name: {}, optionally followed by #param=value tuning (created when missing, \
+         and said so in the log; its directory must exist)",
+        kura_engine::registry::usage()
+    )
+}
+
 fn master_protocol(s: &str) -> Result<kura_server::repl::MasterProtocol, String> {
     kura_server::repl::MasterProtocol::parse(s)
         .ok_or_else(|| format!("{s}: expected kura, tyrant or kyoto"))
@@ -157,6 +167,25 @@ fn command_mask(a: &ServeArgs) -> Result<Mask, String> {
         m = m.unmask(e).map_err(|e| e.to_string())?;
     }
     Ok(m)
+}
+
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("0 threads would serve nothing: give at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Where a daemon started without `--log` logs: beside its database, or in the working
+/// directory for a memory database.
+fn default_log(name: &str, port: u16) -> PathBuf {
+    let path = name.split('#').next().unwrap_or(name);
+    if path == "*" || path == "+" {
+        PathBuf::from(format!("kura-{port}.log"))
+    } else {
+        PathBuf::from(format!("{}.log", path.trim_end_matches('/')))
+    }
 }
 
 fn item_size(s: &str) -> Result<u64, String> {
@@ -360,6 +389,22 @@ pub fn run(a: ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let mut a = a;
+    let beside = default_log(&a.name, a.port);
+    let dir_exists = beside
+        .parent()
+        .is_none_or(|d| d.as_os_str().is_empty() || d.is_dir());
+    // (Where the database's directory is missing, the open fails and says so.)
+    if a.daemon && a.log.is_none() && dir_exists {
+        // A daemon has no stderr: its log goes to a file, and the command says which.
+        let p = beside;
+        let shown = std::env::current_dir().map_or(p.clone(), |d| d.join(&p));
+        eprintln!(
+            "kura: --daemon without --log: the log goes to {}",
+            shown.display()
+        );
+        a.log = Some(p);
+    }
     let mut daemon = None;
     if a.daemon {
         match Daemon::detach() {
@@ -431,7 +476,14 @@ pub fn run(a: ServeArgs) -> ExitCode {
             }
             o.store
         }
-        Err(e) => return fail(Some(&log), daemon, format!("cannot open {}: {e}", a.name)),
+        Err(e) => {
+            let hint = crate::db::migrate_hint(&a.name).unwrap_or_default();
+            return fail(
+                Some(&log),
+                daemon,
+                format!("{}{hint}", crate::db::open_error("open", &a.name, &e)),
+            );
+        }
     };
     let sid = a.sid.unwrap_or(if a.port != 0 {
         u32::from(a.port)

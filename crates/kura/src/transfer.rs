@@ -195,9 +195,14 @@ fn anonymous_file() -> io::Result<File> {
     ))
 }
 
-/// Read all of `input`, checking every line; nothing is written to any database. Input that
+/// Read all of `input`, checking every line (against the rules of `db`, the database it is
+/// for, when given: [`Store::check_put`]); nothing is written to any database. Input that
 /// cannot be read twice (stdin, a pipe) is copied to an unlinked temporary file on the way.
-pub(crate) fn checked(input: Input, format: LineFormat) -> Result<Checked, Fail> {
+pub(crate) fn checked(
+    input: Input,
+    format: LineFormat,
+    db: Option<&dyn Store>,
+) -> Result<Checked, Fail> {
     let label = input.label.clone();
     let size = input.size;
     let path = input.path.clone();
@@ -211,6 +216,10 @@ pub(crate) fn checked(input: Input, format: LineFormat) -> Result<Checked, Fail>
     let mut records = 0u64;
     let mut progress = Progress::new("checked", true);
     while let Some(parsed) = rd.next()? {
+        let parsed = match (parsed, db) {
+            (Ok((k, v)), Some(db)) => db.check_put(&k, v.len()).map_err(|e| e.to_string()),
+            (p, _) => p.map(|_| ()),
+        };
         if let Err(msg) = parsed {
             progress.finish(records, rd.read, size);
             return Err(Fail::Err(format!(
@@ -276,8 +285,9 @@ impl Batch {
 }
 
 /// Store every record of a checked input, in batches (each atomic); with `dup`, each line as
-/// one more value of its key (`put_dup`, one by one, in the input's order).
-pub(crate) fn import(db: &dyn Store, input: Checked, dup: bool) -> Res {
+/// one more value of its key (`put_dup`, one by one, in the input's order). Returns how many
+/// records were stored.
+pub(crate) fn import(db: &dyn Store, input: Checked, dup: bool) -> Result<u64, Fail> {
     if dup {
         return import_dups(db, input);
     }
@@ -345,12 +355,12 @@ pub(crate) fn import(db: &dyn Store, input: Checked, dup: bool) -> Res {
         .flush(db)
         .map_err(|e| stopped(imported, batch.first_line, format!("writing: {e}")))?;
     progress.finish(imported, rd.read, rd.size());
-    Ok(())
+    Ok(imported)
 }
 
 /// `import --dup`: every line one more value of its key. Running it again would add every
 /// value again, so a failure part way says where to go on from.
-fn import_dups(db: &dyn Store, input: Checked) -> Res {
+fn import_dups(db: &dyn Store, input: Checked) -> Result<u64, Fail> {
     let total = input.records;
     let mut rd = input.reader();
     let label = rd.label().to_string();
@@ -381,7 +391,7 @@ fn import_dups(db: &dyn Store, input: Checked) -> Res {
         }
     }
     progress.finish(imported, rd.read, rd.size());
-    Ok(())
+    Ok(imported)
 }
 
 /// Bytes gathered before each write of `export`.

@@ -581,7 +581,7 @@ fn a_b_plus_tree_ranges_duplicates_import_and_export() {
     assert_eq!(
         stdout(&ok(run(
             d,
-            &["list", "t.kb", "--from", "b", "--to", "m", "--desc"]
+            &["list", "t.kb", "--from", "c", "--through", "b", "--desc"]
         ))),
         "c\nba\nb\n"
     );
@@ -698,7 +698,7 @@ fn a_fixed_length_database_by_ids_and_key_words() {
     assert_eq!(
         stdout(&ok(run(
             d,
-            &["list", "f.kf", "--from", "min", "--to", "10", "--desc"]
+            &["list", "f.kf", "--from", "9", "--through", "min", "--desc"]
         ))),
         "9\n3\n2\n1\n"
     );

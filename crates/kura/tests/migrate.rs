@@ -2,7 +2,8 @@
 //! and B+ tree (`.tcb`) and a Kyoto Cabinet hash (`.kch`) by their own tools, listed by those
 //! tools and piped into `kura db import`, then back out of Kura into the peers' importers.
 //!
-//! Needs `tchmgr`, `tcbmgr` (Debian's tokyocabinet-bin) and `kchashmgr` (kyotocabinet-utils),
+//! Needs `tchmgr`, `tcbmgr`, `tcfmgr` (Debian's tokyocabinet-bin) and `kchashmgr`
+//! (kyotocabinet-utils),
 //! which scripts/test.sh installs and then sets KURA_PEER_TESTS=1: with it, missing tools fail
 //! the test; without it (a bare `cargo test`), the test says so and passes.
 
@@ -13,8 +14,14 @@ const KURA: &str = env!("CARGO_BIN_EXE_kura");
 
 /// Whether every peer tool is there; panics when they must be.
 fn peers_present() -> bool {
-    let missing: Vec<&str> = ["tchmgr", "tcbmgr", "kchashmgr"]
-        .into_iter()
+    tools_present(&["tchmgr", "tcbmgr", "kchashmgr"])
+}
+
+/// Whether these tools are there; panics when they must be (KURA_PEER_TESTS).
+fn tools_present(tools: &[&'static str]) -> bool {
+    let missing: Vec<&str> = tools
+        .iter()
+        .copied()
         .filter(|t| {
             Command::new("sh")
                 .args(["-c", &format!("command -v {t}")])
@@ -221,4 +228,53 @@ fn a_tokyo_b_plus_tree_with_duplicates_moves_to_a_kb_and_back() {
          tcbmgr importtsv back.tcb back.tsv",
     );
     assert_eq!(sh(d, "tcbmgr list -pv back.tcb"), listed);
+}
+
+/// A Tokyo Cabinet fixed-length database (`.tcf`) into a `.kf`: `tcfmgr list -pv -px` prints
+/// the ids in decimal and only the values in hex, so the README's pipeline turns each id into
+/// hex pairs first (one `perl -pe`); then any bytes move, and the width goes along as
+/// `#width=`. `--format raw` takes `tcfmgr list -pv` as it is, for values without newlines.
+#[test]
+fn a_tokyo_fixed_length_file_moves_to_a_kf() {
+    if !tools_present(&["tcfmgr", "perl"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let recs: Vec<(Vec<u8>, Vec<u8>)> = vec![
+        (b"1".to_vec(), b"one".to_vec()),
+        (b"12".to_vec(), b"a\tb\\c".to_vec()),
+        (b"300".to_vec(), b"line1\nline2".to_vec()),
+        (b"7".to_vec(), b"\x00\xff\r".to_vec()),
+        (b"8".to_vec(), Vec::new()),
+    ];
+    let mut script = String::from("tcfmgr create f.tcf 16\n");
+    for (k, v) in &recs {
+        script.push_str(&format!("tcfmgr put -sx f.tcf '{}' '{}'\n", hex(k), hex(v)));
+    }
+    sh(d, &script);
+    // The README's pipeline, as it is written there.
+    sh(
+        d,
+        "tcfmgr list -pv -px f.tcf | perl -pe 's/^(\\d+)/join \" \", map { sprintf \"%02X\", ord } split m{}, $1/e' \
+         | \"$KURA\" db import --create --format hex 'f.kf#width=16'",
+    );
+    assert_holds(d, "f.kf", &recs);
+    let inform = String::from_utf8(sh(d, "\"$KURA\" db inform f.kf")).unwrap();
+    assert!(inform.contains("stored.width: 16\n"), "{inform}");
+    // Raw: the records without a newline or NUL (tcfmgr list -pv prints C strings).
+    let rawable: Vec<(Vec<u8>, Vec<u8>)> = recs
+        .iter()
+        .filter(|(_, v)| !v.contains(&b'\n') && !v.contains(&0))
+        .cloned()
+        .collect();
+    let mut script = String::from("tcfmgr create r.tcf 16\n");
+    for (k, v) in &rawable {
+        script.push_str(&format!("tcfmgr put -sx r.tcf '{}' '{}'\n", hex(k), hex(v)));
+    }
+    script.push_str(
+        "tcfmgr list -pv r.tcf | \"$KURA\" db import --create --format raw 'r.kf#width=16'",
+    );
+    sh(d, &script);
+    assert_holds(d, "r.kf", &rawable);
 }

@@ -409,7 +409,7 @@ fn a_hot_backup_and_the_update_log_restore_to_a_point_in_time() {
     let port = common::port_of(&master.addr).to_string();
     let o = kura(&["remote", "copy", "--port", &port, "bk.kh"]);
     assert!(o.status.success(), "{o:?}");
-    assert!(dir.path().join("bk.kh.ulogpos").exists());
+    assert!(dir.path().join("bk.kh/kura.ulogpos").exists());
     t.put(b"c", b"3");
     t.out(b"a");
     let until = t.stat()["ulog_last_ts"].clone();

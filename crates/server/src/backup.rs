@@ -408,8 +408,19 @@ pub fn confined(shared: &Shared, requested: &[u8], what: &str) -> Option<PathBuf
 /// Tyrant's `copy`: `@NAME` as [`run`], else a hot copy to the confined path. Logged as
 /// `what`; true on success.
 pub fn copy(store: &dyn Store, shared: &Shared, requested: &[u8], what: &str) -> bool {
+    copy_why(store, shared, requested, what).is_ok()
+}
+
+/// [`copy`], with why it was refused or failed (`refused: …`, `failed: …`, as logged): what a
+/// client is told when it asks (Tyrant's `misc error`).
+pub fn copy_why(
+    store: &dyn Store,
+    shared: &Shared,
+    requested: &[u8],
+    what: &str,
+) -> Result<(), String> {
     if let Some(name) = requested.strip_prefix(b"@") {
-        return run(store, shared, name, what);
+        return run_why(store, shared, name, what);
     }
     let done = dir(shared).and_then(|d| {
         let dest = d.resolve(requested)?;
@@ -421,13 +432,13 @@ pub fn copy(store: &dyn Store, shared: &Shared, requested: &[u8], what: &str) ->
             shared
                 .log
                 .line(&format!("{what}: database copied to {}", dest.display()));
-            true
+            Ok(())
         }
         Err(r) => {
             shared
                 .log
                 .line(&format!("{what} {}: {}: {r}", show(requested), r.verb()));
-            false
+            Err(format!("{}: {r}", r.verb()))
         }
     }
 }
@@ -435,6 +446,11 @@ pub fn copy(store: &dyn Store, shared: &Shared, requested: &[u8], what: &str) ->
 /// A backup command (`@NAME`, `command=NAME`): a hot copy `DIR/NAME-<µs><ext>`, then
 /// `DIR/NAME COPY µs`. Logged as `what`; true when the command exited with status 0.
 pub fn run(store: &dyn Store, shared: &Shared, name: &[u8], what: &str) -> bool {
+    run_why(store, shared, name, what).is_ok()
+}
+
+/// [`run`], with why it was refused or failed (as [`copy_why`]).
+pub fn run_why(store: &dyn Store, shared: &Shared, name: &[u8], what: &str) -> Result<(), String> {
     let done = dir(shared).and_then(|d| {
         let cmd = d.command(name)?;
         let ts = now_micros();
@@ -453,13 +469,13 @@ pub fn run(store: &dyn Store, shared: &Shared, name: &[u8], what: &str) -> bool 
                 cmd.display(),
                 dest.display()
             ));
-            true
+            Ok(())
         }
         Err(r) => {
             shared
                 .log
                 .line(&format!("{what} command {}: {}: {r}", show(name), r.verb()));
-            false
+            Err(format!("{}: {r}", r.verb()))
         }
     }
 }

@@ -191,6 +191,18 @@ impl Store for FixedDb {
         Ok(found)
     }
 
+    /// The rules `write_batch` applies to a put: sizes, the width, and a key that is an id
+    /// of this database (a batch takes no key words).
+    fn check_put(&self, key: &[u8], value_len: usize) -> Result<()> {
+        let inner = &self.inner;
+        check_sizes(key, value_len)?;
+        inner.check_width(value_len)?;
+        match id::parse_key(key)? {
+            id::Key::Id(n) => inner.check_id(n).map(|_| ()),
+            _ => Err(batch_key_word(key)),
+        }
+    }
+
     fn write_batch(&self, ops: &[BatchOp]) -> Result<()> {
         let inner = &self.inner;
         inner.log.check_writable()?;
@@ -208,13 +220,7 @@ impl Store for FixedDb {
             inner.check_width(vlen)?;
             let id = match id::parse_key(op.key())? {
                 id::Key::Id(n) => inner.check_id(n)?,
-                _ => {
-                    return Err(Error::InvalidKey(format!(
-                        "`{}`: a batch names its records by id; a key word names an id only \
-                         when its own write runs (write it with put)",
-                        id::shown(op.key())
-                    )))
-                }
+                _ => return Err(batch_key_word(op.key())),
             };
             ids.push(id);
             frame = frame.saturating_add(MAX_HEADER_LEN + KEY_LEN + vlen);
@@ -519,4 +525,13 @@ impl Store for FixedDb {
             ("commit_waits", l.commit_waits.load(Ordering::Relaxed)),
         ]
     }
+}
+
+/// A key word (min, max, prev, next) in a batch.
+fn batch_key_word(key: &[u8]) -> Error {
+    Error::InvalidKey(format!(
+        "`{}`: a batch names its records by id; a key word names an id only when its own \
+         write runs (write it with put)",
+        id::shown(key)
+    ))
 }

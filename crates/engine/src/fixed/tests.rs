@@ -361,3 +361,28 @@ fn conditional_writes_and_versions() {
     };
     assert!(m3.version > m2.version, "versions stay unique across opens");
 }
+
+/// `check_put` answers what `write_batch` would: the width, ids within the limit, no key
+/// words; it writes nothing.
+#[test]
+fn check_put_applies_the_batch_rules() {
+    let fs = SimVfs::new();
+    let db = sim(&fs, "width=4#limsiz=4096", OpenMode::Create).unwrap();
+    assert!(db.check_put(b"1", 4).is_ok());
+    assert!(db.check_put(b"0007", 0).is_ok());
+    assert!(matches!(db.check_put(b"1", 5), Err(Error::TooLarge(_))));
+    for k in [&b"x"[..], b"max", b"next", b"0", b"99999999"] {
+        assert!(
+            matches!(db.check_put(k, 1), Err(Error::InvalidKey(_))),
+            "{k:?}"
+        );
+        let op = BatchOp::Put {
+            key: k.to_vec(),
+            value: b"v".to_vec(),
+            flags: 0,
+            expires: 0,
+        };
+        assert!(db.write_batch(&[op]).is_err(), "{k:?}");
+    }
+    assert_eq!(db.count(), 0);
+}

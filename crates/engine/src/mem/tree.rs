@@ -360,6 +360,10 @@ impl Store for MemTree {
         Kind::MemTree
     }
 
+    fn check_put(&self, key: &[u8], value_len: usize) -> Result<()> {
+        self.common.check_fits(key, value_len)
+    }
+
     fn describe(&self) -> Vec<(String, String)> {
         self.common.describe()
     }

@@ -95,9 +95,16 @@ fn prepare(vfs: &dyn Vfs, path: &Path, mode: OpenMode) -> Result<bool> {
         DirState::Missing if mode == OpenMode::Create => match vfs.create_dir(path) {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => prepare(vfs, path, mode),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::NotFound(format!(
-                "cannot create {shown}: its parent directory does not exist"
-            ))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let parent = path
+                    .parent()
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."));
+                Err(Error::NotFound(format!(
+                    "cannot create {shown}: directory {} does not exist",
+                    parent.display()
+                )))
+            }
             Err(e) => Err(Error::Io(std::io::Error::new(
                 e.kind(),
                 format!("cannot create {shown}: {e}"),

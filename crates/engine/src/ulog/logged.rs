@@ -127,30 +127,64 @@ fn write_applied(log: &Ulog, ts: u64) -> Result<()> {
     Ok(())
 }
 
-/// The position file written beside a copy: `DEST.ulogpos`.
+/// The name of a copy's position file inside the copy's directory: the directory alone
+/// carries what a restore needs.
+pub const POSITION_NAME: &str = "kura.ulogpos";
+
+/// The position file of the copy at `dest`: `DEST/kura.ulogpos` when the copy is a directory
+/// (every on-disk kind), else beside it.
 pub fn position_path(dest: &Path) -> PathBuf {
+    if dest.is_dir() {
+        dest.join(POSITION_NAME)
+    } else {
+        beside_path(dest)
+    }
+}
+
+/// Where a copy's position file was kept before it went inside the copy: `DEST.ulogpos`.
+fn beside_path(dest: &Path) -> PathBuf {
     let mut s = dest.as_os_str().to_owned();
     s.push(".ulogpos");
     PathBuf::from(s)
 }
 
-/// Record that the copy at `dest` holds every change up to `ts` of server `sid`'s log.
+/// Record that the copy at `dest` holds every change up to `ts` of server `sid`'s log
+/// (written under a temporary name, synced and renamed: a crash leaves the old position or
+/// the new one). A position file beside the copy (where older copies kept it) is removed.
 pub fn write_position(dest: &Path, ts: u64, sid: u32) -> Result<()> {
     let body = format!("kura-ulog-position {ts} {sid}");
     let text = format!("{body}\ncrc {}\n", crc32c::crc32c(body.as_bytes()));
     let path = position_path(dest);
-    std::fs::write(&path, text)?;
-    std::fs::File::open(&path)?.sync_all()?;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, text)?;
+    std::fs::File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, &path)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    let old = beside_path(dest);
+    if path != old && old.exists() {
+        std::fs::remove_file(&old)?;
+    }
     Ok(())
 }
 
-/// The log position recorded beside the copy at `dest`: `(ts, sid)`.
+/// The log position recorded with the copy at `dest`: `(ts, sid)`. Read inside the copy, or
+/// beside it (copies made before the position went inside).
 pub fn read_position(dest: &Path) -> Result<(u64, u32)> {
-    let path = position_path(dest);
+    let inside = position_path(dest);
+    let path = if inside.exists() {
+        inside.clone()
+    } else {
+        beside_path(dest)
+    };
     let text = std::fs::read_to_string(&path).map_err(|e| {
         Error::NotFound(format!(
-            "{}: no log position beside the backup ({e})",
-            path.display()
+            "{}: no update log position in the backup ({e}); a backup made by `copy` of a \
+             server with --ulog has one",
+            inside.display()
         ))
     })?;
     let bad = || Error::Corrupt(format!("{}: damaged log position file", path.display()));
@@ -635,6 +669,10 @@ impl Store for Logged {
 
     fn check(&self) -> Result<CheckReport> {
         self.inner.check()
+    }
+
+    fn check_put(&self, key: &[u8], value_len: usize) -> Result<()> {
+        self.inner.check_put(key, value_len)
     }
 
     fn kind(&self) -> Kind {

@@ -905,6 +905,15 @@ impl Reader {
     }
 }
 
+/// The time stamp the oldest records kept in a log directory follow: [`read_dir`] reads from
+/// any point at or after it.
+pub fn dir_start(dir: &Path) -> Result<u64> {
+    list(dir)?
+        .first()
+        .map(|f| f.prev_ts)
+        .ok_or_else(|| Error::NotFound(format!("{}: no update log files", dir.display())))
+}
+
 /// Read every record of a log directory after `after` and up to `until` (inclusive), in
 /// order, without opening it for writing (a restore reads a copy of another server's log).
 pub fn read_dir(

@@ -222,8 +222,12 @@ pub fn misc<'s>(
             done
         }
         // Tokyo Cabinet's error code and message: Kura reports errors per request, so the last
-        // error is always "success".
-        b"error" => Some(vec![b"0: success".to_vec()]),
+        // error is "success", except after a `copy` of this connection that was refused or
+        // failed: its reason, as the server's log gives it (9999: Tokyo Cabinet's TCEMISC).
+        b"error" => Some(vec![match &st.last_error {
+            Some(why) => format!("9999: {why}").into_bytes(),
+            None => b"0: success".to_vec(),
+        }]),
         // No separate cache to clear and no fragmentation to repair in place: accepted.
         b"cacheclear" | b"defrag" => done,
         b"regex" => {

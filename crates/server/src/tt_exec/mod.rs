@@ -66,6 +66,8 @@ pub struct TtState<'s> {
     server: Option<SharedIter>,
     /// The connection's file descriptor, reported by `stat` as Tyrant does; -1 when unknown.
     pub fd: i32,
+    /// Why this connection's last `copy` was refused or failed (`misc error` answers it).
+    pub last_error: Option<String>,
 }
 
 impl Default for TtState<'_> {
@@ -76,6 +78,7 @@ impl Default for TtState<'_> {
             begun: false,
             server: None,
             fd: -1,
+            last_error: None,
         }
     }
 }
@@ -425,7 +428,12 @@ fn run<'s>(
         }
         // Confined to the backup directory; `@NAME` runs NAME of that directory on a fresh
         // copy (crate::backup).
-        Request::Copy { path } => code(out, backup::copy(store, shared, path, "Tyrant copy")),
+        // The reason of a failure is kept for `misc error`.
+        Request::Copy { path } => {
+            let done = backup::copy_why(store, shared, path, "Tyrant copy");
+            st.last_error = done.as_ref().err().cloned();
+            code(out, done.is_ok())
+        }
         Request::Restore { path, ts, .. } => {
             // Replays an update log directory (confined like copy's paths) from time stamp
             // `ts` on; the changes are logged here like any other.
