@@ -17,7 +17,7 @@
 //! tokens; the executor interprets the flags (including `b`: the key token is then base64,
 //! passed through untouched here and decoded by the executor).
 
-pub use crate::mc_num::{c_strtol32, c_strtoul32, c_strtoull};
+pub use crate::mc_num::{c_strtod, c_strtol32, c_strtoul32, c_strtoull};
 use crate::push_decimal;
 use std::fmt;
 
@@ -195,6 +195,21 @@ pub enum Request<'a> {
     LruCrawler {
         args: Keys<'a>,
     },
+    /// `cache_memlimit <megabytes> [noreply]`.
+    CacheMemlimit {
+        megabytes: u32,
+        noreply: bool,
+    },
+    /// `slabs automove <0|1|2>` or `slabs automove ratio <number>` (then any tokens).
+    SlabsAutomove {
+        setting: Automove<'a>,
+        noreply: bool,
+    },
+    /// `slabs reassign <src> <dst>`.
+    SlabsReassign {
+        src: i32,
+        dst: i32,
+    },
     /// `mg <key> <flags>*`
     MetaGet {
         key: &'a [u8],
@@ -222,6 +237,15 @@ pub enum Request<'a> {
     MetaDebug {
         key: &'a [u8],
     },
+}
+
+/// What `slabs automove` sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Automove<'a> {
+    /// The automover's level: 0, 1 or 2.
+    Level(u32),
+    /// `ratio <number>`: the number as sent (it reads as one: [`c_strtod`]).
+    Ratio(&'a [u8]),
 }
 
 pub use crate::Decoded;
@@ -612,6 +636,48 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<Request<'a>>
             })
         }
         b"mg" | b"md" | b"ma" | b"me" | b"ms" | b"mn" => meta(buf, line, line_len, cmd, limits),
+        b"cache_memlimit" => {
+            // memcached 1.6.18: `safe_strtoul` of the argument, else ERROR.
+            let args = Args::collect(toks);
+            if args.count() != 1 && args.count() != 2 {
+                return err(ErrorKind::UnknownCommand);
+            }
+            let noreply = args.noreply();
+            match c_strtoul32(args[0]) {
+                Some(megabytes) => done(Request::CacheMemlimit { megabytes, noreply }),
+                None => Err(DecodeError::new(ErrorKind::UnknownCommand, line_len).quiet(noreply)),
+            }
+        }
+        b"slabs" => {
+            let args = Args::collect(toks);
+            match args.first().copied() {
+                // Exactly two numbers (`safe_strtol`), and no noreply.
+                Some(b"reassign") if args.count() == 3 => {
+                    match (c_strtol32(args[1]), c_strtol32(args[2])) {
+                        (Some(src), Some(dst)) => done(Request::SlabsReassign { src, dst }),
+                        _ => client("bad command line format"),
+                    }
+                }
+                Some(b"automove") if args.count() >= 2 => {
+                    let noreply = args.noreply();
+                    let fail = |kind| Err(DecodeError::new(kind, line_len).quiet(noreply));
+                    let setting = if args[1] == b"ratio" {
+                        if args.count() < 3 || c_strtod(args[2]).is_none() {
+                            return fail(ErrorKind::UnknownCommand);
+                        }
+                        Automove::Ratio(args[2])
+                    } else {
+                        match c_strtoul32(args[1]) {
+                            None => return fail(ErrorKind::Client("bad command line format")),
+                            Some(level) if level > 2 => return fail(ErrorKind::UnknownCommand),
+                            Some(level) => Automove::Level(level),
+                        }
+                    };
+                    done(Request::SlabsAutomove { setting, noreply })
+                }
+                _ => err(ErrorKind::UnknownCommand),
+            }
+        }
         // memcached checks for HTTP before the commands below (and after those above).
         _ if looks_like_http(line) => err(ErrorKind::Hangup),
         b"flush_all" => {
@@ -1082,6 +1148,44 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        assert_eq!(
+            one(b"cache_memlimit 100 noreply\r\n").0,
+            Request::CacheMemlimit {
+                megabytes: 100,
+                noreply: true
+            }
+        );
+        assert_eq!(
+            err(b"cache_memlimit -5\r\n").kind,
+            ErrorKind::UnknownCommand
+        );
+        assert_eq!(
+            one(b"slabs automove 2 extra\r\n").0,
+            Request::SlabsAutomove {
+                setting: Automove::Level(2),
+                noreply: false
+            }
+        );
+        assert_eq!(
+            one(b"slabs automove ratio 0.5\r\n").0,
+            Request::SlabsAutomove {
+                setting: Automove::Ratio(b"0.5"),
+                noreply: false
+            }
+        );
+        assert_eq!(
+            err(b"slabs automove invalid\r\n").kind,
+            ErrorKind::Client("bad command line format")
+        );
+        assert_eq!(err(b"slabs automove 3\r\n").kind, ErrorKind::UnknownCommand);
+        assert_eq!(
+            one(b"slabs reassign 4294967297 -1\r\n").0,
+            Request::SlabsReassign { src: 1, dst: -1 }
+        );
+        assert_eq!(
+            err(b"slabs reassign 1 2 noreply\r\n").kind,
+            ErrorKind::UnknownCommand
+        );
         assert_eq!(one(b"version\r\n").0, Request::Version);
         assert_eq!(one(b"quit\r\n").0, Request::Quit);
         assert!(matches!(

@@ -64,6 +64,10 @@ pub struct Shared {
     pub idle_timeout: u64,
     /// `verbosity <level>` (memcached keeps at most 2); the log does not change.
     pub verbosity: AtomicU32,
+    /// `slabs automove <level>` and `slabs automove ratio <r>` (the bits of an f64), shown by
+    /// `stats settings`; Kura has no slabs to move.
+    pub slab_automove: AtomicU32,
+    pub slab_automove_ratio: AtomicU64,
     /// A pending `flush_all <delay>`: the unix time at which every record goes (0 = none).
     pub flush_at: AtomicU64,
     /// Operations refused on every protocol (`--mask`).
@@ -173,6 +177,8 @@ impl Shared {
             host: String::from("NULL"),
             idle_timeout: 0,
             verbosity: AtomicU32::new(0),
+            slab_automove: AtomicU32::new(1),
+            slab_automove_ratio: AtomicU64::new(0.8f64.to_bits()),
             flush_at: z(),
             mask: Mask::NONE,
             db_name: String::new(),
