@@ -38,8 +38,9 @@ pub struct ServeArgs {
     /// Largest item of the memcached protocols (k/m/g suffixes; at most 1g).
     #[arg(long, default_value = "1m", value_parser = item_size)]
     max_item_size: u64,
-    /// Largest value of the Tokyo Tyrant and Kyoto Tycoon protocols, binary and HTTP (k/m/g
-    /// suffixes; at most 1g).
+    /// Largest value a request may carry, on every protocol: Tokyo Tyrant and Kyoto Tycoon,
+    /// binary and HTTP, and memcached's (which also keep --max-item-size). A larger one is
+    /// refused with the protocol's error and nothing is stored (k/m/g suffixes; at most 1g).
     #[arg(long, default_value = "64m", value_parser = item_size)]
     max_value_size: u64,
     /// Bytes of large requests the server holds in memory at once, beyond 128 KiB per
@@ -550,6 +551,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
         ));
     }
     let mut shared = Shared::new(kura_engine::store::now_secs(), a.max_item_size);
+    shared.max_value_size = a.max_value_size;
     shared.mask = mask;
     shared.db_name = a.name.clone();
     shared.port = port;

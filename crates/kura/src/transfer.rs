@@ -156,9 +156,15 @@ pub(crate) struct Checked {
     format: LineFormat,
     /// Records (lines holding one).
     pub(crate) records: u64,
+    /// The size of the longest value and its line (the first such; (0, 0) when none).
+    pub(crate) longest: (u64, u64),
 }
 
 impl Checked {
+    pub(crate) fn label(&self) -> &str {
+        &self.input.label
+    }
+
     pub(crate) fn reader(self) -> LineReader {
         LineReader::new(self.input, self.format)
     }
@@ -209,6 +215,7 @@ pub(crate) fn checked(input: Input, format: LineFormat) -> Result<Checked, Fail>
         ));
     }
     let mut records = 0u64;
+    let mut longest = (0u64, 0u64);
     let mut progress = Progress::new("checked", true);
     while let Some(parsed) = rd.next()? {
         if let Err(msg) = parsed {
@@ -218,6 +225,11 @@ pub(crate) fn checked(input: Input, format: LineFormat) -> Result<Checked, Fail>
                  the first record is written)",
                 rd.lineno
             )));
+        }
+        if let Ok((_, v)) = &parsed {
+            if v.len() as u64 > longest.0 {
+                longest = (v.len() as u64, rd.lineno);
+            }
         }
         records += 1;
         if records & 1023 == 0 {
@@ -243,6 +255,7 @@ pub(crate) fn checked(input: Input, format: LineFormat) -> Result<Checked, Fail>
         input,
         format,
         records,
+        longest,
     })
 }
 

@@ -32,6 +32,8 @@ pub struct Limits {
     pub max_key: usize,
     /// Largest item, counted as memcached counts it ([`item_size`]): memcached's `-I`.
     pub max_item: usize,
+    /// Largest value, whatever the item size (the server's limit on every protocol).
+    pub max_value: usize,
 }
 
 impl Default for Limits {
@@ -40,6 +42,7 @@ impl Default for Limits {
             max_line: 2048,
             max_key: 250,
             max_item: 1 << 20,
+            max_value: usize::MAX,
         }
     }
 }
@@ -268,6 +271,8 @@ pub struct DecodeError {
     /// A `set` / `ms` refused as too large: memcached removes the key's old value, so that no
     /// reader sees stale data. The key's place in the input.
     pub unlink: Option<Unlink>,
+    /// A data block refused as too large: the value size its command announced.
+    pub value_len: Option<u64>,
 }
 
 /// The key of a refused set whose old value must go (see [`DecodeError::unlink`]).
@@ -306,6 +311,7 @@ impl DecodeError {
             close,
             noreply: false,
             unlink: None,
+            value_len: None,
         }
     }
 
@@ -427,8 +433,10 @@ fn data_block<'a>(
     limits: &Limits,
 ) -> Result<Option<(&'a [u8], usize)>, DecodeError> {
     let skip = line_len + bytes + 2;
-    if item_size(key.len(), flags, bytes) > limits.max_item as u64 {
-        return Err(DecodeError::new(ErrorKind::TooLarge, skip));
+    if bytes > limits.max_value || item_size(key.len(), flags, bytes) > limits.max_item as u64 {
+        let mut e = DecodeError::new(ErrorKind::TooLarge, skip);
+        e.value_len = Some(bytes as u64);
+        return Err(e);
     }
     if buf.len() < skip {
         return Ok(None);
@@ -1544,7 +1552,7 @@ mod tests {
             body in proptest::collection::vec(prop_oneof![Just(b' '), Just(b'k'), Just(b'\n'), any::<u8>()], 0..400),
             cmd in prop_oneof![Just(&b"get "[..]), Just(&b"gats 5 "[..]), Just(&b"set "[..]), Just(&b""[..])],
         ) {
-            let limits = Limits { max_line: 32, max_key: 10, max_item: 1 << 20 };
+            let limits = Limits { max_line: 32, max_key: 10, max_item: 1 << 20, max_value: 1 << 20 };
             let mut buf = cmd.to_vec();
             buf.extend_from_slice(&body);
             let mut pos = 0;

@@ -30,8 +30,14 @@ pub fn absolute_expiry(exptime: i64, now: u64) -> u64 {
     }
 }
 
+/// The reply to an engine error: `CLIENT_ERROR` with its reason when the request caused it
+/// ([`Error::from_request`]: a key the kind cannot take, …), else `SERVER_ERROR`.
 pub(crate) fn server_error(out: &mut Vec<u8>, e: &Error) {
-    out.extend_from_slice(b"SERVER_ERROR ");
+    out.extend_from_slice(if e.from_request() {
+        b"CLIENT_ERROR "
+    } else {
+        b"SERVER_ERROR "
+    });
     let msg = e.to_string().replace(['\r', '\n'], " ");
     out.extend_from_slice(msg.as_bytes());
     out.extend_from_slice(b"\r\n");
@@ -72,9 +78,9 @@ pub fn unlink_key(
     store.out(key).map(|_| ())
 }
 
-/// memcached's append / prepend ([`Store::concat_if`]) within the item size limit, as the
-/// text, binary and meta commands map them: an absent record and a result over the limit
-/// are both NOT_STORED; `cas` (not 0, the binary protocol and `ms … C`) must match.
+/// memcached's append / prepend ([`Store::concat_if`]) within the item and value size
+/// limits, as the text, binary and meta commands map them: an absent record and a result
+/// over a limit are both NOT_STORED; `cas` (not 0, the binary protocol and `ms … C`) must match.
 pub fn append(
     store: &dyn Store,
     shared: &Shared,
@@ -83,9 +89,9 @@ pub fn append(
     front: bool,
     cas: u64,
 ) -> Result<Outcome, Error> {
-    let max = shared.max_item_size;
+    let (max, max_value) = (shared.max_item_size, shared.max_value_size);
     store.concat_if(key, data, front, cas, &|flags, len| {
-        item_size(key.len(), flags, len) <= max
+        item_size(key.len(), flags, len) <= max && len as u64 <= max_value
     })
 }
 

@@ -221,9 +221,12 @@ pub fn misc<'s>(
             store.vanish()?;
             done
         }
-        // Tokyo Cabinet's error code and message: Kura reports errors per request, so the last
-        // error is always "success".
-        b"error" => Some(vec![b"0: success".to_vec()]),
+        // Tokyo Cabinet's error code and message of the last failure: the reason of the last
+        // request refused on this connection (as TCEMISC), else "success".
+        b"error" => Some(vec![match &st.last_error {
+            Some(e) => format!("9999: {e}").into_bytes(),
+            None => b"0: success".to_vec(),
+        }]),
         // No separate cache to clear and no fragmentation to repair in place: accepted.
         b"cacheclear" | b"defrag" => done,
         b"regex" => {

@@ -40,6 +40,10 @@ pub struct TtState<'s> {
     pending: Option<(Vec<u8>, Record)>,
     /// The connection's file descriptor, reported by `stat` as Tyrant does; -1 when unknown.
     pub fd: i32,
+    /// Why the last request refused on this connection failed (a value over the limit, an
+    /// engine error), which `misc error` reports as Tokyo Cabinet reports its last error:
+    /// the one thing a Tyrant client can show beyond the failure code.
+    pub last_error: Option<String>,
 }
 
 impl Default for TtState<'_> {
@@ -48,6 +52,7 @@ impl Default for TtState<'_> {
             cursor: None,
             pending: None,
             fd: -1,
+            last_error: None,
         }
     }
 }
@@ -173,7 +178,8 @@ pub fn execute<'s>(
     let done = flush_if_due(store, shared, now);
     match done.and_then(|_| run(store, shared, st, req, now, out)) {
         Ok(next) => next,
-        Err(_) => {
+        Err(e) => {
+            st.last_error = Some(e.to_string());
             if matches!(
                 op,
                 Op::Put | Op::PutKeep | Op::PutCat | Op::PutShl | Op::PutNr
@@ -435,13 +441,7 @@ pub fn redo(store: &dyn Store, req: &Request<'_>) -> Result<bool, Error> {
         _ => Ok(false),
     };
     match done {
-        Err(
-            Error::NotNumeric
-            | Error::InvalidParam(_)
-            | Error::InvalidKey(_)
-            | Error::TooLarge(_)
-            | Error::Unsupported(_),
-        ) => Ok(false),
+        Err(e) if e.from_request() => Ok(false),
         r => r,
     }
 }
