@@ -45,7 +45,7 @@ pub struct ServeArgs {
     max_value_size: u64,
     /// Bytes of large requests the server holds in memory at once, beyond 128 KiB per
     /// connection: a connection whose request is larger waits for room before it is read on
-    /// (k/m/g suffixes). At least the largest request of any protocol (about twice
+    /// (k/m/g suffixes). At least the largest request of any protocol (about three times
     /// --max-value-size, for HTTP bodies).
     #[arg(long, default_value = "1g", value_parser = parse_bytes)]
     max_inflight: u64,

@@ -256,8 +256,9 @@ impl AllLimits {
                 ..kt_bin::Limits::default()
             },
             http: http::Limits {
-                // Room for a value encoded (base64, quoted-printable) in a TSV or form body.
-                max_body: value.saturating_mul(2).saturating_add(64 << 10),
+                // Room for a value at the limit in any encoding of a TSV or form body (URL
+                // and quoted-printable escapes take three bytes a byte, base64 four per three).
+                max_body: value.saturating_mul(3).saturating_add(64 << 10),
                 ..http::Limits::default()
             },
             budget,
