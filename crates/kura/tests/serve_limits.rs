@@ -212,6 +212,13 @@ fn http_writes(addr: &str, key: &str, value: &[u8]) -> Vec<(String, u16)> {
             body.as_bytes(),
         ),
     );
+    // Tyrant's REST POST of a misc function: its arguments are the form's values.
+    let body = format!("a={key}&b={}", escaped(value, '%'));
+    let mname = [("X-TT-MNAME", "putlist"), ("Content-Type", ct)];
+    note(
+        "POST misc",
+        http(addr, "POST", "/", &mname, body.as_bytes()),
+    );
     let body = format!("_{key}\t{text}\n");
     note(
         "set_bulk",
