@@ -15,6 +15,7 @@ fuzz_target!(|data: &[u8]| {
         max_line: 256,
         max_key: 250,
         max_item: 4096,
+        max_value: 2048,
     };
     let mut input = data.to_vec();
     if let Some(b) = input.first_mut() {

@@ -32,6 +32,7 @@ fuzz_target!(|data: &[u8]| {
         max_line: 256,
         max_key: 250,
         max_item: 4096,
+        max_value: 2048,
     };
     let (sel, rest) = data.split_first().map_or((0, data), |(b, r)| (*b, r));
     let mut input = PREFIXES[usize::from(sel) % PREFIXES.len()].to_vec();

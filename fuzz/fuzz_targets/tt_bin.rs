@@ -63,6 +63,14 @@ fuzz_target!(|data: &[u8]| {
                 }
                 assert!(e.consumed > 2, "a skip makes progress");
                 pos = pos.saturating_add(e.consumed);
+                // The rest of a refused list: `[size:4][bytes]` elements, as the server skips.
+                for _ in 0..e.then_elements {
+                    let Some(size) = input.get(pos..pos.saturating_add(4)) else {
+                        break;
+                    };
+                    let n = u32::from_be_bytes([size[0], size[1], size[2], size[3]]) as usize;
+                    pos = pos.saturating_add(4).saturating_add(n);
+                }
             }
         }
     }

@@ -45,6 +45,23 @@ pub enum Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+impl Error {
+    /// Whether the operation failed for what it asked (a key the kind cannot take, a bad
+    /// tuning parameter, a key or value too large, an operation the kind lacks, a number
+    /// operation on a value that is not one) rather than for a fault of the database or the
+    /// machine: a server answers the first with its protocol's client error.
+    pub fn from_request(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidParam(_)
+                | Error::InvalidKey(_)
+                | Error::TooLarge(_)
+                | Error::Unsupported(_)
+                | Error::NotNumeric
+        )
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

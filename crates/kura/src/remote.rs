@@ -271,13 +271,26 @@ fn dispatch(a: &RemoteArgs) -> Res {
             } else {
                 format!("put {}", show(key))
             };
-            r.ok(&req, |c| {
+            // putnr has no reply to refuse with: an oversized value is stopped here.
+            let over = |r: &mut Remote| {
+                over_limit(r, value.len()).map(|m| Fail::No(format!("put {}: {m}", show(key))))
+            };
+            if *nr {
+                if let Some(f) = over(&mut r) {
+                    return Err(f);
+                }
+            }
+            let done = r.ok(&req, |c| {
                 if *keep {
                     Fail::No(what)
                 } else {
                     Fail::No(format!("{what} failed (code {c})"))
                 }
-            })?;
+            });
+            if let Err(Fail::No(m)) = done {
+                return Err(over(&mut r).unwrap_or(Fail::No(m)));
+            }
+            done?;
             if *nr {
                 // putnr has no reply: a round trip tells that it was read and executed.
                 count(&mut r, Request::Rnum)?;
@@ -452,6 +465,21 @@ fn stat(r: &mut Remote) -> Result<Vec<(String, String)>, Fail> {
     }
 }
 
+/// The server's `--max-value-size`, from its `stat` (`None` from a server that does not
+/// report one, such as ttserver).
+fn max_value_size(r: &mut Remote) -> Option<u64> {
+    let stat = stat(r).ok()?;
+    let (_, max) = stat.iter().find(|(k, _)| k == "max_value_size")?;
+    max.parse().ok()
+}
+
+/// Why a value of `len` bytes is refused, when it is over the server's `--max-value-size`.
+fn over_limit(r: &mut Remote, len: usize) -> Option<String> {
+    let max = max_value_size(r)?;
+    (len as u64 > max)
+        .then(|| format!("value of {len} bytes over the server's --max-value-size {max}"))
+}
+
 fn count(r: &mut Remote, req: Request<'_>) -> Result<u64, Fail> {
     match r.call(&req)? {
         Reply::U64(n) => Ok(n),
@@ -577,6 +605,16 @@ const BATCH_RECORDS: usize = 1000;
 const BATCH_BYTES: usize = 8 << 20;
 
 fn import(r: &mut Remote, input: Checked) -> Res {
+    if let Some(max) = max_value_size(r) {
+        let (len, line) = input.longest;
+        if len > max {
+            return Err(Fail::Err(format!(
+                "{}: line {line}: value of {len} bytes over the server's --max-value-size \
+                 {max}; nothing was imported",
+                input.label()
+            )));
+        }
+    }
     let mut rd = input.reader();
     let label = rd.label().to_string();
     let mut progress = Progress::new("imported", true);

@@ -37,13 +37,14 @@ pub struct ServeArgs {
     /// Largest item of the memcached protocols (k/m/g suffixes; at most 1g).
     #[arg(long, default_value = "1m", value_parser = item_size)]
     max_item_size: u64,
-    /// Largest value of the Tokyo Tyrant and Kyoto Tycoon protocols, binary and HTTP (k/m/g
-    /// suffixes; at most 1g).
+    /// Largest value a request may carry, on every protocol: Tokyo Tyrant and Kyoto Tycoon,
+    /// binary and HTTP, and memcached's (which also keep --max-item-size). A larger one is
+    /// refused with the protocol's error and nothing is stored (k/m/g suffixes; at most 1g).
     #[arg(long, default_value = "64m", value_parser = item_size)]
     max_value_size: u64,
     /// Bytes of large requests the server holds in memory at once, beyond 128 KiB per
     /// connection: a connection whose request is larger waits for room before it is read on
-    /// (k/m/g suffixes). At least the largest request of any protocol (about twice
+    /// (k/m/g suffixes). At least the largest request of any protocol (about three times
     /// --max-value-size, for HTTP bodies).
     #[arg(long, default_value = "1g", value_parser = parse_bytes)]
     max_inflight: u64,
@@ -602,6 +603,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
         ));
     }
     let mut shared = Shared::new(kura_engine::store::now_secs(), a.max_item_size);
+    shared.max_value_size = a.max_value_size;
     shared.mask = mask;
     shared.db_name = a.name.clone();
     shared.port = port;

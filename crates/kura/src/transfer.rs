@@ -156,9 +156,15 @@ pub(crate) struct Checked {
     format: LineFormat,
     /// Records (lines holding one).
     pub(crate) records: u64,
+    /// The size of the longest value and its line (the first such; (0, 0) when none).
+    pub(crate) longest: (u64, u64),
 }
 
 impl Checked {
+    pub(crate) fn label(&self) -> &str {
+        &self.input.label
+    }
+
     pub(crate) fn reader(self) -> LineReader {
         LineReader::new(self.input, self.format)
     }
@@ -214,19 +220,29 @@ pub(crate) fn checked(
         ));
     }
     let mut records = 0u64;
+    let mut longest = (0u64, 0u64);
     let mut progress = Progress::new("checked", true);
     while let Some(parsed) = rd.next()? {
         let parsed = match (parsed, db) {
-            (Ok((k, v)), Some(db)) => db.check_put(&k, v.len()).map_err(|e| e.to_string()),
-            (p, _) => p.map(|_| ()),
+            (Ok((k, v)), Some(db)) => db
+                .check_put(&k, v.len())
+                .map(|()| v.len())
+                .map_err(|e| e.to_string()),
+            (p, _) => p.map(|(_, v)| v.len()),
         };
-        if let Err(msg) = parsed {
-            progress.finish(records, rd.read, size);
-            return Err(Fail::Err(format!(
-                "{label}: line {}: {msg}; nothing was imported (every line is checked before \
+        let len = match parsed {
+            Ok(len) => len as u64,
+            Err(msg) => {
+                progress.finish(records, rd.read, size);
+                return Err(Fail::Err(format!(
+                    "{label}: line {}: {msg}; nothing was imported (every line is checked before \
                  the first record is written)",
-                rd.lineno
-            )));
+                    rd.lineno
+                )));
+            }
+        };
+        if len > longest.0 {
+            longest = (len, rd.lineno);
         }
         records += 1;
         if records & 1023 == 0 {
@@ -252,6 +268,7 @@ pub(crate) fn checked(
         input,
         format,
         records,
+        longest,
     })
 }
 

@@ -132,11 +132,15 @@ pub struct DecodeError {
     pub consumed: usize,
     /// Hang up after sending the error byte.
     pub close: bool,
+    /// Refused for a value over `max_value` (set_bulk): the size of that value.
+    pub value_len: Option<u64>,
 }
 
 enum Fail {
     Incomplete,
     Bad,
+    /// A set_bulk value of this many bytes, over `max_value`.
+    TooLarge(usize),
 }
 
 struct Rd<'a> {
@@ -226,7 +230,10 @@ fn body<'a>(rd: &mut Rd<'a>, limits: &Limits) -> Result<Request<'a>, Fail> {
         for _ in 0..count {
             let db = rd.u16()?;
             let ksiz = rd.len(limits.max_key)?;
-            let vsiz = rd.len(limits.max_value)?;
+            let vsiz = rd.len(usize::MAX)?;
+            if vsiz > limits.max_value {
+                return Err(Fail::TooLarge(vsiz));
+            }
             let xt = rd.i64()?;
             let k = rd.take(ksiz)?;
             let v = rd.take(vsiz)?;
@@ -264,6 +271,12 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, DecodeE
         Err(Fail::Bad) => Err(DecodeError {
             consumed: rd.pos.max(1),
             close: true,
+            value_len: None,
+        }),
+        Err(Fail::TooLarge(n)) => Err(DecodeError {
+            consumed: rd.pos.max(1),
+            close: true,
+            value_len: Some(n as u64),
         }),
     }
 }
@@ -409,7 +422,7 @@ pub fn decode_reply(magic: u8, buf: &[u8]) -> Result<DecodedReply, ReplyError> {
             consumed: rd.pos,
         }),
         Err(Fail::Incomplete) => Ok(DecodedReply::Incomplete),
-        Err(Fail::Bad) => Err(ReplyError("unexpected magic")),
+        Err(Fail::Bad | Fail::TooLarge(_)) => Err(ReplyError("unexpected magic")),
     }
 }
 
@@ -604,7 +617,8 @@ mod tests {
                 e,
                 DecodeError {
                     consumed: 1,
-                    close: true
+                    close: true,
+                    value_len: None,
                 }
             );
         }

@@ -142,6 +142,8 @@ pub struct DecodeError {
     /// A SET refused as too large: memcached removes the key's old value so that no reader
     /// sees stale data. Where the key is in the buffer (start, length).
     pub unlink: Option<(usize, usize)>,
+    /// A request refused as too large: the size of its value.
+    pub value_len: Option<u64>,
 }
 
 /// The opcode with its quiet form mapped to the loud one (memcached treats them alike but
@@ -214,6 +216,7 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, DecodeE
         consumed,
         close,
         unlink: None,
+        value_len: None,
     };
     if klen + elen > blen || klen > limits.max_key {
         // Nothing after this can be trusted.
@@ -242,8 +245,11 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<'a>, DecodeE
         } else {
             0
         };
-        if crate::mc_text::item_size(klen, flags, vlen) > limits.max_item as u64 {
+        if vlen > limits.max_value
+            || crate::mc_text::item_size(klen, flags, vlen) > limits.max_item as u64
+        {
             let mut e = err(status::TOO_LARGE, total, false);
+            e.value_len = Some(vlen as u64);
             if loud(opcode) == op::SET {
                 e.unlink = Some((HEADER_LEN + elen, klen));
             }
@@ -277,6 +283,7 @@ fn bad_magic() -> DecodeError {
         consumed: 0,
         close: true,
         unlink: None,
+        value_len: None,
     }
 }
 

@@ -64,6 +64,19 @@ pub fn c_strtol32(t: &[u8]) -> Option<i32> {
     Some(v as i32)
 }
 
+/// memcached's `safe_strtod`: a decimal floating-point number (`inf` and `nan` too), then
+/// nothing; `None` when there is none, something follows it, or it overflows (ERANGE).
+pub fn c_strtod(t: &[u8]) -> Option<f64> {
+    let start = t.iter().take_while(|&&b| c_space(b)).count();
+    let text = std::str::from_utf8(&t[start..]).ok()?;
+    let v: f64 = text.parse().ok()?;
+    let spelled_inf = text
+        .trim_start_matches(['+', '-'])
+        .get(..3)
+        .is_some_and(|p| p.eq_ignore_ascii_case("inf"));
+    (v.is_finite() || v.is_nan() || spelled_inf).then_some(v)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,6 +91,12 @@ mod tests {
         assert_eq!(c_strtoull(b"7x"), None);
         assert_eq!(c_strtoull(b""), None);
         assert_eq!(c_strtoul32(b"4294967296"), Some(0));
+        assert_eq!(c_strtod(b"0.5"), Some(0.5));
+        assert_eq!(c_strtod(b"1e3"), Some(1000.0));
+        assert_eq!(c_strtod(b"-inf"), Some(f64::NEG_INFINITY));
+        assert_eq!(c_strtod(b"1e999"), None);
+        assert_eq!(c_strtod(b"0.5x"), None);
+        assert_eq!(c_strtod(b""), None);
         assert_eq!(c_strtol32(b"-5"), Some(-5));
         assert_eq!(c_strtol32(b"4294967296"), Some(0));
         assert_eq!(c_strtol32(b"9223372036854775808"), None);

@@ -17,7 +17,7 @@
 //! tokens; the executor interprets the flags (including `b`: the key token is then base64,
 //! passed through untouched here and decoded by the executor).
 
-pub use crate::mc_num::{c_strtol32, c_strtoul32, c_strtoull};
+pub use crate::mc_num::{c_strtod, c_strtol32, c_strtoul32, c_strtoull};
 use crate::push_decimal;
 use std::fmt;
 
@@ -32,6 +32,8 @@ pub struct Limits {
     pub max_key: usize,
     /// Largest item, counted as memcached counts it ([`item_size`]): memcached's `-I`.
     pub max_item: usize,
+    /// Largest value, whatever the item size (the server's limit on every protocol).
+    pub max_value: usize,
 }
 
 impl Default for Limits {
@@ -40,6 +42,7 @@ impl Default for Limits {
             max_line: 2048,
             max_key: 250,
             max_item: 1 << 20,
+            max_value: usize::MAX,
         }
     }
 }
@@ -195,6 +198,21 @@ pub enum Request<'a> {
     LruCrawler {
         args: Keys<'a>,
     },
+    /// `cache_memlimit <megabytes> [noreply]`.
+    CacheMemlimit {
+        megabytes: u32,
+        noreply: bool,
+    },
+    /// `slabs automove <0|1|2>` or `slabs automove ratio <number>` (then any tokens).
+    SlabsAutomove {
+        setting: Automove<'a>,
+        noreply: bool,
+    },
+    /// `slabs reassign <src> <dst>`.
+    SlabsReassign {
+        src: i32,
+        dst: i32,
+    },
     /// `mg <key> <flags>*`
     MetaGet {
         key: &'a [u8],
@@ -224,6 +242,15 @@ pub enum Request<'a> {
     },
 }
 
+/// What `slabs automove` sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Automove<'a> {
+    /// The automover's level: 0, 1 or 2.
+    Level(u32),
+    /// `ratio <number>`: the number as sent (it reads as one: [`c_strtod`]).
+    Ratio(&'a [u8]),
+}
+
 pub use crate::Decoded;
 
 /// What went wrong with the input, and how to carry on.
@@ -244,6 +271,8 @@ pub struct DecodeError {
     /// A `set` / `ms` refused as too large: memcached removes the key's old value, so that no
     /// reader sees stale data. The key's place in the input.
     pub unlink: Option<Unlink>,
+    /// A data block refused as too large: the value size its command announced.
+    pub value_len: Option<u64>,
 }
 
 /// The key of a refused set whose old value must go (see [`DecodeError::unlink`]).
@@ -282,6 +311,7 @@ impl DecodeError {
             close,
             noreply: false,
             unlink: None,
+            value_len: None,
         }
     }
 
@@ -403,8 +433,10 @@ fn data_block<'a>(
     limits: &Limits,
 ) -> Result<Option<(&'a [u8], usize)>, DecodeError> {
     let skip = line_len + bytes + 2;
-    if item_size(key.len(), flags, bytes) > limits.max_item as u64 {
-        return Err(DecodeError::new(ErrorKind::TooLarge, skip));
+    if bytes > limits.max_value || item_size(key.len(), flags, bytes) > limits.max_item as u64 {
+        let mut e = DecodeError::new(ErrorKind::TooLarge, skip);
+        e.value_len = Some(bytes as u64);
+        return Err(e);
     }
     if buf.len() < skip {
         return Ok(None);
@@ -612,6 +644,48 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<Request<'a>>
             })
         }
         b"mg" | b"md" | b"ma" | b"me" | b"ms" | b"mn" => meta(buf, line, line_len, cmd, limits),
+        b"cache_memlimit" => {
+            // memcached 1.6.18: `safe_strtoul` of the argument, else ERROR.
+            let args = Args::collect(toks);
+            if args.count() != 1 && args.count() != 2 {
+                return err(ErrorKind::UnknownCommand);
+            }
+            let noreply = args.noreply();
+            match c_strtoul32(args[0]) {
+                Some(megabytes) => done(Request::CacheMemlimit { megabytes, noreply }),
+                None => Err(DecodeError::new(ErrorKind::UnknownCommand, line_len).quiet(noreply)),
+            }
+        }
+        b"slabs" => {
+            let args = Args::collect(toks);
+            match args.first().copied() {
+                // Exactly two numbers (`safe_strtol`), and no noreply.
+                Some(b"reassign") if args.count() == 3 => {
+                    match (c_strtol32(args[1]), c_strtol32(args[2])) {
+                        (Some(src), Some(dst)) => done(Request::SlabsReassign { src, dst }),
+                        _ => client("bad command line format"),
+                    }
+                }
+                Some(b"automove") if args.count() >= 2 => {
+                    let noreply = args.noreply();
+                    let fail = |kind| Err(DecodeError::new(kind, line_len).quiet(noreply));
+                    let setting = if args[1] == b"ratio" {
+                        if args.count() < 3 || c_strtod(args[2]).is_none() {
+                            return fail(ErrorKind::UnknownCommand);
+                        }
+                        Automove::Ratio(args[2])
+                    } else {
+                        match c_strtoul32(args[1]) {
+                            None => return fail(ErrorKind::Client("bad command line format")),
+                            Some(level) if level > 2 => return fail(ErrorKind::UnknownCommand),
+                            Some(level) => Automove::Level(level),
+                        }
+                    };
+                    done(Request::SlabsAutomove { setting, noreply })
+                }
+                _ => err(ErrorKind::UnknownCommand),
+            }
+        }
         // memcached checks for HTTP before the commands below (and after those above).
         _ if looks_like_http(line) => err(ErrorKind::Hangup),
         b"flush_all" => {
@@ -1082,6 +1156,44 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        assert_eq!(
+            one(b"cache_memlimit 100 noreply\r\n").0,
+            Request::CacheMemlimit {
+                megabytes: 100,
+                noreply: true
+            }
+        );
+        assert_eq!(
+            err(b"cache_memlimit -5\r\n").kind,
+            ErrorKind::UnknownCommand
+        );
+        assert_eq!(
+            one(b"slabs automove 2 extra\r\n").0,
+            Request::SlabsAutomove {
+                setting: Automove::Level(2),
+                noreply: false
+            }
+        );
+        assert_eq!(
+            one(b"slabs automove ratio 0.5\r\n").0,
+            Request::SlabsAutomove {
+                setting: Automove::Ratio(b"0.5"),
+                noreply: false
+            }
+        );
+        assert_eq!(
+            err(b"slabs automove invalid\r\n").kind,
+            ErrorKind::Client("bad command line format")
+        );
+        assert_eq!(err(b"slabs automove 3\r\n").kind, ErrorKind::UnknownCommand);
+        assert_eq!(
+            one(b"slabs reassign 4294967297 -1\r\n").0,
+            Request::SlabsReassign { src: 1, dst: -1 }
+        );
+        assert_eq!(
+            err(b"slabs reassign 1 2 noreply\r\n").kind,
+            ErrorKind::UnknownCommand
+        );
         assert_eq!(one(b"version\r\n").0, Request::Version);
         assert_eq!(one(b"quit\r\n").0, Request::Quit);
         assert!(matches!(
@@ -1440,7 +1552,7 @@ mod tests {
             body in proptest::collection::vec(prop_oneof![Just(b' '), Just(b'k'), Just(b'\n'), any::<u8>()], 0..400),
             cmd in prop_oneof![Just(&b"get "[..]), Just(&b"gats 5 "[..]), Just(&b"set "[..]), Just(&b""[..])],
         ) {
-            let limits = Limits { max_line: 32, max_key: 10, max_item: 1 << 20 };
+            let limits = Limits { max_line: 32, max_key: 10, max_item: 1 << 20, max_value: 1 << 20 };
             let mut buf = cmd.to_vec();
             buf.extend_from_slice(&body);
             let mut pos = 0;

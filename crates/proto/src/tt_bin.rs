@@ -302,6 +302,11 @@ pub struct DecodeError {
     pub close: bool,
     /// A reply code to send (always [`FAIL`] when present), or `None` to send nothing.
     pub reply: Option<u8>,
+    /// A request refused for a value over `max_value`: the size of that value.
+    pub value_len: Option<u64>,
+    /// After `consumed` bytes, discard this many more `[size:4][bytes]` elements (the rest of
+    /// an mget or misc list refused at an element over its limit; sizes not arrived yet).
+    pub then_elements: usize,
 }
 
 impl DecodeError {
@@ -311,7 +316,15 @@ impl DecodeError {
             consumed: 0,
             close: true,
             reply: None,
+            value_len: None,
+            then_elements: 0,
         }
+    }
+
+    /// Refused for a value of `len` bytes over the limit.
+    fn value(mut self, len: usize) -> DecodeError {
+        self.value_len = Some(len as u64);
+        self
     }
 }
 
@@ -355,6 +368,8 @@ fn skip(c: u8, total: usize) -> DecodeError {
         consumed: total,
         close: false,
         reply: (c != cmd::PUTNR).then_some(FAIL),
+        value_len: None,
+        then_elements: 0,
     }
 }
 
@@ -412,8 +427,11 @@ fn decode_body<'a>(
                 0
             };
             let total = rd.pos + ksiz + vsiz;
-            if ksiz > limits.max_key || vsiz > limits.max_value {
+            if ksiz > limits.max_key {
                 return Err(skip(c, total));
+            }
+            if vsiz > limits.max_value {
+                return Err(skip(c, total).value(vsiz));
             }
             let key = need!(rd.bytes(ksiz));
             let value = need!(rd.bytes(vsiz));
@@ -493,8 +511,11 @@ fn decode_body<'a>(
                 return Err(DecodeError::hang_up());
             }
             let total = rd.pos + nsiz + ksiz + vsiz;
-            if ksiz > limits.max_key || vsiz > limits.max_value {
+            if ksiz > limits.max_key {
                 return Err(skip(c, total));
+            }
+            if vsiz > limits.max_value {
+                return Err(skip(c, total).value(vsiz));
             }
             let name = need!(rd.bytes(nsiz));
             let key = need!(rd.bytes(ksiz));
@@ -596,12 +617,22 @@ fn decode_list<'a>(
     };
     // First pass: validate and find the end without allocating.
     let first = rd.pos;
-    for _ in 0..count {
+    for i in 0..count {
         let Some(n) = rd.u32() else {
             return Ok(None);
         };
         let n = size(n)?;
-        if n > limit || rd.pos.saturating_add(n) > limits.max_frame {
+        if n > limit {
+            // Refused, and the rest of the list discarded as it arrives: the stream stays
+            // in step (ttserver has no such limit, and hangs up only at MAX_ARG_SIZE).
+            let mut e = skip(c, rd.pos + n);
+            e.then_elements = count - i - 1;
+            if c == cmd::MISC {
+                e.value_len = Some(n as u64);
+            }
+            return Err(e);
+        }
+        if rd.pos.saturating_add(n) > limits.max_frame {
             return Err(DecodeError::hang_up());
         }
         if rd.bytes(n).is_none() {
@@ -1186,11 +1217,7 @@ mod tests {
 
     #[test]
     fn bad_magic_and_unknown_commands_hang_up() {
-        let hang_up = Err(DecodeError {
-            consumed: 0,
-            close: true,
-            reply: None,
-        });
+        let hang_up = Err(DecodeError::hang_up());
         assert_eq!(decode(b"get k\r\n", &Limits::default()), hang_up);
         assert_eq!(decode(b"\x80", &Limits::default()), hang_up);
         for c in [0x00, 0x14, 0x32, 0x91, 0xa1, 0xff] {
@@ -1273,7 +1300,9 @@ mod tests {
             Err(DecodeError {
                 consumed: wire.len(),
                 close: false,
-                reply: Some(FAIL)
+                reply: Some(FAIL),
+                value_len: Some(9),
+                then_elements: 0,
             })
         );
         let wire = enc(&Request::PutNr {
@@ -1285,7 +1314,9 @@ mod tests {
             Err(DecodeError {
                 consumed: wire.len(),
                 close: false,
-                reply: None
+                reply: None,
+                value_len: None,
+                then_elements: 0,
             })
         );
         for req in [
@@ -1308,34 +1339,63 @@ mod tests {
             },
         ] {
             let wire = enc(&req);
+            let value_len = matches!(req, Request::Ext { .. }).then_some(9);
             assert_eq!(
                 decode(&wire, &limits),
                 Err(DecodeError {
                     consumed: wire.len(),
                     close: false,
-                    reply: Some(FAIL)
+                    reply: Some(FAIL),
+                    value_len,
+                    then_elements: 0,
                 }),
                 "{}",
                 req.name()
             );
         }
-        // Lists: too many elements, an element too long, or too many bytes in all: hang up.
-        for req in [
-            Request::Mget {
+        // Lists: an element too long is refused, and the rest of the list is to be skipped
+        // (its sizes have not all arrived: `then_elements` more after `consumed` bytes).
+        let wire = enc(&Request::Misc {
+            name: b"putlist",
+            opts: 0,
+            args: vec![b"k", b"123456789", b"k2", b"v2"],
+        });
+        // [magic cmd][nsiz][opts][count] putlist [1]k [4] — the element's 9 bytes follow.
+        let head = 2 + 12 + 7 + 5 + 4;
+        let four = Limits {
+            max_args: 4,
+            ..limits
+        };
+        assert_eq!(
+            decode(&wire[..head], &four),
+            Err(DecodeError {
+                consumed: head + 9,
+                close: false,
+                reply: Some(FAIL),
+                value_len: Some(9),
+                then_elements: 2,
+            })
+        );
+        let e = decode(
+            &enc(&Request::Mget {
+                keys: vec![b"a", b"12345"],
+            }),
+            &limits,
+        )
+        .unwrap_err();
+        assert_eq!(
+            (e.close, e.reply, e.value_len, e.then_elements),
+            (false, Some(FAIL), None, 0)
+        );
+        // Too many elements, or too many bytes in all: hang up.
+        let e = decode(
+            &enc(&Request::Mget {
                 keys: vec![b"a", b"b", b"c"],
-            },
-            Request::Mget {
-                keys: vec![b"12345"],
-            },
-            Request::Misc {
-                name: b"put",
-                opts: 0,
-                args: vec![b"k", b"123456789"],
-            },
-        ] {
-            let e = decode(&enc(&req), &limits).unwrap_err();
-            assert!(e.close && e.reply.is_none());
-        }
+            }),
+            &limits,
+        )
+        .unwrap_err();
+        assert!(e.close && e.reply.is_none());
         let big = [b'x'; 8];
         let wire = enc(&Request::Misc {
             name: b"putlist",

@@ -12,7 +12,8 @@ use crate::mc_stats::{Did, PrefixStats};
 use kura_engine::counter::Counter;
 use kura_engine::{Error, Store};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// The memcached version reported to clients (`version`, binary VERSION, `stats`): the release
 /// whose protocol Kura follows, a plain number as clients expect (some parse it). Kura's own
@@ -59,11 +60,18 @@ pub struct Shared {
     pub max_connections: usize,
     /// The item size limit (memcached's `-I`, counted as [`item_size`] counts).
     pub max_item_size: u64,
+    /// The largest value any request may carry, on every protocol (`--max-value-size`):
+    /// see [`Shared::check_value`].
+    pub max_value_size: u64,
     /// The address listened on and `--timeout` (for `stats settings`).
     pub host: String,
     pub idle_timeout: u64,
     /// `verbosity <level>` (memcached keeps at most 2); the log does not change.
     pub verbosity: AtomicU32,
+    /// `slabs automove <level>` and `slabs automove ratio <r>` (the bits of an f64), shown by
+    /// `stats settings`; Kura has no slabs to move.
+    pub slab_automove: AtomicU32,
+    pub slab_automove_ratio: AtomicU64,
     /// A pending `flush_all <delay>`: the unix time at which every record goes (0 = none).
     pub flush_at: AtomicU64,
     /// Operations refused on every protocol (`--mask`).
@@ -104,28 +112,105 @@ type LineFn = dyn Fn(&str) + Send + Sync;
 
 /// Where the executors write a line to the server's log.
 #[derive(Clone, Default)]
-pub struct LogSink(Option<Arc<LineFn>>);
+pub struct LogSink {
+    f: Option<Arc<LineFn>>,
+    /// The lines written by [`LogSink::limited`], by kind (shared by every clone).
+    limited: Arc<Mutex<Vec<Limited>>>,
+}
+
+/// The pace of one kind of [`LogSink::limited`] line.
+struct Limited {
+    kind: &'static str,
+    /// When the last line of this kind was written.
+    last: Instant,
+    /// Lines of this kind left out since then.
+    left_out: u64,
+}
+
+/// At most one line of a kind in this long (the first of a burst is written at once).
+pub const LOG_PACE: Duration = Duration::from_secs(10);
 
 impl LogSink {
     pub fn new(f: impl Fn(&str) + Send + Sync + 'static) -> LogSink {
-        LogSink(Some(Arc::new(f)))
+        LogSink {
+            f: Some(Arc::new(f)),
+            limited: Arc::default(),
+        }
     }
 
     /// Write `msg` as one log line.
     pub fn line(&self, msg: &str) {
-        if let Some(f) = &self.0 {
+        if let Some(f) = &self.f {
             f(msg);
+        }
+    }
+
+    /// Write `msg` unless a line of the same `kind` was written less than [`LOG_PACE`] ago;
+    /// the next line written tells how many were left out meanwhile. For events a client
+    /// can cause at any rate (refused requests): the log keeps their kind and count without
+    /// growing at the client's pace.
+    pub fn limited(&self, kind: &'static str, msg: &str) {
+        let Some(f) = &self.f else { return };
+        let now = Instant::now();
+        let left_out = {
+            let mut all = self.limited.lock().unwrap_or_else(|p| p.into_inner());
+            match all.iter_mut().find(|l| l.kind == kind) {
+                Some(l) if now.duration_since(l.last) < LOG_PACE => {
+                    l.left_out += 1;
+                    return;
+                }
+                Some(l) => {
+                    l.last = now;
+                    std::mem::take(&mut l.left_out)
+                }
+                None => {
+                    all.push(Limited {
+                        kind,
+                        last: now,
+                        left_out: 0,
+                    });
+                    0
+                }
+            }
+        };
+        if left_out == 0 {
+            f(msg);
+        } else {
+            f(&format!(
+                "{msg} ({left_out} more like it in the last {} s not logged)",
+                LOG_PACE.as_secs()
+            ));
         }
     }
 }
 
 impl std::fmt::Debug for LogSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() {
+        f.write_str(if self.f.is_some() {
             "LogSink(on)"
         } else {
             "LogSink(off)"
         })
+    }
+}
+
+/// A value over `--max-value-size` ([`Shared::check_value`]): the reason every protocol
+/// gives, in its own error form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ValueTooLarge {
+    /// The size of the value refused.
+    pub len: u64,
+    /// The server's `--max-value-size`.
+    pub max: u64,
+}
+
+impl std::fmt::Display for ValueTooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "value of {} bytes over the server's --max-value-size {}",
+            self.len, self.max
+        )
     }
 }
 
@@ -176,9 +261,12 @@ impl Shared {
             threads: 0,
             max_connections: 0,
             max_item_size,
+            max_value_size: crate::net::DEFAULT_MAX_VALUE as u64,
             host: String::from("NULL"),
             idle_timeout: 0,
             verbosity: AtomicU32::new(0),
+            slab_automove: AtomicU32::new(1),
+            slab_automove_ratio: AtomicU64::new(0.8f64.to_bits()),
             flush_at: z(),
             mask: Mask::NONE,
             db_name: String::new(),
@@ -239,6 +327,34 @@ impl Shared {
         self.total_connections.store(0, Relaxed);
     }
 
+    /// The one check of `--max-value-size`, made where a protocol has decoded a value a
+    /// request carries (`len` bytes; `what` names the protocol and request for the log). A
+    /// refusal is logged ([`LogSink::limited`]) and its reason returned for the protocol to
+    /// send in its own error form; nothing may be stored then.
+    pub fn check_value(
+        &self,
+        what: impl std::fmt::Display,
+        len: usize,
+    ) -> Result<(), ValueTooLarge> {
+        if len as u64 <= self.max_value_size {
+            return Ok(());
+        }
+        Err(self.value_refused(what, len as u64))
+    }
+
+    /// Log the refusal of a value of `len` bytes that a codec found over its limit (the
+    /// binary protocols decide before the value is read: see `net`'s limits, which are set
+    /// from `--max-value-size`), and return its reason.
+    pub fn value_refused(&self, what: impl std::fmt::Display, len: u64) -> ValueTooLarge {
+        let e = ValueTooLarge {
+            len,
+            max: self.max_value_size,
+        };
+        self.log
+            .limited("value too large", &format!("refused ({what}): {e}"));
+        e
+    }
+
     /// A memcached read of `key`: `stats detail` and the last-use table, when they are on.
     #[inline]
     pub fn note_get(&self, key: &[u8], hit: bool, now: u64) {
@@ -284,4 +400,43 @@ pub fn flush_if_due(store: &dyn Store, shared: &Shared, now: u64) -> Result<(), 
         store.vanish()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limited_lines_keep_their_kind_and_count() {
+        let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+        let keep = lines.clone();
+        let log = LogSink::new(move |m| keep.lock().unwrap().push(m.to_string()));
+        let clone = log.clone();
+        log.limited("a", "first a");
+        clone.limited("a", "second a");
+        log.limited("b", "first b");
+        log.limited("a", "third a");
+        assert_eq!(*lines.lock().unwrap(), ["first a", "first b"]);
+        // Once the pace has passed, the next line tells how many were left out.
+        for l in log.limited.lock().unwrap().iter_mut() {
+            l.last -= LOG_PACE;
+        }
+        log.limited("a", "fourth a");
+        assert_eq!(
+            lines.lock().unwrap()[2],
+            "fourth a (2 more like it in the last 10 s not logged)"
+        );
+    }
+
+    #[test]
+    fn a_value_over_the_limit_is_refused_with_its_reason() {
+        let mut sh = Shared::new(0, 1 << 20);
+        sh.max_value_size = 10;
+        assert_eq!(sh.check_value("test", 10), Ok(()));
+        let e = sh.check_value("test", 11).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "value of 11 bytes over the server's --max-value-size 10"
+        );
+    }
 }

@@ -28,6 +28,7 @@ pub fn execute(
         let st = match e {
             Error::TooLarge(_) => status::TOO_LARGE,
             Error::NotNumeric => status::NON_NUMERIC,
+            _ if e.from_request() => status::INVALID_ARGUMENTS,
             _ => status::OUT_OF_MEMORY,
         };
         encode_error(out, req.opcode, st, req.opaque);

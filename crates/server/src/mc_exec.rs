@@ -13,7 +13,7 @@ use crate::mc_meta;
 use crate::mc_stats::{self, Crawler, Did};
 use crate::out::{Out, PIN_MIN};
 use kura_engine::{Counted, Decision, Error, Outcome, Shown, Store};
-use kura_proto::mc_text::{self, item_size, reply, Request, StoreMode};
+use kura_proto::mc_text::{self, item_size, reply, Automove, Request, StoreMode};
 use std::sync::atomic::Ordering::Relaxed;
 
 /// memcached's boundary between relative and absolute expiration times (30 days).
@@ -30,8 +30,14 @@ pub fn absolute_expiry(exptime: i64, now: u64) -> u64 {
     }
 }
 
+/// The reply to an engine error: `CLIENT_ERROR` with its reason when the request caused it
+/// ([`Error::from_request`]: a key the kind cannot take, …), else `SERVER_ERROR`.
 pub(crate) fn server_error(out: &mut Vec<u8>, e: &Error) {
-    out.extend_from_slice(b"SERVER_ERROR ");
+    out.extend_from_slice(if e.from_request() {
+        b"CLIENT_ERROR "
+    } else {
+        b"SERVER_ERROR "
+    });
     let msg = e.to_string().replace(['\r', '\n'], " ");
     out.extend_from_slice(msg.as_bytes());
     out.extend_from_slice(b"\r\n");
@@ -72,9 +78,9 @@ pub fn unlink_key(
     store.out(key).map(|_| ())
 }
 
-/// memcached's append / prepend ([`Store::concat_if`]) within the item size limit, as the
-/// text, binary and meta commands map them: an absent record and a result over the limit
-/// are both NOT_STORED; `cas` (not 0, the binary protocol and `ms … C`) must match.
+/// memcached's append / prepend ([`Store::concat_if`]) within the item and value size
+/// limits, as the text, binary and meta commands map them: an absent record and a result
+/// over a limit are both NOT_STORED; `cas` (not 0, the binary protocol and `ms … C`) must match.
 pub fn append(
     store: &dyn Store,
     shared: &Shared,
@@ -83,10 +89,40 @@ pub fn append(
     front: bool,
     cas: u64,
 ) -> Result<Outcome, Error> {
-    let max = shared.max_item_size;
+    let (max, max_value) = (shared.max_item_size, shared.max_value_size);
     store.concat_if(key, data, front, cas, &|flags, len| {
-        item_size(key.len(), flags, len) <= max
+        item_size(key.len(), flags, len) <= max && len as u64 <= max_value
     })
+}
+
+/// The largest slab class id memcached 1.6.18 makes for an item size limit (`slabs_init`
+/// with its defaults: 48-byte chunks after a 48-byte header, growth factor 1.25, 8-byte
+/// alignment, chunks up to half the limit): 39 for 1 MiB.
+fn largest_slab_class(max_item_size: u64) -> i32 {
+    let chunk_max = (max_item_size / 2) as f64;
+    let (mut size, mut class) = (96u64, 0);
+    loop {
+        class += 1;
+        if class >= 63 || size as f64 >= chunk_max / 1.25 {
+            return class;
+        }
+        size = size.next_multiple_of(8);
+        size = (size as f64 * 1.25) as u64;
+    }
+}
+
+/// `slabs reassign <src> <dst>` as memcached answers it with no page to spare (Kura has no
+/// slabs): the same class, an id out of range (`-1`, "any class", finds none), else no spare
+/// page in the source.
+fn slabs_reassign(shared: &Shared, src: i32, dst: i32) -> &'static [u8] {
+    let classes = 0..=largest_slab_class(shared.max_item_size);
+    if src == dst {
+        b"SAME src and dst class are identical\r\n"
+    } else if !classes.contains(&src) || !classes.contains(&dst) {
+        b"BADCLASS invalid src or dst class id\r\n"
+    } else {
+        b"NOSPARE source class has no spare pages\r\n"
+    }
 }
 
 /// The reply to a request the command mask refuses.
@@ -116,7 +152,13 @@ fn masked(mask: Mask, req: &Request<'_>) -> bool {
         Request::Arith { .. } | Request::MetaArith { .. } => deny(Op::AddInt),
         Request::FlushAll { .. } => deny(Op::Vanish),
         Request::Stats { .. } | Request::LruCrawler { .. } => deny(Op::Stat),
-        Request::Version | Request::Verbosity { .. } | Request::Quit | Request::MetaNoop => false,
+        Request::Version
+        | Request::Verbosity { .. }
+        | Request::CacheMemlimit { .. }
+        | Request::SlabsAutomove { .. }
+        | Request::SlabsReassign { .. }
+        | Request::Quit
+        | Request::MetaNoop => false,
     }
 }
 
@@ -128,7 +170,9 @@ fn noreply(req: &Request<'_>) -> bool {
         | Request::Arith { noreply, .. }
         | Request::Touch { noreply, .. }
         | Request::FlushAll { noreply, .. }
-        | Request::Verbosity { noreply, .. } => *noreply,
+        | Request::Verbosity { noreply, .. }
+        | Request::CacheMemlimit { noreply, .. }
+        | Request::SlabsAutomove { noreply, .. } => *noreply,
         _ => false,
     }
 }
@@ -366,6 +410,33 @@ fn run(
         Request::Verbosity { level, noreply } => {
             shared.verbosity.store(level.min(2), Relaxed);
             quiet(noreply, out, reply::OK)
+        }
+        // Kura's memory is the database kind's: the limit is checked as memcached checks it
+        // and changes nothing.
+        Request::CacheMemlimit { megabytes, noreply } => quiet(
+            noreply,
+            out,
+            if megabytes < 8 {
+                b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n"
+            } else if megabytes > 1_000_000_000 {
+                b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n"
+            } else {
+                reply::OK
+            },
+        ),
+        // Kept for `stats settings`; Kura has no slabs to move.
+        Request::SlabsAutomove { setting, noreply } => {
+            match setting {
+                Automove::Level(level) => shared.slab_automove.store(level, Relaxed),
+                Automove::Ratio(r) => {
+                    let r = mc_text::c_strtod(r).unwrap_or_default();
+                    shared.slab_automove_ratio.store(r.to_bits(), Relaxed);
+                }
+            }
+            quiet(noreply, out, reply::OK)
+        }
+        Request::SlabsReassign { src, dst } => {
+            out.extend_from_slice(slabs_reassign(shared, src, dst))
         }
         Request::Quit => return Ok(Next::Close),
         Request::MetaNoop => out.extend_from_slice(b"MN\r\n"),

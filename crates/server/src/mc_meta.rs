@@ -702,13 +702,15 @@ pub fn meta_arith(
         return Ok(());
     };
     let key = &*key;
-    let (Ok(delta), Ok(vivify), Ok(initial), Ok(cas)) = (
+    let (Ok(delta), Ok(vivify), Ok(initial), Ok(cas), Ok(touch)) = (
         meta_num::<u64>(flags, b'D'),
         meta_num::<i64>(flags, b'N'),
         meta_num::<u64>(flags, b'J'),
         meta_num::<u64>(flags, b'C'),
+        meta_num::<i64>(flags, b'T'),
     ) else {
-        meta_bad(out, "bad token in command line format");
+        // memcached 1.6.18's ma says this of any flag whose number does not read.
+        meta_bad(out, "invalid or duplicate flag");
         return Ok(());
     };
     let decr = matches!(
@@ -724,7 +726,7 @@ pub fn meta_arith(
         match store.incr_decimal_if(key, delta.unwrap_or(1), decr, cas.unwrap_or(0))? {
             Counted::Done(n, m) => {
                 hits.add(1);
-                break Some((n, m));
+                break Some((n, m, false));
             }
             Counted::VersionMismatch => {
                 out.extend_from_slice(b"EX");
@@ -738,7 +740,7 @@ pub fn meta_arith(
                 let n = initial.unwrap_or(0);
                 let v = Value::decimal(n);
                 if let Outcome::Stored(m) = store.putkeep(key, &v, 0, absolute_expiry(ttl, now))? {
-                    break Some((n, m));
+                    break Some((n, m, true));
                 }
             }
             Counted::NotNumeric => {
@@ -750,6 +752,30 @@ pub fn meta_arith(
     if result.is_some() {
         shared.access.wrote(key, now);
     }
+    // `T<ttl>` sets the item's TTL (and `N<ttl>` the TTL of an item it created), in the order
+    // of the flags as memcached applies them after the arithmetic: `t` shows the TTL as the
+    // flags before it left it.
+    let result = match result {
+        Some((n, mut m, created)) if touch.is_some() || created => {
+            let (mut at_t, mut last) = (None, if created { 0 } else { m.expires });
+            for f in flags.iter() {
+                match f[0] {
+                    b't' => at_t = Some(last),
+                    b'T' => last = absolute_expiry(touch.unwrap_or(0), now),
+                    b'N' if created => last = absolute_expiry(vivify.unwrap_or(0), now),
+                    _ => {}
+                }
+            }
+            if last != m.expires {
+                if let Some(touched) = store.touch(key, last)? {
+                    m = touched;
+                }
+            }
+            m.expires = at_t.unwrap_or(last);
+            Some((n, m))
+        }
+        r => r.map(|(n, m, _)| (n, m)),
+    };
     match result {
         Some((n, m)) => {
             // The number itself (the value stored may be padded with spaces).

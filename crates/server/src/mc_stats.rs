@@ -564,8 +564,9 @@ pub fn stat_pairs(
             s("maxconns_fast", &"yes");
             s("hashpower_init", &0);
             s("slab_reassign", &"yes");
-            s("slab_automove", &1);
-            s("slab_automove_ratio", &"0.80");
+            s("slab_automove", &shared.slab_automove.load(Relaxed));
+            let ratio = f64::from_bits(shared.slab_automove_ratio.load(Relaxed));
+            s("slab_automove_ratio", &format_args!("{ratio:.2}"));
             s("slab_automove_window", &30);
             s("slab_chunk_max", &(shared.max_item_size / 2));
             s("lru_crawler", &"yes");

@@ -33,7 +33,8 @@ pub struct Config {
     pub max_connections: usize,
     /// memcached's item size limit (text and binary).
     pub max_item_size: usize,
-    /// Largest value of the Tokyo Tyrant and Kyoto Tycoon protocols (binary and HTTP).
+    /// Largest value of every protocol (`--max-value-size`): the codecs' limit, and that of
+    /// the executors' check, [`Shared::max_value_size`], which must be the same.
     pub max_value_size: usize,
     /// Bytes of requests in flight that connections may hold beyond their free allowance,
     /// server-wide ([`Budget`]); at least the largest request any protocol accepts.
@@ -191,6 +192,8 @@ struct Conn<'s> {
     out: Out,
     /// Bytes still to discard (the rest of a refused data block).
     skip: usize,
+    /// Then this many `[size:4][bytes]` elements (the rest of a refused Tyrant list).
+    skip_elements: usize,
     proto: Option<Protocol>,
     last: Instant,
     /// Close once the replies are written.
@@ -248,6 +251,7 @@ impl AllLimits {
                 max_line: 2048,
                 max_key: 250,
                 max_item: cfg.max_item_size,
+                max_value: cfg.max_value_size,
             },
             tt: tt_bin::Limits {
                 max_value: value,
@@ -260,8 +264,9 @@ impl AllLimits {
                 ..kt_bin::Limits::default()
             },
             http: http::Limits {
-                // Room for a value encoded (base64, quoted-printable) in a TSV or form body.
-                max_body: value.saturating_mul(2).saturating_add(64 << 10),
+                // Room for a value at the limit in any encoding of a TSV or form body (URL
+                // and quoted-printable escapes take three bytes a byte, base64 four per three).
+                max_body: value.saturating_mul(3).saturating_add(64 << 10),
                 ..http::Limits::default()
             },
             budget,
@@ -331,6 +336,7 @@ pub fn serve(
             .name("kura-commit".into())
             .spawn(move || c.run(&*store))?
     };
+    debug_assert_eq!(cfg.max_value_size as u64, shared.max_value_size);
     let spread = Arc::new(Spread::new(cfg.threads.max(1)));
     let least = min_inflight(cfg.max_item_size, cfg.max_value_size);
     let budget = Arc::new(Budget::new(cfg.max_inflight.max(least)));
@@ -676,6 +682,7 @@ fn adopt(
         rbuf: Vec::new(),
         out: Out::default(),
         skip: 0,
+        skip_elements: 0,
         proto: None,
         last: Instant::now(),
         closing: false,
@@ -1080,11 +1087,7 @@ fn finish(c: &mut Conn<'_>, shared: &Shared) -> bool {
 /// Decode and execute every complete request in the read buffer.
 fn process<'s>(c: &mut Conn<'s>, store: &'s dyn Store, shared: &Shared, limits: &AllLimits) {
     let mut pos = 0;
-    if c.skip > 0 {
-        let n = c.skip.min(c.rbuf.len());
-        pos = n;
-        c.skip -= n;
-    }
+    skip_owed(c, &mut pos);
     if c.discard_line {
         match c.rbuf[pos..].iter().position(|&b| b == b'\n') {
             Some(nl) => {
@@ -1153,6 +1156,25 @@ fn process<'s>(c: &mut Conn<'s>, store: &'s dyn Store, shared: &Shared, limits: 
     }
 }
 
+/// Discard from `pos` on what a refused request left to discard ([`Conn::skip`], then
+/// [`Conn::skip_elements`]), as far as it has arrived.
+fn skip_owed(c: &mut Conn<'_>, pos: &mut usize) {
+    loop {
+        let n = c.skip.min(c.rbuf.len() - *pos);
+        *pos += n;
+        c.skip -= n;
+        if c.skip > 0 || c.skip_elements == 0 {
+            return;
+        }
+        let Some(size) = c.rbuf.get(*pos..*pos + 4) else {
+            return;
+        };
+        c.skip = u32::from_be_bytes([size[0], size[1], size[2], size[3]]) as usize;
+        c.skip_elements -= 1;
+        *pos += 4;
+    }
+}
+
 /// What decoding the start of the buffer found.
 enum Step<R> {
     /// A whole request and the bytes it takes.
@@ -1166,6 +1188,8 @@ enum Step<R> {
         consumed: usize,
         close: bool,
         discard_line: bool,
+        /// Then discard this many `[size:4][bytes]` elements (Tyrant lists).
+        elements: usize,
     },
 }
 
@@ -1187,7 +1211,7 @@ struct Ctx<'x> {
 /// Decode and execute the requests from `pos` on, then drop what was consumed.
 fn drive<W: Wire>(c: &mut Conn<'_>, mut pos: usize, w: &mut W) {
     while pos < c.rbuf.len() && !c.closing {
-        let (consumed, close, discard_line) = match w.decode(&c.rbuf[pos..], &mut c.out) {
+        let (consumed, close, discard_line, elements) = match w.decode(&c.rbuf[pos..], &mut c.out) {
             Step::Request(req, consumed) => {
                 let next = w.execute(&req, &mut c.out);
                 if let Next::Wait(wait) = next {
@@ -1218,15 +1242,17 @@ fn drive<W: Wire>(c: &mut Conn<'_>, mut pos: usize, w: &mut W) {
                 consumed,
                 close,
                 discard_line,
-            } => (consumed, close, discard_line),
+                elements,
+            } => (consumed, close, discard_line, elements),
         };
         if close {
             c.closing = true;
         }
         let avail = c.rbuf.len() - pos;
-        if consumed > avail {
-            c.skip = consumed - avail;
-            pos = c.rbuf.len();
+        if consumed > avail || elements > 0 {
+            c.skip = consumed;
+            c.skip_elements = elements;
+            skip_owed(c, &mut pos);
         } else {
             pos += consumed;
             if discard_line {
@@ -1274,11 +1300,15 @@ impl Wire for McText<'_> {
                 } else if e.kind == mc_text::ErrorKind::TooLarge {
                     shared.store_too_large.add(1);
                 }
+                if let Some(n) = e.value_len {
+                    mc_refused(shared, "memcached text", n);
+                }
                 e.encode(out);
                 Step::Refused {
                     consumed: e.consumed,
                     close: e.close,
                     discard_line: e.discard_line,
+                    elements: 0,
                 }
             }
         }
@@ -1286,6 +1316,23 @@ impl Wire for McText<'_> {
     fn execute(&mut self, req: &Self::Req<'_>, out: &mut Out) -> Next {
         let Ctx { store, shared, now } = self.at;
         mc_exec::execute(store, shared, req, now, out)
+    }
+}
+
+/// Log a memcached storage command refused as too large (its data is skipped, and
+/// memcached's own reply sent): over `--max-value-size`, or an item over `--max-item-size`.
+fn mc_refused(shared: &Shared, what: &str, value_len: u64) {
+    if value_len > shared.max_value_size {
+        shared.value_refused(what, value_len);
+    } else {
+        shared.log.limited(
+            "item too large",
+            &format!(
+                "refused ({what}): a value of {value_len} bytes makes an item over the \
+                 server's --max-item-size {}",
+                shared.max_item_size
+            ),
+        );
     }
 }
 
@@ -1314,6 +1361,9 @@ impl Wire for McBinary<'_> {
                 } else if e.status == Some(mc_bin::status::TOO_LARGE) {
                     shared.store_too_large.add(1);
                 }
+                if let Some(n) = e.value_len {
+                    mc_refused(shared, "memcached binary", n);
+                }
                 if let Some(st) = e.status {
                     mc_bin::encode_error(out, e.opcode, st, e.opaque);
                 }
@@ -1321,6 +1371,7 @@ impl Wire for McBinary<'_> {
                     consumed: e.consumed,
                     close: e.close,
                     discard_line: false,
+                    elements: 0,
                 }
             }
         }
@@ -1346,11 +1397,20 @@ impl Wire for Tyrant<'_, '_> {
             Ok(tt_bin::Decoded::Complete { request, consumed }) => Step::Request(request, consumed),
             Ok(tt_bin::Decoded::Incomplete) => Step::More,
             Err(e) => {
-                out.extend(e.reply);
+                let c = buf.get(1).copied().unwrap_or_default();
+                if e.reply.is_some() {
+                    tt_bin::reply_failure(out, c);
+                }
+                if let Some(n) = e.value_len {
+                    let what = format!("Tyrant {}", tt_bin::cmd_name(c).unwrap_or("request"));
+                    let why = self.1.shared.value_refused(&what, n);
+                    self.3.last_error = Some(why.to_string());
+                }
                 Step::Refused {
                     consumed: e.consumed,
                     close: e.close,
                     discard_line: false,
+                    elements: e.then_elements,
                 }
             }
         }
@@ -1371,11 +1431,15 @@ impl Wire for KyotoBinary<'_> {
             Ok(kt_bin::Decoded::Incomplete) => Step::More,
             Err(e) => {
                 // No error of this protocol leaves the stream readable: answer, then close.
+                if let Some(n) = e.value_len {
+                    self.0.shared.value_refused("Kyoto Tycoon binary", n);
+                }
                 kt_bin::reply_error(out);
                 Step::Refused {
                     consumed: e.consumed,
                     close: true,
                     discard_line: false,
+                    elements: 0,
                 }
             }
         }
@@ -1413,6 +1477,7 @@ impl Wire for Http<'_, '_> {
                     consumed: e.consumed,
                     close: e.close,
                     discard_line: false,
+                    elements: 0,
                 }
             }
         }
@@ -1496,16 +1561,29 @@ mod tests {
         Arc<AtomicBool>,
         std::thread::JoinHandle<io::Result<()>>,
     ) {
+        start_limited(threads, DEFAULT_MAX_VALUE)
+    }
+
+    fn start_limited(
+        threads: usize,
+        max_value_size: usize,
+    ) -> (
+        std::net::SocketAddr,
+        Arc<AtomicBool>,
+        std::thread::JoinHandle<io::Result<()>>,
+    ) {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         let store = kura_engine::open("*").unwrap();
-        let shared = Arc::new(Shared::new(now_secs(), 1 << 20));
+        let mut shared = Shared::new(now_secs(), 1 << 20);
+        shared.max_value_size = max_value_size as u64;
+        let shared = Arc::new(shared);
         let stop = Arc::new(AtomicBool::new(false));
         let cfg = Config {
             threads,
             max_connections: 100,
             max_item_size: 1 << 20,
-            max_value_size: DEFAULT_MAX_VALUE,
+            max_value_size,
             max_inflight: DEFAULT_MAX_INFLIGHT,
             idle_timeout: None,
             memcached_only: Vec::new(),
@@ -1523,6 +1601,34 @@ mod tests {
             String::from_utf8_lossy(&got),
             String::from_utf8_lossy(expect)
         );
+    }
+
+    /// A Tyrant list refused at an element over the value limit is answered with the
+    /// failure form and the rest of it discarded as it arrives, sizes split across reads
+    /// included: the next request is answered.
+    #[test]
+    fn a_refused_tyrant_list_is_skipped_to_its_end() {
+        let (addr, stop, h) = start_limited(1, 8);
+        let mut t = std::net::TcpStream::connect(addr).unwrap();
+        t.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut req = Vec::new();
+        tt_bin::encode_request(
+            &tt_bin::Request::Misc {
+                name: b"putlist",
+                opts: 0,
+                args: vec![b"k", b"123456789", b"k2", b"v2", b"k3", b"0123456789abcdef"],
+            },
+            &mut req,
+        );
+        // A get of k2 follows: it must find nothing (no record of the list was stored).
+        req.extend_from_slice(&[0xC8, 0x30, 0, 0, 0, 2, b'k', b'2']);
+        for piece in req.chunks(3) {
+            t.write_all(piece).unwrap();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        roundtrip(&mut t, b"", &[1, 0, 0, 0, 0, 1]);
+        stop.store(true, Ordering::Relaxed);
+        h.join().unwrap().unwrap();
     }
 
     #[test]

@@ -44,7 +44,7 @@ use crate::kt_bin_exec::kt_expiry;
 use crate::kt_cursor::KtCursors;
 use crate::kt_signal::Waited;
 use kura_engine::counter::Counter;
-use kura_engine::Store;
+use kura_engine::{Error, Store};
 use kura_proto::http::{self, Method, Request};
 
 mod rest;
@@ -118,7 +118,7 @@ pub fn execute_with<'s>(
     out: &mut Vec<u8>,
 ) -> Next {
     let reply = match flush_if_due(store, shared, now) {
-        Err(e) => Reply::text(500, &e.to_string()),
+        Err(e) => Reply::text(engine_error(&e).0, &e.to_string()),
         Ok(()) => match req.path().strip_prefix("/rpc/") {
             Some(name) => match rpc::rpc(store, shared, curs, req, name, waited, now) {
                 Ok(reply) => reply,
@@ -162,12 +162,25 @@ fn bump(counter: &Counter) {
 /// Kyoto Cabinet's error text: `DB: <code>: <name>: <message>`.
 pub(crate) fn db_error(code: u8, message: &str) -> String {
     let name = match code {
+        1 => "not implemented",
+        2 => "invalid operation",
         6 => "record duplication",
         7 => "no record",
         8 => "logical inconsistency",
         _ => "system error",
     };
     format!("DB: {code}: {name}: {message}")
+}
+
+/// The status and Kyoto Cabinet error text of an engine error: 400 when the request caused
+/// it ([`Error::from_request`]: code 1 "not implemented" for an operation the kind lacks, 2
+/// "invalid operation" for the others), 500 for a fault of the server.
+pub(crate) fn engine_error(e: &Error) -> (u16, String) {
+    match e {
+        Error::Unsupported(_) => (400, db_error(1, &e.to_string())),
+        _ if e.from_request() => (400, db_error(2, &e.to_string())),
+        _ => (500, db_error(9, &e.to_string())),
+    }
 }
 
 pub(crate) const NO_RECORD: &str = "DB: 7: no record: no record";

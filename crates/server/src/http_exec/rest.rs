@@ -20,8 +20,18 @@ fn not_found() -> Reply {
     Reply::text(404, "Not Found").header("X-Kt-Error", NO_RECORD)
 }
 
+/// A request refused for what it asks: the reason in the body and in Kyoto Tycoon's header.
+fn bad_request(why: &str) -> Reply {
+    Reply::text(400, why).header("X-Kt-Error", why)
+}
+
+/// An engine error: 400 with its reason when the request caused it (a key the kind cannot
+/// take, a value too large, an operation the kind lacks), 500 for a fault of the server.
 fn internal(e: &Error) -> Reply {
-    Reply::text(500, "Internal Server Error").header("X-Kt-Error", db_error(9, &e.to_string()))
+    match super::engine_error(e) {
+        (500, msg) => Reply::text(500, "Internal Server Error").header("X-Kt-Error", msg),
+        (_, msg) => bad_request(&msg),
+    }
 }
 
 fn xt_header(reply: Reply, expires: u64) -> Reply {
@@ -134,8 +144,11 @@ fn rest_put(
         Some(t) if t > 0 && t < XT_MAX => t,
         _ => 0,
     };
-    bump(&shared.cmd_set);
     let value = &req.body[..];
+    if let Err(e) = shared.check_value("HTTP PUT", value.len()) {
+        return Ok(bad_request(&e.to_string()));
+    }
+    bump(&shared.cmd_set);
     let kt = kt_dialect(req);
     let stored = match mode {
         Mode::Put => {
@@ -223,6 +236,9 @@ fn rest_post(
         let Ok((n, v)) = pair else {
             return Ok(Reply::text(400, "Bad Request"));
         };
+        if let Err(e) = shared.check_value("HTTP POST misc", v.len()) {
+            return Ok(bad_request(&e.to_string()));
+        }
         match seen.get(&n) {
             Some(&i) => args[i] = v,
             None => {

@@ -3,7 +3,7 @@
 
 use super::{atof, atoi, bump, db_error, kt_expiry_param, os_name, Reply, KT_VERSION, NO_RECORD};
 use crate::backup;
-use crate::context::Shared;
+use crate::context::{Shared, ValueTooLarge};
 use crate::kt_cursor::{self, KtCursors};
 use crate::kt_signal::{self, WaitReq, Waited};
 use crate::mask::{Op, Proto};
@@ -91,13 +91,10 @@ pub(super) fn rpc<'s>(
                     let status = match procedure(store, shared, curs, &name, &input, now, &mut out)
                     {
                         Ok(status) => status,
-                        Err(Error::TooLarge(m)) => {
-                            out.clear();
-                            fail(&mut out, 400, format!("invalid parameters: {m}"))
-                        }
                         Err(e) => {
                             out.clear();
-                            fail(&mut out, 500, db_error(9, &e.to_string()))
+                            let (status, msg) = super::engine_error(&e);
+                            fail(&mut out, status, msg)
                         }
                     };
                     if let Some(cond) = get(&input, "SIGNAL") {
@@ -163,6 +160,20 @@ fn bulk<'i>(input: &'i Input<'_>) -> impl Iterator<Item = (&'i [u8], &'i [u8])> 
         .filter_map(|(n, v)| n.strip_prefix(b"_").map(|k| (k, v.as_ref())))
 }
 
+/// `--max-value-size` on the values a procedure stores, checked once its input is decoded
+/// (from any body encoding): `value` (set, add, replace, append, cur_set_value), `nval`
+/// (cas) and every record of set_bulk.
+fn check_values(shared: &Shared, name: &[u8], input: &Input<'_>) -> Result<(), ValueTooLarge> {
+    let bulk = name == b"set_bulk";
+    for (n, v) in input {
+        if &n[..] == b"value" || &n[..] == b"nval" || (bulk && n.starts_with(b"_")) {
+            let name = String::from_utf8_lossy(name);
+            shared.check_value(format_args!("Kyoto Tycoon RPC {name}"), v.len())?;
+        }
+    }
+    Ok(())
+}
+
 fn procedure<'s>(
     store: &'s dyn Store,
     shared: &Shared,
@@ -172,6 +183,9 @@ fn procedure<'s>(
     now: u64,
     out: &mut Output,
 ) -> Result<Rv, Error> {
+    if let Err(e) = check_values(shared, name, input) {
+        return Ok(fail(out, 400, format!("invalid parameters: {e}")));
+    }
     if let Some(rv) = kt_cursor::procedure(store, shared, curs, name, input, now, out) {
         return rv;
     }
@@ -524,4 +538,9 @@ fn report(store: &dyn Store, shared: &Shared, now: u64, out: &mut Output) {
         format!("{KT_VERSION} (kura {})", env!("CARGO_PKG_VERSION")),
     );
     set(out, "conf_os_name", os_name());
+    set(
+        out,
+        "conf_max_value_size",
+        shared.max_value_size.to_string(),
+    );
 }

@@ -221,11 +221,10 @@ pub fn misc<'s>(
             store.vanish()?;
             done
         }
-        // Tokyo Cabinet's error code and message: Kura reports errors per request, so the last
-        // error is "success", except after a `copy` of this connection that was refused or
-        // failed: its reason, as the server's log gives it (9999: Tokyo Cabinet's TCEMISC).
+        // Tokyo Cabinet's error code and message of the last failure: the reason of the last
+        // request refused on this connection (as TCEMISC), else "success".
         b"error" => Some(vec![match &st.last_error {
-            Some(why) => format!("9999: {why}").into_bytes(),
+            Some(e) => format!("9999: {e}").into_bytes(),
             None => b"0: success".to_vec(),
         }]),
         // No separate cache to clear and no fragmentation to repair in place: accepted.

@@ -66,7 +66,10 @@ pub struct TtState<'s> {
     server: Option<SharedIter>,
     /// The connection's file descriptor, reported by `stat` as Tyrant does; -1 when unknown.
     pub fd: i32,
-    /// Why this connection's last `copy` was refused or failed (`misc error` answers it).
+    /// Why the last request refused on this connection failed (a value over the limit, an
+    /// engine error, a `copy` that was refused or failed), which `misc error` reports as Tokyo
+    /// Cabinet reports its last error: the one thing a Tyrant client can show beyond the
+    /// failure code.
     pub last_error: Option<String>,
 }
 
@@ -284,7 +287,8 @@ pub fn execute<'s>(
     let done = flush_if_due(store, shared, now);
     match done.and_then(|_| run(store, shared, st, req, now, out)) {
         Ok(next) => next,
-        Err(_) => {
+        Err(e) => {
+            st.last_error = Some(e.to_string());
             if matches!(
                 op,
                 Op::Put | Op::PutKeep | Op::PutCat | Op::PutShl | Op::PutNr
@@ -551,13 +555,7 @@ pub fn redo(store: &dyn Store, req: &Request<'_>) -> Result<bool, Error> {
         _ => Ok(false),
     };
     match done {
-        Err(
-            Error::NotNumeric
-            | Error::InvalidParam(_)
-            | Error::InvalidKey(_)
-            | Error::TooLarge(_)
-            | Error::Unsupported(_),
-        ) => Ok(false),
+        Err(e) if e.from_request() => Ok(false),
         r => r,
     }
 }

@@ -104,6 +104,7 @@ pub(super) fn stat_text(store: &dyn Store, shared: &Shared, st: &TtState<'_>, no
     }
     line("kura_version", &env!("CARGO_PKG_VERSION"));
     line("port", &shared.port);
+    line("max_value_size", &shared.max_value_size);
     let masked = shared.mask().names(Proto::Tyrant);
     if !masked.is_empty() {
         line("mask", &masked.join(","));
