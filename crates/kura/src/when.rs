@@ -3,6 +3,8 @@
 //! that number, as an RFC 3339 time (`2026-11-28T03:05:00Z`, `…T04:05:00.5+01:00`), or as a
 //! time before now (`-30s`, `-5m`, `-2h`, `-1d`). Shown back as RFC 3339 in UTC.
 
+use kura_proto::http::{civil_from_days, days_from_civil};
+
 /// Microseconds per second.
 const US: i64 = 1_000_000;
 
@@ -103,7 +105,7 @@ fn rfc3339(s: &str) -> Option<u64> {
         }
         _ => return None,
     };
-    let secs = days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + sec - offset;
+    let secs = days_from_civil(y, mo as u32, d as u32) * 86_400 + h * 3600 + mi * 60 + sec - offset;
     u64::try_from(secs.checked_mul(US)?.checked_add(micros)?).ok()
 }
 
@@ -114,30 +116,6 @@ fn days_in_month(y: i64, m: i64) -> i64 {
         4 | 6 | 9 | 11 => 30,
         _ => 31,
     }
-}
-
-/// Days since 1970-01-01 of a date of the proleptic Gregorian calendar (H. Hinnant's
-/// `days_from_civil`).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// The date of a day since 1970-01-01 (`civil_from_days`).
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 /// A time stamp in microseconds as RFC 3339 in UTC, to the microsecond:
