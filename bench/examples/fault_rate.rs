@@ -5,7 +5,8 @@
 //! Run: `cargo run --release -p kura-bench --example fault_rate -- THREADS MEGABYTES HUGE`
 //! (HUGE 1 or 0), several times in a row: on a virtual machine the first run can be an order of
 //! magnitude slower than the next ones, when the hypervisor backs guest memory on first touch.
-//! Results: docs/BENCHMARKS.md, "A fifteenth engine run, and what moves the two-writer ratio".
+//! Results: docs/bench-history/engine-hash.md, "A fifteenth engine run, and what moves the
+//! two-writer ratio".
 
 use std::time::Instant;
 

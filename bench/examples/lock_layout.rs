@@ -5,7 +5,7 @@
 //! under a lock, taking a sequence number. 1,000,000 new keys `00000001`…, split between the
 //! threads by key range (as `kura-bench write -t 2`). Three places for the locks:
 //!
-//! - `shard`: the engine's layout until the tenth session: 64 shards, each a `parking_lot::RwLock` whose cache
+//! - `shard`: the engine's layout before 635186d: 64 shards, each a `parking_lot::RwLock` whose cache
 //!   line also holds the shard's seq, over a linear-probing table of its own;
 //! - `line`: one table of 64-byte buckets, each holding its own lock word, seq and 4 slots;
 //! - `array`: the same buckets, with their locks and seqs in arrays of their own;
@@ -14,8 +14,8 @@
 //! - `line2`: 128-byte buckets (two cache lines) of a lock word, a seq and 9 slots.
 //!
 //! Run: `cargo run --release -p kura-bench --example lock_layout -- LAYOUT THREADS`; it prints
-//! the seconds the puts took. Results and what they mean: docs/BENCHMARKS.md, "Two writers:
-//! where the locks must live" and "Two writers: locks in the slot lines".
+//! the seconds the puts took. Results and what they mean: docs/bench-history/engine-hash.md,
+//! "Two writers: where the locks must live" and "Two writers: locks in the slot lines".
 
 use parking_lot::RwLock;
 use std::cell::UnsafeCell;

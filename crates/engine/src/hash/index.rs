@@ -85,7 +85,7 @@ pub const PER: usize = 10;
 /// larger than it found it, so the word is also the bucket's version, which lets readers read
 /// its slots without the lock (`Table::snapshot`, a seqlock). The word sits in the same cache line as the first
 /// slots, so that a write moves no line other than the slots' own between writing cores (the
-/// measurement: docs/BENCHMARKS.md, "Two writers: where the locks must live").
+/// measurement: docs/bench-history/engine-hash.md, "Two writers: where the locks must live").
 #[repr(C, align(128))]
 struct Bucket {
     word: AtomicU64,
