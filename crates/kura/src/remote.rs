@@ -139,6 +139,10 @@ pub enum RemoteCommand {
         /// Stop following any master.
         #[arg(long, conflicts_with = "master")]
         none: bool,
+        /// Let a bootstrap from the new master replace the records the server holds (without
+        /// it, a server that holds records refuses a master whose snapshot would replace them).
+        #[arg(long, conflicts_with = "none")]
+        force: bool,
     },
     /// List the replicas a master knows (server id, confirmed position, lag, connected or
     /// when last seen, address), and the server's own master, position and delay when it is
@@ -269,13 +273,14 @@ fn dispatch(a: &RemoteArgs) -> Res {
             } else {
                 format!("put {}", show(key))
             };
-            r.ok(&req, |c| {
+            let res = r.ok(&req, |c| {
                 if *keep {
                     Fail::No(what)
                 } else {
                     Fail::No(format!("{what} failed (code {c})"))
                 }
-            })?;
+            });
+            explained(&mut r, &format!("put {}", show(key)), res)?;
             if *nr {
                 // putnr has no reply: a round trip tells that it was read and executed.
                 count(&mut r, Request::Rnum)?;
@@ -284,9 +289,10 @@ fn dispatch(a: &RemoteArgs) -> Res {
         }
         RemoteCommand::Out { key } => {
             let key = b(key);
-            r.ok(&Request::Out { key: &key }, |_| {
+            let res = r.ok(&Request::Out { key: &key }, |_| {
                 Fail::No(format!("{}: no such record", show(&key)))
-            })
+            });
+            explained(&mut r, &format!("out {}", show(&key)), res)
         }
         RemoteCommand::Get { key } => {
             let key = b(key);
@@ -347,7 +353,10 @@ fn dispatch(a: &RemoteArgs) -> Res {
             },
             refused("optimize"),
         ),
-        RemoteCommand::Vanish => r.ok(&Request::Vanish, refused("vanish")),
+        RemoteCommand::Vanish => {
+            let res = r.ok(&Request::Vanish, refused("vanish"));
+            explained(&mut r, "vanish", res)
+        }
         RemoteCommand::Copy { path } => r.ok(
             &Request::Copy {
                 path: path.as_os_str().as_bytes(),
@@ -394,9 +403,14 @@ fn dispatch(a: &RemoteArgs) -> Res {
         }
         RemoteCommand::Import { file, format } => {
             let input = transfer::checked(Input::open(file.as_deref())?, *format)?;
-            import(&mut r, input)
+            let res = import(&mut r, input);
+            explained(&mut r, "import", res)
         }
-        RemoteCommand::Setmst { master, none } => setmst(&mut r, master.as_deref(), *none),
+        RemoteCommand::Setmst {
+            master,
+            none,
+            force,
+        } => setmst(&mut r, master.as_deref(), *none, *force),
         RemoteCommand::Replicas => replicas(&mut r),
         RemoteCommand::Forget { sid } => forget(&mut r, *sid),
         RemoteCommand::Version => {
@@ -407,6 +421,27 @@ fn dispatch(a: &RemoteArgs) -> Res {
                 .map_or("unknown", |(_, v)| v.as_str());
             print(format!("{v}\n").as_bytes())
         }
+    }
+}
+
+/// A field of the server's `stat`, if it has it.
+fn stat_field(r: &mut Remote, name: &str) -> Option<String> {
+    stat(r)
+        .ok()?
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v)
+}
+
+/// `res` of a write, with the server's reason when it refused it as a read-only replica
+/// (Tyrant's replies carry no text: `stat` says it as `read_only`).
+fn explained(r: &mut Remote, what: &str, res: Res) -> Res {
+    match res {
+        Err(Fail::No(m)) => Err(Fail::No(match stat_field(r, "read_only") {
+            Some(why) => format!("{what} refused: {why}"),
+            None => m,
+        })),
+        other => other,
     }
 }
 
@@ -543,7 +578,7 @@ fn import(r: &mut Remote, input: Checked) -> Res {
 }
 
 /// `setmst`: follow `master` (`HOST:PORT`), or none (`--none`, an empty host).
-fn setmst(r: &mut Remote, master: Option<&str>, none: bool) -> Res {
+fn setmst(r: &mut Remote, master: Option<&str>, none: bool, force: bool) -> Res {
     let (host, port) = match master.filter(|m| !none && !m.is_empty()) {
         None => (String::new(), 0),
         Some(m) => {
@@ -566,14 +601,25 @@ fn setmst(r: &mut Remote, master: Option<&str>, none: bool) -> Res {
         host: host.as_bytes(),
         port: i32::from(port),
         ts: 0,
-        opts: 0,
+        opts: if force {
+            kura_proto::tt_bin::SETMST_REPLACE
+        } else {
+            0
+        },
     };
-    r.ok(&req, |c| {
+    let res = r.ok(&req, |c| {
         Fail::No(format!(
             "setmst failed (the server answered code {c}): masked (--mask setmst), or a server \
              that cannot replicate"
         ))
-    })?;
+    });
+    if let Err(Fail::No(m)) = res {
+        return Err(Fail::No(match stat_field(r, "setmst_refused") {
+            Some(why) => format!("setmst refused: {why}"),
+            None => m,
+        }));
+    }
+    res?;
     let text = if host.is_empty() {
         "following no master: the server takes writes\n".to_string()
     } else {

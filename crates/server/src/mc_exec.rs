@@ -142,8 +142,16 @@ pub fn execute(
     out: &mut Out,
 ) -> Next {
     if !shared.mask().is_empty() && masked(shared.mask(), req) {
+        let why = shared.read_only_refusal(masked(shared.mask, req));
         if !noreply(req) {
-            out.extend_from_slice(REFUSED);
+            match why {
+                Some(why) => {
+                    out.extend_from_slice(b"SERVER_ERROR ");
+                    out.extend_from_slice(why.as_bytes());
+                    out.extend_from_slice(b"\r\n");
+                }
+                None => out.extend_from_slice(REFUSED),
+            }
         }
         return Next::Continue;
     }

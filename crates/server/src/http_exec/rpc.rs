@@ -166,7 +166,8 @@ fn procedure<'s>(
         return Ok(fail(out, 501, format!("not implemented: {name}")));
     };
     if shared.mask().denies(op, Proto::Http) {
-        return Ok(fail(out, 403, "forbidden"));
+        let why = shared.read_only_refusal(shared.mask.denies(op, Proto::Http));
+        return Ok(fail(out, 403, why.unwrap_or_else(|| "forbidden".into())));
     }
     if name == b"report" {
         report(store, shared, now, out);
@@ -420,6 +421,7 @@ fn status(store: &dyn Store, shared: &Shared, out: &mut Output) {
     for (k, v) in store.describe() {
         out.insert(k.into_bytes(), v.into_bytes());
     }
+    repl_state(shared, out);
     if !shared.db_name.is_empty() {
         set(out, "path", shared.db_name.as_str());
     }
@@ -494,4 +496,13 @@ fn report(store: &dyn Store, shared: &Shared, now: u64, out: &mut Output) {
         format!("{KT_VERSION} (kura {})", env!("CARGO_PKG_VERSION")),
     );
     set(out, "conf_os_name", os_name());
+    repl_state(shared, out);
+}
+
+/// The replication state (`crate::repl::Replication::report`), as Tyrant `stat` and
+/// memcached `stats` show it.
+fn repl_state(shared: &Shared, out: &mut Output) {
+    for (name, v) in shared.repl_report() {
+        set(out, &name, v);
+    }
 }

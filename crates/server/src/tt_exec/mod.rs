@@ -166,6 +166,13 @@ pub fn execute<'s>(
         _ => shared.mask().denies(op, Proto::Tyrant),
     };
     if denied {
+        // A write on a read-only replica: Tyrant's replies carry no text; `stat` says why
+        // (`read_only`), and the log counts them.
+        let by_mask = match req {
+            Request::Misc { .. } => shared.mask.denies(Op::Misc, Proto::Tyrant),
+            _ => shared.mask.denies(op, Proto::Tyrant),
+        };
+        shared.read_only_refusal(by_mask);
         return refuse(c, out);
     }
     let start = out.len();
@@ -339,7 +346,12 @@ fn run<'s>(
             }
             code(out, ok);
         }
-        Request::SetMst { host, port, ts, .. } => match &shared.repl {
+        Request::SetMst {
+            host,
+            port,
+            ts,
+            opts,
+        } => match &shared.repl {
             Some(r) => {
                 let host = String::from_utf8_lossy(c_str(host)).into_owned();
                 match u16::try_from(port) {
@@ -352,6 +364,12 @@ fn run<'s>(
                         code(out, true);
                     }
                     Ok(p) if p > 0 => {
+                        // A bootstrap that would replace records is refused unless asked for.
+                        let force = opts & tt_bin::SETMST_REPLACE != 0;
+                        if r.may_follow(&(host.clone(), p), force).is_err() {
+                            code(out, false);
+                            return Ok(Next::Continue);
+                        }
                         let ro = !r.writable_replica;
                         // A time stamp: go on after it (ttserver writes it to its rts file).
                         if ts > 0 {
