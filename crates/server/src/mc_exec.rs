@@ -427,6 +427,28 @@ pub(crate) mod tests {
         ]
     }
 
+    /// A write on a read-only replica said "refused by the server's mask" though no mask was
+    /// given; it says whose replica the server is, and `--mask` keeps its own message.
+    #[test]
+    fn a_read_only_replica_says_so_and_the_mask_keeps_its_message() {
+        let db = kura_engine::open("*").unwrap();
+        let mut sh = Shared::new(1000, 1 << 20);
+        let repl =
+            crate::repl::Replication::new(2, db.clone(), None, None, false, Box::new(|_| {}));
+        repl.set_master(Some(("10.0.0.1".into(), 1978)));
+        sh.repl = Some(std::sync::Arc::new(repl));
+        sh.read_only
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let r = session(&*db, &sh, b"set a 0 0 1\r\nx\r\nget a\r\n", 1000);
+        assert_eq!(
+            r,
+            "SERVER_ERROR this server is a replica of 10.0.0.1:1978 (read-only)\r\nEND\r\n"
+        );
+        sh.mask = Mask::NONE.mask("put").unwrap();
+        let r = session(&*db, &sh, b"set a 0 0 1\r\nx\r\n", 1000);
+        assert_eq!(r, std::str::from_utf8(REFUSED).unwrap());
+    }
+
     #[test]
     fn the_mask_refuses_by_operation() {
         let db = kura_engine::open("*").unwrap();

@@ -468,3 +468,92 @@ impl std::fmt::Debug for Replication {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn repl_on(store: Arc<dyn Store>) -> Replication {
+        Replication::new(7, store, None, None, false, Box::new(|_| {}))
+    }
+
+    #[test]
+    fn the_delay_grows_while_the_master_is_not_heard_from() {
+        let ago = |ms| Instant::now().checked_sub(Duration::from_millis(ms));
+        let mut st = FollowStatus {
+            connected: true,
+            heard: ago(100),
+            master_last: 5_000_000,
+            position: 4_000_000,
+            units_per_us: 1,
+            ..FollowStatus::default()
+        };
+        // Connected and heard from: the log's lag.
+        assert_eq!(st.lag_us(), 1_000_000);
+        // Gone: the time since it was last heard from, when that is more.
+        st.connected = false;
+        st.heard = ago(3000);
+        assert!(st.lag_us() >= 3_000_000, "{}", st.lag_us());
+        // Connected but silent past the heartbeats: the silence too.
+        st.connected = true;
+        assert!(st.lag_us() >= 3_000_000);
+        // Never heard from: since following began. No position: no lag from time stamps.
+        st = FollowStatus {
+            since: ago(2000),
+            master_last: 1_795_000_000_000_000,
+            ..FollowStatus::default()
+        };
+        let lag = st.lag_us();
+        assert!((2_000_000..60_000_000).contains(&lag), "{lag}");
+    }
+
+    #[test]
+    fn setmst_on_a_server_that_holds_records_is_refused_unless_forced() {
+        let db = kura_engine::open("*").unwrap();
+        let r = repl_on(db.clone());
+        let m = ("127.0.0.1".to_string(), 1978);
+        // Empty: nothing to lose.
+        assert!(r.may_follow(&m, false).is_ok());
+        db.put_with(b"k", b"v", 0, 0).unwrap();
+        let why = r.may_follow(&m, false).unwrap_err();
+        assert!(why.contains("holds 1 records"), "{why}");
+        assert!(r
+            .report(false)
+            .iter()
+            .any(|(k, v)| k == "setmst_refused" && *v == why));
+        // Forced: the next bootstrap replaces, and the refusal is gone from stat.
+        assert!(r.may_follow(&m, true).is_ok());
+        assert!(r.force_replace.load(Ordering::Relaxed));
+        assert!(!r.report(false).iter().any(|(k, _)| k == "setmst_refused"));
+        // A master of another protocol sends no snapshot; merge loses nothing.
+        let mut r = repl_on(db.clone());
+        r.protocol = Some(MasterProtocol::Tyrant);
+        assert!(r.may_follow(&m, false).is_ok());
+        let mut r = repl_on(db);
+        r.bootstrap = Bootstrap::Merge;
+        assert!(r.may_follow(&m, false).is_ok());
+    }
+
+    #[test]
+    fn bootstrap_modes_by_name() {
+        for b in [Bootstrap::Refuse, Bootstrap::Replace, Bootstrap::Merge] {
+            assert_eq!(Bootstrap::parse(b.name()), Some(b));
+        }
+        assert_eq!(Bootstrap::parse("wipe"), None);
+    }
+
+    #[test]
+    fn a_read_only_replica_says_whose_replica_it_is() {
+        let m = ("10.0.0.1".to_string(), 1978);
+        assert_eq!(
+            read_only_text(Some(&m)),
+            "this server is a replica of 10.0.0.1:1978 (read-only)"
+        );
+        let v6 = ("::1".to_string(), 1978);
+        assert_eq!(
+            read_only_text(Some(&v6)),
+            "this server is a replica of [::1]:1978 (read-only)"
+        );
+    }
+}
