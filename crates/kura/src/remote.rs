@@ -397,7 +397,10 @@ fn dispatch(a: &RemoteArgs) -> Res {
                     }
                     print(&out)
                 }
-                Reply::Code(c) => Err(refused(&format!("misc {func}"))(c)),
+                Reply::Code(c) => {
+                    let res = Err(refused(&format!("misc {func}"))(c));
+                    explained(&mut r, &format!("misc {func}"), res)
+                }
                 other => Err(unexpected(&req, &other)),
             }
         }

@@ -245,6 +245,18 @@ fn setmst_on_a_loaded_server_is_refused_with_its_reason_unless_forced() {
     let d = serve(dir.path(), &["d.kh", "--port", "0", "--sid", "22"]);
     let dport = common::port_of(&d.addr).to_string();
     let master = format!("127.0.0.1:{cp}");
+    // Kyoto Tycoon's way: tune_replication, refused with the reason (450).
+    let mut h = d.connect();
+    h.write_all(
+        format!("GET /rpc/tune_replication?host=127.0.0.1&port={cp} HTTP/1.0\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    let mut text = String::new();
+    let _ = h.read_to_string(&mut text);
+    assert!(
+        text.contains(" 450 ") && text.contains("holds 3 records"),
+        "{text}"
+    );
     let o = kura(dir.path(), &["remote", "--port", &dport, "setmst", &master]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");

@@ -236,6 +236,33 @@ impl Replication {
         self.generation.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Change the master at run time (Tyrant `setmst`, Kyoto Tycoon `tune_replication`):
+    /// follow `master` (after its time stamp `ts` when above 0) and refuse client writes
+    /// unless `--replica-writes` (`read_only`: the server's flag); `None` stops following and
+    /// takes writes (a promotion). Refused as [`Replication::may_follow`] says, changing
+    /// nothing.
+    pub fn change_master(
+        &self,
+        read_only: &AtomicBool,
+        master: Option<(String, u16)>,
+        ts: u64,
+        force: bool,
+    ) -> Result<(), String> {
+        let Some(m) = master else {
+            self.set_master(None);
+            read_only.store(false, Ordering::Relaxed);
+            return Ok(());
+        };
+        self.may_follow(&m, force)?;
+        if ts > 0 {
+            self.set_master_at(m, ts);
+        } else {
+            self.set_master(Some(m));
+        }
+        read_only.store(!self.writable_replica, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// The protocol of the master: as given, else as a probe found it (Kura's until then).
     pub fn protocol(&self) -> MasterProtocol {
         self.protocol

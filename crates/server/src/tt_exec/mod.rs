@@ -357,30 +357,17 @@ fn run<'s>(
                 match u16::try_from(port) {
                     // An empty host: stop following (promotion to master); writes allowed.
                     _ if host.is_empty() => {
-                        r.set_master(None);
-                        shared
-                            .read_only
-                            .store(false, std::sync::atomic::Ordering::Relaxed);
+                        let _ = r.change_master(&shared.read_only, None, 0, false);
                         code(out, true);
                     }
                     Ok(p) if p > 0 => {
-                        // A bootstrap that would replace records is refused unless asked for.
+                        // A bootstrap that would replace records is refused unless asked for;
+                        // a time stamp: go on after it (ttserver writes it to its rts file).
                         let force = opts & tt_bin::SETMST_REPLACE != 0;
-                        if r.may_follow(&(host.clone(), p), force).is_err() {
-                            code(out, false);
-                            return Ok(Next::Continue);
-                        }
-                        let ro = !r.writable_replica;
-                        // A time stamp: go on after it (ttserver writes it to its rts file).
-                        if ts > 0 {
-                            r.set_master_at((host, p), ts);
-                        } else {
-                            r.set_master(Some((host, p)));
-                        }
-                        shared
-                            .read_only
-                            .store(ro, std::sync::atomic::Ordering::Relaxed);
-                        code(out, true);
+                        let ok = r
+                            .change_master(&shared.read_only, Some((host, p)), ts, force)
+                            .is_ok();
+                        code(out, ok);
                     }
                     _ => code(out, false),
                 }
