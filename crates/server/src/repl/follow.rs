@@ -645,9 +645,8 @@ fn begin_bootstrap(repl: &Replication, msid: u32, pos: u64, at_ts: u64) -> io::R
         return Ok(());
     } else if held > 0 {
         repl.log(&format!(
-            "bootstrapping again from a snapshot of server {msid} at {at_ts}: its log no longer \
-             reaches back to this replica's position {pos}; the {held} records held here, a \
-             copy of it, are replaced"
+            "bootstrapping again from a snapshot of server {msid} at {at_ts} (this replica's \
+             position: {pos}): the {held} records held here, a copy of it, are replaced"
         ));
     } else {
         repl.log(&format!(
