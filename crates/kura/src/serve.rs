@@ -108,7 +108,7 @@ pub struct ServeArgs {
     /// logging how many) or `merge` (keep them: keys only held here stay, keys both hold take
     /// the master's value unless changed here after the snapshot). Default: `merge` with
     /// --replica-writes, else `refuse`. A replica that followed the same master before holds a
-    /// copy of it, which a new snapshot of that master replaces under `refuse` too.
+    /// copy of it, which a new snapshot of that master replaces in any mode.
     #[arg(long, value_name = "MODE", value_parser = bootstrap_mode)]
     bootstrap: Option<kura_server::repl::Bootstrap>,
     /// Where a replica with no saved position yet starts: after this time stamp of the

@@ -593,7 +593,7 @@ fn session(
 /// Begin a bootstrap from a snapshot of master `msid` at `at_ts` (this replica's position in
 /// its log: `pos`, 0 for none) by what `--bootstrap` says of the records held here:
 /// - none held, or a position in this master's log or one saved with its server id (the
-///   records are a copy of it, which its log no longer reaches): replace them;
+///   records are a copy of it, which its log no longer reaches): replace them, in any mode;
 /// - `replace` (or Tyrant `setmst` with Kura's replace option): discard them, saying how many;
 /// - `merge`: keep them, the snapshot is applied over them (see [`Bootstrap::Merge`]);
 /// - `refuse`: follow no further (until the master is changed) and say why, in the log and in
@@ -637,13 +637,9 @@ fn begin_bootstrap(repl: &Replication, msid: u32, pos: u64, at_ts: u64) -> io::R
                 }
             )),
         }
-    } else if held > 0 && mode == Bootstrap::Merge {
-        repl.log(&format!(
-            "bootstrapping again from a snapshot of server {msid} at {at_ts}, merged with the \
-             {held} records held here (--bootstrap=merge)"
-        ));
-        return Ok(());
     } else if held > 0 {
+        // A copy of this master (with --replica-writes also this server's own writes, which
+        // its master, following this server, has from its log): replaced as it was made.
         repl.log(&format!(
             "bootstrapping again from a snapshot of server {msid} at {at_ts} (this replica's \
              position: {pos}): the {held} records held here, a copy of it, are replaced"

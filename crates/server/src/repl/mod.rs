@@ -68,7 +68,7 @@ impl MasterProtocol {
 /// What a bootstrap from a Kura master's snapshot does with the records this database already
 /// holds (`kura serve --bootstrap`). A replica that has followed the same master before (it has
 /// a position in that master's log) holds a copy of it: a new snapshot of that master replaces
-/// the copy under `refuse` too.
+/// the copy in any mode.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Bootstrap {
     /// Do not follow: say why in the log and in `stat` (`repl_error`), keep serving the data.
