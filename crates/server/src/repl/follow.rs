@@ -269,18 +269,20 @@ fn run(repl: &Replication) {
             let mut text = e.to_string();
             if !was_connected && e.kind() != io::ErrorKind::ConnectionRefused {
                 // The handshake failed: is it the wrong kind of master?
-                match (repl.protocol, probe(&host, port)) {
-                    (Some(given), Ok(p)) if p != given => text.push_str(&format!(
-                        "; the master speaks {}'s replication protocol, not {}'s: start with \
-                         --master-protocol {} (or without the flag, to follow what the master \
-                         speaks)",
-                        p.name(),
-                        given.name(),
-                        p.name()
-                    )),
+                match repl.protocol {
+                    Some(given) => match probe(&host, port) {
+                        Ok(p) if p != given => text.push_str(&format!(
+                            "; the master speaks {}'s replication protocol, not {}'s: start \
+                             with --master-protocol {} (or without the flag, to follow what \
+                             the master speaks)",
+                            p.name(),
+                            given.name(),
+                            p.name()
+                        )),
+                        _ => {}
+                    },
                     // Found out again next time.
-                    (None, _) => probed = None,
-                    _ => {}
+                    None => probed = None,
                 }
             }
             report_error(repl, &host, port, text, &mut last_err);
