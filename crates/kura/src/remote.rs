@@ -141,6 +141,10 @@ pub enum RemoteCommand {
         /// Stop following any master.
         #[arg(long, conflicts_with = "master")]
         none: bool,
+        /// Let a bootstrap from the new master replace the records the server holds (without
+        /// it, a server that holds records refuses a master whose snapshot would replace them).
+        #[arg(long, conflicts_with = "none")]
+        force: bool,
     },
     /// List the replicas a master knows (server id, confirmed position, lag, connected or
     /// when last seen, address), and the server's own master, position and delay when it is
@@ -288,7 +292,10 @@ fn dispatch(a: &RemoteArgs) -> Res {
                 }
             });
             if let Err(Fail::No(m)) = done {
-                return Err(over(&mut r).unwrap_or(Fail::No(m)));
+                if let Some(f) = over(&mut r) {
+                    return Err(f);
+                }
+                return explained(&mut r, &format!("put {}", show(key)), Err(Fail::No(m)));
             }
             done?;
             if *nr {
@@ -299,9 +306,10 @@ fn dispatch(a: &RemoteArgs) -> Res {
         }
         RemoteCommand::Out { key } => {
             let key = b(key);
-            r.ok(&Request::Out { key: &key }, |_| {
+            let res = r.ok(&Request::Out { key: &key }, |_| {
                 Fail::No(format!("{}: no such record", show(&key)))
-            })
+            });
+            explained(&mut r, &format!("out {}", show(&key)), res)
         }
         RemoteCommand::Get { key } => {
             let key = b(key);
@@ -362,7 +370,10 @@ fn dispatch(a: &RemoteArgs) -> Res {
             },
             refused("optimize"),
         ),
-        RemoteCommand::Vanish => r.ok(&Request::Vanish, refused("vanish")),
+        RemoteCommand::Vanish => {
+            let res = r.ok(&Request::Vanish, refused("vanish"));
+            explained(&mut r, "vanish", res)
+        }
         RemoteCommand::Copy { path } => {
             let req = Request::Copy {
                 path: path.as_os_str().as_bytes(),
@@ -393,15 +404,23 @@ fn dispatch(a: &RemoteArgs) -> Res {
                     }
                     print(&out)
                 }
-                Reply::Code(c) => Err(refused(&format!("misc {func}"))(c)),
+                Reply::Code(c) => {
+                    let res = Err(refused(&format!("misc {func}"))(c));
+                    explained(&mut r, &format!("misc {func}"), res)
+                }
                 other => Err(unexpected(&req, &other)),
             }
         }
         RemoteCommand::Import { file, format } => {
             let input = transfer::checked(Input::open(file.as_deref())?, *format, None)?;
-            import(&mut r, input)
+            let res = import(&mut r, input);
+            explained(&mut r, "import", res)
         }
-        RemoteCommand::Setmst { master, none } => setmst(&mut r, master.as_deref(), *none),
+        RemoteCommand::Setmst {
+            master,
+            none,
+            force,
+        } => setmst(&mut r, master.as_deref(), *none, *force),
         RemoteCommand::Replicas => replicas(&mut r),
         RemoteCommand::Forget { sid } => forget(&mut r, *sid),
         RemoteCommand::Version => {
@@ -451,6 +470,27 @@ fn copy_failed(r: &mut Remote, path: &std::path::Path, c: u8) -> Fail {
              the path must stay inside it and not exist yet; the server's log says why"
         ),
     })
+}
+
+/// A field of the server's `stat`, if it has it.
+fn stat_field(r: &mut Remote, name: &str) -> Option<String> {
+    stat(r)
+        .ok()?
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v)
+}
+
+/// `res` of a write, with the server's reason when it refused it as a read-only replica
+/// (Tyrant's replies carry no text: `stat` says it as `read_only`).
+fn explained(r: &mut Remote, what: &str, res: Res) -> Res {
+    match res {
+        Err(Fail::No(m)) => Err(Fail::No(match stat_field(r, "read_only") {
+            Some(why) => format!("{what} refused: {why}"),
+            None => m,
+        })),
+        other => other,
+    }
 }
 
 fn stat(r: &mut Remote) -> Result<Vec<(String, String)>, Fail> {
@@ -667,7 +707,7 @@ fn import(r: &mut Remote, input: Checked) -> Res {
 }
 
 /// `setmst`: follow `master` (`HOST:PORT`), or none (`--none`, an empty host).
-fn setmst(r: &mut Remote, master: Option<&str>, none: bool) -> Res {
+fn setmst(r: &mut Remote, master: Option<&str>, none: bool, force: bool) -> Res {
     let (host, port) = match master.filter(|m| !none && !m.is_empty()) {
         None => (String::new(), 0),
         Some(m) => {
@@ -690,14 +730,25 @@ fn setmst(r: &mut Remote, master: Option<&str>, none: bool) -> Res {
         host: host.as_bytes(),
         port: i32::from(port),
         ts: 0,
-        opts: 0,
+        opts: if force {
+            kura_proto::tt_bin::SETMST_REPLACE
+        } else {
+            0
+        },
     };
-    r.ok(&req, |c| {
+    let res = r.ok(&req, |c| {
         Fail::No(format!(
             "setmst failed (the server answered code {c}): masked (--mask setmst), or a server \
              that cannot replicate"
         ))
-    })?;
+    });
+    if let Err(Fail::No(m)) = res {
+        return Err(Fail::No(match stat_field(r, "setmst_refused") {
+            Some(why) => format!("setmst refused: {why}"),
+            None => m,
+        }));
+    }
+    res?;
     let text = if host.is_empty() {
         "following no master: the server takes writes\n".to_string()
     } else {

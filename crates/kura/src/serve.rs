@@ -101,9 +101,18 @@ pub struct ServeArgs {
     /// stream: flags, expiry, snapshots), `tyrant` (a Tokyo Tyrant ttserver's `repl`: its
     /// commands are redone here; no snapshot, so seed the database first) or `kyoto` (a Kyoto
     /// Tycoon ktserver's binary replication, for a database with expiration times; no
-    /// snapshot either).
-    #[arg(long, value_name = "PROTOCOL", default_value = "kura", value_parser = master_protocol)]
-    master_protocol: kura_server::repl::MasterProtocol,
+    /// snapshot either). Default: found out by probing the master (Tyrant `stat`, then Kyoto
+    /// Tycoon's `/rpc/report`).
+    #[arg(long, value_name = "PROTOCOL", value_parser = master_protocol)]
+    master_protocol: Option<kura_server::repl::MasterProtocol>,
+    /// What a bootstrap from a Kura master's snapshot does with the records this database
+    /// holds: `refuse` (do not follow; the log and `stat` say why), `replace` (discard them,
+    /// logging how many) or `merge` (keep them: keys only held here stay, keys both hold take
+    /// the master's value unless changed here after the snapshot). Default: `merge` with
+    /// --replica-writes, else `refuse`. A replica that followed the same master before holds a
+    /// copy of it, which a new snapshot of that master replaces in any mode.
+    #[arg(long, value_name = "MODE", value_parser = bootstrap_mode)]
+    bootstrap: Option<kura_server::repl::Bootstrap>,
     /// Where a replica with no saved position yet starts: after this time stamp of the
     /// master's log (its units: µs for kura and tyrant, Kyoto Tycoon's for kyoto). For a
     /// replica seeded from a copy of the master's data, as ttserver's `-rts` file.
@@ -129,6 +138,11 @@ fn name_help() -> String {
          and said so in the log; its directory must exist)",
         kura_engine::registry::usage()
     )
+}
+
+fn bootstrap_mode(s: &str) -> Result<kura_server::repl::Bootstrap, String> {
+    kura_server::repl::Bootstrap::parse(s)
+        .ok_or_else(|| format!("{s}: expected refuse, replace or merge"))
 }
 
 fn master_protocol(s: &str) -> Result<kura_server::repl::MasterProtocol, String> {
@@ -629,15 +643,24 @@ pub fn run(a: ServeArgs) -> ExitCode {
             Box::new(move |m: &str| log.line(m)),
         );
         r.protocol = a.master_protocol;
+        r.bootstrap = a.bootstrap.unwrap_or(if a.replica_writes {
+            kura_server::repl::Bootstrap::Merge
+        } else {
+            kura_server::repl::Bootstrap::Refuse
+        });
         r.initial_ts = a.master_ts;
         Arc::new(r)
     };
     if let Some(m) = master.clone() {
         log.line(&format!(
-            "following the master {}:{} ({} protocol)",
+            "following the master {}:{} ({}; bootstrap: {})",
             m.0,
             m.1,
-            a.master_protocol.name()
+            a.master_protocol.map_or_else(
+                || "its protocol found out by a probe".to_string(),
+                |p| format!("{} protocol", p.name())
+            ),
+            repl.bootstrap.name()
         ));
         repl.set_master(Some(m));
         shared.read_only.store(!a.replica_writes, Ordering::Relaxed);

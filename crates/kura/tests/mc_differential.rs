@@ -783,7 +783,29 @@ fn is_num(s: &str) -> bool {
 /// Statistics only Kura has (after memcached's): taken out before comparing (listed in
 /// docs/PROTOCOL-MEMCACHED.md).
 fn kura_only_stat(name: &str) -> bool {
-    name == "kura_version" || name.starts_with("db_")
+    // The replication state (`Replication::report`), as Tyrant `stat` has it.
+    const REPL: [&str; 16] = [
+        "sid",
+        "repl_role",
+        "read_only",
+        "setmst_refused",
+        "mhost",
+        "mport",
+        "master_protocol",
+        "rts",
+        "master_sid",
+        "master_connected",
+        "delay",
+        "master_heard_ago",
+        "repl_applied",
+        "repl_bootstraps",
+        "repl_error",
+        "ulog_last_ts",
+    ];
+    name == "kura_version"
+        || name.starts_with("db_")
+        || name.starts_with("replica_")
+        || REPL.contains(&name)
 }
 
 /// A dump lists items in the server's own order (memcached's LRU, Kura's table): runs of

@@ -135,10 +135,24 @@ impl Drop for ModelMaster {
     }
 }
 
-/// ttserver's side of `repl`: read `[C8 A0][ts][sid]`, answer the master's sid (77).
+/// ttserver's side of `repl`: read `[C8 A0][ts][sid]`, answer the master's sid (77). A
+/// `stat` (`[C8 88]`, a replica's probe) is answered with ttserver's status text; any other
+/// command closes the connection, as ttserver does.
 fn tt_hello(c: &mut TcpStream) -> Option<(u64, u32)> {
     let mut req = [0u8; 14];
-    c.read_exact(&mut req).ok()?;
+    c.read_exact(&mut req[..2]).ok()?;
+    if req[..2] == [0xC8, tt_bin::cmd::STAT] {
+        let text = b"version\t1.1.41\nlibver\t906\nprotver\t0.91\nsid\t77\n";
+        let mut out = vec![0];
+        out.extend_from_slice(&(text.len() as u32).to_be_bytes());
+        out.extend_from_slice(text);
+        c.write_all(&out).ok()?;
+        return None;
+    }
+    if req[..2] != [0xC8, tt_bin::cmd::REPL] {
+        return None;
+    }
+    c.read_exact(&mut req[2..]).ok()?;
     let Ok(kura_proto::Decoded::Complete {
         request: Request::Repl { ts, sid },
         ..
@@ -163,10 +177,31 @@ fn tt_encode(out: &mut Vec<u8>, item: &Item) {
 static KT_ACKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 static KT_BAD_ACKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// ktserver's side of 0xB1: read `[B1][flags][ts][sid]`, answer `B1`.
+/// ktserver's side of 0xB1: read `[B1][flags][ts][sid]`, answer `B1`. An HTTP request (a
+/// replica's probe: `GET /rpc/report`) is answered with a report of ktserver's; anything else
+/// closes the connection.
 fn kt_hello(c: &mut TcpStream) -> Option<(u64, u32)> {
     let mut req = [0u8; repl_kt::REQUEST_LEN];
-    c.read_exact(&mut req).ok()?;
+    c.read_exact(&mut req[..1]).ok()?;
+    if req[0] == b'G' {
+        let mut head = vec![b'G'];
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && c.read_exact(&mut b).is_ok() {
+            head.push(b[0]);
+        }
+        let body = "conf_kt_version\t0.9.56 (2.19)\nconf_os_name\tLinux\n";
+        let reply = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/tab-separated-values\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        c.write_all(reply.as_bytes()).ok()?;
+        return None;
+    }
+    if req[0] != repl_kt::MAGIC {
+        return None;
+    }
+    c.read_exact(&mut req[1..]).ok()?;
     let (r, _) = repl_kt::decode_request(&req).unwrap().unwrap();
     c.write_all(&[repl_kt::MAGIC]).ok()?;
     // The slave answers each idle frame with one byte: read them (and check them) on the side.
@@ -784,4 +819,145 @@ fn a_seeded_replica_starts_after_the_time_stamp_it_is_given() {
     assert_eq!(t.code(), 0);
     assert!(eventually(10, || master.requests().len() == 2));
     assert_eq!(master.requests()[1], (tt_ts(4) + 1, 2));
+}
+
+/// The Tyrant `stat` of the server at `addr`, polled until `f` holds (at most `secs`).
+fn stat_until(
+    addr: &str,
+    secs: u64,
+    f: impl Fn(&BTreeMap<String, String>) -> bool,
+) -> BTreeMap<String, String> {
+    let mut st = BTreeMap::new();
+    let ok = eventually(secs, || {
+        st = Tt::new(addr).stat();
+        f(&st)
+    });
+    assert!(ok, "{st:?}");
+    st
+}
+
+/// Without `--master-protocol`, a replica finds out what its master speaks (a probe: Tyrant
+/// `stat`, then Kyoto Tycoon's `/rpc/report`) and follows it: a ttserver-like master and a
+/// ktserver-like one. It used to follow every master with Kura's protocol and, pointed at a
+/// ttserver, replicate nothing and say nothing.
+#[test]
+fn a_replica_finds_out_the_protocol_its_master_speaks() {
+    let dir = tempfile::tempdir().unwrap();
+    let tt = ModelMaster::start(tt_hello, tt_encode, usize::MAX);
+    tt.push(Item::Rec(
+        tt_ts(1),
+        77,
+        body(
+            &Request::Put {
+                key: b"from",
+                value: b"tyrant",
+            },
+            true,
+        ),
+    ));
+    let r = serve(
+        dir.path(),
+        &["*", "--port", "0", "--sid", "2", "--master", &tt.addr],
+    );
+    holds(&r.addr, &map(&[("from", b"tyrant")]), 20);
+    let st = Tt::new(&r.addr).stat();
+    assert_eq!(
+        st.get("master_protocol").map(String::as_str),
+        Some("tyrant (detected)"),
+        "{st:?}"
+    );
+    let kt = ModelMaster::start(kt_hello, kt_encode, usize::MAX);
+    let set = KtOp::Set {
+        key: b"from",
+        value: b"kyoto",
+        xt: Some(repl_kt::XT_MAX),
+    };
+    kt.push(Item::Rec(1_000_000, 0, kt_msg(9, 0, set)));
+    let r2 = serve(
+        dir.path(),
+        &["*", "--port", "0", "--sid", "3", "--master", &kt.addr],
+    );
+    holds(&r2.addr, &map(&[("from", b"kyoto")]), 20);
+    let st = Tt::new(&r2.addr).stat();
+    assert_eq!(
+        st.get("master_protocol").map(String::as_str),
+        Some("kyoto (detected)"),
+        "{st:?}"
+    );
+}
+
+/// A replica told the wrong protocol (`--master-protocol kura` for a ttserver-like master)
+/// says so in `stat` and names the flag to use.
+#[test]
+fn a_wrong_master_protocol_is_an_error_that_names_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let tt = ModelMaster::start(tt_hello, tt_encode, usize::MAX);
+    let r = serve(
+        dir.path(),
+        &[
+            "*",
+            "--port",
+            "0",
+            "--sid",
+            "2",
+            "--master",
+            &tt.addr,
+            "--master-protocol",
+            "kura",
+        ],
+    );
+    let st = stat_until(&r.addr, 20, |st| {
+        st.get("repl_error")
+            .is_some_and(|e| e.contains("--master-protocol tyrant"))
+    });
+    assert_eq!(
+        st.get("master_connected").map(String::as_str),
+        Some("false")
+    );
+}
+
+/// A master that never answers (a listener that says nothing) is an error in `stat` within
+/// a bounded time, with or without `--master-protocol`, and the delay grows meanwhile.
+#[test]
+fn a_master_that_never_answers_is_an_error_within_seconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let held = Arc::new(Mutex::new(Vec::new()));
+    {
+        let held = held.clone();
+        std::thread::spawn(move || {
+            for c in l.incoming().flatten() {
+                held.lock().unwrap().push(c);
+            }
+        });
+    }
+    let r = serve(
+        dir.path(),
+        &["*", "--port", "0", "--sid", "2", "--master", &addr],
+    );
+    let st = stat_until(&r.addr, 15, |st| {
+        st.get("repl_error")
+            .is_some_and(|e| e.contains("said nothing"))
+    });
+    assert!(st["repl_error"].contains("--master-protocol"), "{st:?}");
+    assert!(st["delay"].parse::<f64>().unwrap() >= 1.0, "{st:?}");
+    let r2 = serve(
+        dir.path(),
+        &[
+            "*",
+            "--port",
+            "0",
+            "--sid",
+            "3",
+            "--master",
+            &addr,
+            "--master-protocol",
+            "tyrant",
+        ],
+    );
+    stat_until(&r2.addr, 15, |st| {
+        st.get("repl_error")
+            .is_some_and(|e| e.contains("did not answer"))
+    });
 }

@@ -86,6 +86,11 @@ pub const MAX_NAME_LEN: usize = 1023;
 pub const TRILLION: f64 = 1_000_000_000_000.0;
 
 /// Codec configuration: sizes above these are refused before anything is allocated.
+/// Kura's option of `setmst`: a bootstrap from the new master may replace the records the
+/// server holds (without it, a server that holds records refuses to become a replica of a
+/// master that would replace them). Tokyo Tyrant uses only bit 0 (`RDBROCHKCON`).
+pub const SETMST_REPLACE: u32 = 1 << 8;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Longest key; also bounds the other "name-like" fields (fwmkeys prefix, optimize
@@ -187,7 +192,8 @@ pub enum Request<'a> {
         ts: u64,
         opts: u32,
     },
-    /// Set the replication master (`port` >= 0: negative ports are refused).
+    /// Set the replication master (`port` >= 0: negative ports are refused). `opts`: Tyrant's
+    /// `RDBROCHKCON` (1), and Kura's [`SETMST_REPLACE`].
     SetMst {
         host: &'a [u8],
         port: i32,

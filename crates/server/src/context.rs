@@ -105,6 +105,47 @@ pub struct Shared {
     pub backup_dir: Option<BackupDir>,
     /// The server's log (`kura serve --log`); nothing is written when none was given.
     pub log: LogSink,
+    /// Client writes a read-only replica refused, for the log's rate-limited line.
+    pub refused_writes: RefusedWrites,
+}
+
+/// Client writes a read-only replica refused: counted, and said in the log at most once every
+/// [`RefusedWrites::EVERY`] seconds (with how many since the last line), so a client that
+/// keeps writing cannot flood it.
+#[derive(Debug, Default)]
+pub struct RefusedWrites {
+    since_said: AtomicU64,
+    /// Unix seconds of the last line (0: none yet).
+    said_at: AtomicU64,
+}
+
+impl RefusedWrites {
+    pub const EVERY: u64 = 5;
+
+    /// Count one refusal for `why`; write the line when it is due.
+    fn note(&self, log: &LogSink, why: &str) {
+        self.since_said.fetch_add(1, Relaxed);
+        let now = kura_engine::store::now_secs();
+        let at = self.said_at.load(Relaxed);
+        if now < at + Self::EVERY
+            || self
+                .said_at
+                .compare_exchange(at, now, Relaxed, Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let n = self.since_said.swap(0, Relaxed);
+        log.line(&format!(
+            "refused {n} client write{} ({why}){}",
+            if n == 1 { "" } else { "s" },
+            if at == 0 {
+                String::new()
+            } else {
+                format!(" in the last {} s", now - at)
+            }
+        ));
+    }
 }
 
 /// Writes one line to the server's log.
@@ -277,7 +318,31 @@ impl Shared {
             detail: PrefixStats::default(),
             backup_dir: None,
             log: LogSink::default(),
+            refused_writes: RefusedWrites::default(),
         }
+    }
+
+    /// Why a request [`Shared::mask`] refuses was refused, when it is because this server is a
+    /// read-only replica (`by_mask`: whether `--mask` alone refuses it, whose reply each
+    /// protocol keeps): "this server is a replica of HOST:PORT (read-only)". The refusal is
+    /// counted and logged at a bounded pace.
+    pub fn read_only_refusal(&self, by_mask: bool) -> Option<String> {
+        if by_mask || !self.read_only.load(Relaxed) {
+            return None;
+        }
+        let master = self.repl.as_ref().and_then(|r| r.master());
+        let why = crate::repl::read_only_text(master.as_ref());
+        self.refused_writes.note(&self.log, &why);
+        Some(why)
+    }
+
+    /// The replication state (see [`crate::repl::Replication::report`]); empty without
+    /// replication.
+    pub fn repl_report(&self) -> Vec<(String, String)> {
+        self.repl
+            .as_ref()
+            .map(|r| r.report(self.read_only.load(Relaxed)))
+            .unwrap_or_default()
     }
 
     /// `stats reset`: every request and hit/miss counter back to zero, the `stats detail`

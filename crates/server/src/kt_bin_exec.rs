@@ -67,7 +67,12 @@ pub fn execute(
     };
     // Encoded in place; taken back when it fails or no reply was asked for.
     let start = out.len();
-    let ok = !shared.mask().denies(op, Proto::Http)
+    let denied = shared.mask().denies(op, Proto::Http);
+    if denied {
+        // Kyoto Tycoon's binary errors carry no text: the refusal is counted and logged.
+        shared.read_only_refusal(shared.mask.denies(op, Proto::Http));
+    }
+    let ok = !denied
         && flush_if_due(store, shared, now).is_ok()
         && run(store, shared, req, now, out).is_ok();
     if !ok || req.no_reply() {

@@ -108,8 +108,13 @@ pub fn procedure<'s>(
     out: &mut Output,
 ) -> Option<Result<Rv, Error>> {
     let op = op_of(name)?;
-    if op.is_some_and(|op| shared.mask().denies(op, Proto::Http)) {
-        return Some(Ok(fail(out, 403, "forbidden")));
+    if let Some(op) = op.filter(|&op| shared.mask().denies(op, Proto::Http)) {
+        let why = shared.read_only_refusal(shared.mask.denies(op, Proto::Http));
+        return Some(Ok(fail(
+            out,
+            403,
+            why.unwrap_or_else(|| "forbidden".into()),
+        )));
     }
     if !db_ok(input, shared) {
         return Some(Ok(fail(out, 400, "no such database")));

@@ -20,7 +20,19 @@ pub fn execute(
     out: &mut Out,
 ) -> Next {
     if !shared.mask().is_empty() && masked(shared.mask(), req.opcode) {
-        encode_error(out, req.opcode, status::NOT_SUPPORTED, req.opaque);
+        match shared.read_only_refusal(masked(shared.mask, req.opcode)) {
+            Some(why) => encode_response(
+                out,
+                req.opcode,
+                status::NOT_SUPPORTED,
+                req.opaque,
+                0,
+                &[],
+                &[],
+                why.as_bytes(),
+            ),
+            None => encode_error(out, req.opcode, status::NOT_SUPPORTED, req.opaque),
+        }
         return Next::Continue;
     }
     if let Err(e) = flush_if_due(store, shared, now).and_then(|_| run(store, shared, req, now, out))

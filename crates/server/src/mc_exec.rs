@@ -186,8 +186,16 @@ pub fn execute(
     out: &mut Out,
 ) -> Next {
     if !shared.mask().is_empty() && masked(shared.mask(), req) {
+        let why = shared.read_only_refusal(masked(shared.mask, req));
         if !noreply(req) {
-            out.extend_from_slice(REFUSED);
+            match why {
+                Some(why) => {
+                    out.extend_from_slice(b"SERVER_ERROR ");
+                    out.extend_from_slice(why.as_bytes());
+                    out.extend_from_slice(b"\r\n");
+                }
+                None => out.extend_from_slice(REFUSED),
+            }
         }
         return Next::Continue;
     }
@@ -488,6 +496,28 @@ pub(crate) mod tests {
             kura_engine::open("*").unwrap(),
             kura_engine::open("+").unwrap(),
         ]
+    }
+
+    /// A write on a read-only replica said "refused by the server's mask" though no mask was
+    /// given; it says whose replica the server is, and `--mask` keeps its own message.
+    #[test]
+    fn a_read_only_replica_says_so_and_the_mask_keeps_its_message() {
+        let db = kura_engine::open("*").unwrap();
+        let mut sh = Shared::new(1000, 1 << 20);
+        let repl =
+            crate::repl::Replication::new(2, db.clone(), None, None, false, Box::new(|_| {}));
+        repl.set_master(Some(("10.0.0.1".into(), 1978)));
+        sh.repl = Some(std::sync::Arc::new(repl));
+        sh.read_only
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let r = session(&*db, &sh, b"set a 0 0 1\r\nx\r\nget a\r\n", 1000);
+        assert_eq!(
+            r,
+            "SERVER_ERROR this server is a replica of 10.0.0.1:1978 (read-only)\r\nEND\r\n"
+        );
+        sh.mask = Mask::NONE.mask("put").unwrap();
+        let r = session(&*db, &sh, b"set a 0 0 1\r\nx\r\n", 1000);
+        assert_eq!(r, std::str::from_utf8(REFUSED).unwrap());
     }
 
     #[test]

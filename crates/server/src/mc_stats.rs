@@ -5,7 +5,8 @@
 //! Field names and their order are memcached 1.6.18's, so that a client that reads them finds
 //! them where memcached has them; the values Kura has no counterpart for (slab allocator,
 //! LRU segments, extstore, TLS) are memcached's defaults or 0. Kura's own come after them:
-//! `kura_version`, then the database's counters as `db_<name>`.
+//! `kura_version`, then the database's counters as `db_<name>`, then the replication state
+//! (`crate::repl::Replication::report`).
 
 use crate::context::Shared;
 use crate::mc_access::Used;
@@ -533,6 +534,10 @@ pub fn stat_pairs(
             s("kura_version", &env!("CARGO_PKG_VERSION"));
             for (name, x) in counters {
                 s(&format!("db_{name}"), &x);
+            }
+            // The replication state, as Tyrant `stat` and Kyoto Tycoon `report` show it.
+            for (name, v) in shared.repl_report() {
+                s(&name, &v);
             }
         }
         Some(b"settings") => {

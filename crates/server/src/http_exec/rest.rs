@@ -15,6 +15,15 @@ fn forbidden() -> Reply {
     Reply::text(403, "Forbidden")
 }
 
+/// A request the mask in force refuses: 403 with the replica's reason when it is because the
+/// server is a read-only replica (`by_mask`: whether `--mask` alone refuses it).
+fn refused(shared: &Shared, by_mask: bool) -> Reply {
+    match shared.read_only_refusal(by_mask) {
+        Some(why) => Reply::text(403, &why),
+        None => forbidden(),
+    }
+}
+
 /// A miss in both dialects: Tyrant's body, Kyoto Tycoon's header.
 fn not_found() -> Reply {
     Reply::text(404, "Not Found").header("X-Kt-Error", NO_RECORD)
@@ -69,14 +78,14 @@ pub(super) fn rest(store: &dyn Store, shared: &Shared, req: &Request<'_>, now: u
                 Op::Vsiz
             };
             if deny(op) {
-                return forbidden();
+                return refused(shared, shared.mask.denies(op, Proto::Http));
             }
             rest_get(store, shared, &key)
         }
         Method::Put => rest_put(store, shared, req, &key),
         Method::Delete => {
             if deny(Op::Out) {
-                return forbidden();
+                return refused(shared, shared.mask.denies(Op::Out, Proto::Http));
             }
             rest_delete(store, shared, req, &key)
         }
@@ -138,7 +147,7 @@ fn rest_put(
         Mode::Cat => Op::PutCat,
     };
     if shared.mask().denies(op, Proto::Http) {
-        return Ok(forbidden());
+        return Ok(refused(shared, shared.mask.denies(op, Proto::Http)));
     }
     let expires = match req.header("x-kt-xt").and_then(http::parse_http_date) {
         Some(t) if t > 0 && t < XT_MAX => t,
@@ -217,7 +226,7 @@ fn rest_post(
     let named = |h| req.header(h).filter(|v| !v.is_empty());
     if named("x-tt-xname").is_some() {
         if shared.mask().denies(Op::Ext, Proto::Http) {
-            return Ok(forbidden());
+            return Ok(refused(shared, shared.mask.denies(Op::Ext, Proto::Http)));
         }
         // No script extension is ever loaded: ttserver without `-ext` answers 500.
         return Ok(Reply::text(500, "Internal Server Error"));
@@ -226,7 +235,7 @@ fn rest_post(
         return Ok(Reply::text(400, "Bad Request"));
     };
     if crate::tt_exec::misc_denied(shared, mname, Proto::Http) {
-        return Ok(forbidden());
+        return Ok(refused(shared, shared.mask.denies(Op::Misc, Proto::Http)));
     }
     // Tyrant passes the values of the form in the order their names first appear (a later
     // duplicate replaces the value in place).

@@ -136,8 +136,41 @@ fn procedure_op(name: &[u8], input: &Input<'_>) -> Option<Op> {
         b"synchronize" if get(input, "command").is_some_and(|c| !c.is_empty()) => Op::Copy,
         b"synchronize" => Op::Sync,
         b"play_script" => Op::Ext,
+        b"tune_replication" => Op::SetMst,
         _ => return None,
     })
+}
+
+/// Kyoto Tycoon's `tune_replication`: follow the master `host`:`port` (default 1978) after its
+/// time stamp `ts` (when given and above 0), or none (no or an empty `host`: a promotion).
+/// `iv` (the slave's interval) is taken and ignored. Kura's `force=true` lets a bootstrap
+/// replace the records the server holds; without it a server that holds records refuses a
+/// master whose snapshot would replace them: 450 with the reason.
+fn tune_replication(shared: &Shared, input: &Input<'_>, out: &mut Output) -> Rv {
+    let Some(r) = &shared.repl else {
+        return fail(out, 501, "replication is not available");
+    };
+    let host = get(input, "host").map_or_else(String::new, |h| {
+        String::from_utf8_lossy(h).trim().to_string()
+    });
+    let master = if host.is_empty() {
+        None
+    } else {
+        let port = match get(input, "port") {
+            None => 1978,
+            Some(p) => match u16::try_from(atoi(p)) {
+                Ok(p) if p > 0 => p,
+                _ => return fail(out, 400, "invalid parameters: port"),
+            },
+        };
+        Some((host, port))
+    };
+    let ts = get(input, "ts").map_or(0, |t| u64::try_from(atoi(t)).unwrap_or(0));
+    let force = get(input, "force").is_some_and(|f| f == b"true" || f == b"1");
+    match r.change_master(&shared.read_only, master, ts, force) {
+        Ok(()) => 200,
+        Err(why) => fail(out, 450, why),
+    }
 }
 
 /// Whether the `DB` parameter names our one database: absent, empty, a number that reads as
@@ -191,6 +224,7 @@ fn procedure<'s>(
     }
     match name {
         b"void" => return Ok(200),
+        b"tune_replication" => return Ok(tune_replication(shared, input, out)),
         b"echo" => {
             for (n, v) in input {
                 out.insert(n.to_vec(), v.to_vec());
@@ -204,7 +238,8 @@ fn procedure<'s>(
         return Ok(fail(out, 501, format!("not implemented: {name}")));
     };
     if shared.mask().denies(op, Proto::Http) {
-        return Ok(fail(out, 403, "forbidden"));
+        let why = shared.read_only_refusal(shared.mask.denies(op, Proto::Http));
+        return Ok(fail(out, 403, why.unwrap_or_else(|| "forbidden".into())));
     }
     if name == b"report" {
         report(store, shared, now, out);
@@ -458,6 +493,7 @@ fn status(store: &dyn Store, shared: &Shared, out: &mut Output) {
     for (k, v) in store.describe() {
         out.insert(k.into_bytes(), v.into_bytes());
     }
+    repl_state(shared, out);
     if !shared.db_name.is_empty() {
         set(out, "path", shared.db_name.as_str());
     }
@@ -543,4 +579,13 @@ fn report(store: &dyn Store, shared: &Shared, now: u64, out: &mut Output) {
         "conf_max_value_size",
         shared.max_value_size.to_string(),
     );
+    repl_state(shared, out);
+}
+
+/// The replication state (`crate::repl::Replication::report`), as Tyrant `stat` and
+/// memcached `stats` show it.
+fn repl_state(shared: &Shared, out: &mut Output) {
+    for (name, v) in shared.repl_report() {
+        set(out, &name, v);
+    }
 }

@@ -11,7 +11,7 @@
 //! Tycoon's binary replication (`session_kyoto`: sets with their expiration time, removes,
 //! clears; no snapshot).
 
-use super::{MasterProtocol, Replication};
+use super::{Bootstrap, MasterProtocol, Replication};
 use kura_engine::ulog::apply::apply;
 use kura_engine::ulog::record::{self, Op, Rec};
 use kura_engine::ulog::Start;
@@ -90,7 +90,7 @@ fn save_pos(repl: &Replication, sid: u32, ts: u64) -> io::Result<()> {
     // Read before the sync: every record of what was applied up to `ts` is at or before it.
     let local = repl.logged.as_ref().map_or(0, |l| l.log().last_ts());
     repl.store.sync().map_err(io::Error::other)?;
-    let body = format!("kura-replica {sid} {ts} {} {local}", repl.protocol.name());
+    let body = format!("kura-replica {sid} {ts} {} {local}", repl.protocol().name());
     let text = format!("{body}\ncrc {}\n", crc32c::crc32c(body.as_bytes()));
     let tmp = p.with_extension("tmp");
     std::fs::write(&tmp, text)?;
@@ -129,14 +129,14 @@ fn applied_in_log(repl: &Replication, local: u64) -> u64 {
     newest
 }
 
-fn run(repl: &Replication) {
-    // Applied changes owe no sync of their own: what the replica has applied is made durable
-    // (one sync) before its position is saved and acknowledged.
-    kura_engine::durability::set_deferred(true);
+/// Where to start in the log of a master of protocol `proto` when it is first known: the
+/// saved position when it belongs to a log of that protocol, else `--master-ts`, else the
+/// start; a Tyrant master's commands found applied in this server's own log move it on.
+fn start_position(repl: &Replication, proto: MasterProtocol) -> (u32, u64) {
     let saved = load_pos(repl);
     // A position is one of a log of the master's protocol.
-    let usable = saved.found && saved.protocol == repl.protocol;
-    let (mut msid, mut pos) = if usable {
+    let usable = saved.found && saved.protocol == proto;
+    let (msid, mut pos) = if usable {
         (saved.sid, saved.ts)
     } else {
         (0, 0)
@@ -146,7 +146,7 @@ fn run(repl: &Replication) {
             "the replica's position is one of a {} master's log; starting over from this {} \
              master",
             saved.protocol.name(),
-            repl.protocol.name()
+            proto.name()
         ));
     }
     if !usable {
@@ -159,7 +159,7 @@ fn run(repl: &Replication) {
     }
     // Tyrant's records are commands: go on after the last one applied, even if the server
     // stopped before it saved its position (or before it saved one at all).
-    if repl.protocol == MasterProtocol::Tyrant && (usable || !saved.found) {
+    if proto == MasterProtocol::Tyrant && (usable || !saved.found) {
         let found = applied_in_log(repl, if usable { saved.local } else { 0 });
         if found > pos {
             repl.log(&format!(
@@ -169,50 +169,207 @@ fn run(repl: &Replication) {
             pos = found;
         }
     }
-    repl.with_status(|s| {
-        s.position = pos;
-        s.master_sid = msid;
-        s.units_per_us = repl.protocol.units_per_us();
-    });
+    (msid, pos)
+}
+
+/// Wait a second, or less when the master is changed or the server stops.
+fn pause(repl: &Replication, gen: u64) {
+    let until = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < until
+        && !repl.stop.load(Ordering::Relaxed)
+        && repl.generation.load(Ordering::Relaxed) == gen
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Say a replication error: in the log (once until it changes) and in `stat`.
+fn report_error(repl: &Replication, host: &str, port: u16, text: String, last: &mut String) {
+    if text != *last {
+        repl.log(&format!("replication from {host}:{port}: {text}"));
+        last.clone_from(&text);
+    }
+    repl.with_status(|s| s.last_error = text);
+}
+
+fn run(repl: &Replication) {
+    // Applied changes owe no sync of their own: what the replica has applied is made durable
+    // (one sync) before its position is saved and acknowledged.
+    kura_engine::durability::set_deferred(true);
+    // The protocol the position belongs to, once known.
+    let mut resolved: Option<MasterProtocol> = None;
+    let (mut msid, mut pos) = (0u32, 0u64);
+    // The generation (master) the detected protocol belongs to.
+    let mut probed: Option<u64> = None;
+    let mut reset: Option<u64> = None;
     let mut last_err = String::new();
     while !repl.stop.load(Ordering::Relaxed) {
         let gen = repl.generation.load(Ordering::Relaxed);
         if let Some(ts) = repl.take_reset() {
-            repl.log(&format!("going on after {ts} of the master's log"));
-            (msid, pos) = (0, ts);
-            repl.with_status(|s| s.position = ts);
-            let _ = save_pos(repl, msid, pos);
+            reset = Some(ts);
         }
         let Some((host, port)) = repl.master() else {
             std::thread::sleep(Duration::from_millis(100));
             continue;
         };
-        let r = match repl.protocol {
+        if repl.status().halted {
+            // A refused bootstrap: wait for another master (setmst) or the stop.
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        let proto = match repl.protocol {
+            Some(p) => p,
+            None if probed == Some(gen) => repl.protocol(),
+            None => match probe(&host, port) {
+                Ok(p) => {
+                    repl.log(&format!(
+                        "the master {host}:{port} speaks {}'s replication protocol: following \
+                         it so",
+                        p.name()
+                    ));
+                    *repl.detected.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
+                    probed = Some(gen);
+                    p
+                }
+                Err(e) => {
+                    report_error(repl, &host, port, e.to_string(), &mut last_err);
+                    pause(repl, gen);
+                    continue;
+                }
+            },
+        };
+        if resolved != Some(proto) {
+            (msid, pos) = match resolved {
+                None => start_position(repl, proto),
+                Some(_) => (0, 0),
+            };
+            resolved = Some(proto);
+            let copy_of = (msid != 0).then_some(msid);
+            repl.with_status(|s| {
+                s.copy_of = copy_of;
+                s.position = pos;
+                s.master_sid = msid;
+                s.units_per_us = proto.units_per_us();
+            });
+        }
+        if let Some(ts) = reset.take() {
+            repl.log(&format!("going on after {ts} of the master's log"));
+            (msid, pos) = (0, ts);
+            repl.with_status(|s| s.position = ts);
+            let _ = save_pos(repl, msid, pos);
+        }
+        let r = match proto {
             MasterProtocol::Kura => session(repl, &host, port, gen, &mut msid, &mut pos),
             MasterProtocol::Tyrant => session_tyrant(repl, &host, port, gen, &mut msid, &mut pos),
             MasterProtocol::Kyoto => session_kyoto(repl, &host, port, gen, &mut pos),
         };
+        let was_connected = repl.status().connected;
         repl.with_status(|s| s.connected = false);
         if let Err(e) = r {
-            let text = e.to_string();
-            if text != last_err {
-                repl.log(&format!("replication from {host}:{port}: {text}"));
-                last_err = text.clone();
+            let mut text = e.to_string();
+            if !was_connected && e.kind() != io::ErrorKind::ConnectionRefused {
+                // The handshake failed: is it the wrong kind of master?
+                match repl.protocol {
+                    Some(given) => match probe(&host, port) {
+                        Ok(p) if p != given => text.push_str(&format!(
+                            "; the master speaks {}'s replication protocol, not {}'s: start \
+                             with --master-protocol {} (or without the flag, to follow what \
+                             the master speaks)",
+                            p.name(),
+                            given.name(),
+                            p.name()
+                        )),
+                        _ => {}
+                    },
+                    // Found out again next time.
+                    None => probed = None,
+                }
             }
-            repl.with_status(|s| s.last_error = text);
+            report_error(repl, &host, port, text, &mut last_err);
         } else {
             last_err.clear();
         }
         let _ = save_pos(repl, msid, pos);
         // Reconnect after a second (at once when the master was changed).
-        let until = Instant::now() + Duration::from_secs(1);
-        while Instant::now() < until
-            && !repl.stop.load(Ordering::Relaxed)
-            && repl.generation.load(Ordering::Relaxed) == gen
-        {
-            std::thread::sleep(Duration::from_millis(20));
+        pause(repl, gen);
+    }
+}
+
+/// How long a probe waits for each answer.
+const PROBE_WAIT: Duration = Duration::from_millis(1500);
+
+/// Send `req` to `host:port` on a new connection and read the answer until `done` says it is
+/// complete, the peer hangs up or [`PROBE_WAIT`] has passed.
+fn ask(host: &str, port: u16, req: &[u8], done: impl Fn(&[u8]) -> bool) -> io::Result<Vec<u8>> {
+    let mut sock = connect(host, port)?;
+    sock.write_all(req)?;
+    let start = Instant::now();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16 << 10];
+    while start.elapsed() < PROBE_WAIT && !done(&buf) && buf.len() < 1 << 20 {
+        match sock.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break,
         }
     }
+    Ok(buf)
+}
+
+/// Find out which replication protocol the master at `host:port` speaks, from its answers to
+/// two harmless requests: Tyrant's `stat` (Kura and Tokyo Tyrant answer it; Kura's status has
+/// `kura_version`), then Kyoto Tycoon's `GET /rpc/report` over HTTP (its report has
+/// `conf_kt_version`). An error names what it answered (or that it said nothing) and the flag
+/// that fixes the protocol.
+pub(crate) fn probe(host: &str, port: u16) -> io::Result<MasterProtocol> {
+    let stat = ask(host, port, &[0xC8, tt_bin::cmd::STAT], |b| {
+        b.len() >= 5
+            && b[0] == 0
+            && b.len() >= 5 + u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize
+    })?;
+    if stat.len() >= 5 && stat[0] == 0 {
+        let text = String::from_utf8_lossy(&stat[5..]);
+        if text.contains("\nkura_version\t") {
+            return Ok(MasterProtocol::Kura);
+        }
+        if text.starts_with("version\t") {
+            return Ok(MasterProtocol::Tyrant);
+        }
+    }
+    let http = ask(
+        host,
+        port,
+        b"GET /rpc/report HTTP/1.0\r\nConnection: close\r\n\r\n",
+        |b| b.windows(16).any(|w| w == b"conf_kt_version\t") && b.ends_with(b"\n"),
+    )?;
+    let text = String::from_utf8_lossy(&http);
+    if text.starts_with("HTTP/1.") && text.contains("conf_kt_version\t") {
+        return Ok(if text.contains("(kura ") {
+            MasterProtocol::Kura
+        } else {
+            MasterProtocol::Kyoto
+        });
+    }
+    let heard = if stat.is_empty() && http.is_empty() {
+        format!("said nothing within {} ms", PROBE_WAIT.as_millis())
+    } else {
+        let first = if stat.is_empty() { &http } else { &stat };
+        let shown: String = String::from_utf8_lossy(&first[..first.len().min(24)])
+            .chars()
+            .map(|c| if c.is_control() { '.' } else { c })
+            .collect();
+        format!("answered {} bytes ({shown:?}…)", first.len())
+    };
+    Err(fail(format!(
+        "the master {heard} to a probe for Kura's, Tokyo Tyrant's and Kyoto Tycoon's \
+         protocols: is {host}:{port} a replication master? --master-protocol kura|tyrant|kyoto \
+         names its protocol"
+    )))
 }
 
 fn fail(msg: impl Into<String>) -> io::Error {
@@ -307,13 +464,20 @@ fn session(
         if repl.stop.load(Ordering::Relaxed) || repl.generation.load(Ordering::Relaxed) != gen {
             return Ok(());
         }
-        fill(
+        if let Err(e) = fill(
             &mut sock,
             &mut chunk,
             &mut buf,
             &mut heard,
             Duration::from_secs(5),
-        )?;
+        ) {
+            if *msid == 0 || !repl.status().connected {
+                return Err(fail(format!(
+                    "the master did not answer Kura's replication handshake ({e})"
+                )));
+            }
+            return Err(e);
+        }
         let mut at = 0;
         loop {
             let (tag, p, n) = match wire::decode_frame(&buf[at..]) {
@@ -340,6 +504,7 @@ fn session(
                     *msid = sid;
                     repl.with_status(|s| {
                         s.connected = true;
+                        s.heard = Some(Instant::now());
                         s.master_sid = sid;
                         s.master_last = last;
                         s.last_error.clear();
@@ -360,25 +525,20 @@ fn session(
                             s.applied += 1;
                             s.position = rec.ts;
                             s.master_last = s.master_last.max(rec.ts);
+                            s.heard = Some(heard);
                         });
                     }
                 }
                 wire::BEAT => {
                     let last = wire::be_u64(p).unwrap_or(0);
-                    repl.with_status(|s| s.master_last = last);
+                    repl.with_status(|s| {
+                        s.master_last = last;
+                        s.heard = Some(heard);
+                    });
                 }
                 wire::SNAP_BEGIN => {
                     let at_ts = wire::be_u64(p).ok_or_else(|| fail("short snapshot start"))?;
-                    repl.log(&format!(
-                        "bootstrapping from a snapshot of server {msid} at {at_ts}"
-                    ));
-                    let wipe = Rec {
-                        ts: at_ts,
-                        origin_sid: *msid,
-                        origin_ts: at_ts,
-                        op: Op::Vanish,
-                    };
-                    take(repl, &wipe)?;
+                    begin_bootstrap(repl, *msid, *pos, at_ts)?;
                     snap = Some((at_ts, 0));
                 }
                 wire::SNAP => {
@@ -401,8 +561,12 @@ fn session(
                     repl.with_status(|s| {
                         s.position = at_ts;
                         s.bootstraps += 1;
+                        s.copy_of = Some(*msid);
                     });
                     repl.log(&format!("snapshot of {got} keys loaded"));
+                    // At once: a replica killed now is known as this master's copy.
+                    save_pos(repl, *msid, *pos)?;
+                    saved = *pos;
                 }
                 wire::ERROR => {
                     let text = String::from_utf8_lossy(p).into_owned();
@@ -426,6 +590,74 @@ fn session(
             sock.write_all(&ack)?;
         }
     }
+}
+
+/// Begin a bootstrap from a snapshot of master `msid` at `at_ts` (this replica's position in
+/// its log: `pos`, 0 for none) by what `--bootstrap` says of the records held here:
+/// - none held, or a position in this master's log or one saved with its server id (the
+///   records are a copy of it, which its log no longer reaches): replace them, in any mode;
+/// - `replace` (or Tyrant `setmst` with Kura's replace option): discard them, saying how many;
+/// - `merge`: keep them, the snapshot is applied over them (see [`Bootstrap::Merge`]);
+/// - `refuse`: follow no further (until the master is changed) and say why, in the log and in
+///   `stat`. Nothing has changed here then.
+fn begin_bootstrap(repl: &Replication, msid: u32, pos: u64, at_ts: u64) -> io::Result<()> {
+    let held = repl.store.count();
+    let forced = repl.force_replace.swap(false, Ordering::Relaxed);
+    // A position in this master's log, or one saved with its server id: a copy of it.
+    let copy = pos != 0 || repl.status().copy_of == Some(msid);
+    let mode = if forced {
+        Bootstrap::Replace
+    } else {
+        repl.bootstrap
+    };
+    if held > 0 && !copy {
+        match mode {
+            Bootstrap::Refuse => {
+                repl.with_status(|s| s.halted = true);
+                return Err(fail(format!(
+                    "bootstrap refused: this database holds {held} records and a snapshot of \
+                     server {msid} would replace them; not following it. Start with \
+                     --bootstrap=replace to discard them, --bootstrap=merge to keep them \
+                     (the master's values win for keys both hold), or empty the database \
+                     (kura remote setmst --force does the same as replace)"
+                )));
+            }
+            Bootstrap::Merge => {
+                repl.log(&format!(
+                    "bootstrapping from a snapshot of server {msid} at {at_ts}, merged with \
+                     the {held} records held here (--bootstrap=merge)"
+                ));
+                return Ok(());
+            }
+            Bootstrap::Replace => repl.log(&format!(
+                "bootstrapping from a snapshot of server {msid} at {at_ts}: discarding the \
+                 {held} records held here ({})",
+                if forced {
+                    "setmst with the replace option"
+                } else {
+                    "--bootstrap=replace"
+                }
+            )),
+        }
+    } else if held > 0 {
+        // A copy of this master (with --replica-writes also this server's own writes, which
+        // its master, following this server, has from its log): replaced as it was made.
+        repl.log(&format!(
+            "bootstrapping again from a snapshot of server {msid} at {at_ts} (this replica's \
+             position: {pos}): the {held} records held here, a copy of it, are replaced"
+        ));
+    } else {
+        repl.log(&format!(
+            "bootstrapping from a snapshot of server {msid} at {at_ts}"
+        ));
+    }
+    let wipe = Rec {
+        ts: at_ts,
+        origin_sid: msid,
+        origin_ts: at_ts,
+        op: Op::Vanish,
+    };
+    take(repl, &wipe)
 }
 
 /// Load one snapshot frame: `[n u32]` and `n` records (puts, or every value of a key).
@@ -584,7 +816,8 @@ fn session_tyrant(
             &mut chunk,
             &mut buf,
             &mut heard,
-            Duration::from_secs(60),
+            // The handshake is answered at once; heartbeats come every second.
+            Duration::from_secs(if hello { 60 } else { 5 }),
         ) {
             if !hello {
                 return Err(fail(format!(
@@ -593,6 +826,9 @@ fn session_tyrant(
                 )));
             }
             return Err(e);
+        }
+        if hello {
+            repl.with_status(|s| s.heard = Some(heard));
         }
         let mut at = 0;
         if !hello {
@@ -613,6 +849,7 @@ fn session_tyrant(
                     at = n;
                     repl.with_status(|s| {
                         s.connected = true;
+                        s.heard = Some(Instant::now());
                         s.master_sid = sid;
                         s.last_error.clear();
                     });
@@ -721,13 +958,23 @@ fn session_kyoto(
         if repl.stop.load(Ordering::Relaxed) || repl.generation.load(Ordering::Relaxed) != gen {
             return Ok(());
         }
-        fill(
+        if let Err(e) = fill(
             &mut sock,
             &mut chunk,
             &mut buf,
             &mut heard,
-            Duration::from_secs(60),
-        )?;
+            Duration::from_secs(if accepted { 60 } else { 5 }),
+        ) {
+            if !accepted {
+                return Err(fail(format!(
+                    "the master did not answer Kyoto Tycoon's replication handshake ({e})"
+                )));
+            }
+            return Err(e);
+        }
+        if accepted {
+            repl.with_status(|s| s.heard = Some(heard));
+        }
         let mut at = 0;
         if !accepted {
             match repl_kt::decode_accept(&buf) {
@@ -737,6 +984,7 @@ fn session_kyoto(
                     at = 1;
                     repl.with_status(|s| {
                         s.connected = true;
+                        s.heard = Some(Instant::now());
                         s.last_error.clear();
                     });
                 }

@@ -280,6 +280,13 @@ pub fn execute<'s>(
         _ => shared.mask().denies(op, Proto::Tyrant),
     };
     if denied {
+        // A write on a read-only replica: Tyrant's replies carry no text; `stat` says why
+        // (`read_only`), and the log counts them.
+        let by_mask = match req {
+            Request::Misc { .. } => shared.mask.denies(Op::Misc, Proto::Tyrant),
+            _ => shared.mask.denies(op, Proto::Tyrant),
+        };
+        shared.read_only_refusal(by_mask);
         return refuse(c, out);
     }
     let start = out.len();
@@ -459,30 +466,28 @@ fn run<'s>(
             }
             code(out, ok);
         }
-        Request::SetMst { host, port, ts, .. } => match &shared.repl {
+        Request::SetMst {
+            host,
+            port,
+            ts,
+            opts,
+        } => match &shared.repl {
             Some(r) => {
                 let host = String::from_utf8_lossy(c_str(host)).into_owned();
                 match u16::try_from(port) {
                     // An empty host: stop following (promotion to master); writes allowed.
                     _ if host.is_empty() => {
-                        r.set_master(None);
-                        shared
-                            .read_only
-                            .store(false, std::sync::atomic::Ordering::Relaxed);
+                        let _ = r.change_master(&shared.read_only, None, 0, false);
                         code(out, true);
                     }
                     Ok(p) if p > 0 => {
-                        let ro = !r.writable_replica;
-                        // A time stamp: go on after it (ttserver writes it to its rts file).
-                        if ts > 0 {
-                            r.set_master_at((host, p), ts);
-                        } else {
-                            r.set_master(Some((host, p)));
-                        }
-                        shared
-                            .read_only
-                            .store(ro, std::sync::atomic::Ordering::Relaxed);
-                        code(out, true);
+                        // A bootstrap that would replace records is refused unless asked for;
+                        // a time stamp: go on after it (ttserver writes it to its rts file).
+                        let force = opts & tt_bin::SETMST_REPLACE != 0;
+                        let ok = r
+                            .change_master(&shared.read_only, Some((host, p)), ts, force)
+                            .is_ok();
+                        code(out, ok);
                     }
                     _ => code(out, false),
                 }

@@ -112,11 +112,9 @@ pub(super) fn stat_text(store: &dyn Store, shared: &Shared, st: &TtState<'_>, no
     for (name, v) in store.counters() {
         line(&format!("kura_{name}"), &v);
     }
-    if let Some(r) = &shared.repl {
-        for (name, v) in r.report() {
-            if name != "sid" {
-                line(&name, &v);
-            }
+    for (name, v) in shared.repl_report() {
+        if name != "sid" {
+            line(&name, &v);
         }
     }
     s
