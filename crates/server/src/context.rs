@@ -105,47 +105,6 @@ pub struct Shared {
     pub backup_dir: Option<BackupDir>,
     /// The server's log (`kura serve --log`); nothing is written when none was given.
     pub log: LogSink,
-    /// Client writes a read-only replica refused, for the log's rate-limited line.
-    pub refused_writes: RefusedWrites,
-}
-
-/// Client writes a read-only replica refused: counted, and said in the log at most once every
-/// [`RefusedWrites::EVERY`] seconds (with how many since the last line), so a client that
-/// keeps writing cannot flood it.
-#[derive(Debug, Default)]
-pub struct RefusedWrites {
-    since_said: AtomicU64,
-    /// Unix seconds of the last line (0: none yet).
-    said_at: AtomicU64,
-}
-
-impl RefusedWrites {
-    pub const EVERY: u64 = 5;
-
-    /// Count one refusal for `why`; write the line when it is due.
-    fn note(&self, log: &LogSink, why: &str) {
-        self.since_said.fetch_add(1, Relaxed);
-        let now = kura_engine::store::now_secs();
-        let at = self.said_at.load(Relaxed);
-        if now < at + Self::EVERY
-            || self
-                .said_at
-                .compare_exchange(at, now, Relaxed, Relaxed)
-                .is_err()
-        {
-            return;
-        }
-        let n = self.since_said.swap(0, Relaxed);
-        log.line(&format!(
-            "refused {n} client write{} ({why}){}",
-            if n == 1 { "" } else { "s" },
-            if at == 0 {
-                String::new()
-            } else {
-                format!(" in the last {} s", now - at)
-            }
-        ));
-    }
 }
 
 /// Writes one line to the server's log.
@@ -318,7 +277,6 @@ impl Shared {
             detail: PrefixStats::default(),
             backup_dir: None,
             log: LogSink::default(),
-            refused_writes: RefusedWrites::default(),
         }
     }
 
@@ -332,7 +290,8 @@ impl Shared {
         }
         let master = self.repl.as_ref().and_then(|r| r.master());
         let why = crate::repl::read_only_text(master.as_ref());
-        self.refused_writes.note(&self.log, &why);
+        self.log
+            .limited("replica-write", &format!("refused a client write ({why})"));
         Some(why)
     }
 

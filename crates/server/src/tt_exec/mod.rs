@@ -281,12 +281,14 @@ pub fn execute<'s>(
     };
     if denied {
         // A write on a read-only replica: Tyrant's replies carry no text; `stat` says why
-        // (`read_only`), and the log counts them.
+        // (`read_only`), so does `misc error`, and the log counts them.
         let by_mask = match req {
             Request::Misc { .. } => shared.mask.denies(Op::Misc, Proto::Tyrant),
             _ => shared.mask.denies(op, Proto::Tyrant),
         };
-        shared.read_only_refusal(by_mask);
+        if let Some(why) = shared.read_only_refusal(by_mask) {
+            st.last_error = Some(why);
+        }
         return refuse(c, out);
     }
     let start = out.len();
