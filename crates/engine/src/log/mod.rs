@@ -52,6 +52,8 @@ pub(crate) struct LogCounters {
     pub(crate) syncs: AtomicU64,
     /// Group commit leaders that waited for the writers they expected (`group_commit`).
     pub(crate) commit_waits: AtomicU64,
+    /// Of those, the waits that ran out before the writers came.
+    pub(crate) commit_wait_misses: AtomicU64,
 }
 
 /// How a log is tuned (fixed for one open).
@@ -643,6 +645,9 @@ impl Log {
                     }
                     st.gathering = false;
                     if st.queued < st.expect {
+                        self.counters
+                            .commit_wait_misses
+                            .fetch_add(1, Ordering::Relaxed);
                         st.misses = (st.misses + 1).min(6);
                         st.skip = (1 << st.misses) - 1;
                     } else {
@@ -1153,10 +1158,15 @@ mod tests {
                 });
             }
         });
+        // Waits that found the other writer are allowed (on a loaded machine the two writers
+        // can fall into step and then share every sync); waits that ran out must back off.
         let syncs = log.counters.syncs.load(Ordering::Relaxed);
-        let waits = log.counters.commit_waits.load(Ordering::Relaxed);
+        let misses = log.counters.commit_wait_misses.load(Ordering::Relaxed);
         assert!(syncs >= 40, "{syncs} syncs");
-        assert!(waits <= syncs / 4, "{waits} waits in {syncs} syncs");
+        assert!(
+            misses <= syncs / 4,
+            "{misses} waits ran out in {syncs} syncs"
+        );
     }
 
     /// Crashes while eight writers commit (images of what each would leave, taken at one
