@@ -6,7 +6,9 @@
 //! (`[magic "KURAULG1"][sid u32][0 u32][prev_ts u64][0 u32][crc32c u32]`, `prev_ts` the time
 //! stamp of the last record before this file: every record in it is newer) and then records
 //! (`record`). A new file is started when the next record does not fit in `file_size`; the old
-//! one is fsynced and cut to its records first, so only the newest file can have a torn tail.
+//! one is cut to its records and fsynced first, so only the newest file can have a torn tail.
+//! Every file access goes through the `io::Vfs` of the log's `Config` (the power-loss tests
+//! give it a `SimVfs`).
 //!
 //! The newest file is made `file_size` long up front (its unwritten end reads as zeros, which
 //! decode as "nothing yet") and mapped shared into memory; a record is appended by copying it
