@@ -377,6 +377,9 @@ impl SimFileState {
         let Some(sh) = self.shadow.clone() else {
             return;
         };
+        // No mapping of it is left (only the file's reference and this one): once its pages
+        // are taken in, the memory goes. (A new mapping needs the state's lock, held here.)
+        let unmapped = Arc::strong_count(&sh) == 2;
         let n = sh.len.min(self.data.len());
         let mut page = vec![0u8; 4096];
         let mut at = 0;
@@ -393,6 +396,9 @@ impl SimFileState {
                 self.modified = Some(std::time::SystemTime::now());
             }
             at = end;
+        }
+        if unmapped {
+            self.shadow = None;
         }
     }
 
@@ -547,6 +553,14 @@ impl VFile for SimFile {
         st.absorb();
         let sh = match &st.shadow {
             Some(sh) if sh.len >= len => sh.clone(),
+            // Two mappings share their pages only when the second fits in the first (one no
+            // longer in use went in `absorb` above).
+            Some(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "SimVfs: a mapping larger than one still in use",
+                ))
+            }
             _ => {
                 let sh = Arc::new(Shadow::new(&st.data, len));
                 st.shadow = Some(sh.clone());
