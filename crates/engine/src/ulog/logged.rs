@@ -137,7 +137,7 @@ pub fn position_path(dest: &Path) -> PathBuf {
 }
 
 /// [`position_path`] of a copy on `vfs`.
-pub fn position_path_in(vfs: &dyn Vfs, dest: &Path) -> PathBuf {
+fn position_path_in(vfs: &dyn Vfs, dest: &Path) -> PathBuf {
     if vfs.exists(dest) && vfs.list(dest).is_ok() {
         dest.join(POSITION_NAME)
     } else {
@@ -160,7 +160,7 @@ pub fn write_position(dest: &Path, ts: u64, sid: u32) -> Result<()> {
 }
 
 /// [`write_position`] for a copy on `vfs`.
-pub fn write_position_in(vfs: &dyn Vfs, dest: &Path, ts: u64, sid: u32) -> Result<()> {
+fn write_position_in(vfs: &dyn Vfs, dest: &Path, ts: u64, sid: u32) -> Result<()> {
     let body = format!("kura-ulog-position {ts} {sid}");
     let text = format!("{body}\ncrc {}\n", crc32c::crc32c(body.as_bytes()));
     let path = position_path_in(vfs, dest);
@@ -179,7 +179,7 @@ pub fn read_position(dest: &Path) -> Result<(u64, u32)> {
 }
 
 /// [`read_position`] of a copy on `vfs`.
-pub fn read_position_in(vfs: &dyn Vfs, dest: &Path) -> Result<(u64, u32)> {
+fn read_position_in(vfs: &dyn Vfs, dest: &Path) -> Result<(u64, u32)> {
     let inside = position_path_in(vfs, dest);
     let path = if vfs.exists(&inside) {
         inside.clone()
@@ -672,7 +672,9 @@ impl Store for Logged {
     fn copy_to(&self, dest: &Path) -> Result<()> {
         let ts = self.position();
         self.inner.copy_to(dest)?;
-        write_position_in(&*self.log.config().vfs, dest, ts, self.log.sid())
+        // Beside the copy, on the file system the kind wrote it to (`copy_to` writes copies
+        // on the real one).
+        write_position(dest, ts, self.log.sid())
     }
 
     fn check(&self) -> Result<CheckReport> {
