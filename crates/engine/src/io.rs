@@ -580,7 +580,7 @@ impl VFile for SimFile {
 fn crash_rng(mode: CrashMode) -> impl FnMut() -> u64 {
     let mut rng = match mode {
         CrashMode::DropUnsynced => 0,
-        CrashMode::Torn { seed } => seed | 1,
+        CrashMode::Torn { seed } | CrashMode::Scattered { seed } => seed | 1,
     };
     move || {
         // xorshift64*
@@ -595,6 +595,18 @@ fn crash_rng(mode: CrashMode) -> impl FnMut() -> u64 {
 /// the writes since its last sync, the last of them cut at a random byte.
 fn survivor(st: &SimFileState, mode: CrashMode, next: &mut impl FnMut() -> u64) -> Vec<u8> {
     let mut img = st.durable.clone();
+    if let CrashMode::Scattered { .. } = mode {
+        for (off, bytes, is_len) in &st.pending {
+            if next().is_multiple_of(2) {
+                continue;
+            }
+            if *is_len {
+                img.resize(*off as usize, 0);
+            } else {
+                apply_write(&mut img, *off, bytes);
+            }
+        }
+    }
     if let CrashMode::Torn { .. } = mode {
         let n = st.pending.len();
         if n > 0 {
@@ -648,6 +660,9 @@ pub enum CrashMode {
     /// A prefix of the unsynced writes (chosen by `seed`) reaches the disk, the next one torn at
     /// a random byte: what a power loss during write-back can leave.
     Torn { seed: u64 },
+    /// Each unsynced write reaches the disk whole or not at all, independently of the others
+    /// (chosen by `seed`): what a write-back that does not go in file order can leave.
+    Scattered { seed: u64 },
 }
 
 impl SimVfs {
@@ -1036,6 +1051,33 @@ mod tests {
         let f = fs.open(&a, false).unwrap();
         f.read_at(&mut buf, 4096).unwrap();
         assert_eq!(&buf, b"WLLLL");
+    }
+
+    /// A scattered crash keeps each unsynced write whole or drops it, independently of order.
+    #[test]
+    fn sim_scattered_crash_keeps_writes_out_of_order() {
+        let fs = SimVfs::new();
+        let a = Path::new("/d/a");
+        let f = fs.open(a, true).unwrap();
+        fs.sync_dir(Path::new("/d")).unwrap();
+        for i in 0..8u8 {
+            f.write_at(&[i + 1; 4], u64::from(i) * 4).unwrap();
+        }
+        let mut out_of_order = false;
+        for i in 1..32u64 {
+            let img = fs.crash_image(CrashMode::Scattered {
+                seed: i.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            });
+            let kept: Vec<bool> = (0..8)
+                .map(|w| {
+                    let b = img[a].get(w * 4..w * 4 + 4);
+                    assert!(b.is_none_or(|b| b == [0; 4] || b == [w as u8 + 1; 4]));
+                    b.is_some_and(|b| b[0] != 0)
+                })
+                .collect();
+            out_of_order |= kept.windows(2).any(|p| !p[0] && p[1]);
+        }
+        assert!(out_of_order);
     }
 
     #[test]

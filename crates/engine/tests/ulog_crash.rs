@@ -123,7 +123,9 @@ fn stamps(fs: &SimVfs) -> Vec<u64> {
     v
 }
 
-fn run(always: bool) {
+/// `scattered`: every third image keeps each unsynced write or not, independently (a
+/// write-back out of file order) rather than a prefix of them.
+fn run(always: bool, scattered: bool) {
     let fs = SimVfs::new();
     fs.set_sync_delay(Duration::from_micros(700));
     let (db, _) = open(&fs, always);
@@ -171,7 +173,11 @@ fn run(always: bool) {
     for i in 0..14u64 {
         std::thread::sleep(Duration::from_millis(90 + (i * 37) % 150));
         let before = acked.lock().unwrap().len();
-        let mode = if i % 2 == 0 {
+        let mode = if i % 3 == 2 && scattered {
+            CrashMode::Scattered {
+                seed: (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            }
+        } else if i % 2 == 0 {
             CrashMode::Torn {
                 seed: (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
             }
@@ -259,10 +265,21 @@ fn run(always: bool) {
 
 #[test]
 fn power_loss_with_update_log_sync_always() {
-    run(true);
+    run(true, false);
 }
 
 #[test]
 fn power_loss_with_update_log_default_sync() {
-    run(false);
+    run(false, false);
+}
+
+/// A write-back out of file order (which a kernel may do) leaves a hole before intact records:
+/// in the update log's newest file, and in a `.kh` segment, both of which then refuse to open
+/// as damaged. Known limitation: both kinds take a torn tail to be a prefix of the unsynced
+/// writes.
+#[test]
+#[ignore = "known limitation: recovery assumes unsynced writes reach the disk in file order"]
+fn power_loss_with_write_back_out_of_order() {
+    run(true, true);
+    run(false, true);
 }
