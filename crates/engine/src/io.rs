@@ -42,6 +42,63 @@ pub trait VFile: Send + Sync {
         }
         self.sync()
     }
+    /// A writable shared mapping of the file's first `len` bytes (the file must be at least
+    /// that long: `set_len` first): bytes copied into it are the file's, as if written, with
+    /// no call per write, and are as durable as a write once `sync` returns. `None` when the
+    /// backend has none (the caller then writes).
+    fn map_mut(&self, _len: usize) -> io::Result<Option<MapMut>> {
+        Ok(None)
+    }
+}
+
+/// A writable shared mapping of a file ([`VFile::map_mut`]). Writers copy into
+/// `as_mut_ptr()` directly: an append through it is a memory copy, no call.
+pub struct MapMut {
+    ptr: *mut u8,
+    len: usize,
+    /// A real mapping of the operating system (which `populate` can fault in).
+    os: bool,
+    /// What keeps the memory alive: the mapping, or the simulated file's pages.
+    _keep: Box<dyn std::any::Any + Send + Sync>,
+}
+
+// SAFETY: the pointer is into memory owned by `_keep` (a shared mapping, or a simulated file's
+// pages), valid for `len` bytes as long as this value lives; writers synchronise among
+// themselves (the update log writes under its writer's lock).
+unsafe impl Send for MapMut {}
+// SAFETY: as for `Send`: `&MapMut` hands out only the raw pointer.
+unsafe impl Sync for MapMut {}
+
+#[allow(clippy::len_without_is_empty)]
+impl MapMut {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The first byte of the mapping: `len()` bytes may be written from it by one writer at a
+    /// time.
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// Fault in the pages of `from..to` as if written, changing no byte, off the writers' path
+    /// (`MADV_POPULATE_WRITE`, Linux 5.14). Whether it was done (older kernels refuse; the
+    /// writers then fault the pages in themselves).
+    pub fn populate(&self, from: usize, to: usize) -> bool {
+        if !self.os {
+            return true;
+        }
+        let to = to.min(self.len);
+        if from >= to {
+            return true;
+        }
+        const MADV_POPULATE_WRITE: libc::c_int = 23;
+        // SAFETY: the range lies within the mapping, which `self` keeps alive; the advice
+        // changes no data.
+        let rc =
+            unsafe { libc::madvise(self.ptr.add(from).cast(), to - from, MADV_POPULATE_WRITE) };
+        rc == 0
+    }
 }
 
 /// A file system.
@@ -62,6 +119,8 @@ pub trait Vfs: Send + Sync {
     /// Take an exclusive lock that lasts as long as the returned guard (and dies with the
     /// process); `WouldBlock` when another holder has it.
     fn lock(&self, path: &Path) -> io::Result<Box<dyn std::any::Any + Send + Sync>>;
+    /// When the file at `path` was last written (retention ages files by it).
+    fn modified(&self, path: &Path) -> io::Result<std::time::SystemTime>;
     /// A read-only memory map of `len` bytes of the file at `path` (which may be shorter now:
     /// only bytes below its written length are ever read). `None` when the backend has none.
     fn map(&self, _path: &Path, _len: usize) -> Option<Map> {
@@ -167,6 +226,18 @@ impl VFile for OsFile {
         // The blocks' allocation and the new size.
         self.0.sync_data()
     }
+    fn map_mut(&self, len: usize) -> io::Result<Option<MapMut>> {
+        // The caller owns the file for writing (other processes are kept out by the
+        // database's lock), writes only below `len`, which lies within the file (made that
+        // long first), and cuts the file only after dropping the mapping.
+        let map = memmap2::MmapOptions::new().len(len).map_raw(&self.0)?;
+        Ok(Some(MapMut {
+            ptr: map.as_mut_ptr(),
+            len,
+            os: true,
+            _keep: Box::new(map),
+        }))
+    }
 }
 
 struct OsLock(#[allow(dead_code)] File);
@@ -224,6 +295,9 @@ impl Vfs for OsVfs {
         }
         Ok(Box::new(OsLock(f)))
     }
+    fn modified(&self, path: &Path) -> io::Result<std::time::SystemTime> {
+        std::fs::metadata(path)?.modified()
+    }
     fn map(&self, path: &Path, len: usize) -> Option<Map> {
         let f = File::open(path).ok()?;
         // SAFETY: the map is read-only and shared. The engine reads only bytes below a
@@ -258,11 +332,94 @@ struct SimFileState {
     /// first entry): a sync makes durable the entries written before it started, up to the
     /// number it read then.
     gone: u64,
+    /// The pages of a writable mapping ([`VFile::map_mut`]), when the file has one.
+    shadow: Option<Arc<Shadow>>,
+    /// When the file was last changed.
+    modified: Option<std::time::SystemTime>,
+}
+
+/// The memory a [`SimFile`]'s writable mapping writes to. What the writer copies into it
+/// becomes the file's (a pending write of each changed page, in file order) whenever the file
+/// is next looked at: read, written, synced, cut or imaged by a crash. Until a sync covers
+/// them those pages may be lost or torn by a crash, as a mapping's dirty pages may be.
+struct Shadow {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: `ptr` owns a leaked `Box<[u8]>` of `len` bytes, freed in `Drop` only.
+unsafe impl Send for Shadow {}
+// SAFETY: as above; concurrent access is described at `SimFileState::absorb`.
+unsafe impl Sync for Shadow {}
+
+impl Shadow {
+    fn new(data: &[u8], len: usize) -> Shadow {
+        let mut b = vec![0u8; len].into_boxed_slice();
+        let n = data.len().min(len);
+        b[..n].copy_from_slice(&data[..n]);
+        let ptr = Box::into_raw(b) as *mut u8;
+        Shadow { ptr, len }
+    }
+}
+
+impl Drop for Shadow {
+    fn drop(&mut self) {
+        // SAFETY: made by `Box::into_raw` of a slice of `len` bytes in `new`, freed once here.
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr, self.len)) });
+    }
 }
 
 impl SimFileState {
+    /// Take in what was written through the mapping since the last look: each 4 KiB page that
+    /// differs from `data` becomes a pending write of that page (in file order, as write-back
+    /// goes), so an unsynced mapped write is lost, kept, or torn by a crash like any write.
+    fn absorb(&mut self) {
+        let Some(sh) = self.shadow.clone() else {
+            return;
+        };
+        // No mapping of it is left (only the file's reference and this one): once its pages
+        // are taken in, the memory goes. (A new mapping needs the state's lock, held here.)
+        let unmapped = Arc::strong_count(&sh) == 2;
+        let n = sh.len.min(self.data.len());
+        let mut page = vec![0u8; 4096];
+        let mut at = 0;
+        while at < n {
+            let end = (at + 4096).min(n);
+            let page = &mut page[..end - at];
+            // SAFETY: within the shadow's `len` bytes, which `sh` keeps alive. A writer may be
+            // copying into this page meanwhile (a test images a running engine): the copy then
+            // holds part of its bytes, as a real write-back of a page being written would.
+            unsafe { std::ptr::copy_nonoverlapping(sh.ptr.add(at), page.as_mut_ptr(), page.len()) };
+            if page[..] != self.data[at..end] {
+                self.data[at..end].copy_from_slice(page);
+                self.pending.push((at as u64, page.to_vec(), false));
+                self.modified = Some(std::time::SystemTime::now());
+            }
+            at = end;
+        }
+        if unmapped {
+            self.shadow = None;
+        }
+    }
+
+    /// Keep the mapping's pages equal to `data` at `off..off + len` after a write or a cut.
+    fn mirror(&mut self, off: usize, len: usize) {
+        let Some(sh) = &self.shadow else { return };
+        let end = (off + len).min(sh.len);
+        if off >= end {
+            return;
+        }
+        for (i, at) in (off..end).enumerate() {
+            let b = self.data.get(at).copied().unwrap_or(0);
+            // SAFETY: `at < sh.len`; the mapping's writer does not write while the file is
+            // written or cut (the update log does both under its writer's lock).
+            unsafe { *sh.ptr.add(off + i) = b };
+        }
+    }
+
     /// Everything pending is durable now (the file was changed behind the log's back).
     fn settle(&mut self) {
+        self.absorb();
         self.durable = self.data.clone();
         self.gone += self.pending.len() as u64;
         self.pending.clear();
@@ -315,7 +472,8 @@ fn apply_write(data: &mut Vec<u8>, off: u64, buf: &[u8]) {
 
 impl VFile for SimFile {
     fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
-        let st = self.state.lock();
+        let mut st = self.state.lock();
+        st.absorb();
         let off = off as usize;
         if off + buf.len() > st.data.len() {
             return Err(io::Error::new(
@@ -329,8 +487,11 @@ impl VFile for SimFile {
     fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
         self.fs.tick()?;
         let mut st = self.state.lock();
+        st.absorb();
         apply_write(&mut st.data, off, buf);
         st.pending.push((off, buf.to_vec(), false));
+        st.mirror(off as usize, buf.len());
+        st.modified = Some(std::time::SystemTime::now());
         Ok(())
     }
     /// Makes durable what was written before the call; a write made while a slow sync runs
@@ -338,7 +499,8 @@ impl VFile for SimFile {
     fn sync(&self) -> io::Result<()> {
         self.fs.tick()?;
         let upto = {
-            let st = self.state.lock();
+            let mut st = self.state.lock();
+            st.absorb();
             st.gone + st.pending.len() as u64
         };
         self.fs.syncs.fetch_add(1, Ordering::Release);
@@ -370,9 +532,47 @@ impl VFile for SimFile {
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.fs.tick()?;
         let mut st = self.state.lock();
+        st.absorb();
+        let old = st.data.len();
         st.data.resize(len as usize, 0);
         st.pending.push((len, Vec::new(), true));
+        if (len as usize) < old {
+            st.mirror(len as usize, old - len as usize);
+        }
+        st.modified = Some(std::time::SystemTime::now());
         Ok(())
+    }
+    fn map_mut(&self, len: usize) -> io::Result<Option<MapMut>> {
+        let mut st = self.state.lock();
+        if st.data.len() < len {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "mapping past the end of the file",
+            ));
+        }
+        st.absorb();
+        let sh = match &st.shadow {
+            Some(sh) if sh.len >= len => sh.clone(),
+            // Two mappings share their pages only when the second fits in the first (one no
+            // longer in use went in `absorb` above).
+            Some(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "SimVfs: a mapping larger than one still in use",
+                ))
+            }
+            _ => {
+                let sh = Arc::new(Shadow::new(&st.data, len));
+                st.shadow = Some(sh.clone());
+                sh
+            }
+        };
+        Ok(Some(MapMut {
+            ptr: sh.ptr,
+            len,
+            os: false,
+            _keep: Box::new(sh),
+        }))
     }
 }
 
@@ -380,7 +580,7 @@ impl VFile for SimFile {
 fn crash_rng(mode: CrashMode) -> impl FnMut() -> u64 {
     let mut rng = match mode {
         CrashMode::DropUnsynced => 0,
-        CrashMode::Torn { seed } => seed | 1,
+        CrashMode::Torn { seed } | CrashMode::Scattered { seed } => seed | 1,
     };
     move || {
         // xorshift64*
@@ -395,6 +595,18 @@ fn crash_rng(mode: CrashMode) -> impl FnMut() -> u64 {
 /// the writes since its last sync, the last of them cut at a random byte.
 fn survivor(st: &SimFileState, mode: CrashMode, next: &mut impl FnMut() -> u64) -> Vec<u8> {
     let mut img = st.durable.clone();
+    if let CrashMode::Scattered { .. } = mode {
+        for (off, bytes, is_len) in &st.pending {
+            if next().is_multiple_of(2) {
+                continue;
+            }
+            if *is_len {
+                img.resize(*off as usize, 0);
+            } else {
+                apply_write(&mut img, *off, bytes);
+            }
+        }
+    }
     if let CrashMode::Torn { .. } = mode {
         let n = st.pending.len();
         if n > 0 {
@@ -448,6 +660,9 @@ pub enum CrashMode {
     /// A prefix of the unsynced writes (chosen by `seed`) reaches the disk, the next one torn at
     /// a random byte: what a power loss during write-back can leave.
     Torn { seed: u64 },
+    /// Each unsynced write reaches the disk whole or not at all, independently of the others
+    /// (chosen by `seed`): what a write-back that does not go in file order can leave.
+    Scattered { seed: u64 },
 }
 
 impl SimVfs {
@@ -495,8 +710,11 @@ impl SimVfs {
         for name in names {
             let f = &files[&name];
             let mut st = f.state.lock();
+            st.absorb();
             st.data = survivor(&st, mode, &mut next);
             st.settle();
+            // Mappings do not survive a crash: the engine under test is gone.
+            st.shadow = None;
         }
         drop(files);
         // Directory entries not made durable by a `sync_dir` are lost (created files vanish,
@@ -520,7 +738,9 @@ impl SimVfs {
         for (_, f) in &named {
             let at = Arc::as_ptr(f);
             if !held.iter().any(|h| h.0 == at) {
-                held.push((at, f.state.lock()));
+                let mut st = f.state.lock();
+                st.absorb();
+                held.push((at, st));
             }
         }
         named
@@ -539,10 +759,12 @@ impl SimVfs {
         match files.get(path) {
             Some(f) => {
                 let mut st = f.state.lock();
+                st.absorb();
                 if off as usize + bytes.len() > st.data.len() {
                     return false;
                 }
                 apply_write(&mut st.data, off, bytes);
+                st.mirror(off as usize, bytes.len());
                 st.settle();
                 true
             }
@@ -556,7 +778,10 @@ impl SimVfs {
         match files.get(path) {
             Some(f) => {
                 let mut st = f.state.lock();
+                st.absorb();
+                let old = st.data.len();
                 st.data.truncate(len as usize);
+                st.mirror(len as usize, old.saturating_sub(len as usize));
                 st.settle();
                 true
             }
@@ -583,7 +808,11 @@ impl SimVfs {
         self.files
             .lock()
             .iter()
-            .map(|(p, f)| (p.clone(), f.state.lock().data.clone()))
+            .map(|(p, f)| {
+                let mut st = f.state.lock();
+                st.absorb();
+                (p.clone(), st.data.clone())
+            })
             .collect()
     }
 
@@ -597,6 +826,8 @@ impl SimVfs {
                     durable: data.clone(),
                     pending: Vec::new(),
                     gone: 0,
+                    shadow: None,
+                    modified: None,
                 }),
                 fs: v.shared.clone(),
             });
@@ -649,9 +880,11 @@ impl Vfs for SimVfs {
         Ok(())
     }
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
-        Ok(self
-            .files
-            .lock()
+        let files = self.files.lock();
+        if files.contains_key(dir) {
+            return Err(io::Error::other("not a directory"));
+        }
+        Ok(files
             .keys()
             .filter(|p| p.parent() == Some(dir))
             .filter_map(|p| p.file_name()?.to_str().map(str::to_string))
@@ -677,6 +910,15 @@ impl Vfs for SimVfs {
             names.insert(p.clone(), f.clone());
         }
         Ok(())
+    }
+    fn modified(&self, path: &Path) -> io::Result<std::time::SystemTime> {
+        let files = self.files.lock();
+        let f = files
+            .get(path)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such file"))?;
+        let m = f.state.lock().modified;
+        // A file not written since it was made or imaged counts as new.
+        Ok(m.unwrap_or_else(std::time::SystemTime::now))
     }
     fn lock(&self, path: &Path) -> io::Result<Box<dyn std::any::Any + Send + Sync>> {
         let mut locks = self.locks.lock();
@@ -758,6 +1000,84 @@ mod tests {
         assert_eq!(names, vec!["a".to_string(), "b".to_string()]);
         // The data of `b` was never synced: only its name survived.
         assert_eq!(fs.open(&d.join("b"), false).unwrap().len().unwrap(), 0);
+    }
+
+    /// What is copied into a writable mapping is read back at once, survives a crash once
+    /// synced, and before that is lost, kept or torn like any unsynced write.
+    #[test]
+    fn sim_mapped_writes_are_pending_until_synced() {
+        let fs = SimVfs::new();
+        let d = Path::new("/d");
+        let a = d.join("a");
+        let f = fs.open(&a, true).unwrap();
+        f.set_len(3 * 4096).unwrap();
+        f.sync().unwrap();
+        fs.sync_dir(d).unwrap();
+        let m = f.map_mut(3 * 4096).unwrap().unwrap();
+        let put = |off: usize, b: &[u8]| {
+            assert!(off + b.len() <= m.len());
+            // SAFETY: within the mapping, one writer.
+            unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), m.as_mut_ptr().add(off), b.len()) }
+        };
+        put(0, b"synced");
+        f.sync().unwrap();
+        put(4096, &[b'L'; 4096]);
+        let mut buf = [0u8; 5];
+        f.read_at(&mut buf, 4096).unwrap();
+        assert_eq!(&buf, b"LLLLL");
+        let img = fs.crash_image(CrashMode::DropUnsynced);
+        assert_eq!(&img[&a][..6], b"synced");
+        assert_eq!(&img[&a][4096..4101], &[0u8; 5]);
+        // Torn: the page written back whole or cut at some byte (zeros after the cut).
+        let mut cuts = std::collections::BTreeSet::new();
+        for i in 1..64u64 {
+            let seed = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let img = fs.crash_image(CrashMode::Torn { seed });
+            let page = &img[&a][4096..8192];
+            let cut = page.iter().position(|&b| b == 0).unwrap_or(4096);
+            assert!(page[cut..].iter().all(|&b| b == 0));
+            assert!(page[..cut].iter().all(|&b| b == b'L'));
+            cuts.insert(cut);
+        }
+        assert!(cuts.len() > 1, "never torn: {cuts:?}");
+        // A write through the file shows in the mapping (one page cache).
+        f.write_at(b"W", 4096).unwrap();
+        // SAFETY: within the mapping.
+        assert_eq!(unsafe { *m.as_mut_ptr().add(4096) }, b'W');
+        f.sync().unwrap();
+        drop(m);
+        drop(f);
+        fs.crash(CrashMode::DropUnsynced);
+        let f = fs.open(&a, false).unwrap();
+        f.read_at(&mut buf, 4096).unwrap();
+        assert_eq!(&buf, b"WLLLL");
+    }
+
+    /// A scattered crash keeps each unsynced write whole or drops it, independently of order.
+    #[test]
+    fn sim_scattered_crash_keeps_writes_out_of_order() {
+        let fs = SimVfs::new();
+        let a = Path::new("/d/a");
+        let f = fs.open(a, true).unwrap();
+        fs.sync_dir(Path::new("/d")).unwrap();
+        for i in 0..8u8 {
+            f.write_at(&[i + 1; 4], u64::from(i) * 4).unwrap();
+        }
+        let mut out_of_order = false;
+        for i in 1..32u64 {
+            let img = fs.crash_image(CrashMode::Scattered {
+                seed: i.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            });
+            let kept: Vec<bool> = (0..8)
+                .map(|w| {
+                    let b = img[a].get(w * 4..w * 4 + 4);
+                    assert!(b.is_none_or(|b| b == [0; 4] || b == [w as u8 + 1; 4]));
+                    b.is_some_and(|b| b[0] != 0)
+                })
+                .collect();
+            out_of_order |= kept.windows(2).any(|p| !p[0] && p[1]);
+        }
+        assert!(out_of_order);
     }
 
     #[test]

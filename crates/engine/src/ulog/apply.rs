@@ -103,13 +103,24 @@ pub fn replay(
     after: u64,
     until: u64,
 ) -> Result<(u64, u64)> {
+    replay_in(store, &crate::io::OsVfs, dir, after, until)
+}
+
+/// [`replay`] of a log directory on `vfs`.
+pub fn replay_in(
+    store: &dyn Store,
+    vfs: &dyn crate::io::Vfs,
+    dir: &std::path::Path,
+    after: u64,
+    until: u64,
+) -> Result<(u64, u64)> {
     // Every record is read and checked first: a damaged log is refused before anything of
     // it is applied.
-    super::read_dir(dir, after, until, &mut |_| Ok(()))?;
+    super::read_dir_in(vfs, dir, after, until, &mut |_| Ok(()))?;
     let mut last = after;
     // One sync at the end, not one a record.
     let r = deferred(|| {
-        super::read_dir(dir, after, until, &mut |rec| {
+        super::read_dir_in(vfs, dir, after, until, &mut |rec| {
             apply(store, &rec.op)?;
             last = rec.ts;
             Ok(())

@@ -24,8 +24,9 @@
 
 use super::apply::apply;
 use super::record::{self, push_batch_op, push_value, Op, Rec};
-use super::{now_us, read_dir, Ulog};
+use super::{now_us, read_dir_in, read_file, replace_file, Ulog};
 use crate::error::{Error, Result};
+use crate::io::{OsVfs, Vfs};
 use crate::store::{
     BatchOp, CheckReport, Current, Cursor, Damaged, Decision, KeyRange, Kind, Meta, Record,
     RecordVisitor, Shown, Store,
@@ -111,7 +112,8 @@ fn applied_path(log: &Ulog) -> PathBuf {
 }
 
 fn read_applied(log: &Ulog) -> Option<u64> {
-    let text = std::fs::read_to_string(applied_path(log)).ok()?;
+    let text = read_file(&*log.config().vfs, &applied_path(log)).ok()?;
+    let text = std::str::from_utf8(&text).ok()?;
     let (ts, crc) = text.trim().split_once(' ')?;
     (crc.parse::<u32>().ok()? == crc32c::crc32c(ts.as_bytes())).then_some(())?;
     ts.parse().ok()
@@ -120,10 +122,7 @@ fn read_applied(log: &Ulog) -> Option<u64> {
 fn write_applied(log: &Ulog, ts: u64) -> Result<()> {
     let ts = ts.to_string();
     let text = format!("{ts} {}\n", crc32c::crc32c(ts.as_bytes()));
-    let tmp = log.config().dir.join("applied.tmp");
-    std::fs::write(&tmp, text)?;
-    std::fs::File::open(&tmp)?.sync_all()?;
-    std::fs::rename(&tmp, applied_path(log))?;
+    replace_file(&*log.config().vfs, &applied_path(log), text.as_bytes())?;
     Ok(())
 }
 
@@ -134,7 +133,12 @@ pub const POSITION_NAME: &str = "kura.ulogpos";
 /// The position file of the copy at `dest`: `DEST/kura.ulogpos` when the copy is a directory
 /// (every on-disk kind), else beside it.
 pub fn position_path(dest: &Path) -> PathBuf {
-    if dest.is_dir() {
+    position_path_in(&OsVfs, dest)
+}
+
+/// [`position_path`] of a copy on `vfs`.
+fn position_path_in(vfs: &dyn Vfs, dest: &Path) -> PathBuf {
+    if vfs.exists(dest) && vfs.list(dest).is_ok() {
         dest.join(POSITION_NAME)
     } else {
         beside_path(dest)
@@ -152,21 +156,18 @@ fn beside_path(dest: &Path) -> PathBuf {
 /// (written under a temporary name, synced and renamed: a crash leaves the old position or
 /// the new one). A position file beside the copy (where older copies kept it) is removed.
 pub fn write_position(dest: &Path, ts: u64, sid: u32) -> Result<()> {
+    write_position_in(&OsVfs, dest, ts, sid)
+}
+
+/// [`write_position`] for a copy on `vfs`.
+fn write_position_in(vfs: &dyn Vfs, dest: &Path, ts: u64, sid: u32) -> Result<()> {
     let body = format!("kura-ulog-position {ts} {sid}");
     let text = format!("{body}\ncrc {}\n", crc32c::crc32c(body.as_bytes()));
-    let path = position_path(dest);
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, text)?;
-    std::fs::File::open(&tmp)?.sync_all()?;
-    std::fs::rename(&tmp, &path)?;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
+    let path = position_path_in(vfs, dest);
+    replace_file(vfs, &path, text.as_bytes())?;
     let old = beside_path(dest);
-    if path != old && old.exists() {
-        std::fs::remove_file(&old)?;
+    if path != old && vfs.exists(&old) {
+        vfs.remove(&old)?;
     }
     Ok(())
 }
@@ -174,13 +175,18 @@ pub fn write_position(dest: &Path, ts: u64, sid: u32) -> Result<()> {
 /// The log position recorded with the copy at `dest`: `(ts, sid)`. Read inside the copy, or
 /// beside it (copies made before the position went inside).
 pub fn read_position(dest: &Path) -> Result<(u64, u32)> {
-    let inside = position_path(dest);
-    let path = if inside.exists() {
+    read_position_in(&OsVfs, dest)
+}
+
+/// [`read_position`] of a copy on `vfs`.
+fn read_position_in(vfs: &dyn Vfs, dest: &Path) -> Result<(u64, u32)> {
+    let inside = position_path_in(vfs, dest);
+    let path = if vfs.exists(&inside) {
         inside.clone()
     } else {
         beside_path(dest)
     };
-    let text = std::fs::read_to_string(&path).map_err(|e| {
+    let text = read_file(vfs, &path).map_err(|e| {
         Error::NotFound(format!(
             "{}: no update log position in the backup ({e}); a backup made by `copy` of a \
              server with --ulog has one",
@@ -188,6 +194,7 @@ pub fn read_position(dest: &Path) -> Result<(u64, u32)> {
         ))
     })?;
     let bad = || Error::Corrupt(format!("{}: damaged log position file", path.display()));
+    let text = std::str::from_utf8(&text).map_err(|_| bad())?;
     let mut lines = text.lines();
     let body = lines.next().ok_or_else(bad)?;
     let crc: u32 = lines
@@ -222,7 +229,8 @@ impl Logged {
                 log.flush()?;
                 // Applied without an fsync a record (`sync=always`), then synced once.
                 redone = super::apply::deferred(|| {
-                    read_dir(&log.config().dir, from, u64::MAX, &mut |r: &Rec<'_>| {
+                    let c = log.config();
+                    read_dir_in(&*c.vfs, &c.dir, from, u64::MAX, &mut |r: &Rec<'_>| {
                         apply(&*inner, &r.op).map(|_| ())
                     })
                 })?;
@@ -664,6 +672,8 @@ impl Store for Logged {
     fn copy_to(&self, dest: &Path) -> Result<()> {
         let ts = self.position();
         self.inner.copy_to(dest)?;
+        // Beside the copy, on the file system the kind wrote it to (`copy_to` writes copies
+        // on the real one).
         write_position(dest, ts, self.log.sid())
     }
 

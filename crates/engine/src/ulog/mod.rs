@@ -6,7 +6,9 @@
 //! (`[magic "KURAULG1"][sid u32][0 u32][prev_ts u64][0 u32][crc32c u32]`, `prev_ts` the time
 //! stamp of the last record before this file: every record in it is newer) and then records
 //! (`record`). A new file is started when the next record does not fit in `file_size`; the old
-//! one is fsynced and cut to its records first, so only the newest file can have a torn tail.
+//! one is cut to its records and fsynced first, so only the newest file can have a torn tail.
+//! Every file access goes through the `io::Vfs` of the log's `Config` (the power-loss tests
+//! give it a `SimVfs`).
 //!
 //! The newest file is made `file_size` long up front (its unwritten end reads as zeros, which
 //! decode as "nothing yet") and mapped shared into memory; a record is appended by copying it
@@ -33,11 +35,9 @@ pub mod record;
 
 use crate::config::SyncMode;
 use crate::error::{Error, Result};
+use crate::io::{MapMut, OsVfs, VFile, Vfs};
 use parking_lot::{Condvar, Mutex};
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -49,7 +49,7 @@ const MAGIC: &[u8; 8] = b"KURAULG1";
 const FILE_HEADER: u64 = 32;
 
 /// How an update log is set up.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Config {
     pub dir: PathBuf,
     /// This server's id: the origin of the writes it takes from clients.
@@ -65,6 +65,23 @@ pub struct Config {
     /// Added to every fsync of the log: a slow disk, for benchmarks of group commit (zero in
     /// servers).
     pub sync_delay: Duration,
+    /// The file system the log's files are on: every file access goes through it (the real
+    /// one, or a simulated one in the power-loss tests).
+    pub vfs: Arc<dyn Vfs>,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("dir", &self.dir)
+            .field("sid", &self.sid)
+            .field("sync", &self.sync)
+            .field("file_size", &self.file_size)
+            .field("limit", &self.limit)
+            .field("keep", &self.keep)
+            .field("sync_delay", &self.sync_delay)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Config {
@@ -77,22 +94,51 @@ impl Config {
             limit: 1 << 30,
             keep: Duration::from_secs(24 * 3600),
             sync_delay: Duration::ZERO,
+            vfs: Arc::new(OsVfs),
         }
     }
 }
 
 /// Make `file` `cap` bytes long (when shorter) and map it shared.
-fn map_file(file: &File, cap: u64) -> Result<Arc<memmap2::MmapRaw>> {
-    if file.metadata()?.len() < cap {
+fn map_file(file: &dyn VFile, cap: u64) -> std::io::Result<Arc<MapMut>> {
+    if file.len()? < cap {
         file.set_len(cap)?;
     }
     // The file is this log's own, written by this process only (a server holds the
     // database's lock); it is cut only after its mapping is replaced by the next file's.
-    Ok(Arc::new(
-        memmap2::MmapOptions::new()
-            .len(cap as usize)
-            .map_raw(file)?,
-    ))
+    match file.map_mut(cap as usize)? {
+        Some(m) => Ok(Arc::new(m)),
+        None => Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "the update log needs a file system that maps files",
+        )),
+    }
+}
+
+/// Every byte of the file at `path`.
+fn read_file(vfs: &dyn Vfs, path: &Path) -> std::io::Result<Vec<u8>> {
+    let f = vfs.open(path, false)?;
+    let mut data = vec![0u8; f.len()? as usize];
+    f.read_at(&mut data, 0)?;
+    Ok(data)
+}
+
+/// Write `text` to `path` through a temporary name, synced, then renamed over it and the
+/// rename made durable: a crash leaves the old contents or the new.
+fn replace_file(vfs: &dyn Vfs, path: &Path, text: &[u8]) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let f = vfs.open(&tmp, true)?;
+    f.set_len(0)?;
+    f.write_at(text, 0)?;
+    f.sync()?;
+    drop(f);
+    vfs.rename(&tmp, path)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        vfs.sync_dir(dir)?;
+    }
+    Ok(())
 }
 
 /// Microseconds since the epoch.
@@ -106,12 +152,14 @@ pub fn now_us() -> u64 {
 struct FileInfo {
     idx: u64,
     prev_ts: u64,
+    /// Its length (of a sealed file: the newest's is the writer's `size`).
+    len: u64,
 }
 
 struct Writer {
-    file: Arc<File>,
+    file: Arc<dyn VFile>,
     /// The newest file, mapped.
-    map: Arc<memmap2::MmapRaw>,
+    map: Arc<MapMut>,
     /// Bytes of `map` whose pages are known to be in memory (see `prefault`).
     populated: u64,
     idx: u64,
@@ -182,10 +230,12 @@ fn file_header(sid: u32, prev_ts: u64) -> [u8; 32] {
     h
 }
 
-fn read_header(path: &Path) -> Result<u64> {
-    let mut f = File::open(path)?;
+/// A file's `prev_ts` and length.
+fn read_header(vfs: &dyn Vfs, path: &Path) -> Result<(u64, u64)> {
+    let f = vfs.open(path, false)?;
+    let len = f.len()?;
     let mut h = [0u8; 32];
-    f.read_exact(&mut h)
+    f.read_at(&mut h, 0)
         .map_err(|_| Error::Corrupt(format!("{}: shorter than its header", path.display())))?;
     let crc = u32::from_le_bytes([h[28], h[29], h[30], h[31]]);
     if &h[0..8] != MAGIC || crc32c::crc32c(&h[0..28]) != crc {
@@ -196,24 +246,21 @@ fn read_header(path: &Path) -> Result<u64> {
     }
     let mut p = [0u8; 8];
     p.copy_from_slice(&h[16..24]);
-    Ok(u64::from_le_bytes(p))
+    Ok((u64::from_le_bytes(p), len))
 }
 
 /// The update log files of `dir`, oldest first.
-fn list(dir: &Path) -> Result<Vec<FileInfo>> {
+fn list(vfs: &dyn Vfs, dir: &Path) -> Result<Vec<FileInfo>> {
     let mut out = Vec::new();
-    for e in fs::read_dir(dir)? {
-        let e = e?;
-        let name = e.file_name();
-        let Some(name) = name.to_str() else { continue };
+    for name in vfs.list(dir)? {
         let Some(stem) = name.strip_suffix(".kul") else {
             continue;
         };
         let Ok(idx) = stem.parse::<u64>() else {
             continue;
         };
-        let prev_ts = read_header(&e.path())?;
-        out.push(FileInfo { idx, prev_ts });
+        let (prev_ts, len) = read_header(vfs, &dir.join(&name))?;
+        out.push(FileInfo { idx, prev_ts, len });
     }
     out.sort_by_key(|f| f.idx);
     for w in out.windows(2) {
@@ -230,8 +277,7 @@ fn list(dir: &Path) -> Result<Vec<FileInfo>> {
 
 /// Scan a file's records: the offset after the last good one, the last time stamp, and
 /// whether bad bytes follow it.
-fn scan_file(path: &Path, prev_ts: u64) -> Result<(u64, u64, bool)> {
-    let data = fs::read(path)?;
+fn scan_file(data: &[u8], path: &Path, prev_ts: u64) -> Result<(u64, u64, bool)> {
     let mut off = FILE_HEADER as usize;
     let mut last = prev_ts;
     while off < data.len() {
@@ -270,15 +316,17 @@ impl Ulog {
     /// Open (or create) the update log in `cfg.dir`. A torn tail of the newest file (a crash
     /// during a write) is cut off and counted in `torn_tail`; damage anywhere else is an error.
     pub fn open(cfg: Config) -> Result<Arc<Ulog>> {
-        fs::create_dir_all(&cfg.dir)?;
-        let mut files = list(&cfg.dir)?;
+        let vfs = &*cfg.vfs;
+        vfs.create_dir_all(&cfg.dir)?;
+        let mut files = list(vfs, &cfg.dir)?;
         let mut torn = 0;
         let (file, idx, size, last_ts) = match files.last() {
             Some(f) => {
                 let path = cfg.dir.join(file_name(f.idx));
-                let (end, last, _) = scan_file(&path, f.prev_ts)?;
-                let file = OpenOptions::new().read(true).write(true).open(&path)?;
-                let data = fs::read(&path)?;
+                let file = vfs.open(&path, false)?;
+                let mut data = vec![0u8; file.len()? as usize];
+                file.read_at(&mut data, 0)?;
+                let (end, last, _) = scan_file(&data, &path, f.prev_ts)?;
                 // Bytes of a record torn by a crash: up to the last one not zero.
                 torn = data[end as usize..]
                     .iter()
@@ -287,29 +335,30 @@ impl Ulog {
                 if data.len() as u64 > end {
                     // The zeros of a preallocated end, or a torn tail: cut (and made again).
                     file.set_len(end)?;
-                    file.sync_all()?;
+                    file.sync()?;
                 }
                 (file, f.idx, end, last)
             }
             None => {
                 let path = cfg.dir.join(file_name(1));
-                let file = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create_new(true)
-                    .open(&path)?;
-                file.write_all_at(&file_header(cfg.sid, 0), 0)?;
-                file.sync_all()?;
-                File::open(&cfg.dir)?.sync_all()?;
-                files.push(FileInfo { idx: 1, prev_ts: 0 });
+                let file = vfs.open(&path, true)?;
+                file.set_len(0)?;
+                file.write_at(&file_header(cfg.sid, 0), 0)?;
+                file.sync()?;
+                vfs.sync_dir(&cfg.dir)?;
+                files.push(FileInfo {
+                    idx: 1,
+                    prev_ts: 0,
+                    len: FILE_HEADER,
+                });
                 (file, 1, FILE_HEADER, 0)
             }
         };
-        let replicas = load_replicas(&cfg.dir);
-        let map = map_file(&file, cfg.file_size.max(size))?;
+        let replicas = load_replicas(vfs, &cfg.dir);
+        let map = map_file(&*file, cfg.file_size.max(size))?;
         let log = Arc::new(Ulog {
             w: Mutex::new(Writer {
-                file: Arc::new(file),
+                file,
                 map,
                 populated: 0,
                 idx,
@@ -487,7 +536,7 @@ impl Ulog {
             // Synced after nearly every write: through the mapping, each fsync would
             // write-protect the page being filled (an interrupt to every core) and the next
             // append would fault on it. A write costs less.
-            if let Err(e) = w.file.write_all_at(rec, at as u64) {
+            if let Err(e) = w.file.write_at(rec, at as u64) {
                 return Err(self.fail(w, e));
             }
         } else {
@@ -505,23 +554,26 @@ impl Ulog {
     /// Seal the newest file (synced, cut to its records) and start the next, large enough for
     /// a record of `need` bytes.
     fn rotate(&self, w: &mut Writer, need: u64) -> Result<()> {
-        if let Err(e) = w.file.sync_data().and_then(|_| w.file.set_len(w.size)) {
+        // Cut to its records, then synced: the cut must be durable before the next file's
+        // name is, or a crash leaves a sealed file ending in preallocated zeros. (The
+        // mapping is not written past `size` again: it is replaced below.)
+        if let Err(e) = w.file.set_len(w.size).and_then(|_| w.file.sync()) {
             return Err(self.fail(w, e));
+        }
+        if let Some(f) = w.files.last_mut().filter(|f| f.idx == w.idx) {
+            f.len = w.size;
         }
         let idx = w.idx + 1;
         let path = self.cfg.dir.join(file_name(idx));
         let cap = self.cfg.file_size.max(FILE_HEADER + need);
-        let made = (|| -> std::io::Result<(File, Arc<memmap2::MmapRaw>)> {
-            let f = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&path)?;
-            f.write_all_at(&file_header(self.cfg.sid, w.last_ts), 0)?;
-            f.sync_all()?;
-            File::open(&self.cfg.dir)?.sync_all()?;
-            let m = map_file(&f, cap).map_err(std::io::Error::other)?;
+        let vfs = &*self.cfg.vfs;
+        let made = (|| -> std::io::Result<(Arc<dyn VFile>, Arc<MapMut>)> {
+            let f = vfs.open(&path, true)?;
+            f.set_len(0)?;
+            f.write_at(&file_header(self.cfg.sid, w.last_ts), 0)?;
+            f.sync()?;
+            vfs.sync_dir(&self.cfg.dir)?;
+            let m = map_file(&*f, cap)?;
             Ok((f, m))
         })();
         let (f, m) = match made {
@@ -531,8 +583,9 @@ impl Ulog {
         w.files.push(FileInfo {
             idx,
             prev_ts: w.last_ts,
+            len: FILE_HEADER,
         });
-        w.file = Arc::new(f);
+        w.file = f;
         w.map = m;
         w.populated = 0;
         w.idx = idx;
@@ -558,19 +611,8 @@ impl Ulog {
             }
             (w.map.clone(), from, to)
         };
-        // MADV_POPULATE_WRITE (Linux 5.14): fault the pages in as if written, changing no byte.
         // Older kernels refuse it; the writers then fault the pages in themselves.
-        const MADV_POPULATE_WRITE: libc::c_int = 23;
-        // SAFETY: the range lies within the mapping, which `map` keeps alive; the advice
-        // changes no data.
-        let rc = unsafe {
-            libc::madvise(
-                map.as_mut_ptr().add(from as usize).cast(),
-                (to - from) as usize,
-                MADV_POPULATE_WRITE,
-            )
-        };
-        if rc == 0 {
+        if map.populate(from as usize, to as usize) {
             let mut w = self.w.lock();
             if Arc::ptr_eq(&w.map, &map) {
                 w.populated = w.populated.max(to);
@@ -601,7 +643,7 @@ impl Ulog {
             std::thread::sleep(self.cfg.sync_delay);
         }
         self.syncs.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = file.sync_data() {
+        if let Err(e) = file.sync() {
             let mut w = self.w.lock();
             return Err(self.fail(&mut w, e));
         }
@@ -628,7 +670,7 @@ impl Ulog {
         w.files
             .iter()
             .filter(|f| f.idx != w.idx)
-            .map(|f| fs::metadata(self.cfg.dir.join(file_name(f.idx))).map_or(0, |m| m.len()))
+            .map(|f| f.len)
             .sum::<u64>()
             + w.size
     }
@@ -655,7 +697,10 @@ impl Ulog {
             .cloned()
             .unwrap_or_else(|| w.files[0].clone());
         drop(w);
-        let file = File::open(self.cfg.dir.join(file_name(f.idx)))?;
+        let file = self
+            .cfg
+            .vfs
+            .open(&self.cfg.dir.join(file_name(f.idx)), false)?;
         Ok(Start::Reader(Reader {
             log: self.clone(),
             idx: f.idx,
@@ -702,11 +747,11 @@ impl Ulog {
         }
         let crc = crc32c::crc32c(text.as_bytes());
         text.push_str(&format!("crc {crc}\n"));
-        let tmp = self.cfg.dir.join("replicas.tmp");
-        let mut f = File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        fs::rename(&tmp, self.cfg.dir.join("replicas"))?;
+        replace_file(
+            &*self.cfg.vfs,
+            &self.cfg.dir.join("replicas"),
+            text.as_bytes(),
+        )?;
         Ok(())
     }
 
@@ -725,8 +770,10 @@ impl Ulog {
             let path = self.cfg.dir.join(file_name(victim.idx));
             let over = self.cfg.limit > 0 && self.size() > self.cfg.limit;
             let confirmed = replicas.values().all(|r| r.confirmed >= next_prev);
-            let old = fs::metadata(&path)
-                .and_then(|m| m.modified())
+            let old = self
+                .cfg
+                .vfs
+                .modified(&path)
                 .ok()
                 .and_then(|t| t.elapsed().ok())
                 .is_some_and(|age| age >= self.cfg.keep);
@@ -740,7 +787,7 @@ impl Ulog {
                 }
                 w.files.remove(0);
             }
-            fs::remove_file(&path)?;
+            self.cfg.vfs.remove(&path)?;
             removed += 1;
         }
         Ok(removed)
@@ -763,9 +810,12 @@ impl Drop for Ulog {
     }
 }
 
-fn load_replicas(dir: &Path) -> BTreeMap<u32, Replica> {
+fn load_replicas(vfs: &dyn Vfs, dir: &Path) -> BTreeMap<u32, Replica> {
     let mut out = BTreeMap::new();
-    let Ok(text) = fs::read_to_string(dir.join("replicas")) else {
+    let Some(text) = read_file(vfs, &dir.join("replicas"))
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+    else {
         return out;
     };
     let Some(at) = text.rfind("crc ") else {
@@ -804,7 +854,7 @@ fn load_replicas(dir: &Path) -> BTreeMap<u32, Replica> {
 pub struct Reader {
     log: Arc<Ulog>,
     idx: u64,
-    file: File,
+    file: Arc<dyn VFile>,
     off: u64,
     buf: Vec<u8>,
     start: usize,
@@ -854,7 +904,8 @@ impl Reader {
                 if f.idx != self.idx + 1 && f.prev_ts > self.after {
                     return Err(Error::NotFound("update log records removed".into()));
                 }
-                self.file = File::open(self.log.cfg.dir.join(file_name(f.idx)))
+                self.file = (self.log.cfg.vfs)
+                    .open(&self.log.cfg.dir.join(file_name(f.idx)), false)
                     .map_err(|_| Error::NotFound("update log file removed".into()))?;
                 self.idx = f.idx;
                 self.off = FILE_HEADER;
@@ -881,22 +932,26 @@ impl Reader {
         }
         let have = self.buf.len();
         let mut want = (1 << 20).max(have) as u64;
-        {
+        let newest = {
             // In the newest file, only what was appended: the rest is zeros, or a record
             // being copied.
             let w = self.log.w.lock();
             if w.idx == self.idx {
                 want = want.min(w.size.saturating_sub(self.off));
             }
+            w.idx == self.idx
+        };
+        if !newest {
+            // A sealed file: what it holds past the offset.
+            want = want.min(self.file.len()?.saturating_sub(self.off));
         }
         if want == 0 {
             return Ok(false);
         }
         self.buf.resize(have + want as usize, 0);
-        let n = self.file.read_at(&mut self.buf[have..], self.off)?;
-        self.buf.truncate(have + n);
-        self.off += n as u64;
-        Ok(n > 0)
+        self.file.read_at(&mut self.buf[have..], self.off)?;
+        self.off += want;
+        Ok(true)
     }
 
     /// The time stamp of the last record returned (or the start position).
@@ -908,7 +963,12 @@ impl Reader {
 /// The time stamp the oldest records kept in a log directory follow: [`read_dir`] reads from
 /// any point at or after it.
 pub fn dir_start(dir: &Path) -> Result<u64> {
-    list(dir)?
+    dir_start_in(&OsVfs, dir)
+}
+
+/// [`dir_start`] of a log directory on `vfs`.
+pub fn dir_start_in(vfs: &dyn Vfs, dir: &Path) -> Result<u64> {
+    list(vfs, dir)?
         .first()
         .map(|f| f.prev_ts)
         .ok_or_else(|| Error::NotFound(format!("{}: no update log files", dir.display())))
@@ -922,7 +982,18 @@ pub fn read_dir(
     until: u64,
     f: &mut dyn FnMut(&Rec<'_>) -> Result<()>,
 ) -> Result<u64> {
-    let files = list(dir)?;
+    read_dir_in(&OsVfs, dir, after, until, f)
+}
+
+/// [`read_dir`] of a log directory on `vfs`.
+pub fn read_dir_in(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    after: u64,
+    until: u64,
+    f: &mut dyn FnMut(&Rec<'_>) -> Result<()>,
+) -> Result<u64> {
+    let files = list(vfs, dir)?;
     if files.is_empty() {
         return Err(Error::NotFound(format!(
             "{}: no update log files",
@@ -947,10 +1018,8 @@ pub fn read_dir(
             .is_none_or(|g| g.prev_ts > after)
     }) {
         let path = dir.join(file_name(fi.idx));
-        let mut file = File::open(&path)?;
-        file.seek(SeekFrom::Start(FILE_HEADER))?;
-        let mut data = Vec::new();
-        file.read_to_end(&mut data)?;
+        let whole = read_file(vfs, &path)?;
+        let data = whole.get(FILE_HEADER as usize..).unwrap_or_default();
         let mut off = 0;
         while off < data.len() {
             match record::decode(&data[off..]) {

@@ -3,6 +3,8 @@ use super::record::{self, Op};
 use super::*;
 use crate::store::Store;
 use std::collections::BTreeMap;
+use std::fs::{self, OpenOptions};
+use std::os::unix::fs::FileExt;
 
 fn cfg(dir: &Path, sid: u32) -> Config {
     let mut c = Config::new(dir.join("ulog"), sid);

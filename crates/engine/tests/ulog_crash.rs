@@ -1,0 +1,285 @@
+//! Power loss under a database with an update log (`Logged` over a `.kh`, the log's files on
+//! the same `SimVfs`, as `kura serve --ulog` builds it): writers run while crash images are
+//! taken at many instants, each image is opened again (the log first, then `Logged`'s redo),
+//! and then:
+//! - the log's files verify: a torn tail is cut, never reported as damage;
+//! - under `sync=always`, every write acknowledged before the image is in the log and in the
+//!   database;
+//! - the log holds no change the database lacks after the redo (the database may be ahead of
+//!   the log by writes whose records were not yet durable: `Logged`'s rule is log, then apply,
+//!   and the database's own writes can reach the disk before the log's);
+//! - a point-in-time restore from the image's log, up to any of its records, is exactly the
+//!   log's records up to it.
+
+use kura_engine::hash::DiskHash;
+use kura_engine::io::{CrashMode, SimVfs, Vfs};
+use kura_engine::store::{BatchOp, Store};
+use kura_engine::ulog::logged::Logged;
+use kura_engine::ulog::record::{batch_ops, Op};
+use kura_engine::ulog::{self, Ulog};
+use kura_engine::{Params, SyncMode};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const DB: &str = "/sim/d.kh";
+const LOG: &str = "/sim/ulog";
+const THREADS: u64 = 4;
+/// Keys per writer thread.
+const KEYS: u64 = 24;
+
+fn open(fs: &SimVfs, always: bool) -> (Arc<Logged>, u64) {
+    let params = if always {
+        "sync=always#segsiz=64k#bufsiz=4k"
+    } else {
+        "segsiz=64k#bufsiz=4k"
+    };
+    let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
+    let db = DiskHash::open_with(
+        Path::new(DB),
+        &Params::parse(params).unwrap(),
+        vfs.clone(),
+        false,
+    )
+    .unwrap();
+    let mut cfg = ulog::Config::new(LOG, 7);
+    cfg.sync = if always {
+        SyncMode::Always
+    } else {
+        SyncMode::DEFAULT
+    };
+    // Small files, so that the writers start new ones (sealing the old) while images are
+    // taken.
+    cfg.file_size = 48 << 10;
+    cfg.limit = 0;
+    cfg.vfs = vfs;
+    let log = Ulog::open(cfg).unwrap_or_else(|e| panic!("the update log does not open: {e}"));
+    let torn = log.torn_tail;
+    (Logged::new(Arc::new(db), log).unwrap(), torn)
+}
+
+fn key(t: u64, k: u64) -> Vec<u8> {
+    format!("k{t}-{k:02}").into_bytes()
+}
+
+/// A value names its write: thread, key and the thread's write number, padded so that
+/// records span pages.
+fn value(t: u64, k: u64, n: u64) -> Vec<u8> {
+    let mut v = format!("v{t}-{k:02}-{n:08}-").into_bytes();
+    v.resize(40 + (n % 7) as usize * 37, b'x');
+    v
+}
+
+/// The write number a stored value names.
+fn number(v: &[u8]) -> u64 {
+    let s = std::str::from_utf8(&v[..v.len().min(17)]).unwrap();
+    s.split('-').nth(2).unwrap().parse().unwrap()
+}
+
+/// Each key's newest write number in the log's records up to `until`, read as a restore
+/// reads them (an error for damage).
+fn logged_numbers(fs: &SimVfs, until: u64) -> kura_engine::Result<BTreeMap<Vec<u8>, u64>> {
+    let mut m = BTreeMap::new();
+    let mut put = |op: &Op<'_>| match op {
+        Op::Put { key, value, .. } => {
+            m.insert(key.to_vec(), number(value));
+        }
+        other => panic!("unexpected record {other:?}"),
+    };
+    ulog::read_dir_in(fs, Path::new(LOG), 0, until, &mut |r| {
+        match &r.op {
+            Op::Batch { body, .. } => {
+                for op in batch_ops(body) {
+                    put(&op?);
+                }
+            }
+            op => put(op),
+        }
+        Ok(())
+    })?;
+    Ok(m)
+}
+
+fn stored_numbers(db: &dyn Store) -> BTreeMap<Vec<u8>, u64> {
+    let mut m = BTreeMap::new();
+    db.for_each_record(&mut |k, v, _| {
+        m.insert(k.to_vec(), number(v));
+        Ok(true)
+    })
+    .unwrap();
+    m
+}
+
+/// The time stamps of every record of the log.
+fn stamps(fs: &SimVfs) -> Vec<u64> {
+    let mut v = Vec::new();
+    ulog::read_dir_in(fs, Path::new(LOG), 0, u64::MAX, &mut |r| {
+        v.push(r.ts);
+        Ok(())
+    })
+    .unwrap();
+    v
+}
+
+/// `scattered`: every third image keeps each unsynced write or not, independently (a
+/// write-back out of file order) rather than a prefix of them.
+fn run(always: bool, scattered: bool) {
+    let fs = SimVfs::new();
+    fs.set_sync_delay(Duration::from_micros(700));
+    let (db, _) = open(&fs, always);
+    // (thread, key, number) of every acknowledged write, in acknowledgement order.
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (db, acked, stop) = (db.clone(), acked.clone(), stop.clone());
+            std::thread::spawn(move || {
+                for n in 0u64.. {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let k = (n * 7 + t) % KEYS;
+                    if n % 5 == 4 {
+                        // A batch of three keys of this thread.
+                        let ks = [k, (k + 1) % KEYS, (k + 5) % KEYS];
+                        let ops: Vec<BatchOp> = ks
+                            .iter()
+                            .map(|&k| BatchOp::Put {
+                                key: key(t, k),
+                                value: value(t, k, n),
+                                flags: 0,
+                                expires: 0,
+                            })
+                            .collect();
+                        db.write_batch(&ops).unwrap();
+                        let mut a = acked.lock().unwrap();
+                        a.extend(ks.iter().map(|&k| (t, k, n)));
+                    } else {
+                        db.put(&key(t, k), &value(t, k, n)).unwrap();
+                        acked.lock().unwrap().push((t, k, n));
+                    }
+                    if n % 16 == 0 {
+                        std::thread::sleep(Duration::from_micros((t * 311 + n * 17) % 900));
+                    }
+                }
+            })
+        })
+        .collect();
+    // Spread over more than the 2 s `Logged` saves its `applied` mark at, and the 1 s the
+    // default mode syncs at.
+    let mut images = Vec::new();
+    for i in 0..14u64 {
+        std::thread::sleep(Duration::from_millis(90 + (i * 37) % 150));
+        let before = acked.lock().unwrap().len();
+        let mode = if i % 3 == 2 && scattered {
+            CrashMode::Scattered {
+                seed: (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            }
+        } else if i % 2 == 0 {
+            CrashMode::Torn {
+                seed: (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            }
+        } else {
+            CrashMode::DropUnsynced
+        };
+        images.push((before, mode, fs.crash_image(mode)));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().unwrap();
+    }
+    drop(db);
+    let acked = acked.lock().unwrap();
+    let mut torn_seen = 0;
+    for (i, (before, mode, image)) in images.iter().enumerate() {
+        let ctx = format!("always={always} image {i} ({mode:?}, {before} acknowledged)");
+        assert!(*before > 0, "{ctx}: nothing acknowledged yet");
+        let fs = SimVfs::from_image(image);
+        let (db, torn) = open(&fs, always);
+        torn_seen += u64::from(torn > 0);
+        let db_n = stored_numbers(&*db);
+        let log_n = logged_numbers(&fs, u64::MAX)
+            .unwrap_or_else(|e| panic!("{ctx}: the log does not read back: {e}"));
+        // The log holds no change the database lacks.
+        for (k, n) in &log_n {
+            let have = db_n.get(k).copied();
+            assert!(
+                have.is_some_and(|d| d >= *n),
+                "{ctx}: {} logged at write {n}, the database has {have:?}",
+                String::from_utf8_lossy(k)
+            );
+        }
+        if always {
+            // Every acknowledged write is in both.
+            for (t, k, n) in &acked[..*before] {
+                let kk = key(*t, *k);
+                for (what, m) in [("log", &log_n), ("database", &db_n)] {
+                    let have = m.get(&kk).copied();
+                    assert!(
+                        have.is_some_and(|h| h >= *n),
+                        "{ctx}: acknowledged write {n} of {} lost from the {what} (has {have:?})",
+                        String::from_utf8_lossy(&kk)
+                    );
+                }
+            }
+        }
+        // A point-in-time restore up to a record: exactly the log's records up to it.
+        let ts = stamps(&fs);
+        for until in [ts.get(ts.len() / 3), ts.get(ts.len() * 2 / 3), ts.last()]
+            .into_iter()
+            .flatten()
+        {
+            let to = SimVfs::new();
+            let restored = DiskHash::open_with(
+                Path::new("/r/r.kh"),
+                &Params::parse("").unwrap(),
+                Arc::new(to),
+                false,
+            )
+            .unwrap();
+            let (_, last) =
+                ulog::apply::replay_in(&restored, &fs, Path::new(LOG), 0, *until).unwrap();
+            assert_eq!(last, *until, "{ctx}: restore up to {until}");
+            assert_eq!(
+                stored_numbers(&restored),
+                logged_numbers(&fs, *until).unwrap(),
+                "{ctx}: restore up to {until}"
+            );
+        }
+        assert!(db.check().unwrap().healthy(), "{ctx}: check");
+        db.close().unwrap();
+        // Reopened after a clean close: the log verifies and nothing is left to redo.
+        let (db, torn) = open(&fs, always);
+        assert_eq!(torn, 0, "{ctx}: torn tail after a clean close");
+        assert_eq!(db.redone, 0, "{ctx}: redo after a clean close");
+        assert_eq!(stored_numbers(&*db), db_n, "{ctx}: after a clean close");
+        db.close().unwrap();
+    }
+    eprintln!(
+        "always={always}: {torn_seen} of {} images had a torn tail",
+        images.len()
+    );
+}
+
+#[test]
+fn power_loss_with_update_log_sync_always() {
+    run(true, false);
+}
+
+#[test]
+fn power_loss_with_update_log_default_sync() {
+    run(false, false);
+}
+
+/// A write-back out of file order (which a kernel may do) leaves a hole before intact records:
+/// in the update log's newest file, and in a `.kh` segment, both of which then refuse to open
+/// as damaged. Known limitation: both kinds take a torn tail to be a prefix of the unsynced
+/// writes.
+#[test]
+#[ignore = "known limitation: recovery assumes unsynced writes reach the disk in file order"]
+fn power_loss_with_write_back_out_of_order() {
+    run(true, true);
+    run(false, true);
+}
