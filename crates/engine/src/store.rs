@@ -810,47 +810,12 @@ pub trait Store: Send + Sync {
     /// Append to the value, creating the record when absent (Tyrant putcat). Flags and
     /// expiration of an existing record are kept.
     fn putcat(&self, key: &[u8], value: &[u8]) -> Result<Meta> {
-        self.concat(key, value, false, true)?
-            .ok_or_else(|| Error::Corrupt("putcat produced no record".into()))
+        concat_creating(self, key, value, false)
     }
 
     /// Prepend to the value, creating the record when absent.
     fn prepend(&self, key: &[u8], value: &[u8]) -> Result<Meta> {
-        self.concat(key, value, true, true)?
-            .ok_or_else(|| Error::Corrupt("prepend produced no record".into()))
-    }
-
-    /// Append (or prepend) to an existing record; `create` says whether an absent record is
-    /// created (Tyrant) or left absent (memcached, which answers NOT_STORED). Returns `None` when
-    /// the record was absent and not created.
-    fn concat(&self, key: &[u8], value: &[u8], front: bool, create: bool) -> Result<Option<Meta>> {
-        let mut too_large = None;
-        let meta = self.accept(key, &mut |cur| match cur {
-            None if create => Decision::Put {
-                value: Value::Lent(value),
-                flags: 0,
-                expires: 0,
-            },
-            None => Decision::Keep,
-            Some(c) => {
-                let len = c.value.len() + value.len();
-                if len > MAX_VALUE_LEN {
-                    too_large = Some(len);
-                    return Decision::Keep;
-                }
-                Decision::Put {
-                    value: Value::Made(joined(c.value, value, front)),
-                    flags: c.meta.flags,
-                    expires: c.meta.expires,
-                }
-            }
-        })?;
-        if let Some(len) = too_large {
-            return Err(Error::TooLarge(format!(
-                "concatenated value of {len} bytes"
-            )));
-        }
-        Ok(meta)
+        concat_creating(self, key, value, true)
     }
 
     /// Tokyo Tyrant's putshl: append `value` to the record and keep only its last `width`
@@ -1031,7 +996,6 @@ pub trait Store: Send + Sync {
     fn incr_decimal(&self, key: &[u8], delta: u64, decr: bool) -> Result<Option<(u64, Meta)>> {
         match self.incr_decimal_if(key, delta, decr, 0)? {
             Counted::Done(n, m) => Ok(Some((n, m))),
-            Counted::NotNumeric => Err(Error::NotNumeric),
             Counted::NotFound | Counted::VersionMismatch => Ok(None),
         }
     }
@@ -1042,9 +1006,12 @@ pub trait Store: Send + Sync {
     /// old length (memcached rewrites the item in place; a get shows the padding). Flags and
     /// expiry are kept; `cas` (not 0) must be the record's version. An absent record is not
     /// created (memcached's binary protocol and `ma … N` create it themselves).
+    /// [`Error::NotNumeric`] when the value is not such a number (left unchanged).
     fn incr_decimal_if(&self, key: &[u8], delta: u64, decr: bool, cas: u64) -> Result<Counted> {
         let mut result = Counted::NotFound;
+        let mut not_number = false;
         let meta = self.accept(key, &mut |cur| {
+            not_number = false;
             let Some(c) = cur else {
                 result = Counted::NotFound;
                 return Decision::Keep;
@@ -1054,7 +1021,7 @@ pub trait Store: Send + Sync {
                 return Decision::Keep;
             }
             let Some(n) = crate::numbers::memcached_number(c.value) else {
-                result = Counted::NotNumeric;
+                not_number = true;
                 return Decision::Keep;
             };
             let n = if decr {
@@ -1069,6 +1036,9 @@ pub trait Store: Send + Sync {
                 expires: c.meta.expires,
             }
         })?;
+        if not_number {
+            return Err(Error::NotNumeric);
+        }
         Ok(match (result, meta) {
             (Counted::Done(n, _), Some(m)) => Counted::Done(n, m),
             (Counted::Done(..), None) => Counted::NotFound,
@@ -1156,15 +1126,18 @@ pub trait Store: Send + Sync {
     /// `orig + num`; `orig` is `i64::MIN`: an absent record is a failure; `i64::MAX`: the
     /// record is set to `num` whatever it holds. Adding 0 to an existing record reads it
     /// without writing. The record written takes `expires` (0: never) and keeps its flags.
-    /// The new number; `None` when the record is not 8 bytes (left unchanged), or absent with
-    /// `orig` `i64::MIN`.
+    /// The new number; `None` when the record is absent with `orig` `i64::MIN`;
+    /// [`Error::NotNumeric`] when it is not 8 bytes (left unchanged).
     fn increment(&self, key: &[u8], num: i64, orig: i64, expires: u64) -> Result<Option<i64>> {
         let mut result = None;
+        let mut not_number = false;
         self.accept(key, &mut |cur| {
             result = None;
+            not_number = false;
             let (n, flags) = match cur {
                 Some(c) => {
                     let Ok(b) = <[u8; 8]>::try_from(c.value) else {
+                        not_number = true;
                         return Decision::Keep;
                     };
                     if orig == i64::MAX {
@@ -1189,6 +1162,9 @@ pub trait Store: Send + Sync {
                 expires,
             }
         })?;
+        if not_number {
+            return Err(Error::NotNumeric);
+        }
         Ok(result)
     }
 
@@ -1197,8 +1173,9 @@ pub trait Store: Send + Sync {
     /// `orig` as [`Store::increment`]'s, with negative infinity (or NaN) for failure on an
     /// absent record and positive infinity for "set to `num`". A record holding an infinity
     /// stays so; adding 0 reads without writing; adding an infinity stores it. The record
-    /// written takes `expires` and keeps its flags. `None` when the record is not 16 bytes,
-    /// holds Kyoto Cabinet's NaN, or is absent with a failing `orig`, or when `num` is NaN.
+    /// written takes `expires` and keeps its flags. `None` when the record holds Kyoto
+    /// Cabinet's NaN, or is absent with a failing `orig`, or when `num` is NaN;
+    /// [`Error::NotNumeric`] when the record is not 16 bytes (left unchanged).
     fn increment_double(
         &self,
         key: &[u8],
@@ -1208,12 +1185,15 @@ pub trait Store: Send + Sync {
     ) -> Result<Option<f64>> {
         use crate::numbers::{kc_fixed_point, kc_join_double, kc_split_double, KC_DEC_UNIT};
         let mut result = None;
+        let mut not_number = false;
         self.accept(key, &mut |cur| {
             result = None;
+            not_number = false;
             match cur {
                 Some(c) => {
                     let Some((mut integ, mut fract)) = crate::numbers::kc_read_fixed_point(c.value)
                     else {
+                        not_number = true;
                         return Decision::Keep;
                     };
                     if orig == f64::INFINITY {
@@ -1273,6 +1253,9 @@ pub trait Store: Send + Sync {
                 }
             }
         })?;
+        if not_number {
+            return Err(Error::NotNumeric);
+        }
         Ok(result)
     }
 
@@ -1334,8 +1317,44 @@ pub enum Counted {
     NotFound,
     /// The record's version was not the one given.
     VersionMismatch,
-    /// The value is not a number (left unchanged).
-    NotNumeric,
+}
+
+/// Append (`front`: prepend) `value` to the record of `key`, creating it when absent (Tokyo
+/// Cabinet's putcat); the joined record keeps its flags and expiry. [`Error::TooLarge`] when
+/// the result would be over [`MAX_VALUE_LEN`] (left unchanged). memcached's form, which never
+/// creates, is [`Store::concat_if`].
+fn concat_creating<S: Store + ?Sized>(
+    store: &S,
+    key: &[u8],
+    value: &[u8],
+    front: bool,
+) -> Result<Meta> {
+    let mut too_large = None;
+    let meta = store.accept(key, &mut |cur| match cur {
+        None => Decision::Put {
+            value: Value::Lent(value),
+            flags: 0,
+            expires: 0,
+        },
+        Some(c) => {
+            let len = c.value.len() + value.len();
+            if len > MAX_VALUE_LEN {
+                too_large = Some(len);
+                return Decision::Keep;
+            }
+            Decision::Put {
+                value: Value::Made(joined(c.value, value, front)),
+                flags: c.meta.flags,
+                expires: c.meta.expires,
+            }
+        }
+    })?;
+    if let Some(len) = too_large {
+        return Err(Error::TooLarge(format!(
+            "concatenated value of {len} bytes"
+        )));
+    }
+    meta.ok_or_else(|| Error::Corrupt("a concatenation produced no record".into()))
 }
 
 fn stored_or(failed: bool, failure: Outcome, meta: Option<Meta>) -> Outcome {

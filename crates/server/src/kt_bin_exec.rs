@@ -22,7 +22,6 @@ use crate::context::{flush_if_due, Next, Shared};
 use crate::mask::{Op, Proto};
 use kura_engine::{BatchOp, Error, Store};
 use kura_proto::kt_bin::{self, Request};
-use std::collections::HashSet;
 
 /// Kyoto Tycoon's largest expiration time; at or beyond it a record never expires.
 pub const XT_MAX: u64 = (1 << 40) - 1;
@@ -94,13 +93,10 @@ fn run(
     match req {
         Request::SetBulk { records, .. } => {
             let mine: Vec<_> = records.iter().filter(|r| r.0 == 0).collect();
-            // The order of a batch's operations on one key is not defined: keep each key's
-            // last occurrence only.
-            let mut seen = HashSet::new();
-            let mut ops: Vec<BatchOp> = mine
+            // In order: a key given twice keeps its last value, as Kyoto Tycoon's one-by-one
+            // sets leave it and as a batch applies its operations.
+            let ops: Vec<BatchOp> = mine
                 .iter()
-                .rev()
-                .filter(|r| seen.insert(r.1))
                 .map(|&&(_, k, v, xt)| BatchOp::Put {
                     key: k.to_vec(),
                     value: v.to_vec(),
@@ -108,7 +104,6 @@ fn run(
                     expires: kt_expiry(xt, now),
                 })
                 .collect();
-            ops.reverse();
             store.write_batch(&ops)?;
             shared.cmd_set.add(mine.len() as u64);
             kt_bin::reply_count(out, kt_bin::SET_BULK, mine.len() as u32);

@@ -227,20 +227,20 @@ fn run(
             };
             // A missing counter is created with `initial` unless the expiration is all ones.
             let result = loop {
-                match store.incr_decimal_if(req.key, delta, decr, req.cas)? {
-                    Counted::Done(n, m) => {
+                match store.incr_decimal_if(req.key, delta, decr, req.cas) {
+                    Ok(Counted::Done(n, m)) => {
                         hits.add(1);
                         break Some((n, m.version));
                     }
-                    Counted::VersionMismatch => {
+                    Ok(Counted::VersionMismatch) => {
                         fail(out, status::KEY_EXISTS);
                         return Ok(());
                     }
-                    Counted::NotFound if exp == u32::MAX => {
+                    Ok(Counted::NotFound) if exp == u32::MAX => {
                         misses.add(1);
                         break None;
                     }
-                    Counted::NotFound => {
+                    Ok(Counted::NotFound) => {
                         misses.add(1);
                         let expires = absolute_expiry(i64::from(exp), now);
                         let v = Value::decimal(initial);
@@ -249,10 +249,11 @@ fn run(
                         }
                         // Created meanwhile by another client: count on it.
                     }
-                    Counted::NotNumeric => {
+                    Err(Error::NotNumeric) => {
                         fail(out, status::NON_NUMERIC);
                         return Ok(());
                     }
+                    Err(e) => return Err(e),
                 }
             };
             if result.is_some() {

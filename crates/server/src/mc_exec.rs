@@ -366,19 +366,20 @@ fn run(
             } else {
                 (&shared.incr_hits, &shared.incr_misses)
             };
-            match store.incr_decimal_if(key, delta, decr, 0)? {
-                Counted::Done(n, _) => {
+            match store.incr_decimal_if(key, delta, decr, 0) {
+                Ok(Counted::Done(n, _)) => {
                     hits.add(1);
                     shared.access.wrote(key, now);
                     if !noreply {
                         mc_text::encode_number(out, n);
                     }
                 }
-                Counted::NotFound | Counted::VersionMismatch => {
+                Ok(Counted::NotFound | Counted::VersionMismatch) => {
                     misses.add(1);
                     quiet(noreply, out, reply::NOT_FOUND);
                 }
-                Counted::NotNumeric => quiet(noreply, out, reply::NON_NUMERIC),
+                Err(Error::NotNumeric) => quiet(noreply, out, reply::NON_NUMERIC),
+                Err(e) => return Err(e),
             }
         }
         Request::Touch {

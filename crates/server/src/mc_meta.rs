@@ -723,18 +723,18 @@ pub fn meta_arith(
         (&shared.incr_hits, &shared.incr_misses)
     };
     let result = loop {
-        match store.incr_decimal_if(key, delta.unwrap_or(1), decr, cas.unwrap_or(0))? {
-            Counted::Done(n, m) => {
+        match store.incr_decimal_if(key, delta.unwrap_or(1), decr, cas.unwrap_or(0)) {
+            Ok(Counted::Done(n, m)) => {
                 hits.add(1);
                 break Some((n, m, false));
             }
-            Counted::VersionMismatch => {
+            Ok(Counted::VersionMismatch) => {
                 out.extend_from_slice(b"EX");
                 meta_ret(out, flags, key, None, 0, b"", now, None);
                 out.extend_from_slice(b"\r\n");
                 return Ok(());
             }
-            Counted::NotFound => {
+            Ok(Counted::NotFound) => {
                 misses.add(1);
                 let Some(ttl) = vivify else { break None };
                 let n = initial.unwrap_or(0);
@@ -743,10 +743,11 @@ pub fn meta_arith(
                     break Some((n, m, true));
                 }
             }
-            Counted::NotNumeric => {
+            Err(Error::NotNumeric) => {
                 out.extend_from_slice(reply::NON_NUMERIC);
                 return Ok(());
             }
+            Err(e) => return Err(e),
         }
     };
     if result.is_some() {

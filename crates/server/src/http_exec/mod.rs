@@ -50,12 +50,6 @@ use kura_proto::http::{self, Method, Request};
 mod rest;
 mod rpc;
 
-/// The Tokyo Tyrant release whose HTTP interface is served (reported by OPTIONS).
-pub const TT_VERSION: &str = "1.1.41";
-/// The library version of that release.
-pub const TT_LIBVER: u32 = 324;
-/// The protocol version of that release.
-pub const TT_PROTVER: &str = "0.91";
 /// The Kyoto Tycoon release whose RPC interface is served (reported by `/rpc/report`).
 pub const KT_VERSION: &str = "0.9.56";
 
@@ -230,19 +224,6 @@ fn atof(s: &[u8]) -> f64 {
 /// as the binary protocol reads it ([`kt_expiry`]).
 pub(crate) fn kt_expiry_param(xt: Option<&[u8]>, now: u64) -> u64 {
     xt.map_or(0, |xt| kt_expiry(atoi(xt), now))
-}
-
-/// The operating system as Tyrant's `TTSYSNAME` and Kyoto Cabinet's `OSNAME` spell it.
-fn os_name() -> &'static str {
-    match std::env::consts::OS {
-        "linux" => "Linux",
-        "macos" => "Mac OS X",
-        "freebsd" => "FreeBSD",
-        "netbsd" => "NetBSD",
-        "openbsd" => "OpenBSD",
-        "solaris" => "SunOS",
-        other => other,
-    }
 }
 
 #[cfg(test)]

@@ -1,11 +1,12 @@
 //! One REST interface for every path outside `/rpc/`, speaking Tokyo Tyrant's and Kyoto
 //! Tycoon's dialects (see the module above), and Tyrant's OPTIONS.
 
-use super::{atoi, bump, db_error, os_name, Reply, NO_RECORD, TT_LIBVER, TT_PROTVER, TT_VERSION};
+use super::{atoi, bump, db_error, Reply, NO_RECORD};
 use crate::context::Shared;
 use crate::kt_bin_exec::XT_MAX;
 use crate::mask::{Op, Proto};
 use crate::tt_exec::TtState;
+use crate::tt_exec::{os_name, TT_LIBVER, TT_PROTVER, TT_VERSION};
 use kura_engine::{Error, Outcome, Store};
 use kura_proto::http::{self, Method, Request};
 use std::borrow::Cow;

@@ -1,12 +1,13 @@
 //! Kyoto Tycoon's TSV-RPC under `/rpc/`: the procedures, their input (query string and body)
 //! and their TSV output.
 
-use super::{atof, atoi, bump, db_error, kt_expiry_param, os_name, Reply, KT_VERSION, NO_RECORD};
+use super::{atof, atoi, bump, db_error, kt_expiry_param, Reply, KT_VERSION, NO_RECORD};
 use crate::backup;
 use crate::context::{Shared, ValueTooLarge};
 use crate::kt_cursor::{self, KtCursors};
 use crate::kt_signal::{self, WaitReq, Waited};
 use crate::mask::{Op, Proto};
+use crate::tt_exec::os_name;
 use kura_engine::counter::Counter;
 use kura_engine::store::check_sizes;
 use kura_engine::{BatchOp, Error, Outcome, Store};
@@ -322,12 +323,15 @@ fn procedure<'s>(
                 Some(b"set") => i64::MAX,
                 Some(o) => atoi(o),
             };
-            Ok(match store.increment(key, atoi(num), orig, expires)? {
-                Some(n) => {
+            Ok(match store.increment(key, atoi(num), orig, expires) {
+                Ok(Some(n)) => {
                     set(out, "num", n.to_string());
                     200
                 }
-                None => fail(out, 450, db_error(8, "logical inconsistency")),
+                Ok(None) | Err(Error::NotNumeric) => {
+                    fail(out, 450, db_error(8, "logical inconsistency"))
+                }
+                Err(e) => return Err(e),
             })
         }
         b"increment_double" => {
@@ -341,12 +345,15 @@ fn procedure<'s>(
                 Some(o) => atof(o),
             };
             Ok(
-                match store.increment_double(key, atof(num), orig, expires)? {
-                    Some(n) => {
+                match store.increment_double(key, atof(num), orig, expires) {
+                    Ok(Some(n)) => {
                         set(out, "num", format!("{n:.6}"));
                         200
                     }
-                    None => fail(out, 450, db_error(8, "logical inconsistency")),
+                    Ok(None) | Err(Error::NotNumeric) => {
+                        fail(out, 450, db_error(8, "logical inconsistency"))
+                    }
+                    Err(e) => return Err(e),
                 },
             )
         }

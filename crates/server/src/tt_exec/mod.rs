@@ -23,11 +23,26 @@ mod stat;
 pub use misc::misc;
 pub(crate) use misc::{misc_denied, prefix_keys, server_misc};
 
-/// The Tyrant release whose protocol Kura speaks, reported by `stat`.
+/// The Tyrant release whose protocol Kura speaks, reported by `stat` and by HTTP OPTIONS.
 pub const TT_VERSION: &str = "1.1.41";
-/// Tyrant's library version and protocol version of that release.
+/// The library version of that release.
 pub const TT_LIBVER: u32 = 324;
+/// The protocol version of that release.
 pub const TT_PROTVER: &str = "0.91";
+
+/// The operating system as Tyrant's `TTSYSNAME` (its `stat`'s `os`) and Kyoto Cabinet's
+/// `OSNAME` (Kyoto Tycoon's `conf_os_name`) spell it.
+pub(crate) fn os_name() -> &'static str {
+    match std::env::consts::OS {
+        "linux" => "Linux",
+        "macos" => "Mac OS X",
+        "freebsd" => "FreeBSD",
+        "netbsd" => "NetBSD",
+        "openbsd" => "OpenBSD",
+        "solaris" => "SunOS",
+        other => other,
+    }
+}
 
 /// Where the server's Tyrant iteration is: Tyrant keeps one iterator per server, so that
 /// `tcrmgr misc … iterinit KEY` and then `tcrmgr misc … iternext`, each on a connection of

@@ -1,20 +1,9 @@
 //! Tyrant's `stat`: the status text, in ttserver's order, then Kura's own lines.
 
-use super::{TtState, TT_LIBVER, TT_PROTVER, TT_VERSION};
+use super::{os_name, TtState, TT_LIBVER, TT_PROTVER, TT_VERSION};
 use crate::context::Shared;
 use crate::mask::{Proto, OPS};
 use kura_engine::Store;
-
-/// Tyrant's `os` (its `TTSYSNAME`).
-fn os_name() -> &'static str {
-    match std::env::consts::OS {
-        "linux" => "Linux",
-        "freebsd" => "FreeBSD",
-        "macos" => "Mac OS X",
-        "solaris" => "SunOS",
-        other => other,
-    }
-}
 
 /// The first number of /proc/loadavg (0 where unavailable).
 fn loadavg() -> f64 {
