@@ -426,10 +426,14 @@ fn procedure<'s>(
             Ok(200)
         }
         b"remove_bulk" => {
+            // Counted as every protocol counts a removal: a hit or a miss per key.
             let mut n = 0u64;
             for (k, _) in bulk(input) {
                 if store.out(k)? {
                     n += 1;
+                    bump(&shared.delete_hits);
+                } else {
+                    bump(&shared.delete_misses);
                 }
             }
             set(out, "num", n.to_string());
@@ -439,8 +443,14 @@ fn procedure<'s>(
             let keys: Vec<&[u8]> = bulk(input).map(|(k, _)| k).collect();
             let records = store.get_multi(&keys)?;
             let mut n = 0u64;
+            // Counted as every protocol counts a read: a hit or a miss per key.
             for (k, r) in keys.iter().zip(records) {
                 bump(&shared.cmd_get);
+                bump(if r.is_some() {
+                    &shared.get_hits
+                } else {
+                    &shared.get_misses
+                });
                 if let Some(r) = r {
                     n += 1;
                     let mut name = Vec::with_capacity(k.len() + 1);
