@@ -43,6 +43,8 @@ use kura_engine::hash::DiskHash;
 use kura_engine::io::{CrashMode, SimVfs};
 use kura_engine::store::{now_secs, MAX_KEY_LEN};
 use kura_engine::tree::DiskTree;
+use kura_engine::MemcachedOps;
+use kura_engine::TokyoOps;
 use kura_engine::{
     BatchOp, Counted, Decision, Error, Meta, OpenMode, Outcome, Params, Record, Store,
 };

@@ -4,6 +4,9 @@
 
 use kura_engine::registry::{Selector, KINDS};
 use kura_engine::store::{now_secs, MAX_VALUE_LEN};
+use kura_engine::KyotoOps;
+use kura_engine::MemcachedOps;
+use kura_engine::TokyoOps;
 use kura_engine::{Counted, Error, Meta, OpenMode, Outcome, Params, Store};
 
 /// Run `f` on a fresh database of every kind (the persistent ones in a temporary directory),

@@ -6,6 +6,7 @@ use crate::mask::{Mask, Op, Proto};
 use crate::mc_exec::{absolute_expiry, append, flush_all};
 use crate::mc_stats::{stat_pairs, Did};
 use crate::out::{Out, PIN_MIN};
+use kura_engine::MemcachedOps;
 use kura_engine::{Counted, Decision, Error, Meta, Outcome, Shown, Store, Value};
 use kura_proto::mc_bin::{
     encode_error, encode_response, encode_response_header, op, status, Request,

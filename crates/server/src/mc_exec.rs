@@ -12,6 +12,7 @@ use crate::mask::{Mask, Op, Proto};
 use crate::mc_meta;
 use crate::mc_stats::{self, Crawler, Did};
 use crate::out::{Out, PIN_MIN};
+use kura_engine::MemcachedOps;
 use kura_engine::{Counted, Decision, Error, Outcome, Shown, Store};
 use kura_proto::mc_text::{self, item_size, reply, Automove, Request, StoreMode};
 use std::sync::atomic::Ordering::Relaxed;
@@ -78,7 +79,7 @@ pub fn unlink_key(
     store.out(key).map(|_| ())
 }
 
-/// memcached's append / prepend ([`Store::concat_if`]) within the item and value size
+/// memcached's append / prepend ([`MemcachedOps::concat_if`]) within the item and value size
 /// limits, as the text, binary and meta commands map them: an absent record and a result
 /// over a limit are both NOT_STORED; `cas` (not 0, the binary protocol and `ms … C`) must match.
 pub fn append(

@@ -5,6 +5,7 @@ use crate::context::Shared;
 use crate::mc_access::Used;
 use crate::mc_exec::{absolute_expiry, append};
 use crate::mc_stats::Did;
+use kura_engine::MemcachedOps;
 use kura_engine::{Counted, Decision, Error, Outcome, Store, Value};
 use kura_proto::mc_text::{self, reply, Keys};
 use std::borrow::Cow;

@@ -2,6 +2,7 @@ use super::logged::Logged;
 use super::record::{self, Op};
 use super::*;
 use crate::store::Store;
+use crate::{KyotoOps, MemcachedOps, TokyoOps};
 use std::collections::BTreeMap;
 
 fn cfg(dir: &Path, sid: u32) -> Config {

@@ -7,6 +7,7 @@ use crate::kt_bin_exec::XT_MAX;
 use crate::mask::{Op, Proto};
 use crate::tt_exec::TtState;
 use crate::tt_exec::{os_name, TT_LIBVER, TT_PROTVER, TT_VERSION};
+use kura_engine::TokyoOps;
 use kura_engine::{Error, Outcome, Store};
 use kura_proto::http::{self, Method, Request};
 use std::borrow::Cow;

@@ -10,6 +10,7 @@ use crate::mask::{Op, Proto};
 use crate::tt_exec::os_name;
 use kura_engine::counter::Counter;
 use kura_engine::store::check_sizes;
+use kura_engine::KyotoOps;
 use kura_engine::{BatchOp, Error, Outcome, Store};
 use kura_proto::http::{self, Request};
 use kura_proto::kt_tsv::{self, ColEnc};

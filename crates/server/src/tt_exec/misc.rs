@@ -4,6 +4,7 @@
 use super::{c_str, TtState};
 use crate::context::Shared;
 use crate::mask::{Op, Proto};
+use kura_engine::TokyoOps;
 use kura_engine::{BatchOp, Error, KeyRange, Outcome, Store};
 
 /// Whether the mask refuses misc `name`. Kura's replication functions (`ulogstat`,

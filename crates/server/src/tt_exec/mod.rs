@@ -14,6 +14,7 @@
 use crate::backup;
 use crate::context::{flush_if_due, Next, Shared};
 use crate::mask::{Op, Proto};
+use kura_engine::TokyoOps;
 use kura_engine::{Cursor, Error, Outcome, Record, Store};
 use kura_proto::tt_bin::{self, cmd, Request, FAIL, OK};
 
