@@ -9,13 +9,12 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
+/// Keys and values, as a bulk read answers them.
+type Records = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// Kyoto Tycoon binary: `magic`, flags 0, the count, then each item; the reply's magic and
 /// count (and, for get_bulk, the records' keys and values).
-fn kt_bin(
-    srv: &Server,
-    magic: u8,
-    items: &[(&[u8], Option<&[u8]>)],
-) -> (u8, Vec<(Vec<u8>, Vec<u8>)>, u32) {
+fn kt_bin(srv: &Server, magic: u8, items: &[(&[u8], Option<&[u8]>)]) -> (u8, Records, u32) {
     let mut s = srv.connect();
     let mut m = vec![magic];
     m.extend_from_slice(&0u32.to_be_bytes());
