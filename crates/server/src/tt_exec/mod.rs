@@ -357,40 +357,29 @@ fn run<'s>(
     now: u64,
     out: &mut Vec<u8>,
 ) -> Result<Next, Error> {
-    match *req {
-        Request::Put { key, value } => {
-            store.put_with(key, value, 0, 0)?;
-            code(out, true);
-        }
-        Request::PutKeep { key, value } => {
-            let stored = matches!(store.putkeep(key, value, 0, 0)?, Outcome::Stored(_));
-            if !stored {
-                shared.tt_misses[PUT_MISS].add(1);
-            }
-            code(out, stored);
-        }
-        Request::PutCat { key, value } => {
-            store.putcat(key, value)?;
-            code(out, true);
-        }
-        Request::PutShl { key, value, width } => {
-            // The codec refuses negative widths.
-            store.putshl(key, value, usize::try_from(width).unwrap_or(0))?;
-            code(out, true);
-        }
-        Request::PutNr { key, value } => {
+    if let Some(applied) = apply(store, req) {
+        if let Request::PutNr { .. } = req {
             // No reply, whatever happens: an error is swallowed here rather than answered.
-            if store.put_with(key, value, 0, 0).is_err() {
+            if !matches!(applied, Ok(Applied::Done(true))) {
                 shared.tt_misses[PUT_MISS].add(1);
             }
+            return Ok(Next::Continue);
         }
-        Request::Out { key } => {
-            let found = store.out(key)?;
-            if !found {
-                shared.tt_misses[OUT_MISS].add(1);
+        match applied? {
+            Applied::Done(ok) => {
+                match req {
+                    Request::PutKeep { .. } if !ok => shared.tt_misses[PUT_MISS].add(1),
+                    Request::Out { .. } if !ok => shared.tt_misses[OUT_MISS].add(1),
+                    _ => {}
+                }
+                code(out, ok);
             }
-            code(out, found);
+            Applied::Int(n) => tt_bin::reply_i32(out, n),
+            Applied::Double(n) => tt_bin::reply_double(out, n),
         }
+        return Ok(Next::Continue);
+    }
+    match *req {
         Request::Get { key } => {
             // Encoded straight from the store's memory: no copy of the value.
             if !store.view(key, &mut |value, _| tt_bin::reply_value(out, value))? {
@@ -421,40 +410,8 @@ fn run<'s>(
             let keys = prefix_keys(store, prefix, max)?;
             tt_bin::reply_list(out, keys.iter().map(Vec::as_slice));
         }
-        Request::AddInt { key, num } => match store.addint(key, num) {
-            // Tyrant's sum is an int with INT_MIN meaning failure: a sum of exactly INT_MIN
-            // is stored but answered as a failure.
-            Ok(n) if n != i32::MIN => tt_bin::reply_i32(out, n),
-            Ok(_) | Err(Error::NotNumeric) => code(out, false),
-            Err(e) => return Err(e),
-        },
-        Request::AddDouble { key, integ, fract } => {
-            // Tyrant's sum is a double with NaN meaning failure: a NaN sum is stored but
-            // answered as a failure.
-            match store.adddouble(key, tt_bin::unpack_double(integ, fract)) {
-                Ok(sum) if !sum.is_nan() => tt_bin::reply_double(out, sum),
-                Ok(_) | Err(Error::NotNumeric) => code(out, false),
-                Err(e) => return Err(e),
-            }
-        }
         // No script language: Tyrant without `-ext` answers every ext call with failure.
         Request::Ext { .. } => code(out, false),
-        Request::Sync => {
-            store.sync()?;
-            code(out, true);
-        }
-        Request::Optimize { params } => {
-            let Ok(params) = std::str::from_utf8(c_str(params)) else {
-                code(out, false);
-                return Ok(Next::Continue);
-            };
-            store.optimize(params)?;
-            code(out, true);
-        }
-        Request::Vanish => {
-            store.vanish()?;
-            code(out, true);
-        }
         // Confined to the backup directory; `@NAME` runs NAME of that directory on a fresh
         // copy (crate::backup).
         // The reason of a failure is kept for `misc error`.
@@ -538,8 +495,78 @@ fn run<'s>(
             Some(items) => tt_bin::reply_list(out, items.iter().map(Vec::as_slice)),
             None => tt_bin::reply_failure(out, cmd::MISC),
         },
+        // Applied above.
+        Request::Put { .. }
+        | Request::PutKeep { .. }
+        | Request::PutCat { .. }
+        | Request::PutShl { .. }
+        | Request::PutNr { .. }
+        | Request::Out { .. }
+        | Request::AddInt { .. }
+        | Request::AddDouble { .. }
+        | Request::Sync
+        | Request::Optimize { .. }
+        | Request::Vanish => {}
     }
     Ok(Next::Continue)
+}
+
+/// What a Tyrant write command did ([`apply`]).
+enum Applied {
+    /// Whether it succeeded (the reply's code).
+    Done(bool),
+    /// addint's sum.
+    Int(i32),
+    /// adddouble's sum.
+    Double(f64),
+}
+
+/// The write commands of the database (those an update log holds, but misc) mapped onto the
+/// store with their Tyrant meaning, once for the server ([`run`], which answers them) and for
+/// a master's update log ([`redo`]); `None` for any other command.
+fn apply(store: &dyn Store, req: &Request<'_>) -> Option<Result<Applied, Error>> {
+    let done = |r: Result<bool, Error>| r.map(Applied::Done);
+    Some(match *req {
+        Request::Put { key, value } | Request::PutNr { key, value } => {
+            done(store.put_with(key, value, 0, 0).map(|_| true))
+        }
+        Request::PutKeep { key, value } => done(
+            store
+                .putkeep(key, value, 0, 0)
+                .map(|o| matches!(o, Outcome::Stored(_))),
+        ),
+        Request::PutCat { key, value } => done(store.putcat(key, value).map(|_| true)),
+        // The codec refuses negative widths.
+        Request::PutShl { key, value, width } => done(
+            store
+                .putshl(key, value, usize::try_from(width).unwrap_or(0))
+                .map(|_| true),
+        ),
+        Request::Out { key } => done(store.out(key)),
+        // Tyrant's sum is an int with INT_MIN meaning failure: a sum of exactly INT_MIN is
+        // stored but answered as a failure.
+        Request::AddInt { key, num } => match store.addint(key, num) {
+            Ok(n) if n != i32::MIN => Ok(Applied::Int(n)),
+            Ok(_) | Err(Error::NotNumeric) => Ok(Applied::Done(false)),
+            Err(e) => Err(e),
+        },
+        // Tyrant's sum is a double with NaN meaning failure: a NaN sum is stored but answered
+        // as a failure.
+        Request::AddDouble { key, integ, fract } => {
+            match store.adddouble(key, tt_bin::unpack_double(integ, fract)) {
+                Ok(sum) if !sum.is_nan() => Ok(Applied::Double(sum)),
+                Ok(_) | Err(Error::NotNumeric) => Ok(Applied::Done(false)),
+                Err(e) => Err(e),
+            }
+        }
+        Request::Sync => done(store.sync().map(|_| true)),
+        Request::Optimize { params } => match std::str::from_utf8(c_str(params)) {
+            Ok(p) => done(store.optimize(p).map(|_| true)),
+            Err(_) => Ok(Applied::Done(false)),
+        },
+        Request::Vanish => done(store.vanish().map(|_| true)),
+        _ => return None,
+    })
 }
 
 /// Redo one command of a Tokyo Tyrant update log (a record of a Tyrant master's `repl`
@@ -549,33 +576,13 @@ fn run<'s>(
 /// a value that is not a number, a value too large, parameters this kind does not take) is a
 /// failure, not an error; an error (I/O, a damaged database) means it was not applied.
 pub fn redo(store: &dyn Store, req: &Request<'_>) -> Result<bool, Error> {
-    let done = match *req {
-        Request::Put { key, value } | Request::PutNr { key, value } => {
-            store.put_with(key, value, 0, 0).map(|_| true)
-        }
-        Request::PutKeep { key, value } => store
-            .putkeep(key, value, 0, 0)
-            .map(|o| matches!(o, Outcome::Stored(_))),
-        Request::PutCat { key, value } => store.putcat(key, value).map(|_| true),
-        Request::PutShl { key, value, width } => store
-            .putshl(key, value, usize::try_from(width).unwrap_or(0))
-            .map(|_| true),
-        Request::Out { key } => store.out(key),
-        Request::AddInt { key, num } => store.addint(key, num).map(|n| n != i32::MIN),
-        Request::AddDouble { key, integ, fract } => store
-            .adddouble(key, tt_bin::unpack_double(integ, fract))
-            .map(|n| !n.is_nan()),
-        Request::Sync => store.sync().map(|_| true),
-        Request::Optimize { params } => match std::str::from_utf8(c_str(params)) {
-            Ok(p) => store.optimize(p).map(|_| true),
-            Err(_) => Ok(false),
-        },
-        Request::Vanish => store.vanish().map(|_| true),
-        Request::Misc { name, ref args, .. } => {
+    let done = match (apply(store, req), req) {
+        (Some(applied), _) => applied.map(|a| !matches!(a, Applied::Done(false))),
+        (None, Request::Misc { name, args, .. }) => {
             misc(store, &mut TtState::new(), name, args).map(|r| r.is_some())
         }
         // Never in an update log.
-        _ => Ok(false),
+        (None, _) => Ok(false),
     };
     match done {
         Err(e) if e.from_request() => Ok(false),
