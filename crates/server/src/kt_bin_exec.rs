@@ -19,27 +19,11 @@
 //!   which never get an answer (as in Kyoto Tycoon).
 
 use crate::context::{flush_if_due, Next, Shared};
+use crate::kt_common::{kt_expiry, XT_MAX};
+
 use crate::mask::{Op, Proto};
 use kura_engine::{BatchOp, Error, Store};
 use kura_proto::kt_bin::{self, Request};
-
-/// Kyoto Tycoon's largest expiration time; at or beyond it a record never expires.
-pub const XT_MAX: u64 = (1 << 40) - 1;
-
-/// The absolute expiration time (unix seconds, 0 = never) of a binary-protocol `xt` sent at
-/// `now`. A time at or before `now` leaves an already-expired record, as in Kyoto Tycoon.
-pub fn kt_expiry(xt: i64, now: u64) -> u64 {
-    let at = if xt < 0 {
-        xt.unsigned_abs()
-    } else {
-        now.saturating_add(xt as u64)
-    };
-    if at >= XT_MAX {
-        0
-    } else {
-        at.max(1)
-    }
-}
 
 /// Execute one decoded request, appending its reply (if any) to `out`. Replication answers
 /// [`Next::Stream`], or the error byte and [`Next::Close`] when it is masked or there is no

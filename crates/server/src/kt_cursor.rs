@@ -21,7 +21,7 @@
 //! without a required parameter.
 
 use crate::context::Shared;
-use crate::http_exec::{
+use crate::kt_common::{
     atoi, db_ok, fail, get, kt_expiry_param, set, Input, Output, Rv, NO_RECORD,
 };
 use crate::mask::{Op, Proto};

@@ -38,9 +38,8 @@
 //! write without `xt` stores a record that never expires (Kyoto Tycoon's default), except
 //! REST PUT with Tyrant's putcat, which keeps the record's expiration.
 
-pub(crate) use self::rpc::{db_ok, fail, get, set, Input, Output, Rv};
 use crate::context::{flush_if_due, Next, Shared};
-use crate::kt_bin_exec::kt_expiry;
+use crate::kt_common::{atoi, db_error, NO_RECORD};
 use crate::kt_cursor::KtCursors;
 use crate::kt_signal::Waited;
 use kura_engine::counter::Counter;
@@ -153,19 +152,6 @@ fn bump(counter: &Counter) {
     counter.add(1);
 }
 
-/// Kyoto Cabinet's error text: `DB: <code>: <name>: <message>`.
-pub(crate) fn db_error(code: u8, message: &str) -> String {
-    let name = match code {
-        1 => "not implemented",
-        2 => "invalid operation",
-        6 => "record duplication",
-        7 => "no record",
-        8 => "logical inconsistency",
-        _ => "system error",
-    };
-    format!("DB: {code}: {name}: {message}")
-}
-
 /// The status and Kyoto Cabinet error text of an engine error: 400 when the request caused
 /// it ([`Error::from_request`]: code 1 "not implemented" for an operation the kind lacks, 2
 /// "invalid operation" for the others), 500 for a fault of the server.
@@ -175,55 +161,6 @@ pub(crate) fn engine_error(e: &Error) -> (u16, String) {
         _ if e.from_request() => (400, db_error(2, &e.to_string())),
         _ => (500, db_error(9, &e.to_string())),
     }
-}
-
-pub(crate) const NO_RECORD: &str = "DB: 7: no record: no record";
-
-// ----- numbers as Kyoto Cabinet reads them -----
-
-/// `kc::atoi`: leading spaces, a sign, digits; anything after them is ignored; no digits is
-/// 0. Saturates instead of overflowing.
-pub(crate) fn atoi(s: &[u8]) -> i64 {
-    let s = &s[s.iter().position(|&b| b > b' ').unwrap_or(s.len())..];
-    let (neg, digits) = match s.first() {
-        Some(b'-') => (true, &s[1..]),
-        Some(b'+') => (false, &s[1..]),
-        _ => (false, s),
-    };
-    let mut n: i64 = 0;
-    for &d in digits.iter().take_while(|b| b.is_ascii_digit()) {
-        let d = i64::from(d - b'0');
-        n = if neg {
-            n.saturating_mul(10).saturating_sub(d)
-        } else {
-            n.saturating_mul(10).saturating_add(d)
-        };
-    }
-    n
-}
-
-/// `kc::atof`: the longest leading decimal number (`inf` and `nan` included); 0 when none.
-fn atof(s: &[u8]) -> f64 {
-    let s = &s[s.iter().position(|&b| b > b' ').unwrap_or(s.len())..];
-    let s = &s[..s.len().min(64)];
-    let Ok(s) = std::str::from_utf8(
-        &s[..s
-            .iter()
-            .position(|b| !(b.is_ascii_alphanumeric() || b"+-.".contains(b)))
-            .unwrap_or(s.len())],
-    ) else {
-        return 0.0;
-    };
-    (1..=s.len())
-        .rev()
-        .find_map(|n| s.get(..n).and_then(|p| p.parse::<f64>().ok()))
-        .unwrap_or(0.0)
-}
-
-/// The absolute expiration (0 = never) of Kyoto Tycoon's `xt` parameter: absent → never, else
-/// as the binary protocol reads it ([`kt_expiry`]).
-pub(crate) fn kt_expiry_param(xt: Option<&[u8]>, now: u64) -> u64 {
-    xt.map_or(0, |xt| kt_expiry(atoi(xt), now))
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use super::{atoi, bump, db_error, Reply, NO_RECORD};
 use crate::context::Shared;
-use crate::kt_bin_exec::XT_MAX;
+use crate::kt_common::XT_MAX;
 use crate::mask::{Op, Proto};
 use crate::tt_exec::TtState;
 use crate::tt_exec::{os_name, TT_LIBVER, TT_PROTVER, TT_VERSION};

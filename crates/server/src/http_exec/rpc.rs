@@ -1,9 +1,12 @@
 //! Kyoto Tycoon's TSV-RPC under `/rpc/`: the procedures, their input (query string and body)
 //! and their TSV output.
 
-use super::{atof, atoi, bump, db_error, kt_expiry_param, Reply, KT_VERSION, NO_RECORD};
+use super::{bump, Reply, KT_VERSION};
 use crate::backup;
 use crate::context::{Shared, ValueTooLarge};
+use crate::kt_common::{
+    atof, atoi, db_error, db_ok, fail, get, kt_expiry_param, set, Input, Output, Rv, NO_RECORD,
+};
 use crate::kt_cursor::{self, KtCursors};
 use crate::kt_signal::{self, WaitReq, Waited};
 use crate::mask::{Op, Proto};
@@ -14,15 +17,7 @@ use kura_engine::KyotoOps;
 use kura_engine::{BatchOp, Error, Outcome, Store};
 use kura_proto::http::{self, Request};
 use kura_proto::kt_tsv::{self, ColEnc};
-use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
-
-/// The input of a procedure: query string first, then the body; the last value of a name
-/// wins (Kyoto Tycoon reads both into one map).
-pub(crate) type Input<'a> = BTreeMap<Cow<'a, [u8]>, Cow<'a, [u8]>>;
-/// The output of a procedure, sent sorted by name like Kyoto Tycoon's map.
-pub(crate) type Output = BTreeMap<Vec<u8>, Vec<u8>>;
 
 fn rpc_input<'a>(req: &'a Request<'_>) -> Result<Input<'a>, &'static str> {
     let mut input = Input::new();
@@ -45,23 +40,6 @@ fn rpc_input<'a>(req: &'a Request<'_>) -> Result<Input<'a>, &'static str> {
         }
     }
     Ok(input)
-}
-
-pub(crate) fn get<'i>(input: &'i Input<'_>, name: &str) -> Option<&'i [u8]> {
-    input.get(name.as_bytes()).map(|v| v.as_ref())
-}
-
-pub(crate) fn set(out: &mut Output, name: &str, value: impl Into<Vec<u8>>) {
-    out.insert(name.as_bytes().to_vec(), value.into());
-}
-
-/// The result of a procedure: an HTTP status (200, 400, 403, 450, 500, 501); the output map
-/// carries `ERROR` for the others.
-pub(crate) type Rv = u16;
-
-pub(crate) fn fail(out: &mut Output, status: Rv, message: impl Into<Vec<u8>>) -> Rv {
-    out.insert(b"ERROR".to_vec(), message.into());
-    status
 }
 
 /// Run a procedure; `Err` when it waits for a signal first (`WAIT`, and `waited` is `None`).
@@ -172,19 +150,6 @@ fn tune_replication(shared: &Shared, input: &Input<'_>, out: &mut Output) -> Rv 
     match r.change_master(&shared.read_only, master, ts, force) {
         Ok(()) => 200,
         Err(why) => fail(out, 450, why),
-    }
-}
-
-/// Whether the `DB` parameter names our one database: absent, empty, a number that reads as
-/// 0, or the file name of the database path.
-pub(crate) fn db_ok(input: &Input<'_>, shared: &Shared) -> bool {
-    match get(input, "DB") {
-        None | Some(b"") => true,
-        Some(d) if d[0].is_ascii_digit() => atoi(d) == 0,
-        Some(d) => {
-            let base = shared.db_name.rsplit('/').next().unwrap_or("");
-            !base.is_empty() && d == base.as_bytes()
-        }
     }
 }
 

@@ -5,11 +5,11 @@ use super::*;
 use crate::context::{Next, Shared};
 use crate::kt_cursor::KtCursors;
 use crate::kt_signal::Waited;
-use crate::mc_exec;
 use crate::mc_stats::Dump;
 use crate::out::Out;
 use crate::tt_exec::{self, TtState};
 use crate::{http_exec, kt_bin_exec, mc_bin_exec};
+use crate::{mc_common, mc_exec};
 use kura_engine::store::now_secs;
 use kura_engine::Store;
 use kura_proto::mc_text::{self, Decoded, GetLine, Limits};
@@ -79,7 +79,7 @@ pub(super) fn process<'s>(
                         c.dump = Some(d);
                         pump(c, shared);
                     }
-                    Err(e) => mc_exec::server_error(&mut c.out, &e),
+                    Err(e) => mc_common::server_error(&mut c.out, &e),
                 }
                 if c.dump.is_some() {
                     break;
@@ -231,10 +231,10 @@ impl Wire for McText<'_> {
                 if let Some(u) = e.unlink {
                     let key = &buf[u.start..u.start + u.len];
                     if let Err(err) = mc_exec::unlink_key(store, shared, key, u.base64) {
-                        mc_exec::server_error(out, &err);
+                        mc_common::server_error(out, &err);
                     }
                 } else if e.kind == mc_text::ErrorKind::TooLarge {
-                    shared.store_too_large.add(1);
+                    shared.mc.store_too_large.add(1);
                 }
                 if let Some(n) = e.value_len {
                     mc_refused(shared, "memcached text", n);
@@ -295,7 +295,7 @@ impl Wire for McBinary<'_> {
                         let _ = err;
                     }
                 } else if e.status == Some(mc_bin::status::TOO_LARGE) {
-                    shared.store_too_large.add(1);
+                    shared.mc.store_too_large.add(1);
                 }
                 if let Some(n) = e.value_len {
                     mc_refused(shared, "memcached binary", n);
