@@ -221,3 +221,40 @@ fn the_same_operations_count_the_same_on_every_protocol() {
     assert_eq!(mc(&mut s, "delete zz\r\n"), "NOT_FOUND\r\n");
     assert_eq!(counters(&srv), want, "memcached text");
 }
+
+/// A delayed `flush_all` is carried out by the first request of any protocol once its time
+/// has come (one step every request takes, whatever its protocol): a key stored before it is
+/// gone for a Tyrant get, a Kyoto Tycoon binary get_bulk, an HTTP GET and a memcached get.
+#[test]
+fn a_delayed_flush_all_is_carried_out_by_a_request_of_any_protocol() {
+    let dir = tempfile::tempdir().unwrap();
+    let present: [(&str, fn(&Server) -> bool); 4] = [
+        ("Tyrant", |srv| Tt::new(&srv.addr).get(b"k").is_some()),
+        ("Kyoto Tycoon binary", |srv| {
+            !kt_bin(srv, 0xBA, &[(b"k", None)]).1.is_empty()
+        }),
+        ("HTTP", |srv| {
+            let mut s = srv.connect();
+            s.write_all(b"GET /k HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            let mut resp = String::new();
+            s.read_to_string(&mut resp).unwrap();
+            resp.starts_with("HTTP/1.1 200")
+        }),
+        ("memcached", |srv| {
+            let mut s = srv.connect();
+            mc_until_end(&mut s, "get k\r\n").contains("VALUE k")
+        }),
+    ];
+    for (proto, present) in present {
+        let srv = Server::start(dir.path(), "*");
+        let mut s = srv.connect();
+        assert_eq!(mc(&mut s, "set k 0 0 1\r\nv\r\n"), "STORED\r\n");
+        assert!(present(&srv), "{proto}: stored");
+        assert_eq!(mc(&mut s, "flush_all 1\r\n"), "OK\r\n");
+        assert!(
+            common::eventually(10, || !present(&srv)),
+            "{proto}: the delayed flush_all was not carried out"
+        );
+    }
+}

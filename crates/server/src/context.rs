@@ -259,6 +259,18 @@ impl Shared {
     /// `stats reset`: every request and hit/miss counter back to zero, the `stats detail`
     /// prefixes and `total_connections` (as memcached does; current connections and items
     /// stay).
+    /// The mask's verdict on a request that `denies` tells about: `None` when the mask in
+    /// force ([`Shared::mask`]) allows it, else whether `--mask` alone refuses it (see
+    /// [`Shared::read_only_refusal`]).
+    #[inline]
+    pub fn verdict(&self, denies: impl Fn(Mask) -> bool) -> Option<bool> {
+        let mask = self.mask();
+        if mask.is_empty() || !denies(mask) {
+            return None;
+        }
+        Some(denies(self.mask))
+    }
+
     /// The command mask in force: `--mask`, and every write while the server is read-only.
     #[inline]
     pub fn mask(&self) -> Mask {
@@ -331,6 +343,68 @@ pub enum Next {
     /// Kyoto Tycoon's `WAIT`: nothing is answered yet; the request stays unread and runs
     /// again once the signal comes or the time is up (see [`crate::kt_signal`]).
     Wait(crate::kt_signal::WaitReq),
+}
+
+/// One protocol's part in the steps every request takes, whatever its protocol ([`execute`]):
+/// what its requests are, which of them the command mask refuses, and its replies.
+pub trait Exec {
+    type Req<'a>;
+    /// Where replies are encoded.
+    type Out: Written + ?Sized;
+    /// Count a request received (before the mask: a refused request was received too).
+    fn received(&mut self, _req: &Self::Req<'_>) {}
+    /// Whether the command mask refuses `req` ([`Shared::verdict`]): `None` when it is
+    /// allowed, else whether `--mask` alone refuses it.
+    fn denied(&self, shared: &Shared, req: &Self::Req<'_>) -> Option<bool>;
+    /// Answer a refused request; `why` is set when it was refused because this server is a
+    /// read-only replica.
+    fn refuse(&mut self, req: &Self::Req<'_>, why: Option<String>, out: &mut Self::Out) -> Next;
+    /// Carry out an allowed request.
+    fn run(&mut self, req: &Self::Req<'_>, out: &mut Self::Out) -> Result<Next, Error>;
+    /// Answer a request that failed with `e` (its reply, from `start` of `out` on, may be
+    /// half-written).
+    fn failed(&mut self, req: &Self::Req<'_>, e: Error, start: usize, out: &mut Self::Out) -> Next;
+}
+
+/// The length of a reply buffer.
+pub trait Written {
+    fn written(&self) -> usize;
+}
+
+impl Written for Vec<u8> {
+    fn written(&self) -> usize {
+        self.len()
+    }
+}
+
+impl Written for crate::out::Out {
+    fn written(&self) -> usize {
+        self.len()
+    }
+}
+
+/// The steps every request takes, the same for every protocol and in this order: counted as
+/// received, checked against the command mask (a refusal answered in the protocol's form, and
+/// counted and logged when the server is a read-only replica), a delayed `flush_all` whose
+/// time has come carried out, then the request itself.
+pub fn execute<E: Exec>(
+    e: &mut E,
+    store: &dyn Store,
+    shared: &Shared,
+    req: &E::Req<'_>,
+    now: u64,
+    out: &mut E::Out,
+) -> Next {
+    e.received(req);
+    if let Some(by_mask) = e.denied(shared, req) {
+        let why = shared.read_only_refusal(by_mask);
+        return e.refuse(req, why, out);
+    }
+    let start = out.written();
+    match flush_if_due(store, shared, now).and_then(|_| e.run(req, out)) {
+        Ok(next) => next,
+        Err(err) => e.failed(req, err, start, out),
+    }
 }
 
 /// Carry out a pending delayed `flush_all` once its time has come.

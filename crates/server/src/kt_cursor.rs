@@ -108,8 +108,8 @@ pub fn procedure<'s>(
     out: &mut Output,
 ) -> Option<Result<Rv, Error>> {
     let op = op_of(name)?;
-    if let Some(op) = op.filter(|&op| shared.mask().denies(op, Proto::Http)) {
-        let why = shared.read_only_refusal(shared.mask.denies(op, Proto::Http));
+    if let Some(by_mask) = op.and_then(|op| shared.verdict(|mask| mask.denies(op, Proto::Http))) {
+        let why = shared.read_only_refusal(by_mask);
         return Some(Ok(fail(
             out,
             403,

@@ -1,7 +1,7 @@
 //! Executes memcached binary-protocol requests on a [`Store`] (same semantics and counters as
 //! the text protocol in [`crate::mc_exec`]).
 
-use crate::context::{flush_if_due, Next, Shared};
+use crate::context::{self, Next, Shared};
 use crate::mask::{Mask, Op, Proto};
 use crate::mc_common::{absolute_expiry, append, Did};
 use crate::mc_exec::flush_all;
@@ -21,8 +21,31 @@ pub fn execute(
     now: u64,
     out: &mut Out,
 ) -> Next {
-    if !shared.mask().is_empty() && masked(shared.mask(), req.opcode) {
-        match shared.read_only_refusal(masked(shared.mask, req.opcode)) {
+    context::execute(
+        &mut Binary { store, shared, now },
+        store,
+        shared,
+        req,
+        now,
+        out,
+    )
+}
+
+/// The memcached binary protocol in the steps every request takes.
+struct Binary<'x> {
+    store: &'x dyn Store,
+    shared: &'x Shared,
+    now: u64,
+}
+
+impl context::Exec for Binary<'_> {
+    type Req<'a> = Request<'a>;
+    type Out = Out;
+    fn denied(&self, shared: &Shared, req: &Request<'_>) -> Option<bool> {
+        shared.verdict(|mask| masked(mask, req.opcode))
+    }
+    fn refuse(&mut self, req: &Request<'_>, why: Option<String>, out: &mut Out) -> Next {
+        match why {
             Some(why) => encode_response(
                 out,
                 req.opcode,
@@ -35,10 +58,17 @@ pub fn execute(
             ),
             None => encode_error(out, req.opcode, status::NOT_SUPPORTED, req.opaque),
         }
-        return Next::Continue;
+        Next::Continue
     }
-    if let Err(e) = flush_if_due(store, shared, now).and_then(|_| run(store, shared, req, now, out))
-    {
+    fn run(&mut self, req: &Request<'_>, out: &mut Out) -> Result<Next, Error> {
+        run(self.store, self.shared, req, self.now, out)?;
+        Ok(if matches!(req.opcode, op::QUIT | op::QUITQ) {
+            Next::Close
+        } else {
+            Next::Continue
+        })
+    }
+    fn failed(&mut self, req: &Request<'_>, e: Error, _start: usize, out: &mut Out) -> Next {
         let st = match e {
             Error::TooLarge(_) => status::TOO_LARGE,
             Error::NotNumeric => status::NON_NUMERIC,
@@ -46,11 +76,6 @@ pub fn execute(
             _ => status::OUT_OF_MEMORY,
         };
         encode_error(out, req.opcode, st, req.opaque);
-        return Next::Continue;
-    }
-    if matches!(req.opcode, op::QUIT | op::QUITQ) {
-        Next::Close
-    } else {
         Next::Continue
     }
 }

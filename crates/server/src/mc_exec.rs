@@ -7,7 +7,7 @@
 //! [`crate::mc_meta`], the statistics in [`crate::mc_stats`], the binary protocol in
 //! [`crate::mc_bin_exec`].
 
-use crate::context::{flush_if_due, Next, Shared};
+use crate::context::{self, Next, Shared};
 use crate::mask::{Mask, Op, Proto};
 use crate::mc_common::{absolute_expiry, append, server_error, Did};
 use crate::mc_meta;
@@ -143,8 +143,30 @@ pub fn execute(
     now: u64,
     out: &mut Out,
 ) -> Next {
-    if !shared.mask().is_empty() && masked(shared.mask(), req) {
-        let why = shared.read_only_refusal(masked(shared.mask, req));
+    context::execute(
+        &mut Text { store, shared, now },
+        store,
+        shared,
+        req,
+        now,
+        out,
+    )
+}
+
+/// The memcached text protocol in the steps every request takes.
+struct Text<'x> {
+    store: &'x dyn Store,
+    shared: &'x Shared,
+    now: u64,
+}
+
+impl context::Exec for Text<'_> {
+    type Req<'a> = Request<'a>;
+    type Out = Out;
+    fn denied(&self, shared: &Shared, req: &Request<'_>) -> Option<bool> {
+        shared.verdict(|mask| masked(mask, req))
+    }
+    fn refuse(&mut self, req: &Request<'_>, why: Option<String>, out: &mut Out) -> Next {
         if !noreply(req) {
             match why {
                 Some(why) => {
@@ -155,18 +177,14 @@ pub fn execute(
                 None => out.extend_from_slice(REFUSED),
             }
         }
-        return Next::Continue;
+        Next::Continue
     }
-    if let Err(e) = flush_if_due(store, shared, now) {
+    fn run(&mut self, req: &Request<'_>, out: &mut Out) -> Result<Next, Error> {
+        run(self.store, self.shared, req, self.now, out)
+    }
+    fn failed(&mut self, _req: &Request<'_>, e: Error, _start: usize, out: &mut Out) -> Next {
         server_error(out, &e);
-        return Next::Continue;
-    }
-    match run(store, shared, req, now, out) {
-        Ok(next) => next,
-        Err(e) => {
-            server_error(out, &e);
-            Next::Continue
-        }
+        Next::Continue
     }
 }
 

@@ -38,7 +38,7 @@
 //! write without `xt` stores a record that never expires (Kyoto Tycoon's default), except
 //! REST PUT with Tyrant's putcat, which keeps the record's expiration.
 
-use crate::context::{flush_if_due, Next, Shared};
+use crate::context::{self, Next, Shared};
 use crate::kt_common::{atoi, db_error, NO_RECORD};
 use crate::kt_cursor::KtCursors;
 use crate::kt_signal::Waited;
@@ -110,17 +110,55 @@ pub fn execute_with<'s>(
     now: u64,
     out: &mut Vec<u8>,
 ) -> Next {
-    let reply = match flush_if_due(store, shared, now) {
-        Err(e) => Reply::text(engine_error(&e).0, &e.to_string()),
-        Ok(()) => match req.path().strip_prefix("/rpc/") {
-            Some(name) => match rpc::rpc(store, shared, curs, req, name, waited, now) {
+    let mut e = Http {
+        store,
+        shared,
+        curs,
+        waited,
+        now,
+    };
+    context::execute(&mut e, store, shared, req, now, out)
+}
+
+/// HTTP (Tyrant's and Kyoto Tycoon's REST, Kyoto Tycoon's RPC) in the steps every request
+/// takes. The operation a request is depends on its route, so the mask's verdict is asked
+/// where the route is known ([`Shared::verdict`]), and answered in the route's form.
+struct Http<'x, 's> {
+    store: &'s dyn Store,
+    shared: &'x Shared,
+    curs: &'x mut KtCursors<'s>,
+    waited: Option<Waited>,
+    now: u64,
+}
+
+impl context::Exec for Http<'_, '_> {
+    type Req<'a> = Request<'a>;
+    type Out = Vec<u8>;
+    fn denied(&self, _shared: &Shared, _req: &Request<'_>) -> Option<bool> {
+        None
+    }
+    fn refuse(&mut self, _req: &Request<'_>, _why: Option<String>, _out: &mut Vec<u8>) -> Next {
+        Next::Continue
+    }
+    fn run(&mut self, req: &Request<'_>, out: &mut Vec<u8>) -> Result<Next, Error> {
+        let (store, shared, now) = (self.store, self.shared, self.now);
+        let reply = match req.path().strip_prefix("/rpc/") {
+            Some(name) => match rpc::rpc(store, shared, self.curs, req, name, self.waited, now) {
                 Ok(reply) => reply,
-                Err(wait) => return Next::Wait(wait),
+                Err(wait) => return Ok(Next::Wait(wait)),
             },
             None => rest::rest(store, shared, req, now),
-        },
-    };
-    send(out, req, now, reply)
+        };
+        Ok(send(out, req, now, reply))
+    }
+    fn failed(&mut self, req: &Request<'_>, e: Error, _start: usize, out: &mut Vec<u8>) -> Next {
+        send(
+            out,
+            req,
+            self.now,
+            Reply::text(engine_error(&e).0, &e.to_string()),
+        )
+    }
 }
 
 fn send(out: &mut Vec<u8>, req: &Request<'_>, now: u64, reply: Reply) -> Next {

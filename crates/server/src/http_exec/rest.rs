@@ -26,6 +26,13 @@ fn refused(shared: &Shared, by_mask: bool) -> Reply {
     }
 }
 
+/// The refusal of `op` when the mask in force refuses it ([`Shared::verdict`]).
+fn masked(shared: &Shared, op: Op) -> Option<Reply> {
+    shared
+        .verdict(|mask| mask.denies(op, Proto::Http))
+        .map(|by_mask| refused(shared, by_mask))
+}
+
 /// A miss in both dialects: Tyrant's body, Kyoto Tycoon's header.
 fn not_found() -> Reply {
     Reply::text(404, "Not Found").header("X-Kt-Error", NO_RECORD)
@@ -79,15 +86,15 @@ pub(super) fn rest(store: &dyn Store, shared: &Shared, req: &Request<'_>, now: u
             } else {
                 Op::Vsiz
             };
-            if deny(op) {
-                return refused(shared, shared.mask.denies(op, Proto::Http));
+            if let Some(r) = masked(shared, op) {
+                return r;
             }
             rest_get(store, shared, &key)
         }
         Method::Put => rest_put(store, shared, req, &key),
         Method::Delete => {
-            if deny(Op::Out) {
-                return refused(shared, shared.mask.denies(Op::Out, Proto::Http));
+            if let Some(r) = masked(shared, Op::Out) {
+                return r;
             }
             rest_delete(store, shared, req, &key)
         }
@@ -148,8 +155,8 @@ fn rest_put(
         Mode::Keep => Op::PutKeep,
         Mode::Cat => Op::PutCat,
     };
-    if shared.mask().denies(op, Proto::Http) {
-        return Ok(refused(shared, shared.mask.denies(op, Proto::Http)));
+    if let Some(r) = masked(shared, op) {
+        return Ok(r);
     }
     let expires = match req.header("x-kt-xt").and_then(http::parse_http_date) {
         Some(t) if t > 0 && t < XT_MAX => t,
@@ -227,8 +234,8 @@ fn rest_post(
 ) -> Result<Reply, Error> {
     let named = |h| req.header(h).filter(|v| !v.is_empty());
     if named("x-tt-xname").is_some() {
-        if shared.mask().denies(Op::Ext, Proto::Http) {
-            return Ok(refused(shared, shared.mask.denies(Op::Ext, Proto::Http)));
+        if let Some(r) = masked(shared, Op::Ext) {
+            return Ok(r);
         }
         // No script extension is ever loaded: ttserver without `-ext` answers 500.
         return Ok(Reply::text(500, "Internal Server Error"));

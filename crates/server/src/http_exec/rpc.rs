@@ -204,8 +204,8 @@ fn procedure<'s>(
         let name = String::from_utf8_lossy(name);
         return Ok(fail(out, 501, format!("not implemented: {name}")));
     };
-    if shared.mask().denies(op, Proto::Http) {
-        let why = shared.read_only_refusal(shared.mask.denies(op, Proto::Http));
+    if let Some(by_mask) = shared.verdict(|mask| mask.denies(op, Proto::Http)) {
+        let why = shared.read_only_refusal(by_mask);
         return Ok(fail(out, 403, why.unwrap_or_else(|| "forbidden".into())));
     }
     if name == b"report" {

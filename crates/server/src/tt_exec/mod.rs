@@ -12,7 +12,7 @@
 //! command answers its failure form (see [`tt_bin::reply_failure`]).
 
 use crate::backup;
-use crate::context::{flush_if_due, Next, Shared};
+use crate::context::{self, Next, Shared};
 use crate::mask::{Op, Proto};
 use kura_engine::TokyoOps;
 use kura_engine::{Cursor, Error, Outcome, Record, Store};
@@ -287,44 +287,60 @@ pub fn execute<'s>(
     now: u64,
     out: &mut Vec<u8>,
 ) -> Next {
-    let c = req.cmd();
-    let op = op_of(req);
-    // Counted as ttserver counts: every command received, refused ones too.
-    shared.tt_counts[op as usize].add(1);
-    let denied = match req {
-        Request::Misc { name, .. } => misc_denied(shared, name, Proto::Tyrant),
-        _ => shared.mask().denies(op, Proto::Tyrant),
+    let mut e = Tyrant {
+        store,
+        shared,
+        st,
+        now,
     };
-    if denied {
+    context::execute(&mut e, store, shared, req, now, out)
+}
+
+/// Tokyo Tyrant's binary protocol in the steps every request takes.
+struct Tyrant<'x, 's> {
+    store: &'s dyn Store,
+    shared: &'x Shared,
+    st: &'x mut TtState<'s>,
+    now: u64,
+}
+
+impl context::Exec for Tyrant<'_, '_> {
+    type Req<'a> = Request<'a>;
+    type Out = Vec<u8>;
+    fn received(&mut self, req: &Request<'_>) {
+        // Counted as ttserver counts: every command received, refused ones too.
+        self.shared.tt_counts[op_of(req) as usize].add(1);
+    }
+    fn denied(&self, shared: &Shared, req: &Request<'_>) -> Option<bool> {
+        match req {
+            Request::Misc { name, .. } => misc_denied(shared, name, Proto::Tyrant)
+                .then(|| shared.mask.denies(Op::Misc, Proto::Tyrant)),
+            _ => shared.verdict(|mask| mask.denies(op_of(req), Proto::Tyrant)),
+        }
+    }
+    fn refuse(&mut self, req: &Request<'_>, why: Option<String>, out: &mut Vec<u8>) -> Next {
         // A write on a read-only replica: Tyrant's replies carry no text; `stat` says why
         // (`read_only`), so does `misc error`, and the log counts them.
-        let by_mask = match req {
-            Request::Misc { .. } => shared.mask.denies(Op::Misc, Proto::Tyrant),
-            _ => shared.mask.denies(op, Proto::Tyrant),
-        };
-        if let Some(why) = shared.read_only_refusal(by_mask) {
-            st.last_error = Some(why);
+        if let Some(why) = why {
+            self.st.last_error = Some(why);
         }
-        return refuse(c, out);
+        refuse(req.cmd(), out)
     }
-    let start = out.len();
-    // A delayed memcached `flush_all` whose time has come applies to every protocol.
-    let done = flush_if_due(store, shared, now);
-    match done.and_then(|_| run(store, shared, st, req, now, out)) {
-        Ok(next) => next,
-        Err(e) => {
-            st.last_error = Some(e.to_string());
-            if matches!(
-                op,
-                Op::Put | Op::PutKeep | Op::PutCat | Op::PutShl | Op::PutNr
-            ) {
-                shared.tt_misses[PUT_MISS].add(1);
-            }
-            // Nothing half-written goes out: the failure form replaces it.
-            out.truncate(start);
-            tt_bin::reply_failure(out, c);
-            Next::Continue
+    fn run(&mut self, req: &Request<'_>, out: &mut Vec<u8>) -> Result<Next, Error> {
+        run(self.store, self.shared, self.st, req, self.now, out)
+    }
+    fn failed(&mut self, req: &Request<'_>, e: Error, start: usize, out: &mut Vec<u8>) -> Next {
+        self.st.last_error = Some(e.to_string());
+        if matches!(
+            op_of(req),
+            Op::Put | Op::PutKeep | Op::PutCat | Op::PutShl | Op::PutNr
+        ) {
+            self.shared.tt_misses[PUT_MISS].add(1);
         }
+        // Nothing half-written goes out: the failure form replaces it.
+        out.truncate(start);
+        tt_bin::reply_failure(out, req.cmd());
+        Next::Continue
     }
 }
 
