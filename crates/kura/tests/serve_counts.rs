@@ -222,13 +222,16 @@ fn the_same_operations_count_the_same_on_every_protocol() {
     assert_eq!(counters(&srv), want, "memcached text");
 }
 
+/// Whether a protocol still finds the key `k`.
+type Probe = fn(&Server) -> bool;
+
 /// A delayed `flush_all` is carried out by the first request of any protocol once its time
 /// has come (one step every request takes, whatever its protocol): a key stored before it is
 /// gone for a Tyrant get, a Kyoto Tycoon binary get_bulk, an HTTP GET and a memcached get.
 #[test]
 fn a_delayed_flush_all_is_carried_out_by_a_request_of_any_protocol() {
     let dir = tempfile::tempdir().unwrap();
-    let present: [(&str, fn(&Server) -> bool); 4] = [
+    let present: [(&str, Probe); 4] = [
         ("Tyrant", |srv| Tt::new(&srv.addr).get(b"k").is_some()),
         ("Kyoto Tycoon binary", |srv| {
             !kt_bin(srv, 0xBA, &[(b"k", None)]).1.is_empty()
