@@ -59,18 +59,14 @@ pub struct Shared {
     pub port: u16,
     /// What memcached keeps for itself: its own counters, item states, `stats detail`.
     pub mc: McState,
-    /// Tyrant commands received, by operation (`crate::mask::Op` order: Tyrant's `cnt_*`).
-    pub tt_counts: [Counter; crate::mask::OPS.len()],
-    /// Tyrant's `cnt_put_miss`, `cnt_out_miss`, `cnt_get_miss`.
-    pub tt_misses: [Counter; 3],
+    /// What Tyrant keeps for itself: its `cnt_*` counters and the server's iteration.
+    pub tt: crate::tt_exec::TtShared,
     /// Refuse every client write (a replica that takes its changes from its master only).
     pub read_only: std::sync::atomic::AtomicBool,
     /// Replication: the update log, the master followed, the replicas fed.
     pub repl: Option<std::sync::Arc<crate::repl::Replication>>,
     /// Kyoto Tycoon's named signals: the requests waiting for one (`WAIT`).
     pub kt_signals: crate::kt_signal::Signals,
-    /// Where the server's Tyrant iteration is (iterinit / iternext on any connection).
-    pub tt_iter: crate::tt_exec::SharedIter,
     /// Where copies asked for over the network go (`--backup-dir`); `None` refuses them
     /// (see [`crate::backup`]).
     pub backup_dir: Option<BackupDir>,
@@ -201,12 +197,10 @@ impl Shared {
             cmd_get: Counter::new(),
             cmd_set: Counter::new(),
             mc: McState::new(),
-            tt_counts: std::array::from_fn(|_| Counter::new()),
-            tt_misses: std::array::from_fn(|_| Counter::new()),
+            tt: Default::default(),
             read_only: std::sync::atomic::AtomicBool::new(false),
             repl: None,
             kt_signals: crate::kt_signal::Signals::new(),
-            tt_iter: Default::default(),
             get_hits: Counter::new(),
             get_misses: Counter::new(),
             delete_hits: Counter::new(),
@@ -294,9 +288,7 @@ impl Shared {
         ] {
             c.reset();
         }
-        for c in self.tt_counts.iter().chain(&self.tt_misses) {
-            c.reset();
-        }
+        self.tt.reset_stats();
         self.mc.reset_stats();
         self.total_connections.store(0, Relaxed);
     }

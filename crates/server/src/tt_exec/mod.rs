@@ -14,6 +14,7 @@
 use crate::backup;
 use crate::context::{self, Next, Shared};
 use crate::mask::{Op, Proto};
+use kura_engine::counter::Counter;
 use kura_engine::TokyoOps;
 use kura_engine::{Cursor, Error, Outcome, Record, Store};
 use kura_proto::tt_bin::{self, cmd, Request, FAIL, OK};
@@ -66,6 +67,36 @@ pub enum IterPos {
 /// The server's [`IterPos`], shared by its connections.
 pub type SharedIter = std::sync::Arc<std::sync::Mutex<IterPos>>;
 
+/// What a server keeps for Tyrant alone (`Shared::tt`).
+#[derive(Debug)]
+pub struct TtShared {
+    /// Commands received, by operation (`crate::mask::Op` order: Tyrant's `cnt_*`).
+    pub counts: [Counter; crate::mask::OPS.len()],
+    /// Tyrant's `cnt_put_miss`, `cnt_out_miss`, `cnt_get_miss`.
+    pub misses: [Counter; 3],
+    /// Where the server's iteration is (iterinit / iternext on any connection).
+    pub iter: SharedIter,
+}
+
+impl Default for TtShared {
+    fn default() -> Self {
+        TtShared {
+            counts: std::array::from_fn(|_| Counter::new()),
+            misses: std::array::from_fn(|_| Counter::new()),
+            iter: SharedIter::default(),
+        }
+    }
+}
+
+impl TtShared {
+    /// `stats reset`: the counters back to zero.
+    pub fn reset_stats(&self) {
+        for c in self.counts.iter().chain(&self.misses) {
+            c.reset();
+        }
+    }
+}
+
 /// Per-connection state: the record iterator of iterinit / iternext (and misc iterinit /
 /// iternext, which share it, as in Tyrant). Tyrant has one iterator per server, shared by every
 /// client; Kura keeps one per connection so that clients cannot disturb each other, and a
@@ -110,7 +141,7 @@ impl<'s> TtState<'s> {
     /// A connection's state that takes part in the server's iteration.
     pub fn of_server(shared: &Shared) -> Self {
         TtState {
-            server: Some(shared.tt_iter.clone()),
+            server: Some(shared.tt.iter.clone()),
             ..Self::default()
         }
     }
@@ -270,7 +301,7 @@ pub fn op_of(req: &Request<'_>) -> Op {
     }
 }
 
-/// Indexes of `Shared::tt_misses`.
+/// Indexes of `TtShared::misses`.
 const PUT_MISS: usize = 0;
 const OUT_MISS: usize = 1;
 const GET_MISS: usize = 2;
@@ -309,7 +340,7 @@ impl context::Exec for Tyrant<'_, '_> {
     type Out = Vec<u8>;
     fn received(&mut self, req: &Request<'_>) {
         // Counted as ttserver counts: every command received, refused ones too.
-        self.shared.tt_counts[op_of(req) as usize].add(1);
+        self.shared.tt.counts[op_of(req) as usize].add(1);
     }
     fn denied(&self, shared: &Shared, req: &Request<'_>) -> Option<bool> {
         match req {
@@ -335,7 +366,7 @@ impl context::Exec for Tyrant<'_, '_> {
             op_of(req),
             Op::Put | Op::PutKeep | Op::PutCat | Op::PutShl | Op::PutNr
         ) {
-            self.shared.tt_misses[PUT_MISS].add(1);
+            self.shared.tt.misses[PUT_MISS].add(1);
         }
         // Nothing half-written goes out: the failure form replaces it.
         out.truncate(start);
@@ -377,15 +408,15 @@ fn run<'s>(
         if let Request::PutNr { .. } = req {
             // No reply, whatever happens: an error is swallowed here rather than answered.
             if !matches!(applied, Ok(Applied::Done(true))) {
-                shared.tt_misses[PUT_MISS].add(1);
+                shared.tt.misses[PUT_MISS].add(1);
             }
             return Ok(Next::Continue);
         }
         match applied? {
             Applied::Done(ok) => {
                 match req {
-                    Request::PutKeep { .. } if !ok => shared.tt_misses[PUT_MISS].add(1),
-                    Request::Out { .. } if !ok => shared.tt_misses[OUT_MISS].add(1),
+                    Request::PutKeep { .. } if !ok => shared.tt.misses[PUT_MISS].add(1),
+                    Request::Out { .. } if !ok => shared.tt.misses[OUT_MISS].add(1),
                     _ => {}
                 }
                 code(out, ok);
@@ -399,7 +430,7 @@ fn run<'s>(
         Request::Get { key } => {
             // Encoded straight from the store's memory: no copy of the value.
             if !store.view(key, &mut |value, _| tt_bin::reply_value(out, value))? {
-                shared.tt_misses[GET_MISS].add(1);
+                shared.tt.misses[GET_MISS].add(1);
                 code(out, false);
             }
         }

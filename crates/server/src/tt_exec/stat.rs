@@ -86,10 +86,10 @@ pub(super) fn stat_text(store: &dyn Store, shared: &Shared, st: &TtState<'_>, no
         &format_args!("{:.6}", (time - shared.started as f64).max(0.0)),
     );
     for (i, (_, name, _)) in OPS.iter().enumerate() {
-        line(&format!("cnt_{name}"), &shared.tt_counts[i].get());
+        line(&format!("cnt_{name}"), &shared.tt.counts[i].get());
     }
     for (i, name) in ["put", "out", "get"].iter().enumerate() {
-        line(&format!("cnt_{name}_miss"), &shared.tt_misses[i].get());
+        line(&format!("cnt_{name}_miss"), &shared.tt.misses[i].get());
     }
     line("kura_version", &env!("CARGO_PKG_VERSION"));
     line("port", &shared.port);
