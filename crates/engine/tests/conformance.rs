@@ -1,7 +1,7 @@
 //! The conformance suite: every database kind against one model.
 //!
 //! Random sequences of every `Store` operation run against a `BTreeMap` model that follows
-//! the trait's documentation (crates/engine/src/store.rs), on every entry of [`KINDS`]: the
+//! the trait's documentation (crates/engine/src/store/), on every entry of [`KINDS`]: the
 //! memory hash and tree, and the on-disk hash on real files and on the simulated file system,
 //! closed and reopened, or crashed under `sync=always` (where every acknowledged write must
 //! survive). The on-disk hash runs with tiny tuning (64 KiB segments, 4 KiB write buffers,
