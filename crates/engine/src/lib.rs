@@ -36,6 +36,6 @@ pub use error::{Error, Result};
 pub use name::{open, open_as, open_existing, open_readonly, repair, repair_in_place};
 pub use registry::{Caps, KindInfo, Opened};
 pub use store::{
-    BatchOp, CheckReport, Counted, Current, Cursor, Damaged, Decision, KeyRange, Kind, Meta,
-    Outcome, Pinned, Record, RepairReport, Shown, Store, Value,
+    BatchOp, CheckReport, Counted, Current, Cursor, Damaged, Decision, KeyRange, Kind, KyotoOps,
+    MemcachedOps, Meta, Outcome, Pinned, Record, RepairReport, Shown, Store, TokyoOps, Value,
 };

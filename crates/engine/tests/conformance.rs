@@ -1,7 +1,7 @@
 //! The conformance suite: every database kind against one model.
 //!
 //! Random sequences of every `Store` operation run against a `BTreeMap` model that follows
-//! the trait's documentation (crates/engine/src/store.rs), on every entry of [`KINDS`]: the
+//! the trait's documentation (crates/engine/src/store/), on every entry of [`KINDS`]: the
 //! memory hash and tree, and the on-disk hash on real files and on the simulated file system,
 //! closed and reopened, or crashed under `sync=always` (where every acknowledged write must
 //! survive). The on-disk hash runs with tiny tuning (64 KiB segments, 4 KiB write buffers,
@@ -43,6 +43,8 @@ use kura_engine::hash::DiskHash;
 use kura_engine::io::{CrashMode, SimVfs};
 use kura_engine::store::{now_secs, MAX_KEY_LEN};
 use kura_engine::tree::DiskTree;
+use kura_engine::MemcachedOps;
+use kura_engine::TokyoOps;
 use kura_engine::{
     BatchOp, Counted, Decision, Error, Meta, OpenMode, Outcome, Params, Record, Store,
 };
@@ -687,6 +689,21 @@ enum Op {
     },
 }
 
+/// Append (`front`: prepend) to an existing record only, as memcached does: the new metadata,
+/// `None` when the record is absent.
+fn concat_existing(
+    db: &dyn Store,
+    k: &[u8],
+    v: &[u8],
+    front: bool,
+) -> kura_engine::Result<Option<Meta>> {
+    Ok(match db.concat_if(k, v, front, 0, &|_, _| true)? {
+        Outcome::Stored(m) => Some(m),
+        Outcome::NotFound => None,
+        other => panic!("concat_if without cas or limit: {other:?}"),
+    })
+}
+
 /// A put in a batch: value, flags, expiry.
 type Put = (Bytes, u32, Exp);
 
@@ -1239,7 +1256,7 @@ fn apply_key_op(db: &dyn Store, m: &mut Model, op: &Op) {
                 let r = match (*front, *create) {
                     (false, true) => db.putcat(k, v).map(|_| ()),
                     (true, true) => db.prepend(k, v).map(|_| ()),
-                    (front, false) => db.concat(k, v, front, false).map(|_| ()),
+                    (front, false) => concat_existing(db, k, v, front).map(|_| ()),
                 };
                 too_large_value(r, "a concatenation past the width");
                 let got = db.get(k).unwrap().map(|r| Rec::of(&r.value, r.meta));
@@ -1249,7 +1266,7 @@ fn apply_key_op(db: &dyn Store, m: &mut Model, op: &Op) {
             let r = match (*front, *create) {
                 (false, true) => Some(db.putcat(k, v).unwrap()),
                 (true, true) => Some(db.prepend(k, v).unwrap()),
-                (front, false) => db.concat(k, v, front, false).unwrap(),
+                (front, false) => concat_existing(db, k, v, front).unwrap(),
             };
             match (m.get(k).cloned(), r) {
                 (Some(c), Some(meta)) => {
@@ -1391,7 +1408,7 @@ fn apply_key_op(db: &dyn Store, m: &mut Model, op: &Op) {
                 (Some(c), Ok(Counted::VersionMismatch)) if cas != 0 && cas != c.version => {}
                 (Some(c), r) if cas == 0 || cas == c.version => {
                     match (model_decimal(&c.value), r) {
-                        (None, Err(Error::NotNumeric) | Ok(Counted::NotNumeric)) => {
+                        (None, Err(Error::NotNumeric)) => {
                             let got = db.get(k).unwrap().map(|r| Rec::of(&r.value, r.meta));
                             m.expect(k, got, "after a failed incr");
                         }

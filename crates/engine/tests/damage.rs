@@ -29,6 +29,7 @@
 use kura_engine::fixed::FixedDb;
 use kura_engine::hash::{format, DiskHash};
 use kura_engine::io::{CrashMode, OsVfs, SimVfs, Vfs};
+use kura_engine::TokyoOps;
 use kura_engine::{compress, Error, OpenMode, Params, RepairReport, Store};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

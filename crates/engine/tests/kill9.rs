@@ -9,6 +9,7 @@
 //! returns. With `KURA_KILL9_MT_CHILD` set it runs `kill9_child_writer_threads` instead: eight
 //! threads putting, appending and deleting keys of their own, each printing `ack T I`.
 
+use kura_engine::TokyoOps;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -14,6 +14,7 @@
 use crate::transfer::{self, Input, LineFormat};
 use crate::when;
 use clap::Subcommand;
+use kura_engine::TokyoOps;
 use kura_engine::{self as engine, tsv, Error, KeyRange, OpenMode, Outcome, Store};
 use std::ffi::OsString;
 use std::io::{self, BufWriter, IsTerminal, Write};

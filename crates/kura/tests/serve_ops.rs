@@ -58,7 +58,7 @@ fn every_protocol_reaches_the_same_operations() {
     let srv = Server::start_with(dir.path(), "+", &["--backup-dir", "."]);
     let mut t = srv.connect();
     let mut m = srv.connect();
-    // Tyrant's putshl on an absent key stores the whole value (Store::putshl), memcached reads it.
+    // Tyrant's putshl on an absent key stores the whole value (TokyoOps::putshl), memcached reads it.
     let shl = Request::PutShl {
         key: b"s",
         value: b"abcdef",
@@ -69,7 +69,7 @@ fn every_protocol_reaches_the_same_operations() {
         mc(&mut m, "get s\r\n", "END\r\n"),
         "VALUE s 0 6\r\nabcdef\r\nEND\r\n"
     );
-    // memcached's incr pads a shorter result to the old length (Store::incr_decimal_if).
+    // memcached's incr pads a shorter result to the old length (MemcachedOps::incr_decimal_if).
     mc(&mut m, "set n 0 0 3\r\n100\r\n", "STORED\r\n");
     assert_eq!(mc(&mut m, "decr n 95\r\n", "\r\n"), "5\r\n");
     assert_eq!(

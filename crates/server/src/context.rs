@@ -1,17 +1,15 @@
-//! The server-wide context every executor shares: the counters, settings and per-item state
-//! of a server ([`Shared`]), what a connection does after a request ([`Next`]), and the
-//! delayed `flush_all` that applies to every protocol ([`flush_if_due`]). Executors import it
-//! from here; the types of protocol-specific state it holds live beside their protocol
-//! (`mc_meta::ItemStates`, `mc_access::Access`, `mc_stats::PrefixStats`).
+//! The server-wide context every executor shares: the counters every protocol counts and the
+//! settings of a server ([`Shared`]), what a connection does after a request ([`Next`]), and
+//! the delayed `flush_all` that applies to every protocol ([`flush_if_due`]). Executors import
+//! it from here; what one protocol keeps for itself is its own (memcached's is
+//! [`McState`], in `mc_common`).
 
 use crate::backup::BackupDir;
 use crate::mask::Mask;
-use crate::mc_access::Access;
-use crate::mc_meta::ItemStates;
-use crate::mc_stats::{Did, PrefixStats};
+use crate::mc_common::McState;
 use kura_engine::counter::Counter;
 use kura_engine::{Error, Store};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,27 +25,10 @@ pub struct Shared {
     pub version: &'static str,
     pub cmd_get: Counter,
     pub cmd_set: Counter,
-    /// Meta commands received (memcached's `cmd_meta`).
-    pub cmd_meta: Counter,
-    /// Values stored by the memcached storage commands (memcached's `total_items`).
-    pub total_items: Counter,
-    pub cmd_touch: Counter,
-    pub cmd_flush: Counter,
     pub get_hits: Counter,
     pub get_misses: Counter,
     pub delete_hits: Counter,
     pub delete_misses: Counter,
-    pub incr_hits: Counter,
-    pub incr_misses: Counter,
-    pub decr_hits: Counter,
-    pub decr_misses: Counter,
-    pub cas_hits: Counter,
-    pub cas_misses: Counter,
-    pub cas_badval: Counter,
-    pub touch_hits: Counter,
-    pub touch_misses: Counter,
-    /// Storage commands refused as too large.
-    pub store_too_large: Counter,
     pub curr_connections: AtomicU64,
     pub total_connections: AtomicU64,
     /// Connections refused at `max_connections`.
@@ -66,12 +47,6 @@ pub struct Shared {
     /// The address listened on and `--timeout` (for `stats settings`).
     pub host: String,
     pub idle_timeout: u64,
-    /// `verbosity <level>` (memcached keeps at most 2); the log does not change.
-    pub verbosity: AtomicU32,
-    /// `slabs automove <level>` and `slabs automove ratio <r>` (the bits of an f64), shown by
-    /// `stats settings`; Kura has no slabs to move.
-    pub slab_automove: AtomicU32,
-    pub slab_automove_ratio: AtomicU64,
     /// A pending `flush_all <delay>`: the unix time at which every record goes (0 = none).
     pub flush_at: AtomicU64,
     /// Operations refused on every protocol (`--mask`).
@@ -82,24 +57,16 @@ pub struct Shared {
     pub sid: u32,
     /// The main listening port.
     pub port: u16,
-    /// memcached's per-item stale / win-token bits for the meta commands (see [`ItemStates`]).
-    pub item_states: ItemStates,
-    /// Last use and fetched bit of items (`mg … h l`, `me`, metadump), kept once asked for.
-    pub access: Access,
-    /// `stats detail` counters.
-    pub detail: PrefixStats,
-    /// Tyrant commands received, by operation (`crate::mask::Op` order: Tyrant's `cnt_*`).
-    pub tt_counts: [Counter; crate::mask::OPS.len()],
-    /// Tyrant's `cnt_put_miss`, `cnt_out_miss`, `cnt_get_miss`.
-    pub tt_misses: [Counter; 3],
+    /// What memcached keeps for itself: its own counters, item states, `stats detail`.
+    pub mc: McState,
+    /// What Tyrant keeps for itself: its `cnt_*` counters and the server's iteration.
+    pub tt: crate::tt_exec::TtShared,
     /// Refuse every client write (a replica that takes its changes from its master only).
     pub read_only: std::sync::atomic::AtomicBool,
     /// Replication: the update log, the master followed, the replicas fed.
     pub repl: Option<std::sync::Arc<crate::repl::Replication>>,
     /// Kyoto Tycoon's named signals: the requests waiting for one (`WAIT`).
     pub kt_signals: crate::kt_signal::Signals,
-    /// Where the server's Tyrant iteration is (iterinit / iternext on any connection).
-    pub tt_iter: crate::tt_exec::SharedIter,
     /// Where copies asked for over the network go (`--backup-dir`); `None` refuses them
     /// (see [`crate::backup`]).
     pub backup_dir: Option<BackupDir>,
@@ -229,30 +196,15 @@ impl Shared {
             version: MEMCACHED_VERSION,
             cmd_get: Counter::new(),
             cmd_set: Counter::new(),
-            cmd_meta: Counter::new(),
-            total_items: Counter::new(),
-            cmd_touch: Counter::new(),
-            cmd_flush: Counter::new(),
-            tt_counts: std::array::from_fn(|_| Counter::new()),
-            tt_misses: std::array::from_fn(|_| Counter::new()),
+            mc: McState::new(),
+            tt: Default::default(),
             read_only: std::sync::atomic::AtomicBool::new(false),
             repl: None,
             kt_signals: crate::kt_signal::Signals::new(),
-            tt_iter: Default::default(),
             get_hits: Counter::new(),
             get_misses: Counter::new(),
             delete_hits: Counter::new(),
             delete_misses: Counter::new(),
-            incr_hits: Counter::new(),
-            incr_misses: Counter::new(),
-            decr_hits: Counter::new(),
-            decr_misses: Counter::new(),
-            cas_hits: Counter::new(),
-            cas_misses: Counter::new(),
-            cas_badval: Counter::new(),
-            touch_hits: Counter::new(),
-            touch_misses: Counter::new(),
-            store_too_large: Counter::new(),
             curr_connections: z(),
             total_connections: z(),
             rejected_connections: z(),
@@ -264,17 +216,11 @@ impl Shared {
             max_value_size: crate::net::DEFAULT_MAX_VALUE as u64,
             host: String::from("NULL"),
             idle_timeout: 0,
-            verbosity: AtomicU32::new(0),
-            slab_automove: AtomicU32::new(1),
-            slab_automove_ratio: AtomicU64::new(0.8f64.to_bits()),
             flush_at: z(),
             mask: Mask::NONE,
             db_name: String::new(),
             sid: 1,
             port: 0,
-            item_states: ItemStates::new(),
-            access: Access::new(),
-            detail: PrefixStats::default(),
             backup_dir: None,
             log: LogSink::default(),
         }
@@ -307,6 +253,18 @@ impl Shared {
     /// `stats reset`: every request and hit/miss counter back to zero, the `stats detail`
     /// prefixes and `total_connections` (as memcached does; current connections and items
     /// stay).
+    /// The mask's verdict on a request that `denies` tells about: `None` when the mask in
+    /// force ([`Shared::mask`]) allows it, else whether `--mask` alone refuses it (see
+    /// [`Shared::read_only_refusal`]).
+    #[inline]
+    pub fn verdict(&self, denies: impl Fn(Mask) -> bool) -> Option<bool> {
+        let mask = self.mask();
+        if mask.is_empty() || !denies(mask) {
+            return None;
+        }
+        Some(denies(self.mask))
+    }
+
     /// The command mask in force: `--mask`, and every write while the server is read-only.
     #[inline]
     pub fn mask(&self) -> Mask {
@@ -321,33 +279,17 @@ impl Shared {
         for c in [
             &self.cmd_get,
             &self.cmd_set,
-            &self.cmd_meta,
-            &self.total_items,
-            &self.cmd_touch,
-            &self.cmd_flush,
             &self.get_hits,
             &self.get_misses,
             &self.delete_hits,
             &self.delete_misses,
-            &self.incr_hits,
-            &self.incr_misses,
-            &self.decr_hits,
-            &self.decr_misses,
-            &self.cas_hits,
-            &self.cas_misses,
-            &self.cas_badval,
-            &self.touch_hits,
-            &self.touch_misses,
-            &self.store_too_large,
             &self.bytes_read,
             &self.bytes_written,
         ] {
             c.reset();
         }
-        for c in self.tt_counts.iter().chain(&self.tt_misses) {
-            c.reset();
-        }
-        self.detail.clear();
+        self.tt.reset_stats();
+        self.mc.reset_stats();
         self.total_connections.store(0, Relaxed);
     }
 
@@ -378,22 +320,6 @@ impl Shared {
             .limited("value too large", &format!("refused ({what}): {e}"));
         e
     }
-
-    /// A memcached read of `key`: `stats detail` and the last-use table, when they are on.
-    #[inline]
-    pub fn note_get(&self, key: &[u8], hit: bool, now: u64) {
-        self.detail.record(key, Did::Get { hit });
-        if hit {
-            self.access.fetched(key, now);
-        }
-    }
-
-    /// A memcached write of `key`.
-    #[inline]
-    pub fn note_set(&self, key: &[u8], now: u64) {
-        self.detail.record(key, Did::Set);
-        self.access.wrote(key, now);
-    }
 }
 
 /// What the connection does after a request.
@@ -409,6 +335,68 @@ pub enum Next {
     /// Kyoto Tycoon's `WAIT`: nothing is answered yet; the request stays unread and runs
     /// again once the signal comes or the time is up (see [`crate::kt_signal`]).
     Wait(crate::kt_signal::WaitReq),
+}
+
+/// One protocol's part in the steps every request takes, whatever its protocol ([`execute`]):
+/// what its requests are, which of them the command mask refuses, and its replies.
+pub trait Exec {
+    type Req<'a>;
+    /// Where replies are encoded.
+    type Out: Written + ?Sized;
+    /// Count a request received (before the mask: a refused request was received too).
+    fn received(&mut self, _req: &Self::Req<'_>) {}
+    /// Whether the command mask refuses `req` ([`Shared::verdict`]): `None` when it is
+    /// allowed, else whether `--mask` alone refuses it.
+    fn denied(&self, shared: &Shared, req: &Self::Req<'_>) -> Option<bool>;
+    /// Answer a refused request; `why` is set when it was refused because this server is a
+    /// read-only replica.
+    fn refuse(&mut self, req: &Self::Req<'_>, why: Option<String>, out: &mut Self::Out) -> Next;
+    /// Carry out an allowed request.
+    fn run(&mut self, req: &Self::Req<'_>, out: &mut Self::Out) -> Result<Next, Error>;
+    /// Answer a request that failed with `e` (its reply, from `start` of `out` on, may be
+    /// half-written).
+    fn failed(&mut self, req: &Self::Req<'_>, e: Error, start: usize, out: &mut Self::Out) -> Next;
+}
+
+/// The length of a reply buffer.
+pub trait Written {
+    fn written(&self) -> usize;
+}
+
+impl Written for Vec<u8> {
+    fn written(&self) -> usize {
+        self.len()
+    }
+}
+
+impl Written for crate::out::Out {
+    fn written(&self) -> usize {
+        self.len()
+    }
+}
+
+/// The steps every request takes, the same for every protocol and in this order: counted as
+/// received, checked against the command mask (a refusal answered in the protocol's form, and
+/// counted and logged when the server is a read-only replica), a delayed `flush_all` whose
+/// time has come carried out, then the request itself.
+pub fn execute<E: Exec>(
+    e: &mut E,
+    store: &dyn Store,
+    shared: &Shared,
+    req: &E::Req<'_>,
+    now: u64,
+    out: &mut E::Out,
+) -> Next {
+    e.received(req);
+    if let Some(by_mask) = e.denied(shared, req) {
+        let why = shared.read_only_refusal(by_mask);
+        return e.refuse(req, why, out);
+    }
+    let start = out.written();
+    match flush_if_due(store, shared, now).and_then(|_| e.run(req, out)) {
+        Ok(next) => next,
+        Err(err) => e.failed(req, err, start, out),
+    }
 }
 
 /// Carry out a pending delayed `flush_all` once its time has come.

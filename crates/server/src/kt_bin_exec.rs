@@ -18,29 +18,12 @@
 //! * Every failure answers the error byte, except for requests sent with the no-reply flag,
 //!   which never get an answer (as in Kyoto Tycoon).
 
-use crate::context::{flush_if_due, Next, Shared};
+use crate::context::{self, Next, Shared};
+use crate::kt_common::{kt_expiry, XT_MAX};
+
 use crate::mask::{Op, Proto};
 use kura_engine::{BatchOp, Error, Store};
 use kura_proto::kt_bin::{self, Request};
-use std::collections::HashSet;
-
-/// Kyoto Tycoon's largest expiration time; at or beyond it a record never expires.
-pub const XT_MAX: u64 = (1 << 40) - 1;
-
-/// The absolute expiration time (unix seconds, 0 = never) of a binary-protocol `xt` sent at
-/// `now`. A time at or before `now` leaves an already-expired record, as in Kyoto Tycoon.
-pub fn kt_expiry(xt: i64, now: u64) -> u64 {
-    let at = if xt < 0 {
-        xt.unsigned_abs()
-    } else {
-        now.saturating_add(xt as u64)
-    };
-    if at >= XT_MAX {
-        0
-    } else {
-        at.max(1)
-    }
-}
 
 /// Execute one decoded request, appending its reply (if any) to `out`. Replication answers
 /// [`Next::Stream`], or the error byte and [`Next::Close`] when it is masked or there is no
@@ -52,36 +35,78 @@ pub fn execute(
     now: u64,
     out: &mut Vec<u8>,
 ) -> Next {
-    let op = match req {
+    context::execute(
+        &mut Binary { store, shared, now },
+        store,
+        shared,
+        req,
+        now,
+        out,
+    )
+}
+
+/// The operation a request is, for the command mask.
+fn op_of(req: &Request<'_>) -> Op {
+    match req {
         Request::SetBulk { .. } => Op::Put,
         Request::RemoveBulk { .. } => Op::Out,
         Request::GetBulk { .. } => Op::Mget,
         Request::PlayScript { .. } => Op::Ext,
-        &Request::Replication { flags, ts, sid } => {
-            if shared.repl.is_none() || shared.mask().denies(Op::Repl, Proto::Http) {
-                kt_bin::reply_error(out);
-                return Next::Close;
-            }
-            return Next::Stream(crate::repl::StreamReq::Kyoto { flags, ts, sid });
-        }
-    };
-    // Encoded in place; taken back when it fails or no reply was asked for.
-    let start = out.len();
-    let denied = shared.mask().denies(op, Proto::Http);
-    if denied {
+        Request::Replication { .. } => Op::Repl,
+    }
+}
+
+/// Kyoto Tycoon's binary protocol in the steps every request takes.
+struct Binary<'x> {
+    store: &'x dyn Store,
+    shared: &'x Shared,
+    now: u64,
+}
+
+impl context::Exec for Binary<'_> {
+    type Req<'a> = Request<'a>;
+    type Out = Vec<u8>;
+    fn denied(&self, shared: &Shared, req: &Request<'_>) -> Option<bool> {
+        shared.verdict(|mask| mask.denies(op_of(req), Proto::Http))
+    }
+    fn refuse(&mut self, req: &Request<'_>, _why: Option<String>, out: &mut Vec<u8>) -> Next {
         // Kyoto Tycoon's binary errors carry no text: the refusal is counted and logged.
-        shared.read_only_refusal(shared.mask.denies(op, Proto::Http));
+        if let Request::Replication { .. } = req {
+            kt_bin::reply_error(out);
+            return Next::Close;
+        }
+        if !req.no_reply() {
+            kt_bin::reply_error(out);
+        }
+        Next::Continue
     }
-    let ok = !denied
-        && flush_if_due(store, shared, now).is_ok()
-        && run(store, shared, req, now, out).is_ok();
-    if !ok || req.no_reply() {
+    fn run(&mut self, req: &Request<'_>, out: &mut Vec<u8>) -> Result<Next, Error> {
+        if let &Request::Replication { flags, ts, sid } = req {
+            if self.shared.repl.is_none() {
+                kt_bin::reply_error(out);
+                return Ok(Next::Close);
+            }
+            return Ok(Next::Stream(crate::repl::StreamReq::Kyoto {
+                flags,
+                ts,
+                sid,
+            }));
+        }
+        // Encoded in place; taken back when no reply was asked for.
+        let start = out.len();
+        run(self.store, self.shared, req, self.now, out)?;
+        if req.no_reply() {
+            out.truncate(start);
+        }
+        Ok(Next::Continue)
+    }
+    fn failed(&mut self, req: &Request<'_>, _e: Error, start: usize, out: &mut Vec<u8>) -> Next {
         out.truncate(start);
+        if !req.no_reply() {
+            kt_bin::reply_error(out);
+        }
+        Next::Continue
     }
-    if !ok && !req.no_reply() {
-        kt_bin::reply_error(out);
-    }
-    Next::Continue
 }
 
 fn run(
@@ -94,13 +119,10 @@ fn run(
     match req {
         Request::SetBulk { records, .. } => {
             let mine: Vec<_> = records.iter().filter(|r| r.0 == 0).collect();
-            // The order of a batch's operations on one key is not defined: keep each key's
-            // last occurrence only.
-            let mut seen = HashSet::new();
-            let mut ops: Vec<BatchOp> = mine
+            // In order: a key given twice keeps its last value, as Kyoto Tycoon's one-by-one
+            // sets leave it and as a batch applies its operations.
+            let ops: Vec<BatchOp> = mine
                 .iter()
-                .rev()
-                .filter(|r| seen.insert(r.1))
                 .map(|&&(_, k, v, xt)| BatchOp::Put {
                     key: k.to_vec(),
                     value: v.to_vec(),
@@ -108,7 +130,6 @@ fn run(
                     expires: kt_expiry(xt, now),
                 })
                 .collect();
-            ops.reverse();
             store.write_batch(&ops)?;
             shared.cmd_set.add(mine.len() as u64);
             kt_bin::reply_count(out, kt_bin::SET_BULK, mine.len() as u32);

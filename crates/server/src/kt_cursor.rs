@@ -21,7 +21,7 @@
 //! without a required parameter.
 
 use crate::context::Shared;
-use crate::http_exec::{
+use crate::kt_common::{
     atoi, db_ok, fail, get, kt_expiry_param, set, Input, Output, Rv, NO_RECORD,
 };
 use crate::mask::{Op, Proto};
@@ -108,8 +108,8 @@ pub fn procedure<'s>(
     out: &mut Output,
 ) -> Option<Result<Rv, Error>> {
     let op = op_of(name)?;
-    if let Some(op) = op.filter(|&op| shared.mask().denies(op, Proto::Http)) {
-        let why = shared.read_only_refusal(shared.mask.denies(op, Proto::Http));
+    if let Some(by_mask) = op.and_then(|op| shared.verdict(|mask| mask.denies(op, Proto::Http))) {
+        let why = shared.read_only_refusal(by_mask);
         return Some(Ok(fail(
             out,
             403,

@@ -1,11 +1,13 @@
 //! Executes memcached binary-protocol requests on a [`Store`] (same semantics and counters as
 //! the text protocol in [`crate::mc_exec`]).
 
-use crate::context::{flush_if_due, Next, Shared};
+use crate::context::{self, Next, Shared};
 use crate::mask::{Mask, Op, Proto};
-use crate::mc_exec::{absolute_expiry, append, flush_all};
-use crate::mc_stats::{stat_pairs, Did};
+use crate::mc_common::{absolute_expiry, append, Did};
+use crate::mc_exec::flush_all;
+use crate::mc_stats::stat_pairs;
 use crate::out::{Out, PIN_MIN};
+use kura_engine::MemcachedOps;
 use kura_engine::{Counted, Decision, Error, Meta, Outcome, Shown, Store, Value};
 use kura_proto::mc_bin::{
     encode_error, encode_response, encode_response_header, op, status, Request,
@@ -19,8 +21,31 @@ pub fn execute(
     now: u64,
     out: &mut Out,
 ) -> Next {
-    if !shared.mask().is_empty() && masked(shared.mask(), req.opcode) {
-        match shared.read_only_refusal(masked(shared.mask, req.opcode)) {
+    context::execute(
+        &mut Binary { store, shared, now },
+        store,
+        shared,
+        req,
+        now,
+        out,
+    )
+}
+
+/// The memcached binary protocol in the steps every request takes.
+struct Binary<'x> {
+    store: &'x dyn Store,
+    shared: &'x Shared,
+    now: u64,
+}
+
+impl context::Exec for Binary<'_> {
+    type Req<'a> = Request<'a>;
+    type Out = Out;
+    fn denied(&self, shared: &Shared, req: &Request<'_>) -> Option<bool> {
+        shared.verdict(|mask| masked(mask, req.opcode))
+    }
+    fn refuse(&mut self, req: &Request<'_>, why: Option<String>, out: &mut Out) -> Next {
+        match why {
             Some(why) => encode_response(
                 out,
                 req.opcode,
@@ -33,10 +58,17 @@ pub fn execute(
             ),
             None => encode_error(out, req.opcode, status::NOT_SUPPORTED, req.opaque),
         }
-        return Next::Continue;
+        Next::Continue
     }
-    if let Err(e) = flush_if_due(store, shared, now).and_then(|_| run(store, shared, req, now, out))
-    {
+    fn run(&mut self, req: &Request<'_>, out: &mut Out) -> Result<Next, Error> {
+        run(self.store, self.shared, req, self.now, out)?;
+        Ok(if matches!(req.opcode, op::QUIT | op::QUITQ) {
+            Next::Close
+        } else {
+            Next::Continue
+        })
+    }
+    fn failed(&mut self, req: &Request<'_>, e: Error, _start: usize, out: &mut Out) -> Next {
         let st = match e {
             Error::TooLarge(_) => status::TOO_LARGE,
             Error::NotNumeric => status::NON_NUMERIC,
@@ -44,11 +76,6 @@ pub fn execute(
             _ => status::OUT_OF_MEMORY,
         };
         encode_error(out, req.opcode, st, req.opaque);
-        return Next::Continue;
-    }
-    if matches!(req.opcode, op::QUIT | op::QUITQ) {
-        Next::Close
-    } else {
         Next::Continue
     }
 }
@@ -92,7 +119,7 @@ fn run(
             let touch = matches!(opc, op::GAT | op::GATQ | op::GATK | op::GATKQ);
             // Counted as memcached counts them: a GAT is a touch, not a get.
             let (hits, misses) = if touch {
-                (&shared.touch_hits, &shared.touch_misses)
+                (&shared.mc.touch_hits, &shared.mc.touch_misses)
             } else {
                 shared.cmd_get.add(1);
                 (&shared.get_hits, &shared.get_misses)
@@ -118,7 +145,7 @@ fn run(
                 }
             };
             let hit = if touch {
-                shared.cmd_touch.add(1);
+                shared.mc.cmd_touch.add(1);
                 let Some(exp) = req.u32_extra() else {
                     fail(out, status::INVALID_ARGUMENTS);
                     return Ok(());
@@ -145,7 +172,7 @@ fn run(
                 // Encoded straight from the store's memory.
                 store.view_shared(req.key, PIN_MIN, &mut |value, meta| reply(out, value, meta))?
             };
-            shared.note_get(req.key, hit, now);
+            shared.mc.note_get(req.key, hit, now);
             if hit {
                 hits.add(1);
             } else {
@@ -159,7 +186,7 @@ fn run(
         }
         op::SET | op::SETQ | op::ADD | op::ADDQ | op::REPLACE | op::REPLACEQ => {
             shared.cmd_set.add(1);
-            shared.detail.record(req.key, Did::Set);
+            shared.mc.detail.record(req.key, Did::Set);
             let Some((flags, exp)) = req.store_extras() else {
                 fail(out, status::INVALID_ARGUMENTS);
                 return Ok(());
@@ -177,8 +204,8 @@ fn run(
             };
             match outcome {
                 Outcome::Stored(m) => {
-                    shared.total_items.add(1);
-                    shared.access.wrote(req.key, now);
+                    shared.mc.total_items.add(1);
+                    shared.mc.access.wrote(req.key, now);
                     ok(out, m.version)
                 }
                 Outcome::Exists | Outcome::VersionMismatch => fail(out, status::KEY_EXISTS),
@@ -187,13 +214,20 @@ fn run(
         }
         op::APPEND | op::APPENDQ | op::PREPEND | op::PREPENDQ => {
             shared.cmd_set.add(1);
-            shared.detail.record(req.key, Did::Set);
+            shared.mc.detail.record(req.key, Did::Set);
             let front = matches!(opc, op::PREPEND | op::PREPENDQ);
             // With a cas: only while the record has it (KEY_EXISTS otherwise), as memcached.
-            match append(store, shared, req.key, req.value, front, req.cas)? {
+            match append(
+                store,
+                (shared.max_item_size, shared.max_value_size),
+                req.key,
+                req.value,
+                front,
+                req.cas,
+            )? {
                 Outcome::Stored(m) => {
-                    shared.total_items.add(1);
-                    shared.access.wrote(req.key, now);
+                    shared.mc.total_items.add(1);
+                    shared.mc.access.wrote(req.key, now);
                     ok(out, m.version)
                 }
                 Outcome::VersionMismatch => fail(out, status::KEY_EXISTS),
@@ -201,7 +235,7 @@ fn run(
             }
         }
         op::DELETE | op::DELETEQ => {
-            shared.detail.record(req.key, Did::Delete);
+            shared.mc.detail.record(req.key, Did::Delete);
             match store.out_if(req.key, req.cas)? {
                 Outcome::Deleted => {
                     shared.delete_hits.add(1);
@@ -221,26 +255,26 @@ fn run(
                 return Ok(());
             };
             let (hits, misses) = if decr {
-                (&shared.decr_hits, &shared.decr_misses)
+                (&shared.mc.decr_hits, &shared.mc.decr_misses)
             } else {
-                (&shared.incr_hits, &shared.incr_misses)
+                (&shared.mc.incr_hits, &shared.mc.incr_misses)
             };
             // A missing counter is created with `initial` unless the expiration is all ones.
             let result = loop {
-                match store.incr_decimal_if(req.key, delta, decr, req.cas)? {
-                    Counted::Done(n, m) => {
+                match store.incr_decimal_if(req.key, delta, decr, req.cas) {
+                    Ok(Counted::Done(n, m)) => {
                         hits.add(1);
                         break Some((n, m.version));
                     }
-                    Counted::VersionMismatch => {
+                    Ok(Counted::VersionMismatch) => {
                         fail(out, status::KEY_EXISTS);
                         return Ok(());
                     }
-                    Counted::NotFound if exp == u32::MAX => {
+                    Ok(Counted::NotFound) if exp == u32::MAX => {
                         misses.add(1);
                         break None;
                     }
-                    Counted::NotFound => {
+                    Ok(Counted::NotFound) => {
                         misses.add(1);
                         let expires = absolute_expiry(i64::from(exp), now);
                         let v = Value::decimal(initial);
@@ -249,14 +283,15 @@ fn run(
                         }
                         // Created meanwhile by another client: count on it.
                     }
-                    Counted::NotNumeric => {
+                    Err(Error::NotNumeric) => {
                         fail(out, status::NON_NUMERIC);
                         return Ok(());
                     }
+                    Err(e) => return Err(e),
                 }
             };
             if result.is_some() {
-                shared.access.wrote(req.key, now);
+                shared.mc.access.wrote(req.key, now);
             }
             match result {
                 Some((n, cas)) if !quiet => encode_response(
@@ -274,21 +309,21 @@ fn run(
             }
         }
         op::TOUCH => {
-            shared.cmd_touch.add(1);
+            shared.mc.cmd_touch.add(1);
             let Some(exp) = req.u32_extra() else {
                 fail(out, status::INVALID_ARGUMENTS);
                 return Ok(());
             };
             match store.touch(req.key, absolute_expiry(i64::from(exp), now))? {
                 Some(m) => {
-                    shared.touch_hits.add(1);
-                    shared.access.fetched(req.key, now);
+                    shared.mc.touch_hits.add(1);
+                    shared.mc.access.fetched(req.key, now);
                     // memcached answers a touch with the item's flags.
                     let flags = m.flags.to_be_bytes();
                     encode_response(out, opc, status::OK, opaque, m.version, &flags, &[], &[]);
                 }
                 None => {
-                    shared.touch_misses.add(1);
+                    shared.mc.touch_misses.add(1);
                     fail(out, status::KEY_NOT_FOUND)
                 }
             }
@@ -315,12 +350,12 @@ fn run(
             match group {
                 // Then only the terminating packet, as memcached.
                 Some(b"reset") => shared.reset_stats(),
-                Some(b"detail on") => shared.detail.enable(true),
-                Some(b"detail off") => shared.detail.enable(false),
+                Some(b"detail on") => shared.mc.detail.enable(true),
+                Some(b"detail off") => shared.mc.detail.enable(false),
                 // memcached 1.6.18 names the dump "detailed".
                 Some(b"detail dump") => pairs.push((
                     "detailed".to_string(),
-                    String::from_utf8_lossy(&shared.detail.dump_bytes()).into_owned(),
+                    String::from_utf8_lossy(&shared.mc.detail.dump_bytes()).into_owned(),
                 )),
                 _ => match stat_pairs(store, shared, group, now) {
                     Some(p) => pairs = p,
@@ -512,9 +547,9 @@ mod tests {
         // As memcached counts them: GATs and TOUCHes are touches, not gets.
         assert_eq!(
             (
-                sh.cmd_touch.get(),
-                sh.touch_hits.get(),
-                sh.touch_misses.get()
+                sh.mc.cmd_touch.get(),
+                sh.mc.touch_hits.get(),
+                sh.mc.touch_misses.get()
             ),
             (5, 3, 2)
         );
@@ -550,7 +585,7 @@ mod tests {
             (1, 1, 3)
         );
         assert_eq!(
-            sh.total_items.get(),
+            sh.mc.total_items.get(),
             2,
             "the set and the append, not the add"
         );
@@ -561,7 +596,7 @@ mod tests {
             (sh.cmd_get.get(), sh.get_misses.get(), sh.cmd_set.get()),
             (0, 0, 0)
         );
-        assert_eq!(sh.total_items.get(), 0);
+        assert_eq!(sh.mc.total_items.get(), 0);
         assert_eq!(db.count(), 1, "records stay");
     }
 

@@ -7,46 +7,21 @@
 //! [`crate::mc_meta`], the statistics in [`crate::mc_stats`], the binary protocol in
 //! [`crate::mc_bin_exec`].
 
-use crate::context::{flush_if_due, Next, Shared};
+use crate::context::{self, Next, Shared};
 use crate::mask::{Mask, Op, Proto};
+use crate::mc_common::{absolute_expiry, append, server_error, Did};
 use crate::mc_meta;
-use crate::mc_stats::{self, Crawler, Did};
+use crate::mc_stats::{self, Crawler};
 use crate::out::{Out, PIN_MIN};
+use kura_engine::MemcachedOps;
 use kura_engine::{Counted, Decision, Error, Outcome, Shown, Store};
-use kura_proto::mc_text::{self, item_size, reply, Automove, Request, StoreMode};
+use kura_proto::mc_text::{self, reply, Automove, Request, StoreMode};
 use std::sync::atomic::Ordering::Relaxed;
-
-/// memcached's boundary between relative and absolute expiration times (30 days).
-const RELATIVE_LIMIT: i64 = 60 * 60 * 24 * 30;
-
-/// The absolute expiration time (unix seconds, 0 = never) of a memcached exptime sent at `now`:
-/// relative up to 30 days, else a unix time; negative means already expired.
-pub fn absolute_expiry(exptime: i64, now: u64) -> u64 {
-    match exptime {
-        0 => 0,
-        e if e < 0 => 1,
-        e if e <= RELATIVE_LIMIT => now + e as u64,
-        e => e as u64,
-    }
-}
-
-/// The reply to an engine error: `CLIENT_ERROR` with its reason when the request caused it
-/// ([`Error::from_request`]: a key the kind cannot take, …), else `SERVER_ERROR`.
-pub(crate) fn server_error(out: &mut Vec<u8>, e: &Error) {
-    out.extend_from_slice(if e.from_request() {
-        b"CLIENT_ERROR "
-    } else {
-        b"SERVER_ERROR "
-    });
-    let msg = e.to_string().replace(['\r', '\n'], " ");
-    out.extend_from_slice(msg.as_bytes());
-    out.extend_from_slice(b"\r\n");
-}
 
 /// `flush_all [delay]` in either protocol: at once when the delay is 0 or less, else when it
 /// has passed.
 pub fn flush_all(store: &dyn Store, shared: &Shared, delay: i64, now: u64) -> Result<(), Error> {
-    shared.cmd_flush.add(1);
+    shared.mc.cmd_flush.add(1);
     if delay <= 0 {
         shared.flush_at.store(0, Relaxed);
         store.vanish()
@@ -68,7 +43,7 @@ pub fn unlink_key(
     base64: bool,
 ) -> Result<(), Error> {
     use base64::Engine;
-    shared.store_too_large.add(1);
+    shared.mc.store_too_large.add(1);
     if base64 {
         return match base64::engine::general_purpose::STANDARD.decode(key) {
             Ok(k) if !k.is_empty() => store.out(&k).map(|_| ()),
@@ -76,23 +51,6 @@ pub fn unlink_key(
         };
     }
     store.out(key).map(|_| ())
-}
-
-/// memcached's append / prepend ([`Store::concat_if`]) within the item and value size
-/// limits, as the text, binary and meta commands map them: an absent record and a result
-/// over a limit are both NOT_STORED; `cas` (not 0, the binary protocol and `ms … C`) must match.
-pub fn append(
-    store: &dyn Store,
-    shared: &Shared,
-    key: &[u8],
-    data: &[u8],
-    front: bool,
-    cas: u64,
-) -> Result<Outcome, Error> {
-    let (max, max_value) = (shared.max_item_size, shared.max_value_size);
-    store.concat_if(key, data, front, cas, &|flags, len| {
-        item_size(key.len(), flags, len) <= max && len as u64 <= max_value
-    })
 }
 
 /// The largest slab class id memcached 1.6.18 makes for an item size limit (`slabs_init`
@@ -185,8 +143,30 @@ pub fn execute(
     now: u64,
     out: &mut Out,
 ) -> Next {
-    if !shared.mask().is_empty() && masked(shared.mask(), req) {
-        let why = shared.read_only_refusal(masked(shared.mask, req));
+    context::execute(
+        &mut Text { store, shared, now },
+        store,
+        shared,
+        req,
+        now,
+        out,
+    )
+}
+
+/// The memcached text protocol in the steps every request takes.
+struct Text<'x> {
+    store: &'x dyn Store,
+    shared: &'x Shared,
+    now: u64,
+}
+
+impl context::Exec for Text<'_> {
+    type Req<'a> = Request<'a>;
+    type Out = Out;
+    fn denied(&self, shared: &Shared, req: &Request<'_>) -> Option<bool> {
+        shared.verdict(|mask| masked(mask, req))
+    }
+    fn refuse(&mut self, req: &Request<'_>, why: Option<String>, out: &mut Out) -> Next {
         if !noreply(req) {
             match why {
                 Some(why) => {
@@ -197,18 +177,14 @@ pub fn execute(
                 None => out.extend_from_slice(REFUSED),
             }
         }
-        return Next::Continue;
+        Next::Continue
     }
-    if let Err(e) = flush_if_due(store, shared, now) {
+    fn run(&mut self, req: &Request<'_>, out: &mut Out) -> Result<Next, Error> {
+        run(self.store, self.shared, req, self.now, out)
+    }
+    fn failed(&mut self, _req: &Request<'_>, e: Error, _start: usize, out: &mut Out) -> Next {
         server_error(out, &e);
-        return Next::Continue;
-    }
-    match run(store, shared, req, now, out) {
-        Ok(next) => next,
-        Err(e) => {
-            server_error(out, &e);
-            Next::Continue
-        }
+        Next::Continue
     }
 }
 
@@ -246,7 +222,7 @@ fn run(
                 } else {
                     shared.get_misses.add(1);
                 }
-                shared.note_get(key, hit, now);
+                shared.mc.note_get(key, hit, now);
             }
             if !more {
                 out.extend_from_slice(reply::END);
@@ -261,7 +237,7 @@ fn run(
             let expires = absolute_expiry(exptime, now);
             for key in keys.iter() {
                 // Counted as memcached counts gat: a touch, not a get.
-                shared.cmd_touch.add(1);
+                shared.mc.cmd_touch.add(1);
                 // A touch keeps the flags and the cas: the value is encoded from the store's
                 // memory as it is shown, not copied out first, and withdrawn if the touch
                 // fails.
@@ -281,11 +257,11 @@ fn run(
                     return Err(e);
                 }
                 if hit {
-                    shared.touch_hits.add(1);
+                    shared.mc.touch_hits.add(1);
                 } else {
-                    shared.touch_misses.add(1);
+                    shared.mc.touch_misses.add(1);
                 }
-                shared.note_get(key, hit, now);
+                shared.mc.note_get(key, hit, now);
             }
             if !more {
                 out.extend_from_slice(reply::END);
@@ -301,7 +277,7 @@ fn run(
             noreply,
         } => {
             shared.cmd_set.add(1);
-            shared.detail.record(key, Did::Set);
+            shared.mc.detail.record(key, Did::Set);
             let expires = absolute_expiry(exptime, now);
             let line: &[u8] = match mode {
                 StoreMode::Set => {
@@ -318,34 +294,41 @@ fn run(
                 },
                 StoreMode::Append | StoreMode::Prepend => {
                     let front = mode == StoreMode::Prepend;
-                    match append(store, shared, key, data, front, 0)? {
+                    match append(
+                        store,
+                        (shared.max_item_size, shared.max_value_size),
+                        key,
+                        data,
+                        front,
+                        0,
+                    )? {
                         Outcome::Stored(_) => reply::STORED,
                         _ => reply::NOT_STORED,
                     }
                 }
                 StoreMode::Cas => match store.cas(key, cas, data, flags, expires)? {
                     Outcome::Stored(_) => {
-                        shared.cas_hits.add(1);
+                        shared.mc.cas_hits.add(1);
                         reply::STORED
                     }
                     Outcome::VersionMismatch => {
-                        shared.cas_badval.add(1);
+                        shared.mc.cas_badval.add(1);
                         reply::EXISTS
                     }
                     _ => {
-                        shared.cas_misses.add(1);
+                        shared.mc.cas_misses.add(1);
                         reply::NOT_FOUND
                     }
                 },
             };
             if line == reply::STORED {
-                shared.total_items.add(1);
-                shared.access.wrote(key, now);
+                shared.mc.total_items.add(1);
+                shared.mc.access.wrote(key, now);
             }
             quiet(noreply, out, line);
         }
         Request::Delete { key, noreply } => {
-            shared.detail.record(key, Did::Delete);
+            shared.mc.detail.record(key, Did::Delete);
             let line = if store.out(key)? {
                 shared.delete_hits.add(1);
                 reply::DELETED
@@ -362,23 +345,24 @@ fn run(
             noreply,
         } => {
             let (hits, misses) = if decr {
-                (&shared.decr_hits, &shared.decr_misses)
+                (&shared.mc.decr_hits, &shared.mc.decr_misses)
             } else {
-                (&shared.incr_hits, &shared.incr_misses)
+                (&shared.mc.incr_hits, &shared.mc.incr_misses)
             };
-            match store.incr_decimal_if(key, delta, decr, 0)? {
-                Counted::Done(n, _) => {
+            match store.incr_decimal_if(key, delta, decr, 0) {
+                Ok(Counted::Done(n, _)) => {
                     hits.add(1);
-                    shared.access.wrote(key, now);
+                    shared.mc.access.wrote(key, now);
                     if !noreply {
                         mc_text::encode_number(out, n);
                     }
                 }
-                Counted::NotFound | Counted::VersionMismatch => {
+                Ok(Counted::NotFound | Counted::VersionMismatch) => {
                     misses.add(1);
                     quiet(noreply, out, reply::NOT_FOUND);
                 }
-                Counted::NotNumeric => quiet(noreply, out, reply::NON_NUMERIC),
+                Err(Error::NotNumeric) => quiet(noreply, out, reply::NON_NUMERIC),
+                Err(e) => return Err(e),
             }
         }
         Request::Touch {
@@ -386,15 +370,15 @@ fn run(
             exptime,
             noreply,
         } => {
-            shared.cmd_touch.add(1);
+            shared.mc.cmd_touch.add(1);
             let line = match store.touch(key, absolute_expiry(exptime, now))? {
                 Some(_) => {
-                    shared.touch_hits.add(1);
-                    shared.access.fetched(key, now);
+                    shared.mc.touch_hits.add(1);
+                    shared.mc.access.fetched(key, now);
                     reply::TOUCHED
                 }
                 None => {
-                    shared.touch_misses.add(1);
+                    shared.mc.touch_misses.add(1);
                     reply::NOT_FOUND
                 }
             };
@@ -416,7 +400,7 @@ fn run(
             out.extend_from_slice(b"\r\n");
         }
         Request::Verbosity { level, noreply } => {
-            shared.verbosity.store(level.min(2), Relaxed);
+            shared.mc.verbosity.store(level.min(2), Relaxed);
             quiet(noreply, out, reply::OK)
         }
         // Kura's memory is the database kind's: the limit is checked as memcached checks it
@@ -435,10 +419,10 @@ fn run(
         // Kept for `stats settings`; Kura has no slabs to move.
         Request::SlabsAutomove { setting, noreply } => {
             match setting {
-                Automove::Level(level) => shared.slab_automove.store(level, Relaxed),
+                Automove::Level(level) => shared.mc.slab_automove.store(level, Relaxed),
                 Automove::Ratio(r) => {
                     let r = mc_text::c_strtod(r).unwrap_or_default();
-                    shared.slab_automove_ratio.store(r.to_bits(), Relaxed);
+                    shared.mc.slab_automove_ratio.store(r.to_bits(), Relaxed);
                 }
             }
             quiet(noreply, out, reply::OK)
@@ -608,8 +592,8 @@ pub(crate) mod tests {
             let now = kura_engine::store::now_secs();
             assert_eq!(absolute_expiry(10, now), now + 10);
             assert_eq!(
-                absolute_expiry(RELATIVE_LIMIT + 1, now),
-                RELATIVE_LIMIT as u64 + 1
+                absolute_expiry(crate::mc_common::RELATIVE_LIMIT + 1, now),
+                crate::mc_common::RELATIVE_LIMIT as u64 + 1
             );
             let r = session(&*db, &sh, b"get g\r\n", now);
             assert_eq!(r, "END\r\n");

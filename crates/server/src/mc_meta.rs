@@ -1,134 +1,14 @@
-//! The meta commands of the memcached text protocol (mg, ms, md, ma, me) on a [`Store`], and
-//! the per-item stale / win-token state of their anti-stampede protocol ([`ItemStates`]).
+//! The meta commands of the memcached text protocol (mg, ms, md, ma, me) on a [`Store`]; the
+//! per-item stale / win-token state of their anti-stampede protocol is
+//! [`crate::mc_common::ItemStates`].
 
 use crate::context::Shared;
 use crate::mc_access::Used;
-use crate::mc_exec::{absolute_expiry, append};
-use crate::mc_stats::Did;
+use crate::mc_common::{absolute_expiry, append, Did, ItemState, StateShard};
+use kura_engine::MemcachedOps;
 use kura_engine::{Counted, Decision, Error, Outcome, Store, Value};
 use kura_proto::mc_text::{self, reply, Keys};
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
-use std::hash::{Hash, Hasher};
-use std::sync::{Mutex, MutexGuard};
-
-/// memcached keeps two bits on every item for its anti-stampede meta protocol: *stale*
-/// (`md <key> I`, or `ms … I` with an older CAS: the value may still be served, flagged `X`)
-/// and *win token sent* (one client was told `W`, "you recache it"; everyone else is told `Z`
-/// until the item is written again). Kura's records carry no spare bits, and the state is cache
-/// metadata that memcached itself loses on restart and on eviction, so Kura keeps it here, in
-/// memory, per server:
-///
-/// - an entry maps a key to the record version it was recorded for. Every write to a record
-///   gives it a new version, so any later modification (set, cas, incr, append, delete,
-///   flush, …) leaves the entry describing a version that no longer exists: it is ignored and
-///   dropped when next looked at — the state clears itself exactly where memcached's item bits
-///   disappear with the replaced item. A touch (`touch`, `gat`, `mg … T`) keeps the version,
-///   as memcached keeps the item, so it keeps the state too.
-/// - memory is bounded: [`ITEM_STATE_SHARDS`] shards of at most [`ITEM_STATES_PER_SHARD`]
-///   entries (16 Ki keys in all, a few MiB at worst with 250-byte keys); when a shard is full
-///   its oldest entry is evicted. Losing an entry costs what memcached's eviction of the item
-///   costs: a later client may win the recache again, or a stale value is served as fresh.
-/// - each shard's lock is held across the read / decide / mark of one meta command, so two
-///   clients racing on the same key cannot both be handed `W`.
-#[derive(Debug)]
-pub struct ItemStates {
-    shards: Vec<Mutex<StateShard>>,
-}
-
-/// Shards of [`ItemStates`] (and of its lock).
-pub const ITEM_STATE_SHARDS: usize = 64;
-/// Entries kept per shard before the oldest is evicted.
-pub const ITEM_STATES_PER_SHARD: usize = 256;
-
-/// The stale / win-token state of one record version.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct ItemState {
-    /// Marked stale (`X`).
-    stale: bool,
-    /// A win token (`W`) was handed out (later readers get `Z`).
-    token_sent: bool,
-}
-
-#[derive(Debug, Default)]
-struct StateShard {
-    /// key → (record version, state, insertion tick).
-    map: HashMap<Vec<u8>, (u64, ItemState, u64)>,
-    /// insertion tick → key: the eviction order (oldest first).
-    order: BTreeMap<u64, Vec<u8>>,
-    tick: u64,
-}
-
-impl StateShard {
-    /// The state of `key` at record `version` (default: neither stale nor won).
-    fn get(&mut self, key: &[u8], version: u64) -> ItemState {
-        match self.map.get(key) {
-            Some(&(v, st, _)) if v == version => st,
-            Some(&(_, _, tick)) => {
-                // Recorded for an older version: the record changed since, the state is gone.
-                self.map.remove(key);
-                self.order.remove(&tick);
-                ItemState::default()
-            }
-            None => ItemState::default(),
-        }
-    }
-
-    /// Record the state of `key` at record `version` (a default state removes the entry).
-    fn set(&mut self, key: &[u8], version: u64, st: ItemState) {
-        if let Some((_, _, tick)) = self.map.remove(key) {
-            self.order.remove(&tick);
-        }
-        if st == ItemState::default() {
-            return;
-        }
-        while self.map.len() >= ITEM_STATES_PER_SHARD {
-            let Some((_, oldest)) = self.order.pop_first() else {
-                break;
-            };
-            self.map.remove(&oldest);
-        }
-        self.tick += 1;
-        self.map.insert(key.to_vec(), (version, st, self.tick));
-        self.order.insert(self.tick, key.to_vec());
-    }
-}
-
-impl ItemStates {
-    pub fn new() -> ItemStates {
-        ItemStates {
-            shards: (0..ITEM_STATE_SHARDS)
-                .map(|_| Mutex::new(StateShard::default()))
-                .collect(),
-        }
-    }
-
-    /// The locked shard of `key`.
-    fn lock(&self, key: &[u8]) -> MutexGuard<'_, StateShard> {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        key.hash(&mut h);
-        let shard = &self.shards[h.finish() as usize % self.shards.len()];
-        shard.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Entries held (all shards).
-    pub fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).map.len())
-            .sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-impl Default for ItemStates {
-    fn default() -> Self {
-        ItemStates::new()
-    }
-}
 
 // ----- meta commands -----
 
@@ -297,12 +177,12 @@ pub fn meta_get(
     // `h` and `l`: the item's use before this request (kept in memory from the first request
     // that asks, see crate::mc_access).
     let used = if meta_has(flags, b'h') || meta_has(flags, b'l') {
-        shared.access.start(now);
-        Some(shared.access.used(&key, now))
+        shared.mc.access.start(now);
+        Some(shared.mc.access.used(&key, now))
     } else {
         None
     };
-    let mut states = shared.item_states.lock(&key);
+    let mut states = shared.mc.item_states.lock(&key);
     let mut hit = false;
     if touch.is_some() || vivify.is_some() {
         // The record version before this request changed anything, and whether `N` created it.
@@ -369,12 +249,12 @@ pub fn meta_get(
         })?;
     }
     drop(states);
-    shared.detail.record(&key, Did::Get { hit });
+    shared.mc.detail.record(&key, Did::Get { hit });
     if hit {
         shared.get_hits.add(1);
         // `u`: no bump, as memcached leaves the item's use alone.
         if !meta_has(flags, b'u') {
-            shared.access.fetched(&key, now);
+            shared.mc.access.fetched(&key, now);
         }
     } else {
         shared.get_misses.add(1);
@@ -489,7 +369,7 @@ pub fn meta_set(
         return Ok(());
     };
     shared.cmd_set.add(1);
-    shared.detail.record(key, Did::Set);
+    shared.mc.detail.record(key, Did::Set);
     let (cflags, expires) = (cflags.unwrap_or(0), absolute_expiry(ttl.unwrap_or(0), now));
     let mode = meta_arg(flags, b'M')
         .and_then(|m| m.first().copied())
@@ -518,7 +398,14 @@ pub fn meta_set(
         },
         (b'A', _) | (b'P', _) => {
             let front = mode.eq_ignore_ascii_case(&b'P');
-            match append(store, shared, key, data, front, cas.unwrap_or(0))? {
+            match append(
+                store,
+                (shared.max_item_size, shared.max_value_size),
+                key,
+                data,
+                front,
+                cas.unwrap_or(0),
+            )? {
                 Outcome::Stored(m) => Ok(m),
                 Outcome::VersionMismatch => Err(b"EX"),
                 _ => Err(b"NS"),
@@ -531,8 +418,8 @@ pub fn meta_set(
     };
     match outcome {
         Ok(m) => {
-            shared.total_items.add(1);
-            shared.access.wrote(key, now);
+            shared.mc.total_items.add(1);
+            shared.mc.access.wrote(key, now);
             if !meta_has(flags, b'q') {
                 out.extend_from_slice(b"HD");
                 meta_ret(out, flags, key, Some(&m), data.len(), b"c", now, None);
@@ -564,7 +451,7 @@ fn cas_or_stale(
     expires: u64,
 ) -> Result<Outcome, Error> {
     kura_engine::store::check_sizes(key, data.len())?;
-    let mut states = shared.item_states.lock(key);
+    let mut states = shared.mc.item_states.lock(key);
     // `None` once the visitor decided to store.
     let mut failed = Some(Outcome::NotFound);
     let mut stale_from = None;
@@ -624,7 +511,7 @@ pub fn meta_delete(
         return Ok(());
     };
     let outcome = if meta_has(flags, b'I') {
-        let mut states = shared.item_states.lock(key);
+        let mut states = shared.mc.item_states.lock(key);
         let mut result = Outcome::NotFound;
         let meta = store.accept(key, &mut |cur| match cur {
             None => {
@@ -718,23 +605,23 @@ pub fn meta_arith(
         Some(b'D' | b'd' | b'-')
     );
     let (hits, misses) = if decr {
-        (&shared.decr_hits, &shared.decr_misses)
+        (&shared.mc.decr_hits, &shared.mc.decr_misses)
     } else {
-        (&shared.incr_hits, &shared.incr_misses)
+        (&shared.mc.incr_hits, &shared.mc.incr_misses)
     };
     let result = loop {
-        match store.incr_decimal_if(key, delta.unwrap_or(1), decr, cas.unwrap_or(0))? {
-            Counted::Done(n, m) => {
+        match store.incr_decimal_if(key, delta.unwrap_or(1), decr, cas.unwrap_or(0)) {
+            Ok(Counted::Done(n, m)) => {
                 hits.add(1);
                 break Some((n, m, false));
             }
-            Counted::VersionMismatch => {
+            Ok(Counted::VersionMismatch) => {
                 out.extend_from_slice(b"EX");
                 meta_ret(out, flags, key, None, 0, b"", now, None);
                 out.extend_from_slice(b"\r\n");
                 return Ok(());
             }
-            Counted::NotFound => {
+            Ok(Counted::NotFound) => {
                 misses.add(1);
                 let Some(ttl) = vivify else { break None };
                 let n = initial.unwrap_or(0);
@@ -743,14 +630,15 @@ pub fn meta_arith(
                     break Some((n, m, true));
                 }
             }
-            Counted::NotNumeric => {
+            Err(Error::NotNumeric) => {
                 out.extend_from_slice(reply::NON_NUMERIC);
                 return Ok(());
             }
+            Err(e) => return Err(e),
         }
     };
     if result.is_some() {
-        shared.access.wrote(key, now);
+        shared.mc.access.wrote(key, now);
     }
     // `T<ttl>` sets the item's TTL (and `N<ttl>` the TTL of an item it created), in the order
     // of the flags as memcached applies them after the arithmetic: `t` shows the TTL as the
@@ -813,10 +701,10 @@ pub fn meta_debug(
     now: u64,
     out: &mut Vec<u8>,
 ) -> Result<(), Error> {
-    shared.access.start(now);
+    shared.mc.access.start(now);
     match store.get(key)? {
         Some(r) => {
-            let used = shared.access.used(key, now);
+            let used = shared.mc.access.used(key, now);
             out.extend_from_slice(b"ME ");
             out.extend_from_slice(key);
             out.extend_from_slice(b" exp=");
@@ -1073,47 +961,7 @@ mod tests {
                 r,
                 "EX\r\nNF knope\r\nHD t60 X W\r\nHD t60 Z X\r\nHD\r\nEN\r\n"
             );
-            assert!(sh.item_states.len() <= 1);
+            assert!(sh.mc.item_states.len() <= 1);
         }
-    }
-
-    #[test]
-    fn item_states_are_bounded_and_cleared_by_new_versions() {
-        let mut sh = StateShard::default();
-        let won = ItemState {
-            stale: false,
-            token_sent: true,
-        };
-        sh.set(b"k", 5, won);
-        assert_eq!(sh.get(b"k", 5), won);
-        // Another version of the record: the state is gone, and the entry dropped.
-        assert_eq!(sh.get(b"k", 6), ItemState::default());
-        assert!(sh.map.is_empty() && sh.order.is_empty());
-        // Setting the default state removes the entry.
-        sh.set(b"k", 7, won);
-        sh.set(b"k", 7, ItemState::default());
-        assert!(sh.map.is_empty() && sh.order.is_empty());
-        // Full: the oldest entries go first; updating an entry makes it young again.
-        for i in 0..ITEM_STATES_PER_SHARD + 10 {
-            sh.set(format!("k{i}").as_bytes(), 1, won);
-            if i == 20 {
-                sh.set(b"k0", 2, won);
-            }
-        }
-        assert_eq!(sh.map.len(), ITEM_STATES_PER_SHARD);
-        assert_eq!(sh.order.len(), ITEM_STATES_PER_SHARD);
-        assert_eq!(sh.get(b"k1", 1), ItemState::default());
-        assert_eq!(sh.get(b"k0", 2), won);
-        assert_eq!(
-            sh.get(format!("k{}", ITEM_STATES_PER_SHARD + 9).as_bytes(), 1),
-            won
-        );
-        // The whole table stays within its shards' bounds.
-        let t = ItemStates::new();
-        for i in 0..ITEM_STATE_SHARDS * ITEM_STATES_PER_SHARD * 2 {
-            t.lock(format!("x{i}").as_bytes())
-                .set(format!("x{i}").as_bytes(), 1, won);
-        }
-        assert!(t.len() <= ITEM_STATE_SHARDS * ITEM_STATES_PER_SHARD);
     }
 }

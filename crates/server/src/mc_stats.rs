@@ -13,9 +13,7 @@ use crate::mc_access::Used;
 use kura_engine::counter::Counter;
 use kura_engine::{Cursor, Error, Record, Store};
 use kura_proto::mc_text::{self, item_size, reply, Keys};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::atomic::Ordering::Relaxed;
 
 /// memcached's slab classes (`MAX_NUMBER_OF_SLAB_CLASSES`): `stats cachedump` refuses ids at
 /// or above it. Kura has one class, 1, that holds every item.
@@ -36,15 +34,15 @@ pub fn stats(store: &dyn Store, shared: &Shared, args: Keys<'_>, now: u64, out: 
         Some(b"detail") => {
             match args.get(1) {
                 Some(b"on") => {
-                    shared.detail.enable(true);
+                    shared.mc.detail.enable(true);
                     out.extend_from_slice(reply::OK);
                 }
                 Some(b"off") => {
-                    shared.detail.enable(false);
+                    shared.mc.detail.enable(false);
                     out.extend_from_slice(reply::OK);
                 }
                 Some(b"dump") => {
-                    shared.detail.dump(out);
+                    shared.mc.detail.dump(out);
                     out.extend_from_slice(reply::END);
                 }
                 _ => out.extend_from_slice(b"CLIENT_ERROR usage: stats detail on|off|dump\r\n"),
@@ -67,7 +65,7 @@ pub fn stats(store: &dyn Store, shared: &Shared, args: Keys<'_>, now: u64, out: 
             }
             if id == 1 {
                 if let Err(e) = cachedump(store, limit, now, out) {
-                    crate::mc_exec::server_error(out, &e);
+                    crate::mc_common::server_error(out, &e);
                     return;
                 }
             }
@@ -179,7 +177,7 @@ impl<'s> Dump<'s> {
         all: bool,
         now: u64,
     ) -> Result<Dump<'s>, Error> {
-        shared.access.start(now);
+        shared.mc.access.start(now);
         Ok(Dump {
             cursor: if all { Some(store.cursor()?) } else { None },
         })
@@ -195,12 +193,12 @@ impl<'s> Dump<'s> {
             match cur.next() {
                 Ok(Some((key, rec))) => {
                     if !kura_engine::store::is_expired(rec.meta.expires, now) {
-                        metadump_line(out, &key, &rec, shared.access.used(&key, now));
+                        metadump_line(out, &key, &rec, shared.mc.access.used(&key, now));
                     }
                 }
                 Ok(None) => self.cursor = None,
                 Err(e) => {
-                    crate::mc_exec::server_error(out, &e);
+                    crate::mc_common::server_error(out, &e);
                     self.cursor = None;
                     return false;
                 }
@@ -244,144 +242,6 @@ fn metadump_line(out: &mut Vec<u8>, key: &[u8], rec: &Record, used: Used) {
     });
     kura_proto::push_decimal(out, item_size(key.len(), rec.meta.flags, rec.value.len()));
     out.push(b'\n');
-}
-
-/// memcached's per-prefix counters (`stats detail on`): for each key prefix (the key up to
-/// its first `:`), the gets, hits, sets and deletes while detail is on. Kept for at most
-/// [`PREFIXES`] prefixes (memcached keeps any number); a request pays one relaxed load while
-/// detail is off.
-#[derive(Debug, Default)]
-pub struct PrefixStats {
-    on: AtomicBool,
-    map: Mutex<HashMap<Vec<u8>, Prefix>>,
-}
-
-/// Prefixes counted at most.
-pub const PREFIXES: usize = 4096;
-
-#[derive(Clone, Copy, Debug, Default)]
-struct Prefix {
-    get: u64,
-    hit: u64,
-    set: u64,
-    del: u64,
-    /// Order of creation (the dump lists a bucket's newest first, as memcached does).
-    seq: u64,
-}
-
-/// What a request did to a key, for [`PrefixStats::record`].
-#[derive(Clone, Copy, Debug)]
-pub enum Did {
-    Get { hit: bool },
-    Set,
-    Delete,
-}
-
-impl PrefixStats {
-    pub fn enable(&self, on: bool) {
-        self.on.store(on, Relaxed);
-    }
-
-    pub fn is_on(&self) -> bool {
-        self.on.load(Relaxed)
-    }
-
-    /// Forget every prefix (`stats reset`).
-    pub fn clear(&self) {
-        self.map.lock().unwrap_or_else(|e| e.into_inner()).clear();
-    }
-
-    #[inline]
-    pub fn record(&self, key: &[u8], did: Did) {
-        if self.on.load(Relaxed) {
-            self.record_slow(key, did);
-        }
-    }
-
-    fn record_slow(&self, key: &[u8], did: Did) {
-        let Some(end) = key.iter().position(|&b| b == b':') else {
-            return;
-        };
-        let prefix = &key[..end];
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        let next = map.len() as u64;
-        if !map.contains_key(prefix) && map.len() >= PREFIXES {
-            return;
-        }
-        let p = map.entry(prefix.to_vec()).or_insert(Prefix {
-            seq: next,
-            ..Prefix::default()
-        });
-        match did {
-            Did::Get { hit } => {
-                p.get += 1;
-                p.hit += u64::from(hit);
-            }
-            Did::Set => p.set += 1,
-            Did::Delete => p.del += 1,
-        }
-    }
-
-    /// `PREFIX <prefix> get <n> hit <n> set <n> del <n>` lines, in memcached's order (its hash
-    /// table's: murmur3 of the prefix modulo 256, the newest of a bucket first).
-    pub fn dump(&self, out: &mut Vec<u8>) {
-        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        let mut v: Vec<(&Vec<u8>, &Prefix)> = map.iter().collect();
-        v.sort_by_key(|(k, p)| (murmur3_32(k) % 256, std::cmp::Reverse(p.seq)));
-        for (k, p) in v {
-            out.extend_from_slice(b"PREFIX ");
-            out.extend_from_slice(k);
-            for (name, n) in [
-                (" get ", p.get),
-                (" hit ", p.hit),
-                (" set ", p.set),
-                (" del ", p.del),
-            ] {
-                out.extend_from_slice(name.as_bytes());
-                kura_proto::push_decimal(out, n);
-            }
-            out.extend_from_slice(b"\r\n");
-        }
-    }
-
-    /// The dump as one value (the binary protocol's `detail dump`).
-    pub fn dump_bytes(&self) -> Vec<u8> {
-        let mut v = Vec::new();
-        self.dump(&mut v);
-        v.extend_from_slice(reply::END);
-        v
-    }
-}
-
-/// MurmurHash3 (x86, 32-bit, seed 0): memcached's default hash, which orders its prefix
-/// table.
-fn murmur3_32(data: &[u8]) -> u32 {
-    const C1: u32 = 0xcc9e_2d51;
-    const C2: u32 = 0x1b87_3593;
-    let mut h: u32 = 0;
-    let mut chunks = data.chunks_exact(4);
-    for c in &mut chunks {
-        let mut k = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-        k = k.wrapping_mul(C1).rotate_left(15).wrapping_mul(C2);
-        h ^= k;
-        h = h.rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64);
-    }
-    let tail = chunks.remainder();
-    if !tail.is_empty() {
-        let mut k: u32 = 0;
-        for (i, &b) in tail.iter().enumerate() {
-            k |= u32::from(b) << (8 * i);
-        }
-        k = k.wrapping_mul(C1).rotate_left(15).wrapping_mul(C2);
-        h ^= k;
-    }
-    h ^= data.len() as u32;
-    h ^= h >> 16;
-    h = h.wrapping_mul(0x85eb_ca6b);
-    h ^= h >> 13;
-    h = h.wrapping_mul(0xc2b2_ae35);
-    h ^= h >> 16;
-    h
 }
 
 /// The process's user and system CPU time, as memcached prints them (`seconds.micros`).
@@ -454,25 +314,25 @@ pub fn stat_pairs(
             s("reserved_fds", &0);
             s("cmd_get", &c(&shared.cmd_get));
             s("cmd_set", &c(&shared.cmd_set));
-            s("cmd_flush", &c(&shared.cmd_flush));
-            s("cmd_touch", &c(&shared.cmd_touch));
-            s("cmd_meta", &c(&shared.cmd_meta));
+            s("cmd_flush", &c(&shared.mc.cmd_flush));
+            s("cmd_touch", &c(&shared.mc.cmd_touch));
+            s("cmd_meta", &c(&shared.mc.cmd_meta));
             s("get_hits", &c(&shared.get_hits));
             s("get_misses", &c(&shared.get_misses));
             s("get_expired", &0);
             s("get_flushed", &0);
             s("delete_misses", &c(&shared.delete_misses));
             s("delete_hits", &c(&shared.delete_hits));
-            s("incr_misses", &c(&shared.incr_misses));
-            s("incr_hits", &c(&shared.incr_hits));
-            s("decr_misses", &c(&shared.decr_misses));
-            s("decr_hits", &c(&shared.decr_hits));
-            s("cas_misses", &c(&shared.cas_misses));
-            s("cas_hits", &c(&shared.cas_hits));
-            s("cas_badval", &c(&shared.cas_badval));
-            s("touch_hits", &c(&shared.touch_hits));
-            s("touch_misses", &c(&shared.touch_misses));
-            s("store_too_large", &c(&shared.store_too_large));
+            s("incr_misses", &c(&shared.mc.incr_misses));
+            s("incr_hits", &c(&shared.mc.incr_hits));
+            s("decr_misses", &c(&shared.mc.decr_misses));
+            s("decr_hits", &c(&shared.mc.decr_hits));
+            s("cas_misses", &c(&shared.mc.cas_misses));
+            s("cas_hits", &c(&shared.mc.cas_hits));
+            s("cas_badval", &c(&shared.mc.cas_badval));
+            s("touch_hits", &c(&shared.mc.touch_hits));
+            s("touch_misses", &c(&shared.mc.touch_misses));
+            s("store_too_large", &c(&shared.mc.store_too_large));
             s("store_no_memory", &0);
             s("auth_cmds", &0);
             s("auth_errors", &0);
@@ -512,7 +372,7 @@ pub fn stat_pairs(
             }
             s("bytes", &store.size());
             s("curr_items", &store.count());
-            s("total_items", &c(&shared.total_items));
+            s("total_items", &c(&shared.mc.total_items));
             s("slab_global_page_pool", &0);
             s("expired_unfetched", &0);
             s("evicted_unfetched", &0);
@@ -547,7 +407,7 @@ pub fn stat_pairs(
             s("tcpport", &shared.port);
             s("udpport", &0);
             s("inter", &shared.host);
-            s("verbosity", &shared.verbosity.load(Relaxed));
+            s("verbosity", &shared.mc.verbosity.load(Relaxed));
             s("oldest", &0);
             s("evictions", &"on");
             s("domain_socket", &"NULL");
@@ -558,7 +418,7 @@ pub fn stat_pairs(
             s("num_threads", &shared.threads);
             s("num_threads_per_udp", &shared.threads);
             s("stat_key_prefix", &":");
-            s("detail_enabled", &yes_no(shared.detail.is_on()));
+            s("detail_enabled", &yes_no(shared.mc.detail.is_on()));
             s("reqs_per_event", &20);
             s("cas_enabled", &"yes");
             s("tcp_backlog", &1024);
@@ -569,8 +429,8 @@ pub fn stat_pairs(
             s("maxconns_fast", &"yes");
             s("hashpower_init", &0);
             s("slab_reassign", &"yes");
-            s("slab_automove", &shared.slab_automove.load(Relaxed));
-            let ratio = f64::from_bits(shared.slab_automove_ratio.load(Relaxed));
+            s("slab_automove", &shared.mc.slab_automove.load(Relaxed));
+            let ratio = f64::from_bits(shared.mc.slab_automove_ratio.load(Relaxed));
             s("slab_automove_ratio", &format_args!("{ratio:.2}"));
             s("slab_automove_window", &30);
             s("slab_chunk_max", &(shared.max_item_size / 2));
@@ -677,11 +537,11 @@ pub fn stat_pairs(
                 slab("get_hits", &c(&shared.get_hits));
                 slab("cmd_set", &c(&shared.cmd_set));
                 slab("delete_hits", &c(&shared.delete_hits));
-                slab("incr_hits", &c(&shared.incr_hits));
-                slab("decr_hits", &c(&shared.decr_hits));
-                slab("cas_hits", &c(&shared.cas_hits));
-                slab("cas_badval", &c(&shared.cas_badval));
-                slab("touch_hits", &c(&shared.touch_hits));
+                slab("incr_hits", &c(&shared.mc.incr_hits));
+                slab("decr_hits", &c(&shared.mc.decr_hits));
+                slab("cas_hits", &c(&shared.mc.cas_hits));
+                slab("cas_badval", &c(&shared.mc.cas_badval));
+                slab("touch_hits", &c(&shared.mc.touch_hits));
             }
             s("active_slabs", &u8::from(n > 0));
             s("total_malloced", &store.size());
@@ -692,44 +552,4 @@ pub fn stat_pairs(
         Some(_) => return None,
     }
     Some(v)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn murmur3_matches_the_reference() {
-        // Known values of MurmurHash3_x86_32 with seed 0.
-        assert_eq!(murmur3_32(b""), 0);
-        assert_eq!(murmur3_32(b"hello"), 0x248b_fa47);
-        assert_eq!(murmur3_32(b"hello, world"), 0x149b_bb7f);
-    }
-
-    #[test]
-    fn prefix_counts_are_kept_only_while_on_and_bounded() {
-        let p = PrefixStats::default();
-        p.record(b"a:1", Did::Set);
-        p.enable(true);
-        p.record(b"a:1", Did::Get { hit: true });
-        p.record(b"a:2", Did::Get { hit: false });
-        p.record(b"nocolon", Did::Set);
-        p.record(b"b:x", Did::Delete);
-        let mut out = Vec::new();
-        p.dump(&mut out);
-        let text = String::from_utf8(out).unwrap();
-        assert!(
-            text.contains("PREFIX a get 2 hit 1 set 0 del 0\r\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("PREFIX b get 0 hit 0 set 0 del 1\r\n"),
-            "{text}"
-        );
-        assert_eq!(text.lines().count(), 2);
-        for i in 0..PREFIXES + 10 {
-            p.record(format!("p{i}:k").as_bytes(), Did::Set);
-        }
-        assert_eq!(p.map.lock().unwrap().len(), PREFIXES);
-    }
 }

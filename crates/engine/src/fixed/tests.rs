@@ -6,6 +6,7 @@ use super::*;
 use crate::config::OpenMode;
 use crate::io::{CrashMode, SimVfs};
 use crate::store::{BatchOp, KeyRange, Outcome, Store};
+use crate::{MemcachedOps, TokyoOps};
 use std::path::Path;
 
 const SIM: &str = "/sim/db.kf";

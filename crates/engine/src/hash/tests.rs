@@ -6,6 +6,7 @@ use super::shard::{read_spinning, write_spinning, EXCL_SPIN};
 use super::*;
 use crate::io::{CrashMode, Fault, SimVfs};
 use crate::store::Outcome;
+use crate::{MemcachedOps, TokyoOps};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 

@@ -2,6 +2,7 @@ use super::hash::{shard_of, Shard};
 use super::tree::TreeInner;
 use super::*;
 use crate::store::{Outcome, MAX_KEY_LEN};
+use crate::{MemcachedOps, TokyoOps};
 use std::collections::{BTreeMap, BTreeSet as Set};
 use std::sync::Arc;
 

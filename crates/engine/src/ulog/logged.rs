@@ -226,7 +226,6 @@ impl Logged {
             let (_, first) = log.span();
             let from = read_applied(&log).unwrap_or(0).max(first);
             if from < log.last_ts() {
-                log.flush()?;
                 // Applied without an fsync a record (`sync=always`), then synced once.
                 redone = super::apply::deferred(|| {
                     let c = log.config();

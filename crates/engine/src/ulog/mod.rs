@@ -620,12 +620,6 @@ impl Ulog {
         }
     }
 
-    /// Records are in the file as soon as they are appended: nothing to do (kept for callers
-    /// that read the files directly).
-    pub fn flush(&self) -> Result<()> {
-        Ok(())
-    }
-
     /// Make every record appended so far durable. Concurrent callers share fsyncs: one that
     /// finds a sync under way waits for it, then syncs everything appended meanwhile.
     pub fn sync(&self) -> Result<()> {

@@ -2,6 +2,7 @@ use super::logged::Logged;
 use super::record::{self, Op};
 use super::*;
 use crate::store::Store;
+use crate::{KyotoOps, MemcachedOps, TokyoOps};
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::FileExt;

@@ -38,9 +38,8 @@
 //! write without `xt` stores a record that never expires (Kyoto Tycoon's default), except
 //! REST PUT with Tyrant's putcat, which keeps the record's expiration.
 
-pub(crate) use self::rpc::{db_ok, fail, get, set, Input, Output, Rv};
-use crate::context::{flush_if_due, Next, Shared};
-use crate::kt_bin_exec::kt_expiry;
+use crate::context::{self, Next, Shared};
+use crate::kt_common::{atoi, db_error, NO_RECORD};
 use crate::kt_cursor::KtCursors;
 use crate::kt_signal::Waited;
 use kura_engine::counter::Counter;
@@ -50,12 +49,6 @@ use kura_proto::http::{self, Method, Request};
 mod rest;
 mod rpc;
 
-/// The Tokyo Tyrant release whose HTTP interface is served (reported by OPTIONS).
-pub const TT_VERSION: &str = "1.1.41";
-/// The library version of that release.
-pub const TT_LIBVER: u32 = 324;
-/// The protocol version of that release.
-pub const TT_PROTVER: &str = "0.91";
 /// The Kyoto Tycoon release whose RPC interface is served (reported by `/rpc/report`).
 pub const KT_VERSION: &str = "0.9.56";
 
@@ -117,17 +110,55 @@ pub fn execute_with<'s>(
     now: u64,
     out: &mut Vec<u8>,
 ) -> Next {
-    let reply = match flush_if_due(store, shared, now) {
-        Err(e) => Reply::text(engine_error(&e).0, &e.to_string()),
-        Ok(()) => match req.path().strip_prefix("/rpc/") {
-            Some(name) => match rpc::rpc(store, shared, curs, req, name, waited, now) {
+    let mut e = Http {
+        store,
+        shared,
+        curs,
+        waited,
+        now,
+    };
+    context::execute(&mut e, store, shared, req, now, out)
+}
+
+/// HTTP (Tyrant's and Kyoto Tycoon's REST, Kyoto Tycoon's RPC) in the steps every request
+/// takes. The operation a request is depends on its route, so the mask's verdict is asked
+/// where the route is known ([`Shared::verdict`]), and answered in the route's form.
+struct Http<'x, 's> {
+    store: &'s dyn Store,
+    shared: &'x Shared,
+    curs: &'x mut KtCursors<'s>,
+    waited: Option<Waited>,
+    now: u64,
+}
+
+impl context::Exec for Http<'_, '_> {
+    type Req<'a> = Request<'a>;
+    type Out = Vec<u8>;
+    fn denied(&self, _shared: &Shared, _req: &Request<'_>) -> Option<bool> {
+        None
+    }
+    fn refuse(&mut self, _req: &Request<'_>, _why: Option<String>, _out: &mut Vec<u8>) -> Next {
+        Next::Continue
+    }
+    fn run(&mut self, req: &Request<'_>, out: &mut Vec<u8>) -> Result<Next, Error> {
+        let (store, shared, now) = (self.store, self.shared, self.now);
+        let reply = match req.path().strip_prefix("/rpc/") {
+            Some(name) => match rpc::rpc(store, shared, self.curs, req, name, self.waited, now) {
                 Ok(reply) => reply,
-                Err(wait) => return Next::Wait(wait),
+                Err(wait) => return Ok(Next::Wait(wait)),
             },
             None => rest::rest(store, shared, req, now),
-        },
-    };
-    send(out, req, now, reply)
+        };
+        Ok(send(out, req, now, reply))
+    }
+    fn failed(&mut self, req: &Request<'_>, e: Error, _start: usize, out: &mut Vec<u8>) -> Next {
+        send(
+            out,
+            req,
+            self.now,
+            Reply::text(engine_error(&e).0, &e.to_string()),
+        )
+    }
 }
 
 fn send(out: &mut Vec<u8>, req: &Request<'_>, now: u64, reply: Reply) -> Next {
@@ -159,19 +190,6 @@ fn bump(counter: &Counter) {
     counter.add(1);
 }
 
-/// Kyoto Cabinet's error text: `DB: <code>: <name>: <message>`.
-pub(crate) fn db_error(code: u8, message: &str) -> String {
-    let name = match code {
-        1 => "not implemented",
-        2 => "invalid operation",
-        6 => "record duplication",
-        7 => "no record",
-        8 => "logical inconsistency",
-        _ => "system error",
-    };
-    format!("DB: {code}: {name}: {message}")
-}
-
 /// The status and Kyoto Cabinet error text of an engine error: 400 when the request caused
 /// it ([`Error::from_request`]: code 1 "not implemented" for an operation the kind lacks, 2
 /// "invalid operation" for the others), 500 for a fault of the server.
@@ -180,68 +198,6 @@ pub(crate) fn engine_error(e: &Error) -> (u16, String) {
         Error::Unsupported(_) => (400, db_error(1, &e.to_string())),
         _ if e.from_request() => (400, db_error(2, &e.to_string())),
         _ => (500, db_error(9, &e.to_string())),
-    }
-}
-
-pub(crate) const NO_RECORD: &str = "DB: 7: no record: no record";
-
-// ----- numbers as Kyoto Cabinet reads them -----
-
-/// `kc::atoi`: leading spaces, a sign, digits; anything after them is ignored; no digits is
-/// 0. Saturates instead of overflowing.
-pub(crate) fn atoi(s: &[u8]) -> i64 {
-    let s = &s[s.iter().position(|&b| b > b' ').unwrap_or(s.len())..];
-    let (neg, digits) = match s.first() {
-        Some(b'-') => (true, &s[1..]),
-        Some(b'+') => (false, &s[1..]),
-        _ => (false, s),
-    };
-    let mut n: i64 = 0;
-    for &d in digits.iter().take_while(|b| b.is_ascii_digit()) {
-        let d = i64::from(d - b'0');
-        n = if neg {
-            n.saturating_mul(10).saturating_sub(d)
-        } else {
-            n.saturating_mul(10).saturating_add(d)
-        };
-    }
-    n
-}
-
-/// `kc::atof`: the longest leading decimal number (`inf` and `nan` included); 0 when none.
-fn atof(s: &[u8]) -> f64 {
-    let s = &s[s.iter().position(|&b| b > b' ').unwrap_or(s.len())..];
-    let s = &s[..s.len().min(64)];
-    let Ok(s) = std::str::from_utf8(
-        &s[..s
-            .iter()
-            .position(|b| !(b.is_ascii_alphanumeric() || b"+-.".contains(b)))
-            .unwrap_or(s.len())],
-    ) else {
-        return 0.0;
-    };
-    (1..=s.len())
-        .rev()
-        .find_map(|n| s.get(..n).and_then(|p| p.parse::<f64>().ok()))
-        .unwrap_or(0.0)
-}
-
-/// The absolute expiration (0 = never) of Kyoto Tycoon's `xt` parameter: absent → never, else
-/// as the binary protocol reads it ([`kt_expiry`]).
-pub(crate) fn kt_expiry_param(xt: Option<&[u8]>, now: u64) -> u64 {
-    xt.map_or(0, |xt| kt_expiry(atoi(xt), now))
-}
-
-/// The operating system as Tyrant's `TTSYSNAME` and Kyoto Cabinet's `OSNAME` spell it.
-fn os_name() -> &'static str {
-    match std::env::consts::OS {
-        "linux" => "Linux",
-        "macos" => "Mac OS X",
-        "freebsd" => "FreeBSD",
-        "netbsd" => "NetBSD",
-        "openbsd" => "OpenBSD",
-        "solaris" => "SunOS",
-        other => other,
     }
 }
 

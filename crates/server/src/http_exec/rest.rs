@@ -1,11 +1,13 @@
 //! One REST interface for every path outside `/rpc/`, speaking Tokyo Tyrant's and Kyoto
 //! Tycoon's dialects (see the module above), and Tyrant's OPTIONS.
 
-use super::{atoi, bump, db_error, os_name, Reply, NO_RECORD, TT_LIBVER, TT_PROTVER, TT_VERSION};
+use super::{atoi, bump, db_error, Reply, NO_RECORD};
 use crate::context::Shared;
-use crate::kt_bin_exec::XT_MAX;
+use crate::kt_common::XT_MAX;
 use crate::mask::{Op, Proto};
 use crate::tt_exec::TtState;
+use crate::tt_exec::{os_name, TT_LIBVER, TT_PROTVER, TT_VERSION};
+use kura_engine::TokyoOps;
 use kura_engine::{Error, Outcome, Store};
 use kura_proto::http::{self, Method, Request};
 use std::borrow::Cow;
@@ -22,6 +24,13 @@ fn refused(shared: &Shared, by_mask: bool) -> Reply {
         Some(why) => Reply::text(403, &why),
         None => forbidden(),
     }
+}
+
+/// The refusal of `op` when the mask in force refuses it ([`Shared::verdict`]).
+fn masked(shared: &Shared, op: Op) -> Option<Reply> {
+    shared
+        .verdict(|mask| mask.denies(op, Proto::Http))
+        .map(|by_mask| refused(shared, by_mask))
 }
 
 /// A miss in both dialects: Tyrant's body, Kyoto Tycoon's header.
@@ -77,15 +86,15 @@ pub(super) fn rest(store: &dyn Store, shared: &Shared, req: &Request<'_>, now: u
             } else {
                 Op::Vsiz
             };
-            if deny(op) {
-                return refused(shared, shared.mask.denies(op, Proto::Http));
+            if let Some(r) = masked(shared, op) {
+                return r;
             }
             rest_get(store, shared, &key)
         }
         Method::Put => rest_put(store, shared, req, &key),
         Method::Delete => {
-            if deny(Op::Out) {
-                return refused(shared, shared.mask.denies(Op::Out, Proto::Http));
+            if let Some(r) = masked(shared, Op::Out) {
+                return r;
             }
             rest_delete(store, shared, req, &key)
         }
@@ -146,8 +155,8 @@ fn rest_put(
         Mode::Keep => Op::PutKeep,
         Mode::Cat => Op::PutCat,
     };
-    if shared.mask().denies(op, Proto::Http) {
-        return Ok(refused(shared, shared.mask.denies(op, Proto::Http)));
+    if let Some(r) = masked(shared, op) {
+        return Ok(r);
     }
     let expires = match req.header("x-kt-xt").and_then(http::parse_http_date) {
         Some(t) if t > 0 && t < XT_MAX => t,
@@ -225,8 +234,8 @@ fn rest_post(
 ) -> Result<Reply, Error> {
     let named = |h| req.header(h).filter(|v| !v.is_empty());
     if named("x-tt-xname").is_some() {
-        if shared.mask().denies(Op::Ext, Proto::Http) {
-            return Ok(refused(shared, shared.mask.denies(Op::Ext, Proto::Http)));
+        if let Some(r) = masked(shared, Op::Ext) {
+            return Ok(r);
         }
         // No script extension is ever loaded: ttserver without `-ext` answers 500.
         return Ok(Reply::text(500, "Internal Server Error"));

@@ -1,26 +1,23 @@
 //! Kyoto Tycoon's TSV-RPC under `/rpc/`: the procedures, their input (query string and body)
 //! and their TSV output.
 
-use super::{atof, atoi, bump, db_error, kt_expiry_param, os_name, Reply, KT_VERSION, NO_RECORD};
+use super::{bump, Reply, KT_VERSION};
 use crate::backup;
 use crate::context::{Shared, ValueTooLarge};
+use crate::kt_common::{
+    atof, atoi, db_error, db_ok, fail, get, kt_expiry_param, set, Input, Output, Rv, NO_RECORD,
+};
 use crate::kt_cursor::{self, KtCursors};
 use crate::kt_signal::{self, WaitReq, Waited};
 use crate::mask::{Op, Proto};
+use crate::tt_exec::os_name;
 use kura_engine::counter::Counter;
 use kura_engine::store::check_sizes;
+use kura_engine::KyotoOps;
 use kura_engine::{BatchOp, Error, Outcome, Store};
 use kura_proto::http::{self, Request};
 use kura_proto::kt_tsv::{self, ColEnc};
-use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
-
-/// The input of a procedure: query string first, then the body; the last value of a name
-/// wins (Kyoto Tycoon reads both into one map).
-pub(crate) type Input<'a> = BTreeMap<Cow<'a, [u8]>, Cow<'a, [u8]>>;
-/// The output of a procedure, sent sorted by name like Kyoto Tycoon's map.
-pub(crate) type Output = BTreeMap<Vec<u8>, Vec<u8>>;
 
 fn rpc_input<'a>(req: &'a Request<'_>) -> Result<Input<'a>, &'static str> {
     let mut input = Input::new();
@@ -43,23 +40,6 @@ fn rpc_input<'a>(req: &'a Request<'_>) -> Result<Input<'a>, &'static str> {
         }
     }
     Ok(input)
-}
-
-pub(crate) fn get<'i>(input: &'i Input<'_>, name: &str) -> Option<&'i [u8]> {
-    input.get(name.as_bytes()).map(|v| v.as_ref())
-}
-
-pub(crate) fn set(out: &mut Output, name: &str, value: impl Into<Vec<u8>>) {
-    out.insert(name.as_bytes().to_vec(), value.into());
-}
-
-/// The result of a procedure: an HTTP status (200, 400, 403, 450, 500, 501); the output map
-/// carries `ERROR` for the others.
-pub(crate) type Rv = u16;
-
-pub(crate) fn fail(out: &mut Output, status: Rv, message: impl Into<Vec<u8>>) -> Rv {
-    out.insert(b"ERROR".to_vec(), message.into());
-    status
 }
 
 /// Run a procedure; `Err` when it waits for a signal first (`WAIT`, and `waited` is `None`).
@@ -173,19 +153,6 @@ fn tune_replication(shared: &Shared, input: &Input<'_>, out: &mut Output) -> Rv 
     }
 }
 
-/// Whether the `DB` parameter names our one database: absent, empty, a number that reads as
-/// 0, or the file name of the database path.
-pub(crate) fn db_ok(input: &Input<'_>, shared: &Shared) -> bool {
-    match get(input, "DB") {
-        None | Some(b"") => true,
-        Some(d) if d[0].is_ascii_digit() => atoi(d) == 0,
-        Some(d) => {
-            let base = shared.db_name.rsplit('/').next().unwrap_or("");
-            !base.is_empty() && d == base.as_bytes()
-        }
-    }
-}
-
 /// The records (`_name` → value) of a bulk procedure, without the underscore.
 fn bulk<'i>(input: &'i Input<'_>) -> impl Iterator<Item = (&'i [u8], &'i [u8])> {
     input
@@ -237,8 +204,8 @@ fn procedure<'s>(
         let name = String::from_utf8_lossy(name);
         return Ok(fail(out, 501, format!("not implemented: {name}")));
     };
-    if shared.mask().denies(op, Proto::Http) {
-        let why = shared.read_only_refusal(shared.mask.denies(op, Proto::Http));
+    if let Some(by_mask) = shared.verdict(|mask| mask.denies(op, Proto::Http)) {
+        let why = shared.read_only_refusal(by_mask);
         return Ok(fail(out, 403, why.unwrap_or_else(|| "forbidden".into())));
     }
     if name == b"report" {
@@ -322,12 +289,15 @@ fn procedure<'s>(
                 Some(b"set") => i64::MAX,
                 Some(o) => atoi(o),
             };
-            Ok(match store.increment(key, atoi(num), orig, expires)? {
-                Some(n) => {
+            Ok(match store.increment(key, atoi(num), orig, expires) {
+                Ok(Some(n)) => {
                     set(out, "num", n.to_string());
                     200
                 }
-                None => fail(out, 450, db_error(8, "logical inconsistency")),
+                Ok(None) | Err(Error::NotNumeric) => {
+                    fail(out, 450, db_error(8, "logical inconsistency"))
+                }
+                Err(e) => return Err(e),
             })
         }
         b"increment_double" => {
@@ -341,12 +311,15 @@ fn procedure<'s>(
                 Some(o) => atof(o),
             };
             Ok(
-                match store.increment_double(key, atof(num), orig, expires)? {
-                    Some(n) => {
+                match store.increment_double(key, atof(num), orig, expires) {
+                    Ok(Some(n)) => {
                         set(out, "num", format!("{n:.6}"));
                         200
                     }
-                    None => fail(out, 450, db_error(8, "logical inconsistency")),
+                    Ok(None) | Err(Error::NotNumeric) => {
+                        fail(out, 450, db_error(8, "logical inconsistency"))
+                    }
+                    Err(e) => return Err(e),
                 },
             )
         }
@@ -419,10 +392,14 @@ fn procedure<'s>(
             Ok(200)
         }
         b"remove_bulk" => {
+            // Counted as every protocol counts a removal: a hit or a miss per key.
             let mut n = 0u64;
             for (k, _) in bulk(input) {
                 if store.out(k)? {
                     n += 1;
+                    bump(&shared.delete_hits);
+                } else {
+                    bump(&shared.delete_misses);
                 }
             }
             set(out, "num", n.to_string());
@@ -432,8 +409,14 @@ fn procedure<'s>(
             let keys: Vec<&[u8]> = bulk(input).map(|(k, _)| k).collect();
             let records = store.get_multi(&keys)?;
             let mut n = 0u64;
+            // Counted as every protocol counts a read: a hit or a miss per key.
             for (k, r) in keys.iter().zip(records) {
                 bump(&shared.cmd_get);
+                bump(if r.is_some() {
+                    &shared.get_hits
+                } else {
+                    &shared.get_misses
+                });
                 if let Some(r) = r {
                     n += 1;
                     let mut name = Vec::with_capacity(k.len() + 1);

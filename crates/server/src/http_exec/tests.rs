@@ -2,6 +2,7 @@
 //! mask and keep-alive.
 
 use super::*;
+use crate::kt_common::{atof, kt_expiry_param};
 use crate::mask::Mask;
 use kura_proto::http::{decode, Decoded, Limits};
 use kura_proto::kt_tsv::{self, ColEnc};

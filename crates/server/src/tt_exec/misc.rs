@@ -4,6 +4,7 @@
 use super::{c_str, TtState};
 use crate::context::Shared;
 use crate::mask::{Op, Proto};
+use kura_engine::TokyoOps;
 use kura_engine::{BatchOp, Error, KeyRange, Outcome, Store};
 
 /// Whether the mask refuses misc `name`. Kura's replication functions (`ulogstat`,
@@ -128,19 +129,12 @@ pub fn misc<'s>(
             done
         }
         b"putlist" => {
-            // Key, value pairs; an odd last argument is ignored. A key given twice keeps its
-            // last value, as Tyrant's one-by-one puts do: only that pair goes into the batch
-            // (the order of a batch's operations on one key is not defined).
-            let pairs: Vec<&[&[u8]]> = args.chunks_exact(2).collect();
-            let mut last = std::collections::HashMap::with_capacity(pairs.len());
-            for (i, p) in pairs.iter().enumerate() {
-                last.insert(p[0], i);
-            }
-            let ops: Vec<BatchOp> = pairs
-                .iter()
-                .enumerate()
-                .filter(|(i, p)| last.get(p[0]) == Some(i))
-                .map(|(_, p)| BatchOp::Put {
+            // Key, value pairs, in order (an odd last argument is ignored): a key given twice
+            // keeps its last value, as Tyrant's one-by-one puts leave it and as a batch
+            // applies its operations.
+            let ops: Vec<BatchOp> = args
+                .chunks_exact(2)
+                .map(|p| BatchOp::Put {
                     key: p[0].to_vec(),
                     value: p[1].to_vec(),
                     flags: 0,

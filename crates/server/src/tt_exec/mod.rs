@@ -12,8 +12,10 @@
 //! command answers its failure form (see [`tt_bin::reply_failure`]).
 
 use crate::backup;
-use crate::context::{flush_if_due, Next, Shared};
+use crate::context::{self, Next, Shared};
 use crate::mask::{Op, Proto};
+use kura_engine::counter::Counter;
+use kura_engine::TokyoOps;
 use kura_engine::{Cursor, Error, Outcome, Record, Store};
 use kura_proto::tt_bin::{self, cmd, Request, FAIL, OK};
 
@@ -23,11 +25,26 @@ mod stat;
 pub use misc::misc;
 pub(crate) use misc::{misc_denied, prefix_keys, server_misc};
 
-/// The Tyrant release whose protocol Kura speaks, reported by `stat`.
+/// The Tyrant release whose protocol Kura speaks, reported by `stat` and by HTTP OPTIONS.
 pub const TT_VERSION: &str = "1.1.41";
-/// Tyrant's library version and protocol version of that release.
+/// The library version of that release.
 pub const TT_LIBVER: u32 = 324;
+/// The protocol version of that release.
 pub const TT_PROTVER: &str = "0.91";
+
+/// The operating system as Tyrant's `TTSYSNAME` (its `stat`'s `os`) and Kyoto Cabinet's
+/// `OSNAME` (Kyoto Tycoon's `conf_os_name`) spell it.
+pub(crate) fn os_name() -> &'static str {
+    match std::env::consts::OS {
+        "linux" => "Linux",
+        "macos" => "Mac OS X",
+        "freebsd" => "FreeBSD",
+        "netbsd" => "NetBSD",
+        "openbsd" => "OpenBSD",
+        "solaris" => "SunOS",
+        other => other,
+    }
+}
 
 /// Where the server's Tyrant iteration is: Tyrant keeps one iterator per server, so that
 /// `tcrmgr misc … iterinit KEY` and then `tcrmgr misc … iternext`, each on a connection of
@@ -49,6 +66,36 @@ pub enum IterPos {
 
 /// The server's [`IterPos`], shared by its connections.
 pub type SharedIter = std::sync::Arc<std::sync::Mutex<IterPos>>;
+
+/// What a server keeps for Tyrant alone (`Shared::tt`).
+#[derive(Debug)]
+pub struct TtShared {
+    /// Commands received, by operation (`crate::mask::Op` order: Tyrant's `cnt_*`).
+    pub counts: [Counter; crate::mask::OPS.len()],
+    /// Tyrant's `cnt_put_miss`, `cnt_out_miss`, `cnt_get_miss`.
+    pub misses: [Counter; 3],
+    /// Where the server's iteration is (iterinit / iternext on any connection).
+    pub iter: SharedIter,
+}
+
+impl Default for TtShared {
+    fn default() -> Self {
+        TtShared {
+            counts: std::array::from_fn(|_| Counter::new()),
+            misses: std::array::from_fn(|_| Counter::new()),
+            iter: SharedIter::default(),
+        }
+    }
+}
+
+impl TtShared {
+    /// `stats reset`: the counters back to zero.
+    pub fn reset_stats(&self) {
+        for c in self.counts.iter().chain(&self.misses) {
+            c.reset();
+        }
+    }
+}
 
 /// Per-connection state: the record iterator of iterinit / iternext (and misc iterinit /
 /// iternext, which share it, as in Tyrant). Tyrant has one iterator per server, shared by every
@@ -94,7 +141,7 @@ impl<'s> TtState<'s> {
     /// A connection's state that takes part in the server's iteration.
     pub fn of_server(shared: &Shared) -> Self {
         TtState {
-            server: Some(shared.tt_iter.clone()),
+            server: Some(shared.tt.iter.clone()),
             ..Self::default()
         }
     }
@@ -254,7 +301,7 @@ pub fn op_of(req: &Request<'_>) -> Op {
     }
 }
 
-/// Indexes of `Shared::tt_misses`.
+/// Indexes of `TtShared::misses`.
 const PUT_MISS: usize = 0;
 const OUT_MISS: usize = 1;
 const GET_MISS: usize = 2;
@@ -271,44 +318,60 @@ pub fn execute<'s>(
     now: u64,
     out: &mut Vec<u8>,
 ) -> Next {
-    let c = req.cmd();
-    let op = op_of(req);
-    // Counted as ttserver counts: every command received, refused ones too.
-    shared.tt_counts[op as usize].add(1);
-    let denied = match req {
-        Request::Misc { name, .. } => misc_denied(shared, name, Proto::Tyrant),
-        _ => shared.mask().denies(op, Proto::Tyrant),
+    let mut e = Tyrant {
+        store,
+        shared,
+        st,
+        now,
     };
-    if denied {
+    context::execute(&mut e, store, shared, req, now, out)
+}
+
+/// Tokyo Tyrant's binary protocol in the steps every request takes.
+struct Tyrant<'x, 's> {
+    store: &'s dyn Store,
+    shared: &'x Shared,
+    st: &'x mut TtState<'s>,
+    now: u64,
+}
+
+impl context::Exec for Tyrant<'_, '_> {
+    type Req<'a> = Request<'a>;
+    type Out = Vec<u8>;
+    fn received(&mut self, req: &Request<'_>) {
+        // Counted as ttserver counts: every command received, refused ones too.
+        self.shared.tt.counts[op_of(req) as usize].add(1);
+    }
+    fn denied(&self, shared: &Shared, req: &Request<'_>) -> Option<bool> {
+        match req {
+            Request::Misc { name, .. } => misc_denied(shared, name, Proto::Tyrant)
+                .then(|| shared.mask.denies(Op::Misc, Proto::Tyrant)),
+            _ => shared.verdict(|mask| mask.denies(op_of(req), Proto::Tyrant)),
+        }
+    }
+    fn refuse(&mut self, req: &Request<'_>, why: Option<String>, out: &mut Vec<u8>) -> Next {
         // A write on a read-only replica: Tyrant's replies carry no text; `stat` says why
         // (`read_only`), so does `misc error`, and the log counts them.
-        let by_mask = match req {
-            Request::Misc { .. } => shared.mask.denies(Op::Misc, Proto::Tyrant),
-            _ => shared.mask.denies(op, Proto::Tyrant),
-        };
-        if let Some(why) = shared.read_only_refusal(by_mask) {
-            st.last_error = Some(why);
+        if let Some(why) = why {
+            self.st.last_error = Some(why);
         }
-        return refuse(c, out);
+        refuse(req.cmd(), out)
     }
-    let start = out.len();
-    // A delayed memcached `flush_all` whose time has come applies to every protocol.
-    let done = flush_if_due(store, shared, now);
-    match done.and_then(|_| run(store, shared, st, req, now, out)) {
-        Ok(next) => next,
-        Err(e) => {
-            st.last_error = Some(e.to_string());
-            if matches!(
-                op,
-                Op::Put | Op::PutKeep | Op::PutCat | Op::PutShl | Op::PutNr
-            ) {
-                shared.tt_misses[PUT_MISS].add(1);
-            }
-            // Nothing half-written goes out: the failure form replaces it.
-            out.truncate(start);
-            tt_bin::reply_failure(out, c);
-            Next::Continue
+    fn run(&mut self, req: &Request<'_>, out: &mut Vec<u8>) -> Result<Next, Error> {
+        run(self.store, self.shared, self.st, req, self.now, out)
+    }
+    fn failed(&mut self, req: &Request<'_>, e: Error, start: usize, out: &mut Vec<u8>) -> Next {
+        self.st.last_error = Some(e.to_string());
+        if matches!(
+            op_of(req),
+            Op::Put | Op::PutKeep | Op::PutCat | Op::PutShl | Op::PutNr
+        ) {
+            self.shared.tt.misses[PUT_MISS].add(1);
         }
+        // Nothing half-written goes out: the failure form replaces it.
+        out.truncate(start);
+        tt_bin::reply_failure(out, req.cmd());
+        Next::Continue
     }
 }
 
@@ -341,44 +404,33 @@ fn run<'s>(
     now: u64,
     out: &mut Vec<u8>,
 ) -> Result<Next, Error> {
-    match *req {
-        Request::Put { key, value } => {
-            store.put_with(key, value, 0, 0)?;
-            code(out, true);
-        }
-        Request::PutKeep { key, value } => {
-            let stored = matches!(store.putkeep(key, value, 0, 0)?, Outcome::Stored(_));
-            if !stored {
-                shared.tt_misses[PUT_MISS].add(1);
-            }
-            code(out, stored);
-        }
-        Request::PutCat { key, value } => {
-            store.putcat(key, value)?;
-            code(out, true);
-        }
-        Request::PutShl { key, value, width } => {
-            // The codec refuses negative widths.
-            store.putshl(key, value, usize::try_from(width).unwrap_or(0))?;
-            code(out, true);
-        }
-        Request::PutNr { key, value } => {
+    if let Some(applied) = apply(store, req) {
+        if let Request::PutNr { .. } = req {
             // No reply, whatever happens: an error is swallowed here rather than answered.
-            if store.put_with(key, value, 0, 0).is_err() {
-                shared.tt_misses[PUT_MISS].add(1);
+            if !matches!(applied, Ok(Applied::Done(true))) {
+                shared.tt.misses[PUT_MISS].add(1);
             }
+            return Ok(Next::Continue);
         }
-        Request::Out { key } => {
-            let found = store.out(key)?;
-            if !found {
-                shared.tt_misses[OUT_MISS].add(1);
+        match applied? {
+            Applied::Done(ok) => {
+                match req {
+                    Request::PutKeep { .. } if !ok => shared.tt.misses[PUT_MISS].add(1),
+                    Request::Out { .. } if !ok => shared.tt.misses[OUT_MISS].add(1),
+                    _ => {}
+                }
+                code(out, ok);
             }
-            code(out, found);
+            Applied::Int(n) => tt_bin::reply_i32(out, n),
+            Applied::Double(n) => tt_bin::reply_double(out, n),
         }
+        return Ok(Next::Continue);
+    }
+    match *req {
         Request::Get { key } => {
             // Encoded straight from the store's memory: no copy of the value.
             if !store.view(key, &mut |value, _| tt_bin::reply_value(out, value))? {
-                shared.tt_misses[GET_MISS].add(1);
+                shared.tt.misses[GET_MISS].add(1);
                 code(out, false);
             }
         }
@@ -405,40 +457,8 @@ fn run<'s>(
             let keys = prefix_keys(store, prefix, max)?;
             tt_bin::reply_list(out, keys.iter().map(Vec::as_slice));
         }
-        Request::AddInt { key, num } => match store.addint(key, num) {
-            // Tyrant's sum is an int with INT_MIN meaning failure: a sum of exactly INT_MIN
-            // is stored but answered as a failure.
-            Ok(n) if n != i32::MIN => tt_bin::reply_i32(out, n),
-            Ok(_) | Err(Error::NotNumeric) => code(out, false),
-            Err(e) => return Err(e),
-        },
-        Request::AddDouble { key, integ, fract } => {
-            // Tyrant's sum is a double with NaN meaning failure: a NaN sum is stored but
-            // answered as a failure.
-            match store.adddouble(key, tt_bin::unpack_double(integ, fract)) {
-                Ok(sum) if !sum.is_nan() => tt_bin::reply_double(out, sum),
-                Ok(_) | Err(Error::NotNumeric) => code(out, false),
-                Err(e) => return Err(e),
-            }
-        }
         // No script language: Tyrant without `-ext` answers every ext call with failure.
         Request::Ext { .. } => code(out, false),
-        Request::Sync => {
-            store.sync()?;
-            code(out, true);
-        }
-        Request::Optimize { params } => {
-            let Ok(params) = std::str::from_utf8(c_str(params)) else {
-                code(out, false);
-                return Ok(Next::Continue);
-            };
-            store.optimize(params)?;
-            code(out, true);
-        }
-        Request::Vanish => {
-            store.vanish()?;
-            code(out, true);
-        }
         // Confined to the backup directory; `@NAME` runs NAME of that directory on a fresh
         // copy (crate::backup).
         // The reason of a failure is kept for `misc error`.
@@ -522,8 +542,78 @@ fn run<'s>(
             Some(items) => tt_bin::reply_list(out, items.iter().map(Vec::as_slice)),
             None => tt_bin::reply_failure(out, cmd::MISC),
         },
+        // Applied above.
+        Request::Put { .. }
+        | Request::PutKeep { .. }
+        | Request::PutCat { .. }
+        | Request::PutShl { .. }
+        | Request::PutNr { .. }
+        | Request::Out { .. }
+        | Request::AddInt { .. }
+        | Request::AddDouble { .. }
+        | Request::Sync
+        | Request::Optimize { .. }
+        | Request::Vanish => {}
     }
     Ok(Next::Continue)
+}
+
+/// What a Tyrant write command did ([`apply`]).
+enum Applied {
+    /// Whether it succeeded (the reply's code).
+    Done(bool),
+    /// addint's sum.
+    Int(i32),
+    /// adddouble's sum.
+    Double(f64),
+}
+
+/// The write commands of the database (those an update log holds, but misc) mapped onto the
+/// store with their Tyrant meaning, once for the server ([`run`], which answers them) and for
+/// a master's update log ([`redo`]); `None` for any other command.
+fn apply(store: &dyn Store, req: &Request<'_>) -> Option<Result<Applied, Error>> {
+    let done = |r: Result<bool, Error>| r.map(Applied::Done);
+    Some(match *req {
+        Request::Put { key, value } | Request::PutNr { key, value } => {
+            done(store.put_with(key, value, 0, 0).map(|_| true))
+        }
+        Request::PutKeep { key, value } => done(
+            store
+                .putkeep(key, value, 0, 0)
+                .map(|o| matches!(o, Outcome::Stored(_))),
+        ),
+        Request::PutCat { key, value } => done(store.putcat(key, value).map(|_| true)),
+        // The codec refuses negative widths.
+        Request::PutShl { key, value, width } => done(
+            store
+                .putshl(key, value, usize::try_from(width).unwrap_or(0))
+                .map(|_| true),
+        ),
+        Request::Out { key } => done(store.out(key)),
+        // Tyrant's sum is an int with INT_MIN meaning failure: a sum of exactly INT_MIN is
+        // stored but answered as a failure.
+        Request::AddInt { key, num } => match store.addint(key, num) {
+            Ok(n) if n != i32::MIN => Ok(Applied::Int(n)),
+            Ok(_) | Err(Error::NotNumeric) => Ok(Applied::Done(false)),
+            Err(e) => Err(e),
+        },
+        // Tyrant's sum is a double with NaN meaning failure: a NaN sum is stored but answered
+        // as a failure.
+        Request::AddDouble { key, integ, fract } => {
+            match store.adddouble(key, tt_bin::unpack_double(integ, fract)) {
+                Ok(sum) if !sum.is_nan() => Ok(Applied::Double(sum)),
+                Ok(_) | Err(Error::NotNumeric) => Ok(Applied::Done(false)),
+                Err(e) => Err(e),
+            }
+        }
+        Request::Sync => done(store.sync().map(|_| true)),
+        Request::Optimize { params } => match std::str::from_utf8(c_str(params)) {
+            Ok(p) => done(store.optimize(p).map(|_| true)),
+            Err(_) => Ok(Applied::Done(false)),
+        },
+        Request::Vanish => done(store.vanish().map(|_| true)),
+        _ => return None,
+    })
 }
 
 /// Redo one command of a Tokyo Tyrant update log (a record of a Tyrant master's `repl`
@@ -533,33 +623,13 @@ fn run<'s>(
 /// a value that is not a number, a value too large, parameters this kind does not take) is a
 /// failure, not an error; an error (I/O, a damaged database) means it was not applied.
 pub fn redo(store: &dyn Store, req: &Request<'_>) -> Result<bool, Error> {
-    let done = match *req {
-        Request::Put { key, value } | Request::PutNr { key, value } => {
-            store.put_with(key, value, 0, 0).map(|_| true)
-        }
-        Request::PutKeep { key, value } => store
-            .putkeep(key, value, 0, 0)
-            .map(|o| matches!(o, Outcome::Stored(_))),
-        Request::PutCat { key, value } => store.putcat(key, value).map(|_| true),
-        Request::PutShl { key, value, width } => store
-            .putshl(key, value, usize::try_from(width).unwrap_or(0))
-            .map(|_| true),
-        Request::Out { key } => store.out(key),
-        Request::AddInt { key, num } => store.addint(key, num).map(|n| n != i32::MIN),
-        Request::AddDouble { key, integ, fract } => store
-            .adddouble(key, tt_bin::unpack_double(integ, fract))
-            .map(|n| !n.is_nan()),
-        Request::Sync => store.sync().map(|_| true),
-        Request::Optimize { params } => match std::str::from_utf8(c_str(params)) {
-            Ok(p) => store.optimize(p).map(|_| true),
-            Err(_) => Ok(false),
-        },
-        Request::Vanish => store.vanish().map(|_| true),
-        Request::Misc { name, ref args, .. } => {
+    let done = match (apply(store, req), req) {
+        (Some(applied), _) => applied.map(|a| !matches!(a, Applied::Done(false))),
+        (None, Request::Misc { name, args, .. }) => {
             misc(store, &mut TtState::new(), name, args).map(|r| r.is_some())
         }
         // Never in an update log.
-        _ => Ok(false),
+        (None, _) => Ok(false),
     };
     match done {
         Err(e) if e.from_request() => Ok(false),

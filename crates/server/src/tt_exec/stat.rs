@@ -1,20 +1,9 @@
 //! Tyrant's `stat`: the status text, in ttserver's order, then Kura's own lines.
 
-use super::{TtState, TT_LIBVER, TT_PROTVER, TT_VERSION};
+use super::{os_name, TtState, TT_LIBVER, TT_PROTVER, TT_VERSION};
 use crate::context::Shared;
 use crate::mask::{Proto, OPS};
 use kura_engine::Store;
-
-/// Tyrant's `os` (its `TTSYSNAME`).
-fn os_name() -> &'static str {
-    match std::env::consts::OS {
-        "linux" => "Linux",
-        "freebsd" => "FreeBSD",
-        "macos" => "Mac OS X",
-        "solaris" => "SunOS",
-        other => other,
-    }
-}
 
 /// The first number of /proc/loadavg (0 where unavailable).
 fn loadavg() -> f64 {
@@ -97,10 +86,10 @@ pub(super) fn stat_text(store: &dyn Store, shared: &Shared, st: &TtState<'_>, no
         &format_args!("{:.6}", (time - shared.started as f64).max(0.0)),
     );
     for (i, (_, name, _)) in OPS.iter().enumerate() {
-        line(&format!("cnt_{name}"), &shared.tt_counts[i].get());
+        line(&format!("cnt_{name}"), &shared.tt.counts[i].get());
     }
     for (i, name) in ["put", "out", "get"].iter().enumerate() {
-        line(&format!("cnt_{name}_miss"), &shared.tt_misses[i].get());
+        line(&format!("cnt_{name}_miss"), &shared.tt.misses[i].get());
     }
     line("kura_version", &env!("CARGO_PKG_VERSION"));
     line("port", &shared.port);

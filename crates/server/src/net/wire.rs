@@ -1,0 +1,425 @@
+//! The wire adapters: each protocol's codec and executor as the connection loop drives them
+//! ([`Wire`]), and [`process`], which runs the requests in a connection's buffer.
+
+use super::*;
+use crate::context::{Next, Shared};
+use crate::kt_cursor::KtCursors;
+use crate::kt_signal::Waited;
+use crate::mc_stats::Dump;
+use crate::out::Out;
+use crate::tt_exec::{self, TtState};
+use crate::{http_exec, kt_bin_exec, mc_bin_exec};
+use crate::{mc_common, mc_exec};
+use kura_engine::store::now_secs;
+use kura_engine::Store;
+use kura_proto::mc_text::{self, Decoded, GetLine, Limits};
+use kura_proto::{http, kt_bin, mc_bin, tt_bin};
+
+/// Decode and execute every complete request in the read buffer.
+pub(super) fn process<'s>(
+    c: &mut Conn<'s>,
+    store: &'s dyn Store,
+    shared: &Shared,
+    limits: &AllLimits,
+) {
+    let mut pos = 0;
+    skip_owed(c, &mut pos);
+    if c.discard_line {
+        match c.rbuf[pos..].iter().position(|&b| b == b'\n') {
+            Some(nl) => {
+                pos += nl + 1;
+                c.discard_line = false;
+            }
+            None => pos = c.rbuf.len(),
+        }
+    }
+    if c.proto.is_none() && pos < c.rbuf.len() {
+        let p = sniff(c.rbuf[pos], c.mc_only);
+        c.proto = Some(p);
+        if p == Protocol::TokyoTyrant {
+            let mut st = TtState::of_server(shared);
+            st.fd = std::os::fd::AsRawFd::as_raw_fd(&c.sock);
+            c.tt = Some(Box::new(st));
+        }
+    }
+    let now = now_secs();
+    let at = Ctx { store, shared, now };
+    match c.proto {
+        Some(Protocol::MemcachedBinary) => drive(c, pos, &mut McBinary(at, &limits.mc)),
+        Some(Protocol::TokyoTyrant) => {
+            // The iterator state leaves the connection while the loop borrows it.
+            let Some(mut st) = c.tt.take() else { return };
+            drive(c, pos, &mut Tyrant(store, at, &limits.tt, &mut st));
+            c.tt = Some(st);
+        }
+        Some(Protocol::KyotoBinary) => drive(c, pos, &mut KyotoBinary(at, &limits.kt)),
+        Some(Protocol::Http) => {
+            // The cursors leave the connection while the loop borrows it.
+            let mut curs = c.kt.take().unwrap_or_default();
+            let mut waited = c.waited.take();
+            drive(
+                c,
+                pos,
+                &mut Http(store, at, &limits.http, &mut curs, &mut waited),
+            );
+            c.kt = Some(curs);
+        }
+        Some(Protocol::MemcachedText) | None => {
+            let mut w = McText {
+                at,
+                limits: &limits.mc,
+                more: c.more.take(),
+            };
+            let mut pos = pos;
+            loop {
+                drive(c, pos, &mut w);
+                let Some(all) = c.want_dump.take() else { break };
+                match Dump::start(store, shared, all, now) {
+                    Ok(d) => {
+                        c.dump = Some(d);
+                        pump(c, shared);
+                    }
+                    Err(e) => mc_common::server_error(&mut c.out, &e),
+                }
+                if c.dump.is_some() {
+                    break;
+                }
+                // A dump written out whole: on with the requests behind it.
+                pos = 0;
+            }
+            c.more = w.more;
+        }
+    }
+}
+
+/// Discard from `pos` on what a refused request left to discard ([`Conn::skip`], then
+/// [`Conn::skip_elements`]), as far as it has arrived.
+pub(super) fn skip_owed(c: &mut Conn<'_>, pos: &mut usize) {
+    loop {
+        let n = c.skip.min(c.rbuf.len() - *pos);
+        *pos += n;
+        c.skip -= n;
+        if c.skip > 0 || c.skip_elements == 0 {
+            return;
+        }
+        let Some(size) = c.rbuf.get(*pos..*pos + 4) else {
+            return;
+        };
+        c.skip = u32::from_be_bytes([size[0], size[1], size[2], size[3]]) as usize;
+        c.skip_elements -= 1;
+        *pos += 4;
+    }
+}
+
+/// What decoding the start of the buffer found.
+pub(super) enum Step<R> {
+    /// A whole request and the bytes it takes.
+    Request(R, usize),
+    /// More bytes are needed (anything to send meanwhile is already in the output).
+    More,
+    /// A request that is refused: its error reply is written; skip `consumed` bytes (also
+    /// those not received yet), then through the next newline if `discard_line`, and close
+    /// the connection if `close`.
+    Refused {
+        consumed: usize,
+        close: bool,
+        discard_line: bool,
+        /// Then discard this many `[size:4][bytes]` elements (Tyrant lists).
+        elements: usize,
+    },
+}
+
+/// One protocol as the connection loop drives it: its codec and its executor.
+pub(super) trait Wire {
+    type Req<'a>;
+    fn decode<'a>(&mut self, buf: &'a [u8], out: &mut Vec<u8>) -> Step<Self::Req<'a>>;
+    fn execute(&mut self, req: &Self::Req<'_>, out: &mut Out) -> Next;
+}
+
+/// What every executor gets.
+#[derive(Clone, Copy)]
+pub(super) struct Ctx<'x> {
+    pub(super) store: &'x dyn Store,
+    pub(super) shared: &'x Shared,
+    pub(super) now: u64,
+}
+
+/// Decode and execute the requests from `pos` on, then drop what was consumed.
+pub(super) fn drive<W: Wire>(c: &mut Conn<'_>, mut pos: usize, w: &mut W) {
+    while pos < c.rbuf.len() && !c.closing {
+        let (consumed, close, discard_line, elements) = match w.decode(&c.rbuf[pos..], &mut c.out) {
+            Step::Request(req, consumed) => {
+                let next = w.execute(&req, &mut c.out);
+                if let Next::Wait(wait) = next {
+                    // Unanswered: the request stays in the buffer until its wait ends.
+                    c.want_wait = Some(wait);
+                    break;
+                }
+                pos += consumed;
+                match next {
+                    Next::Continue => continue,
+                    Next::Close => c.closing = true,
+                    Next::Dump(all) => {
+                        // Nothing more is read until the dump is out.
+                        c.want_dump = Some(all);
+                        break;
+                    }
+                    Next::Stream(req) => {
+                        // Nothing more is read here: the stream's thread takes the socket.
+                        c.want_stream = Some(req);
+                        break;
+                    }
+                    Next::Wait(_) => unreachable!("handled above"),
+                }
+                continue;
+            }
+            Step::More => break,
+            Step::Refused {
+                consumed,
+                close,
+                discard_line,
+                elements,
+            } => (consumed, close, discard_line, elements),
+        };
+        if close {
+            c.closing = true;
+        }
+        let avail = c.rbuf.len() - pos;
+        if consumed > avail || elements > 0 {
+            c.skip = consumed;
+            c.skip_elements = elements;
+            skip_owed(c, &mut pos);
+        } else {
+            pos += consumed;
+            if discard_line {
+                match c.rbuf[pos..].iter().position(|&b| b == b'\n') {
+                    Some(nl) => pos += nl + 1,
+                    None => {
+                        pos = c.rbuf.len();
+                        c.discard_line = true;
+                    }
+                }
+            }
+        }
+    }
+    c.rbuf.drain(..pos.min(c.rbuf.len()));
+}
+
+pub(super) struct McText<'x> {
+    pub(super) at: Ctx<'x>,
+    pub(super) limits: &'x Limits,
+    /// The long retrieval line whose next piece is due.
+    pub(super) more: Option<GetLine>,
+}
+
+impl Wire for McText<'_> {
+    type Req<'a> = mc_text::Request<'a>;
+    fn decode<'a>(&mut self, buf: &'a [u8], out: &mut Vec<u8>) -> Step<Self::Req<'a>> {
+        let decoded = match self.more {
+            Some(line) => mc_text::decode_continued(buf, self.limits, line),
+            None => mc_text::decode(buf, self.limits),
+        };
+        match decoded {
+            Ok(Decoded::Complete { request, consumed }) => {
+                self.more = mc_text::continues(&request);
+                Step::Request(request, consumed)
+            }
+            Ok(Decoded::Incomplete) => Step::More,
+            Err(e) => {
+                self.more = None;
+                let Ctx { store, shared, .. } = self.at;
+                if let Some(u) = e.unlink {
+                    let key = &buf[u.start..u.start + u.len];
+                    if let Err(err) = mc_exec::unlink_key(store, shared, key, u.base64) {
+                        mc_common::server_error(out, &err);
+                    }
+                } else if e.kind == mc_text::ErrorKind::TooLarge {
+                    shared.mc.store_too_large.add(1);
+                }
+                if let Some(n) = e.value_len {
+                    mc_refused(shared, "memcached text", n);
+                }
+                e.encode(out);
+                Step::Refused {
+                    consumed: e.consumed,
+                    close: e.close,
+                    discard_line: e.discard_line,
+                    elements: 0,
+                }
+            }
+        }
+    }
+    fn execute(&mut self, req: &Self::Req<'_>, out: &mut Out) -> Next {
+        let Ctx { store, shared, now } = self.at;
+        mc_exec::execute(store, shared, req, now, out)
+    }
+}
+
+/// Log a memcached storage command refused as too large (its data is skipped, and
+/// memcached's own reply sent): over `--max-value-size`, or an item over `--max-item-size`.
+pub(super) fn mc_refused(shared: &Shared, what: &str, value_len: u64) {
+    if value_len > shared.max_value_size {
+        shared.value_refused(what, value_len);
+    } else {
+        shared.log.limited(
+            "item too large",
+            &format!(
+                "refused ({what}): a value of {value_len} bytes makes an item over the \
+                 server's --max-item-size {}",
+                shared.max_item_size
+            ),
+        );
+    }
+}
+
+pub(super) struct McBinary<'x>(pub(super) Ctx<'x>, pub(super) &'x Limits);
+
+impl Wire for McBinary<'_> {
+    type Req<'a> = mc_bin::Request<'a>;
+    fn decode<'a>(&mut self, buf: &'a [u8], out: &mut Vec<u8>) -> Step<Self::Req<'a>> {
+        match mc_bin::decode(buf, self.1) {
+            Ok(mc_bin::Decoded::Complete { request, consumed }) => Step::Request(request, consumed),
+            Ok(mc_bin::Decoded::Incomplete) => Step::More,
+            Err(e) => {
+                let Ctx { store, shared, .. } = self.0;
+                if let Some((start, len)) = e.unlink {
+                    if let Err(err) =
+                        mc_exec::unlink_key(store, shared, &buf[start..start + len], false)
+                    {
+                        mc_bin::encode_error(
+                            out,
+                            e.opcode,
+                            mc_bin::status::OUT_OF_MEMORY,
+                            e.opaque,
+                        );
+                        let _ = err;
+                    }
+                } else if e.status == Some(mc_bin::status::TOO_LARGE) {
+                    shared.mc.store_too_large.add(1);
+                }
+                if let Some(n) = e.value_len {
+                    mc_refused(shared, "memcached binary", n);
+                }
+                if let Some(st) = e.status {
+                    mc_bin::encode_error(out, e.opcode, st, e.opaque);
+                }
+                Step::Refused {
+                    consumed: e.consumed,
+                    close: e.close,
+                    discard_line: false,
+                    elements: 0,
+                }
+            }
+        }
+    }
+    fn execute(&mut self, req: &Self::Req<'_>, out: &mut Out) -> Next {
+        let Ctx { store, shared, now } = self.0;
+        mc_bin_exec::execute(store, shared, req, now, out)
+    }
+}
+
+/// The store again with its own lifetime: the connection's iterator borrows it for that long.
+pub(super) struct Tyrant<'x, 's>(
+    &'s dyn Store,
+    Ctx<'x>,
+    &'x tt_bin::Limits,
+    &'x mut TtState<'s>,
+);
+
+impl Wire for Tyrant<'_, '_> {
+    type Req<'a> = tt_bin::Request<'a>;
+    fn decode<'a>(&mut self, buf: &'a [u8], out: &mut Vec<u8>) -> Step<Self::Req<'a>> {
+        match tt_bin::decode(buf, self.2) {
+            Ok(tt_bin::Decoded::Complete { request, consumed }) => Step::Request(request, consumed),
+            Ok(tt_bin::Decoded::Incomplete) => Step::More,
+            Err(e) => {
+                let c = buf.get(1).copied().unwrap_or_default();
+                if e.reply.is_some() {
+                    tt_bin::reply_failure(out, c);
+                }
+                if let Some(n) = e.value_len {
+                    let what = format!("Tyrant {}", tt_bin::cmd_name(c).unwrap_or("request"));
+                    let why = self.1.shared.value_refused(&what, n);
+                    self.3.last_error = Some(why.to_string());
+                }
+                Step::Refused {
+                    consumed: e.consumed,
+                    close: e.close,
+                    discard_line: false,
+                    elements: e.then_elements,
+                }
+            }
+        }
+    }
+    fn execute(&mut self, req: &Self::Req<'_>, out: &mut Out) -> Next {
+        let Ctx { shared, now, .. } = self.1;
+        tt_exec::execute(self.0, shared, self.3, req, now, out)
+    }
+}
+
+pub(super) struct KyotoBinary<'x>(pub(super) Ctx<'x>, pub(super) &'x kt_bin::Limits);
+
+impl Wire for KyotoBinary<'_> {
+    type Req<'a> = kt_bin::Request<'a>;
+    fn decode<'a>(&mut self, buf: &'a [u8], out: &mut Vec<u8>) -> Step<Self::Req<'a>> {
+        match kt_bin::decode(buf, self.1) {
+            Ok(kt_bin::Decoded::Complete { request, consumed }) => Step::Request(request, consumed),
+            Ok(kt_bin::Decoded::Incomplete) => Step::More,
+            Err(e) => {
+                // No error of this protocol leaves the stream readable: answer, then close.
+                if let Some(n) = e.value_len {
+                    self.0.shared.value_refused("Kyoto Tycoon binary", n);
+                }
+                kt_bin::reply_error(out);
+                Step::Refused {
+                    consumed: e.consumed,
+                    close: true,
+                    discard_line: false,
+                    elements: 0,
+                }
+            }
+        }
+    }
+    fn execute(&mut self, req: &Self::Req<'_>, out: &mut Out) -> Next {
+        let Ctx { store, shared, now } = self.0;
+        kt_bin_exec::execute(store, shared, req, now, out)
+    }
+}
+
+/// The store again with its own lifetime: the connection's cursors borrow it for that long.
+pub(super) struct Http<'x, 's>(
+    &'s dyn Store,
+    Ctx<'x>,
+    &'x http::Limits,
+    &'x mut KtCursors<'s>,
+    /// How the wait of the first request ended (it ran before and waited).
+    &'x mut Option<Waited>,
+);
+
+impl Wire for Http<'_, '_> {
+    type Req<'a> = http::Request<'a>;
+    fn decode<'a>(&mut self, buf: &'a [u8], out: &mut Vec<u8>) -> Step<Self::Req<'a>> {
+        match http::decode(buf, self.2) {
+            Ok(http::Decoded::Complete { request, consumed }) => Step::Request(request, consumed),
+            Ok(http::Decoded::Incomplete) => Step::More,
+            Ok(http::Decoded::Continue) => {
+                // `Expect: 100-continue`: the client waits for this before sending the body.
+                out.extend_from_slice(http::CONTINUE);
+                Step::More
+            }
+            Err(e) => {
+                e.write(out);
+                Step::Refused {
+                    consumed: e.consumed,
+                    close: e.close,
+                    discard_line: false,
+                    elements: 0,
+                }
+            }
+        }
+    }
+    fn execute(&mut self, req: &Self::Req<'_>, out: &mut Out) -> Next {
+        let Ctx { shared, now, .. } = self.1;
+        http_exec::execute_with(self.0, shared, self.3, req, self.4.take(), now, out)
+    }
+}
