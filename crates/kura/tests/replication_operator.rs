@@ -285,7 +285,7 @@ fn setmst_on_a_loaded_server_is_refused_with_its_reason_unless_forced() {
 fn a_write_refused_on_a_replica_says_so_on_every_protocol() {
     let dir = tempfile::tempdir().unwrap();
     let mp = free_port().to_string();
-    let _m = serve(
+    let m = serve(
         dir.path(),
         &["*", "--port", &mp, "--sid", "1", "--ulog", "mlog"],
     );
@@ -339,6 +339,27 @@ fn a_write_refused_on_a_replica_says_so_on_every_protocol() {
     assert!(err.contains(&format!("put k refused: {want}")), "{err}");
     let o = kura(dir.path(), &["remote", "--port", &rport, "out", "k"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains(&want), "{o:?}");
+    // Tyrant's misc error names the refusal too.
+    let mut t = Tt::new(&r.addr);
+    assert_ne!(t.put(b"k", b"v"), 0);
+    assert!(t.last_error().contains(&want));
+    // Reads are not writes: misc functions that only read (iternext for `kura remote list
+    // --values`, get) answer on a read-only replica.
+    assert_eq!(Tt::new(&m.addr).put(b"seen", b"here"), 0);
+    assert!(eventually(20, || Tt::new(&r.addr).get(b"seen").is_some()));
+    let o = kura(
+        dir.path(),
+        &["remote", "--port", &rport, "list", "--values"],
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("seen\there"),
+        "{o:?}"
+    );
+    let o = kura(
+        dir.path(),
+        &["remote", "--port", &rport, "misc", "get", "seen"],
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("here"), "{o:?}");
     // The log says it, once for a burst.
     for _ in 0..50 {
         Tt::new(&r.addr).put(b"x", b"y");

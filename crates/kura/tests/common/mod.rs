@@ -132,6 +132,25 @@ impl Tt {
         self.0.write_all(&m).unwrap();
         self.code()
     }
+    /// The server's reason for this connection's last failure (`misc error`).
+    pub fn last_error(&mut self) -> String {
+        let mut m = vec![0xC8, 0x90];
+        m.extend_from_slice(&5u32.to_be_bytes());
+        m.extend_from_slice(&0u32.to_be_bytes());
+        m.extend_from_slice(&0u32.to_be_bytes());
+        m.extend_from_slice(b"error");
+        self.0.write_all(&m).unwrap();
+        if self.code() != 0 {
+            return "misc error failed".into();
+        }
+        let n = self.u32();
+        let mut out = String::new();
+        for _ in 0..n {
+            let l = self.u32() as usize;
+            out.push_str(&String::from_utf8_lossy(&self.bytes(l)));
+        }
+        out
+    }
     pub fn put(&mut self, k: &[u8], v: &[u8]) -> u8 {
         self.kv(0x10, k, v)
     }
@@ -171,7 +190,8 @@ impl Tt {
         m.extend_from_slice(&0u32.to_be_bytes());
         m.extend_from_slice(&(-1i32).to_be_bytes());
         self.0.write_all(&m).unwrap();
-        assert_eq!(self.code(), 0);
+        let code = self.code();
+        assert_eq!(code, 0, "fwmkeys failed: {}", self.last_error());
         let n = self.u32();
         (0..n)
             .map(|_| {

@@ -10,12 +10,31 @@ use kura_engine::{BatchOp, Error, KeyRange, Outcome, Store};
 /// Whether the mask refuses misc `name`. Kura's replication functions (`ulogstat`,
 /// `ulogforget`: `crate::repl::MISC_FUNCS`) change no data, so a read-only replica takes them
 /// as it takes `setmst`; `--mask misc` or `--mask setmst` refuses them.
+/// The functions that only read (`get`, `getlist`, `iternext` …) are refused by `--mask misc`
+/// alone, never by a read-only replica.
 pub(crate) fn misc_denied(shared: &Shared, name: &[u8], proto: Proto) -> bool {
     if crate::repl::is_misc(name) {
         shared.mask.denies(Op::Misc, proto) || shared.mask().denies(Op::SetMst, proto)
+    } else if reads_only(name) {
+        shared.mask.denies(Op::Misc, proto)
     } else {
         shared.mask().denies(Op::Misc, proto)
     }
+}
+
+/// Whether misc `name` changes nothing in the database.
+fn reads_only(name: &[u8]) -> bool {
+    matches!(
+        name,
+        b"get"
+            | b"getlist"
+            | b"getpart"
+            | b"iterinit"
+            | b"iternext"
+            | b"error"
+            | b"regex"
+            | b"range"
+    )
 }
 
 /// A misc function of the server: Kura's replication functions (on the server's replication
