@@ -271,7 +271,17 @@ fn commands_get_a_fresh_copy_and_a_time_stamp() {
     assert!(ts >= before && ts <= now_micros());
     // A memory hash's copy is a disk hash.
     assert_eq!(path, root.join(format!("save-{ts}.kh")).to_str().unwrap());
-    let c = kura_engine::open(path).unwrap();
+    // A child that another test thread forks holds the copy's LOCK (flock) from its fork to
+    // its exec: wait that out.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let c = loop {
+        match kura_engine::open(path) {
+            Err(kura_engine::Error::Locked { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            r => break r.unwrap(),
+        }
+    };
     assert_eq!(c.get(b"k").unwrap().unwrap().value, b"v");
     c.close().unwrap();
     // The same through `run` (Kyoto Tycoon's command=); failures and bad names.
