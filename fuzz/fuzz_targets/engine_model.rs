@@ -4,7 +4,7 @@
 //! the last sync (background checkpoints and compaction may have made later writes durable).
 use kura_engine::hash::DiskHash;
 use kura_engine::io::{CrashMode, SimVfs};
-use kura_engine::{BatchOp, Params, Store};
+use kura_engine::{BatchOp, Params, Store, TokyoOps};
 use libfuzzer_sys::fuzz_target;
 use std::collections::BTreeMap;
 use std::path::Path;
