@@ -33,6 +33,7 @@ mod cursor;
 mod maint;
 mod open;
 mod rw;
+mod slots;
 
 use self::index::Index;
 use crate::config::{Params, SyncMode};

@@ -1,0 +1,950 @@
+//! The slot file of a fixed-length database (`data.kfd`): every id's record in place, at a
+//! position its id gives, as Tokyo Cabinet's `.tcf` keeps them, with a checksum per page.
+//!
+//! ```text
+//! 0      4096   header copy A   } the newer that verifies is current; a checkpoint writes
+//! 4096   4096   header copy B   } the older one
+//! 8192   ...    pages of slots: page p at 8192 + p × page_len
+//! ```
+//!
+//! A page holds `per_page` slots and ends with the crc32c (seeded with the salt) of its page
+//! number and every other byte of it; a page of zeros (a hole of a sparse file) is a valid
+//! empty page. Pages are 4 KiB while a slot fits one (`(4096 - 4) / slot` slots a page), else
+//! one slot and its checksum. A slot: a tag byte (0: no record; else the record's generation,
+//! 1 to 63, plus 0x40 when its flags or expiry are not 0), the value's length (1 byte up to a
+//! width of 255, 2 up to 65,535, else 4, little-endian), and `width` bytes of value.
+//!
+//! Pages change only at checkpoints (`write`): the new images of every page that changes are
+//! first written to `dw.kfd` (the double-write file) and synced, then written in place and
+//! synced, then the side file and the header. A page that held no record before needs no image
+//! in `dw.kfd`: its number alone says it is zeroed by recovery, whose log replay brings its
+//! records back. Recovery writes a `dw.kfd` that verifies and belongs to the next generation
+//! over its pages again, so that a page torn by a power loss during a checkpoint is whole.
+//!
+//! Flags and expiry are rare: they live in the side file (`side.kfs`, written atomically at a
+//! checkpoint, read whole at open) for the records that have them. A record's version is
+//! derived from what the slot holds: a hash of its id, flags and value with the generation in
+//! its low 6 bits, so that it is never 0, differs from the version it replaced, and survives
+//! checkpoints and restarts.
+
+use crate::error::{Error, Result};
+use crate::io::{VFile, Vfs};
+use crate::log::checkpoint::{self, le_u32, le_u64, Places};
+use crate::store::Meta;
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+pub(super) const DATA_NAME: &str = "data.kfd";
+pub(super) const DATA_TMP: &str = "data.kfd.tmp";
+pub(super) const DW_NAME: &str = "dw.kfd";
+pub(super) const SIDE_NAME: &str = "side.kfs";
+pub(super) const SIDE_TMP: &str = "side.kfs.tmp";
+const PAGE: usize = 4096;
+/// Bytes before the first page: two header copies.
+pub(super) const HEAD_LEN: u64 = 2 * PAGE as u64;
+const MAGIC: &[u8; 8] = b"KURAFXD1";
+const DW_MAGIC: &[u8; 8] = b"KURAFXW1";
+const SIDE_MAGIC: &[u8; 8] = b"KURAFXS1";
+const VERSION: u32 = 1;
+/// The tag bit of a slot whose record has flags or an expiry (in the side file).
+const SIDE: u8 = 0x40;
+const GEN_MASK: u8 = 0x3f;
+/// The high bit of a page number in `dw.kfd`: the page held no record (no image follows).
+const FRESH: u64 = 1 << 63;
+
+/// Where slots and pages lie for a width.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Geometry {
+    pub width: u64,
+    /// Bytes of the length field.
+    pub lenw: usize,
+    /// Bytes of a slot: tag, length, value.
+    pub slot: usize,
+    pub per_page: u64,
+    pub page_len: usize,
+}
+
+impl Geometry {
+    pub(super) fn new(width: u64) -> Geometry {
+        let lenw = if width <= 0xff {
+            1
+        } else if width <= 0xffff {
+            2
+        } else {
+            4
+        };
+        let slot = 1 + lenw + width as usize;
+        let (per_page, page_len) = if slot + 4 <= PAGE {
+            (((PAGE - 4) / slot) as u64, PAGE)
+        } else {
+            (1, slot + 4)
+        };
+        Geometry {
+            width,
+            lenw,
+            slot,
+            per_page,
+            page_len,
+        }
+    }
+
+    /// The page of `id` (from 1) and the slot's offset within it.
+    #[inline]
+    pub(super) fn place(&self, id: u64) -> (u64, usize) {
+        let i = id - 1;
+        (i / self.per_page, (i % self.per_page) as usize * self.slot)
+    }
+
+    #[inline]
+    pub(super) fn page_off(&self, page: u64) -> u64 {
+        HEAD_LEN + page * self.page_len as u64
+    }
+
+    /// The first id of `page`.
+    pub(super) fn first_id(&self, page: u64) -> u64 {
+        page * self.per_page + 1
+    }
+}
+
+/// The header: what the pages hold and where the log's replay starts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Head {
+    pub salt: u64,
+    /// The checkpoint's generation (0: the pages hold nothing yet; the whole log is replayed).
+    pub gen: u64,
+    /// The largest seq given out when it was taken.
+    pub seq: u64,
+    pub width: u64,
+    pub limsiz: u64,
+    /// Ids with a record in the pages, the smallest and the largest (0 when none).
+    pub count: u64,
+    pub min: u64,
+    pub max: u64,
+    /// Where the log's replay starts (`gen` 0: none, the whole log).
+    pub places: Places,
+}
+
+impl Head {
+    fn encode(&self) -> Result<Vec<u8>> {
+        let mut b = Vec::with_capacity(PAGE);
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&VERSION.to_le_bytes());
+        for v in [
+            self.salt,
+            self.gen,
+            self.seq,
+            self.width,
+            self.limsiz,
+            self.count,
+            self.min,
+            self.max,
+        ] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        self.places.encode(&mut b);
+        if b.len() > PAGE - 4 {
+            return Err(Error::Corrupt(
+                "the fixed-length database's header outgrew its page (too many segments)".into(),
+            ));
+        }
+        b.resize(PAGE - 4, 0);
+        let crc = crc32c::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        Ok(b)
+    }
+
+    fn decode(b: &[u8]) -> Option<Head> {
+        if b.len() != PAGE || &b[..8] != MAGIC || le_u32(b, 8)? != VERSION {
+            return None;
+        }
+        if crc32c::crc32c(&b[..PAGE - 4]) != le_u32(b, PAGE - 4)? {
+            return None;
+        }
+        let v = |i: usize| le_u64(b, 12 + i * 8);
+        let mut pos = 12 + 8 * 8;
+        Some(Head {
+            salt: v(0)?,
+            gen: v(1)?,
+            seq: v(2)?,
+            width: v(3)?,
+            limsiz: v(4)?,
+            count: v(5)?,
+            min: v(6)?,
+            max: v(7)?,
+            places: Places::decode(&b[..PAGE - 4], &mut pos)?,
+        })
+    }
+}
+
+/// A record's version, from what its slot holds (see the module documentation).
+pub(super) fn version_of(id: u64, flags: u32, value: &[u8], gen: u8) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(&id.to_le_bytes());
+    h.update(&flags.to_le_bytes());
+    h.update(value);
+    (h.digest() & !u64::from(GEN_MASK)) | u64::from(gen_of(u64::from(gen)))
+}
+
+/// The generation a version carries (1 to 63).
+pub(super) fn gen_of(version: u64) -> u8 {
+    match (version & u64::from(GEN_MASK)) as u8 {
+        0 => 1,
+        g => g,
+    }
+}
+
+/// The generation after `gen` (1 to 63, round).
+pub(super) fn next_gen(version: Option<u64>) -> u8 {
+    match version {
+        None => 1,
+        Some(v) => gen_of(v) % GEN_MASK + 1,
+    }
+}
+
+/// A change a checkpoint writes: a record, or none.
+pub(super) struct Change {
+    pub id: u64,
+    pub rec: Option<(Vec<u8>, Meta)>,
+}
+
+/// A page found damaged.
+#[derive(Clone, Debug)]
+pub(super) struct BadPage {
+    pub page: u64,
+    pub off: u64,
+    pub len: u64,
+}
+
+thread_local! {
+    /// The page this thread read last: (slots' identity, epoch, page, image).
+    static LAST: std::cell::RefCell<(u64, u64, u64, Vec<u8>)> =
+        const { std::cell::RefCell::new((0, 0, u64::MAX, Vec::new())) };
+}
+
+static NEXT_IDENTITY: AtomicU64 = AtomicU64::new(1);
+
+/// The open slot file.
+pub(super) struct Slots {
+    pub file: Option<Arc<dyn VFile>>,
+    pub geo: Geometry,
+    pub head: Mutex<Head>,
+    seed: u32,
+    /// Flags and expiry of the records that have them.
+    side: RwLock<HashMap<u64, (u32, u64)>>,
+    /// Pages a read-only open took from `dw.kfd` (not written in place).
+    overlay: HashMap<u64, Vec<u8>>,
+    /// Readers hold it shared while they read pages; a checkpoint exclusively while it writes.
+    pages: RwLock<()>,
+    /// Changed by every write of pages (readers' cached pages are then stale).
+    epoch: AtomicU64,
+    identity: u64,
+    /// Every read finds nothing (a read-only open whose log holds a `vanish` after the
+    /// pages were written).
+    void: std::sync::atomic::AtomicBool,
+}
+
+/// What opening found.
+pub(super) struct Opened {
+    pub slots: Slots,
+    /// Damage to report: the header, the side file.
+    pub findings: Vec<crate::log::recovery::Finding>,
+    /// The file did not exist (a new database, or one of the format before the slot file).
+    pub absent: bool,
+}
+
+fn io(e: std::io::Error) -> Error {
+    Error::Io(e)
+}
+
+impl Slots {
+    /// Open `data.kfd` of `dir` (made, with an empty header of generation 0, when missing and
+    /// `create`); `dw.kfd` applied when it belongs to the next generation; `side.kfs` read.
+    pub(super) fn open(
+        vfs: &dyn Vfs,
+        dir: &Path,
+        readonly: bool,
+        create: Option<Head>,
+    ) -> Result<Opened> {
+        let path = dir.join(DATA_NAME);
+        let mut findings = Vec::new();
+        let finding = |off: u64, len: u64, what: &str| crate::log::recovery::Finding {
+            file: DATA_NAME.into(),
+            off,
+            len,
+            lost: 0,
+            what: what.into(),
+        };
+        let exists = vfs.exists(&path);
+        if !exists {
+            let Some(head) = create.clone().filter(|_| !readonly) else {
+                let head = create.unwrap_or_default();
+                return Ok(Opened {
+                    slots: Slots::new(None, head, HashMap::new(), HashMap::new()),
+                    findings,
+                    absent: true,
+                });
+            };
+            // Made whole under a temporary name, then renamed: a crash leaves no file.
+            let tmp = dir.join(DATA_TMP);
+            let f = vfs.open(&tmp, true).map_err(io)?;
+            f.set_len(0).map_err(io)?;
+            let b = head.encode()?;
+            f.write_at(&b, 0).map_err(io)?;
+            f.write_at(&vec![0u8; PAGE], PAGE as u64).map_err(io)?;
+            f.sync().map_err(io)?;
+            drop(f);
+            vfs.rename(&tmp, &path).map_err(io)?;
+            vfs.sync_dir(dir).map_err(io)?;
+        }
+        let file = vfs.open(&path, false).map_err(io)?;
+        let len = file.len().map_err(io)?;
+        let mut heads = Vec::new();
+        for copy in 0..2u64 {
+            let mut b = vec![0u8; PAGE];
+            if len >= (copy + 1) * PAGE as u64 && file.read_at(&mut b, copy * PAGE as u64).is_ok()
+            {
+                if let Some(h) = Head::decode(&b) {
+                    heads.push(h);
+                }
+            }
+        }
+        let Some(head) = heads.into_iter().max_by_key(|h| h.gen) else {
+            findings.push(finding(0, HEAD_LEN.min(len), "both copies of the header are damaged"));
+            return Ok(Opened {
+                slots: Slots::new(Some(file), create.unwrap_or_default(), HashMap::new(), HashMap::new()),
+                findings,
+                absent: false,
+            });
+        };
+        let geo = Geometry::new(head.width);
+        let seed = crate::log::format::seed(head.salt);
+        // The double-write file of an interrupted checkpoint.
+        let mut overlay = HashMap::new();
+        if let checkpoint::Read::Verified(b) = checkpoint::read_verified(vfs, dir, DW_NAME, 44) {
+            if let Some(pages) = decode_dw(&b, &head, &geo) {
+                for (p, img) in pages {
+                    let img = img.unwrap_or_else(|| vec![0u8; geo.page_len]);
+                    if readonly {
+                        overlay.insert(p, img);
+                    } else {
+                        file.write_at(&img, geo.page_off(p)).map_err(io)?;
+                    }
+                }
+                if !readonly {
+                    file.sync().map_err(io)?;
+                }
+            }
+        }
+        let side = match checkpoint::read_verified(vfs, dir, SIDE_NAME, 28) {
+            checkpoint::Read::Missing => HashMap::new(),
+            checkpoint::Read::Verified(b) => match decode_side(&b, &head) {
+                Some(s) => s,
+                None => {
+                    findings.push(crate::log::recovery::Finding {
+                        file: SIDE_NAME.into(),
+                        off: 0,
+                        len: b.len() as u64,
+                        lost: 0,
+                        what: "the flags and expiry of records belong to another checkpoint"
+                            .into(),
+                    });
+                    HashMap::new()
+                }
+            },
+            checkpoint::Read::Damaged(why) => {
+                findings.push(crate::log::recovery::Finding {
+                    file: SIDE_NAME.into(),
+                    off: 0,
+                    len: 0,
+                    lost: 0,
+                    what: format!("the flags and expiry of records are lost: {why}"),
+                });
+                HashMap::new()
+            }
+        };
+        let mut s = Slots::new(Some(file), head, side, overlay);
+        s.seed = seed;
+        s.geo = geo;
+        Ok(Opened {
+            slots: s,
+            findings,
+            absent: false,
+        })
+    }
+
+    fn new(
+        file: Option<Arc<dyn VFile>>,
+        head: Head,
+        side: HashMap<u64, (u32, u64)>,
+        overlay: HashMap<u64, Vec<u8>>,
+    ) -> Slots {
+        Slots {
+            file,
+            geo: Geometry::new(head.width.max(1)),
+            seed: crate::log::format::seed(head.salt),
+            head: Mutex::new(head),
+            side: RwLock::new(side),
+            overlay,
+            pages: RwLock::new(()),
+            epoch: AtomicU64::new(0),
+            identity: NEXT_IDENTITY.fetch_add(1, Ordering::Relaxed),
+            void: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Every read finds nothing from now on.
+    pub(super) fn set_void(&self) {
+        self.void.store(true, Ordering::Release);
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(super) fn is_void(&self) -> bool {
+        self.void.load(Ordering::Acquire)
+    }
+
+    /// The checksum of page `page`'s image.
+    fn crc(&self, page: u64, img: &[u8]) -> u32 {
+        let c = crc32c::crc32c_append(self.seed, &page.to_le_bytes());
+        crc32c::crc32c_append(c, &img[..img.len() - 4])
+    }
+
+    fn seal(&self, page: u64, img: &mut [u8]) {
+        let n = img.len();
+        let c = self.crc(page, img);
+        img[n - 4..].copy_from_slice(&c.to_le_bytes());
+    }
+
+    /// Read page `page` into `buf` and verify it; past the end of the file it is empty.
+    /// `Err(Corrupt)` when its checksum fails.
+    fn read_page_into(&self, page: u64, buf: &mut Vec<u8>) -> Result<()> {
+        let n = self.geo.page_len;
+        buf.clear();
+        buf.resize(n, 0);
+        if let Some(img) = self.overlay.get(&page) {
+            buf.copy_from_slice(img);
+        } else if let Some(f) = &self.file {
+            let off = self.geo.page_off(page);
+            let len = f.len().map_err(io)?;
+            if off < len {
+                let avail = ((len - off) as usize).min(n);
+                f.read_at(&mut buf[..avail], off).map_err(io)?;
+            }
+        }
+        if buf.iter().all(|&b| b == 0) {
+            return Ok(());
+        }
+        let stored = u32::from_le_bytes(buf[n - 4..].try_into().unwrap_or_default());
+        if stored != self.crc(page, buf) {
+            return Err(Error::Corrupt(format!(
+                "{DATA_NAME} offset {}: page {page} fails its checksum",
+                self.geo.page_off(page)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Call `f` with the verified image of `page` (this thread's cached copy when current).
+    pub(super) fn with_page<R>(&self, page: u64, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        LAST.with(|c| {
+            let mut c = c.borrow_mut();
+            let epoch = self.epoch.load(Ordering::Acquire);
+            if !(c.0 == self.identity && c.1 == epoch && c.2 == page) {
+                let _g = self.pages.read();
+                let epoch = self.epoch.load(Ordering::Acquire);
+                let mut buf = std::mem::take(&mut c.3);
+                c.2 = u64::MAX;
+                let r = self.read_page_into(page, &mut buf);
+                c.3 = buf;
+                r?;
+                (c.0, c.1, c.2) = (self.identity, epoch, page);
+            }
+            Ok(f(&c.3))
+        })
+    }
+
+    /// Call `f` with the record of `id` in its slot (value and metadata), if it has one.
+    pub(super) fn with_rec<R>(
+        &self,
+        id: u64,
+        f: &mut dyn FnMut(&[u8], Meta) -> Result<R>,
+    ) -> Result<Option<R>> {
+        if self.file.is_none() || self.is_void() {
+            return Ok(None);
+        }
+        let (page, at) = self.geo.place(id);
+        let geo = self.geo;
+        let got = self.with_page(page, |img| {
+            let s = &img[at..at + geo.slot];
+            let tag = s[0];
+            if tag == 0 {
+                return Ok(None);
+            }
+            let mut lb = [0u8; 4];
+            lb[..geo.lenw].copy_from_slice(&s[1..1 + geo.lenw]);
+            let len = u32::from_le_bytes(lb) as usize;
+            if len as u64 > geo.width {
+                return Err(Error::Corrupt(format!(
+                    "{DATA_NAME}: id {id} holds a length past the width"
+                )));
+            }
+            let value = &s[1 + geo.lenw..1 + geo.lenw + len];
+            let (flags, expires) = if tag & SIDE != 0 {
+                self.side.read().get(&id).copied().unwrap_or((0, 0))
+            } else {
+                (0, 0)
+            };
+            let meta = Meta {
+                flags,
+                expires,
+                version: version_of(id, flags, value, tag & GEN_MASK),
+            };
+            f(value, meta).map(Some)
+        })??;
+        Ok(got)
+    }
+
+    /// Whether `id` has a record in its slot (a damaged page: an error).
+    pub(super) fn present(&self, id: u64) -> Result<bool> {
+        Ok(self.with_rec(id, &mut |_, _| Ok(()))?.is_some())
+    }
+
+    /// The pages the file has room for.
+    fn pages_in_file(&self) -> u64 {
+        let Some(f) = &self.file else { return 0 };
+        let len = f.len().unwrap_or(0);
+        len.saturating_sub(HEAD_LEN).div_ceil(self.geo.page_len as u64)
+    }
+
+    /// The first id in `from..=to` with a record in its slot; a damaged page is passed over
+    /// (counted in `damaged`).
+    pub(super) fn next_present(&self, from: u64, to: u64, damaged: &mut u64) -> Option<u64> {
+        if self.file.is_none() || self.is_void() || from > to {
+            return None;
+        }
+        let last_page = self.pages_in_file().max(self.overlay.keys().max().map_or(0, |p| p + 1));
+        let geo = self.geo;
+        let mut id = from;
+        while id <= to {
+            let (page, _) = geo.place(id);
+            if page >= last_page {
+                return None;
+            }
+            let end = (geo.first_id(page + 1) - 1).min(to);
+            let got = self.with_page(page, |img| {
+                (id..=end).find(|&i| img[geo.place(i).1] != 0)
+            });
+            match got {
+                Ok(Some(i)) => return Some(i),
+                Ok(None) => {}
+                Err(_) => *damaged += 1,
+            }
+            id = end + 1;
+        }
+        None
+    }
+
+    /// The last id in `from..=to` with a record in its slot.
+    pub(super) fn prev_present(&self, from: u64, to: u64, damaged: &mut u64) -> Option<u64> {
+        if self.file.is_none() || self.is_void() || from > to {
+            return None;
+        }
+        let last_page = self.pages_in_file().max(self.overlay.keys().max().map_or(0, |p| p + 1));
+        let geo = self.geo;
+        let top = geo.first_id(last_page).saturating_sub(1);
+        let mut id = to.min(top);
+        while id >= from && id >= 1 {
+            let (page, _) = geo.place(id);
+            let start = geo.first_id(page).max(from);
+            let got = self.with_page(page, |img| {
+                (start..=id).rev().find(|&i| img[geo.place(i).1] != 0)
+            });
+            match got {
+                Ok(Some(i)) => return Some(i),
+                Ok(None) => {}
+                Err(_) => *damaged += 1,
+            }
+            if start <= 1 {
+                return None;
+            }
+            id = start - 1;
+        }
+        None
+    }
+
+    /// Every page that fails its checksum.
+    pub(super) fn bad_pages(&self) -> Vec<BadPage> {
+        let mut out = Vec::new();
+        let mut buf = Vec::new();
+        for p in 0..self.pages_in_file() {
+            if self.read_page_into(p, &mut buf).is_err() {
+                out.push(BadPage {
+                    page: p,
+                    off: self.geo.page_off(p),
+                    len: self.geo.page_len as u64,
+                });
+            }
+        }
+        out
+    }
+
+    /// Ids with flags or an expiry, and them.
+    pub(super) fn side_entries(&self) -> Vec<(u64, u32, u64)> {
+        let mut v: Vec<_> = self
+            .side
+            .read()
+            .iter()
+            .map(|(&i, &(f, e))| (i, f, e))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Write `changes` (ascending by id) into the pages and `head` as the new header, safe
+    /// against a power loss at any point (see the module documentation). `vfs` and `dir` are
+    /// the database's.
+    pub(super) fn write(
+        &self,
+        vfs: &dyn Vfs,
+        dir: &Path,
+        changes: &[Change],
+        mut head: Head,
+    ) -> Result<()> {
+        let Some(file) = &self.file else {
+            return Err(Error::Corrupt(format!("{DATA_NAME} is missing")));
+        };
+        let geo = self.geo;
+        let old_gen = self.head.lock().gen;
+        head.gen = old_gen + 1;
+        head.width = geo.width;
+        // New images, page by page.
+        let mut images: Vec<(u64, Vec<u8>, bool)> = Vec::new();
+        let mut side = self.side.read().clone();
+        let mut side_changed = false;
+        let mut buf = Vec::new();
+        let mut i = 0;
+        while i < changes.len() {
+            let (page, _) = geo.place(changes[i].id);
+            self.read_page_into(page, &mut buf)?;
+            let fresh = buf.iter().all(|&b| b == 0);
+            let mut img = std::mem::take(&mut buf);
+            while i < changes.len() && geo.place(changes[i].id).0 == page {
+                let c = &changes[i];
+                let at = geo.place(c.id).1;
+                let s = &mut img[at..at + geo.slot];
+                s.fill(0);
+                if let Some((value, meta)) = &c.rec {
+                    let has_side = meta.flags != 0 || meta.expires != 0;
+                    s[0] = gen_of(meta.version) | if has_side { SIDE } else { 0 };
+                    s[1..1 + geo.lenw]
+                        .copy_from_slice(&(value.len() as u32).to_le_bytes()[..geo.lenw]);
+                    s[1 + geo.lenw..1 + geo.lenw + value.len()].copy_from_slice(value);
+                    if has_side {
+                        side.insert(c.id, (meta.flags, meta.expires));
+                        side_changed = true;
+                    } else if side.remove(&c.id).is_some() {
+                        side_changed = true;
+                    }
+                } else if side.remove(&c.id).is_some() {
+                    side_changed = true;
+                }
+                i += 1;
+            }
+            self.seal(page, &mut img);
+            images.push((page, img, fresh));
+        }
+        // 1. The double-write file: every image of a page that held records.
+        if !images.is_empty() {
+            let mut dw = Vec::with_capacity(64);
+            dw.extend_from_slice(DW_MAGIC);
+            dw.extend_from_slice(&head.salt.to_le_bytes());
+            dw.extend_from_slice(&head.gen.to_le_bytes());
+            dw.extend_from_slice(&(geo.page_len as u64).to_le_bytes());
+            dw.extend_from_slice(&(images.len() as u64).to_le_bytes());
+            let f = vfs.open(&dir.join(DW_NAME), true).map_err(io)?;
+            f.set_len(0).map_err(io)?;
+            let mut at = 0u64;
+            let mut crc = 0u32;
+            let mut put = |b: &[u8], at: &mut u64| -> Result<()> {
+                f.write_at(b, *at).map_err(io)?;
+                crc = crc32c::crc32c_append(crc, b);
+                *at += b.len() as u64;
+                Ok(())
+            };
+            put(&dw, &mut at)?;
+            let mut chunk = Vec::new();
+            for (p, img, fresh) in &images {
+                if *fresh {
+                    chunk.extend_from_slice(&(p | FRESH).to_le_bytes());
+                } else {
+                    chunk.extend_from_slice(&p.to_le_bytes());
+                    chunk.extend_from_slice(img);
+                }
+                if chunk.len() >= 1 << 20 {
+                    put(&chunk, &mut at)?;
+                    chunk.clear();
+                }
+            }
+            put(&chunk, &mut at)?;
+            f.write_at(&crc.to_le_bytes(), at).map_err(io)?;
+            f.sync().map_err(io)?;
+            vfs.sync_dir(dir).map_err(io)?;
+        }
+        // 2. The pages in place.
+        {
+            let _g = self.pages.write();
+            for (p, img, _) in &images {
+                file.write_at(img, geo.page_off(*p)).map_err(io)?;
+            }
+            self.epoch.fetch_add(1, Ordering::AcqRel);
+            *self.side.write() = side.clone();
+        }
+        file.sync().map_err(io)?;
+        // 3. The side file, when it changed (it names the generation it belongs to).
+        if side_changed || head.gen == 1 {
+            let mut b = Vec::new();
+            encode_side(&side, &head, &mut b);
+            checkpoint::write_atomic(vfs, dir, SIDE_NAME, SIDE_TMP, &[&b], || Ok(()))
+                .map_err(io)?;
+        }
+        // 4. The header, over the older copy.
+        let b = head.encode()?;
+        file.write_at(&b, (head.gen % 2) * PAGE as u64)
+            .map_err(io)?;
+        file.sync().map_err(io)?;
+        *self.head.lock() = head;
+        Ok(())
+    }
+
+    /// Forget every record: the pages cut off, the side file emptied, a new header.
+    pub(super) fn clear(&self, vfs: &dyn Vfs, dir: &Path, mut head: Head) -> Result<()> {
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        head.gen = self.head.lock().gen + 1;
+        head.width = self.geo.width;
+        head.count = 0;
+        head.min = 0;
+        head.max = 0;
+        {
+            let _g = self.pages.write();
+            file.set_len(HEAD_LEN).map_err(io)?;
+            self.epoch.fetch_add(1, Ordering::AcqRel);
+            self.side.write().clear();
+        }
+        file.sync().map_err(io)?;
+        let mut b = Vec::new();
+        encode_side(&HashMap::new(), &head, &mut b);
+        checkpoint::write_atomic(vfs, dir, SIDE_NAME, SIDE_TMP, &[&b], || Ok(())).map_err(io)?;
+        file.write_at(&head.encode()?, (head.gen % 2) * PAGE as u64)
+            .map_err(io)?;
+        file.sync().map_err(io)?;
+        self.void.store(false, Ordering::Release);
+        *self.head.lock() = head;
+        Ok(())
+    }
+}
+
+/// The side file: magic, salt, generation, count, then per record id (u64), flags (u32),
+/// expiry (u64), all little-endian; a crc32c follows (`checkpoint::write_atomic`).
+fn encode_side(side: &HashMap<u64, (u32, u64)>, head: &Head, out: &mut Vec<u8>) {
+    let mut v: Vec<_> = side.iter().collect();
+    v.sort_unstable();
+    out.extend_from_slice(SIDE_MAGIC);
+    out.extend_from_slice(&head.salt.to_le_bytes());
+    out.extend_from_slice(&head.gen.to_le_bytes());
+    out.extend_from_slice(&(v.len() as u64).to_le_bytes());
+    for (id, (f, e)) in v {
+        out.extend_from_slice(&id.to_le_bytes());
+        out.extend_from_slice(&f.to_le_bytes());
+        out.extend_from_slice(&e.to_le_bytes());
+    }
+}
+
+/// The side file's entries when it belongs to `head` (its generation or the next: written
+/// just before the header of that one, whose log replay redoes every change since `head`).
+fn decode_side(b: &[u8], head: &Head) -> Option<HashMap<u64, (u32, u64)>> {
+    if b.get(..8)? != SIDE_MAGIC || le_u64(b, 8)? != head.salt {
+        return None;
+    }
+    let gen = le_u64(b, 16)?;
+    if gen != head.gen && gen != head.gen + 1 {
+        return None;
+    }
+    let n = le_u64(b, 24)? as usize;
+    if n > b.len() / 20 {
+        return None;
+    }
+    let mut m = HashMap::with_capacity(n);
+    for i in 0..n {
+        let at = 32 + i * 20;
+        m.insert(le_u64(b, at)?, (le_u32(b, at + 8)?, le_u64(b, at + 12)?));
+    }
+    Some(m)
+}
+
+type DwPages = Vec<(u64, Option<Vec<u8>>)>;
+
+/// The pages of a double-write file that verified, when it belongs to the checkpoint after
+/// `head` (an older one was written in place already).
+fn decode_dw(b: &[u8], head: &Head, geo: &Geometry) -> Option<DwPages> {
+    if b.get(..8)? != DW_MAGIC
+        || le_u64(b, 8)? != head.salt
+        || le_u64(b, 16)? != head.gen + 1
+        || le_u64(b, 24)? != geo.page_len as u64
+    {
+        return None;
+    }
+    let n = le_u64(b, 32)?;
+    let mut at = 40usize;
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let p = le_u64(b, at)?;
+        at += 8;
+        if p & FRESH != 0 {
+            out.push((p & !FRESH, None));
+        } else {
+            out.push((p, Some(b.get(at..at + geo.page_len)?.to_vec())));
+            at += geo.page_len;
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::{CrashMode, SimVfs};
+
+    fn head(width: u64) -> Head {
+        Head {
+            salt: 7,
+            width,
+            limsiz: 1 << 30,
+            ..Head::default()
+        }
+    }
+
+    fn rec(id: u64, v: &[u8], flags: u32, gen: u8) -> Change {
+        Change {
+            id,
+            rec: Some((
+                v.to_vec(),
+                Meta {
+                    flags,
+                    expires: 0,
+                    version: version_of(id, flags, v, gen),
+                },
+            )),
+        }
+    }
+
+    fn get(s: &Slots, id: u64) -> Option<(Vec<u8>, Meta)> {
+        s.with_rec(id, &mut |v, m| Ok((v.to_vec(), m))).unwrap()
+    }
+
+    #[test]
+    fn geometry_of_small_and_large_slots() {
+        let g = Geometry::new(8);
+        assert_eq!((g.lenw, g.slot, g.per_page, g.page_len), (1, 10, 409, 4096));
+        assert_eq!(g.place(1), (0, 0));
+        assert_eq!(g.place(410), (1, 0));
+        let g = Geometry::new(300_000);
+        assert_eq!((g.lenw, g.per_page, g.page_len), (4, 1, 300_009));
+    }
+
+    #[test]
+    fn records_survive_a_checkpoint_and_reopen() {
+        let fs = SimVfs::new();
+        let dir = Path::new("/d");
+        fs.create_dir_all(dir).unwrap();
+        let o = Slots::open(&fs, dir, false, Some(head(8))).unwrap();
+        assert!(o.findings.is_empty());
+        let s = o.slots;
+        let ch = vec![rec(1, b"a", 0, 1), rec(500, b"12345678", 9, 2), rec(9000, b"", 0, 3)];
+        s.write(&fs, dir, &ch, head(8)).unwrap();
+        drop(s);
+        let s = Slots::open(&fs, dir, true, None).unwrap().slots;
+        let (v, m) = get(&s, 500).unwrap();
+        assert_eq!((v.as_slice(), m.flags), (&b"12345678"[..], 9));
+        assert_eq!(m.version, version_of(500, 9, b"12345678", 2));
+        assert_eq!(get(&s, 9000).unwrap().0, b"");
+        assert!(get(&s, 2).is_none());
+        let mut d = 0;
+        assert_eq!(s.next_present(2, 100_000, &mut d), Some(500));
+        assert_eq!(s.prev_present(1, 8999, &mut d), Some(500));
+        assert_eq!(s.prev_present(1, 100_000, &mut d), Some(9000));
+        assert_eq!(d, 0);
+    }
+
+    #[test]
+    fn a_damaged_page_is_reported() {
+        let fs = SimVfs::new();
+        let dir = Path::new("/d");
+        fs.create_dir_all(dir).unwrap();
+        let s = Slots::open(&fs, dir, false, Some(head(8))).unwrap().slots;
+        s.write(&fs, dir, &[rec(3, b"x", 0, 1)], head(8)).unwrap();
+        let f = fs.open(&dir.join(DATA_NAME), false).unwrap();
+        f.write_at(b"\xff", HEAD_LEN + 25).unwrap();
+        drop((s, f));
+        let s = Slots::open(&fs, dir, true, None).unwrap().slots;
+        assert!(matches!(s.with_rec(3, &mut |_, _| Ok(())), Err(Error::Corrupt(_))));
+        assert_eq!(s.bad_pages().len(), 1);
+    }
+
+    /// A power loss at every point of a checkpoint that rewrites a page holding records
+    /// (torn writes included) leaves either the old records or the new, never a torn page.
+    #[test]
+    fn torn_page_writes_are_repaired_from_the_double_write_file() {
+        let setup = || {
+            let fs = SimVfs::new();
+            let dir = Path::new("/d");
+            fs.create_dir_all(dir).unwrap();
+            let s = Slots::open(&fs, dir, false, Some(head(8))).unwrap().slots;
+            let first: Vec<Change> = (1..=800).map(|i| rec(i, b"old", 0, 1)).collect();
+            s.write(&fs, dir, &first, head(8)).unwrap();
+            (fs, s)
+        };
+        let second: Vec<Change> = (1..=1200)
+            .filter(|i| i % 3 == 0)
+            .map(|i| rec(i, b"new", 0, 2))
+            .collect();
+        let dir = Path::new("/d");
+        let (fs, s) = setup();
+        let before = fs.op_count();
+        s.write(&fs, dir, &second, head(8)).unwrap();
+        let ops = fs.op_count() - before;
+        assert!(ops > 3);
+        for seed in 0..(ops + 1) * 3 {
+            let (fs, s) = setup();
+            fs.fail_after(seed / 3, crate::io::Fault::Eio);
+            let _ = s.write(&fs, dir, &second, head(8));
+            let img = fs.crash_image(CrashMode::Torn { seed });
+            drop(s);
+            let fs2 = SimVfs::from_image(&img);
+            let o = Slots::open(&fs2, dir, false, Some(head(8))).unwrap();
+            let s2 = o.slots;
+            let gen = s2.head.lock().gen;
+            for i in 1..=1200u64 {
+                let got = get(&s2, i).map(|r| r.0);
+                if i > 800 {
+                    let ok = got.is_none() || (gen == 2 && got.as_deref() == Some(&b"new"[..]));
+                    assert!(ok || (gen == 1 && got.as_deref() == Some(&b"new"[..])), "seed {seed} id {i}");
+                    continue;
+                }
+                let v = got.unwrap_or_else(|| panic!("seed {seed} id {i}"));
+                let want: &[u8] = if i % 3 == 0 && gen == 2 { b"new" } else { b"old" };
+                // Before the header of generation 2, a page may hold either (the log replay
+                // redoes the new ones); after it, only the new.
+                if gen == 2 || i % 3 != 0 {
+                    assert_eq!(v, want, "seed {seed} id {i} gen {gen}");
+                } else {
+                    assert!(v == b"old" || v == b"new", "seed {seed} id {i}");
+                }
+            }
+            assert!(s2.bad_pages().is_empty(), "seed {seed}");
+        }
+    }
+}
