@@ -233,7 +233,7 @@ pub(super) struct Slots {
     pub head: Mutex<Head>,
     seed: u32,
     /// Flags and expiry of the records that have them.
-    side: RwLock<HashMap<u64, (u32, u64)>>,
+    side: RwLock<Side>,
     /// Pages a read-only open took from `dw.kfd` (not written in place).
     overlay: HashMap<u64, Vec<u8>>,
     /// Readers hold it shared while they read pages; a checkpoint exclusively while it writes.
@@ -244,6 +244,8 @@ pub(super) struct Slots {
     /// Every read finds nothing (a read-only open whose log holds a `vanish` after the
     /// pages were written).
     void: std::sync::atomic::AtomicBool,
+    /// Both copies of the header were damaged: the bounds are not known (counted by a walk).
+    pub head_lost: bool,
 }
 
 /// What opening found.
@@ -251,6 +253,8 @@ pub(super) struct Opened {
     pub slots: Slots,
     /// Damage to report: the header, the side file.
     pub findings: Vec<crate::log::recovery::Finding>,
+    /// What is not damage: a damaged copy of the header whose twin verifies.
+    pub warnings: Vec<String>,
     /// The file did not exist (a new database, or one of the format before the slot file).
     pub absent: bool,
 }
@@ -282,8 +286,9 @@ impl Slots {
             let Some(head) = create.clone().filter(|_| !readonly) else {
                 let head = create.unwrap_or_default();
                 return Ok(Opened {
-                    slots: Slots::new(None, head, HashMap::new(), HashMap::new()),
+                    slots: Slots::new(None, head, Side::empty(), HashMap::new()),
                     findings,
+                    warnings: Vec::new(),
                     absent: true,
                 });
             };
@@ -293,7 +298,7 @@ impl Slots {
             f.set_len(0).map_err(io)?;
             let b = head.encode()?;
             f.write_at(&b, 0).map_err(io)?;
-            f.write_at(&vec![0u8; PAGE], PAGE as u64).map_err(io)?;
+            f.write_at(&b, PAGE as u64).map_err(io)?;
             f.sync().map_err(io)?;
             drop(f);
             vfs.rename(&tmp, &path).map_err(io)?;
@@ -302,20 +307,33 @@ impl Slots {
         let file = vfs.open(&path, false).map_err(io)?;
         let len = file.len().map_err(io)?;
         let mut heads = Vec::new();
+        let mut warnings = Vec::new();
         for copy in 0..2u64 {
             let mut b = vec![0u8; PAGE];
-            if len >= (copy + 1) * PAGE as u64 && file.read_at(&mut b, copy * PAGE as u64).is_ok()
-            {
-                if let Some(h) = Head::decode(&b) {
-                    heads.push(h);
-                }
+            let read = len >= (copy + 1) * PAGE as u64
+                && file.read_at(&mut b, copy * PAGE as u64).is_ok();
+            match Head::decode(&b).filter(|_| read) {
+                Some(h) => heads.push(h),
+                None => warnings.push(format!(
+                    "{DATA_NAME}: header copy {} is damaged (the other holds the same; it is \
+                     written again at the next checkpoint)",
+                    copy + 1
+                )),
             }
         }
         let Some(head) = heads.into_iter().max_by_key(|h| h.gen) else {
             findings.push(finding(0, HEAD_LEN.min(len), "both copies of the header are damaged"));
+            let mut slots = Slots::new(
+                Some(file),
+                create.unwrap_or_default(),
+                Side::default(),
+                HashMap::new(),
+            );
+            slots.head_lost = true;
             return Ok(Opened {
-                slots: Slots::new(Some(file), create.unwrap_or_default(), HashMap::new(), HashMap::new()),
+                slots,
                 findings,
+                warnings: Vec::new(),
                 absent: false,
             });
         };
@@ -325,8 +343,20 @@ impl Slots {
         let mut overlay = HashMap::new();
         if let checkpoint::Read::Verified(b) = checkpoint::read_verified(vfs, dir, DW_NAME, 44) {
             if let Some(pages) = decode_dw(&b, &head, &geo) {
+                let probe = Slots::new(Some(file.clone()), head.clone(), Side::default(), HashMap::new());
                 for (p, img) in pages {
-                    let img = img.unwrap_or_else(|| vec![0u8; geo.page_len]);
+                    let img = match img {
+                        Some(img) => img,
+                        None => {
+                            // A page that held no record: whole (written in place before the
+                            // crash) it stays; torn, it is emptied (the log holds its records).
+                            let mut cur = Vec::new();
+                            if probe.read_page_into(p, &mut cur).is_ok() {
+                                continue;
+                            }
+                            vec![0u8; geo.page_len]
+                        }
+                    };
                     if readonly {
                         overlay.insert(p, img);
                     } else {
@@ -339,7 +369,8 @@ impl Slots {
             }
         }
         let side = match checkpoint::read_verified(vfs, dir, SIDE_NAME, 28) {
-            checkpoint::Read::Missing => HashMap::new(),
+            checkpoint::Read::Missing if head.gen == 0 => Side::empty(),
+            checkpoint::Read::Missing => Side::default(),
             checkpoint::Read::Verified(b) => match decode_side(&b, &head) {
                 Some(s) => s,
                 None => {
@@ -351,7 +382,7 @@ impl Slots {
                         what: "the flags and expiry of records belong to another checkpoint"
                             .into(),
                     });
-                    HashMap::new()
+                    Side::default()
                 }
             },
             checkpoint::Read::Damaged(why) => {
@@ -362,7 +393,7 @@ impl Slots {
                     lost: 0,
                     what: format!("the flags and expiry of records are lost: {why}"),
                 });
-                HashMap::new()
+                Side::default()
             }
         };
         let mut s = Slots::new(Some(file), head, side, overlay);
@@ -371,6 +402,7 @@ impl Slots {
         Ok(Opened {
             slots: s,
             findings,
+            warnings,
             absent: false,
         })
     }
@@ -378,7 +410,7 @@ impl Slots {
     fn new(
         file: Option<Arc<dyn VFile>>,
         head: Head,
-        side: HashMap<u64, (u32, u64)>,
+        side: Side,
         overlay: HashMap<u64, Vec<u8>>,
     ) -> Slots {
         Slots {
@@ -392,6 +424,7 @@ impl Slots {
             epoch: AtomicU64::new(0),
             identity: NEXT_IDENTITY.fetch_add(1, Ordering::Relaxed),
             void: std::sync::atomic::AtomicBool::new(false),
+            head_lost: false,
         }
     }
 
@@ -434,6 +467,14 @@ impl Slots {
             }
         }
         if buf.iter().all(|&b| b == 0) {
+            // A hole or a page never written: empty, unless records were written there.
+            if self.side.read().used.is_some() && self.side.read().is_used(page) {
+                return Err(Error::Corrupt(format!(
+                    "{DATA_NAME} offset {}: page {page} holds records but reads as zeros (cut \
+                     short or zeroed)",
+                    self.geo.page_off(page)
+                )));
+            }
             return Ok(());
         }
         let stored = u32::from_le_bytes(buf[n - 4..].try_into().unwrap_or_default());
@@ -492,7 +533,7 @@ impl Slots {
             }
             let value = &s[1 + geo.lenw..1 + geo.lenw + len];
             let (flags, expires) = if tag & SIDE != 0 {
-                self.side.read().get(&id).copied().unwrap_or((0, 0))
+                self.side.read().meta.get(&id).copied().unwrap_or((0, 0))
             } else {
                 (0, 0)
             };
@@ -529,8 +570,12 @@ impl Slots {
         let mut id = from;
         while id <= to {
             let (page, _) = geo.place(id);
-            if page >= last_page {
+            let Some(used) = self.side.read().next_used(page, last_page) else {
                 return None;
+            };
+            if used > page {
+                id = geo.first_id(used);
+                continue;
             }
             let end = (geo.first_id(page + 1) - 1).min(to);
             let got = self.with_page(page, |img| {
@@ -557,6 +602,13 @@ impl Slots {
         let mut id = to.min(top);
         while id >= from && id >= 1 {
             let (page, _) = geo.place(id);
+            let Some(used) = self.side.read().prev_used(page) else {
+                return None;
+            };
+            if used < page {
+                id = geo.first_id(used + 1) - 1;
+                continue;
+            }
             let start = geo.first_id(page).max(from);
             let got = self.with_page(page, |img| {
                 (start..=id).rev().find(|&i| img[geo.place(i).1] != 0)
@@ -574,11 +626,18 @@ impl Slots {
         None
     }
 
-    /// Every page that fails its checksum.
+    /// Every page holding records that fails its checksum.
     pub(super) fn bad_pages(&self) -> Vec<BadPage> {
         let mut out = Vec::new();
         let mut buf = Vec::new();
-        for p in 0..self.pages_in_file() {
+        let end = match &self.side.read().used {
+            Some(v) => v.len() as u64 * 64,
+            None => self.pages_in_file(),
+        };
+        let mut next = 0;
+        // Pages that hold no record lose none when damaged.
+        while let Some(p) = self.side.read().next_used(next, end) {
+            next = p + 1;
             if self.read_page_into(p, &mut buf).is_err() {
                 out.push(BadPage {
                     page: p,
@@ -595,6 +654,7 @@ impl Slots {
         let mut v: Vec<_> = self
             .side
             .read()
+            .meta
             .iter()
             .map(|(&i, &(f, e))| (i, f, e))
             .collect();
@@ -642,16 +702,18 @@ impl Slots {
                         .copy_from_slice(&(value.len() as u32).to_le_bytes()[..geo.lenw]);
                     s[1 + geo.lenw..1 + geo.lenw + value.len()].copy_from_slice(value);
                     if has_side {
-                        side.insert(c.id, (meta.flags, meta.expires));
+                        side.meta.insert(c.id, (meta.flags, meta.expires));
                         side_changed = true;
-                    } else if side.remove(&c.id).is_some() {
+                    } else if side.meta.remove(&c.id).is_some() {
                         side_changed = true;
                     }
-                } else if side.remove(&c.id).is_some() {
+                } else if side.meta.remove(&c.id).is_some() {
                     side_changed = true;
                 }
                 i += 1;
             }
+            let used = (0..geo.per_page as usize).any(|k| img[k * geo.slot] != 0);
+            side_changed |= side.set_used(page, used);
             self.seal(page, &mut img);
             images.push((page, img, fresh));
         }
@@ -703,18 +765,77 @@ impl Slots {
         }
         file.sync().map_err(io)?;
         // 3. The side file, when it changed (it names the generation it belongs to).
-        if side_changed || head.gen == 1 {
+        if side_changed {
             let mut b = Vec::new();
             encode_side(&side, &head, &mut b);
             checkpoint::write_atomic(vfs, dir, SIDE_NAME, SIDE_TMP, &[&b], || Ok(()))
                 .map_err(io)?;
         }
-        // 4. The header, over the older copy.
-        let b = head.encode()?;
-        file.write_at(&b, (head.gen % 2) * PAGE as u64)
-            .map_err(io)?;
-        file.sync().map_err(io)?;
+        // 4. The header, over the older copy, then over the other: at rest both copies are
+        // the same, so damage to one loses nothing; a crash tears at most one.
+        write_head(&**file, &head)?;
         *self.head.lock() = head;
+        Ok(())
+    }
+
+    /// Write a new slot file for `head`'s width holding every record of `old` up to id
+    /// `max`, and put it in place of `old`'s (`optimize width=…`): made whole under a
+    /// temporary name, its side file written first (for the next generation, which `old`'s
+    /// header accepts too), then renamed.
+    pub(super) fn rebuild(vfs: &dyn Vfs, dir: &Path, mut head: Head, old: &Slots, max: u64) -> Result<()> {
+        head.gen = old.head.lock().gen + 1;
+        let tmp = dir.join(DATA_TMP);
+        let f = vfs.open(&tmp, true).map_err(io)?;
+        f.set_len(0).map_err(io)?;
+        let new = Slots::new(Some(f.clone()), head.clone(), Side::empty(), HashMap::new());
+        let geo = new.geo;
+        let mut side = Side::empty();
+        let mut page = u64::MAX;
+        let mut img = vec![0u8; geo.page_len];
+        let mut damaged = 0;
+        let mut at = 1;
+        let flush = |page: u64, img: &mut Vec<u8>| -> Result<()> {
+            if page != u64::MAX {
+                new.seal(page, img);
+                f.write_at(img, geo.page_off(page)).map_err(io)?;
+                img.fill(0);
+            }
+            Ok(())
+        };
+        while let Some(id) = old.next_present(at, max, &mut damaged) {
+            let got = old.with_rec(id, &mut |v, m| Ok((v.to_vec(), m)))?;
+            if let Some((value, meta)) = got {
+                let (p, off) = geo.place(id);
+                if p != page {
+                    flush(page, &mut img)?;
+                    page = p;
+                }
+                let s = &mut img[off..off + geo.slot];
+                let has_side = meta.flags != 0 || meta.expires != 0;
+                s[0] = gen_of(meta.version) | if has_side { SIDE } else { 0 };
+                s[1..1 + geo.lenw].copy_from_slice(&(value.len() as u32).to_le_bytes()[..geo.lenw]);
+                s[1 + geo.lenw..1 + geo.lenw + value.len()].copy_from_slice(&value);
+                if has_side {
+                    side.meta.insert(id, (meta.flags, meta.expires));
+                }
+                side.set_used(p, true);
+            }
+            at = id + 1;
+        }
+        flush(page, &mut img)?;
+        if damaged > 0 {
+            return Err(Error::Corrupt(format!(
+                "{DATA_NAME}: {damaged} damaged pages; `repair` the database first"
+            )));
+        }
+        f.sync().map_err(io)?;
+        write_head(&*f, &head)?;
+        drop(new);
+        let mut b = Vec::new();
+        encode_side(&side, &head, &mut b);
+        checkpoint::write_atomic(vfs, dir, SIDE_NAME, SIDE_TMP, &[&b], || Ok(())).map_err(io)?;
+        vfs.rename(&tmp, &dir.join(DATA_NAME)).map_err(io)?;
+        vfs.sync_dir(dir).map_err(io)?;
         Ok(())
     }
 
@@ -732,25 +853,34 @@ impl Slots {
             let _g = self.pages.write();
             file.set_len(HEAD_LEN).map_err(io)?;
             self.epoch.fetch_add(1, Ordering::AcqRel);
-            self.side.write().clear();
+            *self.side.write() = Side::empty();
         }
         file.sync().map_err(io)?;
         let mut b = Vec::new();
-        encode_side(&HashMap::new(), &head, &mut b);
+        encode_side(&Side::empty(), &head, &mut b);
         checkpoint::write_atomic(vfs, dir, SIDE_NAME, SIDE_TMP, &[&b], || Ok(())).map_err(io)?;
-        file.write_at(&head.encode()?, (head.gen % 2) * PAGE as u64)
-            .map_err(io)?;
-        file.sync().map_err(io)?;
+        write_head(&**file, &head)?;
         self.void.store(false, Ordering::Release);
         *self.head.lock() = head;
         Ok(())
     }
 }
 
+/// Write `head` over the copy of the older generation, then over the other, each synced.
+fn write_head(file: &dyn VFile, head: &Head) -> Result<()> {
+    let b = head.encode()?;
+    for copy in [head.gen % 2, (head.gen + 1) % 2] {
+        file.write_at(&b, copy * PAGE as u64).map_err(io)?;
+        file.sync().map_err(io)?;
+    }
+    Ok(())
+}
+
 /// The side file: magic, salt, generation, count, then per record id (u64), flags (u32),
-/// expiry (u64), all little-endian; a crc32c follows (`checkpoint::write_atomic`).
-fn encode_side(side: &HashMap<u64, (u32, u64)>, head: &Head, out: &mut Vec<u8>) {
-    let mut v: Vec<_> = side.iter().collect();
+/// expiry (u64); then the words of the bitmap of used pages (u64 count, `u64::MAX` when not
+/// known, then the words), all little-endian; a crc32c follows (`checkpoint::write_atomic`).
+fn encode_side(side: &Side, head: &Head, out: &mut Vec<u8>) {
+    let mut v: Vec<_> = side.meta.iter().collect();
     v.sort_unstable();
     out.extend_from_slice(SIDE_MAGIC);
     out.extend_from_slice(&head.salt.to_le_bytes());
@@ -761,31 +891,139 @@ fn encode_side(side: &HashMap<u64, (u32, u64)>, head: &Head, out: &mut Vec<u8>) 
         out.extend_from_slice(&f.to_le_bytes());
         out.extend_from_slice(&e.to_le_bytes());
     }
+    match &side.used {
+        None => out.extend_from_slice(&u64::MAX.to_le_bytes()),
+        Some(words) => {
+            out.extend_from_slice(&(words.len() as u64).to_le_bytes());
+            for w in words {
+                out.extend_from_slice(&w.to_le_bytes());
+            }
+        }
+    }
 }
 
-/// The side file's entries when it belongs to `head` (its generation or the next: written
-/// just before the header of that one, whose log replay redoes every change since `head`).
-fn decode_side(b: &[u8], head: &Head) -> Option<HashMap<u64, (u32, u64)>> {
+/// The side file's contents when it belongs to `head`: it is written (with the generation of
+/// the checkpoint) whenever it changes, before that checkpoint's header, so one of an earlier
+/// generation is current, and one of the next was written by a checkpoint cut short, whose
+/// changes the log replay redoes (a page it marks used that is not holds nothing; one it
+/// marks unused that is was empty before and holds only records the replay brings back).
+fn decode_side(b: &[u8], head: &Head) -> Option<Side> {
     if b.get(..8)? != SIDE_MAGIC || le_u64(b, 8)? != head.salt {
         return None;
     }
-    let gen = le_u64(b, 16)?;
-    if gen != head.gen && gen != head.gen + 1 {
+    if le_u64(b, 16)? > head.gen + 1 {
         return None;
     }
     let n = le_u64(b, 24)? as usize;
     if n > b.len() / 20 {
         return None;
     }
-    let mut m = HashMap::with_capacity(n);
+    let mut meta = HashMap::with_capacity(n);
     for i in 0..n {
         let at = 32 + i * 20;
-        m.insert(le_u64(b, at)?, (le_u32(b, at + 8)?, le_u64(b, at + 12)?));
+        meta.insert(le_u64(b, at)?, (le_u32(b, at + 8)?, le_u64(b, at + 12)?));
     }
-    Some(m)
+    let at = 32 + n * 20;
+    let words = le_u64(b, at)?;
+    let used = if words == u64::MAX {
+        None
+    } else {
+        let words = usize::try_from(words).ok().filter(|&w| w <= b.len() / 8)?;
+        let mut v = Vec::with_capacity(words);
+        for i in 0..words {
+            v.push(le_u64(b, at + 8 + i * 8)?);
+        }
+        Some(v)
+    };
+    Some(Side { meta, used })
 }
 
 type DwPages = Vec<(u64, Option<Vec<u8>>)>;
+
+/// What the side file holds: the flags and expiry of the records that have them, and which
+/// pages hold any record (`None`: not known, every page is looked at).
+#[derive(Clone, Debug, Default)]
+pub(super) struct Side {
+    pub meta: HashMap<u64, (u32, u64)>,
+    pub used: Option<Vec<u64>>,
+}
+
+impl Side {
+    fn empty() -> Side {
+        Side {
+            meta: HashMap::new(),
+            used: Some(Vec::new()),
+        }
+    }
+
+    fn is_used(&self, page: u64) -> bool {
+        match &self.used {
+            None => true,
+            Some(v) => v
+                .get((page / 64) as usize)
+                .is_some_and(|w| w & (1 << (page % 64)) != 0),
+        }
+    }
+
+    /// Mark `page` used or not; whether that changed anything.
+    fn set_used(&mut self, page: u64, used: bool) -> bool {
+        let Some(v) = &mut self.used else {
+            return false;
+        };
+        let i = (page / 64) as usize;
+        if v.len() <= i {
+            if !used {
+                return false;
+            }
+            v.resize(i + 1, 0);
+        }
+        let bit = 1u64 << (page % 64);
+        let was = v[i] & bit != 0;
+        if used {
+            v[i] |= bit;
+        } else {
+            v[i] &= !bit;
+        }
+        was != used
+    }
+
+    /// The first used page in `from..end`.
+    fn next_used(&self, from: u64, end: u64) -> Option<u64> {
+        let Some(v) = &self.used else {
+            return (from < end).then_some(from);
+        };
+        let mut p = from;
+        while p < end {
+            let i = (p / 64) as usize;
+            let w = *v.get(i)? >> (p % 64);
+            if w != 0 {
+                let q = p + u64::from(w.trailing_zeros());
+                return (q < end).then_some(q);
+            }
+            p = (i as u64 + 1) * 64;
+        }
+        None
+    }
+
+    /// The last used page in `..=from`.
+    fn prev_used(&self, from: u64) -> Option<u64> {
+        let Some(v) = &self.used else {
+            return Some(from);
+        };
+        let mut p = from.min((v.len() as u64 * 64).checked_sub(1)?);
+        loop {
+            let i = (p / 64) as usize;
+            let w = v[i] << (63 - p % 64);
+            if w != 0 {
+                return Some(p - u64::from(w.leading_zeros()));
+            }
+            if i == 0 {
+                return None;
+            }
+            p = i as u64 * 64 - 1;
+        }
+    }
+}
 
 /// The pages of a double-write file that verified, when it belongs to the checkpoint after
 /// `head` (an older one was written in place already).
