@@ -244,7 +244,9 @@ pub(super) struct Slots {
     /// Every read finds nothing (a read-only open whose log holds a `vanish` after the
     /// pages were written).
     void: std::sync::atomic::AtomicBool,
-    /// Both copies of the header were damaged: the bounds are not known (counted by a walk).
+    /// The header's bounds are not those of the pages: both copies of the header were damaged,
+    /// or a checkpoint cut short wrote pages (from its double-write file) but not its header.
+    /// Recovery counts the records by a walk.
     pub head_lost: bool,
 }
 
@@ -341,8 +343,10 @@ impl Slots {
         let seed = crate::log::format::seed(head.salt);
         // The double-write file of an interrupted checkpoint.
         let mut overlay = HashMap::new();
+        let mut interrupted = false;
         if let checkpoint::Read::Verified(b) = checkpoint::read_verified(vfs, dir, DW_NAME, 44) {
             if let Some(pages) = decode_dw(&b, &head, &geo) {
+                interrupted = true;
                 let probe = Slots::new(Some(file.clone()), head.clone(), Side::default(), HashMap::new());
                 for (p, img) in pages {
                     let img = match img {
@@ -399,6 +403,7 @@ impl Slots {
         let mut s = Slots::new(Some(file), head, side, overlay);
         s.seed = seed;
         s.geo = geo;
+        s.head_lost = interrupted;
         Ok(Opened {
             slots: s,
             findings,

@@ -408,3 +408,80 @@ fn check_put_applies_the_batch_rules() {
     }
     assert_eq!(db.count(), 0);
 }
+
+/// A database written by the build before the slot file (checked in: tests/fixtures,
+/// `before-slots.kf`, made at 814a6f5 by `kura db create 'old.kf#width=32'`, `kura db import`
+/// of ids 1 to 120 valued `value-ID`, `kura db out` of 5, 6, 7, `kura db put` of 200 and 3):
+/// a read-only open reads it as it is, the first writable open converts it (its log into the
+/// slot file, `index.kfi` removed), and a power loss at any point of the conversion leaves a
+/// database that opens with every record.
+#[test]
+fn the_fixture_from_before_the_slot_file_opens_and_is_converted() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/before-slots.kf");
+    let mut want: Vec<(String, Vec<u8>)> = (1..=120u64)
+        .filter(|i| !(5..=7).contains(i))
+        .map(|i| (i.to_string(), format!("value-{i}").into_bytes()))
+        .collect();
+    want[2].1 = b"rewritten".to_vec();
+    want.push(("200".into(), b"after the import".to_vec()));
+    let records = |db: &FixedDb| {
+        let mut v = Vec::new();
+        db.for_each_record(&mut |k, val, _| {
+            v.push((String::from_utf8(k.to_vec()).unwrap(), val.to_vec()));
+            Ok(true)
+        })
+        .unwrap();
+        v
+    };
+    let fs = SimVfs::new();
+    let dir = Path::new("/sim/old.kf");
+    fs.create_dir_all(dir).unwrap();
+    for e in std::fs::read_dir(&src).unwrap() {
+        let e = e.unwrap();
+        let f = fs.open(&dir.join(e.file_name()), true).unwrap();
+        f.write_at(&std::fs::read(e.path()).unwrap(), 0).unwrap();
+        f.sync().unwrap();
+    }
+    fs.sync_dir(dir).unwrap();
+    let open = |fs: &SimVfs, mode| FixedDb::open_mode(dir, &Params::default(), Arc::new(fs.clone()), mode);
+    let image = |fs: &SimVfs| {
+        let mut i = fs.image();
+        i.retain(|p, _| !p.ends_with("LOCK"));
+        i
+    };
+    let before = image(&fs);
+    let db = open(&fs, OpenMode::ReadOnly).unwrap();
+    assert_eq!(records(&db), want);
+    assert_eq!((db.count(), db.bounds(), db.width()), (118, (1, 200), 32));
+    db.close().unwrap();
+    assert!(image(&fs) == before, "a read-only open changes nothing");
+    // A power loss at every step of the conversion.
+    let steps = {
+        let fs = SimVfs::from_image(&before);
+        let n = fs.op_count();
+        open(&fs, OpenMode::Existing).unwrap().close().unwrap();
+        fs.op_count() - n
+    };
+    for step in 0..steps {
+        let fs = SimVfs::from_image(&before);
+        fs.fail_after(step, crate::io::Fault::Eio);
+        if let Ok(db) = open(&fs, OpenMode::Existing) {
+            db.abandon();
+        }
+        let img = fs.crash_image(CrashMode::Torn { seed: step });
+        let fs = SimVfs::from_image(&img);
+        let db = open(&fs, OpenMode::Existing).unwrap_or_else(|e| panic!("step {step}: {e}"));
+        assert_eq!(records(&db), want, "step {step}");
+        assert_eq!(db.count(), 118, "step {step}");
+    }
+    let db = open(&fs, OpenMode::Existing).unwrap();
+    assert!(fs.exists(&dir.join(super::slots::DATA_NAME)));
+    assert!(!fs.exists(&dir.join(CKPT_NAME)), "converted");
+    db.put(b"121", b"new").unwrap();
+    db.close().unwrap();
+    let db = open(&fs, OpenMode::Existing).unwrap();
+    assert_eq!(records(&db).len(), 119);
+    assert_eq!(db.get(b"3").unwrap().unwrap().value, b"rewritten");
+    assert!(db.check().unwrap().healthy());
+    assert!(!fs.list(dir).unwrap().iter().any(|n| n == "seg-00000001.kd"), "the old log is cut");
+}
