@@ -819,9 +819,13 @@ fn gen_op(rng: &mut Rng, keys: &Keys, whole: bool) -> Op {
             let items = (0..rng.upto(8))
                 .map(|_| {
                     let k = keys.pick(rng);
-                    let v = rng
-                        .chance(2, 3)
-                        .then(|| (gen_value(rng, keys.value_cap), gen_flags(rng), Exp::gen(rng)));
+                    let v = rng.chance(2, 3).then(|| {
+                        (
+                            gen_value(rng, keys.value_cap),
+                            gen_flags(rng),
+                            Exp::gen(rng),
+                        )
+                    });
                     (k, v)
                 })
                 .collect::<Vec<_>>();

@@ -454,7 +454,13 @@ fn kf_slot_units(img: &Image, out: &mut Vec<Unit>) {
     let Some(head) = kf_head(data) else { return };
     let le = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
     let (salt, gen, seq, width) = (le(head, 12), le(head, 20), le(head, 28), le(head, 36));
-    let lenw = if width <= 0xff { 1 } else if width <= 0xffff { 2 } else { 4 };
+    let lenw = if width <= 0xff {
+        1
+    } else if width <= 0xffff {
+        2
+    } else {
+        4
+    };
     let slot = 1 + lenw + width as usize;
     let (per_page, page_len) = if slot + 4 <= KF_PAGE {
         ((KF_PAGE - 4) / slot, KF_PAGE)
@@ -504,7 +510,9 @@ fn kf_slot_units(img: &Image, out: &mut Vec<Unit>) {
     let mut page = 0u64;
     loop {
         let off = KF_HEAD_LEN as usize + page as usize * page_len;
-        let Some(img) = data.get(off..off + page_len) else { break };
+        let Some(img) = data.get(off..off + page_len) else {
+            break;
+        };
         if !img.iter().all(|&b| b == 0) && crc_ok(page, img) {
             for k in 0..per_page {
                 let s = &img[k * slot..(k + 1) * slot];

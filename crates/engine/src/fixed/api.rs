@@ -232,14 +232,25 @@ impl Store for FixedDb {
             let seed = format::seed(inner.log.salt);
             let mut body = Vec::new();
             let mut offs = Vec::with_capacity(ops.len());
-            // Each id's version as the ops apply (`None`: no record).
+            // Each id's version as the ops apply (`None`: no record), kept only when the batch
+            // names an id twice.
+            let repeats = {
+                let mut sorted = ids.clone();
+                sorted.sort_unstable();
+                sorted.windows(2).any(|w| w[0] == w[1])
+            };
             let mut versions: std::collections::HashMap<u64, Option<u64>> =
                 std::collections::HashMap::new();
+            // The index's entries of the batch looked up in one tight loop first, so that the
+            // memory they lie in is fetched for all of them at once.
+            let warm = ids.iter().fold(0u64, |a, &id| a ^ inner.index.get(id));
+            std::hint::black_box(warm);
             let mut before = Vec::with_capacity(ops.len());
             for (op, &id) in ops.iter().zip(&ids) {
-                let old = *versions
-                    .entry(id)
-                    .or_insert_with(|| inner.old_version(id));
+                let old = match versions.get(&id) {
+                    Some(v) => *v,
+                    None => inner.old_version(id),
+                };
                 before.push(old.is_some());
                 w.seq += 1;
                 let start = body.len();
@@ -254,9 +265,10 @@ impl Store for FixedDb {
                         if *expires != 0 {
                             inner.expiring.fetch_add(1, Ordering::Relaxed);
                         }
-                        let version =
-                            slots::version_of(id, *flags, value, slots::next_gen(old));
-                        versions.insert(id, Some(version));
+                        let version = slots::version_of(id, *flags, value, slots::next_gen(old));
+                        if repeats {
+                            versions.insert(id, Some(version));
+                        }
                         let fields = format::PutFields {
                             flags: *flags,
                             expires: *expires,
@@ -267,7 +279,9 @@ impl Store for FixedDb {
                         format::encode_put(&mut body, &key, value, &fields);
                     }
                     BatchOp::Remove { .. } => {
-                        versions.insert(id, None);
+                        if repeats {
+                            versions.insert(id, None);
+                        }
                         format::encode_delete(&mut body, &key, w.seq);
                     }
                 }

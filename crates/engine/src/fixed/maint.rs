@@ -3,7 +3,7 @@
 //! `copy_to`.
 
 use super::rw::DEL;
-use super::slots::{self, Change, Slots};
+use super::slots::{self, Slots};
 use super::*;
 use crate::io::{OsVfs, Vfs};
 use crate::log::checkpoint::Places;
@@ -162,28 +162,6 @@ impl Inner {
         // What the pages are to hold is durable in the log first.
         self.log.sync_now()?;
         let slots = self.slots.load_full();
-        let mut dirty = Vec::new();
-        self.index.each_from(1, |id, place| {
-            dirty.push((id, place));
-            true
-        });
-        let mut changes = Vec::with_capacity(dirty.len());
-        for (id, place) in dirty {
-            let rec = if place == DEL {
-                None
-            } else {
-                let got = self.with_place(place, true, &mut |h, rec| {
-                    Ok((rec[h.value_off()..h.len].to_vec(), rw::meta_of(h)))
-                })?;
-                Some(got.ok_or_else(|| {
-                    Error::Corrupt(format!(
-                        "id {id}: the index points into missing segment {}",
-                        rw::split(place).0
-                    ))
-                })?)
-            };
-            changes.push(Change { id, rec });
-        }
         let old = self.roll_log()?;
         let mut head = self.head_now(w, true);
         head.places.segs.retain(|s| !old.contains(&s.0));
@@ -191,7 +169,32 @@ impl Inner {
         if slots.is_void() {
             slots.clear(vfs, &self.log.dir, head.clone())?;
         }
-        slots.write(vfs, &self.log.dir, &changes, head)?;
+        // Every record of the index, in id order, read from the log as the pages are built.
+        let mut feed = |sink: slots::Sink<'_>| -> Result<()> {
+            let mut res = Ok(());
+            self.index.each_from(1, |id, place| {
+                let r = if place == DEL {
+                    sink(id, None)
+                } else {
+                    // Verified when appended or replayed.
+                    let got = self.with_place(place, false, &mut |h, rec| {
+                        sink(id, Some((&rec[h.value_off()..h.len], rw::meta_of(h))))
+                    });
+                    match got {
+                        Ok(Some(())) => Ok(()),
+                        Ok(None) => Err(Error::Corrupt(format!(
+                            "id {id}: the index points into missing segment {}",
+                            rw::split(place).0
+                        ))),
+                        Err(e) => Err(e),
+                    }
+                };
+                res = r;
+                res.is_ok()
+            });
+            res
+        };
+        slots.write(vfs, &self.log.dir, &mut feed, head)?;
         self.index.clear();
         self.drop_segments(&old)?;
         // The format before the slot file kept the id array here.

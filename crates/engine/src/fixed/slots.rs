@@ -204,11 +204,10 @@ pub(super) fn next_gen(version: Option<u64>) -> u8 {
     }
 }
 
-/// A change a checkpoint writes: a record, or none.
-pub(super) struct Change {
-    pub id: u64,
-    pub rec: Option<(Vec<u8>, Meta)>,
-}
+/// What a checkpoint writes: `feed` calls its sink with every id that changed, ascending,
+/// and its record (value and metadata) or none.
+pub(super) type Sink<'a> = &'a mut dyn FnMut(u64, Option<(&[u8], Meta)>) -> Result<()>;
+pub(super) type Feed<'a> = &'a mut dyn FnMut(Sink<'_>) -> Result<()>;
 
 /// A page found damaged.
 #[derive(Clone, Debug)]
@@ -216,6 +215,13 @@ pub(super) struct BadPage {
     pub page: u64,
     pub off: u64,
     pub len: u64,
+}
+
+/// The file's map, and which of its pages were verified since it was made.
+#[derive(Default)]
+struct Pages {
+    map: Option<crate::io::Map>,
+    verified: Box<[AtomicU64]>,
 }
 
 thread_local! {
@@ -236,8 +242,12 @@ pub(super) struct Slots {
     side: RwLock<Side>,
     /// Pages a read-only open took from `dw.kfd` (not written in place).
     overlay: HashMap<u64, Vec<u8>>,
-    /// Readers hold it shared while they read pages; a checkpoint exclusively while it writes.
-    pages: RwLock<()>,
+    /// The file's map (when the file system has maps), and the lock readers hold shared
+    /// while they read pages, a checkpoint exclusively while it writes or remaps them.
+    pages: RwLock<Pages>,
+    /// The file's length (what the map covers).
+    len: AtomicU64,
+    path: std::path::PathBuf,
     /// Changed by every write of pages (readers' cached pages are then stale).
     epoch: AtomicU64,
     identity: u64,
@@ -312,8 +322,8 @@ impl Slots {
         let mut warnings = Vec::new();
         for copy in 0..2u64 {
             let mut b = vec![0u8; PAGE];
-            let read = len >= (copy + 1) * PAGE as u64
-                && file.read_at(&mut b, copy * PAGE as u64).is_ok();
+            let read =
+                len >= (copy + 1) * PAGE as u64 && file.read_at(&mut b, copy * PAGE as u64).is_ok();
             match Head::decode(&b).filter(|_| read) {
                 Some(h) => heads.push(h),
                 None => warnings.push(format!(
@@ -324,7 +334,11 @@ impl Slots {
             }
         }
         let Some(head) = heads.into_iter().max_by_key(|h| h.gen) else {
-            findings.push(finding(0, HEAD_LEN.min(len), "both copies of the header are damaged"));
+            findings.push(finding(
+                0,
+                HEAD_LEN.min(len),
+                "both copies of the header are damaged",
+            ));
             let mut slots = Slots::new(
                 Some(file),
                 create.unwrap_or_default(),
@@ -332,6 +346,10 @@ impl Slots {
                 HashMap::new(),
             );
             slots.head_lost = true;
+            slots.path = path.clone();
+            let mut pages = Pages::default();
+            slots.remap(vfs, &mut pages);
+            *slots.pages.get_mut() = pages;
             return Ok(Opened {
                 slots,
                 findings,
@@ -347,7 +365,13 @@ impl Slots {
         if let checkpoint::Read::Verified(b) = checkpoint::read_verified(vfs, dir, DW_NAME, 44) {
             if let Some(pages) = decode_dw(&b, &head, &geo) {
                 interrupted = true;
-                let probe = Slots::new(Some(file.clone()), head.clone(), Side::default(), HashMap::new());
+                let probe = Slots::new(
+                    Some(file.clone()),
+                    head.clone(),
+                    Side::default(),
+                    HashMap::new(),
+                );
+                probe.len.store(len, Ordering::Release);
                 for (p, img) in pages {
                     let img = match img {
                         Some(img) => img,
@@ -383,8 +407,7 @@ impl Slots {
                         off: 0,
                         len: b.len() as u64,
                         lost: 0,
-                        what: "the flags and expiry of records belong to another checkpoint"
-                            .into(),
+                        what: "the flags and expiry of records belong to another checkpoint".into(),
                     });
                     Side::default()
                 }
@@ -404,6 +427,10 @@ impl Slots {
         s.seed = seed;
         s.geo = geo;
         s.head_lost = interrupted;
+        s.path = path.clone();
+        let mut pages = Pages::default();
+        s.remap(vfs, &mut pages);
+        *s.pages.get_mut() = pages;
         Ok(Opened {
             slots: s,
             findings,
@@ -425,7 +452,9 @@ impl Slots {
             head: Mutex::new(head),
             side: RwLock::new(side),
             overlay,
-            pages: RwLock::new(()),
+            pages: RwLock::new(Pages::default()),
+            len: AtomicU64::new(0),
+            path: std::path::PathBuf::new(),
             epoch: AtomicU64::new(0),
             identity: NEXT_IDENTITY.fetch_add(1, Ordering::Relaxed),
             void: std::sync::atomic::AtomicBool::new(false),
@@ -455,25 +484,68 @@ impl Slots {
         img[n - 4..].copy_from_slice(&c.to_le_bytes());
     }
 
+    /// Map the file as it is now, and note its length (under the pages lock held
+    /// exclusively, or before any reader).
+    fn remap(&self, vfs: &dyn Vfs, pages: &mut Pages) {
+        let len = self.file.as_ref().and_then(|f| f.len().ok()).unwrap_or(0);
+        pages.map = None;
+        if len > HEAD_LEN {
+            pages.map = vfs.map(&self.path, len as usize);
+        }
+        let n = len
+            .saturating_sub(HEAD_LEN)
+            .div_ceil(self.geo.page_len as u64)
+            .div_ceil(64);
+        pages.verified = (0..n).map(|_| AtomicU64::new(0)).collect();
+        self.len.store(len, Ordering::Release);
+    }
+
     /// Read page `page` into `buf` and verify it; past the end of the file it is empty.
     /// `Err(Corrupt)` when its checksum fails.
     fn read_page_into(&self, page: u64, buf: &mut Vec<u8>) -> Result<()> {
+        let pages = self.pages.read();
+        self.read_page_with(page, buf, pages.map.as_ref())
+    }
+
+    /// `read_page_into` with the pages lock held (`map`: the file's map).
+    fn read_page_with(
+        &self,
+        page: u64,
+        buf: &mut Vec<u8>,
+        map: Option<&crate::io::Map>,
+    ) -> Result<()> {
         let n = self.geo.page_len;
         buf.clear();
         buf.resize(n, 0);
+        let off = self.geo.page_off(page);
+        let len = self.len.load(Ordering::Acquire);
         if let Some(img) = self.overlay.get(&page) {
             buf.copy_from_slice(img);
-        } else if let Some(f) = &self.file {
-            let off = self.geo.page_off(page);
-            let len = f.len().map_err(io)?;
-            if off < len {
-                let avail = ((len - off) as usize).min(n);
-                f.read_at(&mut buf[..avail], off).map_err(io)?;
+        } else if off < len {
+            let avail = ((len - off) as usize).min(n);
+            match map.and_then(|m| m.as_slice().get(off as usize..off as usize + avail)) {
+                Some(b) => buf[..avail].copy_from_slice(b),
+                None => {
+                    if let Some(f) = &self.file {
+                        f.read_at(&mut buf[..avail], off).map_err(io)?;
+                    }
+                }
             }
         }
-        if buf.iter().all(|&b| b == 0) {
+        self.verify(page, buf)
+    }
+
+    /// Verify the image of `page`: its checksum, or all zeros where no record was written.
+    fn verify(&self, page: u64, img: &[u8]) -> Result<()> {
+        let n = img.len();
+        let stored = u32::from_le_bytes(img[n - 4..].try_into().unwrap_or_default());
+        if stored == self.crc(page, img) {
+            return Ok(());
+        }
+        if stored == 0 && img.iter().all(|&b| b == 0) {
             // A hole or a page never written: empty, unless records were written there.
-            if self.side.read().used.is_some() && self.side.read().is_used(page) {
+            let side = self.side.read();
+            if side.used.is_some() && side.is_used(page) {
                 return Err(Error::Corrupt(format!(
                     "{DATA_NAME} offset {}: page {page} holds records but reads as zeros (cut \
                      short or zeroed)",
@@ -482,14 +554,10 @@ impl Slots {
             }
             return Ok(());
         }
-        let stored = u32::from_le_bytes(buf[n - 4..].try_into().unwrap_or_default());
-        if stored != self.crc(page, buf) {
-            return Err(Error::Corrupt(format!(
-                "{DATA_NAME} offset {}: page {page} fails its checksum",
-                self.geo.page_off(page)
-            )));
-        }
-        Ok(())
+        Err(Error::Corrupt(format!(
+            "{DATA_NAME} offset {}: page {page} fails its checksum",
+            self.geo.page_off(page)
+        )))
     }
 
     /// Call `f` with the verified image of `page` (this thread's cached copy when current).
@@ -498,11 +566,11 @@ impl Slots {
             let mut c = c.borrow_mut();
             let epoch = self.epoch.load(Ordering::Acquire);
             if !(c.0 == self.identity && c.1 == epoch && c.2 == page) {
-                let _g = self.pages.read();
+                let pages = self.pages.read();
                 let epoch = self.epoch.load(Ordering::Acquire);
                 let mut buf = std::mem::take(&mut c.3);
                 c.2 = u64::MAX;
-                let r = self.read_page_into(page, &mut buf);
+                let r = self.read_page_with(page, &mut buf, pages.map.as_ref());
                 c.3 = buf;
                 r?;
                 (c.0, c.1, c.2) = (self.identity, epoch, page);
@@ -522,8 +590,50 @@ impl Slots {
         }
         let (page, at) = self.geo.place(id);
         let geo = self.geo;
-        let got = self.with_page(page, |img| {
-            let s = &img[at..at + geo.slot];
+        let off = geo.page_off(page);
+        if off >= self.len.load(Ordering::Acquire) && !self.overlay.contains_key(&page) {
+            // Past the end of the file: no record, unless the file was cut short.
+            let side = self.side.read();
+            if side.used.is_none() || !side.is_used(page) {
+                return Ok(None);
+            }
+        }
+        // Straight from the map: each page verified once while no checkpoint writes.
+        {
+            let pages = self.pages.read();
+            let img = pages
+                .map
+                .as_ref()
+                .filter(|_| !self.overlay.contains_key(&page))
+                .and_then(|m| m.as_slice().get(off as usize..off as usize + geo.page_len));
+            if let Some(img) = img {
+                let (w, bit) = ((page / 64) as usize, 1u64 << (page % 64));
+                let seen = pages
+                    .verified
+                    .get(w)
+                    .is_some_and(|v| v.load(Ordering::Relaxed) & bit != 0);
+                if !seen {
+                    self.verify(page, img)?;
+                    if let Some(v) = pages.verified.get(w) {
+                        v.fetch_or(bit, Ordering::Relaxed);
+                    }
+                }
+                return self.slot_rec(id, &img[at..at + geo.slot], f);
+            }
+        }
+        let got = self.with_page(page, |img| self.slot_rec(id, &img[at..at + geo.slot], f))??;
+        Ok(got)
+    }
+
+    /// The record a slot holds, shown to `f`.
+    fn slot_rec<R>(
+        &self,
+        id: u64,
+        s: &[u8],
+        f: &mut dyn FnMut(&[u8], Meta) -> Result<R>,
+    ) -> Result<Option<R>> {
+        let geo = self.geo;
+        {
             let tag = s[0];
             if tag == 0 {
                 return Ok(None);
@@ -548,8 +658,7 @@ impl Slots {
                 version: version_of(id, flags, value, tag & GEN_MASK),
             };
             f(value, meta).map(Some)
-        })??;
-        Ok(got)
+        }
     }
 
     /// Whether `id` has a record in its slot (a damaged page: an error).
@@ -559,9 +668,12 @@ impl Slots {
 
     /// The pages the file has room for.
     fn pages_in_file(&self) -> u64 {
-        let Some(f) = &self.file else { return 0 };
-        let len = f.len().unwrap_or(0);
-        len.saturating_sub(HEAD_LEN).div_ceil(self.geo.page_len as u64)
+        if self.file.is_none() {
+            return 0;
+        }
+        let len = self.len.load(Ordering::Acquire);
+        len.saturating_sub(HEAD_LEN)
+            .div_ceil(self.geo.page_len as u64)
     }
 
     /// The first id in `from..=to` with a record in its slot; a damaged page is passed over
@@ -570,22 +682,20 @@ impl Slots {
         if self.file.is_none() || self.is_void() || from > to {
             return None;
         }
-        let last_page = self.pages_in_file().max(self.overlay.keys().max().map_or(0, |p| p + 1));
+        let last_page = self
+            .pages_in_file()
+            .max(self.overlay.keys().max().map_or(0, |p| p + 1));
         let geo = self.geo;
         let mut id = from;
         while id <= to {
             let (page, _) = geo.place(id);
-            let Some(used) = self.side.read().next_used(page, last_page) else {
-                return None;
-            };
+            let used = self.side.read().next_used(page, last_page)?;
             if used > page {
                 id = geo.first_id(used);
                 continue;
             }
             let end = (geo.first_id(page + 1) - 1).min(to);
-            let got = self.with_page(page, |img| {
-                (id..=end).find(|&i| img[geo.place(i).1] != 0)
-            });
+            let got = self.with_page(page, |img| (id..=end).find(|&i| img[geo.place(i).1] != 0));
             match got {
                 Ok(Some(i)) => return Some(i),
                 Ok(None) => {}
@@ -601,15 +711,15 @@ impl Slots {
         if self.file.is_none() || self.is_void() || from > to {
             return None;
         }
-        let last_page = self.pages_in_file().max(self.overlay.keys().max().map_or(0, |p| p + 1));
+        let last_page = self
+            .pages_in_file()
+            .max(self.overlay.keys().max().map_or(0, |p| p + 1));
         let geo = self.geo;
         let top = geo.first_id(last_page).saturating_sub(1);
         let mut id = to.min(top);
         while id >= from && id >= 1 {
             let (page, _) = geo.place(id);
-            let Some(used) = self.side.read().prev_used(page) else {
-                return None;
-            };
+            let used = self.side.read().prev_used(page)?;
             if used < page {
                 id = geo.first_id(used + 1) - 1;
                 continue;
@@ -674,7 +784,7 @@ impl Slots {
         &self,
         vfs: &dyn Vfs,
         dir: &Path,
-        changes: &[Change],
+        feed: Feed<'_>,
         mut head: Head,
     ) -> Result<()> {
         let Some(file) = &self.file else {
@@ -684,44 +794,52 @@ impl Slots {
         let old_gen = self.head.lock().gen;
         head.gen = old_gen + 1;
         head.width = geo.width;
-        // New images, page by page.
+        // New images, page by page, as the changes come (ascending by id).
         let mut images: Vec<(u64, Vec<u8>, bool)> = Vec::new();
         let mut side = self.side.read().clone();
         let mut side_changed = false;
-        let mut buf = Vec::new();
-        let mut i = 0;
-        while i < changes.len() {
-            let (page, _) = geo.place(changes[i].id);
-            self.read_page_into(page, &mut buf)?;
-            let fresh = buf.iter().all(|&b| b == 0);
-            let mut img = std::mem::take(&mut buf);
-            while i < changes.len() && geo.place(changes[i].id).0 == page {
-                let c = &changes[i];
-                let at = geo.place(c.id).1;
-                let s = &mut img[at..at + geo.slot];
-                s.fill(0);
-                if let Some((value, meta)) = &c.rec {
-                    let has_side = meta.flags != 0 || meta.expires != 0;
-                    s[0] = gen_of(meta.version) | if has_side { SIDE } else { 0 };
-                    s[1..1 + geo.lenw]
-                        .copy_from_slice(&(value.len() as u32).to_le_bytes()[..geo.lenw]);
-                    s[1 + geo.lenw..1 + geo.lenw + value.len()].copy_from_slice(value);
-                    if has_side {
-                        side.meta.insert(c.id, (meta.flags, meta.expires));
-                        side_changed = true;
-                    } else if side.meta.remove(&c.id).is_some() {
-                        side_changed = true;
-                    }
-                } else if side.meta.remove(&c.id).is_some() {
-                    side_changed = true;
-                }
-                i += 1;
-            }
+        let mut cur: Option<(u64, Vec<u8>, bool)> = None;
+        let mut finish = |cur: &mut Option<(u64, Vec<u8>, bool)>, side: &mut Side| -> bool {
+            let Some((page, mut img, fresh)) = cur.take() else {
+                return false;
+            };
             let used = (0..geo.per_page as usize).any(|k| img[k * geo.slot] != 0);
-            side_changed |= side.set_used(page, used);
+            let changed = side.set_used(page, used);
             self.seal(page, &mut img);
             images.push((page, img, fresh));
-        }
+            changed
+        };
+        feed(&mut |id, rec| {
+            let (page, at) = geo.place(id);
+            if cur.as_ref().is_none_or(|c| c.0 != page) {
+                side_changed |= finish(&mut cur, &mut side);
+                let mut buf = Vec::new();
+                self.read_page_into(page, &mut buf)?;
+                let fresh = buf.iter().all(|&b| b == 0);
+                cur = Some((page, buf, fresh));
+            }
+            let Some((_, img, _)) = cur.as_mut() else {
+                return Ok(());
+            };
+            let s = &mut img[at..at + geo.slot];
+            s.fill(0);
+            if let Some((value, meta)) = rec {
+                let has_side = meta.flags != 0 || meta.expires != 0;
+                s[0] = gen_of(meta.version) | if has_side { SIDE } else { 0 };
+                s[1..1 + geo.lenw].copy_from_slice(&(value.len() as u32).to_le_bytes()[..geo.lenw]);
+                s[1 + geo.lenw..1 + geo.lenw + value.len()].copy_from_slice(value);
+                if has_side {
+                    side.meta.insert(id, (meta.flags, meta.expires));
+                    side_changed = true;
+                } else if side.meta.remove(&id).is_some() {
+                    side_changed = true;
+                }
+            } else if side.meta.remove(&id).is_some() {
+                side_changed = true;
+            }
+            Ok(())
+        })?;
+        side_changed |= finish(&mut cur, &mut side);
         // 1. The double-write file: every image of a page that held records.
         if !images.is_empty() {
             let mut dw = Vec::with_capacity(64);
@@ -761,12 +879,13 @@ impl Slots {
         }
         // 2. The pages in place.
         {
-            let _g = self.pages.write();
+            let mut map = self.pages.write();
             for (p, img, _) in &images {
                 file.write_at(img, geo.page_off(*p)).map_err(io)?;
             }
             self.epoch.fetch_add(1, Ordering::AcqRel);
             *self.side.write() = side.clone();
+            self.remap(vfs, &mut map);
         }
         file.sync().map_err(io)?;
         // 3. The side file, when it changed (it names the generation it belongs to).
@@ -787,7 +906,13 @@ impl Slots {
     /// `max`, and put it in place of `old`'s (`optimize width=…`): made whole under a
     /// temporary name, its side file written first (for the next generation, which `old`'s
     /// header accepts too), then renamed.
-    pub(super) fn rebuild(vfs: &dyn Vfs, dir: &Path, mut head: Head, old: &Slots, max: u64) -> Result<()> {
+    pub(super) fn rebuild(
+        vfs: &dyn Vfs,
+        dir: &Path,
+        mut head: Head,
+        old: &Slots,
+        max: u64,
+    ) -> Result<()> {
         head.gen = old.head.lock().gen + 1;
         let tmp = dir.join(DATA_TMP);
         let f = vfs.open(&tmp, true).map_err(io)?;
@@ -855,8 +980,10 @@ impl Slots {
         head.min = 0;
         head.max = 0;
         {
-            let _g = self.pages.write();
+            let mut map = self.pages.write();
+            map.map = None;
             file.set_len(HEAD_LEN).map_err(io)?;
+            self.remap(vfs, &mut map);
             self.epoch.fetch_add(1, Ordering::AcqRel);
             *self.side.write() = Side::empty();
         }
@@ -1070,18 +1197,30 @@ mod tests {
         }
     }
 
+    /// A change: an id and its record.
+    type Change = (u64, Vec<u8>, Meta);
+
     fn rec(id: u64, v: &[u8], flags: u32, gen: u8) -> Change {
-        Change {
-            id,
-            rec: Some((
-                v.to_vec(),
-                Meta {
-                    flags,
-                    expires: 0,
-                    version: version_of(id, flags, v, gen),
-                },
-            )),
-        }
+        let meta = Meta {
+            flags,
+            expires: 0,
+            version: version_of(id, flags, v, gen),
+        };
+        (id, v.to_vec(), meta)
+    }
+
+    fn write(s: &Slots, fs: &SimVfs, dir: &Path, ch: &[Change], h: Head) -> Result<()> {
+        s.write(
+            fs,
+            dir,
+            &mut |sink| {
+                for (id, v, m) in ch {
+                    sink(*id, Some((v, *m)))?;
+                }
+                Ok(())
+            },
+            h,
+        )
     }
 
     fn get(s: &Slots, id: u64) -> Option<(Vec<u8>, Meta)> {
@@ -1106,8 +1245,12 @@ mod tests {
         let o = Slots::open(&fs, dir, false, Some(head(8))).unwrap();
         assert!(o.findings.is_empty());
         let s = o.slots;
-        let ch = vec![rec(1, b"a", 0, 1), rec(500, b"12345678", 9, 2), rec(9000, b"", 0, 3)];
-        s.write(&fs, dir, &ch, head(8)).unwrap();
+        let ch = vec![
+            rec(1, b"a", 0, 1),
+            rec(500, b"12345678", 9, 2),
+            rec(9000, b"", 0, 3),
+        ];
+        write(&s, &fs, dir, &ch, head(8)).unwrap();
         drop(s);
         let s = Slots::open(&fs, dir, true, None).unwrap().slots;
         let (v, m) = get(&s, 500).unwrap();
@@ -1128,12 +1271,15 @@ mod tests {
         let dir = Path::new("/d");
         fs.create_dir_all(dir).unwrap();
         let s = Slots::open(&fs, dir, false, Some(head(8))).unwrap().slots;
-        s.write(&fs, dir, &[rec(3, b"x", 0, 1)], head(8)).unwrap();
+        write(&s, &fs, dir, &[rec(3, b"x", 0, 1)], head(8)).unwrap();
         let f = fs.open(&dir.join(DATA_NAME), false).unwrap();
         f.write_at(b"\xff", HEAD_LEN + 25).unwrap();
         drop((s, f));
         let s = Slots::open(&fs, dir, true, None).unwrap().slots;
-        assert!(matches!(s.with_rec(3, &mut |_, _| Ok(())), Err(Error::Corrupt(_))));
+        assert!(matches!(
+            s.with_rec(3, &mut |_, _| Ok(())),
+            Err(Error::Corrupt(_))
+        ));
         assert_eq!(s.bad_pages().len(), 1);
     }
 
@@ -1147,7 +1293,7 @@ mod tests {
             fs.create_dir_all(dir).unwrap();
             let s = Slots::open(&fs, dir, false, Some(head(8))).unwrap().slots;
             let first: Vec<Change> = (1..=800).map(|i| rec(i, b"old", 0, 1)).collect();
-            s.write(&fs, dir, &first, head(8)).unwrap();
+            write(&s, &fs, dir, &first, head(8)).unwrap();
             (fs, s)
         };
         let second: Vec<Change> = (1..=1200)
@@ -1157,13 +1303,13 @@ mod tests {
         let dir = Path::new("/d");
         let (fs, s) = setup();
         let before = fs.op_count();
-        s.write(&fs, dir, &second, head(8)).unwrap();
+        write(&s, &fs, dir, &second, head(8)).unwrap();
         let ops = fs.op_count() - before;
         assert!(ops > 3);
         for seed in 0..(ops + 1) * 3 {
             let (fs, s) = setup();
             fs.fail_after(seed / 3, crate::io::Fault::Eio);
-            let _ = s.write(&fs, dir, &second, head(8));
+            let _ = write(&s, &fs, dir, &second, head(8));
             let img = fs.crash_image(CrashMode::Torn { seed });
             drop(s);
             let fs2 = SimVfs::from_image(&img);
@@ -1174,11 +1320,18 @@ mod tests {
                 let got = get(&s2, i).map(|r| r.0);
                 if i > 800 {
                     let ok = got.is_none() || (gen == 2 && got.as_deref() == Some(&b"new"[..]));
-                    assert!(ok || (gen == 1 && got.as_deref() == Some(&b"new"[..])), "seed {seed} id {i}");
+                    assert!(
+                        ok || (gen == 1 && got.as_deref() == Some(&b"new"[..])),
+                        "seed {seed} id {i}"
+                    );
                     continue;
                 }
                 let v = got.unwrap_or_else(|| panic!("seed {seed} id {i}"));
-                let want: &[u8] = if i % 3 == 0 && gen == 2 { b"new" } else { b"old" };
+                let want: &[u8] = if i % 3 == 0 && gen == 2 {
+                    b"new"
+                } else {
+                    b"old"
+                };
                 // Before the header of generation 2, a page may hold either (the log replay
                 // redoes the new ones); after it, only the new.
                 if gen == 2 || i % 3 != 0 {

@@ -2,9 +2,9 @@
 //! limit, the order, restarts (checkpointed, replayed, crashed), compaction, optimize, vanish,
 //! copy, check and repair.
 
-use crate::io::Vfs;
 use super::*;
 use crate::config::OpenMode;
+use crate::io::Vfs;
 use crate::io::{CrashMode, SimVfs};
 use crate::store::{BatchOp, KeyRange, Outcome, Store};
 use std::path::Path;
@@ -381,7 +381,10 @@ fn conditional_writes_and_versions() {
     let Outcome::Stored(m3) = db.replace(b"3", b"d", 0, 0).unwrap() else {
         panic!()
     };
-    assert_ne!(m3.version, m2.version, "a write changes the version across opens");
+    assert_ne!(
+        m3.version, m2.version,
+        "a write changes the version across opens"
+    );
 }
 
 /// `check_put` answers what `write_batch` would: the width, ids within the limit, no key
@@ -443,7 +446,8 @@ fn the_fixture_from_before_the_slot_file_opens_and_is_converted() {
         f.sync().unwrap();
     }
     fs.sync_dir(dir).unwrap();
-    let open = |fs: &SimVfs, mode| FixedDb::open_mode(dir, &Params::default(), Arc::new(fs.clone()), mode);
+    let open =
+        |fs: &SimVfs, mode| FixedDb::open_mode(dir, &Params::default(), Arc::new(fs.clone()), mode);
     let image = |fs: &SimVfs| {
         let mut i = fs.image();
         i.retain(|p, _| !p.ends_with("LOCK"));
@@ -483,5 +487,8 @@ fn the_fixture_from_before_the_slot_file_opens_and_is_converted() {
     assert_eq!(records(&db).len(), 119);
     assert_eq!(db.get(b"3").unwrap().unwrap().value, b"rewritten");
     assert!(db.check().unwrap().healthy());
-    assert!(!fs.list(dir).unwrap().iter().any(|n| n == "seg-00000001.kd"), "the old log is cut");
+    assert!(
+        !fs.list(dir).unwrap().iter().any(|n| n == "seg-00000001.kd"),
+        "the old log is cut"
+    );
 }
