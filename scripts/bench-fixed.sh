@@ -309,12 +309,11 @@ END {
 	printf "|%s|%s|%s|%s|%s|\n", "-----------", "------------------------", "-------------:", "-------------:", "---------:"
 	n = split(sizes, S, " ")
 	split("import export range get_s", O, " ")
-	split("import (importtsv) export (list -pv) range_of_100K_ids get_(fresh_process)", L, " ")
+	L[1] = "import"; L[2] = "export"; L[3] = "range of 100K ids"; L[4] = "get (fresh process)"
 	for (i = 1; i <= n; i++) {
 		for (o = 1; o <= 4; o++) {
 			tc = median("tc" SUBSEP O[o] S[i]); ku = median("kura" SUBSEP O[o] S[i])
-			lab = L[o]; gsub("_", " ", lab)
-			printf "| %-9s | %-22s | %11.4fs | %11.4fs | %8s |\n", S[i], lab, tc, ku, ratio(tc, ku)
+			printf "| %-9s | %-22s | %11.4fs | %11.4fs | %8s |\n", S[i], L[o], tc, ku, ratio(tc, ku)
 		}
 		tc = median("tc" SUBSEP "size" S[i]); ku = median("kura" SUBSEP "size" S[i])
 		printf "| %-9s | %-22s | %12d | %12d | %8s |\n", S[i], "file bytes (kura/tc)", tc, ku, ratio(ku, tc)

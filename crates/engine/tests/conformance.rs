@@ -2143,8 +2143,9 @@ fn a_walk_shows_each_record_once_while_optimize_moves_them() {
         let db = Db::open(kind);
         let s = db.store();
         let keys = kind.keys(100);
+        let value = vec![1; kind.ids.unwrap_or(1000).min(1000)];
         for i in 0..100 {
-            s.put(&keys.key(i), &[1; 1000]).unwrap();
+            s.put(&keys.key(i), &value).unwrap();
         }
         let mut seen = BTreeMap::<Vec<u8>, u32>::new();
         let mut cur = s.cursor().unwrap();
@@ -2171,9 +2172,14 @@ fn a_walk_shows_each_record_once_while_optimize_moves_them() {
 #[test]
 fn a_batch_record_across_the_segment_size_reads_back() {
     every_kind(|kind| {
-        let mut db = Db::open(kind);
-        // Record lengths that put the second record's header across 64 KiB in one of them.
+        // Record lengths that put the second record's header across 64 KiB in one of them
+        // (values a `.kf` on `SimVfs`, of width 300, does not take: the `.kf` on real files
+        // holds them).
         let lens = 65_440..65_536usize;
+        if kind.ids.is_some_and(|w| w < lens.end) {
+            return;
+        }
+        let mut db = Db::open(kind);
         for len in lens.clone() {
             let (a, b) = keys_ab(kind, len);
             let ops = [
