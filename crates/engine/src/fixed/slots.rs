@@ -313,6 +313,11 @@ impl Slots {
             f.write_at(&b, PAGE as u64).map_err(io)?;
             f.sync().map_err(io)?;
             drop(f);
+            // Its side file first: no record has flags, no page holds a record.
+            let mut b = Vec::new();
+            encode_side(&Side::empty(), &head, &mut b);
+            checkpoint::write_atomic(vfs, dir, SIDE_NAME, SIDE_TMP, &[&b], || Ok(()))
+                .map_err(io)?;
             vfs.rename(&tmp, &path).map_err(io)?;
             vfs.sync_dir(dir).map_err(io)?;
         }
@@ -460,6 +465,11 @@ impl Slots {
             void: std::sync::atomic::AtomicBool::new(false),
             head_lost: false,
         }
+    }
+
+    /// Whether it is known which pages hold records (else walks and `check` read every page).
+    pub(super) fn pages_known(&self) -> bool {
+        self.side.read().used.is_some()
     }
 
     /// Every read finds nothing from now on.
@@ -888,8 +898,9 @@ impl Slots {
             self.remap(vfs, &mut map);
         }
         file.sync().map_err(io)?;
-        // 3. The side file, when it changed (it names the generation it belongs to).
-        if side_changed {
+        // 3. The side file, when it changed (it names the generation it belongs to), or when
+        // it is not there.
+        if side_changed || !vfs.exists(&dir.join(SIDE_NAME)) {
             let mut b = Vec::new();
             encode_side(&side, &head, &mut b);
             checkpoint::write_atomic(vfs, dir, SIDE_NAME, SIDE_TMP, &[&b], || Ok(()))

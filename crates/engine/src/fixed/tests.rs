@@ -184,7 +184,12 @@ fn order_ranges_and_intervals_are_numeric() {
 #[test]
 fn restarts_keep_every_record() {
     let fs = SimVfs::new();
-    let db = sim(&fs, "segsiz=64k#bufsiz=4k", OpenMode::Create).unwrap();
+    // Created and closed empty first (`kura db create`).
+    sim(&fs, "segsiz=64k#bufsiz=4k", OpenMode::Create)
+        .unwrap()
+        .close()
+        .unwrap();
+    let db = sim(&fs, "segsiz=64k#bufsiz=4k", OpenMode::Existing).unwrap();
     for i in 1..=3000u64 {
         db.put(i.to_string().as_bytes(), &i.to_le_bytes()).unwrap();
     }
@@ -199,6 +204,10 @@ fn restarts_keep_every_record() {
     assert_eq!(want.len(), 2000);
     db.close().unwrap();
     let db = sim(&fs, "", OpenMode::Existing).unwrap();
+    assert!(
+        db.inner.slots.load().pages_known(),
+        "the pages holding records are known"
+    );
     assert_eq!(keys(&db), want);
     assert_eq!(db.get(b"5").unwrap().unwrap().meta.flags, 7);
     assert_eq!(db.count(), 2000);
