@@ -246,9 +246,14 @@ impl Store for FixedDb {
             let warm = ids.iter().fold(0u64, |a, &id| a ^ inner.index.get(id));
             std::hint::black_box(warm);
             let mut before = Vec::with_capacity(ops.len());
+            let slot_file = inner.slots.load();
             for (op, &id) in ops.iter().zip(&ids) {
                 let old = match versions.get(&id) {
                     Some(v) => *v,
+                    None if inner.index.get(id) == 0 => slot_file
+                        .with_rec(id, &mut |_, m| Ok(m.version))
+                        .ok()
+                        .flatten(),
                     None => inner.old_version(id),
                 };
                 before.push(old.is_some());

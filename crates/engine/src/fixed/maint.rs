@@ -169,12 +169,39 @@ impl Inner {
         if slots.is_void() {
             slots.clear(vfs, &self.log.dir, head.clone())?;
         }
-        // Every record of the index, in id order, read from the log as the pages are built.
+        // Every record of the index, in id order, read from the log as the pages are built
+        // (straight from a segment's map while the place is in it; writers wait, so nothing
+        // is appended meanwhile).
+        let segs = self.log.segs.load_full();
         let mut feed = |sink: slots::Sink<'_>| -> Result<()> {
             let mut res = Ok(());
+            let mut cached: Option<(u32, Option<std::sync::Arc<crate::io::Map>>, u64)> = None;
             self.index.each_from(1, |id, place| {
+                let (seg_id, off) = rw::split(place);
+                if place != DEL && cached.as_ref().is_none_or(|c| c.0 != seg_id) {
+                    cached = segs
+                        .get(seg_id)
+                        .map(|seg| (seg_id, seg.map.load_full(), seg.flushed()));
+                }
+                let mapped =
+                    cached
+                        .as_ref()
+                        .filter(|_| place != DEL)
+                        .and_then(|(_, m, flushed)| {
+                            let m = m.as_ref()?;
+                            let s = m.as_slice();
+                            let avail = s.get(off as usize..(*flushed as usize).min(s.len()))?;
+                            let h = format::parse_header(
+                                &avail[..avail.len().min(format::MAX_HEADER_LEN)],
+                            )?;
+                            let rec = avail.get(..h.len)?;
+                            (h.typ == format::T_PUT && rw::id_of(&h, rec) == Some(id))
+                                .then_some((h, rec))
+                        });
                 let r = if place == DEL {
                     sink(id, None)
+                } else if let Some((h, rec)) = mapped {
+                    sink(id, Some((&rec[h.value_off()..h.len], rw::meta_of(&h))))
                 } else {
                     // Verified when appended or replayed.
                     let got = self.with_place(place, false, &mut |h, rec| {

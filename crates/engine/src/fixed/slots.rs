@@ -468,6 +468,7 @@ impl Slots {
     }
 
     /// Whether it is known which pages hold records (else walks and `check` read every page).
+    #[cfg(test)]
     pub(super) fn pages_known(&self) -> bool {
         self.side.read().used.is_some()
     }
