@@ -6,7 +6,15 @@
 # process: write (open, store every record, close), then read (open, get and verify every
 # record, close).
 #
+# A second part compares the command-line tools, `kura db` against Tokyo Cabinet's `tcfmgr`, on
+# TOOL_RECORDS records (ids shuffled, 8-byte values `%08d` of the id, width 8 for both): the
+# file size after the import, `import` (`tcfmgr importtsv`), `export` (`tcfmgr list -pv`), a
+# range of 100,000 ids (`kura db list --values --from LO --through HI`, `tcfmgr list -pv -rb LO
+# HI`; the whole database when it holds fewer), and `get` of one id in a fresh process (its
+# wall clock, the median of GETS runs, and its peak RSS from /usr/bin/time).
+#
 # Usage: scripts/bench-fixed.sh            (from anywhere in the repository)
+#        PARTS=tools scripts/bench-fixed.sh   (the tool comparison only)
 #
 # Environment:
 #   REPS=3            repetitions; the table shows the median of each figure
@@ -16,6 +24,10 @@
 #                     directory there, removed after the run
 #   RAW=file          also keep every single measurement there (tab-separated)
 #   KURA_BENCH_BIN=.. use this kura-bench binary instead of building one
+#   PARTS="engine tools"  which parts to run
+#   TOOL_RECORDS="1000 1000000"  database sizes of the tool comparison
+#   GETS=21           fresh-process gets per database (the median is shown)
+#   KURA_BIN=...      use this kura binary instead of building one
 #
 # Timing: each tool's own in-process wall clock, parsed from its output, open to close.
 #   tcftest write / read   its "time:" line
@@ -43,6 +55,10 @@ die() {
 [[ $RECORDS =~ ^[1-9][0-9]*$ ]] && ((RECORDS <= 1048575)) ||
 	die "RECORDS must be a positive integer up to 1048575 (the default id limit)"
 [[ $RUN_TIMEOUT =~ ^[1-9][0-9]*$ ]] || die "RUN_TIMEOUT must be a positive integer"
+PARTS=${PARTS:-engine tools}
+TOOL_RECORDS=${TOOL_RECORDS:-1000 1000000}
+GETS=${GETS:-21}
+has_part() { [[ " $PARTS " == *" $1 "* ]]; }
 
 if ! command -v tcftest >/dev/null 2>&1 && [[ $(id -u) == 0 ]]; then
 	echo "bench-fixed: installing tokyocabinet-bin (tcftest missing)..." >&2
@@ -55,14 +71,30 @@ command -v tcftest >/dev/null 2>&1 ||
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-if [[ -n ${KURA_BENCH_BIN:-} ]]; then
+if ! has_part engine; then
+	BIN=
+elif [[ -n ${KURA_BENCH_BIN:-} ]]; then
 	BIN=$KURA_BENCH_BIN
 else
 	echo "building kura-bench (release)..." >&2
 	cargo build --release -q -p kura-bench
 	BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/kura-bench
 fi
-[[ -x $BIN ]] || die "no $BIN after the build"
+[[ -z $BIN || -x $BIN ]] || die "no $BIN after the build"
+if ! has_part tools; then
+	KURA=
+elif [[ -n ${KURA_BIN:-} ]]; then
+	KURA=$KURA_BIN
+else
+	echo "building kura (release)..." >&2
+	cargo build --release -q -p kura
+	KURA=${CARGO_TARGET_DIR:-$ROOT/target}/release/kura
+fi
+[[ -z $KURA || -x $KURA ]] || die "no $KURA after the build"
+if has_part tools; then
+	command -v tcfmgr >/dev/null 2>&1 || die "tcfmgr is missing: sudo apt-get install -y tokyocabinet-bin"
+	[[ -x /usr/bin/time ]] || die "/usr/bin/time is missing: sudo apt-get install -y time"
+fi
 
 WORK=$(mktemp -d "$BENCH_TMPDIR/kura-bench-fixed.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -124,6 +156,7 @@ run_kura() {
 	echo "    Kura  write ${tw}s read ${tr}s size $sz (${n:-?} records)" >&2
 }
 
+if has_part engine; then
 echo "fixed-length benchmark: $RECORDS records, $REPS repetitions, under $WORK" \
 	"(a shared machine: $(nproc) cores)" >&2
 for ((rep = 1; rep <= REPS; rep++)); do
@@ -169,3 +202,123 @@ END {
 	tc = median("tc" SUBSEP "size"); ku = median("kura" SUBSEP "size")
 	printf "\nSize after writing (du -sb): TC %s, Kura %s (Kura/TC %s).\n", mb(tc), mb(ku), ratio(ku, tc)
 }' "$DATA"
+fi
+
+# ---------------------------------------------------------------------------------- the tools
+
+# now: a clock in seconds with nanoseconds.
+now() { date +%s.%N; }
+# timed VAR CMD...: the wall clock of CMD (output to /dev/null) into VAR.
+timed() {
+	local __var=$1 t0 t1
+	shift
+	t0=$(now)
+	timeout "$RUN_TIMEOUT" "$@" >/dev/null 2>"$WORK/err" || {
+		cat "$WORK/err" >&2
+		die "FAILED: $*"
+	}
+	t1=$(now)
+	printf -v "$__var" '%s' "$(echo "$t1 - $t0" | bc -l)"
+}
+# get_stats TOOL CMD...: run a fresh-process get GETS times; record its median wall clock and
+# the median peak RSS (KiB).
+get_stats() {
+	local tool=$1 i t0 t1 rss
+	shift
+	: >"$WORK/gets"
+	for ((i = 0; i < GETS; i++)); do
+		t0=$(now)
+		/usr/bin/time -f '%M' -o "$WORK/rss" "$@" >/dev/null 2>&1 || die "FAILED: $*"
+		t1=$(now)
+		rss=$(tail -n 1 "$WORK/rss")
+		printf '%s\t%s\n' "$(echo "$t1 - $t0" | bc -l)" "$rss" >>"$WORK/gets"
+	done
+	rec "$tool" "get_s$n" "$(cut -f1 "$WORK/gets" | sort -g | sed -n "$(((GETS + 1) / 2))p")"
+	rec "$tool" "rss_kb$n" "$(cut -f2 "$WORK/gets" | sort -g | sed -n "$(((GETS + 1) / 2))p")"
+}
+
+run_tools() {
+	local n=$1 dir lo hi t
+	dir=$(mktemp -d "$WORK/tools.XXXXXX")
+	# The range: 100,000 ids in the middle (all of them in a smaller database).
+	if ((n > 100000)); then
+		lo=$((n / 2 - 50000 + 1))
+		hi=$((n / 2 + 50000))
+	else
+		lo=1
+		hi=$n
+	fi
+	tcfmgr create "$dir/c.tcf" 8 >/dev/null
+	timed t tcfmgr importtsv "$dir/c.tcf" "$WORK/in-$n.tsv"
+	rec tc "import$n" "$t"
+	rec tc "size$n" "$(size_of "$dir/c.tcf")"
+	timed t tcfmgr list -pv "$dir/c.tcf"
+	rec tc "export$n" "$t"
+	timed t tcfmgr list -pv -rb "$lo" "$hi" "$dir/c.tcf"
+	rec tc "range$n" "$t"
+	get_stats tc tcfmgr get "$dir/c.tcf" 5
+
+	"$KURA" db create "$dir/c.kf#width=8" >/dev/null
+	timed t "$KURA" db import "$dir/c.kf" "$WORK/in-$n.tsv"
+	rec kura "import$n" "$t"
+	rec kura "size$n" "$(size_of "$dir/c.kf")"
+	timed t "$KURA" db export "$dir/c.kf"
+	rec kura "export$n" "$t"
+	timed t "$KURA" db list --values --from "$lo" --through "$hi" "$dir/c.kf"
+	rec kura "range$n" "$t"
+	get_stats kura "$KURA" db get "$dir/c.kf" 5
+	# Both tools agree on what the database holds.
+	cmp -s <(tcfmgr list -pv "$dir/c.tcf") <("$KURA" db export --format raw "$dir/c.kf") ||
+		die "kura db export and tcfmgr list -pv differ ($n records)"
+	rm -rf "$dir"
+}
+
+if has_part tools; then
+	command -v bc >/dev/null 2>&1 || die "bc is needed (apt-get install -y bc)"
+	: >"$DATA"
+	for n in $TOOL_RECORDS; do
+		# Ids 1..n shuffled (a fixed seed), each valued its id as %08d.
+		seq 1 "$n" | shuf --random-source=<(yes) | awk '{ printf "%d\t%08d\n", $1, $1 }' >"$WORK/in-$n.tsv"
+	done
+	echo "tool comparison: kura db against tcfmgr, $REPS repetitions, under $WORK" >&2
+	for ((rep = 1; rep <= REPS; rep++)); do
+		for n in $TOOL_RECORDS; do
+			echo "rep $rep/$REPS: $n records" >&2
+			run_tools "$n"
+		done
+	done
+	[[ -n ${RAW:-} ]] && cp "$DATA" "$RAW.tools" && echo "raw measurements: $RAW.tools" >&2
+	awk -F '\t' -v reps="$REPS" -v sizes="$TOOL_RECORDS" -v gets="$GETS" '
+function median(key,    n, i, j, a, tmp) {
+	if (!(key in vals)) return ""
+	n = split(vals[key], a, " ")
+	for (i = 2; i <= n; i++) {
+		tmp = a[i] + 0
+		for (j = i - 1; j >= 1 && a[j] + 0 > tmp; j--) a[j + 1] = a[j]
+		a[j + 1] = tmp
+	}
+	if (n % 2) return a[(n + 1) / 2] + 0
+	return (a[n / 2] + a[n / 2 + 1]) / 2
+}
+function ratio(a, b) { return (a == "" || b == "" || b == 0) ? "-" : sprintf("%.2f", a / b) }
+{ k = $1 SUBSEP $2; vals[k] = (k in vals) ? vals[k] " " $3 : $3 }
+END {
+	printf "\nkura db against tcfmgr: width 8, ids shuffled, 8-byte values; median of %d runs (a get: of %d fresh\n", reps, gets
+	printf "processes in each run). Seconds of process wall clock; speedup = tcfmgr / kura (>= 1.0 is the target).\n\n"
+	printf "| %-9s | %-22s | %12s | %12s | %8s |\n", "records", "operation", "tcfmgr", "kura db", "speedup"
+	printf "|%s|%s|%s|%s|%s|\n", "-----------", "------------------------", "-------------:", "-------------:", "---------:"
+	n = split(sizes, S, " ")
+	split("import export range get_s", O, " ")
+	L[1] = "import"; L[2] = "export"; L[3] = "range of 100K ids"; L[4] = "get (fresh process)"
+	for (i = 1; i <= n; i++) {
+		for (o = 1; o <= 4; o++) {
+			tc = median("tc" SUBSEP O[o] S[i]); ku = median("kura" SUBSEP O[o] S[i])
+			printf "| %-9s | %-22s | %11.4fs | %11.4fs | %8s |\n", S[i], L[o], tc, ku, ratio(tc, ku)
+		}
+		tc = median("tc" SUBSEP "size" S[i]); ku = median("kura" SUBSEP "size" S[i])
+		printf "| %-9s | %-22s | %12d | %12d | %8s |\n", S[i], "file bytes (kura/tc)", tc, ku, ratio(ku, tc)
+		tc = median("tc" SUBSEP "rss_kb" S[i]); ku = median("kura" SUBSEP "rss_kb" S[i])
+		printf "| %-9s | %-22s | %9d KiB | %9d KiB | %8s |\n", S[i], "get peak RSS (kura/tc)", tc, ku, ratio(ku, tc)
+	}
+}' "$DATA"
+fi

@@ -19,8 +19,11 @@
 //! that verifies, split into *units* (a record; a batch frame's header and each of its inner
 //! records), each with the byte range damage is counted against.
 //!
-//! The fixed-length database runs the same trials with record ids for keys (its records carry
-//! the id as an 8-byte big-endian key), one lane, and its own checkpoint (`index.kfi`).
+//! The fixed-length database runs the same trials with record ids for keys (its log records
+//! carry the id as an 8-byte big-endian key), one lane, and its slot file (`data.kfd`) in the
+//! place of the checkpoint: the oracle reads its header and pages (each page a unit: damage
+//! anywhere in it touches every record it holds), after its double-write file as recovery
+//! applies it; a slot's record counts as written at the header's seq.
 //!
 //! One case is undecidable from the files, and the oracle allows both outcomes: when every
 //! unit from some point to the end of a segment is damaged, and no checkpoint knew those bytes
@@ -44,8 +47,14 @@ enum Kind {
     Fixed,
 }
 
-/// The fixed-length database's width in the trials: every value the workload makes fits.
-const KF_WIDTH: usize = 65_535;
+/// The fixed-length database's width in the trials (values are cut to it): the slot file is
+/// an array as long as its largest id, held whole in memory by `SimVfs`.
+const KF_WIDTH: usize = 2000;
+/// The slot file and its double-write file.
+const KF_DATA: &str = "data.kfd";
+const KF_DW: &str = "dw.kfd";
+const KF_PAGE: usize = 4096;
+const KF_HEAD_LEN: u64 = 2 * KF_PAGE as u64;
 
 impl Kind {
     /// The database's directory on the simulated file system.
@@ -65,7 +74,7 @@ impl Kind {
     fn ckpt(self) -> (&'static str, usize, usize) {
         match self {
             Kind::Hash => ("index.ki", 16, 24),
-            Kind::Fixed => ("index.kfi", 12, 28),
+            Kind::Fixed => (KF_DATA, 12, 76),
         }
     }
     /// The key of the workload's key `n`, written by thread `t` (a batch's `i`-th key made
@@ -74,7 +83,7 @@ impl Kind {
         match (self, i) {
             (Kind::Hash, None) => format!("k{n}.{t}").into_bytes(),
             (Kind::Hash, Some(i)) => format!("k{n}.{t}/{i}").into_bytes(),
-            (Kind::Fixed, i) => ((n + 1) * 1000 + t as u64 * 100 + i.map_or(0, |i| i + 1))
+            (Kind::Fixed, i) => ((n * 3 + t as u64) * 8 + i.map_or(0, |i| i + 1) + 1)
                 .to_string()
                 .into_bytes(),
         }
@@ -214,7 +223,11 @@ fn workload(seed: u64, kind: Kind) -> Written {
         // Each round from threads of its own: with `sync=none` each writes its own lane.
         let mut ops = Vec::new();
         for _ in 0..30 + r.below(120) {
-            ops.push((r.below(100), r.below(nkeys), value(&mut r)));
+            let mut v = value(&mut r);
+            if kind == Kind::Fixed {
+                v.truncate(KF_WIDTH);
+            }
+            ops.push((r.below(100), r.below(nkeys), v));
         }
         let threads = 1 + r.below(3) as usize;
         let chunk = ops.len().div_ceil(threads);
@@ -414,7 +427,118 @@ fn layout(img: &Image, kind: Kind) -> Layout {
             off += h.len;
         }
     }
+    if kind == Kind::Fixed {
+        kf_slot_units(img, &mut out.units);
+    }
     out
+}
+
+/// The newest header of a fixed-length database's slot file that verifies (its page).
+fn kf_head(data: &[u8]) -> Option<&[u8]> {
+    (0..2)
+        .filter_map(|c| data.get(c * KF_PAGE..(c + 1) * KF_PAGE))
+        .filter(|b| {
+            &b[..8] == b"KURAFXD1"
+                && crc32c::crc32c(&b[..KF_PAGE - 4])
+                    == u32::from_le_bytes(b[KF_PAGE - 4..].try_into().unwrap())
+        })
+        .max_by_key(|b| u64::from_le_bytes(b[20..28].try_into().unwrap()))
+}
+
+/// The units of a fixed-length database's slot file: every record of every page that
+/// verifies (after the double-write file of an interrupted checkpoint, as recovery applies
+/// it), each counted against its whole page, at the header's seq.
+fn kf_slot_units(img: &Image, out: &mut Vec<Unit>) {
+    let dir = Path::new(Kind::Fixed.dir());
+    let path = dir.join(KF_DATA);
+    let Some(data) = img.get(&path) else { return };
+    let Some(head) = kf_head(data) else { return };
+    let le = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+    let (salt, gen, seq, width) = (le(head, 12), le(head, 20), le(head, 28), le(head, 36));
+    let lenw = if width <= 0xff {
+        1
+    } else if width <= 0xffff {
+        2
+    } else {
+        4
+    };
+    let slot = 1 + lenw + width as usize;
+    let (per_page, page_len) = if slot + 4 <= KF_PAGE {
+        ((KF_PAGE - 4) / slot, KF_PAGE)
+    } else {
+        (1, slot + 4)
+    };
+    let seed = format::seed(salt);
+    let crc_ok = |p: u64, img: &[u8]| {
+        let c = crc32c::crc32c_append(seed, &p.to_le_bytes());
+        crc32c::crc32c_append(c, &img[..img.len() - 4])
+            == u32::from_le_bytes(img[img.len() - 4..].try_into().unwrap())
+    };
+    let mut data = data.clone();
+    // The double-write file of the checkpoint after the header's.
+    if let Some(dw) = img.get(&dir.join(KF_DW)) {
+        let n = dw.len();
+        let ok = n >= 44
+            && crc32c::crc32c(&dw[..n - 4]) == u32::from_le_bytes(dw[n - 4..].try_into().unwrap())
+            && &dw[..8] == b"KURAFXW1"
+            && le(dw, 8) == salt
+            && le(dw, 16) == gen + 1
+            && le(dw, 24) == page_len as u64;
+        if ok {
+            let mut at = 40;
+            for _ in 0..le(dw, 32) {
+                let p = le(dw, at);
+                at += 8;
+                let (page, image) = if p & (1 << 63) != 0 {
+                    (p & !(1 << 63), None)
+                } else {
+                    at += page_len;
+                    (p, Some(&dw[at - page_len..at]))
+                };
+                let off = (KF_HEAD_LEN + page * page_len as u64) as usize;
+                if data.len() < off + page_len {
+                    data.resize(off + page_len, 0);
+                }
+                let cur = &mut data[off..off + page_len];
+                match image {
+                    Some(i) => cur.copy_from_slice(i),
+                    None if cur.iter().all(|&b| b == 0) || crc_ok(page, cur) => {}
+                    None => cur.fill(0),
+                }
+            }
+        }
+    }
+    let mut page = 0u64;
+    loop {
+        let off = KF_HEAD_LEN as usize + page as usize * page_len;
+        let Some(img) = data.get(off..off + page_len) else {
+            break;
+        };
+        if !img.iter().all(|&b| b == 0) && crc_ok(page, img) {
+            for k in 0..per_page {
+                let s = &img[k * slot..(k + 1) * slot];
+                if s[0] == 0 {
+                    continue;
+                }
+                let mut lb = [0u8; 8];
+                lb[..lenw].copy_from_slice(&s[1..1 + lenw]);
+                let len = u64::from_le_bytes(lb) as usize;
+                let id = page * per_page as u64 + k as u64 + 1;
+                out.push(Unit {
+                    file: path.clone(),
+                    off: off as u64,
+                    len: page_len as u64,
+                    top: off as u64,
+                    rec: Some((
+                        id.to_string().into_bytes(),
+                        seq,
+                        Some(s[1 + lenw..1 + lenw + len].to_vec()),
+                    )),
+                });
+            }
+        }
+        page += 1;
+    }
 }
 
 fn record(kind: Kind, rec: &[u8], h: &format::Header) -> Option<(Vec<u8>, u64, Option<Vec<u8>>)> {
@@ -518,9 +642,18 @@ impl Knows {
         let Some(b) = img.get(&Path::new(kind.dir()).join(name)) else {
             return Knows::default();
         };
+        let b: &[u8] = match kind {
+            Kind::Hash => b,
+            Kind::Fixed => match kf_head(b) {
+                Some(h) => h,
+                None => return Knows::default(),
+            },
+        };
         let le32 = |p: usize| u32::from_le_bytes(b[p..p + 4].try_into().unwrap());
         let le64 = |p: usize| u64::from_le_bytes(b[p..p + 8].try_into().unwrap());
-        if b.len() < 40 || crc32c::crc32c(&b[..b.len() - 4]) != le32(b.len() - 4) {
+        if kind == Kind::Hash
+            && (b.len() < 40 || crc32c::crc32c(&b[..b.len() - 4]) != le32(b.len() - 4))
+        {
             return Knows::default();
         }
         if Some(le64(salt_at)) != salt {
@@ -842,7 +975,18 @@ fn judge(ctx: &str, real: bool, kind: Kind, w: &Written, img: Image, hurt: &Hurt
     // A segment whose header is damaged is read with the salt of the others (or the
     // checkpoint's); with neither, nothing of it can be verified.
     let salt_known = lay.segs.keys().any(|p| !header_hit.contains(p)) || knows.any();
-    let lost = |u: &Unit, i: usize| hit[i] || (!salt_known && header_hit.contains(&u.file));
+    // Both copies of a slot file's header damaged: its pages are read with the segments' salt
+    // (with none, nothing of them verifies).
+    let kf_data = Path::new(kind.dir()).join(KF_DATA);
+    let data_head_hit = kind == Kind::Fixed
+        && touched(hurt, &kf_data, 0, KF_PAGE as u64)
+        && touched(hurt, &kf_data, KF_PAGE as u64, KF_HEAD_LEN);
+    let seg_salt_known = lay.segs.keys().any(|p| !header_hit.contains(p));
+    let lost = |u: &Unit, i: usize| {
+        hit[i]
+            || (!salt_known && header_hit.contains(&u.file))
+            || (data_head_hit && !seg_salt_known && u.file == kf_data)
+    };
     // Per segment, the zone that may pass for a torn tail: from the top-level record of the
     // first damaged unit after which every unit is damaged — unless a checkpoint knew it
     // durable (not for a segment whose header is damaged: its lane is unknown).
@@ -883,8 +1027,9 @@ fn judge(ctx: &str, real: bool, kind: Kind, w: &Written, img: Image, hurt: &Hurt
                 .get(&id)
                 .is_some_and(|&l| l > format::SEG_HEADER_LEN as u64)
     });
-    let any_unit_hit = hit.iter().any(|&h| h) || !header_hit.is_empty();
-    let live_hit_outside_zone = newest_of.values().any(|&i| hit[i] && !zone[i]) || header_damage;
+    let any_unit_hit = hit.iter().any(|&h| h) || !header_hit.is_empty() || data_head_hit;
+    let live_hit_outside_zone =
+        newest_of.values().any(|&i| hit[i] && !zone[i]) || header_damage || data_head_hit;
 
     let disk = Disk::new(real, &img, kind);
 

@@ -1,7 +1,6 @@
 //! `Store` for the fixed-length database.
 
 use super::cursor::FixedWalk;
-use super::rw::meta_of;
 use super::*;
 use crate::log::format::{self, MAX_HEADER_LEN};
 use crate::log::replay::loc_of;
@@ -53,19 +52,19 @@ impl FixedDb {
         let reads = |id: u64| -> Result<bool> {
             Ok(self
                 .inner
-                .with_id(id, &mut |h, _| Ok(!is_expired(h.fields.expires, now)))?
+                .with_rec(id, &mut |_, m| Ok(!is_expired(m.expires, now)))?
                 == Some(true))
         };
         let mut lo = min;
         loop {
-            match self.inner.index.next_live(lo, max) {
+            match self.inner.next_live(lo, max) {
                 Some(id) if reads(id)? => break lo = id,
                 Some(id) => lo = id + 1,
                 None => return Ok((0, 0)),
             }
         }
         let mut hi = max;
-        while let Some(id) = self.inner.index.prev_live(lo, hi) {
+        while let Some(id) = self.inner.prev_live(lo, hi) {
             if reads(id)? {
                 return Ok((lo, id));
             }
@@ -114,10 +113,9 @@ impl Store for FixedDb {
             return Ok(None);
         };
         let now = now_secs();
-        let got = self.inner.with_id(id, &mut |h, rec| {
-            let meta = meta_of(h);
+        let got = self.inner.with_rec(id, &mut |value, meta| {
             Ok((!is_expired(meta.expires, now)).then(|| Record {
-                value: rec[h.value_off()..h.len].to_vec(),
+                value: value.to_vec(),
                 meta,
             }))
         })?;
@@ -130,12 +128,11 @@ impl Store for FixedDb {
             return Ok(false);
         };
         let now = now_secs();
-        let got = self.inner.with_id(id, &mut |h, rec| {
-            let meta = meta_of(h);
+        let got = self.inner.with_rec(id, &mut |value, meta| {
             if is_expired(meta.expires, now) {
                 return Ok(false);
             }
-            f(&rec[h.value_off()..h.len], meta);
+            f(value, meta);
             Ok(true)
         })?;
         Ok(got == Some(true))
@@ -164,8 +161,8 @@ impl Store for FixedDb {
         let meta = {
             let mut w = inner.w.lock();
             let id = inner.id_to_write(&w, key)?;
-            let old = inner.index.get(id);
-            inner.put_locked(&mut w, id, old, None, value, flags, expires, None)?
+            let old = inner.old_version(id);
+            inner.put_locked(&mut w, id, old, value, flags, expires, None)?
         };
         inner.log.after_write()?;
         Ok(meta)
@@ -235,7 +232,31 @@ impl Store for FixedDb {
             let seed = format::seed(inner.log.salt);
             let mut body = Vec::new();
             let mut offs = Vec::with_capacity(ops.len());
+            // Each id's version as the ops apply (`None`: no record), kept only when the batch
+            // names an id twice.
+            let repeats = {
+                let mut sorted = ids.clone();
+                sorted.sort_unstable();
+                sorted.windows(2).any(|w| w[0] == w[1])
+            };
+            let mut versions: std::collections::HashMap<u64, Option<u64>> =
+                std::collections::HashMap::new();
+            // The index's entries of the batch looked up in one tight loop first, so that the
+            // memory they lie in is fetched for all of them at once.
+            let warm = ids.iter().fold(0u64, |a, &id| a ^ inner.index.get(id));
+            std::hint::black_box(warm);
+            let mut before = Vec::with_capacity(ops.len());
+            let slot_file = inner.slots.load();
             for (op, &id) in ops.iter().zip(&ids) {
+                let old = match versions.get(&id) {
+                    Some(v) => *v,
+                    None if inner.index.get(id) == 0 => slot_file
+                        .with_rec(id, &mut |_, m| Ok(m.version))
+                        .ok()
+                        .flatten(),
+                    None => inner.old_version(id),
+                };
+                before.push(old.is_some());
                 w.seq += 1;
                 let start = body.len();
                 let key = id.to_be_bytes();
@@ -249,34 +270,31 @@ impl Store for FixedDb {
                         if *expires != 0 {
                             inner.expiring.fetch_add(1, Ordering::Relaxed);
                         }
+                        let version = slots::version_of(id, *flags, value, slots::next_gen(old));
+                        if repeats {
+                            versions.insert(id, Some(version));
+                        }
                         let fields = format::PutFields {
                             flags: *flags,
                             expires: *expires,
                             seq: w.seq,
+                            version,
                             ..Default::default()
                         };
                         format::encode_put(&mut body, &key, value, &fields);
                     }
                     BatchOp::Remove { .. } => {
+                        if repeats {
+                            versions.insert(id, None);
+                        }
                         format::encode_delete(&mut body, &key, w.seq);
                     }
                 }
                 format::seal(&mut body[start..], seed);
-                offs.push((start, body.len() - start));
+                offs.push(start);
             }
             let mut hdr = Vec::with_capacity(16);
             format::encode_batch_header(&mut hdr, body.len(), ops.len());
-            // Each id's live record as the ops apply (segment, length): the records replaced
-            // die, those of the batch included (their lengths read before the append).
-            let mut live: std::collections::HashMap<u64, (u32, usize)> = ids
-                .iter()
-                .filter_map(|&id| match inner.index.get(id) {
-                    0 => None,
-                    p => inner
-                        .header_at(p)
-                        .map(|(len, _)| (id, (rw::split(p).0, len))),
-                })
-                .collect();
             let (seg, off) = {
                 let mut tail = inner.log.tails[0].0.lock();
                 let at = inner.log.append(&mut tail, &[&hdr, &body], true)?;
@@ -285,20 +303,16 @@ impl Store for FixedDb {
             };
             let base = off + hdr.len() as u64;
             for (i, (op, &id)) in ops.iter().zip(&ids).enumerate() {
-                if let Some((s, l)) = live.remove(&id) {
-                    inner.log.add_live(s, -(l as i64));
-                }
-                let (start, len) = offs[i];
                 match op {
                     BatchOp::Put { .. } => {
-                        inner.log.add_live(seg, len as i64);
-                        live.insert(id, (seg, len));
-                        if inner.index.set(id, loc_of(seg, base + start as u64)) == 0 {
+                        inner.index.set(id, loc_of(seg, base + offs[i] as u64));
+                        if !before[i] {
                             inner.bounds_insert(&mut w, id);
                         }
                     }
                     BatchOp::Remove { .. } => {
-                        if inner.index.set(id, 0) != 0 {
+                        if before[i] {
+                            inner.index.set(id, rw::DEL);
                             inner.bounds_remove(&mut w, id);
                         }
                     }
@@ -321,14 +335,15 @@ impl Store for FixedDb {
     }
 
     fn size(&self) -> u64 {
-        let ckpt = self
-            .inner
-            .log
-            .vfs
-            .open(&self.inner.log.dir.join(CKPT_NAME), false)
-            .and_then(|f| f.len())
-            .unwrap_or(0);
-        self.inner.log.data_size() + ckpt
+        let len = |name: &str| {
+            self.inner
+                .log
+                .vfs
+                .open(&self.inner.log.dir.join(name), false)
+                .and_then(|f| f.len())
+                .unwrap_or(0)
+        };
+        self.inner.log.data_size() + len(slots::DATA_NAME) + len(slots::SIDE_NAME)
     }
 
     fn sync(&self) -> Result<()> {
@@ -388,12 +403,12 @@ impl Store for FixedDb {
         };
         let mut at = lo;
         while out.len() < max && at <= hi {
-            let Some(i) = self.inner.index.next_live(at, hi) else {
+            let Some(i) = self.inner.next_live(at, hi) else {
                 break;
             };
             let live = self
                 .inner
-                .with_id(i, &mut |h, _| Ok(!is_expired(h.fields.expires, now_secs())))?;
+                .with_rec(i, &mut |_, m| Ok(!is_expired(m.expires, now_secs())))?;
             if live == Some(true) {
                 out.push(id::key_of(i));
             }
@@ -479,8 +494,7 @@ impl Store for FixedDb {
             return Ok(());
         }
         self.stop_background();
-        let unchanged =
-            inner.appended_total() == 0 && inner.log.vfs.exists(&inner.log.dir.join(CKPT_NAME));
+        let unchanged = inner.appended_total() == 0;
         let res = if inner.log.readonly || inner.log.poisoned.lock().is_some() {
             Ok(())
         } else {

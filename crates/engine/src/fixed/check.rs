@@ -2,7 +2,6 @@
 //! what a crash leaves, the index checked against the records it points at) and `repair` (a
 //! new database of every record that verifies), with the hash's rules.
 
-use super::open::CkptState;
 use super::rw::{id_of, split};
 use super::*;
 use crate::config::OpenMode;
@@ -23,26 +22,38 @@ impl Inner {
         let mut rep = CheckReport::default();
         let segs = self.log.segs.load_full();
         let known: Vec<u32> = segs.segs.keys().copied().collect();
-        let ckpt = match self.read_checkpoint(&known, false) {
-            CkptState::Missing => {
-                rep.warnings.push(format!(
-                    "{CKPT_NAME} is missing: the index is rebuilt from the log at the next \
-                     writable open"
-                ));
-                None
-            }
-            CkptState::Damaged(why) => {
-                rep.warnings.push(format!(
-                    "{CKPT_NAME} is damaged ({why}): the index is rebuilt from the log at the \
-                     next writable open; no record is lost by it"
-                ));
-                None
-            }
-            CkptState::Read { head, missing } => {
-                rep.damage.extend(head.places.findings(&segs, &missing));
-                Some(head.places)
-            }
+        // The slot file as it is on disk: its headers, side file and every page.
+        let template = slots::Head {
+            salt: self.log.salt,
+            width: self.width(),
+            limsiz: self.limsiz.load(Ordering::Relaxed),
+            ..slots::Head::default()
         };
+        let opened = slots::Slots::open(&*self.log.vfs, &self.log.dir, true, Some(template))?;
+        rep.damage.extend(opened.findings);
+        rep.warnings.extend(opened.warnings);
+        if opened.absent {
+            rep.warnings.push(format!(
+                "{} is missing: the database is of the format before it, converted at the next \
+                 writable open",
+                slots::DATA_NAME
+            ));
+        }
+        for b in opened.slots.bad_pages() {
+            rep.damage.push(crate::log::recovery::Finding {
+                file: slots::DATA_NAME.into(),
+                off: b.off,
+                len: b.len,
+                lost: 1,
+                what: format!("page {} of records fails its checksum", b.page),
+            });
+        }
+        let head = opened.slots.head.lock().clone();
+        let ckpt = (head.gen > 0).then(|| head.places.clone());
+        if let Some(c) = &ckpt {
+            rep.damage.extend(c.findings(&segs, &[]));
+        }
+        let _ = known;
         if let Err(Error::Corrupt(m)) = crate::meta::read(&*self.log.vfs, &self.log.dir) {
             rep.damage
                 .push(open::meta_damage(&*self.log.vfs, &self.log.dir, m));
@@ -116,7 +127,7 @@ impl Inner {
                 ));
             }
         }
-        // The index against the records it points at (a slot into a damaged region is part
+        // The index against the records it points at (a place in a damaged region is part
         // of the damage already reported).
         let in_damage = |place: u64| {
             let (s, o) = split(place);
@@ -126,9 +137,10 @@ impl Inner {
                 .any(|d| d.file == file && d.off <= o && o < d.off + d.len.max(1))
         };
         let mut problems = Vec::new();
-        let mut records = 0;
         self.index.each_from(1, |id, place| {
-            records += 1;
+            if place == super::rw::DEL {
+                return true;
+            }
             let res = self.with_place(place, true, &mut |h, rec| {
                 Ok((h.typ == T_PUT && id_of(h, rec) == Some(id))
                     .then_some(())
@@ -146,6 +158,7 @@ impl Inner {
             }
             true
         });
+        let records = self.count.load(Ordering::Acquire);
         rep.records = records;
         rep.problems.extend(problems);
         rep.damage

@@ -4,7 +4,6 @@
 //! but the cursor's key.
 
 use super::id::{self, Key, MAX_ID};
-use super::rw::meta_of;
 use super::FixedDb;
 use crate::cursor::{Found, Walk};
 use crate::error::{Error, Result};
@@ -46,10 +45,10 @@ impl FixedDb {
     /// over (only a database opened despite damage has any).
     pub(super) fn walk_record(&self, id: u64, damaged: &mut u64) -> Result<Option<Record>> {
         let now = now_secs();
-        let got = self.inner.with_id(id, &mut |h, rec| {
-            Ok((!is_expired(h.fields.expires, now)).then(|| Record {
-                value: rec[h.value_off()..h.len].to_vec(),
-                meta: meta_of(h),
+        let got = self.inner.with_rec(id, &mut |value, meta| {
+            Ok((!is_expired(meta.expires, now)).then(|| Record {
+                value: value.to_vec(),
+                meta,
             }))
         });
         match got {
@@ -76,9 +75,9 @@ impl FixedDb {
         from = from.max(1);
         while from <= to {
             let found = if desc {
-                self.inner.index.prev_live(from, to)
+                self.inner.prev_live(from, to)
             } else {
-                self.inner.index.next_live(from, to)
+                self.inner.next_live(from, to)
             };
             let Some(i) = found else { return Ok(None) };
             if let Some(r) = self.walk_record(i, damaged)? {

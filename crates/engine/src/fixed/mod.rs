@@ -33,6 +33,7 @@ mod cursor;
 mod maint;
 mod open;
 mod rw;
+mod slots;
 
 use self::index::Index;
 use crate::config::{Params, SyncMode};
@@ -47,8 +48,8 @@ use std::thread::JoinHandle;
 pub(crate) const PARAMS: &[&str] = &[
     "width", "limsiz", "sync", "segsiz", "bufsiz", "msiz", "compact", "ckptsiz",
 ];
+/// The id array's checkpoint of the format before the slot file (removed once converted).
 const CKPT_NAME: &str = "index.kfi";
-const CKPT_TMP: &str = "index.kfi.tmp";
 /// Bytes of a record's key: the id, big-endian.
 const KEY_LEN: usize = 8;
 /// What the kind is called in messages.
@@ -125,7 +126,11 @@ enum Mode {
 
 struct Inner {
     log: Log,
+    /// The records written since the last checkpoint: id → the place of its newest record in
+    /// the log, `rw::DEL` when it was removed, 0 when it was not written (see `slots`).
     index: Index,
+    /// Every record as of the last checkpoint, in place (replaced by `optimize width=…`).
+    slots: arc_swap::ArcSwap<slots::Slots>,
     /// The writer lock: every write of a record holds it from choosing its id to pointing the
     /// index at its record (so `next` and `max` name ids no other write is taking).
     w: Mutex<W>,
@@ -146,8 +151,6 @@ struct Inner {
     appended: AtomicU64,
     /// Records written with an expiry (an upper bound; the sweep runs while it is not 0).
     expiring: AtomicU64,
-    /// Sealed segments compaction found a damaged record in (left alone).
-    damaged: Mutex<Vec<u32>>,
     /// Serialises checkpoints, compaction, vanish, optimize, copy and check.
     maint: Mutex<()>,
     counters: Counters,
@@ -200,28 +203,60 @@ impl Inner {
             w.max = 0;
         } else {
             if id == w.min {
-                w.min = self.index.next_live(id, w.max).unwrap_or(0);
+                w.min = self.next_live(id, w.max).unwrap_or(0);
             }
             if id == w.max {
-                w.max = self.index.prev_live(w.min.max(1), id).unwrap_or(0);
+                w.max = self.prev_live(w.min.max(1), id).unwrap_or(0);
             }
         }
         self.publish(w);
     }
 
-    /// The bounds recounted from the index (after a load, a replay or a vanish).
+    /// The bounds after recovery: the header's (the pages'), changed by every id the log
+    /// replay wrote; a search only when the smallest or largest lost its record.
     fn recount(&self, w: &mut W) {
-        let mut count = 0;
-        let mut min = 0;
-        let mut max = 0;
-        self.index.each_from(1, |id, _| {
-            count += 1;
-            if min == 0 {
-                min = id;
+        let slots = self.slots.load();
+        let head = slots.head.lock().clone();
+        let void = slots.is_void() || slots.file.is_none();
+        let (mut count, mut min, mut max) = if void {
+            (0, 0, 0)
+        } else {
+            (head.count, head.min, head.max)
+        };
+        let mut lost_edge = false;
+        self.index.each_from(1, |id, place| {
+            let was = !void && slots.present(id).unwrap_or(false);
+            let now = place != rw::DEL;
+            if now && !was {
+                count += 1;
+                if min == 0 || id < min {
+                    min = id;
+                }
+                max = max.max(id);
+            } else if was && !now {
+                count = count.saturating_sub(1);
+                lost_edge |= id == min || id == max;
             }
-            max = id;
             true
         });
+        if slots.head_lost {
+            // The header's bounds are lost with it: every record counted.
+            (count, min, max) = (0, 0, 0);
+            let mut at = 1;
+            while let Some(id) = self.next_live(at, id::MAX_ID) {
+                count += 1;
+                if min == 0 {
+                    min = id;
+                }
+                max = id;
+                at = id + 1;
+            }
+        } else if count == 0 {
+            (min, max) = (0, 0);
+        } else if lost_edge {
+            min = self.next_live(1, id::MAX_ID).unwrap_or(0);
+            max = self.prev_live(1, id::MAX_ID).unwrap_or(0);
+        }
         (w.count, w.min, w.max) = (count, min, max);
         self.publish(w);
     }

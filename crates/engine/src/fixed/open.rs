@@ -7,7 +7,7 @@ use super::stored::{self, Stored};
 use super::*;
 use crate::config::OpenMode;
 use crate::io::Vfs;
-use crate::log::checkpoint::{self, Places};
+use crate::log::checkpoint;
 use crate::log::format::{Header, T_BATCH, T_DELETE, T_PUT};
 use crate::log::recovery::{probe_segments, refusal, settle_probes, Finding, Probe};
 use crate::log::replay::{self, Replayer};
@@ -113,6 +113,7 @@ impl FixedDb {
         } else {
             shape.limid()
         };
+        let meta_bad = bad_meta.is_some();
         let inner = open_inner(path, cfg, shape, limid, vfs, how, lock)?;
         if let Some(m) = bad_meta {
             inner
@@ -120,6 +121,34 @@ impl FixedDb {
                 .lock()
                 .push(meta_damage(&*inner.log.vfs, path, m));
         }
+        // `optimize width=…` puts the new slot file in place before it writes the descriptor:
+        // the slot file's width and limsiz are the database's.
+        let head = inner.slots.load().head.lock().clone();
+        let mut had = had;
+        if head.gen > 0 && !meta_bad {
+            if let Some(s) = had.filter(|s| (s.width, s.limsiz) != (head.width, head.limsiz)) {
+                let fixed = Stored {
+                    width: head.width,
+                    limsiz: head.limsiz,
+                };
+                if id::tune(fixed.width, fixed.limsiz).ok() == Some((fixed.width, fixed.limsiz)) {
+                    inner.width.store(fixed.width, Ordering::Relaxed);
+                    inner.limsiz.store(fixed.limsiz, Ordering::Relaxed);
+                    inner.limid.store(fixed.limid(), Ordering::Relaxed);
+                    if !readonly {
+                        crate::meta::write(&*inner.log.vfs, path, &fixed.descriptor())?;
+                    }
+                    had = Some(fixed);
+                } else {
+                    let _ = s;
+                }
+            }
+        }
+        // A database of the format before the slot file: its log goes into the slot file now.
+        let convert = !readonly
+            && head.gen == 0
+            && (inner.log.vfs.exists(&path.join(CKPT_NAME))
+                || !inner.log.segs.load().segs.is_empty());
         let stored = match had {
             None if !readonly => {
                 crate::meta::write(&*inner.log.vfs, path, &shape.descriptor())?;
@@ -134,6 +163,10 @@ impl FixedDb {
             stored: Mutex::new(stored),
             created,
         };
+        if convert {
+            let _m = db.inner.maint.lock();
+            db.inner.checkpoint()?;
+        }
         if !readonly {
             db.start_background()?;
         }
@@ -205,9 +238,21 @@ fn open_inner(
                 dir.display()
             )))
         }
-        Some((salt, _)) => salt,
-        None => peek_salt(&*vfs, dir).unwrap_or_else(random_u64),
+        Some((salt, _)) => Some(salt),
+        None => None,
     };
+    // The slot file: made (empty, generation 0) for a new database and for one written before
+    // it existed, whose whole log is then replayed and written into it by a checkpoint.
+    let fresh = slots::Head {
+        salt: salt
+            .or_else(|| peek_salt(&*vfs, dir))
+            .unwrap_or_else(random_u64),
+        width: shape.width,
+        limsiz: shape.limsiz,
+        ..slots::Head::default()
+    };
+    let opened = slots::Slots::open(&*vfs, dir, readonly, Some(fresh))?;
+    let salt = salt.unwrap_or_else(|| opened.slots.head.lock().salt);
     let log_cfg = LogConfig {
         sync: cfg.sync,
         segsiz: cfg.segsiz,
@@ -218,6 +263,7 @@ fn open_inner(
     let inner = Inner {
         log: Log::new(dir, vfs, readonly, log_cfg, salt, table),
         index: Index::new(),
+        slots: arc_swap::ArcSwap::from_pointee(opened.slots),
         w: Mutex::new(W::default()),
         count: AtomicU64::new(0),
         min: AtomicU64::new(0),
@@ -230,17 +276,16 @@ fn open_inner(
         findings: Mutex::new(Vec::new()),
         appended: AtomicU64::new(0),
         expiring: AtomicU64::new(0),
-        damaged: Mutex::new(Vec::new()),
         maint: Mutex::new(()),
         counters: Counters::default(),
         lock: Mutex::new(Some(lock)),
     };
-    inner.recover(bad)?;
+    inner.recover(bad, opened.findings)?;
     Ok(inner)
 }
 
-/// The salt a checkpoint that verifies was written for: what a database whose segment headers
-/// are all unusable is read with.
+/// The salt the checkpoint of the format before the slot file was written for: what a
+/// database whose segment headers are all unusable is read with.
 fn peek_salt(vfs: &dyn Vfs, dir: &Path) -> Option<u64> {
     match checkpoint::read_verified(vfs, dir, CKPT_NAME, ckpt::MIN_LEN) {
         checkpoint::Read::Verified(b) if b.get(..8) == Some(ckpt::MAGIC) => {
@@ -250,93 +295,30 @@ fn peek_salt(vfs: &dyn Vfs, dir: &Path) -> Option<u64> {
     }
 }
 
-/// What reading the checkpoint gave.
-pub(super) enum CkptState {
-    Missing,
-    Damaged(String),
-    /// It verified: what it knows of the log, and its findings (records in segments that are
-    /// gone, segments shorter than it recorded).
-    Read {
-        head: ckpt::Head,
-        missing: Vec<(u32, u64)>,
-    },
-}
-
 impl Inner {
-    /// Read the checkpoint; with `load`, fill the index from it (left empty unless every
-    /// entry points into a segment of `known`, sorted, and every id is within the limit).
-    pub(super) fn read_checkpoint(&self, known: &[u32], load: bool) -> CkptState {
-        let b = match checkpoint::read_verified(
-            &*self.log.vfs,
-            &self.log.dir,
-            CKPT_NAME,
-            ckpt::MIN_LEN,
-        ) {
-            checkpoint::Read::Missing => return CkptState::Missing,
-            checkpoint::Read::Damaged(why) => return CkptState::Damaged(why),
-            checkpoint::Read::Verified(b) => b,
-        };
-        let limid = self.limid();
-        let mut missing: HashMap<u32, u64> = HashMap::new();
-        let res = ckpt::decode(&b, |id, seg, off| {
-            if id == 0 || id > limid {
-                return Err("it holds an id past the database's limit");
-            }
-            if known.binary_search(&seg).is_err() {
-                *missing.entry(seg).or_default() += 1;
-            } else if load && missing.is_empty() {
-                self.index.set(id, replay::loc_of(seg, u64::from(off)));
-            }
-            Ok(())
-        });
-        let mut missing: Vec<(u32, u64)> = missing.into_iter().collect();
-        missing.sort_unstable();
-        if load && (res.is_err() || !missing.is_empty()) {
-            self.index.clear();
-        }
-        match res {
-            Err(why) => CkptState::Damaged(why.into()),
-            Ok(head) if head.salt != self.log.salt => {
-                if load {
-                    self.index.clear();
-                }
-                CkptState::Damaged("it belongs to another database".into())
-            }
-            Ok(head) if head.places.replay.len() != self.log.lanes => {
-                if load {
-                    self.index.clear();
-                }
-                CkptState::Damaged("written for another lane count".into())
-            }
-            Ok(head) => CkptState::Read { head, missing },
-        }
-    }
-
-    /// Build the index: from the checkpoint when it is usable, then the log after it; else
-    /// from every segment. Refuses (writable) or reports (read-only) damage.
-    fn recover(&self, bad: Vec<Probe>) -> Result<()> {
+    /// Replay the log written since the slot file's checkpoint into the index (all of it when
+    /// the slot file holds nothing yet). Refuses (writable) or reports (read-only) damage.
+    fn recover(&self, bad: Vec<Probe>, mut found: Vec<Finding>) -> Result<()> {
         let table = self.log.segs.load_full();
-        let known: Vec<u32> = table.segs.keys().copied().collect();
-        let load = self.mode != Mode::Salvage;
-        let mut found: Vec<Finding> = Vec::new();
-        let mut places: Option<Places> = None;
-        let mut from = None;
+        let slots = self.slots.load_full();
+        let head = slots.head.lock().clone();
+        if !found.is_empty() && self.mode == Mode::Write {
+            return Err(refusal(&self.log.dir, &found));
+        }
         let mut w = self.w.lock();
-        if let CkptState::Read { head, missing } = self.read_checkpoint(&known, load) {
-            found = head.places.findings(&table, &missing);
-            if load && found.is_empty() {
+        let (places, from) = if head.gen > 0 {
+            found.extend(head.places.findings(&table, &[]));
+            if found.is_empty() {
                 replay::restore_places(&self.log, &head.places);
-                from = Some(head.places.replay.clone());
-                w.seq = head.seq;
-            } else {
-                self.index.clear();
             }
-            places = Some(head.places);
-        }
-        if from.is_none() {
-            // Rebuilt from the whole log: saved at the next close.
+            w.seq = head.seq;
+            (Some(head.places.clone()), Some(head.places.replay.clone()))
+        } else {
+            // Nothing checkpointed: saved at the next close (a database of the format before
+            // the slot file is converted then).
             self.appended.fetch_add(1, Ordering::Relaxed);
-        }
+            (None, None)
+        };
         let segsiz = self.cfg.lock().segsiz as usize;
         let mut r = Replay {
             inner: self,
@@ -356,6 +338,9 @@ impl Inner {
             self.appended.fetch_add(done.applied, Ordering::Relaxed);
         }
         self.recount(&mut w);
+        if !slots.side_entries().is_empty() {
+            self.expiring.fetch_add(1, Ordering::Relaxed);
+        }
         *self.findings.lock() = done.findings;
         Ok(())
     }
@@ -375,8 +360,13 @@ impl Replayer for Replay<'_> {
         cut: &[Option<u64>],
         lane_of: &dyn Fn(u32) -> Option<usize>,
     ) -> Result<()> {
+        // A vanish: every record of the pages goes too.
+        self.inner.slots.load().set_void();
         let mut gone = Vec::new();
         self.inner.index.each_from(1, |id, place| {
+            if place == super::rw::DEL {
+                return true;
+            }
             let lane = lane_of(split(place).0);
             if lane
                 .and_then(|l| cut.get(l).copied().flatten())
@@ -409,7 +399,7 @@ impl Replayer for Replay<'_> {
                 self.w.seq = self.w.seq.max(seq);
                 let cur = inner.index.get(id);
                 let cur_head = match cur {
-                    0 => None,
+                    0 | super::rw::DEL => None,
                     p => match inner.header_at(p) {
                         Some(x) => Some(x),
                         // A record the checkpoint's index points at that cannot be read.
@@ -432,17 +422,13 @@ impl Replayer for Replay<'_> {
                 {
                     return Ok(()); // a newer write of the id is applied already
                 }
-                if let (Some((len, _)), true) = (cur_head, cur != 0) {
-                    inner.log.add_live(split(cur).0, -(len as i64));
-                }
                 if h.typ == T_PUT {
                     if h.fields.expires != 0 {
                         inner.expiring.fetch_add(1, Ordering::Relaxed);
                     }
                     inner.index.set(id, replay::loc_of(seg, off));
-                    inner.log.add_live(seg, h.len as i64);
                 } else {
-                    inner.index.set(id, 0);
+                    inner.index.set(id, super::rw::DEL);
                     self.tombs.insert(id, seq);
                 }
             }

@@ -3,7 +3,7 @@
 //! choosing the id to pointing the index at the new record.
 
 use super::id::{self, Key};
-use super::{Inner, KEY_LEN, W};
+use super::{slots, Inner, KEY_LEN, W};
 use crate::error::{Error, Result};
 use crate::log::format::{self, Header, HeaderBuf, PutFields, MAX_HEADER_LEN, T_PUT};
 use crate::log::replay::loc_of;
@@ -50,8 +50,10 @@ pub(super) fn id_of(h: &Header, rec: &[u8]) -> Option<u64> {
 pub(super) struct Old {
     pub meta: Meta,
     pub value: Vec<u8>,
-    pub len: usize,
 }
+
+/// The index's mark of an id whose record was removed since the last checkpoint.
+pub(super) const DEL: u64 = u64::MAX;
 
 impl Inner {
     /// Call `f` with the record at `place`: its header parsed and within it, its checksum
@@ -124,17 +126,21 @@ impl Inner {
         res.map(Some)
     }
 
-    /// Call `f` with the verified record of `id` (a put of that id), if it has one. A record
-    /// that moves meanwhile is looked up again.
-    pub(super) fn with_id<R>(
+    /// Call `f` with the verified record of `id`, if it has one: its newest in the log when
+    /// it was written since the last checkpoint, else its slot. A record whose segment went
+    /// (a checkpoint moved it into its slot) is looked up again.
+    pub(super) fn with_rec<R>(
         &self,
         id: u64,
-        f: &mut dyn FnMut(&Header, &[u8]) -> Result<R>,
+        f: &mut dyn FnMut(&[u8], Meta) -> Result<R>,
     ) -> Result<Option<R>> {
         loop {
             let place = self.index.get(id);
-            if place == 0 {
+            if place == DEL {
                 return Ok(None);
+            }
+            if place == 0 {
+                return self.slots.load().with_rec(id, f);
             }
             let got = self.with_place(place, true, &mut |h, rec| {
                 if h.typ != T_PUT || id_of(h, rec) != Some(id) {
@@ -145,7 +151,7 @@ impl Inner {
                         "the index points at a record of another id",
                     ));
                 }
-                f(h, rec)
+                f(&rec[h.value_off()..h.len], meta_of(h))
             })?;
             match got {
                 Some(r) => return Ok(Some(r)),
@@ -156,6 +162,57 @@ impl Inner {
                     )))
                 }
                 None => {} // moved: look again
+            }
+        }
+    }
+
+    /// The first id in `from..=to` with a record (in the log or its slot).
+    pub(super) fn next_live(&self, mut from: u64, to: u64) -> Option<u64> {
+        let slots = self.slots.load();
+        let mut damaged = 0;
+        loop {
+            if from > to || from == 0 {
+                return None;
+            }
+            let a = self.index.next_live(from, to);
+            let upto = a.map_or(to, |a| a.saturating_sub(1));
+            let b = if upto >= from {
+                slots.next_present(from, upto, &mut damaged)
+            } else {
+                None
+            };
+            match (a, b) {
+                (_, Some(b)) if self.index.get(b) == 0 => return Some(b),
+                (_, Some(b)) => from = b,
+                (Some(a), None) if self.index.get(a) != DEL => return Some(a),
+                (Some(a), None) => from = a + 1,
+                (None, None) => return None,
+            }
+        }
+    }
+
+    /// The last id in `from..=to` with a record.
+    pub(super) fn prev_live(&self, from: u64, mut to: u64) -> Option<u64> {
+        let slots = self.slots.load();
+        let mut damaged = 0;
+        let from = from.max(1);
+        loop {
+            if to < from {
+                return None;
+            }
+            let a = self.index.prev_live(from, to);
+            let lo = a.map_or(from, |a| a + 1);
+            let b = if lo <= to {
+                slots.prev_present(lo, to, &mut damaged)
+            } else {
+                None
+            };
+            match (a, b) {
+                (_, Some(b)) if self.index.get(b) == 0 => return Some(b),
+                (_, Some(b)) => to = b,
+                (Some(a), None) if self.index.get(a) != DEL => return Some(a),
+                (Some(a), None) => to = a.checked_sub(1)?,
+                (None, None) => return None,
             }
         }
     }
@@ -224,15 +281,20 @@ impl Inner {
         Ok(())
     }
 
+    /// The version of `id`'s record before a write, if it has one (a damaged record counts
+    /// as none: the write replaces it). Under the writer lock.
+    pub(super) fn old_version(&self, id: u64) -> Option<u64> {
+        self.with_rec(id, &mut |_, m| Ok(m.version)).ok().flatten()
+    }
+
     /// Append a put record of `id` (under the writer lock) and point the index at it; `old`
-    /// is the place of its record before (0: none). Returns the new place.
+    /// is the version of its record before (`None`: it had none). `keep_version`: a touch.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn put_locked(
         &self,
         w: &mut W,
         id: u64,
-        old: u64,
-        old_len: Option<usize>,
+        old: Option<u64>,
         value: &[u8],
         flags: u32,
         expires: u64,
@@ -240,7 +302,8 @@ impl Inner {
     ) -> Result<Meta> {
         w.seq += 1;
         let seq = w.seq;
-        let version = keep_version.filter(|&v| v != seq).unwrap_or(0);
+        let version = keep_version
+            .unwrap_or_else(|| slots::version_of(id, flags, value, slots::next_gen(old)));
         let fields = PutFields {
             flags,
             expires,
@@ -252,12 +315,6 @@ impl Inner {
         };
         let hdr = HeaderBuf::put(KEY_LEN, value.len(), &fields);
         let key = id.to_be_bytes();
-        let len = hdr.as_slice().len() + KEY_LEN + value.len();
-        let old_len = match (old, old_len) {
-            (0, _) => None,
-            (_, Some(l)) => Some(l),
-            (p, None) => self.header_at(p).map(|h| h.0),
-        };
         if expires != 0 {
             self.expiring.fetch_add(1, Ordering::Relaxed);
         }
@@ -267,78 +324,42 @@ impl Inner {
                 .log
                 .append(&mut tail, &[hdr.as_slice(), &key, value], true)?;
             self.log.note_full(0, &tail);
-            self.log.note_live(&mut tail, seg, len as i64);
-            if let Some(l) = old_len {
-                self.log.note_live(&mut tail, split(old).0, -(l as i64));
-            }
             loc_of(seg, off)
         };
-        if self.index.set(id, place) == 0 {
+        self.index.set(id, place);
+        if old.is_none() {
             self.bounds_insert(w, id);
         }
         Ok(Meta {
             flags,
             expires,
-            version: keep_version.unwrap_or(seq),
+            version,
         })
     }
 
-    /// Append a delete record of `id`, whose record is at `old` (not 0), and forget it.
-    pub(super) fn delete_locked(
-        &self,
-        w: &mut W,
-        id: u64,
-        old: u64,
-        old_len: Option<usize>,
-    ) -> Result<()> {
+    /// Append a delete record of `id`, which has a record, and forget it.
+    pub(super) fn delete_locked(&self, w: &mut W, id: u64) -> Result<()> {
         w.seq += 1;
         let hdr = HeaderBuf::delete(KEY_LEN, w.seq);
         let key = id.to_be_bytes();
-        let old_len = old_len.or_else(|| self.header_at(old).map(|h| h.0));
         {
             let mut tail = self.log.tails[0].0.lock();
             self.log.append(&mut tail, &[hdr.as_slice(), &key], true)?;
             self.log.note_full(0, &tail);
-            if let Some(l) = old_len {
-                self.log.note_live(&mut tail, split(old).0, -(l as i64));
-            }
         }
-        if self.index.set(id, 0) != 0 {
-            self.bounds_remove(w, id);
-        }
+        self.index.set(id, DEL);
+        self.bounds_remove(w, id);
         Ok(())
     }
 
-    /// The record of `id` for a write (under the writer lock): its place, and its verified
-    /// contents when it has one.
-    pub(super) fn old_record(&self, id: u64) -> Result<(u64, Option<Old>)> {
-        let place = self.index.get(id);
-        if place == 0 {
-            return Ok((0, None));
-        }
-        let got = self.with_place(place, true, &mut |h, rec| {
-            if h.typ != T_PUT || id_of(h, rec) != Some(id) {
-                let (s, o) = split(place);
-                return Err(corrupt_at(
-                    s,
-                    o,
-                    "the index points at a record of another id",
-                ));
-            }
+    /// The record of `id` for a write (under the writer lock), verified, when it has one.
+    pub(super) fn old_record(&self, id: u64) -> Result<Option<Old>> {
+        self.with_rec(id, &mut |value, meta| {
             Ok(Old {
-                meta: meta_of(h),
-                value: rec[h.value_off()..h.len].to_vec(),
-                len: h.len,
+                meta,
+                value: value.to_vec(),
             })
-        })?;
-        match got {
-            Some(o) => Ok((place, Some(o))),
-            // Compaction moves records under the writer lock, so the place is current.
-            None => Err(Error::Corrupt(format!(
-                "id {id}: the index points into missing segment {}",
-                split(place).0
-            ))),
-        }
+        })
     }
 
     /// `accept` on a fixed-length database: the key resolved, the visitor shown the live
@@ -350,7 +371,7 @@ impl Inner {
     ) -> Result<(Option<Meta>, bool)> {
         let mut w = self.w.lock();
         let id = self.id_to_write(&w, key)?;
-        let (place, old) = self.old_record(id)?;
+        let old = self.old_record(id)?;
         let now = now_secs();
         let live = old.as_ref().filter(|o| !is_expired(o.meta.expires, now));
         let cur = live.map(|o| Current {
@@ -358,7 +379,7 @@ impl Inner {
             meta: o.meta,
         });
         let decision = visitor(cur);
-        let old_len = old.as_ref().map(|o| o.len);
+        let old_version = old.as_ref().map(|o| o.meta.version);
         match decision {
             Decision::Keep => Ok((live.map(|o| o.meta), false)),
             Decision::Put {
@@ -368,8 +389,7 @@ impl Inner {
             } => {
                 check_sizes(key, value.len())?;
                 self.check_width(value.len())?;
-                let m =
-                    self.put_locked(&mut w, id, place, old_len, &value, flags, expires, None)?;
+                let m = self.put_locked(&mut w, id, old_version, &value, flags, expires, None)?;
                 Ok((Some(m), true))
             }
             // A touch rewrites the record with the new expiry and keeps its version (as
@@ -379,14 +399,14 @@ impl Inner {
                 Some(o) => {
                     let (flags, version) = (o.meta.flags, Some(o.meta.version));
                     let value = o.value.clone();
-                    let m = self
-                        .put_locked(&mut w, id, place, old_len, &value, flags, expires, version)?;
+                    let m =
+                        self.put_locked(&mut w, id, old_version, &value, flags, expires, version)?;
                     Ok((Some(m), true))
                 }
             },
             Decision::Remove => {
-                if place != 0 {
-                    self.delete_locked(&mut w, id, place, old_len)?;
+                if old.is_some() {
+                    self.delete_locked(&mut w, id)?;
                     Ok((None, true))
                 } else {
                     Ok((None, false))

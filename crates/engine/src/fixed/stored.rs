@@ -17,7 +17,16 @@ pub const KIND: &str = "fixed";
 pub fn own_file(name: &str) -> bool {
     matches!(
         name,
-        "LOCK" | "index.kfi" | "index.kfi.tmp" | meta::META_NAME | meta::META_TMP
+        "LOCK"
+            | "index.kfi"
+            | "index.kfi.tmp"
+            | "data.kfd"
+            | "data.kfd.tmp"
+            | "dw.kfd"
+            | "side.kfs"
+            | "side.kfs.tmp"
+            | meta::META_NAME
+            | meta::META_TMP
     ) || parse_seg_file_name(name).is_some()
 }
 
@@ -84,6 +93,9 @@ mod tests {
             "LOCK",
             "index.kfi",
             "index.kfi.tmp",
+            "data.kfd",
+            "dw.kfd",
+            "side.kfs",
             "kura.meta",
             "seg-00000001.kd",
         ] {
