@@ -1,6 +1,7 @@
 #![no_main]
-//! Damaged files of a fixed-length database (`.kf`): a database whose segments, checkpoint or
-//! descriptor were overwritten, zeroed or cut by the input opens read-only and is checked and
+//! Damaged files of a fixed-length database (`.kf`): a database whose log segments, slot file
+//! (`data.kfd`: header copies and pages), double-write file, side file or descriptor were
+//! overwritten, zeroed or cut by the input opens read-only and is checked and
 //! repaired, and opens for writing or is refused with an error — never a panic. The repaired
 //! copy always passes `check`.
 use kura_engine::fixed::FixedDb;
