@@ -455,7 +455,10 @@ fn zeros_written_ahead_are_cut_back_and_not_torn() {
     // Whole pages of zeros, never past the segment size (a lane that outran its zeros gets a
     // shorter fill first, so how far they reach depends on the timing).
     let len = seg_lens(&fs)[0].1;
-    assert!(len <= 256 << 10 && len % 4096 == 0, "{len} bytes of segment");
+    assert!(
+        len <= 256 << 10 && len.is_multiple_of(4096),
+        "{len} bytes of segment"
+    );
     db.abandon();
     fs.crash(CrashMode::DropUnsynced);
     let db = Arc::new(sim_open(&fs, params));
