@@ -525,9 +525,20 @@ impl Slots {
         buf: &mut Vec<u8>,
         map: Option<&crate::io::Map>,
     ) -> Result<()> {
-        let n = self.geo.page_len;
         buf.clear();
-        buf.resize(n, 0);
+        buf.resize(self.geo.page_len, 0);
+        self.read_page_zeroed(page, buf, map).map(|_| ())
+    }
+
+    /// `read_page_with` into `buf`, `page_len` bytes of zeros; whether the page lies past the
+    /// end of the file (left as zeros, with no checksum to compute).
+    fn read_page_zeroed(
+        &self,
+        page: u64,
+        buf: &mut [u8],
+        map: Option<&crate::io::Map>,
+    ) -> Result<bool> {
+        let n = self.geo.page_len;
         let off = self.geo.page_off(page);
         let len = self.len.load(Ordering::Acquire);
         if let Some(img) = self.overlay.get(&page) {
@@ -542,8 +553,11 @@ impl Slots {
                     }
                 }
             }
+        } else {
+            self.check_hole(page)?;
+            return Ok(true);
         }
-        self.verify(page, buf)
+        self.verify(page, buf).map(|_| false)
     }
 
     /// Verify the image of `page`: its checksum, or all zeros where no record was written.
@@ -554,21 +568,25 @@ impl Slots {
             return Ok(());
         }
         if stored == 0 && img.iter().all(|&b| b == 0) {
-            // A hole or a page never written: empty, unless records were written there.
-            let side = self.side.read();
-            if side.used.is_some() && side.is_used(page) {
-                return Err(Error::Corrupt(format!(
-                    "{DATA_NAME} offset {}: page {page} holds records but reads as zeros (cut \
-                     short or zeroed)",
-                    self.geo.page_off(page)
-                )));
-            }
-            return Ok(());
+            return self.check_hole(page);
         }
         Err(Error::Corrupt(format!(
             "{DATA_NAME} offset {}: page {page} fails its checksum",
             self.geo.page_off(page)
         )))
+    }
+
+    /// A hole or a page never written (all zeros) is empty, unless records were written there.
+    fn check_hole(&self, page: u64) -> Result<()> {
+        let side = self.side.read();
+        if side.used.is_some() && side.is_used(page) {
+            return Err(Error::Corrupt(format!(
+                "{DATA_NAME} offset {}: page {page} holds records but reads as zeros (cut \
+                 short or zeroed)",
+                self.geo.page_off(page)
+            )));
+        }
+        Ok(())
     }
 
     /// Call `f` with the verified image of `page` (this thread's cached copy when current).
@@ -805,34 +823,42 @@ impl Slots {
         let old_gen = self.head.lock().gen;
         head.gen = old_gen + 1;
         head.width = geo.width;
-        // New images, page by page, as the changes come (ascending by id).
-        let mut images: Vec<(u64, Vec<u8>, bool)> = Vec::new();
+        // New images, page by page, as the changes come (ascending by id): one buffer of
+        // `page_len` bytes an image, and for each its page and whether it was empty before.
+        let pl = geo.page_len;
+        let mut imgs: Vec<u8> = Vec::new();
+        let mut images: Vec<(u64, bool)> = Vec::new();
         let mut side = self.side.read().clone();
         let mut side_changed = false;
-        let mut cur: Option<(u64, Vec<u8>, bool)> = None;
-        let mut finish = |cur: &mut Option<(u64, Vec<u8>, bool)>, side: &mut Side| -> bool {
-            let Some((page, mut img, fresh)) = cur.take() else {
+        // The page being filled (the last image of `imgs`) and whether it was empty.
+        let mut cur: Option<(u64, bool)> = None;
+        let mut finish = |cur: &mut Option<(u64, bool)>, imgs: &mut Vec<u8>, side: &mut Side| {
+            let Some((page, fresh)) = cur.take() else {
                 return false;
             };
+            let at = imgs.len() - pl;
+            let img = &mut imgs[at..];
             let used = (0..geo.per_page as usize).any(|k| img[k * geo.slot] != 0);
             let changed = side.set_used(page, used);
-            self.seal(page, &mut img);
-            images.push((page, img, fresh));
+            self.seal(page, img);
+            images.push((page, fresh));
             changed
         };
         feed(&mut |id, rec| {
             let (page, at) = geo.place(id);
-            if cur.as_ref().is_none_or(|c| c.0 != page) {
-                side_changed |= finish(&mut cur, &mut side);
-                let mut buf = Vec::new();
-                self.read_page_into(page, &mut buf)?;
-                let fresh = buf.iter().all(|&b| b == 0);
-                cur = Some((page, buf, fresh));
+            if cur.is_none_or(|c| c.0 != page) {
+                side_changed |= finish(&mut cur, &mut imgs, &mut side);
+                let start = imgs.len();
+                imgs.resize(start + pl, 0);
+                let buf = &mut imgs[start..];
+                let pages = self.pages.read();
+                let past_end = self.read_page_zeroed(page, buf, pages.map.as_ref())?;
+                drop(pages);
+                let fresh = past_end || buf.iter().all(|&b| b == 0);
+                cur = Some((page, fresh));
             }
-            let Some((_, img, _)) = cur.as_mut() else {
-                return Ok(());
-            };
-            let s = &mut img[at..at + geo.slot];
+            let base = imgs.len() - pl;
+            let s = &mut imgs[base + at..base + at + geo.slot];
             s.fill(0);
             if let Some((value, meta)) = rec {
                 let has_side = meta.flags != 0 || meta.expires != 0;
@@ -850,7 +876,8 @@ impl Slots {
             }
             Ok(())
         })?;
-        side_changed |= finish(&mut cur, &mut side);
+        side_changed |= finish(&mut cur, &mut imgs, &mut side);
+        let img_of = |i: usize| &imgs[i * pl..(i + 1) * pl];
         // 1. The double-write file: every image of a page that held records.
         if !images.is_empty() {
             let mut dw = Vec::with_capacity(64);
@@ -871,12 +898,12 @@ impl Slots {
             };
             put(&dw, &mut at)?;
             let mut chunk = Vec::new();
-            for (p, img, fresh) in &images {
-                if *fresh {
+            for (i, &(p, fresh)) in images.iter().enumerate() {
+                if fresh {
                     chunk.extend_from_slice(&(p | FRESH).to_le_bytes());
                 } else {
                     chunk.extend_from_slice(&p.to_le_bytes());
-                    chunk.extend_from_slice(img);
+                    chunk.extend_from_slice(img_of(i));
                 }
                 if chunk.len() >= 1 << 20 {
                     put(&chunk, &mut at)?;
@@ -891,8 +918,8 @@ impl Slots {
         // 2. The pages in place.
         {
             let mut map = self.pages.write();
-            for (p, img, _) in &images {
-                file.write_at(img, geo.page_off(*p)).map_err(io)?;
+            for (i, &(p, _)) in images.iter().enumerate() {
+                file.write_at(img_of(i), geo.page_off(p)).map_err(io)?;
             }
             self.epoch.fetch_add(1, Ordering::AcqRel);
             *self.side.write() = side.clone();
