@@ -90,6 +90,10 @@ enum Opener {
     SimDiskTree(&'static str),
     /// `FixedDb::open_mode` on a `SimVfs` (kept across restarts) with these parameters.
     SimFixed(&'static str),
+    /// The keyspace `ks` (made with these parameters) of the database `kura_engine::open_as`
+    /// opens by this name. The database itself and a second keyspace hold records of their
+    /// own with the round's keys (written at the first open), which the keyspace must not show.
+    Keyspace(&'static str, &'static str),
 }
 
 enum Restart {
@@ -114,6 +118,9 @@ const KINDS: &[KindUnderTest] = &[
     KindUnderTest { label: ".kb", open: Opener::Name("{dir}/db.kb#segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=512#cache=1m#sync=none"), restart: Restart::Reopen, retune: &["", "compress=zstd", "compress=none"], copy_as: ".kb", ids: None },
     KindUnderTest { label: ".kb sim", open: Opener::SimDiskTree("segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=300#cache=1m#sync=none"), restart: Restart::Reopen, retune: &[""], copy_as: ".kb", ids: None },
     KindUnderTest { label: ".kb sim crash", open: Opener::SimDiskTree("segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=400#compress=lz4#sync=always"), restart: Restart::Crash, retune: &["", "compress=none"], copy_as: ".kb", ids: None },
+    KindUnderTest { label: "* keyspace", open: Opener::Keyspace("*", ""), restart: Restart::None, retune: &["", "bnum=1000"], copy_as: ".kh", ids: None },
+    KindUnderTest { label: "+ keyspace", open: Opener::Keyspace("+", ""), restart: Restart::None, retune: &[""], copy_as: ".kh", ids: None },
+    KindUnderTest { label: ".kb keyspace", open: Opener::Keyspace("{dir}/db.kb#segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=512#cache=1m#sync=none", "cmp=lex"), restart: Restart::Reopen, retune: &[""], copy_as: ".kb", ids: None },
     KindUnderTest { label: ".kf", open: Opener::Name("{dir}/db.kf#width=300000#limsiz=2t#segsiz=64k#bufsiz=4k#ckptsiz=1m#sync=none"), restart: Restart::Reopen, retune: KF_RETUNE, copy_as: ".kf", ids: Some(KF_WIDTH) },
     KindUnderTest { label: ".kf sim", open: Opener::SimFixed("width=300#limsiz=2t#segsiz=64k#bufsiz=4k#ckptsiz=1m#sync=none"), restart: Restart::Reopen, retune: KF_SIM_RETUNE, copy_as: ".kf", ids: Some(KF_SIM_WIDTH) },
     KindUnderTest { label: ".kf sim crash", open: Opener::SimFixed("width=300#limsiz=2t#segsiz=64k#bufsiz=4k#ckptsiz=1m#sync=always"), restart: Restart::Crash, retune: KF_SIM_RETUNE, copy_as: ".kf", ids: Some(KF_SIM_WIDTH) },
@@ -162,6 +169,8 @@ struct Db {
 
 enum Handle {
     Named(Arc<dyn Store>),
+    /// A keyspace, and the database it belongs to (kept open).
+    Keyspace(Arc<dyn Store>, Arc<dyn Store>),
     Sim(Arc<DiskHash>),
     SimTree(Arc<DiskTree>),
     SimFixed(Arc<FixedDb>),
@@ -205,6 +214,46 @@ impl Db {
                 )
                 .unwrap(),
             )),
+            Opener::Keyspace(name, params) => {
+                let name = name.replace("{dir}", dir.to_str().unwrap());
+                let mode = if name.starts_with(['*', '+']) {
+                    OpenMode::Create
+                } else {
+                    mode
+                };
+                let db = kura_engine::open_as(&name, mode).unwrap().store;
+                let ks = db.keyspace("ks", params).unwrap();
+                if mode == OpenMode::Create {
+                    // Records the keyspace must not show: in the database and in a sibling.
+                    let other = db.keyspace("other", params).unwrap();
+                    for k in ["k1", "k2", "k12", "t0-k1", "zz"] {
+                        db.put(k.as_bytes(), b"the database's").unwrap();
+                        other.put(k.as_bytes(), b"another keyspace's").unwrap();
+                    }
+                    db.write_across(&[
+                        (
+                            "",
+                            BatchOp::Put {
+                                key: b"k3".to_vec(),
+                                value: b"across".to_vec(),
+                                flags: 0,
+                                expires: 0,
+                            },
+                        ),
+                        (
+                            "other",
+                            BatchOp::Put {
+                                key: b"k3".to_vec(),
+                                value: b"across".to_vec(),
+                                flags: 0,
+                                expires: 0,
+                            },
+                        ),
+                    ])
+                    .unwrap();
+                }
+                Handle::Keyspace(ks, db)
+            }
             Opener::SimFixed(params) => Handle::SimFixed(Arc::new(
                 FixedDb::open_mode(
                     Path::new(SIM_FIXED_PATH),
@@ -220,6 +269,7 @@ impl Db {
     fn store(&self) -> Arc<dyn Store> {
         match self.handle.as_ref().expect("open") {
             Handle::Named(s) => s.clone(),
+            Handle::Keyspace(s, _) => s.clone(),
             Handle::Sim(d) => d.clone(),
             Handle::SimTree(d) => d.clone(),
             Handle::SimFixed(d) => d.clone(),
@@ -235,6 +285,31 @@ impl Db {
                 return;
             }
             (Restart::Reopen, Handle::Named(s)) => s.close().unwrap(),
+            (Restart::Reopen, Handle::Keyspace(s, db)) => {
+                s.close().unwrap();
+                // The database and its other keyspace kept their own records.
+                db.close().unwrap();
+                drop(db);
+                let db = kura_engine::open_as(
+                    &match self.kind.open {
+                        Opener::Keyspace(name, _) => {
+                            name.replace("{dir}", self.dir.path().to_str().unwrap())
+                        }
+                        _ => unreachable!(),
+                    },
+                    OpenMode::Existing,
+                )
+                .unwrap()
+                .store;
+                assert_eq!(db.get(b"k3").unwrap().unwrap().value, b"across");
+                let other = db.keyspace("other", "").unwrap();
+                assert_eq!(other.count(), 6, "the other keyspace's records");
+                assert_eq!(
+                    other.get(b"zz").unwrap().unwrap().value,
+                    b"another keyspace's"
+                );
+                db.close().unwrap();
+            }
             (Restart::Reopen, Handle::Sim(d)) => d.close().unwrap(),
             (Restart::Reopen, Handle::SimTree(d)) => d.close().unwrap(),
             (Restart::Crash, Handle::SimTree(d)) => {
@@ -256,7 +331,7 @@ impl Db {
                     .abandon();
                 self.fs.crash(CrashMode::Torn { seed });
             }
-            (Restart::Crash, Handle::Named(_)) => {
+            (Restart::Crash, Handle::Named(_) | Handle::Keyspace(..)) => {
                 panic!("a crash restart needs a SimDiskHash opener")
             }
         }

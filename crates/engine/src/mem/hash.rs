@@ -251,6 +251,7 @@ pub struct MemHash {
     shards: Box<[Padded]>,
     /// Where the round-robin eviction across shards continues.
     evict_rr: AtomicUsize,
+    spaces: super::Spaces<MemHash>,
 }
 
 impl MemHash {
@@ -263,6 +264,7 @@ impl MemHash {
                 .map(|_| Padded(RwLock::new(Shard::default())))
                 .collect(),
             evict_rr: AtomicUsize::new(0),
+            spaces: super::Spaces::default(),
         };
         if let Some(bnum) = t.bnum {
             db.reserve(bnum)?;
@@ -336,7 +338,27 @@ impl MemHash {
     }
 }
 
+impl super::MemKind for MemHash {
+    fn common(&self) -> &Common {
+        &self.common
+    }
+    fn spaces(&self) -> &super::Spaces<Self> {
+        &self.spaces
+    }
+    fn open_space(params: &Params) -> Result<Self> {
+        MemHash::open(params)
+    }
+}
+
 impl Store for MemHash {
+    fn keyspace(&self, name: &str, params: &str) -> Result<Arc<dyn Store>> {
+        super::keyspace_of(self, name, params)
+    }
+
+    fn write_across(&self, ops: &[(&str, BatchOp)]) -> Result<()> {
+        super::write_across_of(self, ops)
+    }
+
     fn get(&self, key: &[u8]) -> Result<Option<Record>> {
         let mut found = None;
         self.with_live(key, |r| found = Some(r.record()))?;
@@ -624,6 +646,7 @@ impl Store for MemHash {
 
     fn close(&self) -> Result<()> {
         self.common.close()?;
+        super::close_spaces(self);
         // Nothing can use the data any more: free it.
         for mut sh in self.lock_all() {
             for r in &sh.slots {

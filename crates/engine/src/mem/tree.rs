@@ -143,6 +143,7 @@ impl TreeInner {
 pub struct MemTree {
     common: Common,
     inner: RwLock<TreeInner>,
+    spaces: super::Spaces<MemTree>,
 }
 
 impl MemTree {
@@ -153,6 +154,7 @@ impl MemTree {
         Ok(MemTree {
             common: Common::new("+", "the memory tree (+)", TREE_RECORD_OVERHEAD, &t),
             inner: RwLock::new(TreeInner::default()),
+            spaces: super::Spaces::default(),
         })
     }
 }
@@ -174,7 +176,27 @@ impl MemTree {
     }
 }
 
+impl super::MemKind for MemTree {
+    fn common(&self) -> &Common {
+        &self.common
+    }
+    fn spaces(&self) -> &super::Spaces<Self> {
+        &self.spaces
+    }
+    fn open_space(params: &Params) -> Result<Self> {
+        MemTree::open(params)
+    }
+}
+
 impl Store for MemTree {
+    fn keyspace(&self, name: &str, params: &str) -> Result<Arc<dyn Store>> {
+        super::keyspace_of(self, name, params)
+    }
+
+    fn write_across(&self, ops: &[(&str, BatchOp)]) -> Result<()> {
+        super::write_across_of(self, ops)
+    }
+
     fn get(&self, key: &[u8]) -> Result<Option<Record>> {
         let mut found = None;
         self.with_live(key, |r| found = Some(r.record()))?;
@@ -370,6 +392,7 @@ impl Store for MemTree {
 
     fn close(&self) -> Result<()> {
         self.common.close()?;
+        super::close_spaces(self);
         let mut t = self.inner.write();
         for r in &t.set {
             self.common.removed(r);

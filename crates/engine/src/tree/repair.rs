@@ -76,7 +76,12 @@ impl DiskTree {
     }
 }
 
-fn copy_all(from: &DiskTree, dst: &Path, params: &Params, vfs: Arc<dyn Vfs>) -> Result<u64> {
+pub(super) fn copy_all(
+    from: &DiskTree,
+    dst: &Path,
+    params: &Params,
+    vfs: Arc<dyn Vfs>,
+) -> Result<u64> {
     let to = DiskTree::open_mode(dst, params, vfs, OpenMode::Create)?;
     let mut ops: Vec<BatchOp> = Vec::with_capacity(BATCH_RECORDS);
     let mut bytes = 0usize;
