@@ -638,8 +638,9 @@ fn write_across_of<S: MemKind>(db: &S, ops: &[(&str, BatchOp)]) -> Result<()> {
         let c = space.as_deref().map_or(db.common(), |s| s.common());
         c.check_open()?;
         for op in ops {
-            if let BatchOp::Put { key, value, .. } = op {
-                c.check_fits(key, value.len())?;
+            match op {
+                BatchOp::Put { key, value, .. } => c.check_fits(key, value.len())?,
+                BatchOp::Remove { key } => check_sizes(key, 0)?,
             }
         }
     }

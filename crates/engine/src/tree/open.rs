@@ -611,6 +611,21 @@ impl Inner {
                 |_, _, _, _| Ok(true),
             )?;
             r.verdict = classify(r.seg.id, &r.scanned, durable, &mut found);
+            for d in &r.scanned.damage {
+                if !d.salvaged.is_empty() {
+                    found.push(Finding {
+                        file: crate::log::segment::seg_file_name(r.seg.id),
+                        off: d.off,
+                        len: d.len,
+                        lost: d.salvaged.len() as u64,
+                        what: format!(
+                            "{} records of a damaged batch that verify on their own are left \
+                             out with it (a batch is applied whole or not at all)",
+                            d.salvaged.len()
+                        ),
+                    });
+                }
+            }
         }
         if !found.is_empty() && !readonly {
             return Err(refusal(&self.wal.dir, &found));
@@ -664,9 +679,14 @@ impl Inner {
                 r.seg.seed,
                 r.start,
                 to,
-                |_, h, rec, _| {
-                    replayed += 1;
-                    self.replay_record(h, rec)?;
+                |_, h, rec, salvaged| {
+                    // A record salvaged from a damaged batch frame is left out with the rest
+                    // of its batch (reported as lost): a batch, across keyspaces too, is
+                    // applied whole or not at all.
+                    if !salvaged {
+                        replayed += 1;
+                        self.replay_record(h, rec)?;
+                    }
                     Ok(true)
                 },
             )?;

@@ -402,7 +402,7 @@ impl Inner {
                 }
             }
             // One frame holding every record.
-            let seed = format::seed(wal.salt);
+            let seed = format::inner_seed(format::seed(wal.salt));
             let mut body = Vec::with_capacity(frame.min(1 << 20));
             let first = first_space
                 .version
@@ -617,7 +617,7 @@ impl Inner {
                 .filter(|&k| !is_expired(leaf.entry(k).meta.expires, now))
                 .count() as u64;
             let n = j - i;
-            let seed = format::seed(self.wal.salt);
+            let seed = format::inner_seed(format::seed(self.wal.salt));
             let first = self.version.fetch_add(n as u64, Ordering::Relaxed) + 1;
             let mut body = Vec::with_capacity(n * (MAX_HEADER_LEN + key.len()));
             for (m, k) in (i..j).enumerate() {
