@@ -234,6 +234,49 @@ fn a_keyspace_and_its_order_survive_a_reopen_and_a_crash() {
     }
 }
 
+/// `repair` copies every keyspace into the new database, each with its name and order (a
+/// repaired database that dropped them would lose records without saying so).
+#[test]
+fn repair_keeps_every_keyspace() {
+    let fs = SimVfs::new();
+    {
+        let db = sim_open(&fs, "", OpenMode::Create).unwrap();
+        let n = db.keyspace("n", "cmp=dec").unwrap();
+        for k in ["10", "9", "100"] {
+            n.put(k.as_bytes(), b"n").unwrap();
+        }
+        n.put_dup(b"9", b"second", false).unwrap();
+        db.put(b"r", b"root").unwrap();
+        drop(n);
+        db.close().unwrap();
+    }
+    let rep = DiskTree::repair_with(
+        Path::new("/sim/t.kb"),
+        Path::new("/sim/r.kb"),
+        &Params::default(),
+        Arc::new(fs.clone()),
+    )
+    .unwrap();
+    assert_eq!(rep.kept, 5, "{rep:?}");
+    let db = DiskTree::open_mode(
+        Path::new("/sim/r.kb"),
+        &Params::default(),
+        Arc::new(fs.clone()),
+        OpenMode::Existing,
+    )
+    .unwrap();
+    assert_eq!(records(&db), pairs(&[("r", "root")]));
+    let n = db.keyspace("n", "").unwrap();
+    assert_eq!(
+        records(&*n),
+        pairs(&[("9", "n"), ("9", "second"), ("10", "n"), ("100", "n")])
+    );
+    assert!(matches!(
+        db.keyspace("n", "cmp=lex"),
+        Err(Error::InvalidParam(_))
+    ));
+}
+
 // ------------------------------------------------------------------------- the model test
 
 /// The keyspaces of the model test: the database itself, one in byte order, one in decimal.
@@ -564,4 +607,136 @@ fn databases_written_before_keyspaces_open_read_write_and_reopen() {
         assert!(db.check().unwrap().healthy(), "{name}");
         db.close().unwrap();
     }
+}
+
+// ------------------------------------------------------------------------------- SIGKILL
+
+const CHILD_ENV: &str = "KURA_KEYSPACES_KILL9_CHILD";
+
+/// Not a test on its own: the writer `a_sigkill_loses_no_acknowledged_batch_and_splits_none`
+/// starts (this binary again, with `KURA_KEYSPACES_KILL9_CHILD=PATH|START`) and kills. Batch
+/// `i` puts one record in each of three keyspaces; `ack i` is printed once it returned.
+#[test]
+#[ignore]
+fn kill9_child_batches() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let (path, start) = spec.rsplit_once('|').expect("spec");
+    let start: u64 = start.parse().expect("start");
+    let db = kura_engine::open_as(&format!("{path}#sync=always#leafsiz=512"), OpenMode::Create)
+        .expect("child open")
+        .store;
+    let _a = db.keyspace("a", "").expect("keyspace a");
+    let _n = db.keyspace("n", "cmp=dec").expect("keyspace n");
+    let mut out = std::io::stdout();
+    for i in start.. {
+        db.write_across(&kill9_batch(i)).expect("batch");
+        use std::io::Write;
+        writeln!(out, "ack {i}").expect("stdout");
+        out.flush().expect("flush");
+    }
+}
+
+fn kill9_batch(i: u64) -> Vec<(&'static str, BatchOp)> {
+    vec![
+        ("", put(&format!("r{i:08}"), &format!("root {i}"))),
+        (
+            "a",
+            put(&format!("a{i:08}"), &"a".repeat((i % 50) as usize)),
+        ),
+        ("n", put(&i.to_string(), &format!("n {i}"))),
+    ]
+}
+
+/// A process writing batches across three keyspaces of a `.kb` (`sync=always`) is killed with
+/// SIGKILL, three times: after each kill every acknowledged batch is there, and every batch is
+/// there whole or not at all (the three keyspaces hold the same batches).
+#[test]
+fn a_sigkill_loses_no_acknowledged_batch_and_splits_none() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("k.kb");
+    let path = path.to_str().unwrap();
+    let mut start = 0u64;
+    for round in 0..3u64 {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--ignored",
+                "--exact",
+                "kill9_child_batches",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, format!("{path}|{start}"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut last = None;
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(n) = line.strip_prefix("ack ") {
+                    last = n.trim().parse::<u64>().ok();
+                }
+            }
+            last
+        });
+        // Until some batches are acknowledged (a bounded wait), then a little more.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::time::Instant::now() < deadline && !reader.is_finished() {
+            let n = std::fs::read_dir(dir.path().join("k.kb"))
+                .map(|d| d.count())
+                .unwrap_or(0);
+            if n > 2 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300 + round * 150));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let acked = reader.join().unwrap();
+        let db = kura_engine::open_as(path, OpenMode::Existing)
+            .unwrap()
+            .store;
+        assert!(db.check().unwrap().healthy(), "round {round}");
+        let a = db.keyspace("a", "").unwrap();
+        let n = db.keyspace("n", "").unwrap();
+        let have = db.count();
+        assert_eq!(
+            (a.count(), n.count()),
+            (have, have),
+            "round {round}: a batch split"
+        );
+        if let Some(last) = acked {
+            assert!(
+                have > last,
+                "round {round}: acked up to {last}, {have} batches there"
+            );
+        }
+        for i in 0..have {
+            for (space, op) in kill9_batch(i) {
+                let BatchOp::Put { key, value, .. } = op else {
+                    unreachable!()
+                };
+                let s: &dyn Store = match space {
+                    "" => &*db,
+                    "a" => &*a,
+                    _ => &*n,
+                };
+                assert_eq!(
+                    s.get(&key).unwrap().map(|r| r.value),
+                    Some(value),
+                    "round {round}: batch {i} in `{space}`"
+                );
+            }
+        }
+        db.close().unwrap();
+        start = have;
+    }
+    assert!(start > 0, "no batch was written");
 }

@@ -22,6 +22,7 @@
 //!                 [extension], key, value
 //!         delete: varint klen, varint seq, [extension], key
 //!         batch:  varint body_len, varint count, body = `count` complete put/delete records
+//!                 (each sealed, with the segment's seed or in the B+ tree with [`inner_seed`])
 //!         clear:  varint clear id, varint lanes, [extension] (a vanish writes one clear into
 //!                 each of its lanes; recovery honours it only when all of them survived)
 //! ```

@@ -154,6 +154,9 @@ impl Store for DiskTree {
             crate::meta::write(&*inner.wal.vfs, &inner.wal.dir, &d)?;
             inner.compress.store(c as u8, Ordering::Relaxed);
             inner.dirty_all()?;
+            for sp in inner.others() {
+                sp.dirty_all()?;
+            }
         }
         inner.checkpoint_locked(true)?;
         Ok(())

@@ -10,9 +10,14 @@
 //! - the checkpoint (`tree.ki`): where replay starts in the write-ahead log, and every leaf in
 //!   key order with its low key and where its image is. The inner levels are rebuilt from it.
 //!
+//! The three hold any number of keyspaces (`space`): the database itself (keyspace 0) and those
+//! `Store::keyspace` makes, each an ordered tree of its own; every record names its keyspace,
+//! and a batch across keyspaces is one record.
+//!
 //! Modules: `leaf` (a leaf and its image), `index` (the inner levels), `forest` (the leaf
 //! table), `cmp` (key orders), `write` (changes and splits), `api` (the `Store`), `cursor`,
-//! `ckpt` (checkpoints and the cache's evictions), `open` (opening and recovery), `check`.
+//! `ckpt` (checkpoints and the cache's evictions), `open` (opening and recovery), `space`
+//! (keyspaces), `check`.
 
 mod api;
 mod check;

@@ -764,7 +764,11 @@ impl Inner {
             T_CLEAR => {
                 match h.keyspace {
                     0 => self.replay_clear(),
-                    ks => self.space_or_damage(ks)?.replay_clear(),
+                    ks => {
+                        if let Some(s) = self.space_or_damage(ks)? {
+                            s.replay_clear();
+                        }
+                    }
                 }
                 Ok(())
             }
@@ -777,18 +781,38 @@ impl Inner {
         match h.keyspace {
             0 => self.replay_one(h, rec),
             format::KS_CATALOG => self.replay_catalog(h, rec),
-            ks => self.space_or_damage(ks)?.replay_one(h, rec),
+            ks => match self.space_or_damage(ks)? {
+                Some(s) => s.replay_one(h, rec),
+                None => Ok(()),
+            },
         }
     }
 
-    /// Keyspace `ks`, which a record names: one no catalog record made is damage.
-    fn space_or_damage(&self, ks: u64) -> Result<Arc<Inner>> {
-        self.space(ks).ok_or_else(|| {
-            Error::Corrupt(format!(
-                "{}: a record of keyspace {ks}, which the database never made",
-                self.wal.dir.display()
-            ))
-        })
+    /// Keyspace `ks`, which a record names: one no catalog record made is damage. A salvage
+    /// (whose checkpoint, naming the keyspaces, may be what is damaged) leaves such records
+    /// out and reports them.
+    fn space_or_damage(&self, ks: u64) -> Result<Option<Arc<Inner>>> {
+        if let Some(s) = self.space(ks) {
+            return Ok(Some(s));
+        }
+        let what = format!("a record of keyspace {ks}, which the database never made");
+        if self.salvage {
+            let mut found = self.findings.lock();
+            if !found.iter().any(|f| f.what == what) {
+                found.push(Damaged {
+                    file: String::new(),
+                    off: 0,
+                    len: 0,
+                    lost: 1,
+                    what: what.clone(),
+                });
+            }
+            return Ok(None);
+        }
+        Err(Error::Corrupt(format!(
+            "{}: {what}",
+            self.wal.dir.display()
+        )))
     }
 
     fn replay_one(&self, h: &format::Header, rec: &[u8]) -> Result<()> {
