@@ -482,6 +482,10 @@ impl Inner {
         };
         self.evict_own();
         let target = (self.cfg.cache as i64) * 9 / 10;
+        if self.cached.load(Ordering::Relaxed) <= target {
+            return;
+        }
+        // The budget is the database's: the other keyspaces' leaves go too.
         let root = self.spaces.root.get().and_then(|w| w.upgrade());
         let others: Vec<Arc<Inner>> = root
             .into_iter()
