@@ -740,3 +740,42 @@ fn a_sigkill_loses_no_acknowledged_batch_and_splits_none() {
     }
     assert!(start > 0, "no batch was written");
 }
+
+/// `before-v3-wal.kb` holds only a write-ahead log of the build before records carried a
+/// keyspace (segment format 2, never checkpointed: the process was killed): made by that build's
+/// `kura serve 'wal.kb#sync=always'`, memcached `set k01 … k40` (values `v1` … `v40`), `delete
+/// k05`, Tyrant `misc putdup dk one`, `putdup dk two`, `putdupback dk zero`, then SIGKILL, the
+/// segment cut to 700 bytes (its records and some of the zeros written ahead). Its records,
+/// those of duplicates with bit 7 and a bare dup varint among them, replay as they were written.
+#[test]
+fn a_write_ahead_log_of_format_2_replays() {
+    let (_dir, path) = fixture("before-v3-wal.kb");
+    let path = path.to_str().unwrap().to_string();
+    for round in 0..2 {
+        let db = kura_engine::open_as(&path, OpenMode::Existing)
+            .unwrap()
+            .store;
+        assert_eq!(db.count(), 42 + round, "round {round}");
+        for i in 1..=40 {
+            let got = db
+                .get(format!("k{i:02}").as_bytes())
+                .unwrap()
+                .map(|r| r.value);
+            let want = (i != 5).then(|| format!("v{i}").into_bytes());
+            assert_eq!(got, want, "round {round}: k{i:02}");
+        }
+        assert_eq!(
+            db.get_all(b"dk").unwrap(),
+            vec![b"zero".to_vec(), b"one".to_vec(), b"two".to_vec()],
+            "round {round}"
+        );
+        assert!(db.check().unwrap().healthy(), "round {round}");
+        if round == 0 {
+            let ks = db.keyspace("dup-index", "").unwrap();
+            db.write_across(&[("", put("k41", "v41")), ("dup-index", put("dk", "3"))])
+                .unwrap();
+            assert_eq!(ks.count(), 1);
+        }
+        db.close().unwrap();
+    }
+}
