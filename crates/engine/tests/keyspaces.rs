@@ -277,6 +277,84 @@ fn repair_keeps_every_keyspace() {
     ));
 }
 
+/// Four threads writing batches across keyspaces (each thread its own keys, so the end state
+/// is known), one making keyspaces and one checkpointing meanwhile, with a cache small enough
+/// that leaves are evicted: no deadlock, every batch whole, the same after a reopen.
+#[test]
+fn concurrent_batches_across_keyspaces_with_checkpoints_and_evictions() {
+    let fs = SimVfs::new();
+    let db = Arc::new(sim_open(&fs, "leafsiz=256#cache=1m", OpenMode::Create).unwrap());
+    for name in ["a", "b", "c"] {
+        db.keyspace(name, "").unwrap();
+    }
+    const PER: usize = 400;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..4usize)
+        .map(|t| {
+            let db = db.clone();
+            std::thread::spawn(move || {
+                let mut rng = Rng(t as u64 + 100);
+                for i in 0..PER {
+                    let value = format!("{t}-{i}-{}", "v".repeat(600));
+                    let key = format!("t{t}-{:04}", rng.below(300));
+                    let ops: Vec<(&str, BatchOp)> = ["", "a", "b", "c"]
+                        .iter()
+                        .filter(|_| rng.below(3) != 0)
+                        .map(|s| (*s, put(&key, &value)))
+                        .chain([("c", put(&format!("t{t}-last"), &value))])
+                        .collect();
+                    db.write_across(&ops).unwrap();
+                }
+            })
+        })
+        .collect();
+    let side = {
+        let (db, stop) = (db.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                db.checkpoint().unwrap();
+                db.keyspace(&format!("made-{n}"), "cmp=dec").unwrap();
+                n += 1;
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            n
+        })
+    };
+    for w in writers {
+        w.join().unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let made = side.join().unwrap();
+    let snapshot = |db: &DiskTree| -> Vec<Vec<(String, String)>> {
+        let mut out = vec![records(db)];
+        for name in ["a", "b", "c"] {
+            out.push(records(&*db.keyspace(name, "").unwrap()));
+        }
+        out
+    };
+    let before = snapshot(&db);
+    let c = &before[3];
+    for t in 0..4 {
+        let last = c.iter().find(|(k, _)| *k == format!("t{t}-last")).unwrap();
+        assert!(last.1.starts_with(&format!("{t}-{}-", PER - 1)), "{last:?}");
+    }
+    assert!(db.check().unwrap().healthy());
+    let evictions = db
+        .counters()
+        .iter()
+        .find(|c| c.0 == "leaf_evictions")
+        .map_or(0, |c| c.1);
+    assert!(evictions > 0, "no leaf was evicted");
+    Arc::into_inner(db).unwrap().close().unwrap();
+    let db = sim_open(&fs, "", OpenMode::Existing).unwrap();
+    assert!(snapshot(&db) == before, "the same after a reopen");
+    for n in 0..made {
+        assert_eq!(db.keyspace(&format!("made-{n}"), "").unwrap().count(), 0);
+    }
+    assert!(db.check().unwrap().healthy());
+}
+
 // ------------------------------------------------------------------------- the model test
 
 /// The keyspaces of the model test: the database itself, one in byte order, one in decimal.
