@@ -562,9 +562,9 @@ fn write_copy(dest: &Path, ops: Vec<BatchOp>) -> Result<()> {
 
 /// The keyspaces of a memory database: each a database of the same kind with its own
 /// parameters, apart from the others. A batch across them validates every operation against
-/// its keyspace's limits first, then applies each keyspace's part under that keyspace's locks,
-/// one batch across keyspaces at a time: nothing is persisted, so there is no crash to be
-/// atomic across, and a reader may see one keyspace's part before another's while it runs.
+/// its keyspace's limits first, then takes the write locks of every keyspace it writes (the
+/// tree's lock, the hash's shards) before applying any part, so no reader sees part of it;
+/// one batch across keyspaces of a database runs at a time (which orders their locks).
 pub(crate) struct Spaces<S> {
     map: parking_lot::Mutex<std::collections::HashMap<String, Arc<S>>>,
     across: parking_lot::Mutex<()>,
@@ -587,6 +587,8 @@ trait MemKind: Store + Sized + 'static {
     fn common(&self) -> &Common;
     fn spaces(&self) -> &Spaces<Self>;
     fn open_space(params: &Params) -> Result<Self>;
+    /// Apply each group's operations to its database, every group's locks held together.
+    fn write_locked(groups: &[(&Self, &[BatchOp])]) -> Result<()>;
 }
 
 fn keyspace_of<S: MemKind>(db: &S, name: &str, params: &str) -> Result<Arc<dyn Store>> {
@@ -644,14 +646,13 @@ fn write_across_of<S: MemKind>(db: &S, ops: &[(&str, BatchOp)]) -> Result<()> {
             }
         }
     }
+    let refs: Vec<(&S, &[BatchOp])> = groups
+        .iter()
+        .filter(|(_, ops)| !ops.is_empty())
+        .map(|(space, ops)| (space.as_deref().unwrap_or(db), &ops[..]))
+        .collect();
     let _one = db.spaces().across.lock();
-    for (space, ops) in &groups {
-        match space {
-            Some(s) => s.write_batch(ops)?,
-            None => db.write_batch(ops)?,
-        }
-    }
-    Ok(())
+    S::write_locked(&refs)
 }
 
 /// Close every keyspace of a memory database closing.

@@ -176,7 +176,41 @@ impl MemTree {
     }
 }
 
+impl MemTree {
+    /// Apply `ops` under the write lock `t` of this tree.
+    fn apply_batch(&self, t: &mut TreeInner, ops: &[BatchOp]) {
+        let c = &self.common;
+        let now = now_secs();
+        for op in ops {
+            match op {
+                BatchOp::Put {
+                    key,
+                    value,
+                    flags,
+                    expires,
+                } => t.insert(c, Rec::new(key, value, *flags, *expires, c.version())),
+                BatchOp::Remove { key } => {
+                    if t.remove(c, key).is_some_and(|r| r.is_expired(now)) {
+                        c.reclaimed(1);
+                    }
+                }
+            }
+        }
+        t.reap(c, now);
+        t.enforce(c, None, now);
+    }
+}
+
 impl super::MemKind for MemTree {
+    fn write_locked(groups: &[(&Self, &[BatchOp])]) -> Result<()> {
+        // Every keyspace's lock taken (in the order of the groups) before any is written.
+        let mut locked: Vec<_> = groups.iter().map(|(db, _)| db.inner.write()).collect();
+        for ((db, ops), t) in groups.iter().zip(locked.iter_mut()) {
+            db.apply_batch(t, ops);
+        }
+        Ok(())
+    }
+
     fn common(&self) -> &Common {
         &self.common
     }
@@ -281,24 +315,7 @@ impl Store for MemTree {
             return Ok(());
         }
         let mut t = self.inner.write();
-        let now = now_secs();
-        for op in ops {
-            match op {
-                BatchOp::Put {
-                    key,
-                    value,
-                    flags,
-                    expires,
-                } => t.insert(c, Rec::new(key, value, *flags, *expires, c.version())),
-                BatchOp::Remove { key } => {
-                    if t.remove(c, key).is_some_and(|r| r.is_expired(now)) {
-                        c.reclaimed(1);
-                    }
-                }
-            }
-        }
-        t.reap(c, now);
-        t.enforce(c, None, now);
+        self.apply_batch(&mut t, ops);
         Ok(())
     }
 
