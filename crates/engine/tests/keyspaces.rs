@@ -671,6 +671,29 @@ fn databases_written_before_keyspaces_open_read_write_and_reopen() {
             }
             db.close().unwrap();
         }
+        // A tree's segments an older build wrote take no record of the newer format (which
+        // a keyspace's records and images are): their bytes are as they were, but those a
+        // checkpoint since removed. (A hash's records are the same in both.)
+        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name);
+        for sub in ["", "nodes"].into_iter().filter(|_| kb) {
+            let Ok(files) = std::fs::read_dir(Path::new(&path).join(sub)) else {
+                continue;
+            };
+            for f in files {
+                let f = f.unwrap();
+                let seg = f.file_name().into_string().unwrap();
+                if !seg.starts_with("seg-") {
+                    continue;
+                }
+                let bytes = std::fs::read(f.path()).unwrap();
+                if bytes[8..12] != 3u32.to_le_bytes() {
+                    let old = std::fs::read(src.join(sub).join(&seg)).unwrap();
+                    assert!(bytes == old, "{name}: {seg} of format 2 was written to");
+                }
+            }
+        }
         let db = kura_engine::open_as(&path, OpenMode::Existing)
             .unwrap()
             .store;

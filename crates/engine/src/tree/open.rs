@@ -750,6 +750,13 @@ impl Inner {
                 let mut tail = log.tails[0].0.lock();
                 tail.set_seg(active.clone());
                 tail.marked = log.ends_with_marker(&active)?;
+                // A record naming a keyspace goes only into a segment of the format that has
+                // them: one an older build wrote is sealed, and a new one begun.
+                let mut ver = [0u8; 4];
+                active.file.read_at(&mut ver, 8)?;
+                if u32::from_le_bytes(ver) < format::SEG_VERSION {
+                    log.roll(&mut tail)?;
+                }
             }
         }
         Ok(())
