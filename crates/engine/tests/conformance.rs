@@ -90,6 +90,13 @@ enum Opener {
     SimDiskTree(&'static str),
     /// `FixedDb::open_mode` on a `SimVfs` (kept across restarts) with these parameters.
     SimFixed(&'static str),
+    /// The keyspace `ks` (made with these parameters) of the database `kura_engine::open_as`
+    /// opens by this name. The database itself and a second keyspace hold records of their
+    /// own with the round's keys (written at the first open), which the keyspace must not show.
+    Keyspace(&'static str, &'static str),
+    /// The same on `DiskTree::open_mode` on a `SimVfs` with these parameters (kept across
+    /// restarts, so a crash restart can tear its unsynced writes).
+    SimKeyspace(&'static str, &'static str),
 }
 
 enum Restart {
@@ -114,6 +121,10 @@ const KINDS: &[KindUnderTest] = &[
     KindUnderTest { label: ".kb", open: Opener::Name("{dir}/db.kb#segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=512#cache=1m#sync=none"), restart: Restart::Reopen, retune: &["", "compress=zstd", "compress=none"], copy_as: ".kb", ids: None },
     KindUnderTest { label: ".kb sim", open: Opener::SimDiskTree("segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=300#cache=1m#sync=none"), restart: Restart::Reopen, retune: &[""], copy_as: ".kb", ids: None },
     KindUnderTest { label: ".kb sim crash", open: Opener::SimDiskTree("segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=400#compress=lz4#sync=always"), restart: Restart::Crash, retune: &["", "compress=none"], copy_as: ".kb", ids: None },
+    KindUnderTest { label: "* keyspace", open: Opener::Keyspace("*", ""), restart: Restart::None, retune: &["", "bnum=1000"], copy_as: ".kh", ids: None },
+    KindUnderTest { label: "+ keyspace", open: Opener::Keyspace("+", ""), restart: Restart::None, retune: &[""], copy_as: ".kh", ids: None },
+    KindUnderTest { label: ".kb keyspace sim crash", open: Opener::SimKeyspace("segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=400#compress=lz4#sync=always", "cmp=lex"), restart: Restart::Crash, retune: &[""], copy_as: ".kb", ids: None },
+    KindUnderTest { label: ".kb keyspace", open: Opener::Keyspace("{dir}/db.kb#segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=512#cache=1m#sync=none", "cmp=lex"), restart: Restart::Reopen, retune: &[""], copy_as: ".kb", ids: None },
     KindUnderTest { label: ".kf", open: Opener::Name("{dir}/db.kf#width=300000#limsiz=2t#segsiz=64k#bufsiz=4k#ckptsiz=1m#sync=none"), restart: Restart::Reopen, retune: KF_RETUNE, copy_as: ".kf", ids: Some(KF_WIDTH) },
     KindUnderTest { label: ".kf sim", open: Opener::SimFixed("width=300#limsiz=2t#segsiz=64k#bufsiz=4k#ckptsiz=1m#sync=none"), restart: Restart::Reopen, retune: KF_SIM_RETUNE, copy_as: ".kf", ids: Some(KF_SIM_WIDTH) },
     KindUnderTest { label: ".kf sim crash", open: Opener::SimFixed("width=300#limsiz=2t#segsiz=64k#bufsiz=4k#ckptsiz=1m#sync=always"), restart: Restart::Crash, retune: KF_SIM_RETUNE, copy_as: ".kf", ids: Some(KF_SIM_WIDTH) },
@@ -150,6 +161,36 @@ fn kinds() -> Vec<&'static KindUnderTest> {
     picked
 }
 
+/// Records a keyspace under test must not show, written when its database is made: in the
+/// database itself and in a sibling keyspace, some by one batch across both.
+fn write_beside(db: &dyn Store, params: &str) {
+    let other = db.keyspace("other", params).unwrap();
+    for k in ["k1", "k2", "k12", "t0-k1", "zz"] {
+        db.put(k.as_bytes(), b"the database's").unwrap();
+        other.put(k.as_bytes(), b"another keyspace's").unwrap();
+    }
+    let put = |key: &[u8]| BatchOp::Put {
+        key: key.to_vec(),
+        value: b"across".to_vec(),
+        flags: 0,
+        expires: 0,
+    };
+    db.write_across(&[("", put(b"k3")), ("other", put(b"k3"))])
+        .unwrap();
+}
+
+/// Whether the records `write_beside` wrote are there, untouched.
+fn check_beside(db: &dyn Store) {
+    assert_eq!(db.get(b"k3").unwrap().unwrap().value, b"across");
+    let other = db.keyspace("other", "").unwrap();
+    assert_eq!(other.count(), 6, "the other keyspace's records");
+    assert_eq!(
+        other.get(b"zz").unwrap().unwrap().value,
+        b"another keyspace's"
+    );
+    assert_eq!(other.get(b"k3").unwrap().unwrap().value, b"across");
+}
+
 /// An open database of one kind, with what it needs to restart.
 struct Db {
     kind: &'static KindUnderTest,
@@ -162,6 +203,9 @@ struct Db {
 
 enum Handle {
     Named(Arc<dyn Store>),
+    /// A keyspace, and the database it belongs to (kept open).
+    Keyspace(Arc<dyn Store>, Arc<dyn Store>),
+    SimKeyspace(Arc<dyn Store>, Arc<DiskTree>),
     Sim(Arc<DiskHash>),
     SimTree(Arc<DiskTree>),
     SimFixed(Arc<FixedDb>),
@@ -205,6 +249,36 @@ impl Db {
                 )
                 .unwrap(),
             )),
+            Opener::Keyspace(name, params) => {
+                let name = name.replace("{dir}", dir.to_str().unwrap());
+                let mode = if name.starts_with(['*', '+']) {
+                    OpenMode::Create
+                } else {
+                    mode
+                };
+                let db = kura_engine::open_as(&name, mode).unwrap().store;
+                let ks = db.keyspace("ks", params).unwrap();
+                if mode == OpenMode::Create {
+                    write_beside(&*db, params);
+                }
+                Handle::Keyspace(ks, db)
+            }
+            Opener::SimKeyspace(db_params, params) => {
+                let db = Arc::new(
+                    DiskTree::open_mode(
+                        Path::new(SIM_TREE_PATH),
+                        &Params::parse(db_params).unwrap(),
+                        Arc::new(fs.clone()),
+                        mode,
+                    )
+                    .unwrap(),
+                );
+                let ks = db.keyspace("ks", params).unwrap();
+                if mode == OpenMode::Create {
+                    write_beside(&*db, params);
+                }
+                Handle::SimKeyspace(ks, db)
+            }
             Opener::SimFixed(params) => Handle::SimFixed(Arc::new(
                 FixedDb::open_mode(
                     Path::new(SIM_FIXED_PATH),
@@ -220,6 +294,7 @@ impl Db {
     fn store(&self) -> Arc<dyn Store> {
         match self.handle.as_ref().expect("open") {
             Handle::Named(s) => s.clone(),
+            Handle::Keyspace(s, _) | Handle::SimKeyspace(s, _) => s.clone(),
             Handle::Sim(d) => d.clone(),
             Handle::SimTree(d) => d.clone(),
             Handle::SimFixed(d) => d.clone(),
@@ -235,6 +310,42 @@ impl Db {
                 return;
             }
             (Restart::Reopen, Handle::Named(s)) => s.close().unwrap(),
+            (Restart::Reopen, Handle::Keyspace(s, db)) => {
+                s.close().unwrap();
+                // The database and its other keyspace kept their own records.
+                db.close().unwrap();
+                drop(db);
+                let db = kura_engine::open_as(
+                    &match self.kind.open {
+                        Opener::Keyspace(name, _) => {
+                            name.replace("{dir}", self.dir.path().to_str().unwrap())
+                        }
+                        _ => unreachable!(),
+                    },
+                    OpenMode::Existing,
+                )
+                .unwrap()
+                .store;
+                check_beside(&*db);
+                db.close().unwrap();
+            }
+            (Restart::Crash, Handle::SimKeyspace(s, db)) => {
+                drop(s);
+                Arc::into_inner(db)
+                    .expect("no other handle at a crash")
+                    .abandon();
+                self.fs.crash(CrashMode::Torn { seed });
+                let handle =
+                    Self::open_handle(self.kind, self.dir.path(), &self.fs, OpenMode::Existing);
+                if let Handle::SimKeyspace(_, db) = &handle {
+                    check_beside(&**db);
+                }
+                self.handle = Some(handle);
+                return;
+            }
+            (Restart::Reopen, Handle::SimKeyspace(..)) => {
+                panic!("a keyspace on SimVfs restarts by a crash")
+            }
             (Restart::Reopen, Handle::Sim(d)) => d.close().unwrap(),
             (Restart::Reopen, Handle::SimTree(d)) => d.close().unwrap(),
             (Restart::Crash, Handle::SimTree(d)) => {
@@ -256,7 +367,7 @@ impl Db {
                     .abandon();
                 self.fs.crash(CrashMode::Torn { seed });
             }
-            (Restart::Crash, Handle::Named(_)) => {
+            (Restart::Crash, Handle::Named(_) | Handle::Keyspace(..)) => {
                 panic!("a crash restart needs a SimDiskHash opener")
             }
         }

@@ -16,15 +16,26 @@
 //! ```text
 //! 0   4  crc32c (seeded with the segment salt) of every byte after this field
 //! 4   1  bits: 0-1 type (0 put, 1 delete, 2 batch, 3 clear), 2 flags present,
-//!           3 expires present, 4 version present, 5-6 compression code, 7 dup present
+//!           3 expires present, 4 version present, 5-6 compression code, 7 extension present
 //! 5   ..  put:    varint klen, varint vlen (stored bytes), [varint raw_len if compressed],
 //!                 varint seq, [u32 LE flags], [varint expires], [varint version],
-//!                 [varint dup], key, value
-//!         delete: varint klen, varint seq, [varint dup], key
+//!                 [extension], key, value
+//!         delete: varint klen, varint seq, [extension], key
 //!         batch:  varint body_len, varint count, body = `count` complete put/delete records
-//!         clear:  varint clear id, varint lanes (a vanish writes one clear into each of its
-//!                 lanes; recovery honours it only when all of them survived)
+//!                 (each sealed, with the segment's seed or in the B+ tree with [`inner_seed`])
+//!         clear:  varint clear id, varint lanes, [extension] (a vanish writes one clear into
+//!                 each of its lanes; recovery honours it only when all of them survived)
 //! ```
+//! The extension (bit 7) is one of two forms, told apart by its first byte:
+//! ```text
+//! varint dup                  (first byte not 0: a dup is never 0 where it is written)
+//! 0x00, varint what,          what: bit 0 dup present, bit 1 keyspace present
+//!       [varint dup], [varint keyspace]
+//! ```
+//! The first form is the whole of versions 1 and 2 (bit 7 was "dup present"), so a record
+//! parses the same whatever its segment's version: no reader needs to know it. A record of
+//! keyspace 0 (the database itself) carries no keyspace and costs no byte more than before;
+//! the second form appears only in version-3 segments.
 //! `seq` orders the writes of one shard: every write of a key takes the next number of its
 //! shard (under the shard's lock), so whatever log (lane) a record landed in, recovery applies
 //! a key's records in the order they were made. It is also the record's version, unless the
@@ -34,15 +45,22 @@
 //!
 //! `dup` (the B+ tree only) names one of several values of a key: a put sets that value, a
 //! delete removes it; absent, it is 0 (the value of a key without duplicates).
+//!
+//! `keyspace` (the B+ tree only) names the keyspace a record belongs to: 0 the database
+//! itself, [`KS_CATALOG`] the catalog (a put per keyspace: key its name, value its id and
+//! parameters), [`KS_FIRST`] and up the keyspaces made by `Store::keyspace`. A batch frame's
+//! records may name different keyspaces: the frame is checked as one, so a batch across
+//! keyspaces is applied whole or not at all.
 
 use crate::config::Compression;
 use crate::error::{Error, Result};
 
 pub const SEG_MAGIC: &[u8; 8] = b"KURASEG1";
-/// Written into new segments. Version 2 added the put record's own version (bit 4); this
-/// build reads versions 1 and 2, so older databases open unchanged, while an older build
-/// refuses a version-2 segment with a clear error instead of taking bit 4 for damage.
-pub const SEG_VERSION: u32 = 2;
+/// Written into new segments. Version 2 added the put record's own version (bit 4), version 3
+/// the extension's keyspace form (bit 7); this build reads versions 1 to 3, so older databases
+/// open unchanged, while an older build refuses a newer segment with a clear error instead of
+/// misreading its records.
+pub const SEG_VERSION: u32 = 3;
 /// The oldest segment format this build reads.
 pub const SEG_VERSION_MIN: u32 = 1;
 pub const SEG_HEADER_LEN: usize = 32;
@@ -56,10 +74,18 @@ const B_FLAGS: u8 = 1 << 2;
 const B_EXPIRES: u8 = 1 << 3;
 const B_VERSION: u8 = 1 << 4;
 const COMP_SHIFT: u8 = 5;
-const B_DUP: u8 = 1 << 7;
+const B_EXT: u8 = 1 << 7;
+const EXT_DUP: u64 = 1;
+const EXT_KEYSPACE: u64 = 2;
 
-/// Longest possible record header: crc + bits + 7 varints of at most 10 bytes + flags.
-pub const MAX_HEADER_LEN: usize = 4 + 1 + 10 * 7 + 4;
+/// The keyspace of the catalog (see the module documentation).
+pub const KS_CATALOG: u64 = 1;
+/// The first keyspace id `Store::keyspace` gives out.
+pub const KS_FIRST: u64 = 2;
+
+/// Longest possible record header: crc + bits + 6 varints of at most 10 bytes + flags + the
+/// extension (a zero byte and three varints).
+pub const MAX_HEADER_LEN: usize = 4 + 1 + 10 * 6 + 4 + 1 + 10 * 3;
 
 /// What a segment header says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,6 +184,16 @@ impl HeaderBuf {
         h
     }
 
+    /// The header of a put record in keyspace `ks`.
+    pub fn put_in(ks: u64, klen: usize, vlen: usize, f: &PutFields) -> HeaderBuf {
+        let mut h = HeaderBuf {
+            b: [0; MAX_HEADER_LEN],
+            n: 0,
+        };
+        encode_put_header_in(&mut h, ks, klen, vlen, f);
+        h
+    }
+
     /// The header of a delete record of a `klen`-byte key.
     pub fn delete(klen: usize, seq: u64) -> HeaderBuf {
         HeaderBuf::delete_dup(klen, seq, 0)
@@ -165,11 +201,16 @@ impl HeaderBuf {
 
     /// The header of a delete record of value `dup` of a `klen`-byte key.
     pub fn delete_dup(klen: usize, seq: u64, dup: u64) -> HeaderBuf {
+        HeaderBuf::delete_in(0, klen, seq, dup)
+    }
+
+    /// The header of a delete record of value `dup` of a `klen`-byte key in keyspace `ks`.
+    pub fn delete_in(ks: u64, klen: usize, seq: u64, dup: u64) -> HeaderBuf {
         let mut h = HeaderBuf {
             b: [0; MAX_HEADER_LEN],
             n: 0,
         };
-        encode_delete_header(&mut h, klen, seq, dup);
+        encode_delete_header(&mut h, ks, klen, seq, dup);
         h
     }
 
@@ -232,8 +273,13 @@ impl PutFields {
 
 /// Append a put record (crc left zero: see [`seal`]). Returns the record length.
 pub fn encode_put(out: &mut Vec<u8>, key: &[u8], value: &[u8], f: &PutFields) -> usize {
+    encode_put_in(out, 0, key, value, f)
+}
+
+/// Append a put record in keyspace `ks` (crc left zero). Returns the record length.
+pub fn encode_put_in(out: &mut Vec<u8>, ks: u64, key: &[u8], value: &[u8], f: &PutFields) -> usize {
     let start = out.len();
-    encode_put_header(out, key.len(), value.len(), f);
+    encode_put_header_in(out, ks, key.len(), value.len(), f);
     out.extend_from_slice(key);
     out.extend_from_slice(value);
     out.len() - start
@@ -241,6 +287,51 @@ pub fn encode_put(out: &mut Vec<u8>, key: &[u8], value: &[u8], f: &PutFields) ->
 
 /// Append only the header of a put record (through the fields, before the key).
 pub fn encode_put_header(out: &mut impl Sink, klen: usize, vlen: usize, f: &PutFields) {
+    encode_put_header_in(out, 0, klen, vlen, f)
+}
+
+/// The extension of a record: none, the dup alone, or the long form.
+fn put_ext(out: &mut impl Sink, dup: u64, ks: u64) {
+    if ks == 0 {
+        if dup != 0 {
+            put_varint(out, dup);
+        }
+        return;
+    }
+    out.put(&[0]);
+    let what = EXT_KEYSPACE | if dup != 0 { EXT_DUP } else { 0 };
+    put_varint(out, what);
+    if dup != 0 {
+        put_varint(out, dup);
+    }
+    put_varint(out, ks);
+}
+
+/// Parse an extension at `*pos`: (dup, keyspace).
+fn get_ext(buf: &[u8], pos: &mut usize) -> Option<(u64, u64)> {
+    if *buf.get(*pos)? != 0 {
+        return Some((get_varint(buf, pos)?, 0));
+    }
+    *pos += 1;
+    let what = get_varint(buf, pos)?;
+    if what & !(EXT_DUP | EXT_KEYSPACE) != 0 {
+        return None;
+    }
+    let dup = if what & EXT_DUP != 0 {
+        get_varint(buf, pos).filter(|&d| d != 0)?
+    } else {
+        0
+    };
+    let ks = if what & EXT_KEYSPACE != 0 {
+        get_varint(buf, pos).filter(|&k| k != 0)?
+    } else {
+        0
+    };
+    Some((dup, ks))
+}
+
+/// Append only the header of a put record in keyspace `ks`.
+pub fn encode_put_header_in(out: &mut impl Sink, ks: u64, klen: usize, vlen: usize, f: &PutFields) {
     let mut bits = T_PUT | (f.compression << COMP_SHIFT);
     if f.flags != 0 {
         bits |= B_FLAGS;
@@ -251,8 +342,8 @@ pub fn encode_put_header(out: &mut impl Sink, klen: usize, vlen: usize, f: &PutF
     if f.version != 0 {
         bits |= B_VERSION;
     }
-    if f.dup != 0 {
-        bits |= B_DUP;
+    if f.dup != 0 || ks != 0 {
+        bits |= B_EXT;
     }
     out.put(&[0, 0, 0, 0, bits]);
     put_varint(out, klen as u64);
@@ -270,8 +361,8 @@ pub fn encode_put_header(out: &mut impl Sink, klen: usize, vlen: usize, f: &PutF
     if f.version != 0 {
         put_varint(out, f.version);
     }
-    if f.dup != 0 {
-        put_varint(out, f.dup);
+    if bits & B_EXT != 0 {
+        put_ext(out, f.dup, ks);
     }
 }
 
@@ -281,28 +372,43 @@ pub fn encode_delete(out: &mut Vec<u8>, key: &[u8], seq: u64) -> usize {
 
 /// A delete record of value `dup` of `key`.
 pub fn encode_delete_dup(out: &mut Vec<u8>, key: &[u8], seq: u64, dup: u64) -> usize {
+    encode_delete_in(out, 0, key, seq, dup)
+}
+
+/// A delete record of value `dup` of `key` in keyspace `ks`.
+pub fn encode_delete_in(out: &mut Vec<u8>, ks: u64, key: &[u8], seq: u64, dup: u64) -> usize {
     let start = out.len();
-    encode_delete_header(out, key.len(), seq, dup);
+    encode_delete_header(out, ks, key.len(), seq, dup);
     out.extend_from_slice(key);
     out.len() - start
 }
 
 /// The header of a delete record (crc left zero), before its key.
-fn encode_delete_header(out: &mut impl Sink, klen: usize, seq: u64, dup: u64) {
-    let bits = if dup != 0 { T_DELETE | B_DUP } else { T_DELETE };
+fn encode_delete_header(out: &mut impl Sink, ks: u64, klen: usize, seq: u64, dup: u64) {
+    let ext = dup != 0 || ks != 0;
+    let bits = if ext { T_DELETE | B_EXT } else { T_DELETE };
     out.put(&[0, 0, 0, 0, bits]);
     put_varint(out, klen as u64);
     put_varint(out, seq);
-    if dup != 0 {
-        put_varint(out, dup);
+    if ext {
+        put_ext(out, dup, ks);
     }
 }
 
 pub fn encode_clear(out: &mut Vec<u8>, id: u64, lanes: usize) -> usize {
+    encode_clear_in(out, 0, id, lanes)
+}
+
+/// A clear record of keyspace `ks` (it empties that keyspace only).
+pub fn encode_clear_in(out: &mut Vec<u8>, ks: u64, id: u64, lanes: usize) -> usize {
     let start = out.len();
-    out.extend_from_slice(&[0, 0, 0, 0, T_CLEAR]);
+    let bits = if ks != 0 { T_CLEAR | B_EXT } else { T_CLEAR };
+    out.extend_from_slice(&[0, 0, 0, 0, bits]);
     put_varint(out, id);
     put_varint(out, lanes as u64);
+    if ks != 0 {
+        put_ext(out, 0, ks);
+    }
     out.len() - start
 }
 
@@ -329,6 +435,15 @@ pub fn marker(seed: u32) -> [u8; MARKER_LEN] {
     out
 }
 
+/// The checksum seed of the records inside a batch frame of a log whose inner records are
+/// never read on their own (the B+ tree's write-ahead log): a scan looking past damage then
+/// never takes the inner records of a damaged frame for records of their own, so a damaged
+/// batch is lost whole, never in part. (The frame's own checksum covers them.)
+#[inline]
+pub fn inner_seed(seed: u32) -> u32 {
+    seed ^ 0x5bd1_e995
+}
+
 /// Fill in the checksum of the record occupying all of `rec`.
 #[inline]
 pub fn seal(rec: &mut [u8], seed: u32) {
@@ -348,6 +463,8 @@ pub struct Header {
     pub vlen: usize,
     /// Sub-record count (batch).
     pub count: u64,
+    /// The keyspace of a put, delete or clear (0: the database itself).
+    pub keyspace: u64,
     /// Whole record length.
     pub len: usize,
 }
@@ -371,6 +488,7 @@ pub fn parse_header(buf: &[u8]) -> Option<Header> {
         klen: 0,
         vlen: 0,
         count: 0,
+        keyspace: 0,
         len: 0,
     };
     match typ {
@@ -393,8 +511,8 @@ pub fn parse_header(buf: &[u8]) -> Option<Header> {
             if bits & B_VERSION != 0 {
                 h.fields.version = get_varint(buf, &mut pos)?;
             }
-            if bits & B_DUP != 0 {
-                h.fields.dup = get_varint(buf, &mut pos)?;
+            if bits & B_EXT != 0 {
+                (h.fields.dup, h.keyspace) = get_ext(buf, &mut pos)?;
             }
             if h.klen > crate::store::MAX_KEY_LEN || h.vlen > 2 * crate::store::MAX_VALUE_LEN {
                 return None;
@@ -403,8 +521,8 @@ pub fn parse_header(buf: &[u8]) -> Option<Header> {
         T_DELETE => {
             h.klen = usize::try_from(get_varint(buf, &mut pos)?).ok()?;
             h.fields.seq = get_varint(buf, &mut pos)?;
-            if bits & B_DUP != 0 {
-                h.fields.dup = get_varint(buf, &mut pos)?;
+            if bits & B_EXT != 0 {
+                (h.fields.dup, h.keyspace) = get_ext(buf, &mut pos)?;
             }
             if h.klen > crate::store::MAX_KEY_LEN {
                 return None;
@@ -422,15 +540,18 @@ pub fn parse_header(buf: &[u8]) -> Option<Header> {
             // clear: its id in `fields.seq`, its lane count in `count`
             h.fields.seq = get_varint(buf, &mut pos)?;
             h.count = get_varint(buf, &mut pos)?;
+            if bits & B_EXT != 0 {
+                let (dup, ks) = get_ext(buf, &mut pos)?;
+                if dup != 0 || ks == 0 {
+                    return None;
+                }
+                h.keyspace = ks;
+            }
         }
     }
     let version = if typ == T_PUT { B_VERSION } else { 0 };
-    let dup = if typ == T_PUT || typ == T_DELETE {
-        B_DUP
-    } else {
-        0
-    };
-    if bits & !(3 | B_FLAGS | B_EXPIRES | version | dup | (3 << COMP_SHIFT)) != 0 {
+    let ext = if typ == T_BATCH { 0 } else { B_EXT };
+    if bits & !(3 | B_FLAGS | B_EXPIRES | version | ext | (3 << COMP_SHIFT)) != 0 {
         return None;
     }
     h.key_off = pos;
@@ -550,5 +671,67 @@ mod tests {
         encode_delete(&mut d, b"k", 5);
         d[4] |= B_VERSION;
         assert!(parse_header(&d).is_none());
+    }
+
+    /// Records naming a keyspace round-trip; keyspace 0 costs nothing; a version-2 dup record
+    /// (bit 7 and a bare dup varint) parses as it always did.
+    #[test]
+    fn keyspace_extension() {
+        let f = PutFields {
+            seq: 9,
+            dup: 300,
+            ..PutFields::default()
+        };
+        for (ks, dup) in [(0u64, 0u64), (0, 300), (2, 0), (2, 300), (u64::MAX, 1)] {
+            let f = PutFields { dup, ..f };
+            let mut v = Vec::new();
+            let n = encode_put_in(&mut v, ks, b"key", b"val", &f);
+            let h = parse_header(&v).unwrap();
+            assert_eq!((h.keyspace, h.fields, h.len), (ks, f, n), "put {ks} {dup}");
+            assert_eq!(&v[h.value_off()..h.len], b"val");
+            let hb = HeaderBuf::put_in(ks, 3, 3, &f);
+            assert_eq!(hb.as_slice(), &v[..h.key_off]);
+            let mut d = Vec::new();
+            let n = encode_delete_in(&mut d, ks, b"key", 4, dup);
+            let h = parse_header(&d).unwrap();
+            assert_eq!(
+                (h.keyspace, h.fields.dup, h.len, h.typ),
+                (ks, dup, n, T_DELETE)
+            );
+            assert_eq!(
+                HeaderBuf::delete_in(ks, 3, 4, dup).as_slice(),
+                &d[..h.key_off]
+            );
+            let mut c = Vec::new();
+            encode_clear_in(&mut c, ks, 5, 1);
+            let h = parse_header(&c).unwrap();
+            assert_eq!(
+                (h.keyspace, h.fields.seq, h.count, h.len),
+                (ks, 5, 1, c.len())
+            );
+        }
+        let mut plain = Vec::new();
+        let mut in0 = Vec::new();
+        encode_put(&mut plain, b"k", b"v", &f);
+        encode_put_in(&mut in0, 0, b"k", b"v", &f);
+        assert_eq!(plain, in0);
+        // A version-2 record of dup 300: bits | B_EXT, the dup varint where the extension is.
+        let mut v2 = vec![0, 0, 0, 0, T_PUT | B_EXT, 1, 1, 9];
+        put_varint(&mut v2, 300);
+        v2.extend_from_slice(b"kv");
+        let h = parse_header(&v2).unwrap();
+        assert_eq!((h.fields.dup, h.keyspace, h.len), (300, 0, v2.len()));
+        // The long form with an unknown bit, a zero keyspace or a zero dup is damage.
+        for bad in [[0u8, 4, 2], [0, 2, 0], [0, 1, 0]] {
+            let mut r = vec![0, 0, 0, 0, T_DELETE | B_EXT, 1, 7];
+            r.extend_from_slice(&bad);
+            r.push(b'k');
+            assert!(parse_header(&r).is_none(), "{bad:?}");
+        }
+        // A batch frame carries no extension.
+        let mut b = Vec::new();
+        encode_batch_header(&mut b, 0, 0);
+        b[4] |= B_EXT;
+        assert!(parse_header(&b).is_none());
     }
 }

@@ -251,6 +251,7 @@ pub struct MemHash {
     shards: Box<[Padded]>,
     /// Where the round-robin eviction across shards continues.
     evict_rr: AtomicUsize,
+    spaces: super::Spaces<MemHash>,
 }
 
 impl MemHash {
@@ -263,6 +264,7 @@ impl MemHash {
                 .map(|_| Padded(RwLock::new(Shard::default())))
                 .collect(),
             evict_rr: AtomicUsize::new(0),
+            spaces: super::Spaces::default(),
         };
         if let Some(bnum) = t.bnum {
             db.reserve(bnum)?;
@@ -336,7 +338,117 @@ impl MemHash {
     }
 }
 
+/// The shards a batch writes, locked, and its keys' hashes.
+pub(super) struct LockedBatch<'a> {
+    hashes: Vec<u64>,
+    guards: Vec<Option<RwLockWriteGuard<'a, Shard>>>,
+}
+
+impl MemHash {
+    /// Lock every shard `ops` write, in ascending order (no deadlock with other batches),
+    /// checking each has room.
+    pub(super) fn lock_batch(&self, ops: &[BatchOp]) -> Result<LockedBatch<'_>> {
+        let hashes: Vec<u64> = ops.iter().map(|op| xxh3_64(op.key())).collect();
+        let mut puts = [0usize; SHARDS];
+        let mut involved = [false; SHARDS];
+        for (op, &h) in ops.iter().zip(&hashes) {
+            involved[shard_of(h)] = true;
+            if matches!(op, BatchOp::Put { .. }) {
+                puts[shard_of(h)] += 1;
+            }
+        }
+        let guards: Vec<Option<RwLockWriteGuard<'_, Shard>>> = (0..SHARDS)
+            .map(|i| involved[i].then(|| self.shard(i).write()))
+            .collect();
+        for (i, g) in guards.iter().enumerate() {
+            if g.as_ref().is_some_and(|g| !g.has_room(puts[i])) {
+                return Err(Error::TooLarge("shard holds 2^32 records".into()));
+            }
+        }
+        Ok(LockedBatch { hashes, guards })
+    }
+
+    /// Apply `ops` under the locks `lock_batch` took for them.
+    pub(super) fn apply_batch(&self, ops: &[BatchOp], l: &mut LockedBatch<'_>) {
+        let c = &self.common;
+        let now = now_secs();
+        for (op, &h) in ops.iter().zip(&l.hashes) {
+            let si = shard_of(h);
+            let Some(sh) = l.guards[si].as_mut() else {
+                continue; // unreachable: every involved shard is locked
+            };
+            let pos = sh.find(h, op.key());
+            match op {
+                BatchOp::Put {
+                    key,
+                    value,
+                    flags,
+                    expires,
+                } => {
+                    let version = sh.next_version(si);
+                    let rec = Rec::new(key, value, *flags, *expires, version);
+                    match pos {
+                        Some(i) => sh.replace_at(c, i, rec),
+                        None => sh.insert_new(c, h, rec),
+                    }
+                }
+                BatchOp::Remove { .. } => {
+                    if let Some(i) = pos {
+                        let expired = sh.slots[i].is_expired(now);
+                        sh.remove_at(c, i, h);
+                        if expired {
+                            c.reclaimed(1);
+                        }
+                    }
+                }
+            }
+        }
+        for sh in l.guards.iter_mut().flatten() {
+            self.after_write(sh, None, now);
+        }
+    }
+}
+
+impl super::MemKind for MemHash {
+    fn write_locked(groups: &[(&Self, &[BatchOp])]) -> Result<()> {
+        // Every keyspace's shards locked (in the order of the groups, then ascending) before
+        // any is written.
+        let mut locked = Vec::with_capacity(groups.len());
+        for (db, ops) in groups {
+            locked.push(db.lock_batch(ops)?);
+        }
+        for ((db, ops), l) in groups.iter().zip(locked.iter_mut()) {
+            db.apply_batch(ops, l);
+        }
+        drop(locked);
+        for (db, _) in groups {
+            if db.common.over_cap() {
+                db.enforce(None);
+            }
+        }
+        Ok(())
+    }
+
+    fn common(&self) -> &Common {
+        &self.common
+    }
+    fn spaces(&self) -> &super::Spaces<Self> {
+        &self.spaces
+    }
+    fn open_space(params: &Params) -> Result<Self> {
+        MemHash::open(params)
+    }
+}
+
 impl Store for MemHash {
+    fn keyspace(&self, name: &str, params: &str) -> Result<Arc<dyn Store>> {
+        super::keyspace_of(self, name, params)
+    }
+
+    fn write_across(&self, ops: &[(&str, BatchOp)]) -> Result<()> {
+        super::write_across_of(self, ops)
+    }
+
     fn get(&self, key: &[u8]) -> Result<Option<Record>> {
         let mut found = None;
         self.with_live(key, |r| found = Some(r.record()))?;
@@ -438,60 +550,9 @@ impl Store for MemHash {
         if ops.is_empty() {
             return Ok(());
         }
-        let hashes: Vec<u64> = ops.iter().map(|op| xxh3_64(op.key())).collect();
-        let mut puts = [0usize; SHARDS];
-        let mut involved = [false; SHARDS];
-        for (op, &h) in ops.iter().zip(&hashes) {
-            involved[shard_of(h)] = true;
-            if matches!(op, BatchOp::Put { .. }) {
-                puts[shard_of(h)] += 1;
-            }
-        }
-        // Lock every involved shard in ascending order (no deadlock with other batches).
-        let mut guards: Vec<Option<RwLockWriteGuard<'_, Shard>>> = (0..SHARDS)
-            .map(|i| involved[i].then(|| self.shard(i).write()))
-            .collect();
-        for (i, g) in guards.iter().enumerate() {
-            if g.as_ref().is_some_and(|g| !g.has_room(puts[i])) {
-                return Err(Error::TooLarge("shard holds 2^32 records".into()));
-            }
-        }
-        let now = now_secs();
-        for (op, &h) in ops.iter().zip(&hashes) {
-            let si = shard_of(h);
-            let Some(sh) = guards[si].as_mut() else {
-                continue; // unreachable: every involved shard is locked
-            };
-            let pos = sh.find(h, op.key());
-            match op {
-                BatchOp::Put {
-                    key,
-                    value,
-                    flags,
-                    expires,
-                } => {
-                    let version = sh.next_version(si);
-                    let rec = Rec::new(key, value, *flags, *expires, version);
-                    match pos {
-                        Some(i) => sh.replace_at(c, i, rec),
-                        None => sh.insert_new(c, h, rec),
-                    }
-                }
-                BatchOp::Remove { .. } => {
-                    if let Some(i) = pos {
-                        let expired = sh.slots[i].is_expired(now);
-                        sh.remove_at(c, i, h);
-                        if expired {
-                            c.reclaimed(1);
-                        }
-                    }
-                }
-            }
-        }
-        for sh in guards.iter_mut().flatten() {
-            self.after_write(sh, None, now);
-        }
-        drop(guards);
+        let mut locked = self.lock_batch(ops)?;
+        self.apply_batch(ops, &mut locked);
+        drop(locked);
         if self.common.over_cap() {
             self.enforce(None);
         }
@@ -624,6 +685,7 @@ impl Store for MemHash {
 
     fn close(&self) -> Result<()> {
         self.common.close()?;
+        super::close_spaces(self);
         // Nothing can use the data any more: free it.
         for mut sh in self.lock_all() {
             for r in &sh.slots {

@@ -560,6 +560,108 @@ fn write_copy(dest: &Path, ops: Vec<BatchOp>) -> Result<()> {
     db.close()
 }
 
+/// The keyspaces of a memory database: each a database of the same kind with its own
+/// parameters, apart from the others. A batch across them validates every operation against
+/// its keyspace's limits first, then takes the write locks of every keyspace it writes (the
+/// tree's lock, the hash's shards) before applying any part, so no reader sees part of it;
+/// one batch across keyspaces of a database runs at a time (which orders their locks).
+pub(crate) struct Spaces<S> {
+    map: parking_lot::Mutex<std::collections::HashMap<String, Arc<S>>>,
+    across: parking_lot::Mutex<()>,
+    /// This database is itself a keyspace (which has none of its own).
+    is_space: AtomicBool,
+}
+
+impl<S> Default for Spaces<S> {
+    fn default() -> Self {
+        Spaces {
+            map: parking_lot::Mutex::new(std::collections::HashMap::new()),
+            across: parking_lot::Mutex::new(()),
+            is_space: AtomicBool::new(false),
+        }
+    }
+}
+
+/// What the keyspaces of both memory kinds need of them.
+trait MemKind: Store + Sized + 'static {
+    fn common(&self) -> &Common;
+    fn spaces(&self) -> &Spaces<Self>;
+    fn open_space(params: &Params) -> Result<Self>;
+    /// Apply each group's operations to its database, every group's locks held together.
+    fn write_locked(groups: &[(&Self, &[BatchOp])]) -> Result<()>;
+}
+
+fn keyspace_of<S: MemKind>(db: &S, name: &str, params: &str) -> Result<Arc<dyn Store>> {
+    db.common().check_open()?;
+    crate::store::check_keyspace_name(name)?;
+    if db.spaces().is_space.load(Relaxed) {
+        return Err(Error::Unsupported("a keyspace of a keyspace"));
+    }
+    let mut map = db.spaces().map.lock();
+    if let Some(s) = map.get(name) {
+        return Ok(s.clone());
+    }
+    let s = S::open_space(&Params::parse(params)?)?;
+    s.spaces().is_space.store(true, Relaxed);
+    let s = Arc::new(s);
+    map.insert(name.to_string(), s.clone());
+    Ok(s)
+}
+
+fn write_across_of<S: MemKind>(db: &S, ops: &[(&str, BatchOp)]) -> Result<()> {
+    db.common().check_open()?;
+    // Each keyspace's operations, in their order.
+    let mut groups: Vec<(Option<Arc<S>>, Vec<BatchOp>)> = Vec::new();
+    {
+        let map = db.spaces().map.lock();
+        let mut at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        for (name, op) in ops {
+            let g = match at.get(name) {
+                Some(&g) => g,
+                None => {
+                    let space = if name.is_empty() {
+                        None
+                    } else {
+                        Some(map.get(*name).cloned().ok_or_else(|| {
+                            Error::NotFound(format!(
+                                "no keyspace `{name}` (Store::keyspace makes one)"
+                            ))
+                        })?)
+                    };
+                    groups.push((space, Vec::new()));
+                    at.insert(name, groups.len() - 1);
+                    groups.len() - 1
+                }
+            };
+            groups[g].1.push(op.clone());
+        }
+    }
+    for (space, ops) in &groups {
+        let c = space.as_deref().map_or(db.common(), |s| s.common());
+        c.check_open()?;
+        for op in ops {
+            match op {
+                BatchOp::Put { key, value, .. } => c.check_fits(key, value.len())?,
+                BatchOp::Remove { key } => check_sizes(key, 0)?,
+            }
+        }
+    }
+    let refs: Vec<(&S, &[BatchOp])> = groups
+        .iter()
+        .filter(|(_, ops)| !ops.is_empty())
+        .map(|(space, ops)| (space.as_deref().unwrap_or(db), &ops[..]))
+        .collect();
+    let _one = db.spaces().across.lock();
+    S::write_locked(&refs)
+}
+
+/// Close every keyspace of a memory database closing.
+fn close_spaces<S: MemKind>(db: &S) {
+    for s in db.spaces().map.lock().values() {
+        let _ = s.close();
+    }
+}
+
 mod hash;
 mod tree;
 

@@ -143,6 +143,7 @@ impl TreeInner {
 pub struct MemTree {
     common: Common,
     inner: RwLock<TreeInner>,
+    spaces: super::Spaces<MemTree>,
 }
 
 impl MemTree {
@@ -153,6 +154,7 @@ impl MemTree {
         Ok(MemTree {
             common: Common::new("+", "the memory tree (+)", TREE_RECORD_OVERHEAD, &t),
             inner: RwLock::new(TreeInner::default()),
+            spaces: super::Spaces::default(),
         })
     }
 }
@@ -174,7 +176,61 @@ impl MemTree {
     }
 }
 
+impl MemTree {
+    /// Apply `ops` under the write lock `t` of this tree.
+    fn apply_batch(&self, t: &mut TreeInner, ops: &[BatchOp]) {
+        let c = &self.common;
+        let now = now_secs();
+        for op in ops {
+            match op {
+                BatchOp::Put {
+                    key,
+                    value,
+                    flags,
+                    expires,
+                } => t.insert(c, Rec::new(key, value, *flags, *expires, c.version())),
+                BatchOp::Remove { key } => {
+                    if t.remove(c, key).is_some_and(|r| r.is_expired(now)) {
+                        c.reclaimed(1);
+                    }
+                }
+            }
+        }
+        t.reap(c, now);
+        t.enforce(c, None, now);
+    }
+}
+
+impl super::MemKind for MemTree {
+    fn write_locked(groups: &[(&Self, &[BatchOp])]) -> Result<()> {
+        // Every keyspace's lock taken (in the order of the groups) before any is written.
+        let mut locked: Vec<_> = groups.iter().map(|(db, _)| db.inner.write()).collect();
+        for ((db, ops), t) in groups.iter().zip(locked.iter_mut()) {
+            db.apply_batch(t, ops);
+        }
+        Ok(())
+    }
+
+    fn common(&self) -> &Common {
+        &self.common
+    }
+    fn spaces(&self) -> &super::Spaces<Self> {
+        &self.spaces
+    }
+    fn open_space(params: &Params) -> Result<Self> {
+        MemTree::open(params)
+    }
+}
+
 impl Store for MemTree {
+    fn keyspace(&self, name: &str, params: &str) -> Result<Arc<dyn Store>> {
+        super::keyspace_of(self, name, params)
+    }
+
+    fn write_across(&self, ops: &[(&str, BatchOp)]) -> Result<()> {
+        super::write_across_of(self, ops)
+    }
+
     fn get(&self, key: &[u8]) -> Result<Option<Record>> {
         let mut found = None;
         self.with_live(key, |r| found = Some(r.record()))?;
@@ -259,24 +315,7 @@ impl Store for MemTree {
             return Ok(());
         }
         let mut t = self.inner.write();
-        let now = now_secs();
-        for op in ops {
-            match op {
-                BatchOp::Put {
-                    key,
-                    value,
-                    flags,
-                    expires,
-                } => t.insert(c, Rec::new(key, value, *flags, *expires, c.version())),
-                BatchOp::Remove { key } => {
-                    if t.remove(c, key).is_some_and(|r| r.is_expired(now)) {
-                        c.reclaimed(1);
-                    }
-                }
-            }
-        }
-        t.reap(c, now);
-        t.enforce(c, None, now);
+        self.apply_batch(&mut t, ops);
         Ok(())
     }
 
@@ -370,6 +409,7 @@ impl Store for MemTree {
 
     fn close(&self) -> Result<()> {
         self.common.close()?;
+        super::close_spaces(self);
         let mut t = self.inner.write();
         for r in &t.set {
             self.common.removed(r);

@@ -193,6 +193,33 @@ pub trait Store: Send + Sync {
         Vec::new()
     }
 
+    // ----- keyspaces -----
+
+    /// The keyspace `name` of this database, made on first use with `params` (a `.kb`'s:
+    /// `cmp=`, fixed at creation; a memory kind's: its own parameters). A keyspace is a store of
+    /// its own (its records, count, cursors and order apart from the database's and every
+    /// other keyspace's) that shares the database's log: [`Store::write_across`] changes
+    /// several keyspaces atomically. Kinds without keyspaces (`.kh`, `.kf`) refuse.
+    fn keyspace(&self, name: &str, params: &str) -> Result<std::sync::Arc<dyn Store>> {
+        let _ = (name, params);
+        Err(Error::Unsupported(
+            "keyspaces (a .kb or a memory database has them; a .kh or .kf has none)",
+        ))
+    }
+
+    /// Apply every operation, each in its keyspace (`""`: the database itself; the others
+    /// made before by [`Store::keyspace`]), or none of them, even across a crash. The order
+    /// and refusals are [`Store::write_batch`]'s.
+    fn write_across(&self, ops: &[(&str, BatchOp)]) -> Result<()> {
+        if ops.iter().any(|(ks, _)| !ks.is_empty()) {
+            return Err(Error::Unsupported(
+                "keyspaces (a .kb or a memory database has them; a .kh or .kf has none)",
+            ));
+        }
+        let own: Vec<BatchOp> = ops.iter().map(|(_, op)| op.clone()).collect();
+        self.write_batch(&own)
+    }
+
     // ----- provided operations -----
 
     /// Call `f` with every live record (key, value, metadata), in no particular order, until

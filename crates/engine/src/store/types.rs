@@ -365,6 +365,21 @@ pub const MAX_KEY_LEN: usize = 64 * 1024;
 /// Maximum value length accepted by every kind (1 GiB).
 pub const MAX_VALUE_LEN: usize = 1 << 30;
 
+/// Longest keyspace name.
+pub const MAX_KEYSPACE_NAME: usize = 255;
+
+/// Validate a keyspace name: 1 to [`MAX_KEYSPACE_NAME`] bytes of UTF-8 (the empty name is the
+/// database itself, not a keyspace).
+pub fn check_keyspace_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > MAX_KEYSPACE_NAME {
+        return Err(Error::InvalidParam(format!(
+            "keyspace name of {} bytes: expected 1 to {MAX_KEYSPACE_NAME}",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
 /// Validate key and value sizes against the limits shared by all kinds.
 pub fn check_sizes(key: &[u8], value_len: usize) -> Result<()> {
     if key.len() > MAX_KEY_LEN {

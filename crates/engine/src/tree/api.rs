@@ -10,6 +10,7 @@ use crate::store::{
 };
 use std::path::Path;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 impl Inner {
     fn after_read(&self) {
@@ -59,6 +60,14 @@ impl Store for DiskTree {
 
     fn write_batch(&self, ops: &[BatchOp]) -> Result<()> {
         self.inner.batch(ops)
+    }
+
+    fn keyspace(&self, name: &str, params: &str) -> Result<Arc<dyn Store>> {
+        self.keyspace_of(name, params)
+    }
+
+    fn write_across(&self, ops: &[(&str, BatchOp)]) -> Result<()> {
+        self.write_across_of(ops)
     }
 
     fn allows_dups(&self) -> bool {
@@ -126,6 +135,13 @@ impl Store for DiskTree {
         inner.wal.check_writable()?;
         let p = crate::config::Params::parse(params)?;
         p.allow_only("optimize of a disk tree (.kb)", &["compress"])?;
+        if inner.ks != 0 && p.compression()?.is_some() {
+            return Err(Error::InvalidParam(
+                "`compress=` of a keyspace: the compression is the database's (optimize the \
+                 database itself)"
+                    .into(),
+            ));
+        }
         let _one = inner.ckpt_lock.lock();
         if let Some(c) = p.compression()?.filter(|&c| c != inner.compression()) {
             // Stored first (it holds for later opens), then every leaf is made dirty so the
@@ -138,6 +154,9 @@ impl Store for DiskTree {
             crate::meta::write(&*inner.wal.vfs, &inner.wal.dir, &d)?;
             inner.compress.store(c as u8, Ordering::Relaxed);
             inner.dirty_all()?;
+            for sp in inner.others() {
+                sp.dirty_all()?;
+            }
         }
         inner.checkpoint_locked(true)?;
         Ok(())
@@ -154,6 +173,20 @@ impl Store for DiskTree {
             return Err(Error::Unsupported(
                 "a hot copy of a database opened read-only",
             ));
+        }
+        if inner.ks != 0 {
+            // One keyspace: a new database of its records, in its order, record by record
+            // (each as it is when the walk reaches it). The database's own copy holds every
+            // keyspace, consistently.
+            if dest.exists() {
+                return Err(Error::InvalidParam(format!(
+                    "{}: destination exists",
+                    dest.display()
+                )));
+            }
+            let params = crate::config::Params::parse(&format!("cmp={}", inner.cmp.name()))?;
+            super::repair::copy_all(self, dest, &params, Arc::new(crate::io::OsVfs))?;
+            return Ok(());
         }
         if dest.exists() && std::fs::read_dir(dest).map(|mut d| d.next().is_some())? {
             return Err(Error::InvalidParam(format!(
@@ -225,7 +258,25 @@ impl Store for DiskTree {
 
     fn check(&self) -> Result<CheckReport> {
         self.inner.wal.check_open()?;
-        self.inner.check()
+        let mut rep = self.inner.check()?;
+        if self.inner.ks == 0 {
+            // The database's check covers its keyspaces too (their records are not counted
+            // in its own).
+            for sp in self.inner.others() {
+                let r = sp.check()?;
+                rep.problems.extend(
+                    r.problems
+                        .into_iter()
+                        .map(|p| format!("keyspace `{}`: {p}", sp.name)),
+                );
+                for d in r.damage {
+                    if !rep.damage.contains(&d) {
+                        rep.damage.push(d);
+                    }
+                }
+            }
+        }
+        Ok(rep)
     }
 
     fn kind(&self) -> Kind {
@@ -236,7 +287,7 @@ impl Store for DiskTree {
         let inner = &self.inner;
         let f = inner.forest.load();
         let (depth, index_bytes) = f.index.stats();
-        vec![
+        let mut out = vec![
             ("path".into(), inner.wal.dir.display().to_string()),
             ("cmp".into(), inner.cmp.name().into()),
             ("compress".into(), inner.compression().name().into()),
@@ -251,42 +302,26 @@ impl Store for DiskTree {
                 "cached_bytes".into(),
                 inner.cached.load(Ordering::Relaxed).max(0).to_string(),
             ),
-        ]
+        ];
+        if inner.ks != 0 {
+            out.insert(1, ("keyspace".into(), inner.name.clone()));
+        } else if !inner.others().is_empty() {
+            let names: Vec<String> = inner.others().iter().map(|s| s.name.clone()).collect();
+            out.push(("keyspaces".into(), names.join(",")));
+        }
+        out
     }
 
     fn close(&self) -> Result<()> {
-        let inner = &self.inner;
-        if inner.wal.closed.load(Ordering::Acquire) {
-            return Ok(());
+        if self.inner.ks != 0 {
+            // A keyspace's close is its database's.
+            return match self.inner.root() {
+                Some(root) => close_db(&root),
+                None => Ok(()),
+            };
         }
-        *inner.wal.stop.lock() = true;
-        inner.wal.stop_cv.notify_all();
-        inner.wal.fill_cv.notify_all();
-        for h in self.bg.lock().drain(..) {
-            let _ = h.join();
-        }
-        let mut result = Ok(());
-        if !inner.wal.readonly && !inner.wal.is_poisoned.load(Ordering::Acquire) {
-            let r = (|| {
-                if inner.since_ckpt.load(Ordering::Relaxed) > 0 {
-                    inner.checkpoint()?;
-                }
-                for log in [&inner.wal, &inner.nodes] {
-                    let mut tail = log.tails[0].0.lock();
-                    log.mark(&mut tail);
-                    log.trim_tail(&mut tail)?;
-                }
-                inner.wal.sync_now()?;
-                inner.nodes.sync_now()
-            })();
-            result = r;
-        }
-        inner.wal.closed.store(true, Ordering::Release);
-        inner.nodes.closed.store(true, Ordering::Release);
-        inner.lock.lock().take();
-        result
+        close_db(&self.inner)
     }
-
     fn damage_found(&self) -> Vec<Damaged> {
         self.inner.findings.lock().clone()
     }
@@ -334,4 +369,39 @@ impl Store for DiskTree {
         self.inner.wal.check_open()?;
         self.inner.scan(range, f)
     }
+}
+
+/// Close the database keyspace 0 `inner` belongs to (see `Store::close`).
+fn close_db(inner: &Inner) -> Result<()> {
+    if inner.wal.closed.load(Ordering::Acquire) {
+        return Ok(());
+    }
+
+    *inner.wal.stop.lock() = true;
+    inner.wal.stop_cv.notify_all();
+    inner.wal.fill_cv.notify_all();
+    for h in inner.spaces.bg.lock().drain(..) {
+        let _ = h.join();
+    }
+    let mut result = Ok(());
+    if !inner.wal.readonly && !inner.wal.is_poisoned.load(Ordering::Acquire) {
+        let r = (|| {
+            if inner.since_ckpt.load(Ordering::Relaxed) > 0 {
+                inner.checkpoint()?;
+            }
+            for log in [&inner.wal, &inner.nodes] {
+                let mut tail = log.tails[0].0.lock();
+                log.mark(&mut tail);
+                log.trim_tail(&mut tail)?;
+            }
+            inner.wal.sync_now()?;
+            inner.nodes.sync_now()
+        })();
+        result = r;
+    }
+    inner.wal.closed.store(true, Ordering::Release);
+    inner.nodes.closed.store(true, Ordering::Release);
+    inner.spaces.list.write().clear();
+    inner.lock.lock().take();
+    result
 }

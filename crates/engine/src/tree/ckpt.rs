@@ -10,7 +10,7 @@
 //! `tree.ki` (all integers little-endian):
 //! ```text
 //! 0   8  magic "KURATKI1"
-//! 8   4  format version (1)
+//! 8   4  format version (2; 1 is read: it has no keyspace list)
 //! 12  8  salt of the database's logs
 //! 20  4  write-ahead segment where replay starts
 //! 24  8  offset in it
@@ -22,8 +22,14 @@
 //! 68  .. per leaf in key order: [varint shared, varint suffix length, suffix: its low key,
 //!        prefix-compressed against the previous one; absent for the first leaf],
 //!        varint node segment, varint offset, varint record length, varint records in it
+//!        (the leaves of keyspace 0, the database itself)
+//! ..     (version 2) varint keyspaces, then per keyspace by id: varint id, varint name
+//!        length, name, varint parameters length, parameters (`cmp=…`), varint leaves, and
+//!        its leaves as above
 //! ..  4  crc32c of every byte before it
 //! ```
+//! A checkpoint is the database's: it rolls the one write-ahead log once and walks the
+//! leaves of every keyspace.
 
 use super::forest::{Image, NONE};
 use super::index::Key;
@@ -35,7 +41,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 pub(crate) const CKPT_MAGIC: &[u8; 8] = b"KURATKI1";
-pub(crate) const CKPT_VERSION: u32 = 1;
+pub(crate) const CKPT_VERSION: u32 = 2;
 const FIXED: usize = 68;
 
 /// What a checkpoint says.
@@ -47,6 +53,88 @@ pub(crate) struct Checkpoint {
     pub version: u64,
     pub records: u64,
     pub leaves: Vec<(Option<Key>, Image)>,
+    /// The keyspaces besides 0, by id.
+    pub spaces: Vec<SpaceCkpt>,
+}
+
+/// A keyspace in a checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SpaceCkpt {
+    pub id: u64,
+    pub name: String,
+    pub cmp: super::cmp::Cmp,
+    pub leaves: Vec<(Option<Key>, Image)>,
+}
+
+type Leaves = Vec<(Option<Key>, Image)>;
+
+fn encode_leaves(b: &mut Vec<u8>, leaves: &Leaves) {
+    let mut prev: &[u8] = &[];
+    for (i, (low, img)) in leaves.iter().enumerate() {
+        if i > 0 {
+            let low = low.as_deref().unwrap_or(&[]);
+            let shared = prev.iter().zip(low).take_while(|(a, b)| a == b).count();
+            put_varint(b, shared as u64);
+            put_varint(b, (low.len() - shared) as u64);
+            b.extend_from_slice(&low[shared..]);
+            prev = low;
+        }
+        put_varint(b, u64::from(img.seg()));
+        put_varint(b, img.off());
+        put_varint(b, u64::from(img.len));
+        put_varint(b, u64::from(img.count));
+    }
+}
+
+/// Decode `n` leaves at `*p` (never panics).
+fn decode_leaves(
+    body: &[u8],
+    p: &mut usize,
+    n: u64,
+    cmp: super::cmp::Cmp,
+) -> std::result::Result<Leaves, String> {
+    if n == 0 || n > body.len() as u64 {
+        return Err(format!("{n} leaves"));
+    }
+    let mut out = Vec::new();
+    let mut prev: Vec<u8> = Vec::new();
+    let bad = || "its leaf list is malformed".to_string();
+    for i in 0..n {
+        let low = if i == 0 {
+            None
+        } else {
+            let shared = get_varint(body, p).ok_or_else(bad)? as usize;
+            let suffix = get_varint(body, p).ok_or_else(bad)? as usize;
+            if shared > prev.len() || suffix > body.len().saturating_sub(*p) {
+                return Err(bad());
+            }
+            let mut k = prev[..shared].to_vec();
+            k.extend_from_slice(&body[*p..*p + suffix]);
+            *p += suffix;
+            if i > 1 && cmp.cmp(&prev, &k) != std::cmp::Ordering::Less {
+                return Err("its leaves are out of order".into());
+            }
+            prev.clone_from(&k);
+            Some(Arc::from(k.into_boxed_slice()))
+        };
+        let seg = get_varint(body, p).ok_or_else(bad)?;
+        let off = get_varint(body, p).ok_or_else(bad)?;
+        let len = get_varint(body, p).ok_or_else(bad)?;
+        let count = get_varint(body, p).ok_or_else(bad)?;
+        let big = |v: u64| v > u64::from(u32::MAX);
+        if seg == 0 || big(seg) || big(off) || len == 0 || big(len) || count > len {
+            return Err(bad());
+        }
+        out.push((
+            low,
+            Image {
+                loc: (seg << 32) | off,
+                len: len as u32,
+                count: count as u32,
+            },
+        ));
+    }
+    Ok(out)
 }
 
 impl Checkpoint {
@@ -62,20 +150,17 @@ impl Checkpoint {
         b.extend_from_slice(&self.version.to_le_bytes());
         b.extend_from_slice(&self.records.to_le_bytes());
         b.extend_from_slice(&(self.leaves.len() as u64).to_le_bytes());
-        let mut prev: &[u8] = &[];
-        for (i, (low, img)) in self.leaves.iter().enumerate() {
-            if i > 0 {
-                let low = low.as_deref().unwrap_or(&[]);
-                let shared = prev.iter().zip(low).take_while(|(a, b)| a == b).count();
-                put_varint(&mut b, shared as u64);
-                put_varint(&mut b, (low.len() - shared) as u64);
-                b.extend_from_slice(&low[shared..]);
-                prev = low;
-            }
-            put_varint(&mut b, u64::from(img.seg()));
-            put_varint(&mut b, img.off());
-            put_varint(&mut b, u64::from(img.len));
-            put_varint(&mut b, u64::from(img.count));
+        encode_leaves(&mut b, &self.leaves);
+        put_varint(&mut b, self.spaces.len() as u64);
+        for sp in &self.spaces {
+            put_varint(&mut b, sp.id);
+            put_varint(&mut b, sp.name.len() as u64);
+            b.extend_from_slice(sp.name.as_bytes());
+            let params = format!("cmp={}", sp.cmp.name());
+            put_varint(&mut b, params.len() as u64);
+            b.extend_from_slice(params.as_bytes());
+            put_varint(&mut b, sp.leaves.len() as u64);
+            encode_leaves(&mut b, &sp.leaves);
         }
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
@@ -96,8 +181,11 @@ impl Checkpoint {
         }
         let u32_at = |o: usize| u32::from_le_bytes(body[o..o + 4].try_into().unwrap());
         let u64_at = |o: usize| u64::from_le_bytes(body[o..o + 8].try_into().unwrap());
-        if u32_at(8) != CKPT_VERSION {
-            return Err(format!("format version {} (this build reads 1)", u32_at(8)));
+        let version = u32_at(8);
+        if !(1..=CKPT_VERSION).contains(&version) {
+            return Err(format!(
+                "format version {version} (this build reads 1 to {CKPT_VERSION})"
+            ));
         }
         let mut c = Checkpoint {
             salt: u64_at(12),
@@ -106,53 +194,64 @@ impl Checkpoint {
             version: u64_at(44),
             records: u64_at(52),
             leaves: Vec::new(),
+            spaces: Vec::new(),
         };
-        let n = u64_at(60);
-        if n == 0 || n > body.len() as u64 {
-            return Err(format!("{n} leaves"));
-        }
         let mut p = FIXED;
-        let mut prev: Vec<u8> = Vec::new();
-        let bad = || "its leaf list is malformed".to_string();
-        for i in 0..n {
-            let low = if i == 0 {
-                None
-            } else {
-                let shared = get_varint(body, &mut p).ok_or_else(bad)? as usize;
-                let suffix = get_varint(body, &mut p).ok_or_else(bad)? as usize;
-                if shared > prev.len() || suffix > body.len().saturating_sub(p) {
+        c.leaves = decode_leaves(body, &mut p, u64_at(60), cmp)?;
+        if version >= 2 {
+            let bad = || "its keyspace list is malformed".to_string();
+            let n = get_varint(body, &mut p).ok_or_else(bad)?;
+            let mut last = 0u64;
+            for _ in 0..n {
+                let id = get_varint(body, &mut p).ok_or_else(bad)?;
+                if id < crate::log::format::KS_FIRST || id <= last {
                     return Err(bad());
                 }
-                let mut k = prev[..shared].to_vec();
-                k.extend_from_slice(&body[p..p + suffix]);
-                p += suffix;
-                if i > 1 && cmp.cmp(&prev, &k) != std::cmp::Ordering::Less {
-                    return Err("its leaves are out of order".into());
+                last = id;
+                let mut text = || -> std::result::Result<String, String> {
+                    let len = get_varint(body, &mut p).ok_or_else(bad)? as usize;
+                    let t = body
+                        .get(p..p.saturating_add(len))
+                        .and_then(|t| std::str::from_utf8(t).ok())
+                        .ok_or_else(bad)?
+                        .to_string();
+                    p += len;
+                    Ok(t)
+                };
+                let name = text()?;
+                let params = text()?;
+                if crate::store::check_keyspace_name(&name).is_err()
+                    || c.spaces.iter().any(|s| s.name == name)
+                {
+                    return Err(bad());
                 }
-                prev.clone_from(&k);
-                Some(Arc::from(k.into_boxed_slice()))
-            };
-            let seg = get_varint(body, &mut p).ok_or_else(bad)?;
-            let off = get_varint(body, &mut p).ok_or_else(bad)?;
-            let len = get_varint(body, &mut p).ok_or_else(bad)?;
-            let count = get_varint(body, &mut p).ok_or_else(bad)?;
-            let big = |v: u64| v > u64::from(u32::MAX);
-            if seg == 0 || big(seg) || big(off) || len == 0 || big(len) || count > len {
-                return Err(bad());
+                let scmp = params
+                    .strip_prefix("cmp=")
+                    .and_then(|v| super::cmp::Cmp::parse(v).ok())
+                    .ok_or_else(bad)?;
+                let nl = get_varint(body, &mut p).ok_or_else(bad)?;
+                let leaves = decode_leaves(body, &mut p, nl, scmp)?;
+                c.spaces.push(SpaceCkpt {
+                    id,
+                    name,
+                    cmp: scmp,
+                    leaves,
+                });
             }
-            c.leaves.push((
-                low,
-                Image {
-                    loc: (seg << 32) | off,
-                    len: len as u32,
-                    count: count as u32,
-                },
-            ));
         }
         if p != body.len() {
             return Err("bytes after its leaf list".into());
         }
         Ok(c)
+    }
+}
+
+impl Checkpoint {
+    /// The leaves of every keyspace.
+    pub fn all_leaves(&self) -> impl Iterator<Item = &(Option<Key>, Image)> {
+        self.leaves
+            .iter()
+            .chain(self.spaces.iter().flat_map(|s| s.leaves.iter()))
     }
 }
 
@@ -166,6 +265,11 @@ impl Inner {
     /// A checkpoint, with `ckpt_lock` held; `all` rewrites every leaf's image (`optimize`:
     /// every node segment is then emptied, and the images take the current compression).
     pub(crate) fn checkpoint_locked(&self, all: bool) -> Result<Checkpoint> {
+        if self.ks != 0 {
+            // The database's checkpoint.
+            let root = self.root().ok_or(Error::Closed)?;
+            return root.checkpoint_locked(all);
+        }
         self.ckpt_asked.store(false, Ordering::Release);
         let wal_pos = {
             let mut tail = self.wal.tails[0].0.lock();
@@ -198,6 +302,54 @@ impl Inner {
             })
             .map(|s| s.id)
             .collect();
+        let leaves = self.ckpt_leaves(&victims, all)?;
+        let mut spaces = Vec::new();
+        for sp in self.others() {
+            spaces.push(SpaceCkpt {
+                id: sp.ks,
+                name: sp.name.clone(),
+                cmp: sp.cmp,
+                leaves: sp.ckpt_leaves(&victims, all)?,
+            });
+        }
+        let nodes_end = {
+            let mut tail = self.nodes.tails[0].0.lock();
+            self.nodes.ensure_room(&mut tail, 0)?;
+            (tail.seg.id, tail.end())
+        };
+        self.wal.sync_now()?;
+        self.nodes.sync_now()?;
+        let c = Checkpoint {
+            salt: self.wal.salt,
+            wal: wal_pos,
+            nodes_end,
+            version: self.version.load(Ordering::Relaxed),
+            records: self.records(),
+            leaves,
+            spaces,
+        };
+        self.write_ckpt_file(&c.encode())?;
+        let old_wal: Vec<u32> = self
+            .wal
+            .segs
+            .load()
+            .segs
+            .keys()
+            .copied()
+            .filter(|&s| s < wal_pos.0)
+            .collect();
+        self.wal.remove_segments(&old_wal)?;
+        let dead: Vec<u32> = victims.into_iter().collect();
+        self.nodes.remove_segments(&dead)?;
+        drop(self.wal.retired.take());
+        drop(self.nodes.retired.take());
+        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+        Ok(c)
+    }
+
+    /// This keyspace's leaves for a checkpoint, in key order: the image of every leaf changed
+    /// since its last one written, those in `victims` moved (all rewritten with `all`).
+    fn ckpt_leaves(&self, victims: &HashSet<u32>, all: bool) -> Result<Vec<(Option<Key>, Image)>> {
         let f = self.forest.load_full();
         let mut leaves = Vec::new();
         let mut id = 0;
@@ -231,38 +383,7 @@ impl Inner {
             }
             id = right;
         }
-        let nodes_end = {
-            let mut tail = self.nodes.tails[0].0.lock();
-            self.nodes.ensure_room(&mut tail, 0)?;
-            (tail.seg.id, tail.end())
-        };
-        self.wal.sync_now()?;
-        self.nodes.sync_now()?;
-        let c = Checkpoint {
-            salt: self.wal.salt,
-            wal: wal_pos,
-            nodes_end,
-            version: self.version.load(Ordering::Relaxed),
-            records: self.records(),
-            leaves,
-        };
-        self.write_ckpt_file(&c.encode())?;
-        let old_wal: Vec<u32> = self
-            .wal
-            .segs
-            .load()
-            .segs
-            .keys()
-            .copied()
-            .filter(|&s| s < wal_pos.0)
-            .collect();
-        self.wal.remove_segments(&old_wal)?;
-        let dead: Vec<u32> = victims.into_iter().collect();
-        self.nodes.remove_segments(&dead)?;
-        drop(self.wal.retired.take());
-        drop(self.nodes.retired.take());
-        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
-        Ok(c)
+        Ok(leaves)
     }
 
     /// Copy a clean leaf's image record to the end of the node log as it is.
@@ -364,6 +485,31 @@ mod tests {
                 (key("apple"), img(1, 132)),
                 (key("apricot"), img(2, 32)),
             ],
+            spaces: Vec::new(),
+        };
+        // Version 1 (no keyspace list) is read.
+        let mut v1 = c.encode();
+        v1.truncate(v1.len() - 5);
+        v1[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let crc = crc32c::crc32c(&v1);
+        v1.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(Checkpoint::decode(&v1, Cmp::Lex).unwrap(), c);
+        let c = Checkpoint {
+            spaces: vec![
+                SpaceCkpt {
+                    id: 2,
+                    name: "by-age".into(),
+                    cmp: Cmp::Dec,
+                    leaves: vec![(None, img(1, 500)), (key("10"), img(1, 600))],
+                },
+                SpaceCkpt {
+                    id: 5,
+                    name: "z".into(),
+                    cmp: Cmp::Lex,
+                    leaves: vec![(None, img(2, 900))],
+                },
+            ],
+            ..c
         };
         let b = c.encode();
         assert_eq!(Checkpoint::decode(&b, Cmp::Lex).unwrap(), c);

@@ -10,9 +10,14 @@
 //! - the checkpoint (`tree.ki`): where replay starts in the write-ahead log, and every leaf in
 //!   key order with its low key and where its image is. The inner levels are rebuilt from it.
 //!
+//! The three hold any number of keyspaces (`space`): the database itself (keyspace 0) and those
+//! `Store::keyspace` makes, each an ordered tree of its own; every record names its keyspace,
+//! and a batch across keyspaces is one record.
+//!
 //! Modules: `leaf` (a leaf and its image), `index` (the inner levels), `forest` (the leaf
 //! table), `cmp` (key orders), `write` (changes and splits), `api` (the `Store`), `cursor`,
-//! `ckpt` (checkpoints and the cache's evictions), `open` (opening and recovery), `check`.
+//! `ckpt` (checkpoints and the cache's evictions), `open` (opening and recovery), `space`
+//! (keyspaces), `check`.
 
 mod api;
 mod check;
@@ -24,6 +29,7 @@ mod index;
 mod leaf;
 mod open;
 mod repair;
+mod space;
 mod write;
 
 use self::cmp::Cmp;
@@ -112,47 +118,65 @@ pub(crate) struct TreeCounters {
 /// An open B+ tree database.
 pub struct DiskTree {
     inner: Arc<Inner>,
-    bg: Mutex<Vec<std::thread::JoinHandle<()>>>,
     created: bool,
 }
 
+/// One keyspace of a tree database: the database itself (keyspace 0) or one made by
+/// `Store::keyspace`. Each has its own order, leaves, index and count; the fields behind an
+/// `Arc` are the database's, shared by all its keyspaces (one write-ahead log, one node log,
+/// one checkpoint, one cache budget).
 pub(crate) struct Inner {
-    pub wal: Log,
-    pub nodes: Log,
+    pub wal: Arc<Log>,
+    pub nodes: Arc<Log>,
     pub cmp: Cmp,
     /// The compression of images written from now on (a `Compression` code: `optimize`
     /// changes it).
-    pub compress: std::sync::atomic::AtomicU8,
+    pub compress: Arc<std::sync::atomic::AtomicU8>,
     pub cfg: TreeConfig,
     pub forest: ArcSwap<Forest>,
-    /// Bytes of cached leaves.
-    pub cached: AtomicI64,
-    /// Records (expired ones not yet removed included).
+    /// Bytes of cached leaves (of every keyspace).
+    pub cached: Arc<AtomicI64>,
+    /// Records of this keyspace (expired ones not yet removed included).
     pub count: Counter,
     pub count_neg: Counter,
     /// The last version given out.
-    pub version: AtomicU64,
+    pub version: Arc<AtomicU64>,
     /// Write-ahead log bytes since the last checkpoint.
-    pub since_ckpt: AtomicU64,
+    pub since_ckpt: Arc<AtomicU64>,
     /// Bytes of the node log's live images, and bytes appended to it since the last
     /// checkpoint: a checkpoint is due when the log grew by as much as it holds alive (its
     /// dead images go at checkpoints), so the node log stays within about twice its live size.
-    pub node_live: std::sync::atomic::AtomicI64,
-    pub node_since: AtomicU64,
-    pub ckpt_asked: AtomicBool,
-    /// Held by a checkpoint (and by what must not run beside one: vanish).
-    pub ckpt_lock: Mutex<()>,
-    /// The eviction clock's hand, and the one evictor.
+    pub node_live: Arc<std::sync::atomic::AtomicI64>,
+    pub node_since: Arc<AtomicU64>,
+    pub ckpt_asked: Arc<AtomicBool>,
+    /// Held by a checkpoint (and by what must not run beside one: vanish, making a keyspace).
+    pub ckpt_lock: Arc<Mutex<()>>,
+    /// This keyspace's eviction clock hand; the one evictor of the database.
     pub hand: AtomicU32,
-    pub evicting: Mutex<()>,
+    pub evicting: Arc<Mutex<()>>,
     /// Damage a read-only open found and served around.
-    pub findings: Mutex<Vec<Damaged>>,
-    pub counters: TreeCounters,
-    /// The database directory's lock, released at close.
+    pub findings: Arc<Mutex<Vec<Damaged>>>,
+    pub counters: Arc<TreeCounters>,
+    /// The database directory's lock, released at close (keyspace 0's).
     pub lock: Mutex<Option<Box<dyn std::any::Any + Send + Sync>>>,
     /// A read-only open going around damage (`repair`): a leaf whose image fails is taken as
     /// empty, and reported.
     pub salvage: bool,
+    /// This keyspace's id (0: the database itself) and name ("" for 0).
+    pub ks: u64,
+    pub name: String,
+    /// The database's keyspaces besides 0.
+    pub spaces: Arc<Spaces>,
+}
+
+/// The keyspaces of a tree database besides the database itself, by id, and keyspace 0.
+#[derive(Default)]
+pub(crate) struct Spaces {
+    /// Written under `ckpt_lock` (a checkpoint lists every keyspace it finds here).
+    pub list: parking_lot::RwLock<Vec<Arc<Inner>>>,
+    pub root: std::sync::OnceLock<std::sync::Weak<Inner>>,
+    /// The database's background threads, joined at close.
+    pub bg: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 /// A leaf latched for reading or writing.
@@ -364,7 +388,7 @@ impl Inner {
             self.version.load(Ordering::Relaxed),
         );
         let key = id.to_le_bytes();
-        let h = HeaderBuf::put(key.len(), stored.len(), &fields);
+        let h = HeaderBuf::put_in(self.ks, key.len(), stored.len(), &fields);
         let len = h.as_slice().len() + key.len() + stored.len();
         let (seg, off) = {
             let mut tail = self.nodes.tails[0].0.lock();
@@ -456,6 +480,29 @@ impl Inner {
         let Some(_one) = self.evicting.try_lock() else {
             return;
         };
+        self.evict_own();
+        let target = (self.cfg.cache as i64) * 9 / 10;
+        if self.cached.load(Ordering::Relaxed) <= target {
+            return;
+        }
+        // The budget is the database's: the other keyspaces' leaves go too.
+        let root = self.spaces.root.get().and_then(|w| w.upgrade());
+        let others: Vec<Arc<Inner>> = root
+            .into_iter()
+            .chain(self.spaces.list.read().iter().cloned())
+            .collect();
+        for s in others {
+            if self.cached.load(Ordering::Relaxed) <= target {
+                break;
+            }
+            if !std::ptr::eq(&*s, self) {
+                s.evict_own();
+            }
+        }
+    }
+
+    /// `evict` over this keyspace's leaves.
+    fn evict_own(&self) {
         let f = self.forest.load();
         let target = (self.cfg.cache as i64) * 9 / 10;
         let n = f.allocated();
@@ -545,17 +592,23 @@ impl DiskTree {
         self.inner.checkpoint()
     }
 
+    /// Whether this handle is a keyspace (not the database itself).
+    pub fn is_keyspace(&self) -> bool {
+        self.inner.ks != 0
+    }
+
     /// Stop as a killed process would: background threads stopped, nothing flushed, synced
     /// or checkpointed (the crash tests).
     pub fn abandon(self) {
         *self.inner.wal.stop.lock() = true;
         self.inner.wal.stop_cv.notify_all();
         self.inner.wal.fill_cv.notify_all();
-        for h in self.bg.lock().drain(..) {
+        for h in self.inner.spaces.bg.lock().drain(..) {
             let _ = h.join();
         }
         self.inner.wal.closed.store(true, Ordering::Release);
         self.inner.nodes.closed.store(true, Ordering::Release);
+        self.inner.spaces.list.write().clear();
         self.inner.lock.lock().take();
     }
 
@@ -567,7 +620,10 @@ impl DiskTree {
 
 impl Drop for DiskTree {
     fn drop(&mut self) {
-        let _ = crate::store::Store::close(self);
+        // Dropping a keyspace's handle leaves its database open.
+        if self.inner.ks == 0 {
+            let _ = crate::store::Store::close(self);
+        }
     }
 }
 

@@ -297,50 +297,69 @@ impl DiskTree {
             lanes: 1,
         };
         let inner = Inner {
-            wal: Log::new(
+            wal: Arc::new(Log::new(
                 path,
                 vfs.clone(),
                 readonly,
                 log_cfg(cfg.sync),
                 salt,
                 wal_table,
-            ),
-            nodes: Log::new(
+            )),
+            nodes: Arc::new(Log::new(
                 &nodes_dir,
                 vfs.clone(),
                 readonly,
                 log_cfg(crate::config::SyncMode::None),
                 salt,
                 node_table,
-            ),
+            )),
             cmp: stored.cmp,
-            compress: std::sync::atomic::AtomicU8::new(compress as u8),
+            compress: Arc::new(std::sync::atomic::AtomicU8::new(compress as u8)),
             cfg,
             forest: ArcSwap::new(Arc::new(Forest::new())),
-            cached: AtomicI64::new(0),
+            cached: Arc::new(AtomicI64::new(0)),
             count: Counter::new(),
             count_neg: Counter::new(),
-            version: AtomicU64::new(0),
-            since_ckpt: AtomicU64::new(0),
-            node_live: std::sync::atomic::AtomicI64::new(0),
-            node_since: AtomicU64::new(0),
-            ckpt_asked: AtomicBool::new(false),
-            ckpt_lock: Mutex::new(()),
+            version: Arc::new(AtomicU64::new(0)),
+            since_ckpt: Arc::new(AtomicU64::new(0)),
+            node_live: Arc::new(std::sync::atomic::AtomicI64::new(0)),
+            node_since: Arc::new(AtomicU64::new(0)),
+            ckpt_asked: Arc::new(AtomicBool::new(false)),
+            ckpt_lock: Arc::new(Mutex::new(())),
             hand: AtomicU32::new(0),
-            evicting: Mutex::new(()),
-            findings: Mutex::new(Vec::new()),
-            counters: TreeCounters::default(),
+            evicting: Arc::new(Mutex::new(())),
+            findings: Arc::new(Mutex::new(Vec::new())),
+            counters: Arc::new(TreeCounters::default()),
             lock: Mutex::new(Some(lock)),
             salvage,
+            ks: 0,
+            name: String::new(),
+            spaces: Arc::new(super::Spaces::default()),
         };
         if from_images {
-            inner.rebuild_from_images()?;
+            let skipped = inner.rebuild_from_images()?;
+            if skipped > 0 {
+                found.push(Finding {
+                    file: NODES_DIR.into(),
+                    off: 0,
+                    len: 0,
+                    lost: skipped,
+                    what: format!(
+                        "{skipped} leaf images of keyspaces: with the checkpoint that named \
+                         them damaged, only the database's own records are rebuilt"
+                    ),
+                });
+            }
         }
-        inner.recover(ckpt, from_images, found)?;
+        let recovered = inner.recover(ckpt, from_images, found);
+        if let Err(e) = recovered {
+            inner.spaces.list.write().clear();
+            return Err(e);
+        }
         let inner = Arc::new(inner);
+        let _ = inner.spaces.root.set(Arc::downgrade(&inner));
         let db = DiskTree {
             inner: inner.clone(),
-            bg: Mutex::new(Vec::new()),
             created,
         };
         if !readonly {
@@ -355,7 +374,7 @@ impl DiskTree {
                     .name(name.into())
                     .spawn(move || run(w))
                     .map_err(Error::Io)?;
-                db.bg.lock().push(h);
+                db.inner.spaces.bg.lock().push(h);
             }
         }
         Ok(db)
@@ -384,7 +403,9 @@ impl Inner {
     /// range when it was written) as of that moment: each key takes its values from the
     /// newest image whose span covers it, so a key removed before that image stays removed
     /// even though older images still hold it.
-    fn rebuild_from_images(&self) -> Result<()> {
+    /// Returns how many images of keyspaces other than 0 it left out (their names and
+    /// orders were in the damaged checkpoint).
+    fn rebuild_from_images(&self) -> Result<u64> {
         use std::collections::BinaryHeap;
         struct Span {
             seq: u64,
@@ -395,6 +416,7 @@ impl Inner {
         /// key, dup, value, meta, image
         type Salvaged = (Vec<u8>, u64, Vec<u8>, Meta, usize);
         let mut entries: Vec<Salvaged> = Vec::new();
+        let mut skipped_spaces = 0u64;
         let table = self.nodes.segs.load_full();
         for seg in table.segs.values() {
             let end = seg.flushed();
@@ -409,6 +431,11 @@ impl Inner {
                 end,
                 |_, h, rec, _| {
                     if h.typ != T_PUT {
+                        return Ok(true);
+                    }
+                    if h.keyspace != 0 {
+                        // The keyspaces' names and orders were in the checkpoint.
+                        skipped_spaces += 1;
                         return Ok(true);
                     }
                     let Ok(img) = super::decode_image_record(rec, seg.seed) else {
@@ -495,7 +522,7 @@ impl Inner {
             }
             i = j;
         }
-        Ok(())
+        Ok(skipped_spaces)
     }
 
     fn recover(
@@ -509,7 +536,7 @@ impl Inner {
         // belongs to no checkpoint.
         let nodes = self.nodes.segs.load_full();
         if let Some(c) = &ckpt {
-            for (_, img) in &c.leaves {
+            for (_, img) in c.all_leaves() {
                 let ok = nodes.get(img.seg()).is_some_and(|s| {
                     img.off() + u64::from(img.len) <= s.flushed()
                         && img.off() >= SEG_HEADER_LEN as u64
@@ -584,6 +611,21 @@ impl Inner {
                 |_, _, _, _| Ok(true),
             )?;
             r.verdict = classify(r.seg.id, &r.scanned, durable, &mut found);
+            for d in &r.scanned.damage {
+                if !d.salvaged.is_empty() {
+                    found.push(Finding {
+                        file: crate::log::segment::seg_file_name(r.seg.id),
+                        off: d.off,
+                        len: d.len,
+                        lost: d.salvaged.len() as u64,
+                        what: format!(
+                            "{} records of a damaged batch that verify on their own are left \
+                             out with it (a batch is applied whole or not at all)",
+                            d.salvaged.len()
+                        ),
+                    });
+                }
+            }
         }
         if !found.is_empty() && !readonly {
             return Err(refusal(&self.wal.dir, &found));
@@ -609,12 +651,17 @@ impl Inner {
                 .add(c.leaves.iter().map(|l| u64::from(l.1.count)).sum());
             let leaves: Vec<(Option<super::index::Key>, Image)> = c.leaves.clone();
             let f = Forest::from_images(leaves);
-            for (_, img) in &c.leaves {
+            for (_, img) in c.all_leaves() {
                 self.nodes.add_live(img.seg(), i64::from(img.len));
                 self.node_live
                     .fetch_add(i64::from(img.len), Ordering::Relaxed);
             }
             self.forest.store(Arc::new(f));
+            for sp in &c.spaces {
+                let s = self.add_space(sp.id, &sp.name, sp.cmp, Some(sp.leaves.clone()))?;
+                s.count
+                    .add(sp.leaves.iter().map(|l| u64::from(l.1.count)).sum());
+            }
         }
         // Replay, in log order, up to the first torn end.
         let mut replayed = 0u64;
@@ -632,9 +679,14 @@ impl Inner {
                 r.seg.seed,
                 r.start,
                 to,
-                |_, h, rec, _| {
-                    replayed += 1;
-                    self.replay_record(h, rec)?;
+                |_, h, rec, salvaged| {
+                    // A record salvaged from a damaged batch frame is left out with the rest
+                    // of its batch (reported as lost): a batch, across keyspaces too, is
+                    // applied whole or not at all.
+                    if !salvaged {
+                        replayed += 1;
+                        self.replay_record(h, rec)?;
+                    }
                     Ok(true)
                 },
             )?;
@@ -698,22 +750,76 @@ impl Inner {
                 let mut tail = log.tails[0].0.lock();
                 tail.set_seg(active.clone());
                 tail.marked = log.ends_with_marker(&active)?;
+                // A record naming a keyspace goes only into a segment of the format that has
+                // them: one an older build wrote is sealed, and a new one begun.
+                let mut ver = [0u8; 4];
+                active.file.read_at(&mut ver, 8)?;
+                if u32::from_le_bytes(ver) < format::SEG_VERSION {
+                    log.roll(&mut tail)?;
+                }
             }
         }
         Ok(())
     }
 
-    /// Apply one verified write-ahead record.
+    /// Apply one verified write-ahead record (on keyspace 0, which sends each record to its
+    /// keyspace).
     fn replay_record(&self, h: &format::Header, rec: &[u8]) -> Result<()> {
         match h.typ {
-            T_PUT | T_DELETE => self.replay_one(h, rec),
-            T_BATCH => for_each_sub(rec, h, |_, sub, r| self.replay_one(sub, r)),
+            T_PUT | T_DELETE => self.replay_routed(h, rec),
+            T_BATCH => for_each_sub(rec, h, |_, sub, r| self.replay_routed(sub, r)),
             T_CLEAR => {
-                self.replay_clear();
+                match h.keyspace {
+                    0 => self.replay_clear(),
+                    ks => {
+                        if let Some(s) = self.space_or_damage(ks)? {
+                            s.replay_clear();
+                        }
+                    }
+                }
                 Ok(())
             }
             _ => Ok(()),
         }
+    }
+
+    /// Replay a put or delete in the keyspace it names.
+    fn replay_routed(&self, h: &format::Header, rec: &[u8]) -> Result<()> {
+        match h.keyspace {
+            0 => self.replay_one(h, rec),
+            format::KS_CATALOG => self.replay_catalog(h, rec),
+            ks => match self.space_or_damage(ks)? {
+                Some(s) => s.replay_one(h, rec),
+                None => Ok(()),
+            },
+        }
+    }
+
+    /// Keyspace `ks`, which a record names: one no catalog record made is damage. A salvage
+    /// (whose checkpoint, naming the keyspaces, may be what is damaged) leaves such records
+    /// out and reports them.
+    fn space_or_damage(&self, ks: u64) -> Result<Option<Arc<Inner>>> {
+        if let Some(s) = self.space(ks) {
+            return Ok(Some(s));
+        }
+        let what = format!("a record of keyspace {ks}, which the database never made");
+        if self.salvage {
+            let mut found = self.findings.lock();
+            if !found.iter().any(|f| f.what == what) {
+                found.push(Damaged {
+                    file: String::new(),
+                    off: 0,
+                    len: 0,
+                    lost: 1,
+                    what: what.clone(),
+                });
+            }
+            return Ok(None);
+        }
+        Err(Error::Corrupt(format!(
+            "{}: {what}",
+            self.wal.dir.display()
+        )))
     }
 
     fn replay_one(&self, h: &format::Header, rec: &[u8]) -> Result<()> {

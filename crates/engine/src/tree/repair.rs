@@ -2,8 +2,8 @@
 //!
 //! The source is opened in salvage mode (read-only; a damaged leaf image counts as an empty
 //! leaf, a damaged checkpoint is replaced by every image in the node log), its records are
-//! copied in key order into a database created for them, and the damage gone around is
-//! reported. The source is never written.
+//! copied in key order into a database created for them (each keyspace into a keyspace of the
+//! same name and order), and the damage gone around is reported. The source is never written.
 
 use super::DiskTree;
 use crate::config::{OpenMode, Params};
@@ -76,8 +76,28 @@ impl DiskTree {
     }
 }
 
-fn copy_all(from: &DiskTree, dst: &Path, params: &Params, vfs: Arc<dyn Vfs>) -> Result<u64> {
+/// Copy every record of `from` into a new database at `dst`; from a database, its keyspaces
+/// too (each made anew with its order). Returns the records copied.
+pub(super) fn copy_all(
+    from: &DiskTree,
+    dst: &Path,
+    params: &Params,
+    vfs: Arc<dyn Vfs>,
+) -> Result<u64> {
     let to = DiskTree::open_mode(dst, params, vfs, OpenMode::Create)?;
+    let mut kept = copy_records(from, &to)?;
+    if from.inner.ks == 0 {
+        for sp in from.inner.others() {
+            let params = format!("cmp={}", sp.cmp.name());
+            let to_sp = to.keyspace(&sp.name, &params)?;
+            kept += copy_records(&DiskTree::space_handle(sp), &*to_sp)?;
+        }
+    }
+    to.close()?;
+    Ok(kept)
+}
+
+fn copy_records(from: &DiskTree, to: &dyn Store) -> Result<u64> {
     let mut ops: Vec<BatchOp> = Vec::with_capacity(BATCH_RECORDS);
     let mut bytes = 0usize;
     let mut kept = 0u64;
@@ -115,6 +135,5 @@ fn copy_all(from: &DiskTree, dst: &Path, params: &Params, vfs: Arc<dyn Vfs>) -> 
     })?;
     to.write_batch(&ops)?;
     kept += ops.len() as u64;
-    to.close()?;
     Ok(kept)
 }

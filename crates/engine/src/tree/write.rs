@@ -56,7 +56,7 @@ impl Inner {
             dup,
             ..PutFields::default()
         };
-        let h = HeaderBuf::put(key.len(), value.len(), &f);
+        let h = HeaderBuf::put_in(self.ks, key.len(), value.len(), &f);
         self.wal
             .append(&mut tail, &[h.as_slice(), key, value], true)?;
         self.wal.note_full(0, &tail);
@@ -68,7 +68,7 @@ impl Inner {
     fn log_delete(&self, key: &[u8], dup: u64) -> Result<()> {
         let mut tail = self.wal.tails[0].0.lock();
         let seq = self.version.fetch_add(1, Ordering::Relaxed) + 1;
-        let h = HeaderBuf::delete_dup(key.len(), seq, dup);
+        let h = HeaderBuf::delete_in(self.ks, key.len(), seq, dup);
         self.wal.append(&mut tail, &[h.as_slice(), key], true)?;
         self.wal.note_full(0, &tail);
         let len = h.as_slice().len() + key.len();
@@ -305,16 +305,28 @@ impl Inner {
         }
     }
 
-    /// `Store::write_batch`: every operation or none, even across a crash. The batch's leaves
-    /// are latched together (in key order, as every writer of several leaves latches them)
-    /// while its one log record is written and applied, so no reader sees part of it.
+    /// `Store::write_batch`: every operation or none, even across a crash.
     pub(crate) fn batch(&self, ops: &[BatchOp]) -> Result<()> {
-        self.wal.check_writable()?;
+        let ops: Vec<(usize, &BatchOp)> = ops.iter().map(|op| (0, op)).collect();
+        Inner::batch_across(&[self], &ops)
+    }
+
+    /// A batch across keyspaces (`ops`: the index in `spaces` of each operation's keyspace,
+    /// every keyspace of one database, each once): every operation or none, even across a
+    /// crash. The batch's leaves are latched together (by keyspace id, then in key order, as
+    /// every writer of several leaves latches them) while its one log record, a frame whose
+    /// records name their keyspaces, is written and applied, so no reader sees part of it.
+    pub(crate) fn batch_across(spaces: &[&Inner], ops: &[(usize, &BatchOp)]) -> Result<()> {
+        let Some(first_space) = spaces.first() else {
+            return Ok(());
+        };
+        let wal = &first_space.wal;
+        wal.check_writable()?;
         if ops.is_empty() {
             return Ok(());
         }
         let mut frame = 0usize;
-        for op in ops {
+        for (_, op) in ops {
             let vlen = match op {
                 BatchOp::Put { value, .. } => value.len(),
                 BatchOp::Remove { .. } => 0,
@@ -328,26 +340,37 @@ impl Inner {
                  largest single record: split it)"
             )));
         }
-        let cmp = self.cmp;
+        // Latch order: keyspace id, then the keyspace's key order.
         let mut order: Vec<usize> = (0..ops.len()).collect();
-        order.sort_by(|&a, &b| cmp.cmp(ops[a].key(), ops[b].key()));
+        order.sort_by(|&a, &b| {
+            let (sa, sb) = (spaces[ops[a].0], spaces[ops[b].0]);
+            sa.ks
+                .cmp(&sb.ks)
+                .then_with(|| sa.cmp.cmp(ops[a].1.key(), ops[b].1.key()))
+        });
         'again: loop {
-            let f = self.forest.load();
-            // Latch the leaves of the keys in key order; `at[i]`: the latch of op i.
-            let mut held: Vec<(u32, super::WriteLatch<'_>)> = Vec::new();
+            let forests: Vec<Arc<Forest>> = spaces.iter().map(|s| s.forest.load_full()).collect();
+            // Latch the leaves of the keys in that order; `at[i]`: the latch of op i.
+            let mut held: Vec<(usize, u32, super::WriteLatch<'_>)> = Vec::new();
             let mut at = vec![0usize; ops.len()];
             for &o in &order {
-                let key = ops[o].key();
-                if let Some((_, g)) = held.last() {
-                    if !self.right_holds(&f, g.right, key) {
+                let (si, op) = ops[o];
+                let sp = spaces[si];
+                let f = &*forests[si];
+                let cmp = sp.cmp;
+                let key = op.key();
+                let last = held.last().filter(|(s, _, _)| *s == si);
+                if let Some((_, _, g)) = last {
+                    if !sp.right_holds(f, g.right, key) {
                         at[o] = held.len() - 1;
                         continue;
                     }
                 }
                 // The leaf to start from: the index's, unless that lies left of the last
-                // latched leaf (the index may lag behind a split): then that one's right.
+                // latched leaf of this keyspace (the index may lag behind a split): then that
+                // one's right.
                 let mut id = f.index.find(cmp, key);
-                if let Some((last, g)) = held.last() {
+                if let Some((_, last, g)) = last {
                     let left_of_last = id == *last
                         || match (f.slot(id).low(), f.slot(*last).low()) {
                             (_, None) => false,
@@ -364,34 +387,39 @@ impl Inner {
                     if g.gone {
                         continue 'again;
                     }
-                    if self.right_holds(&f, g.right, key) {
+                    if sp.right_holds(f, g.right, key) {
                         id = g.right;
                         continue;
                     }
                     break g;
                 };
-                held.push((id, g));
+                held.push((si, id, g));
                 at[o] = held.len() - 1;
             }
-            for (_, g) in held.iter_mut() {
+            for (si, _, g) in held.iter_mut() {
                 if g.leaf.is_none() {
-                    self.load(g)?;
+                    spaces[*si].load(g)?;
                 }
             }
             // One frame holding every record.
-            let seed = format::seed(self.wal.salt);
+            let seed = format::inner_seed(format::seed(wal.salt));
             let mut body = Vec::with_capacity(frame.min(1 << 20));
-            let first = self.version.fetch_add(ops.len() as u64, Ordering::Relaxed) + 1;
+            let first = first_space
+                .version
+                .fetch_add(ops.len() as u64, Ordering::Relaxed)
+                + 1;
             let mut metas = Vec::with_capacity(ops.len());
             // Which value of its key each operation changes (the first, as `accept` does),
             // following the batch's own earlier operations on that key.
-            let mut runs: std::collections::HashMap<&[u8], std::collections::VecDeque<u64>> =
-                std::collections::HashMap::new();
+            let mut runs: std::collections::HashMap<
+                (usize, &[u8]),
+                std::collections::VecDeque<u64>,
+            > = std::collections::HashMap::new();
             let mut dups = Vec::with_capacity(ops.len());
-            for (n, op) in ops.iter().enumerate() {
-                let run = runs.entry(op.key()).or_insert_with(|| {
-                    let leaf = held[at[n]].1.leaf.as_ref().expect("loaded above");
-                    let (i, j) = leaf.run(cmp, op.key());
+            for (n, &(si, op)) in ops.iter().enumerate() {
+                let run = runs.entry((si, op.key())).or_insert_with(|| {
+                    let leaf = held[at[n]].2.leaf.as_ref().expect("loaded above");
+                    let (i, j) = leaf.run(spaces[si].cmp, op.key());
                     (i..j).map(|k| leaf.entry(k).dup).collect()
                 });
                 dups.push(match op {
@@ -405,9 +433,10 @@ impl Inner {
                     BatchOp::Remove { .. } => run.pop_front().unwrap_or(0),
                 });
             }
-            for (n, op) in ops.iter().enumerate() {
+            for (n, &(si, op)) in ops.iter().enumerate() {
                 let start = body.len();
                 let seq = first + n as u64;
+                let ks = spaces[si].ks;
                 match op {
                     BatchOp::Put {
                         key,
@@ -422,7 +451,7 @@ impl Inner {
                             dup: dups[n],
                             ..PutFields::default()
                         };
-                        format::encode_put(&mut body, key, value, &fields);
+                        format::encode_put_in(&mut body, ks, key, value, &fields);
                         metas.push(Meta {
                             flags: *flags,
                             expires: *expires,
@@ -430,7 +459,7 @@ impl Inner {
                         });
                     }
                     BatchOp::Remove { key } => {
-                        format::encode_delete_dup(&mut body, key, seq, dups[n]);
+                        format::encode_delete_in(&mut body, ks, key, seq, dups[n]);
                         metas.push(Meta::default());
                     }
                 }
@@ -439,13 +468,13 @@ impl Inner {
             let mut hdr = Vec::with_capacity(16);
             format::encode_batch_header(&mut hdr, body.len(), ops.len());
             {
-                let mut tail = self.wal.tails[0].0.lock();
-                self.wal.append(&mut tail, &[&hdr, &body], true)?;
-                self.wal.note_full(0, &tail);
+                let mut tail = wal.tails[0].0.lock();
+                wal.append(&mut tail, &[&hdr, &body], true)?;
+                wal.note_full(0, &tail);
             }
-            self.note_wal_bytes((hdr.len() + body.len()) as u64);
+            first_space.note_wal_bytes((hdr.len() + body.len()) as u64);
             let mut last_at = vec![0usize; held.len()];
-            for (n, op) in ops.iter().enumerate() {
+            for (n, &(si, op)) in ops.iter().enumerate() {
                 let change = match op {
                     BatchOp::Put { value, .. } => Change::Put {
                         value,
@@ -454,16 +483,18 @@ impl Inner {
                     },
                     BatchOp::Remove { .. } => Change::Remove { dup: dups[n] },
                 };
-                last_at[at[n]] = self.apply(&mut held[at[n]].1, op.key(), &change);
+                last_at[at[n]] = spaces[si].apply(&mut held[at[n]].2, op.key(), &change);
             }
-            let mut splits = Vec::new();
-            for (h, (_, g)) in held.iter_mut().enumerate() {
-                splits.extend(self.split_leaf(&f, g, last_at[h]));
+            let mut splits: Vec<Vec<(Key, u32)>> = vec![Vec::new(); spaces.len()];
+            for (h, (si, _, g)) in held.iter_mut().enumerate() {
+                splits[*si].extend(spaces[*si].split_leaf(&forests[*si], g, last_at[h]));
             }
             drop(held);
-            self.index_splits(&f, splits);
-            self.wal.after_write()?;
-            self.after_change();
+            for (si, s) in splits.into_iter().enumerate() {
+                spaces[si].index_splits(&forests[si], s);
+            }
+            wal.after_write()?;
+            first_space.after_change();
             return Ok(());
         }
     }
@@ -488,7 +519,7 @@ impl Inner {
         {
             let mut rec = Vec::with_capacity(16);
             let seq = self.version.fetch_add(1, Ordering::Relaxed) + 1;
-            format::encode_clear(&mut rec, seq, 1);
+            format::encode_clear_in(&mut rec, self.ks, seq, 1);
             let mut tail = self.wal.tails[0].0.lock();
             self.wal.append(&mut tail, &[&rec], true)?;
             self.note_wal_bytes(rec.len() as u64);
@@ -499,20 +530,27 @@ impl Inner {
                 self.cached
                     .fetch_sub(l.mem_bytes() as i64, Ordering::Relaxed);
             }
+            self.drop_image(g.image);
         }
         self.count.reset();
         self.count_neg.reset();
-        for s in self.nodes.segs.load().segs.values() {
-            s.live.store(0, Ordering::Relaxed);
-        }
-        self.node_live.store(0, Ordering::Relaxed);
         self.forest.store(Arc::new(Forest::new()));
         drop(held);
         self.wal.after_write()?;
         Ok(())
     }
 
-    /// Replay a clear record at open: an empty tree.
+    /// A leaf's image is no longer anyone's (its keyspace was emptied): the node log holds
+    /// that much less alive (other keyspaces' images stay alive).
+    fn drop_image(&self, img: super::forest::Image) {
+        if !img.is_none() {
+            self.nodes.add_live(img.seg(), -i64::from(img.len));
+            self.node_live
+                .fetch_sub(i64::from(img.len), Ordering::Relaxed);
+        }
+    }
+
+    /// Replay a clear record at open: an empty keyspace.
     pub(crate) fn replay_clear(&self) {
         let f = self.forest.load_full();
         let mut id = 0;
@@ -523,6 +561,7 @@ impl Inner {
                 self.cached
                     .fetch_sub(l.mem_bytes() as i64, Ordering::Relaxed);
             }
+            self.drop_image(g.image);
             if g.right == NONE {
                 break;
             }
@@ -530,10 +569,6 @@ impl Inner {
         }
         self.count.reset();
         self.count_neg.reset();
-        for s in self.nodes.segs.load().segs.values() {
-            s.live.store(0, Ordering::Relaxed);
-        }
-        self.node_live.store(0, Ordering::Relaxed);
         self.forest.store(Arc::new(Forest::new()));
     }
 }
@@ -582,13 +617,13 @@ impl Inner {
                 .filter(|&k| !is_expired(leaf.entry(k).meta.expires, now))
                 .count() as u64;
             let n = j - i;
-            let seed = format::seed(self.wal.salt);
+            let seed = format::inner_seed(format::seed(self.wal.salt));
             let first = self.version.fetch_add(n as u64, Ordering::Relaxed) + 1;
             let mut body = Vec::with_capacity(n * (MAX_HEADER_LEN + key.len()));
             for (m, k) in (i..j).enumerate() {
                 let start = body.len();
                 let dup = leaf.entry(k).dup;
-                format::encode_delete_dup(&mut body, key, first + m as u64, dup);
+                format::encode_delete_in(&mut body, self.ks, key, first + m as u64, dup);
                 format::seal(&mut body[start..], seed);
             }
             let mut hdr = Vec::with_capacity(16);
