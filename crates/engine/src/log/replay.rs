@@ -76,7 +76,7 @@ pub(crate) fn replay(
     from: Option<&[(u32, u64)]>,
     mut found: Vec<Finding>,
     segsiz: usize,
-    kind: &mut dyn Replayer,
+    kind: &mut impl Replayer,
 ) -> Result<Replayed> {
     let table = log.segs.load_full();
     let durable = |s: &Segment| ckpt.and_then(|c| c.durable(s.id, s.lane));
