@@ -58,11 +58,35 @@ pub(crate) fn write_atomic_with(
     fill: impl FnOnce(&dyn VFile) -> std::io::Result<(u64, u32)>,
     before_commit: impl FnOnce() -> std::io::Result<()>,
 ) -> std::io::Result<()> {
+    replace_atomic(
+        vfs,
+        dir,
+        name,
+        tmp,
+        |file| {
+            let (end, crc) = fill(file)?;
+            file.write_at(&crc.to_le_bytes(), end)
+        },
+        before_commit,
+    )
+}
+
+/// The life of every file replaced whole (checkpoints, `kura.meta`): `fill` writes it under
+/// the temporary name `tmp`, `before_commit` makes durable what it points at, the file is
+/// fsynced, renamed over `name`, and the directory fsynced. A crash at any point leaves the
+/// old file or the new one. (The checksum is the caller's: [`write_atomic`] appends one.)
+pub(crate) fn replace_atomic(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    name: &str,
+    tmp: &str,
+    fill: impl FnOnce(&dyn VFile) -> std::io::Result<()>,
+    before_commit: impl FnOnce() -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let tmp = dir.join(tmp);
     let file = vfs.open(&tmp, true)?;
     file.set_len(0)?;
-    let (end, crc) = fill(&*file)?;
-    file.write_at(&crc.to_le_bytes(), end)?;
+    fill(&*file)?;
     before_commit()?;
     file.sync()?;
     drop(file);
@@ -309,6 +333,26 @@ mod tests {
         match read_verified(&fs, dir, "x.ck", 8) {
             Read::Verified(b) => assert_eq!(b, b"abcdefg"),
             _ => panic!("not read back"),
+        }
+        // Handed to a decoder, mapped where the file system maps (on disk too).
+        let tmp = tempfile::tempdir().unwrap();
+        for (vfs, dir) in [(&fs as &dyn Vfs, dir), (&crate::io::OsVfs, tmp.path())] {
+            write_atomic_with(
+                vfs,
+                dir,
+                "y.ck",
+                "y.ck.tmp",
+                |f| {
+                    f.write_at(b"xyz", 0)?;
+                    Ok((3, crc32c::crc32c(b"xyz")))
+                },
+                || Ok(()),
+            )
+            .unwrap();
+            let got = read_verified_with(vfs, dir, "y.ck", 4, true, |b| b.to_vec());
+            assert!(matches!(got, Read::Verified(b) if b == b"xyz"));
+            let short = read_verified_with(vfs, dir, "y.ck", 8, true, |b| b.to_vec());
+            assert!(matches!(short, Read::Damaged(why) if why.contains("shorter")));
         }
         // A replacement that fails before its rename leaves the old one.
         let failed = write_atomic(&fs, dir, "x.ck", "x.ck.tmp", &[b"zzzzzz"], || {
