@@ -25,8 +25,9 @@
 //! file over [`MAX_LEN`] bytes) is [`Error::Corrupt`] naming the file: a damaged descriptor is
 //! reported, never replaced. A later version is refused by its version line.
 //!
-//! It is replaced atomically: written to `kura.meta.tmp`, fsynced, renamed over `kura.meta`,
-//! then the directory is fsynced, all through [`Vfs`] (so the crash tests cover it).
+//! It is replaced atomically (`log::checkpoint::replace_atomic`): written to `kura.meta.tmp`,
+//! fsynced, renamed over `kura.meta`, then the directory is fsynced, all through [`Vfs`] (so
+//! the crash tests cover it).
 
 use crate::error::{Error, Result};
 use crate::io::Vfs;
@@ -178,15 +179,15 @@ pub fn read(vfs: &dyn Vfs, dir: &Path) -> Result<Option<Descriptor>> {
 
 /// Replace the descriptor of the database at `dir` atomically (see the module documentation).
 pub fn write(vfs: &dyn Vfs, dir: &Path, d: &Descriptor) -> Result<()> {
-    let tmp = dir.join(META_TMP);
     let bytes = d.encode();
-    let f = vfs.open(&tmp, true)?;
-    f.set_len(0)?;
-    f.write_at(&bytes, 0)?;
-    f.sync()?;
-    drop(f);
-    vfs.rename(&tmp, &dir.join(META_NAME))?;
-    vfs.sync_dir(dir)?;
+    crate::log::checkpoint::replace_atomic(
+        vfs,
+        dir,
+        META_NAME,
+        META_TMP,
+        |f| f.write_at(&bytes, 0),
+        || Ok(()),
+    )?;
     Ok(())
 }
 

@@ -239,3 +239,47 @@ fn a_damaged_descriptor_is_reported_and_repaired() {
     );
     status(&kura(d, &["db", "check", "n.kh"]), 0);
 }
+
+/// A checkpoint written by an earlier build (the engine's fixture `before-descriptor.kh`, made
+/// at 409fab4) loads as it is: `check` finds nothing to say about it. Damaged, it is a warning
+/// that loses nothing: the next writable open replays the whole log, and its close writes a
+/// checkpoint that loads again.
+#[test]
+fn an_earlier_builds_checkpoint_loads_and_a_damaged_one_costs_a_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let src =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/fixtures/before-descriptor.kh");
+    let db = d.join("old.kh");
+    std::fs::create_dir(&db).unwrap();
+    for e in std::fs::read_dir(&src).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), db.join(e.file_name())).unwrap();
+    }
+    let keys = |want: usize| {
+        let o = kura(d, &["db", "export", "old.kh"]);
+        status(&o, 0);
+        let out = text(&o.stdout);
+        assert_eq!(out.lines().count(), want, "{out}");
+        assert!(out.contains("apple\tred"), "{out}");
+    };
+    let o = kura(d, &["db", "check", "old.kh"]);
+    status(&o, 0);
+    assert!(!text(&o.stdout).contains("index.ki"), "{}", text(&o.stdout));
+    keys(4);
+
+    flip(&db.join("index.ki"), 40, 4);
+    let o = kura(d, &["db", "check", "old.kh"]);
+    status(&o, 0);
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("warning: index.ki is damaged (its checksum"),
+        "{out}"
+    );
+    keys(4);
+    status(&kura(d, &["db", "put", "old.kh", "new", "value"]), 0);
+    let o = kura(d, &["db", "check", "old.kh"]);
+    status(&o, 0);
+    assert!(!text(&o.stdout).contains("index.ki"), "{}", text(&o.stdout));
+    keys(5);
+}

@@ -2,7 +2,7 @@
 //! crash leaves, the index checked against the records it points at.
 
 use super::format::{SEG_HEADER_LEN, T_BATCH, T_PUT};
-use super::recover::{checkpoint_findings, read_checkpoint, CkptRead};
+use super::recover::{read_checkpoint, CkptRead};
 use super::scan;
 use super::segment::seg_file_name;
 use super::{decode_value, for_each_sub, Inner, CKPT_NAME, NSHARDS};
@@ -43,7 +43,7 @@ impl Inner {
             CkptRead::Read(c) => Some(c),
         };
         if let Some(c) = &ckpt {
-            rep.damage.extend(checkpoint_findings(c, &segs));
+            rep.damage.extend(c.findings(&segs));
         }
         if let Err(Error::Corrupt(m)) = crate::meta::read(&*self.log.vfs, &self.log.dir) {
             rep.damage
@@ -61,7 +61,7 @@ impl Inner {
                 continue;
             }
             orphans.push(p.id);
-            let listed = ckpt.as_ref().and_then(|c| c.listed(p.id));
+            let listed = ckpt.as_ref().and_then(|c| c.places.listed(p.id));
             match self.log.probe_verdict(&p, listed)? {
                 Some(f) => rep.damage.push(f),
                 None => rep.warnings.push(format!(
@@ -100,7 +100,9 @@ impl Inner {
                     seg_file_name(seg.id)
                 ));
             }
-            let durable = ckpt.as_ref().and_then(|c| c.durable(seg.id, seg.lane));
+            let durable = ckpt
+                .as_ref()
+                .and_then(|c| c.places.durable(seg.id, seg.lane));
             match classify(seg.id, &s, durable, &mut rep.damage) {
                 End::Clean | End::Damaged | End::Zeros => {}
                 End::Torn => {

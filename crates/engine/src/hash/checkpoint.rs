@@ -4,8 +4,9 @@
 
 use super::*;
 
-/// Write an index checkpoint (layout in docs/ARCHITECTURE.md) to `dir` atomically: stream it
-/// to a temporary file shard by shard (`shard(i, v)` snapshots shard i into `v` and returns its
+/// Write an index checkpoint (layout in docs/ARCHITECTURE.md) to `dir` atomically, through
+/// the log's checkpoint writer (`log::checkpoint::write_atomic_with`): stream it to a
+/// temporary file shard by shard (`shard(i, v)` snapshots shard i into `v` and returns its
 /// seq), call `before_commit` (which makes the data the snapshots point at durable), sync the
 /// file, rename it over the old checkpoint, sync the directory.
 ///
@@ -25,86 +26,73 @@ pub(super) fn write_checkpoint(
     shard: impl Fn(usize, &mut Vec<Slot>) -> u64 + Sync,
     before_commit: impl FnOnce() -> std::io::Result<()>,
 ) -> std::io::Result<()> {
-    let tmp = dir.join(CKPT_TMP);
-    let file = vfs.open(&tmp, true)?;
-    let f = &*file;
-    f.set_len(0)?;
-    let mut head = Vec::new();
-    head.extend_from_slice(CKPT_MAGIC);
-    head.extend_from_slice(&CKPT_VERSION.to_le_bytes());
-    head.extend_from_slice(&(NSHARDS as u32).to_le_bytes());
-    head.extend_from_slice(&hash_seed.to_le_bytes());
-    head.extend_from_slice(&(replay.len() as u32).to_le_bytes());
-    for &(seg, off) in replay {
-        head.extend_from_slice(&seg.to_le_bytes());
-        head.extend_from_slice(&(off as u32).to_le_bytes());
-    }
-    head.extend_from_slice(&(segs.len() as u32).to_le_bytes());
-    for &(id, len, live, horizon) in segs {
-        head.extend_from_slice(&id.to_le_bytes());
-        head.extend_from_slice(&len.to_le_bytes());
-        head.extend_from_slice(&live.to_le_bytes());
-        head.extend_from_slice(&horizon.to_le_bytes());
-    }
-    // (offset, length, crc32c) of every chunk written; the next chunk goes at `end`.
-    let chunks = Mutex::new((0u64, Vec::<(u64, usize, u32)>::new()));
-    let write = |buf: &[u8]| -> std::io::Result<()> {
-        let crc = crc32c::crc32c(buf);
-        let at = {
-            let mut c = chunks.lock();
-            let at = c.0;
-            c.0 += buf.len() as u64;
-            c.1.push((at, buf.len(), crc));
-            at
+    let fill = |f: &dyn crate::io::VFile| -> std::io::Result<(u64, u32)> {
+        let mut head = Vec::new();
+        head.extend_from_slice(CKPT_MAGIC);
+        head.extend_from_slice(&CKPT_VERSION.to_le_bytes());
+        head.extend_from_slice(&(NSHARDS as u32).to_le_bytes());
+        head.extend_from_slice(&hash_seed.to_le_bytes());
+        crate::log::checkpoint::Places {
+            replay: replay.to_vec(),
+            segs: segs.to_vec(),
+        }
+        .encode(&mut head);
+        // (offset, length, crc32c) of every chunk written; the next chunk goes at `end`.
+        let chunks = Mutex::new((0u64, Vec::<(u64, usize, u32)>::new()));
+        let write = |buf: &[u8]| -> std::io::Result<()> {
+            let crc = crc32c::crc32c(buf);
+            let at = {
+                let mut c = chunks.lock();
+                let at = c.0;
+                c.0 += buf.len() as u64;
+                c.1.push((at, buf.len(), crc));
+                at
+            };
+            f.write_at(buf, at)?;
+            // Written back while the rest is encoded, so that the final sync is short.
+            f.start_writeback(at, buf.len() as u64);
+            Ok(())
         };
-        f.write_at(buf, at)?;
-        // Written back while the rest is encoded, so that the final sync is short.
-        f.start_writeback(at, buf.len() as u64);
-        Ok(())
-    };
-    write(&head)?;
-    // Each thread takes the next shard not yet taken (shards differ in size: their load
-    // limits differ), encodes it, and writes a chunk whenever a megabyte is ready; the slot
-    // and scratch buffers are reused from shard to shard.
-    let next = AtomicUsize::new(0);
-    let encode = || -> std::io::Result<()> {
-        let (mut v, mut scratch) = (Vec::new(), ckpt::Scratch::default());
-        let mut out = Vec::with_capacity(CKPT_CHUNK + (CKPT_CHUNK >> 2));
-        loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            if i >= NSHARDS {
-                break;
+        write(&head)?;
+        // Each thread takes the next shard not yet taken (shards differ in size: their load
+        // limits differ), encodes it, and writes a chunk whenever a megabyte is ready; the
+        // slot and scratch buffers are reused from shard to shard.
+        let next = AtomicUsize::new(0);
+        let encode = || -> std::io::Result<()> {
+            let (mut v, mut scratch) = (Vec::new(), ckpt::Scratch::default());
+            let mut out = Vec::with_capacity(CKPT_CHUNK + (CKPT_CHUNK >> 2));
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= NSHARDS {
+                    break;
+                }
+                v.clear();
+                let seq = shard(i, &mut v);
+                out.extend_from_slice(&(i as u32).to_le_bytes());
+                ckpt::encode(seq, &mut v, &mut scratch, &mut out);
+                if out.len() >= CKPT_CHUNK {
+                    write(&out)?;
+                    out.clear();
+                }
             }
-            v.clear();
-            let seq = shard(i, &mut v);
-            out.extend_from_slice(&(i as u32).to_le_bytes());
-            ckpt::encode(seq, &mut v, &mut scratch, &mut out);
-            if out.len() >= CKPT_CHUNK {
+            if !out.is_empty() {
                 write(&out)?;
-                out.clear();
             }
+            Ok(())
+        };
+        let (mine, theirs) = side_by_side(parallel, encode);
+        mine?;
+        if let Some(theirs) = theirs {
+            theirs.map_err(|_| std::io::Error::other("checkpoint encoder thread panicked"))??;
         }
-        if !out.is_empty() {
-            write(&out)?;
-        }
-        Ok(())
+        let (end, mut list) = chunks.into_inner();
+        list.sort_unstable_by_key(|c| c.0);
+        let crc = list.iter().fold(0u32, |crc, &(_, len, c)| {
+            crc32c::crc32c_combine(crc, c, len)
+        });
+        Ok((end, crc))
     };
-    let (mine, theirs) = side_by_side(parallel, encode);
-    mine?;
-    if let Some(theirs) = theirs {
-        theirs.map_err(|_| std::io::Error::other("checkpoint encoder thread panicked"))??;
-    }
-    let (end, mut list) = chunks.into_inner();
-    list.sort_unstable_by_key(|c| c.0);
-    let crc = list.iter().fold(0u32, |crc, &(_, len, c)| {
-        crc32c::crc32c_combine(crc, c, len)
-    });
-    before_commit()?;
-    f.write_at(&crc.to_le_bytes(), end)?;
-    f.sync()?;
-    drop(file);
-    vfs.rename(&tmp, &dir.join(CKPT_NAME))?;
-    vfs.sync_dir(dir)
+    crate::log::checkpoint::write_atomic_with(vfs, dir, CKPT_NAME, CKPT_TMP, fill, before_commit)
 }
 
 /// Checkpoint chunk size: each encoding thread writes when it has this much.

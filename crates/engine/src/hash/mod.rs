@@ -160,11 +160,6 @@ impl Config {
     }
 }
 
-#[inline]
-fn loc_of(seg: u32, off: u64) -> u64 {
-    ((seg as u64) << 32) | off
-}
-
 /// One shard of the index: its table and its write sequence. `repr(C)`, with `seq` and the
 /// table's hot fields first: right behind the lock word, in its cache line (`Table`). Two
 /// writer threads hand a shard's lines back and forth on about every other write; before, the
@@ -464,8 +459,6 @@ struct Inner {
     expiring: AtomicU64,
     /// Sealed segments that compaction found a damaged record in (it leaves them be).
     damaged: Mutex<Vec<u32>>,
-    /// Where recovery replays each lane from (set by a valid checkpoint).
-    replay_from: Mutex<Option<Vec<(u32, u64)>>>,
     /// Serialises checkpoints, compaction, vanish, optimize and copy.
     maint: Mutex<()>,
     counters: Counters,
@@ -569,7 +562,7 @@ use self::open::{meta_damage, random_u64};
 use self::read::{decode_value, meta_of, ChunkReader};
 use self::shard::StripeClaim;
 use self::write::guard_of;
-use crate::log::{data_end, for_each_sub};
+use crate::log::for_each_sub;
 
 #[cfg(test)]
 mod tests;

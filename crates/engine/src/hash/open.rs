@@ -250,7 +250,6 @@ pub(super) fn open_inner(
         appended: AtomicU64::new(0),
         expiring: AtomicU64::new(0),
         damaged: Mutex::new(Vec::new()),
-        replay_from: Mutex::new(None),
         maint: Mutex::new(()),
         counters: Counters::default(),
         lock: Mutex::new(Some(lock)),

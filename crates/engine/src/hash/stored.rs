@@ -529,6 +529,60 @@ mod tests {
         assert_eq!(records(&os(&dir, "", OpenMode::ReadOnly).unwrap()), want);
     }
 
+    /// The fixture's `index.ki`, written at 409fab4 by the hash's own checkpoint writer (before
+    /// every kind's went through `log::checkpoint`), loads as it is: the open replays nothing.
+    /// The same file damaged is ignored, and the whole log replayed, with nothing lost.
+    #[test]
+    fn the_fixture_checkpoint_loads_and_a_damaged_one_is_replayed_instead() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/before-descriptor.kh");
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("old.kh");
+        std::fs::create_dir(&dir).unwrap();
+        for e in std::fs::read_dir(&src).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
+        }
+        let open = || {
+            let db = os(&dir, "", OpenMode::ReadOnly).unwrap();
+            let mut keys = Vec::new();
+            db.for_each_record(&mut |k, _, _| {
+                keys.push(k.to_vec());
+                Ok(true)
+            })
+            .unwrap();
+            keys.sort();
+            let replayed = db.inner.appended.load(std::sync::atomic::Ordering::Relaxed);
+            (db, keys, replayed)
+        };
+        let want: Vec<Vec<u8>> = ["apple", "big", "bin", "win"]
+            .iter()
+            .map(|k| k.as_bytes().to_vec())
+            .collect();
+        let (db, keys, replayed) = open();
+        assert_eq!(
+            (keys, replayed),
+            (want.clone(), 0),
+            "loaded, nothing replayed"
+        );
+        assert!(db.check().unwrap().warnings.is_empty());
+        drop(db);
+        let ki = dir.join(super::super::CKPT_NAME);
+        let mut b = std::fs::read(&ki).unwrap();
+        b[60] ^= 0x40;
+        std::fs::write(&ki, &b).unwrap();
+        let (db, keys, replayed) = open();
+        assert_eq!(keys, want);
+        assert!(replayed > 0, "the log is replayed instead");
+        let rep = db.check().unwrap();
+        assert!(rep.damage.is_empty(), "{rep:?}");
+        assert!(
+            rep.warnings
+                .iter()
+                .any(|w| w.contains("index.ki is damaged (its checksum")),
+            "{rep:?}"
+        );
+    }
+
     /// A damaged descriptor is `Corrupt` naming the file for every writable open, and stays as
     /// it was: never replaced by a fresh one. A read-only open goes on without it and reports
     /// it as damage that loses no record.

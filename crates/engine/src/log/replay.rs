@@ -6,8 +6,8 @@
 //!
 //! The kind says what records mean ([`Replayer`]): it forgets what a clear hides and applies
 //! each verified record (ordering a key's records by their seq, as they may be in several
-//! lanes). The on-disk hash predates this module and does the same in `hash/recover.rs`; the
-//! fixed-length database (`fixed/`) drives it through here.
+//! lanes). The on-disk hash (`hash/recover.rs`) and the fixed-length database (`fixed/open.rs`)
+//! recover through it.
 
 use super::checkpoint::Places;
 use super::format::{self, Header, SEG_HEADER_LEN, T_CLEAR};
@@ -76,7 +76,7 @@ pub(crate) fn replay(
     from: Option<&[(u32, u64)]>,
     mut found: Vec<Finding>,
     segsiz: usize,
-    kind: &mut dyn Replayer,
+    kind: &mut impl Replayer,
 ) -> Result<Replayed> {
     let table = log.segs.load_full();
     let durable = |s: &Segment| ckpt.and_then(|c| c.durable(s.id, s.lane));
