@@ -26,7 +26,8 @@
 //!
 //! Retention: files other than the newest are removed oldest first once every known replica
 //! has confirmed them and they are older than `keep`, or at once when the log is over `limit`
-//! bytes. A reader that asks for records that were removed is told it is behind
+//! bytes; never a file with records after [`Ulog::keep_after`] (what a `Logged` database has
+//! not made durable yet). A reader that asks for records that were removed is told it is behind
 //! ([`Start::Behind`]), and bootstraps from a snapshot instead.
 
 pub mod apply;
@@ -34,6 +35,7 @@ pub mod logged;
 pub mod record;
 
 use crate::config::SyncMode;
+use crate::durability::GroupCommit;
 use crate::error::{Error, Result};
 use crate::io::{MapMut, OsVfs, VFile, Vfs};
 use parking_lot::{Condvar, Mutex};
@@ -191,11 +193,11 @@ pub struct Ulog {
     /// Readers waiting for records wait here (with `w`).
     cv: Condvar,
     /// `written` that the last fsync covered.
-    synced: Mutex<u64>,
-    /// Syncs asked of the sync thread ([`Ulog::start_sync`]): (asked up to, done up to,
-    /// the error of the last failed one).
-    asked: Mutex<(u64, u64, Option<String>)>,
-    asked_cv: Condvar,
+    synced: AtomicU64,
+    /// Group commit of the log's fsyncs ([`Ulog::sync`]).
+    commit: GroupCommit,
+    /// Retention keeps every record after this time stamp ([`Ulog::keep_after`]).
+    keep_after: AtomicU64,
     last_ts: AtomicU64,
     /// fsyncs of the log's files so far.
     syncs: AtomicU64,
@@ -370,9 +372,9 @@ impl Ulog {
                 failed: None,
             }),
             cv: Condvar::new(),
-            synced: Mutex::new(0),
-            asked: Mutex::new((0, 0, None)),
-            asked_cv: Condvar::new(),
+            synced: AtomicU64::new(0),
+            commit: GroupCommit::new(),
+            keep_after: AtomicU64::new(u64::MAX),
             last_ts: AtomicU64::new(last_ts),
             syncs: AtomicU64::new(0),
             replicas: Mutex::new(replicas),
@@ -417,61 +419,13 @@ impl Ulog {
             })
             .ok();
         *self.background.lock() = h;
-        let weak = Arc::downgrade(self);
-        let stop = self.stop.clone();
-        let _ = std::thread::Builder::new()
-            .name("kura-ulog-sync".into())
-            .spawn(move || loop {
-                let Some(log) = weak.upgrade() else { return };
-                let target = {
-                    let mut a = log.asked.lock();
-                    while a.0 <= a.1 && !stop.load(Ordering::Relaxed) {
-                        log.asked_cv.wait_for(&mut a, Duration::from_millis(200));
-                    }
-                    if stop.load(Ordering::Relaxed) && a.0 <= a.1 {
-                        return;
-                    }
-                    a.0
-                };
-                let r = log.sync();
-                let mut a = log.asked.lock();
-                match r {
-                    Ok(()) => a.1 = a.1.max(target),
-                    Err(e) => {
-                        a.1 = a.1.max(target);
-                        a.2 = Some(e.to_string());
-                    }
-                }
-                log.asked_cv.notify_all();
-            });
     }
 
-    /// Start a sync of everything appended so far on the log's own thread (so a caller can
-    /// sync something else meanwhile); [`Ulog::wait_sync`] waits for it.
-    pub fn start_sync(&self) -> u64 {
-        let target = self.w.lock().written;
-        let mut a = self.asked.lock();
-        if a.0 < target {
-            a.0 = target;
-            self.asked_cv.notify_all();
-        }
-        target
-    }
-
-    /// Wait until a sync started by [`Ulog::start_sync`] is done.
-    pub fn wait_sync(&self, target: u64) -> Result<()> {
-        let mut a = self.asked.lock();
-        while a.1 < target && *self.synced.lock() < target {
-            self.asked_cv.wait_for(&mut a, Duration::from_millis(100));
-            if self.stop.load(Ordering::Relaxed) && a.1 < target {
-                drop(a);
-                return self.sync();
-            }
-        }
-        if let Some(e) = a.2.take() {
-            return Err(Error::Io(std::io::Error::other(e)));
-        }
-        Ok(())
+    /// Keep every record after `ts` whatever retention says: they are not yet durable
+    /// elsewhere (`Logged`: the database holds them only once it is synced, and redoes them
+    /// from here after a crash until then). `u64::MAX` (the default): no such records.
+    pub fn keep_after(&self, ts: u64) {
+        self.keep_after.store(ts, Ordering::Release);
     }
 
     pub fn config(&self) -> &Config {
@@ -485,6 +439,15 @@ impl Ulog {
     /// fsyncs of the log's files since it was opened.
     pub fn sync_count(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// Group commit leaders that waited for the writers they expected, and how many of those
+    /// waits ran out ([`GroupCommit`]).
+    pub fn commit_waits(&self) -> (u64, u64) {
+        (
+            self.commit.waits.load(Ordering::Relaxed),
+            self.commit.wait_misses.load(Ordering::Relaxed),
+        )
     }
 
     /// The time stamp of the newest record (0: none yet).
@@ -620,15 +583,20 @@ impl Ulog {
         }
     }
 
-    /// Make every record appended so far durable. Concurrent callers share fsyncs: one that
-    /// finds a sync under way waits for it, then syncs everything appended meanwhile.
+    /// Make every record appended so far durable: one fsync for every caller waiting when it
+    /// starts (group commit, [`GroupCommit`]). A failed fsync poisons the log.
     pub fn sync(&self) -> Result<()> {
         let target = self.w.lock().written;
-        let mut synced = self.synced.lock();
-        if *synced >= target {
+        if self.synced.load(Ordering::Acquire) >= target {
+            // Nothing new (and a failed sync poisoned the writer: nothing new after it).
             return Ok(());
         }
-        // Everyone who appended while the previous sync ran is covered by this one.
+        self.commit.commit(|| self.sync_file())
+    }
+
+    /// fsync the newest file: every record appended before the call is then durable (older
+    /// files were synced when they were sealed).
+    fn sync_file(&self) -> Result<()> {
         let (file, end) = {
             let w = self.w.lock();
             (w.file.clone(), w.written)
@@ -641,7 +609,7 @@ impl Ulog {
             let mut w = self.w.lock();
             return Err(self.fail(&mut w, e));
         }
-        *synced = end;
+        self.synced.fetch_max(end, Ordering::AcqRel);
         Ok(())
     }
 
@@ -762,6 +730,9 @@ impl Ulog {
                 (w.files[0].clone(), w.files[1].prev_ts)
             };
             let path = self.cfg.dir.join(file_name(victim.idx));
+            if next_prev > self.keep_after.load(Ordering::Acquire) {
+                break; // holds records not yet durable elsewhere
+            }
             let over = self.cfg.limit > 0 && self.size() > self.cfg.limit;
             let confirmed = replicas.values().all(|r| r.confirmed >= next_prev);
             let old = self
