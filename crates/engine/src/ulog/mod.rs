@@ -48,6 +48,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub use record::{Op, Rec};
 
 const MAGIC: &[u8; 8] = b"KURAULG1";
+/// `Writer::fill_from` when no zeros are being written ahead.
+const NO_FILL: u64 = u64::MAX;
+/// With `sync=always`, how many bytes of zeros are written ahead of the records at a time, and
+/// how close the records may come to their end before more are (`Ulog::fill_ahead`).
+const FILL_STEP: u64 = 8 << 20;
+const FILL_LOW: u64 = 4 << 20;
 const FILE_HEADER: u64 = 32;
 
 /// How an update log is set up.
@@ -164,6 +170,11 @@ struct Writer {
     map: Arc<MapMut>,
     /// Bytes of `map` whose pages are known to be in memory (see `prefault`).
     populated: u64,
+    /// With `sync=always`: bytes of the newest file below which zeros were written and synced
+    /// ahead of the records (`fill_ahead`), and where the zeros being written start
+    /// (`NO_FILL`: none under way; records must not reach it until they are done).
+    zeroed: u64,
+    fill_from: u64,
     idx: u64,
     /// Bytes of the newest file holding records (header included).
     size: u64,
@@ -192,6 +203,8 @@ pub struct Ulog {
     w: Mutex<Writer>,
     /// Readers waiting for records wait here (with `w`).
     cv: Condvar,
+    /// Writers waiting for the zeros being written ahead of them (`fill_ahead`).
+    fill_cv: Condvar,
     /// `written` that the last fsync covered.
     synced: AtomicU64,
     /// Group commit of the log's fsyncs ([`Ulog::sync`]).
@@ -363,6 +376,8 @@ impl Ulog {
                 file,
                 map,
                 populated: 0,
+                zeroed: 0,
+                fill_from: NO_FILL,
                 idx,
                 size,
                 buf: Vec::with_capacity(64 << 10),
@@ -372,6 +387,7 @@ impl Ulog {
                 failed: None,
             }),
             cv: Condvar::new(),
+            fill_cv: Condvar::new(),
             synced: AtomicU64::new(0),
             commit: GroupCommit::new(),
             keep_after: AtomicU64::new(u64::MAX),
@@ -407,6 +423,7 @@ impl Ulog {
                     since_sync += tick;
                     let Some(log) = weak.upgrade() else { return };
                     log.prefault();
+                    log.fill_ahead();
                     if since_sync >= every {
                         since_sync = Duration::ZERO;
                         if matches!(log.cfg.sync, SyncMode::Interval(_)) {
@@ -472,6 +489,14 @@ impl Ulog {
         let mut buf = std::mem::take(&mut w.buf);
         buf.clear();
         record::encode(&mut buf, ts, osid, ots, op);
+        // The zeros being written ahead must not overwrite the record, nor extend a file that
+        // the record's rotation cuts to its records.
+        while w.fill_from != NO_FILL && {
+            let end = w.size + buf.len() as u64;
+            end > w.fill_from || end > w.map.len() as u64
+        } {
+            self.fill_cv.wait(&mut w);
+        }
         let r = self.copy_in(&mut w, &buf);
         w.buf = buf;
         r?;
@@ -551,9 +576,46 @@ impl Ulog {
         w.file = f;
         w.map = m;
         w.populated = 0;
+        w.zeroed = 0;
         w.idx = idx;
         w.size = FILE_HEADER;
         Ok(())
+    }
+
+    /// With `sync=always`, write zeros ahead of the records when they come within `FILL_LOW`
+    /// of the last zeros' end (`VFile::zero_fill`, which syncs them): an fdatasync after a
+    /// record written over blocks already written and synced journals no block allocation,
+    /// where one into the preallocated file's holes does (as the database's log does,
+    /// docs/ARCHITECTURE.md, "Zeros ahead of the log"). Runs on the background thread; the
+    /// writers go on meanwhile below the zeros being written.
+    fn fill_ahead(&self) {
+        if self.cfg.sync != SyncMode::Always {
+            return;
+        }
+        let (file, idx, from, to) = {
+            let mut w = self.w.lock();
+            if w.failed.is_some() || w.fill_from != NO_FILL || w.size + FILL_LOW <= w.zeroed {
+                return;
+            }
+            // Records that outran the zeros get a gap to write into meanwhile.
+            let gap = if w.size > w.zeroed { FILL_LOW / 4 } else { 0 };
+            let from = w.zeroed.max(w.size + gap).next_multiple_of(4096);
+            let to = (from + FILL_STEP).min(w.map.len() as u64);
+            if from >= to {
+                return;
+            }
+            w.fill_from = from;
+            (w.file.clone(), w.idx, from, to)
+        };
+        // Out of space, say: records are written as before, into the holes.
+        let ok = file.zero_fill(from, to - from).is_ok();
+        let mut w = self.w.lock();
+        w.fill_from = NO_FILL;
+        if ok && w.idx == idx {
+            w.zeroed = to;
+        }
+        drop(w);
+        self.fill_cv.notify_all();
     }
 
     /// Bring the pages the next appends will write into memory, off the writers' path: the
