@@ -288,6 +288,46 @@ mod tests {
     use std::path::Path;
     use std::sync::Arc;
 
+    /// Tickets taken without waiting are done by one sync a commit thread leads for all of
+    /// them; with none taken, it runs none.
+    #[test]
+    fn tickets_are_done_by_one_sync_for_all_of_them() {
+        let gc = GroupCommit::new();
+        let syncs = AtomicU64::new(0);
+        let sync = || {
+            syncs.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        };
+        assert!(!gc.serve(Duration::from_millis(1), sync));
+        let tickets: Vec<u64> = (0..3).map(|_| gc.request()).collect();
+        assert_eq!(gc.status(), (0, false));
+        assert!(gc.serve(Duration::from_millis(1), sync));
+        assert_eq!(syncs.load(Ordering::Relaxed), 1);
+        assert!(tickets.iter().all(|&t| t <= gc.status().0));
+        // A blocking commit after them runs a sync of its own.
+        gc.commit(sync).unwrap();
+        assert_eq!(syncs.load(Ordering::Relaxed), 2);
+    }
+
+    /// A failed sync fails its caller, every ticket it covered, and every commit after it
+    /// (without syncing again).
+    #[test]
+    fn a_failed_sync_fails_every_commit_after_it() {
+        let gc = GroupCommit::new();
+        let t = gc.request();
+        let r = gc.commit(|| Err(Error::Io(std::io::Error::other("disk gone"))));
+        assert!(matches!(r, Err(Error::Io(_))), "{r:?}");
+        assert_eq!(gc.status(), (t, true));
+        let r = gc.commit(|| panic!("no sync after a failed one"));
+        assert!(
+            matches!(r, Err(Error::Poisoned(ref m)) if m.contains("disk gone")),
+            "{r:?}"
+        );
+        gc.request();
+        assert!(gc.serve(Duration::from_millis(1), || panic!("no sync")));
+        assert_eq!(gc.status().1, true);
+    }
+
     /// Deferred writes are not durable until the sync; after it they survive a crash.
     #[test]
     fn deferred_writes_become_durable_at_the_sync() {
