@@ -325,7 +325,7 @@ mod tests {
         );
         gc.request();
         assert!(gc.serve(Duration::from_millis(1), || panic!("no sync")));
-        assert_eq!(gc.status().1, true);
+        assert!(gc.status().1);
     }
 
     /// Deferred writes are not durable until the sync; after it they survive a crash.
