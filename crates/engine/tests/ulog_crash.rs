@@ -281,8 +281,10 @@ fn power_loss_with_update_log_default_sync() {
 
 /// A write-back out of file order (which a kernel may do) leaves a hole before intact records:
 /// in the update log's newest file, and in a `.kh` segment, both of which then refuse to open
-/// as damaged. Known limitation: both kinds take a torn tail to be a prefix of the unsynced
-/// writes.
+/// as damaged. Known limitation: both take a torn tail to be a prefix of the unsynced writes.
+/// Telling such a hole from damage needs the length each file was last synced to, recorded
+/// where a crash cannot tear it (for the update log: in its newest file's header, written with
+/// the next sync).
 #[test]
 #[ignore = "known limitation: recovery assumes unsynced writes reach the disk in file order"]
 fn power_loss_with_write_back_out_of_order() {

@@ -129,18 +129,20 @@ fn unsynced<T>(f: impl FnOnce() -> T) -> T {
 }
 
 /// The name to open a database by when a [`Logged`] wraps it, and the sync mode of its update
-/// log: the name's `sync=` goes to the log (the commit point), and a persistent database is
-/// opened with `sync=none` (synced only at the `applied` mark, its checkpoints and close).
+/// log: a persistent database's `sync=` goes to the log (the commit point), and the database
+/// is opened with `sync=none` (synced only at the `applied` mark, its checkpoints and close).
+/// Any other name is kept as it is (a memory kind takes no `sync=`: its open refuses one).
 pub fn database_name(name: &str) -> Result<(String, crate::SyncMode)> {
     let (path, params) = crate::name::split_name(name)?;
     let sync = params.sync()?.unwrap_or(crate::SyncMode::DEFAULT);
+    if !crate::registry::by_path(path).is_some_and(|k| k.caps.persistent) {
+        return Ok((name.to_string(), sync));
+    }
     let mut out = path.to_string();
     for (k, v) in params.items().iter().filter(|(k, _)| k != "sync") {
         out.push_str(&format!("#{k}={v}"));
     }
-    if crate::registry::by_path(path).is_some_and(|k| k.caps.persistent) {
-        out.push_str("#sync=none");
-    }
+    out.push_str("#sync=none");
     Ok((out, sync))
 }
 

@@ -443,3 +443,18 @@ fn writers_share_the_log_fsyncs_and_the_database_is_not_synced_per_write() {
     assert!(db_syncs <= 2, "{db_syncs} database syncs for 320 writes");
     db.close().unwrap();
 }
+
+/// The name a `Logged` database is opened by: a persistent kind's `sync=` goes to the log and
+/// the database gets `sync=none`; a memory kind's name is kept (its open refuses `sync=`).
+#[test]
+fn database_name_gives_the_sync_mode_to_the_log() {
+    use super::logged::database_name;
+    let (n, s) = database_name("a.kh#bnum=10#sync=always#msiz=1m").unwrap();
+    assert_eq!(n, "a.kh#bnum=10#msiz=1m#sync=none");
+    assert_eq!(s, SyncMode::Always);
+    let (n, s) = database_name("a.kb").unwrap();
+    assert_eq!((n.as_str(), s), ("a.kb#sync=none", SyncMode::DEFAULT));
+    let (n, s) = database_name("*#capnum=5").unwrap();
+    assert_eq!((n.as_str(), s), ("*#capnum=5", SyncMode::DEFAULT));
+    assert!(database_name("a.kh#sync=sometimes").is_err());
+}
