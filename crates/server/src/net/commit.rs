@@ -28,25 +28,31 @@ impl Committer {
         self.commit.status()
     }
 
-    /// Stop once every ticket taken is done.
+    /// Stop once every ticket taken is done (called once the workers have ended).
     pub(super) fn stop(&self) {
         self.stop.store(true, Ordering::Release);
         self.commit.wake();
     }
 
     pub(super) fn run(&self, store: &dyn Store) {
+        let wake = || {
+            for w in self.wakers.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                let _ = w.wake();
+            }
+        };
         loop {
-            // Read before the wait: a ticket taken before `stop` is served first.
-            let stopping = self.stop.load(Ordering::Acquire);
+            if self.stop.load(Ordering::Acquire) {
+                // The workers have ended: sync what they still owe, then end.
+                while self.commit.serve(Duration::ZERO, || store.sync()) {
+                    wake();
+                }
+                return;
+            }
             if self
                 .commit
                 .serve(Duration::from_millis(100), || store.sync())
             {
-                for w in self.wakers.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-                    let _ = w.wake();
-                }
-            } else if stopping {
-                return; // stopping, nothing owed
+                wake();
             }
         }
     }
