@@ -19,10 +19,12 @@
 //! previous one plus one, so they increase strictly even across restarts and clock steps back.
 //! A reader asks for the records after a time stamp.
 //!
-//! Durability follows the database's sync mode: `always` makes a write wait for the log's
-//! fsync (one fsync for every writer waiting when it starts: group commit), or, for a server
+//! Durability follows the log's sync mode (`kura serve` gives it the database name's: the log
+//! is the commit point, see `logged`): `always` makes a write wait for the log's fsync (one
+//! fsync for every writer waiting when it starts: `durability::GroupCommit`), or, for a server
 //! thread that defers durability (`crate::durability`), owe a sync its commit thread makes;
-//! an interval syncs in the background; `none` on `sync` and close.
+//! an interval syncs in the background; `none` on `sync` and close. With `always`, zeros are
+//! written and synced ahead of the records (`Ulog::fill_ahead`).
 //!
 //! Retention: files other than the newest are removed oldest first once every known replica
 //! has confirmed them and they are older than `keep`, or at once when the log is over `limit`
