@@ -163,15 +163,6 @@ fn host_port(s: &str) -> Result<(String, u16), String> {
     Ok((h.trim_matches(|c| c == '[' || c == ']').to_string(), port))
 }
 
-/// The sync mode a database name asks for (`#sync=…`), which its update log follows too.
-fn sync_of(name: &str) -> kura_engine::SyncMode {
-    name.split('#')
-        .skip(1)
-        .find_map(|p| p.strip_prefix("sync="))
-        .and_then(|v| kura_engine::SyncMode::parse(v).ok())
-        .unwrap_or(kura_engine::SyncMode::DEFAULT)
-}
-
 /// The mask from every `--mask`, then every `--unmask`.
 fn command_mask(a: &ServeArgs) -> Result<Mask, String> {
     let mut m = Mask::NONE;
@@ -482,8 +473,19 @@ pub fn run(a: ServeArgs) -> ExitCode {
             return fail(Some(&log), daemon, msg);
         }
     }
-    // Open (and recover) the database before listening.
-    let store = match kura_engine::open_as(&a.name, kura_engine::OpenMode::Create) {
+    // Open (and recover) the database before listening. With an update log, the log is the
+    // commit point: it takes the name's sync mode, and the database is synced lazily.
+    let (open_name, ulog_sync) = match &a.ulog {
+        Some(_) => match kura_engine::ulog::logged::database_name(&a.name) {
+            Ok(x) => x,
+            Err(e) => {
+                let msg = crate::db::open_error("open", &a.name, &e);
+                return fail(Some(&log), daemon, msg);
+            }
+        },
+        None => (a.name.clone(), kura_engine::SyncMode::DEFAULT),
+    };
+    let store = match kura_engine::open_as(&open_name, kura_engine::OpenMode::Create) {
         Ok(o) => {
             if o.created {
                 let path = a.name.split('#').next().unwrap_or(&a.name);
@@ -510,7 +512,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
         None => store,
         Some(dir) => {
             let mut cfg = kura_engine::ulog::Config::new(dir, sid);
-            cfg.sync = sync_of(&a.name);
+            cfg.sync = ulog_sync;
             cfg.limit = a.ulog_limit;
             cfg.keep = Duration::from_secs(a.ulog_keep);
             if cfg.limit > 0 {

@@ -756,7 +756,10 @@ impl Store for DiskHash {
                 l.truncated_bytes.load(Ordering::Relaxed),
             ),
             ("syncs", l.syncs.load(Ordering::Relaxed)),
-            ("commit_waits", l.commit_waits.load(Ordering::Relaxed)),
+            (
+                "commit_waits",
+                self.inner.log.commit.waits.load(Ordering::Relaxed),
+            ),
         ]
     }
 }

@@ -26,7 +26,7 @@ pub(crate) mod tail;
 
 use self::format::{Header, SEG_HEADER_LEN, T_DELETE, T_PUT};
 use self::segment::{corrupt_at, seg_file_name, Retired, SegTable, Segment};
-use self::tail::{CommitState, Fill, Lane, Tail, FILL_LOW, FILL_STEP, NO_FILL};
+use self::tail::{Fill, Lane, Tail, FILL_LOW, FILL_STEP, NO_FILL};
 use crate::config::SyncMode;
 use crate::error::{Error, Result};
 use crate::io::Vfs;
@@ -35,25 +35,16 @@ use parking_lot::{Condvar, Mutex};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How often the log hands lane buffers to the OS (and the filler looks for work).
 pub(crate) const FLUSH_TICK: Duration = Duration::from_millis(50);
-
-/// Group commit waits for the writers it expects only after syncs at least this long: a timed
-/// wait shorter than half of one lasts longer than asked (the kernel's timer slack, 50 µs), and
-/// faster syncs leave little to share anyway.
-const GATHER_MIN_SYNC: Duration = Duration::from_micros(100);
 
 /// Counters of the log (shown by `Store::counters`).
 #[derive(Default)]
 pub(crate) struct LogCounters {
     pub(crate) truncated_bytes: AtomicU64,
     pub(crate) syncs: AtomicU64,
-    /// Group commit leaders that waited for the writers they expected (`group_commit`).
-    pub(crate) commit_waits: AtomicU64,
-    /// Of those, the waits that ran out before the writers came.
-    pub(crate) commit_wait_misses: AtomicU64,
 }
 
 /// How a log is tuned (fixed for one open).
@@ -112,14 +103,12 @@ pub(crate) struct Log {
     pub(crate) poisoned: Mutex<Option<String>>,
     pub(crate) is_poisoned: AtomicBool,
     pub(crate) closed: AtomicBool,
-    pub(crate) commit: Mutex<CommitState>,
+    /// Group commit (`group_commit`); its counters are the log's `commit_waits`.
+    pub(crate) commit: crate::durability::GroupCommit,
     /// Held for the whole of `sync_now`.
     pub(crate) sync_one: Mutex<()>,
     /// A segment was created since the directory was last synced.
     pub(crate) dir_dirty: AtomicBool,
-    pub(crate) commit_cv: Condvar,
-    /// Wakes a gathering group commit leader when the writers it expects are waiting.
-    pub(crate) gather_cv: Condvar,
     pub(crate) stop: Mutex<bool>,
     pub(crate) stop_cv: Condvar,
     /// Per lane, the fill lock and the last fill's result (`fill_lane`).
@@ -183,11 +172,9 @@ impl Log {
             poisoned: Mutex::new(None),
             is_poisoned: AtomicBool::new(false),
             closed: AtomicBool::new(false),
-            commit: Mutex::new(CommitState::default()),
+            commit: crate::durability::GroupCommit::new(),
             sync_one: Mutex::new(()),
             dir_dirty: AtomicBool::new(false),
-            commit_cv: Condvar::new(),
-            gather_cv: Condvar::new(),
             stop: Mutex::new(false),
             stop_cv: Condvar::new(),
             fills: (0..lanes).map(|_| Mutex::new(Fill::default())).collect(),
@@ -591,90 +578,11 @@ impl Log {
     }
 
     /// Wait until everything appended before this call is durable, sharing each fdatasync with
-    /// every writer waiting when it starts (group commit).
-    ///
-    /// The writers waiting for a sync that has not started form the next group. Its leader is
-    /// the first of them to find no sync running; the sync flushes every lane before its
-    /// fdatasync, so it covers every write appended before it starts, and a writer arriving
-    /// while it runs waits for the next one. Before it starts, the leader waits for the
-    /// writers known to be active (`CommitState::expect`: the last group, whose writers are
-    /// about to write again, and those that arrived during its sync) until that many are
-    /// waiting, for at most half the time a sync takes (`CommitState::sync_time`; only when
-    /// that is long enough to be worth a wait: `GATHER_MIN_SYNC`). Without this, N writers
-    /// settle into alternating groups: the first writer back after a sync leads one of its
-    /// own at once while the rest of the last group is still writing, and they then make the
-    /// next group. A lone writer never waits: it is the whole of its last group. A writer that
-    /// leaves costs one wait (the group after it is smaller, and so is what the next leader
-    /// expects); writers that keep coming back too late for the wait stop the waiting: after
-    /// each wait that runs out, 1, 3, 7 … 63 leaders start at once (`CommitState::skip`).
-    ///
-    /// Every writer of a group returns the group's result: a failed sync poisons the log first,
-    /// so its followers find the poison and return it.
+    /// every writer waiting when it starts (`durability::GroupCommit`). The sync flushes every
+    /// lane before its fdatasync, so it covers every write appended before it starts. A failed
+    /// sync poisons the log first, so the writers of its group and every later one fail.
     pub(crate) fn group_commit(&self) -> Result<()> {
-        let mut st = self.commit.lock();
-        // The next sync to start covers our write (no sync starts without taking us along).
-        let need = st.started + 1;
-        st.queued += 1;
-        if st.gathering && st.queued >= st.expect {
-            self.gather_cv.notify_one();
-        }
-        loop {
-            if st.finished >= need {
-                return match self.poisoned.lock().as_ref() {
-                    Some(p) => Err(Error::Poisoned(p.clone())),
-                    None => Ok(()),
-                };
-            }
-            if st.running || st.gathering {
-                self.commit_cv.wait(&mut st);
-                continue;
-            }
-            // Lead the next group: ours.
-            let sync_time = st.sync_time();
-            if st.queued < st.expect && sync_time >= GATHER_MIN_SYNC {
-                if st.skip > 0 {
-                    st.skip -= 1;
-                } else {
-                    st.gathering = true;
-                    self.counters.commit_waits.fetch_add(1, Ordering::Relaxed);
-                    let until = Instant::now() + sync_time / 2;
-                    while st.queued < st.expect {
-                        if self.gather_cv.wait_until(&mut st, until).timed_out() {
-                            break;
-                        }
-                    }
-                    st.gathering = false;
-                    if st.queued < st.expect {
-                        self.counters
-                            .commit_wait_misses
-                            .fetch_add(1, Ordering::Relaxed);
-                        st.misses = (st.misses + 1).min(6);
-                        st.skip = (1 << st.misses) - 1;
-                    } else {
-                        st.misses = 0;
-                    }
-                }
-            }
-            st.running = true;
-            st.started += 1;
-            debug_assert_eq!(st.started, need);
-            let group = std::mem::take(&mut st.queued);
-            // A lone writer's syncs are not timed (two clock reads, about 0.1 µs here, on
-            // every write): nobody waits for writers then.
-            let t0 = (group > 1 || st.expect > 1).then(Instant::now);
-            drop(st);
-            let r = self.sync_now();
-            let took = t0.map(|t| t.elapsed());
-            st = self.commit.lock();
-            st.running = false;
-            st.finished = need;
-            if let Some(took) = took {
-                st.timed(took);
-            }
-            st.expect = group + st.queued;
-            self.commit_cv.notify_all();
-            return r;
-        }
+        self.commit.commit(|| self.sync_now())
     }
 
     /// Flush the buffer and fdatasync every segment written since its last sync.
@@ -1122,7 +1030,7 @@ mod tests {
             writes as f64 / syncs as f64 >= 6.0,
             "{writes} writes took {syncs} syncs"
         );
-        let waits = log.counters.commit_waits.load(Ordering::Relaxed);
+        let waits = log.commit.waits.load(Ordering::Relaxed);
         for i in 1..=20 {
             log.append(&mut log.tails[0].0.lock(), &[&put(writes + i)], true)
                 .unwrap();
@@ -1131,7 +1039,7 @@ mod tests {
         assert_eq!(log.counters.syncs.load(Ordering::Relaxed), syncs + 20);
         // The first lone sync waits for the eight writers of the last group (for half a sync
         // at most); after it, the lone writer is the whole of its group.
-        assert!(log.counters.commit_waits.load(Ordering::Relaxed) <= waits + 1);
+        assert!(log.commit.waits.load(Ordering::Relaxed) <= waits + 1);
         fs.crash(CrashMode::DropUnsynced);
         let found = seqs_in(&fs, false);
         assert!(acked.lock().iter().all(|n| found.contains(n)));
@@ -1161,7 +1069,7 @@ mod tests {
         // Waits that found the other writer are allowed (on a loaded machine the two writers
         // can fall into step and then share every sync); waits that ran out must back off.
         let syncs = log.counters.syncs.load(Ordering::Relaxed);
-        let misses = log.counters.commit_wait_misses.load(Ordering::Relaxed);
+        let misses = log.commit.wait_misses.load(Ordering::Relaxed);
         assert!(syncs >= 40, "{syncs} syncs");
         assert!(
             misses <= syncs / 4,

@@ -70,51 +70,6 @@ pub(crate) struct Fill {
     pub(crate) to: u64,
 }
 
-/// Where group commit stands (`Log::group_commit`), under `Log::commit`.
-#[derive(Default)]
-pub(crate) struct CommitState {
-    /// Group syncs started and finished (numbered from 1).
-    pub(crate) started: u64,
-    pub(crate) finished: u64,
-    /// A group sync is running.
-    pub(crate) running: bool,
-    /// A leader is waiting for the writers it expects before it starts its sync.
-    pub(crate) gathering: bool,
-    /// Writers waiting that no started sync covers: the next group.
-    pub(crate) queued: usize,
-    /// The writers known to be writing when the last group sync finished: its group (each
-    /// about to write again) and those that arrived during it.
-    pub(crate) expect: usize,
-    /// Waits for the expected writers that ran out of time in a row (up to 6), and how many
-    /// leaders are still to start without waiting because of them (`2^misses - 1` after the
-    /// last): writers that come back later than the wait allows keep no leader waiting.
-    pub(crate) misses: u32,
-    pub(crate) skip: u32,
-    /// How long the last group syncs took (a ring: `syncs_timed` counts them).
-    pub(crate) sync_times: [std::time::Duration; 4],
-    pub(crate) syncs_timed: usize,
-}
-
-impl CommitState {
-    /// Note how long a group sync took.
-    pub(crate) fn timed(&mut self, took: std::time::Duration) {
-        let n = self.sync_times.len();
-        self.sync_times[self.syncs_timed % n] = took;
-        self.syncs_timed += 1;
-    }
-
-    /// What a group sync costs: the shortest of the last few (a sync whose thread lost its core
-    /// takes longer than the disk does; none takes less).
-    pub(crate) fn sync_time(&self) -> std::time::Duration {
-        let n = self.syncs_timed.min(self.sync_times.len());
-        self.sync_times[..n]
-            .iter()
-            .copied()
-            .min()
-            .unwrap_or_default()
-    }
-}
-
 impl Tail {
     pub(crate) fn new(seg: Arc<Segment>) -> Tail {
         Tail {

@@ -348,7 +348,7 @@ impl Store for DiskTree {
             ),
             (
                 "commit_waits",
-                self.inner.wal.counters.commit_waits.load(Ordering::Relaxed),
+                self.inner.wal.commit.waits.load(Ordering::Relaxed),
             ),
         ]
     }

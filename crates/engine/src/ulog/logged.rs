@@ -11,10 +11,20 @@
 //!   taken around logging and applying, so a key's records are in the order its changes were
 //!   applied. Different keys proceed in parallel (the log's append is a short critical
 //!   section). A read-modify-write (`accept`) decides on the record it reads under the stripe.
+//! - **The log is the commit point.** A change is durable once its log record is: a write
+//!   waits for (or, on a server thread that defers, owes) the log's group commit only. The
+//!   database's own writes are never synced for a write (they run with durability deferred,
+//!   and the debt is dropped; `kura serve --ulog` opens the database with `sync=none`
+//!   besides, [`database_name`]); the database is synced lazily, at the `applied` mark, its
+//!   checkpoints and close. [`Store::sync`] syncs the log.
 //! - **Redo after a crash.** Every 2 s (and at close) the time stamp up to which every record
-//!   is applied and the database synced is saved (`applied` in the log's directory); opening
-//!   replays the records after it onto the database. Records are effects, so replaying one
-//!   the database already holds changes nothing.
+//!   is applied and the database synced is saved (`applied` in the log's directory): the
+//!   position is read first, then the database synced, then the mark written, so every record
+//!   up to the mark is durable in the database. Opening replays the records after it onto the
+//!   database; retention keeps them until then ([`Ulog::keep_after`]). Records are effects, so
+//!   replaying one the database already holds changes nothing. The database may hold a change
+//!   whose record a power loss took (its writes reach the disk in their own time): one that
+//!   was never acknowledged.
 //! - **Positions for copies.** [`Logged::position`] waits until every record up to the log's
 //!   newest is applied and returns its time stamp: a copy or snapshot taken after it holds at
 //!   least everything up to it, and replaying the log from it makes it exact.
@@ -101,6 +111,39 @@ pub struct Logged {
     marker: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Records replayed onto the database when it was opened.
     pub redone: u64,
+}
+
+/// Run `f`, a change of the database, without its durability wait: the log's record is the
+/// commit point. A `sync=always` database's write then owes a sync (`crate::durability`),
+/// which is dropped; what the calling thread owed before is kept.
+fn unsynced<T>(f: impl FnOnce() -> T) -> T {
+    use crate::durability as d;
+    let (was_deferred, was_pending) = (d::deferred(), d::pending());
+    d::set_deferred(true);
+    let r = f();
+    d::set_deferred(was_deferred);
+    if !was_pending {
+        d::take_pending();
+    }
+    r
+}
+
+/// The name to open a database by when a [`Logged`] wraps it, and the sync mode of its update
+/// log: a persistent database's `sync=` goes to the log (the commit point), and the database
+/// is opened with `sync=none` (synced only at the `applied` mark, its checkpoints and close).
+/// Any other name is kept as it is (a memory kind takes no `sync=`: its open refuses one).
+pub fn database_name(name: &str) -> Result<(String, crate::SyncMode)> {
+    let (path, params) = crate::name::split_name(name)?;
+    let sync = params.sync()?.unwrap_or(crate::SyncMode::DEFAULT);
+    if !crate::registry::by_path(path).is_some_and(|k| k.caps.persistent) {
+        return Ok((name.to_string(), sync));
+    }
+    let mut out = path.to_string();
+    for (k, v) in params.items().iter().filter(|(k, _)| k != "sync") {
+        out.push_str(&format!("#{k}={v}"));
+    }
+    out.push_str("#sync=none");
+    Ok((out, sync))
 }
 
 fn stripe_of(key: &[u8]) -> usize {
@@ -236,6 +279,7 @@ impl Logged {
                 inner.sync()?;
             }
             write_applied(&log, log.last_ts())?;
+            log.keep_after(log.last_ts());
         } else if log.last_ts() > 0 {
             log.append(&Op::Vanish)?;
         }
@@ -298,11 +342,14 @@ impl Logged {
         ts
     }
 
-    /// Save the point up to which the database holds every record, durably.
+    /// Save the point up to which the database holds every record, durably (then retention
+    /// may let the records up to it go).
     fn mark(&self) -> Result<()> {
         let ts = self.position();
         self.inner.sync()?;
-        write_applied(&self.log, ts)
+        write_applied(&self.log, ts)?;
+        self.log.keep_after(ts);
+        Ok(())
     }
 
     /// Append a record: this server's own, or stamped with the origin [`Logged::as_origin`]
@@ -348,7 +395,7 @@ impl Logged {
     ) -> Result<T> {
         let mut st = self.stripes[stripe_of(key)].lock();
         let ts = self.append(op)?;
-        let r = f(&*self.inner);
+        let r = unsynced(|| f(&*self.inner));
         match &r {
             // A key with duplicates: the change may have touched one value of several.
             Ok(_) if self.inner.allows_dups() => self.compensate(key),
@@ -436,7 +483,7 @@ impl Logged {
                     body: &kept,
                 };
                 self.log.append_from(origin, &op)?;
-                apply(&*self.inner, &op)?;
+                unsynced(|| apply(&*self.inner, &op))?;
                 if lww {
                     for o in &ops {
                         let key = o.key().unwrap_or_default();
@@ -449,12 +496,12 @@ impl Logged {
             Op::Vanish => {
                 let guards: Vec<_> = self.stripes.iter().map(|s| s.lock()).collect();
                 self.log.append_from(origin, &rec.op)?;
-                apply(&*self.inner, &rec.op)?;
+                unsynced(|| apply(&*self.inner, &rec.op))?;
                 drop(guards);
             }
             Op::Optimize { .. } => {
                 self.log.append_from(origin, &rec.op)?;
-                apply(&*self.inner, &rec.op)?;
+                unsynced(|| apply(&*self.inner, &rec.op))?;
             }
             op => {
                 let key = op.key().unwrap_or_default();
@@ -463,7 +510,7 @@ impl Logged {
                     return Ok(false);
                 }
                 self.log.append_from(origin, op)?;
-                if let Err(e) = apply(&*self.inner, op) {
+                if let Err(e) = unsynced(|| apply(&*self.inner, op)) {
                     self.compensate(key);
                     return Err(e);
                 }
@@ -548,7 +595,7 @@ impl Store for Logged {
             }
         };
         let ts = self.append(&op)?;
-        let r = self.inner.accept(key, &mut |_| decision.clone());
+        let r = unsynced(|| self.inner.accept(key, &mut |_| decision.clone()));
         if r.is_err() || self.inner.allows_dups() {
             self.compensate(key);
         }
@@ -616,7 +663,7 @@ impl Store for Logged {
             count: ops.len() as u32,
             body: &body,
         })?;
-        let r = self.inner.write_batch(ops);
+        let r = unsynced(|| self.inner.write_batch(ops));
         if r.is_err() {
             for op in ops {
                 self.compensate(op.key());
@@ -643,26 +690,23 @@ impl Store for Logged {
     }
 
     fn sync(&self) -> Result<()> {
-        // Both fsyncs at once: the log's on its own thread. (Their order would not matter
-        // for a power failure: the database's writes can reach the disk before either.)
-        let t = self.log.start_sync();
-        let r = self.inner.sync();
-        self.log.wait_sync(t)?;
-        r
+        // The log is the commit point: what it holds is redone onto the database after a
+        // crash.
+        self.log.sync()
     }
 
     fn optimize(&self, params: &str) -> Result<()> {
         self.append(&Op::Optimize {
             params: params.as_bytes(),
         })?;
-        self.inner.optimize(params)?;
+        unsynced(|| self.inner.optimize(params))?;
         self.log.settle()
     }
 
     fn vanish(&self) -> Result<()> {
         let guards: Vec<_> = self.stripes.iter().map(|s| s.lock()).collect();
         self.append(&Op::Vanish)?;
-        let r = self.inner.vanish();
+        let r = unsynced(|| self.inner.vanish());
         drop(guards);
         r?;
         self.log.settle()
@@ -690,6 +734,12 @@ impl Store for Logged {
 
     fn describe(&self) -> Vec<(String, String)> {
         let mut d = self.inner.describe();
+        // Writes are as durable as the log makes them.
+        for (k, v) in d.iter_mut() {
+            if k == "sync" {
+                *v = self.log.config().sync.describe();
+            }
+        }
         let (files, first) = self.log.span();
         d.push(("ulog".into(), self.log.config().dir.display().to_string()));
         d.push(("ulog_files".into(), files.to_string()));
@@ -715,7 +765,11 @@ impl Store for Logged {
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
-        self.inner.counters()
+        let mut c = self.inner.counters();
+        let (waits, _) = self.log.commit_waits();
+        c.push(("ulog_syncs", self.log.sync_count()));
+        c.push(("ulog_commit_waits", waits));
+        c
     }
 
     fn for_each_record(&self, f: &mut RecordVisitor<'_>) -> Result<u64> {
@@ -752,7 +806,7 @@ impl Store for Logged {
             count: vals.len() as u32,
             body: &body,
         })?;
-        let r = self.inner.put_dup(key, value, front);
+        let r = unsynced(|| self.inner.put_dup(key, value, front));
         match &r {
             Ok(()) if self.lww.load(Ordering::Relaxed) => st.note(key, self.stamp(ts)),
             Ok(()) => {}
@@ -829,7 +883,7 @@ impl Cursor for LoggedCursor<'_> {
             expires: expires.unwrap_or(rec.meta.expires),
         };
         let ts = o.append(&op)?;
-        let r = self.inner.set_value(value, expires);
+        let r = unsynced(|| self.inner.set_value(value, expires));
         if !matches!(r, Ok(true)) || o.inner.allows_dups() {
             o.compensate(&key);
         } else if o.lww.load(Ordering::Relaxed) {
@@ -851,7 +905,7 @@ impl Cursor for LoggedCursor<'_> {
         let o = self.owner;
         let st = o.stripes[stripe_of(&key)].lock();
         o.append(&Op::Remove { key: &key })?;
-        let r = self.inner.seize();
+        let r = unsynced(|| self.inner.seize());
         if !matches!(r, Ok(Some(_))) || o.inner.allows_dups() {
             o.compensate(&key);
         }

@@ -19,14 +19,17 @@
 //! previous one plus one, so they increase strictly even across restarts and clock steps back.
 //! A reader asks for the records after a time stamp.
 //!
-//! Durability follows the database's sync mode: `always` makes a write wait for the log's
-//! fsync (one fsync for every writer waiting when it starts: group commit), or, for a server
+//! Durability follows the log's sync mode (`kura serve` gives it the database name's: the log
+//! is the commit point, see `logged`): `always` makes a write wait for the log's fsync (one
+//! fsync for every writer waiting when it starts: `durability::GroupCommit`), or, for a server
 //! thread that defers durability (`crate::durability`), owe a sync its commit thread makes;
-//! an interval syncs in the background; `none` on `sync` and close.
+//! an interval syncs in the background; `none` on `sync` and close. With `always`, zeros are
+//! written and synced ahead of the records (`Ulog::fill_ahead`).
 //!
 //! Retention: files other than the newest are removed oldest first once every known replica
 //! has confirmed them and they are older than `keep`, or at once when the log is over `limit`
-//! bytes. A reader that asks for records that were removed is told it is behind
+//! bytes; never a file with records after [`Ulog::keep_after`] (what a `Logged` database has
+//! not made durable yet). A reader that asks for records that were removed is told it is behind
 //! ([`Start::Behind`]), and bootstraps from a snapshot instead.
 
 pub mod apply;
@@ -34,6 +37,7 @@ pub mod logged;
 pub mod record;
 
 use crate::config::SyncMode;
+use crate::durability::GroupCommit;
 use crate::error::{Error, Result};
 use crate::io::{MapMut, OsVfs, VFile, Vfs};
 use parking_lot::{Condvar, Mutex};
@@ -46,6 +50,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub use record::{Op, Rec};
 
 const MAGIC: &[u8; 8] = b"KURAULG1";
+/// `Writer::fill_from` when no zeros are being written ahead.
+const NO_FILL: u64 = u64::MAX;
+/// With `sync=always`, how many bytes of zeros are written ahead of the records at a time, and
+/// how close the records may come to their end before more are (`Ulog::fill_ahead`).
+const FILL_STEP: u64 = 8 << 20;
+const FILL_LOW: u64 = 4 << 20;
 const FILE_HEADER: u64 = 32;
 
 /// How an update log is set up.
@@ -162,6 +172,11 @@ struct Writer {
     map: Arc<MapMut>,
     /// Bytes of `map` whose pages are known to be in memory (see `prefault`).
     populated: u64,
+    /// With `sync=always`: bytes of the newest file below which zeros were written and synced
+    /// ahead of the records (`fill_ahead`), and where the zeros being written start
+    /// (`NO_FILL`: none under way; records must not reach it until they are done).
+    zeroed: u64,
+    fill_from: u64,
     idx: u64,
     /// Bytes of the newest file holding records (header included).
     size: u64,
@@ -190,12 +205,14 @@ pub struct Ulog {
     w: Mutex<Writer>,
     /// Readers waiting for records wait here (with `w`).
     cv: Condvar,
+    /// Writers waiting for the zeros being written ahead of them (`fill_ahead`).
+    fill_cv: Condvar,
     /// `written` that the last fsync covered.
-    synced: Mutex<u64>,
-    /// Syncs asked of the sync thread ([`Ulog::start_sync`]): (asked up to, done up to,
-    /// the error of the last failed one).
-    asked: Mutex<(u64, u64, Option<String>)>,
-    asked_cv: Condvar,
+    synced: AtomicU64,
+    /// Group commit of the log's fsyncs ([`Ulog::sync`]).
+    commit: GroupCommit,
+    /// Retention keeps every record after this time stamp ([`Ulog::keep_after`]).
+    keep_after: AtomicU64,
     last_ts: AtomicU64,
     /// fsyncs of the log's files so far.
     syncs: AtomicU64,
@@ -361,6 +378,8 @@ impl Ulog {
                 file,
                 map,
                 populated: 0,
+                zeroed: 0,
+                fill_from: NO_FILL,
                 idx,
                 size,
                 buf: Vec::with_capacity(64 << 10),
@@ -370,9 +389,10 @@ impl Ulog {
                 failed: None,
             }),
             cv: Condvar::new(),
-            synced: Mutex::new(0),
-            asked: Mutex::new((0, 0, None)),
-            asked_cv: Condvar::new(),
+            fill_cv: Condvar::new(),
+            synced: AtomicU64::new(0),
+            commit: GroupCommit::new(),
+            keep_after: AtomicU64::new(u64::MAX),
             last_ts: AtomicU64::new(last_ts),
             syncs: AtomicU64::new(0),
             replicas: Mutex::new(replicas),
@@ -405,6 +425,7 @@ impl Ulog {
                     since_sync += tick;
                     let Some(log) = weak.upgrade() else { return };
                     log.prefault();
+                    log.fill_ahead();
                     if since_sync >= every {
                         since_sync = Duration::ZERO;
                         if matches!(log.cfg.sync, SyncMode::Interval(_)) {
@@ -417,61 +438,13 @@ impl Ulog {
             })
             .ok();
         *self.background.lock() = h;
-        let weak = Arc::downgrade(self);
-        let stop = self.stop.clone();
-        let _ = std::thread::Builder::new()
-            .name("kura-ulog-sync".into())
-            .spawn(move || loop {
-                let Some(log) = weak.upgrade() else { return };
-                let target = {
-                    let mut a = log.asked.lock();
-                    while a.0 <= a.1 && !stop.load(Ordering::Relaxed) {
-                        log.asked_cv.wait_for(&mut a, Duration::from_millis(200));
-                    }
-                    if stop.load(Ordering::Relaxed) && a.0 <= a.1 {
-                        return;
-                    }
-                    a.0
-                };
-                let r = log.sync();
-                let mut a = log.asked.lock();
-                match r {
-                    Ok(()) => a.1 = a.1.max(target),
-                    Err(e) => {
-                        a.1 = a.1.max(target);
-                        a.2 = Some(e.to_string());
-                    }
-                }
-                log.asked_cv.notify_all();
-            });
     }
 
-    /// Start a sync of everything appended so far on the log's own thread (so a caller can
-    /// sync something else meanwhile); [`Ulog::wait_sync`] waits for it.
-    pub fn start_sync(&self) -> u64 {
-        let target = self.w.lock().written;
-        let mut a = self.asked.lock();
-        if a.0 < target {
-            a.0 = target;
-            self.asked_cv.notify_all();
-        }
-        target
-    }
-
-    /// Wait until a sync started by [`Ulog::start_sync`] is done.
-    pub fn wait_sync(&self, target: u64) -> Result<()> {
-        let mut a = self.asked.lock();
-        while a.1 < target && *self.synced.lock() < target {
-            self.asked_cv.wait_for(&mut a, Duration::from_millis(100));
-            if self.stop.load(Ordering::Relaxed) && a.1 < target {
-                drop(a);
-                return self.sync();
-            }
-        }
-        if let Some(e) = a.2.take() {
-            return Err(Error::Io(std::io::Error::other(e)));
-        }
-        Ok(())
+    /// Keep every record after `ts` whatever retention says: they are not yet durable
+    /// elsewhere (`Logged`: the database holds them only once it is synced, and redoes them
+    /// from here after a crash until then). `u64::MAX` (the default): no such records.
+    pub fn keep_after(&self, ts: u64) {
+        self.keep_after.store(ts, Ordering::Release);
     }
 
     pub fn config(&self) -> &Config {
@@ -485,6 +458,15 @@ impl Ulog {
     /// fsyncs of the log's files since it was opened.
     pub fn sync_count(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// Group commit leaders that waited for the writers they expected, and how many of those
+    /// waits ran out ([`GroupCommit`]).
+    pub fn commit_waits(&self) -> (u64, u64) {
+        (
+            self.commit.waits.load(Ordering::Relaxed),
+            self.commit.wait_misses.load(Ordering::Relaxed),
+        )
     }
 
     /// The time stamp of the newest record (0: none yet).
@@ -509,6 +491,14 @@ impl Ulog {
         let mut buf = std::mem::take(&mut w.buf);
         buf.clear();
         record::encode(&mut buf, ts, osid, ots, op);
+        // The zeros being written ahead must not overwrite the record, nor extend a file that
+        // the record's rotation cuts to its records.
+        while w.fill_from != NO_FILL && {
+            let end = w.size + buf.len() as u64;
+            end > w.fill_from || end > w.map.len() as u64
+        } {
+            self.fill_cv.wait(&mut w);
+        }
         let r = self.copy_in(&mut w, &buf);
         w.buf = buf;
         r?;
@@ -588,9 +578,46 @@ impl Ulog {
         w.file = f;
         w.map = m;
         w.populated = 0;
+        w.zeroed = 0;
         w.idx = idx;
         w.size = FILE_HEADER;
         Ok(())
+    }
+
+    /// With `sync=always`, write zeros ahead of the records when they come within `FILL_LOW`
+    /// of the last zeros' end (`VFile::zero_fill`, which syncs them): an fdatasync after a
+    /// record written over blocks already written and synced journals no block allocation,
+    /// where one into the preallocated file's holes does (as the database's log does,
+    /// docs/ARCHITECTURE.md, "Zeros ahead of the log"). Runs on the background thread; the
+    /// writers go on meanwhile below the zeros being written.
+    fn fill_ahead(&self) {
+        if self.cfg.sync != SyncMode::Always {
+            return;
+        }
+        let (file, idx, from, to) = {
+            let mut w = self.w.lock();
+            if w.failed.is_some() || w.fill_from != NO_FILL || w.size + FILL_LOW <= w.zeroed {
+                return;
+            }
+            // Records that outran the zeros get a gap to write into meanwhile.
+            let gap = if w.size > w.zeroed { FILL_LOW / 4 } else { 0 };
+            let from = w.zeroed.max(w.size + gap).next_multiple_of(4096);
+            let to = (from + FILL_STEP).min(w.map.len() as u64);
+            if from >= to {
+                return;
+            }
+            w.fill_from = from;
+            (w.file.clone(), w.idx, from, to)
+        };
+        // Out of space, say: records are written as before, into the holes.
+        let ok = file.zero_fill(from, to - from).is_ok();
+        let mut w = self.w.lock();
+        w.fill_from = NO_FILL;
+        if ok && w.idx == idx {
+            w.zeroed = to;
+        }
+        drop(w);
+        self.fill_cv.notify_all();
     }
 
     /// Bring the pages the next appends will write into memory, off the writers' path: the
@@ -620,15 +647,20 @@ impl Ulog {
         }
     }
 
-    /// Make every record appended so far durable. Concurrent callers share fsyncs: one that
-    /// finds a sync under way waits for it, then syncs everything appended meanwhile.
+    /// Make every record appended so far durable: one fsync for every caller waiting when it
+    /// starts (group commit, [`GroupCommit`]). A failed fsync poisons the log.
     pub fn sync(&self) -> Result<()> {
         let target = self.w.lock().written;
-        let mut synced = self.synced.lock();
-        if *synced >= target {
+        if self.synced.load(Ordering::Acquire) >= target {
+            // Nothing new (and a failed sync poisoned the writer: nothing new after it).
             return Ok(());
         }
-        // Everyone who appended while the previous sync ran is covered by this one.
+        self.commit.commit(|| self.sync_file())
+    }
+
+    /// fsync the newest file: every record appended before the call is then durable (older
+    /// files were synced when they were sealed).
+    fn sync_file(&self) -> Result<()> {
         let (file, end) = {
             let w = self.w.lock();
             (w.file.clone(), w.written)
@@ -641,7 +673,7 @@ impl Ulog {
             let mut w = self.w.lock();
             return Err(self.fail(&mut w, e));
         }
-        *synced = end;
+        self.synced.fetch_max(end, Ordering::AcqRel);
         Ok(())
     }
 
@@ -762,6 +794,9 @@ impl Ulog {
                 (w.files[0].clone(), w.files[1].prev_ts)
             };
             let path = self.cfg.dir.join(file_name(victim.idx));
+            if next_prev > self.keep_after.load(Ordering::Acquire) {
+                break; // holds records not yet durable elsewhere
+            }
             let over = self.cfg.limit > 0 && self.size() > self.cfg.limit;
             let confirmed = replicas.values().all(|r| r.confirmed >= next_prev);
             let old = self

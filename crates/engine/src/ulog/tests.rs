@@ -395,3 +395,66 @@ fn commands_run_as_another_origin_log_their_effects_with_it() {
     );
     assert_eq!(db.get(b"a").unwrap().unwrap().value, b"xyz");
 }
+
+/// `sync=always` through `Logged` over a `sync=always` database: eight writers share each of
+/// the log's fsyncs (its group commit), and the database is not synced for a write (the log is
+/// the commit point).
+#[test]
+fn writers_share_the_log_fsyncs_and_the_database_is_not_synced_per_write() {
+    use crate::io::SimVfs;
+    let fs = SimVfs::new();
+    fs.set_sync_delay(Duration::from_millis(3));
+    let vfs: Arc<dyn crate::io::Vfs> = Arc::new(fs.clone());
+    let db = crate::hash::DiskHash::open_with(
+        Path::new("/s/d.kh"),
+        &crate::Params::parse("sync=always").unwrap(),
+        vfs.clone(),
+        false,
+    )
+    .unwrap();
+    let mut c = Config::new("/s/ulog", 1);
+    c.sync = SyncMode::Always;
+    c.file_size = 1 << 20;
+    c.vfs = vfs;
+    let log = Ulog::open(c).unwrap();
+    let db = Logged::new(Arc::new(db), log.clone()).unwrap();
+    let count = |name: &str| {
+        db.counters()
+            .iter()
+            .find(|c| c.0 == name)
+            .map_or(0, |c| c.1)
+    };
+    let (db0, log0) = (count("syncs"), log.sync_count());
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let db = &db;
+            s.spawn(move || {
+                for i in 0..40 {
+                    db.put(format!("t{t}-{i}").as_bytes(), b"v").unwrap();
+                }
+            });
+        }
+    });
+    let (db_syncs, log_syncs) = (count("syncs") - db0, log.sync_count() - log0);
+    assert!(
+        log_syncs * 4 <= 320,
+        "{log_syncs} log fsyncs for 320 writes"
+    );
+    assert!(db_syncs <= 2, "{db_syncs} database syncs for 320 writes");
+    db.close().unwrap();
+}
+
+/// The name a `Logged` database is opened by: a persistent kind's `sync=` goes to the log and
+/// the database gets `sync=none`; a memory kind's name is kept (its open refuses `sync=`).
+#[test]
+fn database_name_gives_the_sync_mode_to_the_log() {
+    use super::logged::database_name;
+    let (n, s) = database_name("a.kh#bnum=10#sync=always#msiz=1m").unwrap();
+    assert_eq!(n, "a.kh#bnum=10#msiz=1m#sync=none");
+    assert_eq!(s, SyncMode::Always);
+    let (n, s) = database_name("a.kb").unwrap();
+    assert_eq!((n.as_str(), s), ("a.kb#sync=none", SyncMode::DEFAULT));
+    let (n, s) = database_name("*#capnum=5").unwrap();
+    assert_eq!((n.as_str(), s), ("*#capnum=5", SyncMode::DEFAULT));
+    assert!(database_name("a.kh#sync=sometimes").is_err());
+}

@@ -1,59 +1,58 @@
 //! The commit thread: one fsync for the writes of every worker that asked meanwhile.
 
+use kura_engine::durability::GroupCommit;
 use kura_engine::Store;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-/// The commit thread: workers ask for a sync (a ticket) instead of waiting for one, and are woken
-/// when it is done; one fsync then covers the writes of every worker that asked meanwhile.
-pub(super) struct Committer {
-    pub(super) state: std::sync::Mutex<CommitState>,
-    pub(super) cv: std::sync::Condvar,
-}
-
+/// The commit thread: workers take a ticket of the engine's group commit instead of waiting for
+/// a sync, and are woken when it is done; one [`Store::sync`] (itself a group commit of the
+/// store's log: the update log's, with `--ulog`) then covers the writes of every worker that
+/// asked meanwhile.
 #[derive(Default)]
-pub(super) struct CommitState {
-    /// Highest ticket handed out.
-    pub(super) requested: u64,
-    /// Every ticket up to this one is durable.
-    pub(super) done: u64,
-    /// A sync failed: nothing after it will be acknowledged.
-    pub(super) failed: bool,
-    pub(super) stop: bool,
-    pub(super) wakers: Vec<Arc<mio::Waker>>,
+pub(super) struct Committer {
+    commit: GroupCommit,
+    stop: AtomicBool,
+    pub(super) wakers: Mutex<Vec<Arc<mio::Waker>>>,
 }
 
 impl Committer {
     /// A ticket for the writes made so far by the calling thread.
     pub(super) fn request(&self) -> u64 {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        st.requested += 1;
-        self.cv.notify_one();
-        st.requested
+        self.commit.request()
     }
 
+    /// The tickets done so far, and whether a sync failed (nothing after it is acknowledged).
     pub(super) fn status(&self) -> (u64, bool) {
-        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        (st.done, st.failed)
+        self.commit.status()
+    }
+
+    /// Stop once every ticket taken is done (called once the workers have ended).
+    pub(super) fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.commit.wake();
     }
 
     pub(super) fn run(&self, store: &dyn Store) {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            while st.requested == st.done && !st.stop {
-                st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
-            }
-            if st.requested == st.done {
-                return; // stopping, nothing owed
-            }
-            let target = st.requested;
-            drop(st);
-            // Started after every ticket up to `target` was requested, so it covers them.
-            let ok = store.sync().is_ok();
-            st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            st.done = target;
-            st.failed |= !ok;
-            for w in &st.wakers {
+        let wake = || {
+            for w in self.wakers.lock().unwrap_or_else(|p| p.into_inner()).iter() {
                 let _ = w.wake();
+            }
+        };
+        loop {
+            if self.stop.load(Ordering::Acquire) {
+                // The workers have ended: sync what they still owe, then end.
+                while self.commit.serve(Duration::ZERO, || store.sync()) {
+                    wake();
+                }
+                return;
+            }
+            if self
+                .commit
+                .serve(Duration::from_millis(100), || store.sync())
+            {
+                wake();
             }
         }
     }

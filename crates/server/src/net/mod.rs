@@ -225,10 +225,7 @@ pub fn serve(
     for l in &listeners {
         l.set_nonblocking(true)?;
     }
-    let committer = Arc::new(Committer {
-        state: std::sync::Mutex::new(CommitState::default()),
-        cv: std::sync::Condvar::new(),
-    });
+    let committer = Arc::new(Committer::default());
     let commit_thread = {
         let (c, store) = (committer.clone(), store.clone());
         std::thread::Builder::new()
@@ -266,11 +263,7 @@ pub fn serve(
             Err(_) => res = Err(io::Error::other("a worker thread panicked")),
         }
     }
-    {
-        let mut st = committer.state.lock().unwrap_or_else(|p| p.into_inner());
-        st.stop = true;
-        committer.cv.notify_all();
-    }
+    committer.stop();
     let _ = commit_thread.join();
     res
 }

@@ -93,10 +93,9 @@ pub(super) fn worker<'s>(
         .lock()
         .unwrap_or_else(|p| p.into_inner()) = Some(waker.clone());
     committer
-        .state
+        .wakers
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .wakers
         .push(waker);
     // Connections whose replies wait for a commit ticket.
     let mut held: Vec<usize> = Vec::new();
