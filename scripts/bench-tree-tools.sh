@@ -60,17 +60,28 @@ DATA=$WORK/results.tsv
 rec() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$DATA"; }
 
 now() { date +%s.%N; }
-# timed VAR CMD...: the wall clock of CMD (output to /dev/null) into VAR.
+# cpu_mark: note the user + system seconds of every child process this shell has waited for
+# (`times`, run in this shell: in a subshell its count starts at 0); cpu_read prints them.
+cpu_mark() { times >"$WORK/times"; }
+cpu_read() {
+	awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/); print u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$WORK/times"
+}
+# timed TOOL METRIC CMD...: record the wall clock of CMD (output to /dev/null) as METRIC and
+# its CPU time (user + system) as cpu_METRIC.
 timed() {
-	local __var=$1 t0 t1
-	shift
+	local tool=$1 metric=$2 t0 t1 c0
+	shift 2
+	cpu_mark
+	c0=$(cpu_read)
 	t0=$(now)
 	timeout "$RUN_TIMEOUT" "$@" >/dev/null 2>"$WORK/err" || {
 		cat "$WORK/err" >&2
 		die "FAILED: $*"
 	}
 	t1=$(now)
-	printf -v "$__var" '%s' "$(echo "$t1 - $t0" | bc -l)"
+	cpu_mark
+	rec "$tool" "$metric" "$(echo "$t1 - $t0" | bc -l)"
+	rec "$tool" "cpu_$metric" "$(echo "$(cpu_read) - $c0" | bc -l)"
 }
 
 seq 1 "$RECORDS" | awk '{ printf "%08d\t%08d\n", $1, $1 }' >"$WORK/order.tsv"
@@ -86,51 +97,39 @@ else
 fi
 
 run_tc() {
-	local d=$WORK/tc t
+	local d=$WORK/tc
 	rm -rf "$d" && mkdir "$d"
 	tcbmgr create "$d/s.tcb" >/dev/null
-	timed t tcbmgr importtsv "$d/s.tcb" "$WORK/shuffled.tsv"
-	rec tc import_shuffled "$t"
+	timed tc import_shuffled tcbmgr importtsv "$d/s.tcb" "$WORK/shuffled.tsv"
 	tcbmgr create "$d/o.tcb" >/dev/null
-	timed t tcbmgr importtsv "$d/o.tcb" "$WORK/order.tsv"
-	rec tc import_order "$t"
+	timed tc import_order tcbmgr importtsv "$d/o.tcb" "$WORK/order.tsv"
 	rec tc size "$(du -sb "$d/o.tcb" | cut -f1)"
-	timed t tcbmgr list -pv "$d/o.tcb"
-	rec tc export "$t"
-	timed t tcbmgr list -pv -rb "$LO" "$HI" "$d/o.tcb"
-	rec tc range "$t"
+	timed tc export tcbmgr list -pv "$d/o.tcb"
+	timed tc range tcbmgr list -pv -rb "$LO" "$HI" "$d/o.tcb"
 }
 
 run_kc() {
-	local d=$WORK/kc t
+	local d=$WORK/kc
 	rm -rf "$d" && mkdir "$d"
 	kctreemgr create "$d/s.kct" >/dev/null
-	timed t kctreemgr import "$d/s.kct" "$WORK/shuffled.tsv"
-	rec kc import_shuffled "$t"
+	timed kc import_shuffled kctreemgr import "$d/s.kct" "$WORK/shuffled.tsv"
 	kctreemgr create "$d/o.kct" >/dev/null
-	timed t kctreemgr import "$d/o.kct" "$WORK/order.tsv"
-	rec kc import_order "$t"
+	timed kc import_order kctreemgr import "$d/o.kct" "$WORK/order.tsv"
 	rec kc size "$(du -sb "$d/o.kct" | cut -f1)"
-	timed t kctreemgr list -pv "$d/o.kct"
-	rec kc export "$t"
-	timed t kctreemgr list -pv -max "$MAX" "$d/o.kct" "$LO"
-	rec kc range "$t"
+	timed kc export kctreemgr list -pv "$d/o.kct"
+	timed kc range kctreemgr list -pv -max "$MAX" "$d/o.kct" "$LO"
 }
 
 run_kura() {
-	local d=$WORK/kura t
+	local d=$WORK/kura
 	rm -rf "$d" && mkdir "$d"
 	"$KURA" db create "$d/s.kb" >/dev/null
-	timed t "$KURA" db import "$d/s.kb" "$WORK/shuffled.tsv"
-	rec kura import_shuffled "$t"
+	timed kura import_shuffled "$KURA" db import "$d/s.kb" "$WORK/shuffled.tsv"
 	"$KURA" db create "$d/o.kb" >/dev/null
-	timed t "$KURA" db import "$d/o.kb" "$WORK/order.tsv"
-	rec kura import_order "$t"
+	timed kura import_order "$KURA" db import "$d/o.kb" "$WORK/order.tsv"
 	rec kura size "$(du -sb "$d/o.kb" | cut -f1)"
-	timed t "$KURA" db export --format raw "$d/o.kb"
-	rec kura export "$t"
-	timed t "$KURA" db list --values --from "$LO" --through "$HI" "$d/o.kb"
-	rec kura range "$t"
+	timed kura export "$KURA" db export --format raw "$d/o.kb"
+	timed kura range "$KURA" db list --values --from "$LO" --through "$HI" "$d/o.kb"
 }
 
 echo "B+ tree tools: kura db against tcbmgr and kctreemgr, $RECORDS records, $REPS repetitions," \
@@ -168,15 +167,17 @@ function min2(a, b) { return (a + 0 < b + 0) ? a : b }
 { k = $1 SUBSEP $2; vals[k] = (k in vals) ? vals[k] " " $3 : $3 }
 END {
 	printf "\nkura db against tcbmgr and kctreemgr: %d records, 8-byte keys and values; median of %d runs;\n", records, reps
-	printf "seconds of process wall clock; speedup = the faster peer / kura db (>= 1.0: Kura faster).\n\n"
-	printf "| %-22s | %9s | %9s | %9s | %8s |\n", "operation", "tcbmgr", "kctreemgr", "kura db", "speedup"
-	printf "|%s|%s|%s|%s|%s|\n", "------------------------", "----------:", "----------:", "----------:", "---------:"
+	printf "seconds of process wall clock; speedup = the faster peer / kura db (>= 1.0: Kura faster); CPU:\n"
+	printf "user + system seconds of the same runs, and the least of the peers / kura db.\n\n"
+	printf "| %-22s | %9s | %9s | %9s | %8s | %9s | %9s | %9s | %8s |\n", "operation", "tcbmgr", "kctreemgr", "kura db", "speedup", "tcb CPU", "kct CPU", "kura CPU", "CPU"
+	printf "|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", "------------------------", "----------:", "----------:", "----------:", "---------:", "----------:", "----------:", "----------:", "---------:"
 	split("import_order import_shuffled export range", O, " ")
 	L[1] = "import, keys in order"; L[2] = "import, keys shuffled"; L[3] = "export"; L[4] = "range of 100K keys"
 	for (o = 1; o <= 4; o++) {
 		tc = median("tc" SUBSEP O[o]); kc = median("kc" SUBSEP O[o]); ku = median("kura" SUBSEP O[o])
-		printf "| %-22s | %8.3fs | %8.3fs | %8.3fs | %8s |\n", L[o], tc, kc, ku, ratio(min2(tc, kc), ku)
+		ct = median("tc" SUBSEP "cpu_" O[o]); ckc = median("kc" SUBSEP "cpu_" O[o]); cku = median("kura" SUBSEP "cpu_" O[o])
+		printf "| %-22s | %8.3fs | %8.3fs | %8.3fs | %8s | %8.3fs | %8.3fs | %8.3fs | %8s |\n", L[o], tc, kc, ku, ratio(min2(tc, kc), ku), ct, ckc, cku, ratio(min2(ct, ckc), cku)
 	}
 	tc = median("tc" SUBSEP "size"); kc = median("kc" SUBSEP "size"); ku = median("kura" SUBSEP "size")
-	printf "| %-22s | %9d | %9d | %9d | %8s |\n", "file bytes (kura/tcb)", tc, kc, ku, ratio(ku, tc)
+	printf "| %-22s | %9d | %9d | %9d | %8s | | | | |\n", "file bytes (kura/tcb)", tc, kc, ku, ratio(ku, tc)
 }' "$DATA"
