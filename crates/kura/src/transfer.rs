@@ -10,8 +10,8 @@ use crate::db::{stdout_err, Fail, Progress, Res};
 use kura_engine::tsv::{Format, TsvError};
 use kura_engine::{self as engine, BatchOp, Error, KeyRange, Store};
 use std::collections::HashSet;
-use std::hash::BuildHasherDefault;
 use std::fs::File;
+use std::hash::BuildHasherDefault;
 use std::io::{self, BufRead, BufReader, BufWriter, IsTerminal, Seek, Write};
 use std::path::{Path, PathBuf};
 

@@ -344,7 +344,11 @@ fn an_import_keeps_the_last_line_of_a_key_however_it_is_spelled() {
     std::fs::write(&path, &input).unwrap();
     for name in ["x.kh", "x.kb", "x.kf#width=16"] {
         let o = ok(db(d, &["import", "--create", name, "in.tsv"]));
-        assert!(out(&o).contains("6002 records stored"), "{name}: {}", out(&o));
+        assert!(
+            out(&o).contains("6002 records stored"),
+            "{name}: {}",
+            out(&o)
+        );
         assert_eq!(out(&ok(db(d, &["get", name, "17"]))), "again", "{name}");
         assert_eq!(out(&ok(db(d, &["get", name, "18"]))), "escaped", "{name}");
         assert_eq!(out(&ok(db(d, &["get", name, "5999"]))), "v5999", "{name}");
