@@ -11,7 +11,8 @@
 # file size after the import, `import` (`tcfmgr importtsv`), `export` (`tcfmgr list -pv`), a
 # range of 100,000 ids (`kura db list --values --from LO --through HI`, `tcfmgr list -pv -rb LO
 # HI`; the whole database when it holds fewer), and `get` of one id in a fresh process (its
-# wall clock, the median of GETS runs, and its peak RSS from /usr/bin/time).
+# wall clock, the median of GETS runs, and its peak RSS from /usr/bin/time). Import, export and
+# range also report their CPU time (user + system, from the shell's `times`).
 #
 # Usage: scripts/bench-fixed.sh            (from anywhere in the repository)
 #        PARTS=tools scripts/bench-fixed.sh   (the tool comparison only)
@@ -208,17 +209,28 @@ fi
 
 # now: a clock in seconds with nanoseconds.
 now() { date +%s.%N; }
-# timed VAR CMD...: the wall clock of CMD (output to /dev/null) into VAR.
+# cpu_mark: note the user + system seconds of every child process this shell has waited for
+# (`times`, run in this shell: in a subshell its count starts at 0); cpu_read prints them.
+cpu_mark() { times >"$WORK/times"; }
+cpu_read() {
+	awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/); print u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$WORK/times"
+}
+# timed VAR CMD...: the wall clock of CMD (output to /dev/null) into VAR, and its CPU time
+# (user + system) into CPU.
 timed() {
-	local __var=$1 t0 t1
+	local __var=$1 t0 t1 c0
 	shift
+	cpu_mark
+	c0=$(cpu_read)
 	t0=$(now)
 	timeout "$RUN_TIMEOUT" "$@" >/dev/null 2>"$WORK/err" || {
 		cat "$WORK/err" >&2
 		die "FAILED: $*"
 	}
 	t1=$(now)
+	cpu_mark
 	printf -v "$__var" '%s' "$(echo "$t1 - $t0" | bc -l)"
+	CPU=$(echo "$(cpu_read) - $c0" | bc -l)
 }
 # get_stats TOOL CMD...: run a fresh-process get GETS times; record its median wall clock and
 # the median peak RSS (KiB).
@@ -251,21 +263,27 @@ run_tools() {
 	tcfmgr create "$dir/c.tcf" 8 >/dev/null
 	timed t tcfmgr importtsv "$dir/c.tcf" "$WORK/in-$n.tsv"
 	rec tc "import$n" "$t"
+	rec tc "cpu_import$n" "$CPU"
 	rec tc "size$n" "$(size_of "$dir/c.tcf")"
 	timed t tcfmgr list -pv "$dir/c.tcf"
 	rec tc "export$n" "$t"
+	rec tc "cpu_export$n" "$CPU"
 	timed t tcfmgr list -pv -rb "$lo" "$hi" "$dir/c.tcf"
 	rec tc "range$n" "$t"
+	rec tc "cpu_range$n" "$CPU"
 	get_stats tc tcfmgr get "$dir/c.tcf" 5
 
 	"$KURA" db create "$dir/c.kf#width=8" >/dev/null
 	timed t "$KURA" db import "$dir/c.kf" "$WORK/in-$n.tsv"
 	rec kura "import$n" "$t"
+	rec kura "cpu_import$n" "$CPU"
 	rec kura "size$n" "$(size_of "$dir/c.kf")"
 	timed t "$KURA" db export "$dir/c.kf"
 	rec kura "export$n" "$t"
+	rec kura "cpu_export$n" "$CPU"
 	timed t "$KURA" db list --values --from "$lo" --through "$hi" "$dir/c.kf"
 	rec kura "range$n" "$t"
+	rec kura "cpu_range$n" "$CPU"
 	get_stats kura "$KURA" db get "$dir/c.kf" 5
 	# Both tools agree on what the database holds.
 	cmp -s <(tcfmgr list -pv "$dir/c.tcf") <("$KURA" db export --format raw "$dir/c.kf") ||
@@ -305,20 +323,23 @@ function ratio(a, b) { return (a == "" || b == "" || b == 0) ? "-" : sprintf("%.
 END {
 	printf "\nkura db against tcfmgr: width 8, ids shuffled, 8-byte values; median of %d runs (a get: of %d fresh\n", reps, gets
 	printf "processes in each run). Seconds of process wall clock; speedup = tcfmgr / kura (>= 1.0 is the target).\n\n"
-	printf "| %-9s | %-22s | %12s | %12s | %8s |\n", "records", "operation", "tcfmgr", "kura db", "speedup"
-	printf "|%s|%s|%s|%s|%s|\n", "-----------", "------------------------", "-------------:", "-------------:", "---------:"
+	printf "CPU: user + system seconds of the same runs (medians), less moved by other load on the machine.\n\n"
+	printf "| %-9s | %-22s | %12s | %12s | %8s | %10s | %10s | %8s |\n", "records", "operation", "tcfmgr", "kura db", "speedup", "tcfmgr CPU", "kura CPU", "CPU"
+	printf "|%s|%s|%s|%s|%s|%s|%s|%s|\n", "-----------", "------------------------", "-------------:", "-------------:", "---------:", "-----------:", "-----------:", "---------:"
 	n = split(sizes, S, " ")
 	split("import export range get_s", O, " ")
 	L[1] = "import"; L[2] = "export"; L[3] = "range of 100K ids"; L[4] = "get (fresh process)"
 	for (i = 1; i <= n; i++) {
 		for (o = 1; o <= 4; o++) {
 			tc = median("tc" SUBSEP O[o] S[i]); ku = median("kura" SUBSEP O[o] S[i])
-			printf "| %-9s | %-22s | %11.4fs | %11.4fs | %8s |\n", S[i], L[o], tc, ku, ratio(tc, ku)
+			ct = median("tc" SUBSEP "cpu_" O[o] S[i]); ck = median("kura" SUBSEP "cpu_" O[o] S[i])
+			if (ct == "") printf "| %-9s | %-22s | %11.4fs | %11.4fs | %8s | %10s | %10s | %8s |\n", S[i], L[o], tc, ku, ratio(tc, ku), "", "", ""
+			else printf "| %-9s | %-22s | %11.4fs | %11.4fs | %8s | %9.3fs | %9.3fs | %8s |\n", S[i], L[o], tc, ku, ratio(tc, ku), ct, ck, ratio(ct, ck)
 		}
 		tc = median("tc" SUBSEP "size" S[i]); ku = median("kura" SUBSEP "size" S[i])
-		printf "| %-9s | %-22s | %12d | %12d | %8s |\n", S[i], "file bytes (kura/tc)", tc, ku, ratio(ku, tc)
+		printf "| %-9s | %-22s | %12d | %12d | %8s | | | |\n", S[i], "file bytes (kura/tc)", tc, ku, ratio(ku, tc)
 		tc = median("tc" SUBSEP "rss_kb" S[i]); ku = median("kura" SUBSEP "rss_kb" S[i])
-		printf "| %-9s | %-22s | %9d KiB | %9d KiB | %8s |\n", S[i], "get peak RSS (kura/tc)", tc, ku, ratio(ku, tc)
+		printf "| %-9s | %-22s | %9d KiB | %9d KiB | %8s | | | |\n", S[i], "get peak RSS (kura/tc)", tc, ku, ratio(ku, tc)
 	}
 }' "$DATA"
 fi

@@ -11,6 +11,7 @@ use kura_engine::tsv::{Format, TsvError};
 use kura_engine::{self as engine, BatchOp, Error, KeyRange, Store};
 use std::collections::HashSet;
 use std::fs::File;
+use std::hash::BuildHasherDefault;
 use std::io::{self, BufRead, BufReader, BufWriter, IsTerminal, Seek, Write};
 use std::path::{Path, PathBuf};
 
@@ -110,6 +111,19 @@ impl LineReader {
     /// malformed line (`lineno` names it); `Err` when the input cannot be read.
     #[allow(clippy::type_complexity)]
     pub(crate) fn next(&mut self) -> Result<Option<Result<(Vec<u8>, Vec<u8>), String>>, Fail> {
+        let (mut key, mut value) = (Vec::new(), Vec::new());
+        Ok(self
+            .next_into(&mut key, &mut value)?
+            .map(|r| r.map(|()| (key, value))))
+    }
+
+    /// [`LineReader::next`] into buffers the caller keeps (see [`Format::parse_line_into`]):
+    /// what a loop over many lines uses, allocating nothing per line.
+    pub(crate) fn next_into(
+        &mut self,
+        key: &mut Vec<u8>,
+        value: &mut Vec<u8>,
+    ) -> Result<Option<Result<(), String>>, Fail> {
         loop {
             self.line.clear();
             let n = self
@@ -131,11 +145,10 @@ impl LineReader {
             }
             return Ok(Some(
                 self.format
-                    .parse_line(body)
+                    .parse_line_into(body, key, value)
                     .map_err(|e: TsvError| e.to_string())
-                    .and_then(|(k, v)| {
-                        engine::store::check_sizes(&k, v.len()).map_err(|e| e.to_string())?;
-                        Ok((k, v))
+                    .and_then(|()| {
+                        engine::store::check_sizes(key, value.len()).map_err(|e| e.to_string())
                     }),
             ));
         }
@@ -222,13 +235,14 @@ pub(crate) fn checked(
     let mut records = 0u64;
     let mut longest = (0u64, 0u64);
     let mut progress = Progress::new("checked", true);
-    while let Some(parsed) = rd.next()? {
+    let (mut k, mut v) = (Vec::new(), Vec::new());
+    while let Some(parsed) = rd.next_into(&mut k, &mut v)? {
         let parsed = match (parsed, db) {
-            (Ok((k, v)), Some(db)) => db
+            (Ok(()), Some(db)) => db
                 .check_put(&k, v.len())
                 .map(|()| v.len())
                 .map_err(|e| e.to_string()),
-            (p, _) => p.map(|(_, v)| v.len()),
+            (p, _) => p.map(|()| v.len()),
         };
         let len = match parsed {
             Ok(len) => len as u64,
@@ -273,7 +287,7 @@ pub(crate) fn checked(
 }
 
 /// Records per `write_batch` of `import`.
-const BATCH_RECORDS: usize = 1000;
+const BATCH_RECORDS: usize = 4096;
 /// Bytes of keys and values after which an `import` batch is written early.
 const BATCH_BYTES: usize = 16 << 20;
 
@@ -281,10 +295,14 @@ const BATCH_BYTES: usize = 16 << 20;
 /// on how a kind orders operations within one batch.
 struct Batch {
     ops: Vec<BatchOp>,
-    keys: HashSet<Vec<u8>>,
+    /// A hash of each key in `ops` (`key_hash`): a key seen again ends the batch. Two keys of
+    /// one hash end it too, early and harmlessly.
+    keys: HashSet<u64, BuildHasherDefault<Prehashed>>,
     bytes: usize,
     /// The line of its first record.
     first_line: u64,
+    /// The buffers of written records, filled again by the next lines.
+    spare: Vec<Vec<u8>>,
 }
 
 impl Batch {
@@ -294,10 +312,53 @@ impl Batch {
         }
         db.write_batch(&self.ops)?;
         let n = self.ops.len() as u64;
-        self.ops.clear();
+        for op in self.ops.drain(..) {
+            if let BatchOp::Put { key, value, .. } = op {
+                self.spare.push(key);
+                self.spare.push(value);
+            }
+        }
         self.keys.clear();
         self.bytes = 0;
         Ok(n)
+    }
+
+    fn buffer(&mut self) -> Vec<u8> {
+        self.spare.pop().unwrap_or_default()
+    }
+}
+
+/// A 64-bit hash of a key for [`Batch::keys`] (any spread hash does; no attacker chooses which
+/// of their own lines share a batch).
+fn key_hash(key: &[u8]) -> u64 {
+    const M: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut h = (key.len() as u64).wrapping_mul(M);
+    let mut chunks = key.chunks_exact(8);
+    for c in &mut chunks {
+        let w = u64::from_le_bytes(c.try_into().unwrap_or_default());
+        h = (h ^ w).wrapping_mul(M).rotate_left(29);
+    }
+    let mut last = [0u8; 8];
+    last[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+    h = (h ^ u64::from_le_bytes(last)).wrapping_mul(M);
+    h ^ (h >> 32)
+}
+
+/// The hasher of a set of values that are hashes already.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl std::hash::Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
     }
 }
 
@@ -314,9 +375,10 @@ pub(crate) fn import(db: &dyn Store, input: Checked, dup: bool) -> Result<u64, F
     let mut progress = Progress::new("imported", true);
     let mut batch = Batch {
         ops: Vec::with_capacity(BATCH_RECORDS),
-        keys: HashSet::with_capacity(BATCH_RECORDS),
+        keys: HashSet::with_capacity_and_hasher(BATCH_RECORDS, Default::default()),
         bytes: 0,
         first_line: 1,
+        spare: Vec::with_capacity(2 * BATCH_RECORDS),
     };
     let mut imported = 0u64;
     // What a failure part way says: exactly what is stored, and how to finish.
@@ -328,11 +390,12 @@ pub(crate) fn import(db: &dyn Store, input: Checked, dup: bool) -> Result<u64, F
         ))
     };
     loop {
-        let parsed = rd.next()?;
+        let (mut key, mut value) = (batch.buffer(), batch.buffer());
+        let parsed = rd.next_into(&mut key, &mut value)?;
         let lineno = rd.lineno;
-        let (key, value) = match parsed {
+        match parsed {
             None => break,
-            Some(Ok(kv)) => kv,
+            Some(Ok(())) => {}
             Some(Err(msg)) => {
                 // Only when the file changed after it was checked.
                 imported += batch
@@ -344,8 +407,9 @@ pub(crate) fn import(db: &dyn Store, input: Checked, dup: bool) -> Result<u64, F
                     format!("line {lineno} changed after it was checked: {msg}"),
                 ));
             }
-        };
-        if batch.keys.contains(&key) {
+        }
+        let h = key_hash(&key);
+        if batch.keys.contains(&h) {
             imported += batch
                 .flush(db)
                 .map_err(|e| stopped(imported, batch.first_line, format!("writing: {e}")))?;
@@ -354,7 +418,7 @@ pub(crate) fn import(db: &dyn Store, input: Checked, dup: bool) -> Result<u64, F
             batch.first_line = lineno;
         }
         batch.bytes += key.len() + value.len();
-        batch.keys.insert(key.clone());
+        batch.keys.insert(h);
         batch.ops.push(BatchOp::Put {
             key,
             value,

@@ -324,3 +324,36 @@ fn optimize_stores_compression_and_refuses_what_it_cannot_change() {
     }
     assert_eq!(inform(d, "z.kh", "stored.lanes"), "16");
 }
+
+/// An import writes its lines in batches of thousands; a key met again within one batch, in
+/// the same spelling or in another that unescapes to the same bytes, keeps the value of its
+/// last line on every kind, and every other line is stored once.
+#[test]
+fn an_import_keeps_the_last_line_of_a_key_however_it_is_spelled() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let mut input = String::new();
+    for i in 1..=6000u32 {
+        input.push_str(&format!("{i}\tv{i}\n"));
+        if i == 3000 {
+            // Key 17 again, and key 18 spelled with an escape, in the same batch.
+            input.push_str("17\tagain\n\\x318\tescaped\n");
+        }
+    }
+    let path = d.join("in.tsv");
+    std::fs::write(&path, &input).unwrap();
+    for name in ["x.kh", "x.kb", "x.kf#width=16"] {
+        let o = ok(db(d, &["import", "--create", name, "in.tsv"]));
+        assert!(
+            out(&o).contains("6002 records stored"),
+            "{name}: {}",
+            out(&o)
+        );
+        assert_eq!(out(&ok(db(d, &["get", name, "17"]))), "again", "{name}");
+        assert_eq!(out(&ok(db(d, &["get", name, "18"]))), "escaped", "{name}");
+        assert_eq!(out(&ok(db(d, &["get", name, "5999"]))), "v5999", "{name}");
+        assert_eq!(inform(d, name, "records"), "6000", "{name}");
+        let exported = out(&ok(db(d, &["export", name])));
+        assert_eq!(exported.lines().count(), 6000, "{name}");
+    }
+}

@@ -15,7 +15,7 @@
 
 use super::id::MAX_ID;
 use std::alloc::{alloc_zeroed, handle_alloc_error, Layout};
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 const CHUNK_BITS: u32 = 12;
 /// Ids a chunk covers.
@@ -53,6 +53,10 @@ unsafe fn zeroed<T>() -> *mut T {
 /// The id array (see the module doc).
 pub(super) struct Index {
     top: Box<[AtomicPtr<Mid>]>,
+    /// How many entries of `top` may hold a middle array (one past the highest made): walks,
+    /// `clear` and the drop look no further, so that a small database never touches the rest
+    /// of the top array's pages.
+    hi: AtomicUsize,
 }
 
 impl Default for Index {
@@ -76,7 +80,20 @@ impl Index {
             }
             Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, TOP))
         };
-        Index { top }
+        Index {
+            top,
+            hi: AtomicUsize::new(0),
+        }
+    }
+
+    /// The entries of `top` that may hold a middle array.
+    fn used_top(&self) -> &[AtomicPtr<Mid>] {
+        &self.top[..self.hi.load(Ordering::Acquire).min(TOP)]
+    }
+
+    /// The largest id a record can have been written for (0: none yet).
+    fn last_id(&self) -> u64 {
+        (self.hi.load(Ordering::Acquire) as u64 * MID_SPAN).saturating_sub(1)
     }
 
     #[inline]
@@ -104,12 +121,14 @@ impl Index {
 
     /// The chunk of `id`, made when missing. Only the writer calls this.
     fn chunk_for(&self, id: u64) -> &Chunk {
-        let slot = &self.top[(id / MID_SPAN) as usize];
+        let at = (id / MID_SPAN) as usize;
+        let slot = &self.top[at];
         let mut mid = slot.load(Ordering::Acquire);
         if mid.is_null() {
             // SAFETY: all-zero is a valid `Mid` (null pointers).
             mid = unsafe { zeroed::<Mid>() };
             slot.store(mid, Ordering::Release);
+            self.hi.fetch_max(at + 1, Ordering::AcqRel);
         }
         // SAFETY: made above or earlier by this index, freed only when it is dropped.
         let mid = unsafe { &*mid };
@@ -150,7 +169,7 @@ impl Index {
 
     /// The first id in `from..=to` that has a record.
     pub(super) fn next_live(&self, from: u64, to: u64) -> Option<u64> {
-        let to = to.min(MAX_ID);
+        let to = to.min(MAX_ID).min(self.last_id());
         let mut id = from;
         while id <= to {
             let Some(mid) = self.mid(id) else {
@@ -177,7 +196,7 @@ impl Index {
 
     /// The last id in `from..=to` that has a record (`from` <= `to`).
     pub(super) fn prev_live(&self, from: u64, to: u64) -> Option<u64> {
-        let mut id = to.min(MAX_ID);
+        let mut id = to.min(MAX_ID).min(self.last_id());
         loop {
             if id < from {
                 return None;
@@ -226,7 +245,7 @@ impl Index {
 
     /// Forget every record (`vanish`). One writer at a time; chunks stay allocated.
     pub(super) fn clear(&self) {
-        for m in self.top.iter() {
+        for m in self.used_top() {
             // SAFETY: see `chunk`.
             let Some(mid) = (unsafe { m.load(Ordering::Acquire).as_ref() }) else {
                 continue;
@@ -248,7 +267,7 @@ impl Index {
     /// Bytes of memory the index holds (top array, middle arrays, chunks).
     pub(super) fn memory(&self) -> u64 {
         let mut n = (TOP * 8) as u64;
-        for m in self.top.iter() {
+        for m in self.used_top() {
             // SAFETY: see `chunk`.
             let Some(mid) = (unsafe { m.load(Ordering::Acquire).as_ref() }) else {
                 continue;
@@ -267,7 +286,8 @@ impl Index {
 
 impl Drop for Index {
     fn drop(&mut self) {
-        for m in self.top.iter() {
+        let hi = (*self.hi.get_mut()).min(TOP);
+        for m in self.top[..hi].iter() {
             let mid = m.swap(std::ptr::null_mut(), Ordering::AcqRel);
             if mid.is_null() {
                 continue;
@@ -325,6 +345,26 @@ mod tests {
         assert_eq!(ix.next_live(1, MAX_ID), None);
         assert_eq!(ix.get(MAX_ID), 0);
         assert!(ix.memory() > 0);
+    }
+
+    /// A database of small ids walks one entry of the top array, not all 65,536 of its
+    /// entries (whose pages a fresh process would otherwise fault in to find nothing).
+    #[test]
+    fn walks_look_only_at_the_top_entries_in_use() {
+        let ix = Index::new();
+        assert!(ix.used_top().is_empty());
+        assert_eq!(ix.last_id(), 0);
+        ix.set(5, 1 << 32 | 40);
+        assert_eq!(ix.used_top().len(), 1);
+        assert_eq!(ix.last_id(), MID_SPAN - 1);
+        assert_eq!(ix.next_live(6, MAX_ID), None);
+        assert_eq!(ix.prev_live(1, MAX_ID), Some(5));
+        ix.set(3 * MID_SPAN + 7, 2 << 32 | 40);
+        assert_eq!(ix.used_top().len(), 4);
+        assert_eq!(ix.next_live(6, MAX_ID), Some(3 * MID_SPAN + 7));
+        assert_eq!(ix.prev_live(6, MAX_ID), Some(3 * MID_SPAN + 7));
+        ix.set(3 * MID_SPAN + 7, 0);
+        assert_eq!(ix.prev_live(1, MAX_ID), Some(5));
     }
 
     /// Random sets and clears against a map: `get`, `next_live` and `prev_live` agree.

@@ -318,6 +318,10 @@ impl Slots {
             encode_side(&Side::empty(), &head, &mut b);
             checkpoint::write_atomic(vfs, dir, SIDE_NAME, SIDE_TMP, &[&b], || Ok(()))
                 .map_err(io)?;
+            // The double-write file, empty (it verifies only once a checkpoint wrote it):
+            // made now, its name is durable with the others', and no checkpoint syncs the
+            // directory for it.
+            drop(vfs.open(&dir.join(DW_NAME), true).map_err(io)?);
             vfs.rename(&tmp, &path).map_err(io)?;
             vfs.sync_dir(dir).map_err(io)?;
         }
@@ -886,7 +890,11 @@ impl Slots {
             dw.extend_from_slice(&head.gen.to_le_bytes());
             dw.extend_from_slice(&(geo.page_len as u64).to_le_bytes());
             dw.extend_from_slice(&(images.len() as u64).to_le_bytes());
-            let f = vfs.open(&dir.join(DW_NAME), true).map_err(io)?;
+            let dw_path = dir.join(DW_NAME);
+            // Its name is durable once a directory sync followed its making (at creation, or
+            // the checkpoint that made it).
+            let named = vfs.exists(&dw_path);
+            let f = vfs.open(&dw_path, true).map_err(io)?;
             f.set_len(0).map_err(io)?;
             let mut at = 0u64;
             let mut crc = 0u32;
@@ -913,7 +921,9 @@ impl Slots {
             put(&chunk, &mut at)?;
             f.write_at(&crc.to_le_bytes(), at).map_err(io)?;
             f.sync().map_err(io)?;
-            vfs.sync_dir(dir).map_err(io)?;
+            if !named {
+                vfs.sync_dir(dir).map_err(io)?;
+            }
         }
         // 2. The pages in place.
         {
