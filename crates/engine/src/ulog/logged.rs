@@ -434,8 +434,8 @@ impl Logged {
     }
 
     /// The handle of keyspace `name` (see [`Store::keyspace`]): made with `params` where it
-    /// does not exist; its records carry the parameters it was first opened with through this
-    /// database (or `params`, when those were none).
+    /// does not exist; its records carry the parameters it was made with (as
+    /// [`Store::keyspaces`] gives them, else the first ones it was opened with here).
     pub fn keyspace_handle(&self, name: &str, params: &str) -> Result<Arc<Logged>> {
         if self.space.is_some() {
             return Err(Error::Unsupported("a keyspace of a keyspace"));
@@ -451,6 +451,13 @@ impl Logged {
             let p = c.entry(name.to_string()).or_default();
             if p.is_empty() {
                 *p = params.to_string();
+            }
+            if p.is_empty() {
+                // Opened without parameters: those it was made with, as the kind says.
+                if let Some((_, made)) = self.inner.keyspaces().into_iter().find(|(n, _)| n == name)
+                {
+                    *p = made;
+                }
             }
             p.clone()
         };
@@ -917,6 +924,13 @@ impl Store for Logged {
 
     fn keyspace(&self, name: &str, params: &str) -> Result<Arc<dyn Store>> {
         Ok(self.keyspace_handle(name, params)?)
+    }
+
+    fn keyspaces(&self) -> Vec<(String, String)> {
+        match self.space {
+            Some(_) => Vec::new(),
+            None => self.inner.keyspaces(),
+        }
     }
 
     fn write_across(&self, ops: &[(&str, BatchOp)]) -> Result<()> {

@@ -195,8 +195,9 @@ fn feed_kura(
 type Group = (Vec<u8>, Vec<Vec<u8>>, u32, u64);
 
 /// Send a snapshot of the whole database: the position first (every change up to it is in
-/// what follows; later ones may be too, and the log after it makes the replica exact).
-fn snapshot(repl: &Replication, logged: &Logged, sock: &mut TcpStream) -> io::Result<u64> {
+/// what follows; later ones may be too, and the log after it makes the replica exact). The
+/// records of each keyspace follow the database's, `In` it.
+fn snapshot(repl: &Replication, logged: &Arc<Logged>, sock: &mut TcpStream) -> io::Result<u64> {
     let pos = logged.position();
     say(sock, wire::SNAP_BEGIN, &pos.to_be_bytes())?;
     let origin = repl.sid;
@@ -204,7 +205,6 @@ fn snapshot(repl: &Replication, logged: &Logged, sock: &mut TcpStream) -> io::Re
     let mut n = 0u32;
     let mut count = 0u64;
     let mut failed = None;
-    let dups = logged.allows_dups();
     let mut group: Option<Group> = None;
     let send = |chunk: &mut Vec<u8>, n: &mut u32, sock: &mut TcpStream| -> io::Result<()> {
         let mut f = Vec::with_capacity(chunk.len() + 9);
@@ -217,86 +217,104 @@ fn snapshot(repl: &Replication, logged: &Logged, sock: &mut TcpStream) -> io::Re
         *n = 0;
         Ok(())
     };
-    let emit_group = |g: Group, chunk: &mut Vec<u8>| {
-        let (key, vals, flags, expires) = g;
-        if vals.len() == 1 {
-            record::encode(
-                chunk,
-                pos,
-                origin,
-                pos,
-                &Op::Put {
-                    key: &key,
-                    value: &vals[0],
-                    flags,
-                    expires,
-                },
-            );
-        } else {
-            let mut body = Vec::new();
-            for v in &vals {
-                push_value(&mut body, v);
-            }
-            record::encode(
-                chunk,
-                pos,
-                origin,
-                pos,
-                &Op::Values {
-                    key: &key,
-                    count: vals.len() as u32,
-                    body: &body,
-                },
-            );
-        }
-    };
-    let r = logged.for_each_record(&mut |k, v, m| {
-        if dups {
-            match &mut group {
-                Some((gk, vals, ..)) if gk.as_slice() == k => {
-                    vals.push(v.to_vec());
-                    return Ok(true);
-                }
-                _ => {
-                    if let Some(g) = group.take() {
-                        emit_group(g, &mut chunk);
-                        n += 1;
-                    }
-                    group = Some((k.to_vec(), vec![v.to_vec()], m.flags, m.expires));
-                    count += 1;
-                }
-            }
-        } else {
-            record::encode(
-                &mut chunk,
-                pos,
-                origin,
-                pos,
-                &Op::Put {
-                    key: k,
-                    value: v,
-                    flags: m.flags,
-                    expires: m.expires,
-                },
-            );
-            n += 1;
-            count += 1;
-        }
-        if chunk.len() >= 1 << 20 {
-            if let Err(e) = send(&mut chunk, &mut n, sock) {
-                failed = Some(e);
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    });
-    if let Some(e) = failed {
-        return Err(e);
+    // The database's records, then each keyspace's, `In` it.
+    let mut stores: Vec<(Option<(String, String)>, Arc<dyn Store>)> =
+        vec![(None, logged.clone() as Arc<dyn Store>)];
+    for (name, params) in logged.keyspaces() {
+        let space = logged
+            .keyspace_handle(&name, &params)
+            .map_err(io::Error::other)?;
+        stores.push((Some((name, params)), space));
     }
-    r.map_err(io::Error::other)?;
-    if let Some(g) = group.take() {
-        emit_group(g, &mut chunk);
-        n += 1;
+    for (space, store) in &stores {
+        // One record of the snapshot, `In` the keyspace it is of.
+        let encode = |chunk: &mut Vec<u8>, op: Op<'_>| match space {
+            None => record::encode(chunk, pos, origin, pos, &op),
+            Some((name, params)) => record::encode(
+                chunk,
+                pos,
+                origin,
+                pos,
+                &Op::In {
+                    name: name.as_bytes(),
+                    params: params.as_bytes(),
+                    op: Box::new(op),
+                },
+            ),
+        };
+        let emit_group = |g: Group, chunk: &mut Vec<u8>| {
+            let (key, vals, flags, expires) = g;
+            if vals.len() == 1 {
+                encode(
+                    chunk,
+                    Op::Put {
+                        key: &key,
+                        value: &vals[0],
+                        flags,
+                        expires,
+                    },
+                );
+            } else {
+                let mut body = Vec::new();
+                for v in &vals {
+                    push_value(&mut body, v);
+                }
+                encode(
+                    chunk,
+                    Op::Values {
+                        key: &key,
+                        count: vals.len() as u32,
+                        body: &body,
+                    },
+                );
+            }
+        };
+        let dups = store.allows_dups();
+        let r = store.for_each_record(&mut |k, v, m| {
+            if dups {
+                match &mut group {
+                    Some((gk, vals, ..)) if gk.as_slice() == k => {
+                        vals.push(v.to_vec());
+                        return Ok(true);
+                    }
+                    _ => {
+                        if let Some(g) = group.take() {
+                            emit_group(g, &mut chunk);
+                            n += 1;
+                        }
+                        group = Some((k.to_vec(), vec![v.to_vec()], m.flags, m.expires));
+                        count += 1;
+                    }
+                }
+            } else {
+                encode(
+                    &mut chunk,
+                    Op::Put {
+                        key: k,
+                        value: v,
+                        flags: m.flags,
+                        expires: m.expires,
+                    },
+                );
+                n += 1;
+                count += 1;
+            }
+            if chunk.len() >= 1 << 20 {
+                if let Err(e) = send(&mut chunk, &mut n, sock) {
+                    failed = Some(e);
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        });
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        r.map_err(io::Error::other)?;
+        if let Some(g) = group.take() {
+            emit_group(g, &mut chunk);
+            n += 1;
+        }
     }
     if n > 0 {
         send(&mut chunk, &mut n, sock)?;
