@@ -15,6 +15,8 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 type Digest = BTreeMap<Vec<u8>, Vec<u8>>;
+/// A `.kb`'s own records, keyspace `idx`'s, and `idx`'s keys in its order.
+type State = (Digest, Digest, Vec<String>);
 
 fn digest(s: &dyn Store) -> Digest {
     let mut d = BTreeMap::new();
@@ -48,7 +50,7 @@ fn put(key: &str, value: &str) -> BatchOp {
 }
 
 /// The state of a `.kb`: its own records and keyspace `idx`'s, with `idx`'s key order.
-fn state_of(path: &Path) -> (Digest, Digest, Vec<String>) {
+fn state_of(path: &Path) -> State {
     let db = kura_engine::open(&path.display().to_string()).unwrap();
     let idx = db.keyspace("idx", "").unwrap();
     let s = (digest(&*db), digest(&*idx), keys(&*idx));
@@ -58,7 +60,7 @@ fn state_of(path: &Path) -> (Digest, Digest, Vec<String>) {
 
 /// `m.kb` and its update log `mlog` (server id 9), written through `Logged`: a backup
 /// `bk.kb` taken half way, and the state after each later change with its time stamp.
-fn seed(d: &Path) -> Vec<(u64, (Digest, Digest, Vec<String>))> {
+fn seed(d: &Path) -> Vec<(u64, State)> {
     let inner = kura_engine::open(&d.join("m.kb").display().to_string()).unwrap();
     let log = Ulog::open(Config::new(d.join("mlog"), 9)).unwrap();
     let db = Logged::new(inner, log.clone()).unwrap();

@@ -193,6 +193,8 @@ fn feed_kura(
 /// The values of one key of a database with duplicates, gathered for a snapshot: key,
 /// values, flags and expiry of the first.
 type Group = (Vec<u8>, Vec<Vec<u8>>, u32, u64);
+/// The keyspace a snapshot's records are of: name and parameters (`None`: the database's own).
+type SnapSpace = Option<(String, String)>;
 
 /// Send a snapshot of the whole database: the position first (every change up to it is in
 /// what follows; later ones may be too, and the log after it makes the replica exact). The
@@ -218,7 +220,7 @@ fn snapshot(repl: &Replication, logged: &Arc<Logged>, sock: &mut TcpStream) -> i
         Ok(())
     };
     // The database's records, then each keyspace's, `In` it.
-    let mut stores: Vec<(Option<(String, String)>, Arc<dyn Store>)> =
+    let mut stores: Vec<(SnapSpace, Arc<dyn Store>)> =
         vec![(None, logged.clone() as Arc<dyn Store>)];
     for (name, params) in logged.keyspaces() {
         let space = logged
