@@ -28,6 +28,9 @@
 //! - **Positions for copies.** [`Logged::position`] waits until every record up to the log's
 //!   newest is applied and returns its time stamp: a copy or snapshot taken after it holds at
 //!   least everything up to it, and replaying the log from it makes it exact.
+//! - **Keyspaces.** [`Logged::keyspace_handle`] (`Store::keyspace`) gives a keyspace's
+//!   handle, whose records are `In` the keyspace; `write_across` logs one `Batch` whose
+//!   elements name their keyspaces, so redo, replicas and restores apply it whole.
 //! - **Concurrent writes of two masters converge**: a replicated change of a key is applied
 //!   only if its origin stamp (origin time stamp, then origin server id) is newer than that of
 //!   the key's last change this server saw within the last `LWW_WINDOW` (last writer wins).
