@@ -126,6 +126,17 @@ fn a_kura_replica_ends_equal_in_every_keyspace() {
     let d = dir.path();
     let states = seed(d);
     let want = states.last().unwrap().1.clone();
+    // The replica's database holds keyspace records only (no records of its own): it counts
+    // as empty and is replaced by the snapshot, keyspaces included.
+    {
+        let r = kura_engine::open(&d.join("r.kb").display().to_string()).unwrap();
+        r.keyspace("idx", "cmp=decimal")
+            .unwrap()
+            .put(b"5000", b"stale")
+            .unwrap();
+        r.keyspace("old", "").unwrap().put(b"x", b"stale").unwrap();
+        r.close().unwrap();
+    }
     let master = serve(d, &["m.kb", "--port", "0", "--sid", "9", "--ulog", "mlog"]);
     let mut replica = serve(
         d,
@@ -150,6 +161,9 @@ fn a_kura_replica_ends_equal_in_every_keyspace() {
     own_want.insert(b"wire".to_vec(), b"w".to_vec());
     assert_eq!(own, own_want);
     assert_eq!(idx, want.1);
+    let r = kura_engine::open(&d.join("r.kb").display().to_string()).unwrap();
+    assert!(digest(&*r.keyspace("old", "").unwrap()).is_empty());
+    r.close().unwrap();
     // Made with the master's `cmp=decimal`.
     assert_eq!(order, want.2);
     assert!(order
