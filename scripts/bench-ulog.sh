@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The cost of the update log and how fast a replica catches up, in one run on this machine.
-# 1. Throughput: `kura serve P.kh` and `P.kh#sync=always`, each with and without `--ulog`,
+# 1. Throughput: `kura serve P.kh` and `P.kh#sync=always` (EXT=kb: a B+ tree `.kb`), each with and without `--ulog`,
 #    alternating, REPS repetitions, medians (memcached text protocol, 100-byte keys, 400-byte
 #    values, CONNS connections; sets only and 1:1, unpipelined and PIPELINE deep).
 # 2. Catch-up: a replica stopped while the master takes N (default 1,000,000) puts, then
@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${REPS:-3} SECS=${SECS:-2} THREADS=${THREADS:-2} CONNS=${CONNS:-128} PIPELINE=${PIPELINE:-16}
-N=${N:-1000000}
+N=${N:-1000000} EXT=${EXT:-kh}
 cargo build --release -q -p kura
 KURA="$PWD/target/release/kura"
 WORK=$(mktemp -d)
@@ -23,10 +23,10 @@ declare -A PORT
 start() { # NAME
 	local name=$1 port; port=$(free_port)
 	case $name in
-	kh) "$KURA" serve "$WORK/a$port.kh" --port "$port" --threads "$THREADS" 2>/dev/null & ;;
-	kh-ulog) "$KURA" serve "$WORK/b$port.kh" --port "$port" --threads "$THREADS" --sid 1 --ulog "$WORK/u$port" 2>/dev/null & ;;
-	always) "$KURA" serve "$WORK/c$port.kh#sync=always" --port "$port" --threads "$THREADS" 2>/dev/null & ;;
-	always-ulog) "$KURA" serve "$WORK/d$port.kh#sync=always" --port "$port" --threads "$THREADS" --sid 1 --ulog "$WORK/v$port" 2>/dev/null & ;;
+	kh) "$KURA" serve "$WORK/a$port.$EXT" --port "$port" --threads "$THREADS" 2>/dev/null & ;;
+	kh-ulog) "$KURA" serve "$WORK/b$port.$EXT" --port "$port" --threads "$THREADS" --sid 1 --ulog "$WORK/u$port" 2>/dev/null & ;;
+	always) "$KURA" serve "$WORK/c$port.$EXT#sync=always" --port "$port" --threads "$THREADS" 2>/dev/null & ;;
+	always-ulog) "$KURA" serve "$WORK/d$port.$EXT#sync=always" --port "$port" --threads "$THREADS" --sid 1 --ulog "$WORK/v$port" 2>/dev/null & ;;
 	esac
 	PIDS+=($!); wait_port "$port"; PORT[$name]=$port
 }
@@ -44,7 +44,7 @@ for rep in $(seq "$REPS"); do for depth in 1 "$PIPELINE"; do for ratio in 0:1 1:
 		echo "rep $rep: depth=$depth ratio=$ratio $s: ${ops:-?} ops/s" >&2
 	done
 done; done; done
-printf '\n| pipeline | get:set | .kh | .kh + ulog | ratio | sync=always | always + ulog | ratio |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+printf '\n| pipeline | get:set | .%s | .%s + ulog | ratio | sync=always | always + ulog | ratio |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n' "$EXT" "$EXT"
 sort -k1,1n -k2,2 "$RAW" | awk '
 	function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t } return a[int((n + 1) / 2)] }
 	{ k = $1 " " $2; keys[k] = 1; n[k, $3]++; o[k, $3, n[k, $3]] = $4 }

@@ -592,26 +592,53 @@ fn ulog_list(dir: &Path, from: Option<&str>, until: Option<&str>) -> Res {
             line.push(b'\n');
             out.write_all(&line)
         };
-        let r = match &rec.op {
-            Op::Put { key, .. } => one("put", key),
-            Op::Remove { key } => one("out", key),
-            Op::Touch { key, .. } => one("touch", key),
-            Op::Vanish => one("vanish", b""),
-            Op::Optimize { params } => one("optimize", params),
-            Op::Values { key, .. } => one("values", key),
+        // An operation of a keyspace is named `op@keyspace`.
+        let name = |op: &Op<'_>| -> (String, Vec<u8>) {
+            let (space, op) = op.space();
+            let (what, key): (&str, &[u8]) = match op {
+                Op::Put { key, .. } => ("put", key),
+                Op::Remove { key } => ("out", key),
+                Op::Touch { key, .. } => ("touch", key),
+                Op::Vanish => ("vanish", b""),
+                Op::Optimize { params } => ("optimize", params),
+                Op::Values { key, .. } => ("values", key),
+                Op::Batch { .. } => ("batch", b""),
+                Op::In { .. } => ("?", b""),
+            };
+            match space {
+                Some(s) => (
+                    format!("{what}@{}", String::from_utf8_lossy(s.name)),
+                    key.to_vec(),
+                ),
+                None => (what.to_string(), key.to_vec()),
+            }
+        };
+        let r = match rec.op.space().1 {
             Op::Batch { body, .. } => {
                 let mut r = Ok(());
+                // A keyspace's own batch: its elements are of the keyspace.
+                let outer = match rec.op.space().0 {
+                    Some(s) => format!("@{}", String::from_utf8_lossy(s.name)),
+                    None => String::new(),
+                };
                 for op in batch_ops(body) {
-                    r = match op? {
-                        Op::Put { key, .. } => one("batch.put", key),
-                        Op::Remove { key } => one("batch.out", key),
-                        _ => one("batch.?", b""),
+                    let op = op?;
+                    let (what, key) = name(&op);
+                    let at = if op.space().0.is_none() {
+                        &outer[..]
+                    } else {
+                        ""
                     };
+                    r = one(&format!("batch.{what}{at}"), &key);
                     if r.is_err() {
                         break;
                     }
                 }
                 r
+            }
+            _ => {
+                let (what, key) = name(&rec.op);
+                one(&what, &key)
             }
         };
         if let Err(e) = r {

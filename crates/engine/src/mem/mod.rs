@@ -608,6 +608,17 @@ fn keyspace_of<S: MemKind>(db: &S, name: &str, params: &str) -> Result<Arc<dyn S
     Ok(s)
 }
 
+/// `Store::keyspaces` of a memory database: the names (a memory keyspace is made again with
+/// its kind's defaults).
+fn keyspaces_of<S: MemKind>(db: &S) -> Vec<(String, String)> {
+    if db.spaces().is_space.load(Relaxed) {
+        return Vec::new();
+    }
+    let mut names: Vec<String> = db.spaces().map.lock().keys().cloned().collect();
+    names.sort();
+    names.into_iter().map(|n| (n, String::new())).collect()
+}
+
 fn write_across_of<S: MemKind>(db: &S, ops: &[(&str, BatchOp)]) -> Result<()> {
     db.common().check_open()?;
     // Each keyspace's operations, in their order.

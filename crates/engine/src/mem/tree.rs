@@ -231,6 +231,10 @@ impl Store for MemTree {
         super::write_across_of(self, ops)
     }
 
+    fn keyspaces(&self) -> Vec<(String, String)> {
+        super::keyspaces_of(self)
+    }
+
     fn get(&self, key: &[u8]) -> Result<Option<Record>> {
         let mut found = None;
         self.with_live(key, |r| found = Some(r.record()))?;

@@ -207,6 +207,12 @@ pub trait Store: Send + Sync {
         ))
     }
 
+    /// Every keyspace of this database but its own: name and the parameters that make it
+    /// again as it is (a `.kb`'s `cmp=`). None for a kind without keyspaces, or a keyspace.
+    fn keyspaces(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
     /// Apply every operation, each in its keyspace (`""`: the database itself; the others
     /// made before by [`Store::keyspace`]), or none of them, even across a crash. The order
     /// and refusals are [`Store::write_batch`]'s.

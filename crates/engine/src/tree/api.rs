@@ -70,6 +70,16 @@ impl Store for DiskTree {
         self.write_across_of(ops)
     }
 
+    fn keyspaces(&self) -> Vec<(String, String)> {
+        if self.inner.ks != 0 {
+            return Vec::new();
+        }
+        let spaces = self.inner.others().into_iter();
+        spaces
+            .map(|s| (s.name.clone(), format!("cmp={}", s.cmp.name())))
+            .collect()
+    }
+
     fn allows_dups(&self) -> bool {
         true
     }

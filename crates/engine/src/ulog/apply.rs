@@ -1,15 +1,26 @@
 //! Applying update log records to a database: a replica following its master, a restore
 //! replaying a log onto a backup, a master redoing its own log's tail after a crash.
 
-use super::record::{batch_ops, values_of, Op};
+use super::record::{batch_ops, values_of, Op, Space};
 use crate::error::{Error, Result};
 use crate::store::{BatchOp, Decision, Store};
 
 /// Apply one operation to `store`. A database of another kind than the log's origin takes
 /// what it can: `Values` on a kind without duplicate keys keeps the last value, an
-/// `Optimize` whose parameters the kind does not take is skipped (`Ok(false)`).
+/// `Optimize` whose parameters the kind does not take is skipped (`Ok(false)`). An operation
+/// `In` a keyspace is applied to that keyspace, made first with the record's parameters where
+/// it does not exist; a batch naming keyspaces is one `write_across` (a kind without
+/// keyspaces refuses both).
 pub fn apply(store: &dyn Store, op: &Op<'_>) -> Result<bool> {
     match op {
+        Op::In { op, .. } if matches!(**op, Op::In { .. }) => {
+            return Err(Error::Corrupt("a keyspace in a keyspace".into()));
+        }
+        Op::In { name, params, op } => {
+            let (name, params) = Space { name, params }.text()?;
+            let space = store.keyspace(name, params)?;
+            return apply(&*space, op);
+        }
         Op::Put {
             key,
             value,
@@ -38,8 +49,21 @@ pub fn apply(store: &dyn Store, op: &Op<'_>) -> Result<bool> {
         }
         Op::Batch { body, .. } => {
             let mut ops = Vec::new();
+            let mut across = false;
             for op in batch_ops(body) {
-                ops.push(match op? {
+                let op = op?;
+                let (space, op) = op.space();
+                let name = match space {
+                    Some(s) => {
+                        let (name, params) = s.text()?;
+                        // Made before the batch, as `write_across` asks.
+                        store.keyspace(name, params)?;
+                        across = true;
+                        name.to_string()
+                    }
+                    None => String::new(),
+                };
+                let op = match op {
                     Op::Put {
                         key,
                         value,
@@ -48,14 +72,22 @@ pub fn apply(store: &dyn Store, op: &Op<'_>) -> Result<bool> {
                     } => BatchOp::Put {
                         key: key.to_vec(),
                         value: value.to_vec(),
-                        flags,
-                        expires,
+                        flags: *flags,
+                        expires: *expires,
                     },
                     Op::Remove { key } => BatchOp::Remove { key: key.to_vec() },
                     _ => return Err(Error::Corrupt("a batch holds only puts and removes".into())),
-                });
+                };
+                ops.push((name, op));
             }
-            store.write_batch(&ops)?;
+            if across {
+                let refs: Vec<(&str, BatchOp)> =
+                    ops.iter().map(|(n, o)| (n.as_str(), o.clone())).collect();
+                store.write_across(&refs)?;
+            } else {
+                let own: Vec<BatchOp> = ops.into_iter().map(|(_, o)| o).collect();
+                store.write_batch(&own)?;
+            }
         }
         Op::Values { key, body, .. } => {
             if store.allows_dups() {

@@ -28,6 +28,9 @@
 //! - **Positions for copies.** [`Logged::position`] waits until every record up to the log's
 //!   newest is applied and returns its time stamp: a copy or snapshot taken after it holds at
 //!   least everything up to it, and replaying the log from it makes it exact.
+//! - **Keyspaces.** [`Logged::keyspace_handle`] (`Store::keyspace`) gives a keyspace's
+//!   handle, whose records are `In` the keyspace; `write_across` logs one `Batch` whose
+//!   elements name their keyspaces, so redo, replicas and restores apply it whole.
 //! - **Concurrent writes of two masters converge**: a replicated change of a key is applied
 //!   only if its origin stamp (origin time stamp, then origin server id) is newer than that of
 //!   the key's last change this server saw within the last `LWW_WINDOW` (last writer wins).
@@ -73,39 +76,74 @@ impl Drop for OriginGuard {
     }
 }
 
+type Stamps = Option<HashMap<Box<[u8]>, Stamp>>;
+
 #[derive(Default)]
 struct Stripe {
-    stamps: Option<HashMap<Box<[u8]>, Stamp>>,
+    /// Keys of the database's own keyspace.
+    stamps: Stamps,
+    /// Keys of other keyspaces, as `[name length u16][name][key]`.
+    spaced: Stamps,
+}
+
+/// A key of keyspace `name` in [`Stripe::spaced`].
+fn spaced_key(name: &[u8], key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(2 + name.len() + key.len());
+    k.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    k.extend_from_slice(name);
+    k.extend_from_slice(key);
+    k
 }
 
 impl Stripe {
-    fn newer_seen(&self, key: &[u8], stamp: Stamp) -> bool {
-        self.stamps
-            .as_ref()
-            .and_then(|m| m.get(key))
-            .is_some_and(|s| *s >= stamp)
+    /// Whether a change of `key` (of keyspace `space`, `None`: the database's own) with a
+    /// stamp at least `stamp` was seen.
+    fn newer_seen(&self, space: Option<&[u8]>, key: &[u8], stamp: Stamp) -> bool {
+        let seen = |m: &Stamps, key: &[u8]| {
+            m.as_ref()
+                .and_then(|m| m.get(key))
+                .is_some_and(|s| *s >= stamp)
+        };
+        match space {
+            None => seen(&self.stamps, key),
+            Some(n) => seen(&self.spaced, &spaced_key(n, key)),
+        }
     }
 
-    fn note(&mut self, key: &[u8], stamp: Stamp) {
-        let m = self.stamps.get_or_insert_with(HashMap::new);
-        if m.len() >= LWW_PER_STRIPE && !m.contains_key(key) {
-            let old = now_us().saturating_sub(LWW_WINDOW);
-            m.retain(|_, s| s.0 >= old);
-            if m.len() >= LWW_PER_STRIPE {
-                m.clear();
+    fn note(&mut self, space: Option<&[u8]>, key: &[u8], stamp: Stamp) {
+        let note = |m: &mut Stamps, key: &[u8]| {
+            let m = m.get_or_insert_with(HashMap::new);
+            if m.len() >= LWW_PER_STRIPE && !m.contains_key(key) {
+                let old = now_us().saturating_sub(LWW_WINDOW);
+                m.retain(|_, s| s.0 >= old);
+                if m.len() >= LWW_PER_STRIPE {
+                    m.clear();
+                }
             }
+            m.insert(key.into(), stamp);
+        };
+        match space {
+            None => note(&mut self.stamps, key),
+            Some(n) => note(&mut self.spaced, &spaced_key(n, key)),
         }
-        m.insert(key.into(), stamp);
     }
 }
 
 /// A database with an update log (see the module's comment).
+/// [`Logged::keyspace`] gives a keyspace's handle: a `Logged` of the keyspace's store that
+/// shares the database's log, stripes and catalog, whose every record is `In` the keyspace.
 pub struct Logged {
+    /// The database, or the keyspace of a keyspace's handle.
     inner: Arc<dyn Store>,
     log: Arc<Ulog>,
-    stripes: Box<[Mutex<Stripe>]>,
+    stripes: Arc<[Mutex<Stripe>]>,
     /// Remember origin stamps (a server that takes writes from clients and from a master).
-    lww: AtomicBool,
+    lww: Arc<AtomicBool>,
+    /// A keyspace's handle: the keyspace's name and the parameters its records carry.
+    space: Option<(String, String)>,
+    /// Every keyspace opened through this database: name → parameters (what a record `In`
+    /// it carries, so a replica or a restore can make it).
+    catalog: Arc<Mutex<HashMap<String, String>>>,
     persistent: bool,
     stop: Arc<AtomicBool>,
     marker: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -144,6 +182,24 @@ pub fn database_name(name: &str) -> Result<(String, crate::SyncMode)> {
     }
     out.push_str("#sync=none");
     Ok((out, sync))
+}
+
+/// A batch operation as a record's batch element.
+fn batch_op(op: &BatchOp) -> Op<'_> {
+    match op {
+        BatchOp::Put {
+            key,
+            value,
+            flags,
+            expires,
+        } => Op::Put {
+            key,
+            value,
+            flags: *flags,
+            expires: *expires,
+        },
+        BatchOp::Remove { key } => Op::Remove { key },
+    }
 }
 
 fn stripe_of(key: &[u8]) -> usize {
@@ -283,14 +339,16 @@ impl Logged {
         } else if log.last_ts() > 0 {
             log.append(&Op::Vanish)?;
         }
-        let stripes = (0..STRIPES)
+        let stripes: Arc<[Mutex<Stripe>]> = (0..STRIPES)
             .map(|_| Mutex::new(Stripe::default()))
             .collect();
         let me = Arc::new(Logged {
             inner,
             log,
             stripes,
-            lww: AtomicBool::new(false),
+            lww: Arc::new(AtomicBool::new(false)),
+            space: None,
+            catalog: Arc::new(Mutex::new(HashMap::new())),
             persistent,
             stop: Arc::new(AtomicBool::new(false)),
             marker: Mutex::new(None),
@@ -355,7 +413,69 @@ impl Logged {
     /// Append a record: this server's own, or stamped with the origin [`Logged::as_origin`]
     /// set for this thread.
     fn append(&self, op: &Op<'_>) -> Result<u64> {
-        self.log.append_from(ORIGIN.with(Cell::get), op)
+        self.append_from(ORIGIN.with(Cell::get), op)
+    }
+
+    /// Append a record with `origin`, `In` this handle's keyspace if it is one.
+    fn append_from(&self, origin: Option<(u32, u64)>, op: &Op<'_>) -> Result<u64> {
+        match &self.space {
+            None => self.log.append_from(origin, op),
+            Some((name, params)) => self.log.append_from(
+                origin,
+                &Op::In {
+                    name: name.as_bytes(),
+                    params: params.as_bytes(),
+                    op: Box::new(op.clone()),
+                },
+            ),
+        }
+    }
+
+    /// This handle's keyspace name (`None`: the database's own), for last-writer-wins stamps.
+    fn space_name(&self) -> Option<&[u8]> {
+        self.space.as_ref().map(|(n, _)| n.as_bytes())
+    }
+
+    /// The handle of keyspace `name` (see [`Store::keyspace`]): made with `params` where it
+    /// does not exist; its records carry the parameters it was made with (as
+    /// [`Store::keyspaces`] gives them, else the first ones it was opened with here).
+    pub fn keyspace_handle(&self, name: &str, params: &str) -> Result<Arc<Logged>> {
+        if self.space.is_some() {
+            return Err(Error::Unsupported("a keyspace of a keyspace"));
+        }
+        if name.len() > u16::MAX as usize || params.len() > u16::MAX as usize {
+            return Err(Error::InvalidParam(
+                "a keyspace name or its parameters longer than 65,535 bytes".into(),
+            ));
+        }
+        let inner = self.inner.keyspace(name, params)?;
+        let params = {
+            let mut c = self.catalog.lock();
+            let p = c.entry(name.to_string()).or_default();
+            if p.is_empty() {
+                *p = params.to_string();
+            }
+            if p.is_empty() {
+                // Opened without parameters: those it was made with, as the kind says.
+                if let Some((_, made)) = self.inner.keyspaces().into_iter().find(|(n, _)| n == name)
+                {
+                    *p = made;
+                }
+            }
+            p.clone()
+        };
+        Ok(Arc::new(Logged {
+            inner,
+            log: self.log.clone(),
+            stripes: self.stripes.clone(),
+            lww: self.lww.clone(),
+            space: Some((name.to_string(), params)),
+            catalog: self.catalog.clone(),
+            persistent: self.persistent,
+            stop: self.stop.clone(),
+            marker: Mutex::new(None),
+            redone: 0,
+        }))
     }
 
     /// The last-writer-wins stamp of a change logged at `ts`: its origin's.
@@ -394,22 +514,30 @@ impl Logged {
         f: impl FnOnce(&dyn Store) -> Result<T>,
     ) -> Result<T> {
         let mut st = self.stripes[stripe_of(key)].lock();
+        let exact = matches!(op, Op::Values { .. }) || self.exact(key)?;
         let ts = self.append(op)?;
         let r = unsynced(|| f(&*self.inner));
         match &r {
+            Ok(_) if exact => {}
             // A key with duplicates: the change may have touched one value of several.
-            Ok(_) if self.inner.allows_dups() => self.compensate(key),
-            Ok(_) => {}
-            Err(_) => self.compensate(key),
+            Ok(_) | Err(_) => self.compensate(key),
         }
         if r.is_ok() && self.lww.load(Ordering::Relaxed) {
-            st.note(key, self.stamp(ts));
+            st.note(self.space_name(), key, self.stamp(ts));
         }
         drop(st);
         if r.is_ok() {
             self.log.settle()?;
         }
         r
+    }
+
+    /// Whether a put, touch or remove of `key` (under its stripe) is exactly what its record
+    /// says, so that no record of the key's state need follow it: always on a kind without
+    /// duplicate keys, and on one with them while the key holds at most one value (a change
+    /// of one value of several is followed by a `Values` record of them all).
+    fn exact(&self, key: &[u8]) -> Result<bool> {
+        Ok(!self.inner.allows_dups() || self.inner.value_count(key)? <= 1)
     }
 
     /// After a logged change the database refused, or one that may have touched one value of
@@ -451,7 +579,22 @@ impl Logged {
         let origin = Some((rec.origin_sid, rec.origin_ts));
         let stamp = (rec.origin_ts, rec.origin_sid);
         let lww = self.lww.load(Ordering::Relaxed);
+        // A batch element's keyspace: its own `In`, else this handle's.
+        let space_of = |o: &Op<'_>| -> Option<Vec<u8>> {
+            match o.space().0 {
+                Some(s) => Some(s.name.to_vec()),
+                None => self.space_name().map(<[u8]>::to_vec),
+            }
+        };
         match &rec.op {
+            Op::In { name, params, op } => {
+                let (name, params) = record::Space { name, params }.text()?;
+                let space = self.keyspace_handle(name, params)?;
+                return space.apply_remote(&Rec {
+                    op: (**op).clone(),
+                    ..rec.clone()
+                });
+            }
             Op::Batch { body, .. } => {
                 let ops: Vec<Op<'_>> = record::batch_ops(body).collect::<Result<_>>()?;
                 let mut idx: Vec<usize> =
@@ -469,7 +612,7 @@ impl Logged {
                 for o in &ops {
                     let key = o.key().unwrap_or_default();
                     let g = stripe(&mut guards, key);
-                    if lww && guards[g].1.newer_seen(key, stamp) {
+                    if lww && guards[g].1.newer_seen(space_of(o).as_deref(), key, stamp) {
                         continue;
                     }
                     push_batch_op(&mut kept, o);
@@ -482,40 +625,40 @@ impl Logged {
                     count: n,
                     body: &kept,
                 };
-                self.log.append_from(origin, &op)?;
+                self.append_from(origin, &op)?;
                 unsynced(|| apply(&*self.inner, &op))?;
                 if lww {
                     for o in &ops {
                         let key = o.key().unwrap_or_default();
                         let g = stripe(&mut guards, key);
-                        guards[g].1.note(key, stamp);
+                        guards[g].1.note(space_of(o).as_deref(), key, stamp);
                     }
                 }
                 drop(guards);
             }
             Op::Vanish => {
                 let guards: Vec<_> = self.stripes.iter().map(|s| s.lock()).collect();
-                self.log.append_from(origin, &rec.op)?;
+                self.append_from(origin, &rec.op)?;
                 unsynced(|| apply(&*self.inner, &rec.op))?;
                 drop(guards);
             }
             Op::Optimize { .. } => {
-                self.log.append_from(origin, &rec.op)?;
+                self.append_from(origin, &rec.op)?;
                 unsynced(|| apply(&*self.inner, &rec.op))?;
             }
             op => {
                 let key = op.key().unwrap_or_default();
                 let mut st = self.stripes[stripe_of(key)].lock();
-                if lww && st.newer_seen(key, stamp) {
+                if lww && st.newer_seen(self.space_name(), key, stamp) {
                     return Ok(false);
                 }
-                self.log.append_from(origin, op)?;
+                self.append_from(origin, op)?;
                 if let Err(e) = unsynced(|| apply(&*self.inner, op)) {
                     self.compensate(key);
                     return Err(e);
                 }
                 if lww {
-                    st.note(key, stamp);
+                    st.note(self.space_name(), key, stamp);
                 }
             }
         }
@@ -526,7 +669,10 @@ impl Logged {
 
 impl Drop for Logged {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        // A keyspace's handle leaves the database running.
+        if self.space.is_none() {
+            self.stop.store(true, Ordering::Relaxed);
+        }
     }
 }
 
@@ -594,13 +740,14 @@ impl Store for Logged {
                 Op::Remove { key }
             }
         };
+        let exact = self.exact(key)?;
         let ts = self.append(&op)?;
         let r = unsynced(|| self.inner.accept(key, &mut |_| decision.clone()));
-        if r.is_err() || self.inner.allows_dups() {
+        if r.is_err() || !exact {
             self.compensate(key);
         }
         if r.is_ok() && self.lww.load(Ordering::Relaxed) {
-            st.note(key, self.stamp(ts));
+            st.note(self.space_name(), key, self.stamp(ts));
         }
         drop(st);
         if r.is_ok() {
@@ -643,21 +790,7 @@ impl Store for Logged {
         let guards: Vec<_> = idx.iter().map(|&i| self.stripes[i].lock()).collect();
         let mut body = Vec::new();
         for op in ops {
-            let o = match op {
-                BatchOp::Put {
-                    key,
-                    value,
-                    flags,
-                    expires,
-                } => Op::Put {
-                    key,
-                    value,
-                    flags: *flags,
-                    expires: *expires,
-                },
-                BatchOp::Remove { key } => Op::Remove { key },
-            };
-            push_batch_op(&mut body, &o);
+            push_batch_op(&mut body, &batch_op(op));
         }
         self.append(&Op::Batch {
             count: ops.len() as u32,
@@ -749,6 +882,10 @@ impl Store for Logged {
     }
 
     fn close(&self) -> Result<()> {
+        if self.space.is_some() {
+            // A keyspace closes with its database.
+            return Ok(());
+        }
         self.stop.store(true, Ordering::Relaxed);
         if let Some(h) = self.marker.lock().take() {
             let _ = h.join();
@@ -788,6 +925,79 @@ impl Store for Logged {
         self.inner.allows_dups()
     }
 
+    fn keyspace(&self, name: &str, params: &str) -> Result<Arc<dyn Store>> {
+        Ok(self.keyspace_handle(name, params)?)
+    }
+
+    fn keyspaces(&self) -> Vec<(String, String)> {
+        match self.space {
+            Some(_) => Vec::new(),
+            None => self.inner.keyspaces(),
+        }
+    }
+
+    fn write_across(&self, ops: &[(&str, BatchOp)]) -> Result<()> {
+        if self.space.is_some() {
+            return Err(Error::Unsupported(
+                "a batch across keyspaces on a keyspace (call it on the database)",
+            ));
+        }
+        let mut params = Vec::with_capacity(ops.len());
+        {
+            let catalog = self.catalog.lock();
+            for (name, op) in ops {
+                if let BatchOp::Put { key, value, .. } = op {
+                    crate::store::check_sizes(key, value.len())?;
+                }
+                params.push(match name.is_empty() {
+                    true => String::new(),
+                    false => catalog.get(*name).cloned().ok_or_else(|| {
+                        Error::InvalidParam(format!(
+                            "keyspace `{name}`: not opened (open it with `keyspace` first)"
+                        ))
+                    })?,
+                });
+            }
+        }
+        let mut idx: Vec<usize> = ops.iter().map(|(_, o)| stripe_of(o.key())).collect();
+        idx.sort_unstable();
+        idx.dedup();
+        let guards: Vec<_> = idx.iter().map(|&i| self.stripes[i].lock()).collect();
+        let mut body = Vec::new();
+        for ((name, op), params) in ops.iter().zip(&params) {
+            let o = batch_op(op);
+            if name.is_empty() {
+                push_batch_op(&mut body, &o);
+            } else {
+                push_batch_op(
+                    &mut body,
+                    &Op::In {
+                        name: name.as_bytes(),
+                        params: params.as_bytes(),
+                        op: Box::new(o),
+                    },
+                );
+            }
+        }
+        self.append(&Op::Batch {
+            count: ops.len() as u32,
+            body: &body,
+        })?;
+        let r = unsynced(|| self.inner.write_across(ops));
+        if r.is_err() {
+            for ((name, op), params) in ops.iter().zip(&params) {
+                if name.is_empty() {
+                    self.compensate(op.key());
+                } else if let Ok(h) = self.keyspace_handle(name, params) {
+                    h.compensate(op.key());
+                }
+            }
+        }
+        drop(guards);
+        r?;
+        self.log.settle()
+    }
+
     fn put_dup(&self, key: &[u8], value: &[u8], front: bool) -> Result<()> {
         crate::store::check_sizes(key, value.len())?;
         let mut st = self.stripes[stripe_of(key)].lock();
@@ -808,7 +1018,9 @@ impl Store for Logged {
         })?;
         let r = unsynced(|| self.inner.put_dup(key, value, front));
         match &r {
-            Ok(()) if self.lww.load(Ordering::Relaxed) => st.note(key, self.stamp(ts)),
+            Ok(()) if self.lww.load(Ordering::Relaxed) => {
+                st.note(self.space_name(), key, self.stamp(ts))
+            }
             Ok(()) => {}
             Err(_) => self.compensate(key),
         }
@@ -882,12 +1094,13 @@ impl Cursor for LoggedCursor<'_> {
             flags: rec.meta.flags,
             expires: expires.unwrap_or(rec.meta.expires),
         };
+        let exact = o.exact(&key)?;
         let ts = o.append(&op)?;
         let r = unsynced(|| self.inner.set_value(value, expires));
-        if !matches!(r, Ok(true)) || o.inner.allows_dups() {
+        if !matches!(r, Ok(true)) || !exact {
             o.compensate(&key);
         } else if o.lww.load(Ordering::Relaxed) {
-            st.note(&key, o.stamp(ts));
+            st.note(o.space_name(), &key, o.stamp(ts));
         }
         drop(st);
         if r.is_ok() {
@@ -904,9 +1117,10 @@ impl Cursor for LoggedCursor<'_> {
         };
         let o = self.owner;
         let st = o.stripes[stripe_of(&key)].lock();
+        let exact = o.exact(&key)?;
         o.append(&Op::Remove { key: &key })?;
         let r = unsynced(|| self.inner.seize());
-        if !matches!(r, Ok(Some(_))) || o.inner.allows_dups() {
+        if !matches!(r, Ok(Some(_))) || !exact {
             o.compensate(&key);
         }
         drop(st);

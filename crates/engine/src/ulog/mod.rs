@@ -1085,4 +1085,6 @@ pub fn read_dir_in(
 }
 
 #[cfg(test)]
+mod keyspace_tests;
+#[cfg(test)]
 mod tests;

@@ -17,6 +17,12 @@
 //! value of a key with duplicates. Replaying a suffix of the log in order from any state the
 //! database passed through at or after the suffix's start therefore ends in the same state,
 //! which is what lets a hot copy or a bootstrap snapshot be taken without pausing writes.
+//!
+//! A change of a keyspace (`Store::keyspace`) is an `In` record: the keyspace's name and the
+//! parameters it is made with, then the operation. A batch element may be one too, so a batch
+//! across keyspaces is one `Batch` record, applied whole. A record without `In` is the
+//! database's own keyspace; logs written before `In` existed hold only such records and read
+//! as they always did.
 
 use crate::error::{Error, Result};
 
@@ -44,6 +50,9 @@ pub enum OpCode {
     /// `[klen u32][key][n u32]` then `n` × `[len u32][value]`: every value of a key of a
     /// database with duplicate keys, in order (none: the key is absent).
     Values = 7,
+    /// `[nlen u16][name][plen u16][params][op u8][body]`: the operation `op` (with its body,
+    /// any code but `In`) in keyspace `name`, made with `params` where it does not exist yet.
+    In = 8,
 }
 
 impl OpCode {
@@ -56,6 +65,7 @@ impl OpCode {
             5 => OpCode::Optimize,
             6 => OpCode::Batch,
             7 => OpCode::Values,
+            8 => OpCode::In,
             _ => return None,
         })
     }
@@ -92,17 +102,52 @@ pub enum Op<'a> {
         count: u32,
         body: &'a [u8],
     },
+    /// `op` in keyspace `name` (made with `params` where it does not exist yet).
+    In {
+        name: &'a [u8],
+        params: &'a [u8],
+        op: Box<Op<'a>>,
+    },
 }
 
-impl Op<'_> {
-    /// The key of a single-key operation.
+impl<'a> Op<'a> {
+    /// The key of a single-key operation (in its keyspace, for `In`).
     pub fn key(&self) -> Option<&[u8]> {
         match self {
             Op::Put { key, .. }
             | Op::Remove { key }
             | Op::Touch { key, .. }
             | Op::Values { key, .. } => Some(key),
+            Op::In { op, .. } => op.key(),
             _ => None,
+        }
+    }
+
+    /// The keyspace an operation names (`None`: the database's own) and the operation in it.
+    pub fn space(&self) -> (Option<Space<'_>>, &Op<'a>) {
+        match self {
+            Op::In { name, params, op } => (Some(Space { name, params }), op),
+            op => (None, op),
+        }
+    }
+}
+
+/// A keyspace as a record names it: its name and the parameters it is made with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Space<'a> {
+    pub name: &'a [u8],
+    pub params: &'a [u8],
+}
+
+impl<'a> Space<'a> {
+    /// The name and parameters as text (what `Store::keyspace` takes).
+    pub fn text(&self) -> Result<(&'a str, &'a str)> {
+        match (
+            std::str::from_utf8(self.name),
+            std::str::from_utf8(self.params),
+        ) {
+            (Ok(n), Ok(p)) => Ok((n, p)),
+            _ => Err(corrupt("a keyspace name or its parameters are not UTF-8")),
         }
     }
 }
@@ -130,6 +175,10 @@ impl<'a> Take<'a> {
         let (a, b) = self.0.split_at(n);
         self.0 = b;
         Ok(a)
+    }
+    fn u16(&mut self) -> Result<u16> {
+        let b = self.bytes(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
     }
     fn u32(&mut self) -> Result<u32> {
         let b = self.bytes(4)?;
@@ -181,6 +230,14 @@ pub fn encode_body(out: &mut Vec<u8>, op: &Op<'_>) {
             out.extend_from_slice(&count.to_le_bytes());
             out.extend_from_slice(body);
         }
+        Op::In { name, params, op } => {
+            out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            out.extend_from_slice(name);
+            out.extend_from_slice(&(params.len() as u16).to_le_bytes());
+            out.extend_from_slice(params);
+            out.push(code_of(op) as u8);
+            encode_body(out, op);
+        }
     }
 }
 
@@ -194,6 +251,7 @@ pub fn code_of(op: &Op<'_>) -> OpCode {
         Op::Optimize { .. } => OpCode::Optimize,
         Op::Batch { .. } => OpCode::Batch,
         Op::Values { .. } => OpCode::Values,
+        Op::In { .. } => OpCode::In,
     }
 }
 
@@ -347,10 +405,29 @@ fn parse_op(code: OpCode, body: &[u8]) -> Result<Op<'_>> {
             }
             Op::Values { key, count, body }
         }
+        OpCode::In => {
+            let n = t.u16()? as usize;
+            let name = t.bytes(n)?;
+            let n = t.u16()? as usize;
+            let params = t.bytes(n)?;
+            let code = t.u8()?;
+            let op = match OpCode::from_u8(code) {
+                Some(OpCode::In) | None => {
+                    return Err(corrupt(&format!("op {code} in a keyspace")));
+                }
+                Some(c) => parse_op(c, t.rest())?,
+            };
+            Op::In {
+                name,
+                params,
+                op: Box::new(op),
+            }
+        }
     })
 }
 
-/// The operations of a batch body, in order.
+/// The operations of a batch body, in order: puts and removes, each of the database's own
+/// keyspace or `In` another.
 pub fn batch_ops(body: &[u8]) -> impl Iterator<Item = Result<Op<'_>>> {
     let mut t = Take(body);
     std::iter::from_fn(move || {
@@ -361,8 +438,12 @@ pub fn batch_ops(body: &[u8]) -> impl Iterator<Item = Result<Op<'_>>> {
             let code = t.u8()?;
             let len = t.u32()? as usize;
             let b = t.bytes(len)?;
-            match OpCode::from_u8(code) {
-                Some(c @ (OpCode::Put | OpCode::Remove)) => parse_op(c, b),
+            let op = match OpCode::from_u8(code) {
+                Some(c @ (OpCode::Put | OpCode::Remove | OpCode::In)) => parse_op(c, b)?,
+                _ => return Err(corrupt("a batch holds only puts and removes")),
+            };
+            match op.space().1 {
+                Op::Put { .. } | Op::Remove { .. } => Ok(op),
                 _ => Err(corrupt("a batch holds only puts and removes")),
             }
         })();
@@ -456,6 +537,67 @@ mod tests {
             count: 2,
             body: &vals,
         });
+        roundtrip(Op::In {
+            name: b"idx",
+            params: b"cmp=decimal",
+            op: Box::new(Op::Touch {
+                key: b"t",
+                expires: 5,
+            }),
+        });
+        roundtrip(Op::In {
+            name: b"idx",
+            params: b"",
+            op: Box::new(Op::Batch {
+                count: 2,
+                body: &body,
+            }),
+        });
+        // A batch across keyspaces.
+        let mut across = body.clone();
+        push_batch_op(
+            &mut across,
+            &Op::In {
+                name: b"idx",
+                params: b"",
+                op: Box::new(Op::Remove { key: b"c" }),
+            },
+        );
+        roundtrip(Op::Batch {
+            count: 3,
+            body: &across,
+        });
+        let ops: Vec<_> = batch_ops(&across).collect::<Result<_>>().unwrap();
+        assert_eq!(ops[2].space().0.unwrap().name, b"idx");
+        assert_eq!(ops[2].key(), Some(&b"c"[..]));
+    }
+
+    #[test]
+    fn a_keyspace_in_a_keyspace_and_other_ops_in_a_batch_are_refused() {
+        fn inner(op: Op<'static>) -> Op<'static> {
+            Op::In {
+                name: b"a",
+                params: b"",
+                op: Box::new(op),
+            }
+        }
+        let mut b = Vec::new();
+        encode(&mut b, 1, 1, 1, &inner(inner(Op::Vanish)));
+        assert!(decode(&b).is_err());
+        let mut body = Vec::new();
+        push_batch_op(&mut body, &inner(Op::Vanish));
+        b.clear();
+        encode(
+            &mut b,
+            1,
+            1,
+            1,
+            &Op::Batch {
+                count: 1,
+                body: &body,
+            },
+        );
+        assert!(decode(&b).is_err());
     }
 
     #[test]

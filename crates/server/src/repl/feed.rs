@@ -193,10 +193,13 @@ fn feed_kura(
 /// The values of one key of a database with duplicates, gathered for a snapshot: key,
 /// values, flags and expiry of the first.
 type Group = (Vec<u8>, Vec<Vec<u8>>, u32, u64);
+/// The keyspace a snapshot's records are of: name and parameters (`None`: the database's own).
+type SnapSpace = Option<(String, String)>;
 
 /// Send a snapshot of the whole database: the position first (every change up to it is in
-/// what follows; later ones may be too, and the log after it makes the replica exact).
-fn snapshot(repl: &Replication, logged: &Logged, sock: &mut TcpStream) -> io::Result<u64> {
+/// what follows; later ones may be too, and the log after it makes the replica exact). The
+/// records of each keyspace follow the database's, `In` it.
+fn snapshot(repl: &Replication, logged: &Arc<Logged>, sock: &mut TcpStream) -> io::Result<u64> {
     let pos = logged.position();
     say(sock, wire::SNAP_BEGIN, &pos.to_be_bytes())?;
     let origin = repl.sid;
@@ -204,7 +207,6 @@ fn snapshot(repl: &Replication, logged: &Logged, sock: &mut TcpStream) -> io::Re
     let mut n = 0u32;
     let mut count = 0u64;
     let mut failed = None;
-    let dups = logged.allows_dups();
     let mut group: Option<Group> = None;
     let send = |chunk: &mut Vec<u8>, n: &mut u32, sock: &mut TcpStream| -> io::Result<()> {
         let mut f = Vec::with_capacity(chunk.len() + 9);
@@ -217,86 +219,104 @@ fn snapshot(repl: &Replication, logged: &Logged, sock: &mut TcpStream) -> io::Re
         *n = 0;
         Ok(())
     };
-    let emit_group = |g: Group, chunk: &mut Vec<u8>| {
-        let (key, vals, flags, expires) = g;
-        if vals.len() == 1 {
-            record::encode(
-                chunk,
-                pos,
-                origin,
-                pos,
-                &Op::Put {
-                    key: &key,
-                    value: &vals[0],
-                    flags,
-                    expires,
-                },
-            );
-        } else {
-            let mut body = Vec::new();
-            for v in &vals {
-                push_value(&mut body, v);
-            }
-            record::encode(
-                chunk,
-                pos,
-                origin,
-                pos,
-                &Op::Values {
-                    key: &key,
-                    count: vals.len() as u32,
-                    body: &body,
-                },
-            );
-        }
-    };
-    let r = logged.for_each_record(&mut |k, v, m| {
-        if dups {
-            match &mut group {
-                Some((gk, vals, ..)) if gk.as_slice() == k => {
-                    vals.push(v.to_vec());
-                    return Ok(true);
-                }
-                _ => {
-                    if let Some(g) = group.take() {
-                        emit_group(g, &mut chunk);
-                        n += 1;
-                    }
-                    group = Some((k.to_vec(), vec![v.to_vec()], m.flags, m.expires));
-                    count += 1;
-                }
-            }
-        } else {
-            record::encode(
-                &mut chunk,
-                pos,
-                origin,
-                pos,
-                &Op::Put {
-                    key: k,
-                    value: v,
-                    flags: m.flags,
-                    expires: m.expires,
-                },
-            );
-            n += 1;
-            count += 1;
-        }
-        if chunk.len() >= 1 << 20 {
-            if let Err(e) = send(&mut chunk, &mut n, sock) {
-                failed = Some(e);
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    });
-    if let Some(e) = failed {
-        return Err(e);
+    // The database's records, then each keyspace's, `In` it.
+    let mut stores: Vec<(SnapSpace, Arc<dyn Store>)> =
+        vec![(None, logged.clone() as Arc<dyn Store>)];
+    for (name, params) in logged.keyspaces() {
+        let space = logged
+            .keyspace_handle(&name, &params)
+            .map_err(io::Error::other)?;
+        stores.push((Some((name, params)), space));
     }
-    r.map_err(io::Error::other)?;
-    if let Some(g) = group.take() {
-        emit_group(g, &mut chunk);
-        n += 1;
+    for (space, store) in &stores {
+        // One record of the snapshot, `In` the keyspace it is of.
+        let encode = |chunk: &mut Vec<u8>, op: Op<'_>| match space {
+            None => record::encode(chunk, pos, origin, pos, &op),
+            Some((name, params)) => record::encode(
+                chunk,
+                pos,
+                origin,
+                pos,
+                &Op::In {
+                    name: name.as_bytes(),
+                    params: params.as_bytes(),
+                    op: Box::new(op),
+                },
+            ),
+        };
+        let emit_group = |g: Group, chunk: &mut Vec<u8>| {
+            let (key, vals, flags, expires) = g;
+            if vals.len() == 1 {
+                encode(
+                    chunk,
+                    Op::Put {
+                        key: &key,
+                        value: &vals[0],
+                        flags,
+                        expires,
+                    },
+                );
+            } else {
+                let mut body = Vec::new();
+                for v in &vals {
+                    push_value(&mut body, v);
+                }
+                encode(
+                    chunk,
+                    Op::Values {
+                        key: &key,
+                        count: vals.len() as u32,
+                        body: &body,
+                    },
+                );
+            }
+        };
+        let dups = store.allows_dups();
+        let r = store.for_each_record(&mut |k, v, m| {
+            if dups {
+                match &mut group {
+                    Some((gk, vals, ..)) if gk.as_slice() == k => {
+                        vals.push(v.to_vec());
+                        return Ok(true);
+                    }
+                    _ => {
+                        if let Some(g) = group.take() {
+                            emit_group(g, &mut chunk);
+                            n += 1;
+                        }
+                        group = Some((k.to_vec(), vec![v.to_vec()], m.flags, m.expires));
+                        count += 1;
+                    }
+                }
+            } else {
+                encode(
+                    &mut chunk,
+                    Op::Put {
+                        key: k,
+                        value: v,
+                        flags: m.flags,
+                        expires: m.expires,
+                    },
+                );
+                n += 1;
+                count += 1;
+            }
+            if chunk.len() >= 1 << 20 {
+                if let Err(e) = send(&mut chunk, &mut n, sock) {
+                    failed = Some(e);
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        });
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        r.map_err(io::Error::other)?;
+        if let Some(g) = group.take() {
+            emit_group(g, &mut chunk);
+            n += 1;
+        }
     }
     if n > 0 {
         send(&mut chunk, &mut n, sock)?;
@@ -358,6 +378,7 @@ fn feed_tyrant(
     let mut out = Vec::with_capacity(1 << 20);
     let mut body = Vec::new();
     let mut idle = Instant::now();
+    let mut warned = false;
     while !repl.stop.load(Ordering::Relaxed) {
         let wait = if out.is_empty() {
             Duration::from_millis(1000)
@@ -376,7 +397,15 @@ fn feed_tyrant(
                 let mut emit = |body: &[u8]| {
                     kura_proto::repl_tt::encode_record(&mut out, rec.ts, rec.origin_sid, body)
                 };
-                for_tyrant(&rec.op, &mut body, &mut emit).map_err(io::Error::other)?;
+                let mut skipped = 0;
+                for_tyrant(&rec.op, &mut body, &mut emit, &mut skipped)
+                    .map_err(io::Error::other)?;
+                not_sent(
+                    repl,
+                    skipped,
+                    &mut warned,
+                    &format!("a Tyrant slave (sid {sid})"),
+                );
                 if out.len() >= 256 << 10 {
                     sock.write_all(&out)?;
                     out.clear();
@@ -399,16 +428,39 @@ fn feed_tyrant(
     Ok(())
 }
 
+/// Count the `n` operations of keyspaces a Tyrant or Kyoto Tycoon slave (`who`) was not sent
+/// (`repl_keyspace_skipped`), with a warning in the log the first time on a connection: their
+/// streams name no keyspace, and a keyspace's change applied to the slave's only database
+/// would be a wrong one.
+fn not_sent(repl: &Replication, n: u64, warned: &mut bool, who: &str) {
+    if n == 0 {
+        return;
+    }
+    repl.keyspace_skipped.fetch_add(n, Ordering::Relaxed);
+    if !*warned {
+        *warned = true;
+        repl.log(&format!(
+            "warning: {who} is not sent changes of keyspaces (its protocol has none); \
+             counted in repl_keyspace_skipped"
+        ));
+    }
+}
+
 /// The Tyrant update log bodies (command and result byte) that have an operation's effect,
-/// each passed to `emit`.
+/// each passed to `emit`. An operation of a keyspace is not sent: counted in `skipped`.
 fn for_tyrant(
     op: &Op<'_>,
     body: &mut Vec<u8>,
     emit: &mut dyn FnMut(&[u8]),
+    skipped: &mut u64,
 ) -> kura_engine::Result<()> {
     use kura_proto::repl_tt as tt;
     body.clear();
     match op {
+        Op::In { .. } => {
+            *skipped += 1;
+            return Ok(());
+        }
         Op::Put { key, value, .. } => tt::encode_put(body, key, value, true),
         Op::Remove { key } => tt::encode_out(body, key, true),
         // Tyrant's records do not expire: nothing to send.
@@ -421,7 +473,7 @@ fn for_tyrant(
         ),
         Op::Batch { body: b, .. } => {
             for o in record::batch_ops(b) {
-                for_tyrant(&o?, body, emit)?;
+                for_tyrant(&o?, body, emit, skipped)?;
             }
             return Ok(());
         }
@@ -460,8 +512,15 @@ fn kt_ts(ts: u64, i: usize, n: usize) -> u64 {
 /// every set's value carries the 5-byte expiration time; 2^40 − 1 = never). Kyoto Tycoon has
 /// no duplicate keys: a key's several values are sent as its removal and a set of the last
 /// one. An expiry change is sent as a set of the key's value now with the new expiration
-/// time (nothing when the key is gone: a later record says so). Optimize has no message.
-fn for_kyoto(store: &dyn Store, op: &Op<'_>, sid: u16, out: &mut Vec<Vec<u8>>) -> io::Result<()> {
+/// time (nothing when the key is gone: a later record says so). Optimize has no message. An
+/// operation of a keyspace has none either: counted in `skipped`.
+fn for_kyoto(
+    store: &dyn Store,
+    op: &Op<'_>,
+    sid: u16,
+    out: &mut Vec<Vec<u8>>,
+    skipped: &mut u64,
+) -> io::Result<()> {
     use kura_proto::repl_kt::{self as kt, KtOp, Msg};
     let xt = |expires: u64| Some(if expires == 0 { kt::XT_MAX } else { expires });
     let mut push = |op: KtOp<'_>| {
@@ -492,9 +551,10 @@ fn for_kyoto(store: &dyn Store, op: &Op<'_>, sid: u16, out: &mut Vec<Vec<u8>>) -
         }
         Op::Vanish => push(KtOp::Clear),
         Op::Optimize { .. } => {}
+        Op::In { .. } => *skipped += 1,
         Op::Batch { body, .. } => {
             for o in record::batch_ops(body) {
-                for_kyoto(store, &o.map_err(io::Error::other)?, sid, out)?;
+                for_kyoto(store, &o.map_err(io::Error::other)?, sid, out, skipped)?;
             }
         }
         Op::Values { key, body, .. } => {
@@ -555,6 +615,7 @@ fn feed_kyoto(
     log.confirm(who, reader.position(), peer, true);
     let mut msgs = Vec::new();
     let mut missed = 0u32;
+    let mut warned = false;
     let mut idle = Instant::now();
     let r = (|| -> io::Result<()> {
         while !repl.stop.load(Ordering::Relaxed) {
@@ -572,7 +633,14 @@ fn feed_kyoto(
                     let origin = rec.origin_sid as u16;
                     msgs.clear();
                     if (origin == sid) == white {
-                        for_kyoto(&*repl.store, &rec.op, origin, &mut msgs)?;
+                        let mut skipped = 0;
+                        for_kyoto(&*repl.store, &rec.op, origin, &mut msgs, &mut skipped)?;
+                        not_sent(
+                            repl,
+                            skipped,
+                            &mut warned,
+                            &format!("a Kyoto Tycoon slave (sid {sid})"),
+                        );
                     }
                     if msgs.is_empty() {
                         missed += 1;
@@ -682,7 +750,9 @@ mod tests {
         ];
         let mut out = Vec::new();
         for op in &ops {
-            for_kyoto(&*db, op, 7, &mut out).unwrap();
+            let mut skipped = 0;
+            for_kyoto(&*db, op, 7, &mut out, &mut skipped).unwrap();
+            assert_eq!(skipped, 0);
         }
         let got: Vec<KtOp<'_>> = out
             .iter()
@@ -708,5 +778,83 @@ mod tests {
                 KtOp::Clear,
             ]
         );
+    }
+
+    /// A batch across keyspaces: a put of the database's own keyspace and one of `idx`.
+    fn across_batch() -> Vec<u8> {
+        let mut batch = Vec::new();
+        record::push_batch_op(
+            &mut batch,
+            &Op::Put {
+                key: b"own",
+                value: b"1",
+                flags: 0,
+                expires: 0,
+            },
+        );
+        record::push_batch_op(
+            &mut batch,
+            &Op::In {
+                name: b"idx",
+                params: b"",
+                op: Box::new(Op::Put {
+                    key: b"in-idx",
+                    value: b"2",
+                    flags: 0,
+                    expires: 0,
+                }),
+            },
+        );
+        batch
+    }
+
+    #[test]
+    fn keyspace_changes_are_not_sent_to_tyrant_or_kyoto_slaves_but_counted() {
+        use kura_proto::repl_kt::{decode_msg, KtOp, XT_MAX};
+        let batch = across_batch();
+        let ops = [
+            Op::Batch {
+                count: 2,
+                body: &batch,
+            },
+            Op::In {
+                name: b"idx",
+                params: b"",
+                op: Box::new(Op::Remove { key: b"in-idx" }),
+            },
+        ];
+        let db = kura_engine::open("*").unwrap();
+        let (mut msgs, mut skipped) = (Vec::new(), 0);
+        for op in &ops {
+            for_kyoto(&*db, op, 7, &mut msgs, &mut skipped).unwrap();
+        }
+        assert_eq!(skipped, 2);
+        let got: Vec<KtOp<'_>> = msgs
+            .iter()
+            .map(|m| decode_msg(m, true).unwrap().op)
+            .collect();
+        assert_eq!(
+            got,
+            [KtOp::Set {
+                key: b"own",
+                value: b"1",
+                xt: Some(XT_MAX),
+            }]
+        );
+
+        let (mut bodies, mut body, mut skipped) = (Vec::new(), Vec::new(), 0);
+        for op in &ops {
+            for_tyrant(
+                op,
+                &mut body,
+                &mut |b| bodies.push(b.to_vec()),
+                &mut skipped,
+            )
+            .unwrap();
+        }
+        assert_eq!(skipped, 2);
+        let mut want = Vec::new();
+        kura_proto::repl_tt::encode_put(&mut want, b"own", b"1", true);
+        assert_eq!(bodies, [want]);
     }
 }

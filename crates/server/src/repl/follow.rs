@@ -657,7 +657,20 @@ fn begin_bootstrap(repl: &Replication, msid: u32, pos: u64, at_ts: u64) -> io::R
         origin_ts: at_ts,
         op: Op::Vanish,
     };
-    take(repl, &wipe)
+    take(repl, &wipe)?;
+    // Every keyspace too: the snapshot holds the master's.
+    for (name, params) in repl.store.keyspaces() {
+        let wipe = Rec {
+            op: Op::In {
+                name: name.as_bytes(),
+                params: params.as_bytes(),
+                op: Box::new(Op::Vanish),
+            },
+            ..wipe.clone()
+        };
+        take(repl, &wipe)?;
+    }
+    Ok(())
 }
 
 /// Load one snapshot frame: `[n u32]` and `n` records (puts, or every value of a key).

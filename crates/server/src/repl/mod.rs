@@ -187,6 +187,9 @@ pub struct Replication {
     pub initial_ts: Option<u64>,
     /// A position to go on from, set at run time (Tyrant `setmst` with a time stamp).
     reset_ts: Mutex<Option<u64>>,
+    /// Operations of keyspaces not sent to Tyrant and Kyoto Tycoon slaves (their streams name
+    /// no keyspace).
+    pub keyspace_skipped: AtomicU64,
     pub stop: Arc<AtomicBool>,
     log: Box<dyn Fn(&str) + Send + Sync>,
 }
@@ -216,6 +219,7 @@ impl Replication {
             setmst_refused: Mutex::new(String::new()),
             initial_ts: None,
             reset_ts: Mutex::new(None),
+            keyspace_skipped: AtomicU64::new(0),
             stop: Arc::new(AtomicBool::new(false)),
             log,
         }
@@ -365,6 +369,10 @@ impl Replication {
             .clone();
         if !refused.is_empty() {
             out.push(("setmst_refused".into(), refused));
+        }
+        let skipped = self.keyspace_skipped.load(Ordering::Relaxed);
+        if skipped > 0 {
+            out.push(("repl_keyspace_skipped".into(), skipped.to_string()));
         }
         if let Some((h, p)) = master {
             let st = self.status();
