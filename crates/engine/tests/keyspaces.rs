@@ -70,7 +70,13 @@ fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
 fn keyspaces_are_apart_from_each_other_and_from_the_database() {
     let dir = tempfile::tempdir().unwrap();
     let kb = dir.path().join("apart.kb");
-    for (name, params) in [("*", ""), ("+", ""), (kb.to_str().unwrap(), "cmp=lex")] {
+    let kh = dir.path().join("apart.kh");
+    for (name, params) in [
+        ("*", ""),
+        ("+", ""),
+        (kb.to_str().unwrap(), "cmp=lex"),
+        (kh.to_str().unwrap(), ""),
+    ] {
         let db = kura_engine::open_as(name, OpenMode::Create).unwrap().store;
         let a = db.keyspace("a", params).unwrap();
         let b = db.keyspace("b", params).unwrap();
@@ -131,13 +137,13 @@ fn keyspaces_are_apart_from_each_other_and_from_the_database() {
     }
 }
 
-/// A `.kh` and a `.kf` have no keyspaces: asking for one is a clear `Unsupported`, and so is a
+/// A `.kf` (an array) has no keyspaces: asking for one is a clear `Unsupported`, and so is a
 /// batch naming one; a batch of the database's own records still works through
 /// `write_across`.
 #[test]
 fn kinds_without_keyspaces_say_so() {
     let dir = tempfile::tempdir().unwrap();
-    for name in ["db.kh", "db.kf"] {
+    for name in ["db.kf"] {
         let path = dir.path().join(name);
         let db = kura_engine::open_as(path.to_str().unwrap(), OpenMode::Create)
             .unwrap()

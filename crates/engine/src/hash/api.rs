@@ -248,6 +248,9 @@ impl DiskHash {
 
 impl Drop for DiskHash {
     fn drop(&mut self) {
+        if self.is_space() {
+            return; // a keyspace's handle: the database stays open
+        }
         let _ = self.close();
     }
 }
@@ -344,96 +347,16 @@ impl Store for DiskHash {
         Ok(f.meta.expires == 0 || !is_expired(f.meta.expires, now_secs()))
     }
     fn write_batch(&self, ops: &[BatchOp]) -> Result<()> {
-        let inner = &self.inner;
-        inner.log.check_writable()?;
-        if ops.is_empty() {
-            return Ok(());
-        }
-        let mut frame = 0usize;
-        for op in ops {
-            let vlen = match op {
-                BatchOp::Put { value, .. } => value.len(),
-                BatchOp::Remove { .. } => 0,
-            };
-            check_sizes(op.key(), vlen)?;
-            frame = frame.saturating_add(MAX_HEADER_LEN + op.key().len() + vlen);
-        }
-        if frame > MAX_BATCH_BYTES {
-            return Err(Error::TooLarge(format!(
-                "a batch of {frame} bytes of records (limit {MAX_BATCH_BYTES}, as large as \
-                 the largest single record: split it)"
-            )));
-        }
-        let hashed: Vec<(usize, u32)> = ops.iter().map(|op| inner.hash(op.key())).collect();
-        let mut ids: Vec<usize> = hashed.iter().map(|h| h.0).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        // Lock every shard involved, in ascending order (the global lock order).
-        let mut guards: Vec<(usize, Excl<'_>)> = ids.iter().map(|&i| (i, inner.excl(i))).collect();
-        // One frame holding every record; each takes the next seq of its shard.
-        let mut body = Vec::new();
-        let mut offs = Vec::with_capacity(ops.len()); // (start, len) in the body
-        for (i, op) in ops.iter().enumerate() {
-            let g = guard_of(&mut guards, hashed[i].0)?;
-            let seq = g.next_seq(op.key());
-            let start = body.len();
-            match op {
-                BatchOp::Put {
-                    key,
-                    value,
-                    flags,
-                    expires,
-                } => {
-                    let stored = inner.stored_form(value);
-                    if *expires != 0 {
-                        inner.expiring.fetch_add(1, Ordering::Relaxed);
-                    }
-                    let fields = PutFields {
-                        flags: *flags,
-                        expires: *expires,
-                        seq,
-                        compression: stored.code,
-                        raw_len: stored.raw_len,
-                        version: 0,
-                        dup: 0,
-                    };
-                    format::encode_put(&mut body, key, &stored.bytes, &fields);
-                }
-                BatchOp::Remove { key } => {
-                    format::encode_delete(&mut body, key, seq);
-                }
-            }
-            format::seal(&mut body[start..], format::seed(inner.log.salt));
-            offs.push((start, body.len() - start));
-        }
-        let mut hdr = Vec::with_capacity(16);
-        format::encode_batch_header(&mut hdr, body.len(), ops.len());
-        let (seg, off) = {
-            let lane = inner.log.my_lane();
-            let mut tail = inner.log.tails[lane].0.lock();
-            let at = inner.log.append(&mut tail, &[&hdr, &body], true)?;
-            inner.log.note_full(lane, &tail);
-            at
-        };
-        let base = off + hdr.len() as u64;
-        for (i, op) in ops.iter().enumerate() {
-            let (shard, tag) = hashed[i];
-            let g = guard_of(&mut guards, shard)?;
-            let old = inner
-                .find(g, tag, op.key(), Want::Slot)?
-                .map(|f| (f.slot, f.len));
-            let (start, len) = offs[i];
-            match op {
-                BatchOp::Put { .. } => inner.set_slot(g, tag, old, seg, base + start as u64, len),
-                BatchOp::Remove { .. } => {
-                    if let Some((o, len)) = old {
-                        inner.remove_slot(g, o, len);
-                    }
-                }
-            }
-        }
-        drop(guards);
-        inner.log.after_write()
+        let ops: Vec<(usize, &BatchOp)> = ops.iter().map(|op| (0, op)).collect();
+        Inner::batch_across(&[&self.inner], &ops)
+    }
+
+    fn keyspace(&self, name: &str, params: &str) -> Result<Arc<dyn Store>> {
+        self.keyspace_of(name, params)
+    }
+
+    fn write_across(&self, ops: &[(&str, BatchOp)]) -> Result<()> {
+        self.write_across_of(ops)
     }
 
     fn cursor(&self) -> Result<Box<dyn Cursor + '_>> {
@@ -466,6 +389,12 @@ impl Store for DiskHash {
 
     fn optimize(&self, params: &str) -> Result<()> {
         self.inner.log.check_writable()?;
+        if self.is_space() {
+            // The log is the database's: a keyspace's optimize compacts it, with every
+            // keyspace's records, and changes no parameter.
+            Params::parse(params)?.allow_only("optimize of a keyspace of a .kh", &[])?;
+            return self.rewrite_all(false);
+        }
         let p = Params::parse(params)?;
         p.allow_only("the hash database (.kh)", PARAMS)?;
         // Only what optimize applies to the database is taken (README: nothing is ignored).
@@ -509,6 +438,9 @@ impl Store for DiskHash {
             Some(c) => {
                 let changed = c as u8 != self.inner.compression.load(Ordering::Relaxed);
                 self.inner.compression.store(c as u8, Ordering::Relaxed);
+                for s in self.inner.spaces.all() {
+                    s.compression.store(c as u8, Ordering::Relaxed);
+                }
                 changed
             }
             None => false,
@@ -529,6 +461,10 @@ impl Store for DiskHash {
     fn vanish(&self) -> Result<()> {
         let inner = &self.inner;
         inner.log.check_writable()?;
+        if self.is_space() || inner.spaces.any() {
+            // The other keyspaces keep their records: this one's are deleted.
+            return self.vanish_by_deletes();
+        }
         let _m = inner.maint.lock();
         let mut guards: Vec<_> = (0..NSHARDS).map(|i| inner.excl(i)).collect();
         // Each lane that has a log starts a new segment with a clear record: recovery forgets
@@ -578,6 +514,12 @@ impl Store for DiskHash {
     fn copy_to(&self, dest: &Path) -> Result<()> {
         let inner = &self.inner;
         inner.log.check_open()?;
+        if self.is_space() {
+            // A new database of this keyspace's records.
+            let params = Params::parse(&format!("lanes={}", inner.log.lanes))?;
+            repair::copy_live(self, dest, &params, Arc::new(OsVfs)).map(|_| ())?;
+            return Ok(());
+        }
         let _m = inner.maint.lock();
         if dest.exists() && std::fs::read_dir(dest).map(|mut d| d.next().is_some())? {
             return Err(Error::InvalidParam(format!(
@@ -599,6 +541,12 @@ impl Store for DiskHash {
         // Where each lane ends, then the index: the copy replays its logs from these positions.
         let replay = inner.log.lane_positions(false);
         let shards = inner.snapshot_shards();
+        let spaces: Vec<SpaceSnapshot> = inner
+            .spaces
+            .all()
+            .iter()
+            .map(|s| (s.ks, s.snapshot_shards()))
+            .collect();
         let ends: Vec<(u32, u64)> = inner
             .log
             .tails
@@ -645,6 +593,7 @@ impl Store for DiskHash {
                 v.extend_from_slice(slots);
                 *seq
             },
+            &spaces,
             || Ok(()),
         )?;
         // Last: a copy cut short is never marked as a database.
@@ -707,8 +656,8 @@ impl Store for DiskHash {
     }
 
     fn close(&self) -> Result<()> {
-        if self.inner.log.closed.load(Ordering::Acquire) {
-            return Ok(());
+        if self.inner.log.closed.load(Ordering::Acquire) || self.is_space() {
+            return Ok(()); // a keyspace's handle leaves the database open
         }
         self.stop_background();
         let inner = &self.inner;

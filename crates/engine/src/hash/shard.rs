@@ -571,7 +571,7 @@ impl Inner {
         let mut f = self.enter(shard)?;
         let lane = self.log.my_lane();
         let mut seq = f.seq_after(0);
-        let hdr = HeaderBuf::delete(key.len(), seq);
+        let hdr = HeaderBuf::delete_in(self.ks, key.len(), seq, 0);
         let len = hdr.as_slice().len() + key.len();
         let (seg_id, mark, appended) = {
             let mut tail = self.log.tails[lane].0.lock();
