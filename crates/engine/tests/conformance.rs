@@ -125,6 +125,7 @@ const KINDS: &[KindUnderTest] = &[
     KindUnderTest { label: "+ keyspace", open: Opener::Keyspace("+", ""), restart: Restart::None, retune: &[""], copy_as: ".kh", ids: None },
     KindUnderTest { label: ".kb keyspace sim crash", open: Opener::SimKeyspace("segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=400#compress=lz4#sync=always", "cmp=lex"), restart: Restart::Crash, retune: &[""], copy_as: ".kb", ids: None },
     KindUnderTest { label: ".kb keyspace", open: Opener::Keyspace("{dir}/db.kb#segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=512#cache=1m#sync=none", "cmp=lex"), restart: Restart::Reopen, retune: &[""], copy_as: ".kb", ids: None },
+    KindUnderTest { label: ".kh keyspace", open: Opener::Keyspace("{dir}/db.kh#segsiz=64k#bufsiz=4k#ckptsiz=1m#compact=0.2#sync=none", ""), restart: Restart::Reopen, retune: &[""], copy_as: ".kh", ids: None },
     KindUnderTest { label: ".kf", open: Opener::Name("{dir}/db.kf#width=300000#limsiz=2t#segsiz=64k#bufsiz=4k#ckptsiz=1m#sync=none"), restart: Restart::Reopen, retune: KF_RETUNE, copy_as: ".kf", ids: Some(KF_WIDTH) },
     KindUnderTest { label: ".kf sim", open: Opener::SimFixed("width=300#limsiz=2t#segsiz=64k#bufsiz=4k#ckptsiz=1m#sync=none"), restart: Restart::Reopen, retune: KF_SIM_RETUNE, copy_as: ".kf", ids: Some(KF_SIM_WIDTH) },
     KindUnderTest { label: ".kf sim crash", open: Opener::SimFixed("width=300#limsiz=2t#segsiz=64k#bufsiz=4k#ckptsiz=1m#sync=always"), restart: Restart::Crash, retune: KF_SIM_RETUNE, copy_as: ".kf", ids: Some(KF_SIM_WIDTH) },
