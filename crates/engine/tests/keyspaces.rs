@@ -730,11 +730,16 @@ fn kill9_child_batches() {
     };
     let (path, start) = spec.rsplit_once('|').expect("spec");
     let start: u64 = start.parse().expect("start");
-    let db = kura_engine::open_as(&format!("{path}#sync=always#leafsiz=512"), OpenMode::Create)
+    let (params, n_params) = if path.ends_with(".kh") {
+        ("#sync=always", "")
+    } else {
+        ("#sync=always#leafsiz=512", "cmp=dec")
+    };
+    let db = kura_engine::open_as(&format!("{path}{params}"), OpenMode::Create)
         .expect("child open")
         .store;
     let _a = db.keyspace("a", "").expect("keyspace a");
-    let _n = db.keyspace("n", "cmp=dec").expect("keyspace n");
+    let _n = db.keyspace("n", n_params).expect("keyspace n");
     let mut out = std::io::stdout();
     for i in start.. {
         db.write_across(&kill9_batch(i)).expect("batch");
@@ -760,10 +765,21 @@ fn kill9_batch(i: u64) -> Vec<(&'static str, BatchOp)> {
 /// there whole or not at all (the three keyspaces hold the same batches).
 #[test]
 fn a_sigkill_loses_no_acknowledged_batch_and_splits_none() {
+    sigkill_batches("kb");
+}
+
+/// `a_sigkill_loses_no_acknowledged_batch_and_splits_none` on a `.kh`.
+#[test]
+fn kh_a_sigkill_loses_no_acknowledged_batch_and_splits_none() {
+    sigkill_batches("kh");
+}
+
+fn sigkill_batches(ext: &str) {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("k.kb");
+    let name = format!("k.{ext}");
+    let path = dir.path().join(&name);
     let path = path.to_str().unwrap();
     let mut start = 0u64;
     for round in 0..3u64 {
@@ -794,7 +810,7 @@ fn a_sigkill_loses_no_acknowledged_batch_and_splits_none() {
         // Until some batches are acknowledged (a bounded wait), then a little more.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while std::time::Instant::now() < deadline && !reader.is_finished() {
-            let n = std::fs::read_dir(dir.path().join("k.kb"))
+            let n = std::fs::read_dir(dir.path().join(&name))
                 .map(|d| d.count())
                 .unwrap_or(0);
             if n > 2 {
@@ -1089,4 +1105,53 @@ fn kh_batches_across_keyspaces_survive_a_power_loss_at_every_write_whole_or_not_
         };
         assert!(k >= acked, "{what}: {acked} acknowledged, only {k} recovered");
     }
+}
+
+/// A flipped byte inside a batch across three keyspaces of a `.kh`, with records after it: a
+/// writable open refuses the database (damage, not a torn tail); a read-only open reports it,
+/// serves every record after it and none of the damaged record.
+#[test]
+fn kh_a_damaged_batch_across_keyspaces_is_refused_not_taken_for_a_tail() {
+    let fs = SimVfs::new();
+    {
+        let db = kh_open(&fs, "sync=always#lanes=1", OpenMode::Create).unwrap();
+        let _a = db.keyspace("a", "").unwrap();
+        let _n = db.keyspace("n", "").unwrap();
+        db.write_across(&[("", put("r1", "before")), ("a", put("x", "before"))])
+            .unwrap();
+        db.write_across(&[
+            ("", put("r2", "DAMAGED-ROOT")),
+            ("a", put("y", "DAMAGED-A")),
+            ("n", put("5", "DAMAGED-N")),
+        ])
+        .unwrap();
+        db.write_across(&[("", put("r3", "after")), ("n", put("6", "after"))])
+            .unwrap();
+        drop((_a, _n));
+        db.abandon();
+    }
+    let image = fs.image();
+    let (path, off) = image
+        .iter()
+        .filter(|(p, _)| p.parent() == Some(Path::new("/sim/h.kh")))
+        .find_map(|(p, b)| {
+            b.windows(9)
+                .position(|w| w == b"DAMAGED-A")
+                .map(|o| (p.clone(), o as u64))
+        })
+        .expect("the batch is in the log");
+    assert!(fs.corrupt(&path, off + 2, b"X"));
+    let e = kh_open(&fs, "", OpenMode::Existing)
+        .err()
+        .expect("a writable open refuses damage");
+    assert!(matches!(e, Error::Corrupt(_)), "{e}");
+    let db = kh_open(&fs, "", OpenMode::ReadOnly).unwrap();
+    assert!(!db.damage_found().is_empty());
+    let a = db.keyspace("a", "").unwrap();
+    let n = db.keyspace("n", "").unwrap();
+    assert!(a.get(b"y").unwrap().is_none(), "the damaged record");
+    assert_eq!(a.get(b"x").unwrap().unwrap().value, b"before");
+    assert_eq!(db.get(b"r3").unwrap().unwrap().value, b"after");
+    assert_eq!(n.get(b"6").unwrap().unwrap().value, b"after");
+    assert!(!db.check().unwrap().healthy());
 }

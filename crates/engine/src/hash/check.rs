@@ -131,7 +131,9 @@ impl Inner {
         for i in 0..NSHARDS {
             let t = sp.excl(i);
             for s in t.iter() {
-                rep.records += 1;
+                if sp.ks == self.ks {
+                    rep.records += 1; // the records of the keyspace checked
+                }
                 let res = self.with_record(s.seg, s.off as u64, |h, rec| {
                     if h.typ != T_PUT {
                         return Some("index points at a non-put record".to_string());
