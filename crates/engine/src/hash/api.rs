@@ -217,6 +217,7 @@ impl DiskHash {
     pub fn abandon(self) {
         self.stop_background();
         self.inner.log.closed.store(true, Ordering::Release);
+        self.inner.spaces.clear();
         self.inner.lock.lock().take();
     }
 
@@ -656,33 +657,22 @@ impl Store for DiskHash {
     }
 
     fn close(&self) -> Result<()> {
-        if self.inner.log.closed.load(Ordering::Acquire) || self.is_space() {
-            return Ok(()); // a keyspace's handle leaves the database open
+        if self.inner.log.closed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        if self.is_space() {
+            // A keyspace's close closes its database (its background threads are told to
+            // stop; the database's handle joins them).
+            let Some(root) = self.inner.root() else {
+                return Ok(());
+            };
+            *root.log.stop.lock() = true;
+            root.log.stop_cv.notify_all();
+            root.log.fill_cv.notify_all();
+            return root.close_files();
         }
         self.stop_background();
-        let inner = &self.inner;
-        let unchanged =
-            inner.appended_total() == 0 && inner.log.vfs.exists(&inner.log.dir.join(CKPT_NAME));
-        let res = if inner.log.readonly || inner.log.poisoned.lock().is_some() {
-            Ok(())
-        } else {
-            let _m = inner.maint.lock();
-            // The files end where their records do (the cut is synced by the checkpoint).
-            let trimmed = inner.log.tails.iter().try_for_each(|t| {
-                let mut t = t.0.lock();
-                inner.log.mark(&mut t);
-                inner.log.trim_tail(&mut t)
-            });
-            match trimmed {
-                Err(e) => Err(e),
-                Ok(()) if unchanged => inner.log.sync_now(),
-                Ok(()) => inner.checkpoint(),
-            }
-        };
-        inner.log.closed.store(true, Ordering::Release);
-        inner.reclaim();
-        inner.lock.lock().take();
-        res
+        self.inner.close_files()
     }
 
     fn damage_found(&self) -> Vec<crate::store::Damaged> {
@@ -707,5 +697,37 @@ impl Store for DiskHash {
             ("syncs", l.syncs.load(Ordering::Relaxed)),
             ("commit_waits", l.commit_waits.load(Ordering::Relaxed)),
         ]
+    }
+}
+
+impl Inner {
+    /// Close the database (keyspace 0's `Inner`): its files end where their records do, a
+    /// checkpoint when anything changed, every call from now on `Closed`.
+    pub(super) fn close_files(&self) -> Result<()> {
+        let inner = self;
+        let unchanged =
+            inner.appended_total() == 0 && inner.log.vfs.exists(&inner.log.dir.join(CKPT_NAME));
+        let res = if inner.log.readonly || inner.log.poisoned.lock().is_some() {
+            Ok(())
+        } else {
+            let _m = inner.maint.lock();
+            // The files end where their records do (the cut is synced by the checkpoint).
+            let trimmed = inner.log.tails.iter().try_for_each(|t| {
+                let mut t = t.0.lock();
+                inner.log.mark(&mut t);
+                inner.log.trim_tail(&mut t)
+            });
+            match trimmed {
+                Err(e) => Err(e),
+                Ok(()) if unchanged => inner.log.sync_now(),
+                Ok(()) => inner.checkpoint(),
+            }
+        };
+        inner.log.closed.store(true, Ordering::Release);
+        // The keyspaces' indexes hold the log (and each the keyspace list): let them go.
+        inner.spaces.clear();
+        inner.reclaim();
+        inner.lock.lock().take();
+        res
     }
 }

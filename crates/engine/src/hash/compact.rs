@@ -249,16 +249,18 @@ impl Inner {
         if h.keyspace == self.ks {
             return self.relocate(seg, off, h, rec, has_older, recode);
         }
-        self.with_space(h.keyspace, |sp| sp.relocate(seg, off, h, rec, has_older, recode))
-            .unwrap_or_else(|| {
-                self.damaged.lock().push(seg.id);
-                Err(corrupt_at(
-                    seg.id,
-                    off,
-                    "a record of a keyspace no catalog record names; the segment was not \
+        self.with_space(h.keyspace, |sp| {
+            sp.relocate(seg, off, h, rec, has_older, recode)
+        })
+        .unwrap_or_else(|| {
+            self.damaged.lock().push(seg.id);
+            Err(corrupt_at(
+                seg.id,
+                off,
+                "a record of a keyspace no catalog record names; the segment was not \
                      compacted",
-                ))
-            })
+            ))
+        })
     }
 
     /// Relocate one record of a segment being compacted, if it is still needed. Returns the

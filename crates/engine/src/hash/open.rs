@@ -258,7 +258,10 @@ pub(super) fn open_inner(
         counters: Counters::default(),
         lock: Mutex::new(Some(lock)),
     };
-    inner.recover(bad)?;
+    if let Err(e) = inner.recover(bad) {
+        inner.spaces.clear(); // the keyspaces made by replay hold the log
+        return Err(e);
+    }
     Ok(inner)
 }
 

@@ -33,6 +33,9 @@ pub(super) enum CkptRead {
     Read(Checkpoint),
 }
 
+/// A keyspace's index as a checkpoint holds it: its id, and each shard's seq and table.
+pub(super) type SpaceTables = (u64, Vec<(u64, Table)>);
+
 /// A checkpoint whose checksum verified.
 pub(super) struct Checkpoint {
     pub hash_seed: u64,
@@ -42,7 +45,7 @@ pub(super) struct Checkpoint {
     /// Per shard: (seq, table), when every slot points into a segment on disk.
     pub shards: Option<Vec<(u64, Table)>>,
     /// Each keyspace's index (version 3): its id and its shards, as `shards`.
-    pub spaces: Vec<(u64, Vec<(u64, Table)>)>,
+    pub spaces: Vec<SpaceTables>,
     /// Segments its slots point into that are not on disk, with how many slots each.
     pub missing: Vec<(u32, u64)>,
 }
@@ -124,7 +127,7 @@ fn decode_checkpoint(
                 *start = pos + 4;
                 pos = ckpt::section_end(body, pos + 4).ok_or(bad)?.0;
             }
-            if ks <= 0 || space_starts.iter().any(|s| s.0 == ks) {
+            if ks == 0 || space_starts.iter().any(|s| s.0 == ks) {
                 return Err(bad);
             }
             space_starts.push((ks, st));
@@ -161,7 +164,7 @@ fn decode_checkpoint(
         spaces: Vec::new(),
         missing: Vec::new(),
     };
-    let spaces: Option<Vec<(u64, Vec<(u64, Table)>)>> = space_starts
+    let spaces: Option<Vec<SpaceTables>> = space_starts
         .iter()
         .map(|(ks, st)| {
             st.iter()

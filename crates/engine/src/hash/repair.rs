@@ -85,7 +85,12 @@ impl DiskHash {
 }
 
 /// Copy the live records of `from` into a new database at `dst`; the number copied.
-pub(super) fn copy_live(from: &DiskHash, dst: &Path, params: &Params, vfs: Arc<dyn Vfs>) -> Result<u64> {
+pub(super) fn copy_live(
+    from: &DiskHash,
+    dst: &Path,
+    params: &Params,
+    vfs: Arc<dyn Vfs>,
+) -> Result<u64> {
     let to = DiskHash::open_mode(dst, params, vfs, OpenMode::Create)?;
     let mut kept = copy_records(from, &to)?;
     if !from.is_space() {

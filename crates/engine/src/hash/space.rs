@@ -16,9 +16,6 @@ use crate::store::check_keyspace_name;
 use std::collections::HashMap;
 use std::sync::{OnceLock, Weak};
 
-/// Records per batch of a keyspace's `vanish` (and the database's, when it has keyspaces).
-const VANISH_BATCH: usize = 1000;
-
 /// The keyspaces of a database (every one but 0), shared by all of its `Inner`s.
 #[derive(Default)]
 pub(super) struct Spaces {
@@ -41,6 +38,11 @@ impl Spaces {
         list.binary_search_by_key(&ks, |s| s.ks)
             .ok()
             .map(|i| list[i].clone())
+    }
+
+    /// Forget every keyspace (the database closed: their indexes hold its log).
+    pub(super) fn clear(&self) {
+        self.list.write().clear();
     }
 
     /// Every keyspace but 0, by id.
@@ -281,7 +283,8 @@ impl Inner {
         // every writer of several shards takes them in).
         let mut order: Vec<usize> = (0..spaces.len()).collect();
         order.sort_unstable_by_key(|&j| spaces[j].ks);
-        let mut guards: Vec<Vec<(usize, Excl<'_>)>> = (0..spaces.len()).map(|_| Vec::new()).collect();
+        let mut guards: Vec<Vec<(usize, Excl<'_>)>> =
+            (0..spaces.len()).map(|_| Vec::new()).collect();
         for &j in &order {
             let mut ids: Vec<usize> = ops
                 .iter()
@@ -363,8 +366,8 @@ impl Inner {
 }
 
 impl DiskHash {
-    /// A handle on keyspace `inner` of an open database: its close and drop leave the
-    /// database open.
+    /// A handle on keyspace `inner` of an open database: dropping it leaves the database
+    /// open; its `close` closes the database.
     pub(super) fn space_handle(inner: Arc<Inner>) -> DiskHash {
         DiskHash {
             inner,
@@ -425,24 +428,28 @@ impl DiskHash {
     }
 
     /// Delete every record of this keyspace (or of the database itself, when it has
-    /// keyspaces: the others keep theirs), in batches.
+    /// keyspaces: the others keep theirs), shard by shard: a delete record for each, expired
+    /// ones included, written under the shard's lock.
     pub(super) fn vanish_by_deletes(&self) -> Result<()> {
-        self.inner.log.check_writable()?;
-        loop {
-            let mut keys = Vec::with_capacity(VANISH_BATCH);
-            {
-                let mut cur = self.cursor()?;
-                while keys.len() < VANISH_BATCH {
-                    match cur.next()? {
-                        Some((k, _)) => keys.push(BatchOp::Remove { key: k }),
-                        None => break,
-                    }
-                }
+        let inner = &self.inner;
+        inner.log.check_writable()?;
+        let lane = inner.log.my_lane();
+        for i in 0..NSHARDS {
+            let mut g = inner.excl(i);
+            let slots: Vec<Slot> = g.iter().collect();
+            for slot in slots {
+                let (key, len) = inner.with_record(slot.seg, slot.off as u64, |h, rec| {
+                    (rec[h.key_off..h.key_off + h.klen].to_vec(), h.len)
+                })?;
+                let seq = g.next_seq(&key);
+                inner.write_delete(lane, &key, seq, Acct::Caller)?;
+                inner.remove_slot(&mut *g, slot, len);
             }
-            if keys.is_empty() {
-                return Ok(());
-            }
-            self.write_batch(&keys)?;
+            inner.note_table(i, &g.table);
+            drop(g);
+            inner.log.after_write()?;
         }
+        inner.expiring.store(0, Ordering::Relaxed);
+        Ok(())
     }
 }
