@@ -5,7 +5,8 @@
 //! keyspaces), damage inside one is refused, and a SIGKILL loses no acknowledged batch.
 //! Databases written before records carried a keyspace (`tests/fixtures/before-v3.*`) open,
 //! read and write unchanged. The conformance suite (conformance.rs) also runs on a keyspace
-//! of each kind that has them.
+//! of each kind that has them. The tests named `kh_…` run the same on the on-disk hash, with
+//! compaction, `optimize` and `repair` besides.
 
 use kura_engine::hash::DiskHash;
 use kura_engine::io::{CrashMode, Fault, SimVfs};
@@ -968,6 +969,11 @@ fn kh_keyspaces_survive_crash_reopen_compaction_and_repair() {
         let db = kh_open(&fs, params, OpenMode::Existing).unwrap();
         assert_eq!(kh_state(&db), want, "round {round}");
         assert!(db.check().unwrap().healthy(), "round {round}");
+        let d = db.describe();
+        assert!(
+            d.iter().any(|(k, v)| k == "keyspaces" && v == "a,b"),
+            "{d:?}"
+        );
         db.close().unwrap(); // round 0 writes a checkpoint with both keyspaces
     }
     // Overwrite every record many times: compaction copies the live ones, each naming its

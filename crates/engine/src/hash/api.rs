@@ -625,6 +625,12 @@ impl Store for DiskHash {
             .unwrap_or(Compression::None);
         let mut v: Vec<(String, String)> =
             vec![("path".into(), self.inner.log.dir.display().to_string())];
+        let mut named = self.inner.spaces.named();
+        if !named.is_empty() {
+            named.sort_by_key(|n| n.1);
+            let names: Vec<String> = named.into_iter().map(|n| n.0).collect();
+            v.push(("keyspaces".into(), names.join(",")));
+        }
         match *self.stored.lock() {
             Some(s) => v.extend([
                 ("stored.lanes".into(), s.lanes.to_string()),

@@ -23,7 +23,8 @@
 //! (finding and reading records), `write` (lanes, segments, durability), `checkpoint`, `recover`
 //! (with `scan`, which tells damage from a torn tail), `compact`, `background`, `api` (the
 //! `Store` implementation), `cursor`, `export` (the fast whole-database read), `check`,
-//! `repair`, `stored` (the descriptor's parameters); on-disk layouts in `format`, `segment`
+//! `repair`, `stored` (the descriptor's parameters), `space` (keyspaces: an index each on the
+//! one log); on-disk layouts in `format`, `segment`
 //! and `ckpt`, the in-memory table in `index`, its memory in `arena`.
 
 mod arena;

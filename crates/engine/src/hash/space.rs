@@ -206,7 +206,7 @@ impl Inner {
     }
 
     /// `Store::keyspace` on the database: keyspace `name`, made when missing (its catalog
-    /// record written as durably as the sync mode makes writes).
+    /// record written and synced).
     fn open_space(&self, name: &str, params: &str) -> Result<Arc<Inner>> {
         check_keyspace_name(name)?;
         Params::parse(params)?.allow_only("a keyspace of a hash database (.kh)", &[])?;
@@ -242,6 +242,10 @@ impl Inner {
         let mut value = Vec::new();
         put_varint(&mut value, id);
         cat.put(name.as_bytes(), &value)?;
+        // Durable before any record of the keyspace is written, whatever the sync mode: the
+        // keyspace's records may go to other lanes, which a crash may keep while it loses
+        // this one's tail, and a record of a keyspace no catalog record names is damage.
+        self.log.sync_now()?;
         let s = self.space_or_new(id);
         self.spaces.names.write().insert(name.to_string(), id);
         Ok(s)

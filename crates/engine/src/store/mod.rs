@@ -196,10 +196,11 @@ pub trait Store: Send + Sync {
     // ----- keyspaces -----
 
     /// The keyspace `name` of this database, made on first use with `params` (a `.kb`'s:
-    /// `cmp=`, fixed at creation; a `.kh`'s: none; a memory kind's: its own parameters). A keyspace is a store of
-    /// its own (its records, count, cursors and order apart from the database's and every
-    /// other keyspace's) that shares the database's log: [`Store::write_across`] changes
-    /// several keyspaces atomically. A kind without keyspaces (`.kf`) refuses.
+    /// `cmp=`, fixed at creation; a `.kh`'s: none; a memory kind's: its own parameters). A
+    /// keyspace is a store of its own (its records, count, cursors and order apart from the
+    /// database's and every other keyspace's) that shares the database's log:
+    /// [`Store::write_across`] changes several keyspaces atomically. A kind without keyspaces
+    /// (`.kf`) refuses.
     fn keyspace(&self, name: &str, params: &str) -> Result<std::sync::Arc<dyn Store>> {
         let _ = (name, params);
         Err(Error::Unsupported(
