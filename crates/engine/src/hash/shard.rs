@@ -188,14 +188,18 @@ impl Fast<'_> {
     #[inline]
     pub(super) fn seq_after(&self, floor: u64) -> u64 {
         let run = self.run.as_ref().map_or(0, |r| r.seq());
-        self.base.max(run).max(floor).max(CLOCK.get()) + 1
+        self.base
+            .max(run)
+            .max(floor)
+            .max(CLOCK.with(std::cell::Cell::get))
+            + 1
     }
 
     /// Note that `seq` was given out (and is in the log).
     #[inline]
     pub(super) fn gave(&mut self, seq: u64) {
         self.maxseq = self.maxseq.max(seq);
-        CLOCK.set(CLOCK.get().max(seq));
+        CLOCK.with(|c| c.set(c.get().max(seq)));
     }
 }
 
