@@ -97,6 +97,8 @@ enum Opener {
     /// The same on `DiskTree::open_mode` on a `SimVfs` with these parameters (kept across
     /// restarts, so a crash restart can tear its unsynced writes).
     SimKeyspace(&'static str, &'static str),
+    /// As `SimKeyspace`, of a `.kh` on the simulated file system.
+    SimHashKeyspace(&'static str, &'static str),
 }
 
 enum Restart {
@@ -125,6 +127,8 @@ const KINDS: &[KindUnderTest] = &[
     KindUnderTest { label: "+ keyspace", open: Opener::Keyspace("+", ""), restart: Restart::None, retune: &[""], copy_as: ".kh", ids: None },
     KindUnderTest { label: ".kb keyspace sim crash", open: Opener::SimKeyspace("segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=400#compress=lz4#sync=always", "cmp=lex"), restart: Restart::Crash, retune: &[""], copy_as: ".kb", ids: None },
     KindUnderTest { label: ".kb keyspace", open: Opener::Keyspace("{dir}/db.kb#segsiz=64k#bufsiz=4k#ckptsiz=1m#leafsiz=512#cache=1m#sync=none", "cmp=lex"), restart: Restart::Reopen, retune: &[""], copy_as: ".kb", ids: None },
+    KindUnderTest { label: ".kh keyspace sim crash", open: Opener::SimHashKeyspace("segsiz=64k#bufsiz=4k#ckptsiz=1m#compress=lz4#lanes=4#sync=always", ""), restart: Restart::Crash, retune: &[""], copy_as: ".kh", ids: None },
+    KindUnderTest { label: ".kh keyspace", open: Opener::Keyspace("{dir}/db.kh#segsiz=64k#bufsiz=4k#ckptsiz=1m#compact=0.2#sync=none", ""), restart: Restart::Reopen, retune: &[""], copy_as: ".kh", ids: None },
     KindUnderTest { label: ".kf", open: Opener::Name("{dir}/db.kf#width=300000#limsiz=2t#segsiz=64k#bufsiz=4k#ckptsiz=1m#sync=none"), restart: Restart::Reopen, retune: KF_RETUNE, copy_as: ".kf", ids: Some(KF_WIDTH) },
     KindUnderTest { label: ".kf sim", open: Opener::SimFixed("width=300#limsiz=2t#segsiz=64k#bufsiz=4k#ckptsiz=1m#sync=none"), restart: Restart::Reopen, retune: KF_SIM_RETUNE, copy_as: ".kf", ids: Some(KF_SIM_WIDTH) },
     KindUnderTest { label: ".kf sim crash", open: Opener::SimFixed("width=300#limsiz=2t#segsiz=64k#bufsiz=4k#ckptsiz=1m#sync=always"), restart: Restart::Crash, retune: KF_SIM_RETUNE, copy_as: ".kf", ids: Some(KF_SIM_WIDTH) },
@@ -206,6 +210,7 @@ enum Handle {
     /// A keyspace, and the database it belongs to (kept open).
     Keyspace(Arc<dyn Store>, Arc<dyn Store>),
     SimKeyspace(Arc<dyn Store>, Arc<DiskTree>),
+    SimHashKeyspace(Arc<dyn Store>, Arc<DiskHash>),
     Sim(Arc<DiskHash>),
     SimTree(Arc<DiskTree>),
     SimFixed(Arc<FixedDb>),
@@ -279,6 +284,22 @@ impl Db {
                 }
                 Handle::SimKeyspace(ks, db)
             }
+            Opener::SimHashKeyspace(db_params, params) => {
+                let db = Arc::new(
+                    DiskHash::open_mode(
+                        Path::new(SIM_PATH),
+                        &Params::parse(db_params).unwrap(),
+                        Arc::new(fs.clone()),
+                        mode,
+                    )
+                    .unwrap(),
+                );
+                let ks = db.keyspace("ks", params).unwrap();
+                if mode == OpenMode::Create {
+                    write_beside(&*db, params);
+                }
+                Handle::SimHashKeyspace(ks, db)
+            }
             Opener::SimFixed(params) => Handle::SimFixed(Arc::new(
                 FixedDb::open_mode(
                     Path::new(SIM_FIXED_PATH),
@@ -294,7 +315,9 @@ impl Db {
     fn store(&self) -> Arc<dyn Store> {
         match self.handle.as_ref().expect("open") {
             Handle::Named(s) => s.clone(),
-            Handle::Keyspace(s, _) | Handle::SimKeyspace(s, _) => s.clone(),
+            Handle::Keyspace(s, _) | Handle::SimKeyspace(s, _) | Handle::SimHashKeyspace(s, _) => {
+                s.clone()
+            }
             Handle::Sim(d) => d.clone(),
             Handle::SimTree(d) => d.clone(),
             Handle::SimFixed(d) => d.clone(),
@@ -343,7 +366,21 @@ impl Db {
                 self.handle = Some(handle);
                 return;
             }
-            (Restart::Reopen, Handle::SimKeyspace(..)) => {
+            (Restart::Crash, Handle::SimHashKeyspace(s, db)) => {
+                drop(s);
+                Arc::into_inner(db)
+                    .expect("no other handle at a crash")
+                    .abandon();
+                self.fs.crash(CrashMode::Torn { seed });
+                let handle =
+                    Self::open_handle(self.kind, self.dir.path(), &self.fs, OpenMode::Existing);
+                if let Handle::SimHashKeyspace(_, db) = &handle {
+                    check_beside(&**db);
+                }
+                self.handle = Some(handle);
+                return;
+            }
+            (Restart::Reopen, Handle::SimKeyspace(..) | Handle::SimHashKeyspace(..)) => {
                 panic!("a keyspace on SimVfs restarts by a crash")
             }
             (Restart::Reopen, Handle::Sim(d)) => d.close().unwrap(),

@@ -5,8 +5,10 @@
 //! keyspaces), damage inside one is refused, and a SIGKILL loses no acknowledged batch.
 //! Databases written before records carried a keyspace (`tests/fixtures/before-v3.*`) open,
 //! read and write unchanged. The conformance suite (conformance.rs) also runs on a keyspace
-//! of each kind that has them.
+//! of each kind that has them. The tests named `kh_…` run the same on the on-disk hash, with
+//! compaction, `optimize` and `repair` besides.
 
+use kura_engine::hash::DiskHash;
 use kura_engine::io::{CrashMode, Fault, SimVfs};
 use kura_engine::tree::DiskTree;
 use kura_engine::{BatchOp, Error, OpenMode, Params, Store};
@@ -70,7 +72,13 @@ fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
 fn keyspaces_are_apart_from_each_other_and_from_the_database() {
     let dir = tempfile::tempdir().unwrap();
     let kb = dir.path().join("apart.kb");
-    for (name, params) in [("*", ""), ("+", ""), (kb.to_str().unwrap(), "cmp=lex")] {
+    let kh = dir.path().join("apart.kh");
+    for (name, params) in [
+        ("*", ""),
+        ("+", ""),
+        (kb.to_str().unwrap(), "cmp=lex"),
+        (kh.to_str().unwrap(), ""),
+    ] {
         let db = kura_engine::open_as(name, OpenMode::Create).unwrap().store;
         let a = db.keyspace("a", params).unwrap();
         let b = db.keyspace("b", params).unwrap();
@@ -90,11 +98,9 @@ fn keyspaces_are_apart_from_each_other_and_from_the_database() {
         assert_eq!(db.count(), 2, "{name}");
         assert_eq!(a.count(), 4, "{name}");
         assert_eq!(b.count(), 2, "{name}");
-        assert_eq!(
-            records(&*db),
-            pairs(&[("k2", "db"), ("k3", "db")]),
-            "{name}"
-        );
+        let mut got = records(&*db);
+        got.sort(); // a hash's cursor follows no key order
+        assert_eq!(got, pairs(&[("k2", "db"), ("k3", "db")]), "{name}");
         let want_a: BTreeMap<String, String> = ["k1", "k2", "k3", "k4"]
             .iter()
             .map(|k| (k.to_string(), "a".to_string()))
@@ -131,31 +137,31 @@ fn keyspaces_are_apart_from_each_other_and_from_the_database() {
     }
 }
 
-/// A `.kh` and a `.kf` have no keyspaces: asking for one is a clear `Unsupported`, and so is a
+/// A `.kf` (an array) has no keyspaces: asking for one is a clear `Unsupported`, and so is a
 /// batch naming one; a batch of the database's own records still works through
 /// `write_across`.
 #[test]
 fn kinds_without_keyspaces_say_so() {
     let dir = tempfile::tempdir().unwrap();
-    for name in ["db.kh", "db.kf"] {
-        let path = dir.path().join(name);
-        let db = kura_engine::open_as(path.to_str().unwrap(), OpenMode::Create)
-            .unwrap()
-            .store;
-        let e = db.keyspace("a", "").err().expect("refused");
-        assert!(
-            matches!(e, Error::Unsupported(_)) && e.to_string().contains("keyspaces"),
-            "{name}: {e}"
-        );
-        assert!(matches!(
-            db.write_across(&[("a", put("1", "v"))]),
-            Err(Error::Unsupported(_))
-        ));
-        db.write_across(&[("", put("1", "v")), ("", put("2", "w"))])
-            .unwrap();
-        assert_eq!(db.count(), 2, "{name}");
-        db.close().unwrap();
-    }
+    let path = dir.path().join("db.kf");
+    let db = kura_engine::open_as(path.to_str().unwrap(), OpenMode::Create)
+        .unwrap()
+        .store;
+    let e = db.keyspace("a", "").err().expect("refused");
+    assert!(
+        matches!(e, Error::Unsupported(_))
+            && e.to_string().contains("keyspaces")
+            && e.to_string().contains(".kf"),
+        "{e}"
+    );
+    assert!(matches!(
+        db.write_across(&[("a", put("1", "v"))]),
+        Err(Error::Unsupported(_))
+    ));
+    db.write_across(&[("", put("1", "v")), ("", put("2", "w"))])
+        .unwrap();
+    assert_eq!(db.count(), 2);
+    db.close().unwrap();
 }
 
 fn sim_open(fs: &SimVfs, params: &str, mode: OpenMode) -> kura_engine::Result<DiskTree> {
@@ -725,11 +731,16 @@ fn kill9_child_batches() {
     };
     let (path, start) = spec.rsplit_once('|').expect("spec");
     let start: u64 = start.parse().expect("start");
-    let db = kura_engine::open_as(&format!("{path}#sync=always#leafsiz=512"), OpenMode::Create)
+    let (params, n_params) = if path.ends_with(".kh") {
+        ("#sync=always", "")
+    } else {
+        ("#sync=always#leafsiz=512", "cmp=dec")
+    };
+    let db = kura_engine::open_as(&format!("{path}{params}"), OpenMode::Create)
         .expect("child open")
         .store;
     let _a = db.keyspace("a", "").expect("keyspace a");
-    let _n = db.keyspace("n", "cmp=dec").expect("keyspace n");
+    let _n = db.keyspace("n", n_params).expect("keyspace n");
     let mut out = std::io::stdout();
     for i in start.. {
         db.write_across(&kill9_batch(i)).expect("batch");
@@ -755,10 +766,21 @@ fn kill9_batch(i: u64) -> Vec<(&'static str, BatchOp)> {
 /// there whole or not at all (the three keyspaces hold the same batches).
 #[test]
 fn a_sigkill_loses_no_acknowledged_batch_and_splits_none() {
+    sigkill_batches("kb");
+}
+
+/// `a_sigkill_loses_no_acknowledged_batch_and_splits_none` on a `.kh`.
+#[test]
+fn kh_a_sigkill_loses_no_acknowledged_batch_and_splits_none() {
+    sigkill_batches("kh");
+}
+
+fn sigkill_batches(ext: &str) {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("k.kb");
+    let name = format!("k.{ext}");
+    let path = dir.path().join(&name);
     let path = path.to_str().unwrap();
     let mut start = 0u64;
     for round in 0..3u64 {
@@ -789,7 +811,7 @@ fn a_sigkill_loses_no_acknowledged_batch_and_splits_none() {
         // Until some batches are acknowledged (a bounded wait), then a little more.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while std::time::Instant::now() < deadline && !reader.is_finished() {
-            let n = std::fs::read_dir(dir.path().join("k.kb"))
+            let n = std::fs::read_dir(dir.path().join(&name))
                 .map(|d| d.count())
                 .unwrap_or(0);
             if n > 2 {
@@ -879,4 +901,265 @@ fn a_write_ahead_log_of_format_2_replays() {
         }
         db.close().unwrap();
     }
+}
+
+// ----- the on-disk hash (`.kh`) -----
+
+fn kh_open(fs: &SimVfs, params: &str, mode: OpenMode) -> kura_engine::Result<DiskHash> {
+    DiskHash::open_mode(
+        Path::new("/sim/h.kh"),
+        &Params::parse(params).unwrap(),
+        Arc::new(fs.clone()),
+        mode,
+    )
+}
+
+/// Each keyspace's records, sorted (a hash's cursor follows no key order).
+fn kh_state(db: &dyn Store) -> [BTreeMap<String, String>; 3] {
+    let mut s: [BTreeMap<String, String>; 3] = Default::default();
+    for (i, name) in ["", "a", "b"].iter().enumerate() {
+        let handle;
+        let h: &dyn Store = if name.is_empty() {
+            db
+        } else {
+            handle = db.keyspace(name, "").unwrap();
+            &*handle
+        };
+        s[i] = exported(h);
+        assert_eq!(h.count() as usize, s[i].len(), "keyspace `{name}`'s count");
+    }
+    s
+}
+
+/// A `.kh` with two keyspaces: each keeps its records across a crash before any checkpoint
+/// (the catalog and the records replayed), a clean close (from an `index.ki` of version 3), a
+/// crash after a checkpoint, compaction that moves every record (each keeps its keyspace),
+/// `optimize` and `repair` (every keyspace copied under its name); `check` is healthy.
+#[test]
+fn kh_keyspaces_survive_crash_reopen_compaction_and_repair() {
+    let fs = SimVfs::new();
+    let params = "sync=always#segsiz=64k#bufsiz=4k#lanes=2#compact=0.2";
+    let mut want: [BTreeMap<String, String>; 3] = Default::default();
+    {
+        let db = kh_open(&fs, params, OpenMode::Create).unwrap();
+        let a = db.keyspace("a", "").unwrap();
+        let b = db.keyspace("b", "").unwrap();
+        for i in 0..50 {
+            let k = format!("k{i}");
+            db.put(k.as_bytes(), b"db").unwrap();
+            a.put(k.as_bytes(), b"a").unwrap();
+            want[0].insert(k.clone(), "db".into());
+            want[1].insert(k.clone(), "a".into());
+        }
+        db.write_across(&[
+            ("", remove("k1")),
+            ("a", put("k1", "a2")),
+            ("b", put("k1", "b")),
+        ])
+        .unwrap();
+        want[0].remove("k1");
+        want[1].insert("k1".into(), "a2".into());
+        want[2].insert("k1".into(), "b".into());
+        assert_eq!(kh_state(&db), want);
+        drop((a, b));
+        db.abandon();
+    }
+    fs.crash(CrashMode::DropUnsynced);
+    for round in 0..2 {
+        let db = kh_open(&fs, params, OpenMode::Existing).unwrap();
+        assert_eq!(kh_state(&db), want, "round {round}");
+        assert!(db.check().unwrap().healthy(), "round {round}");
+        let d = db.describe();
+        assert!(
+            d.iter().any(|(k, v)| k == "keyspaces" && v == "a,b"),
+            "{d:?}"
+        );
+        db.close().unwrap(); // round 0 writes a checkpoint with both keyspaces
+    }
+    // Overwrite every record many times: compaction copies the live ones, each naming its
+    // keyspace, and drops the dead segments.
+    {
+        let db = kh_open(&fs, params, OpenMode::Existing).unwrap();
+        let a = db.keyspace("a", "").unwrap();
+        let b = db.keyspace("b", "").unwrap();
+        let pad = "p".repeat(200);
+        for round in 0..20 {
+            for i in 0..50 {
+                let k = format!("k{i}");
+                let v = format!("{round}-{pad}");
+                a.put(k.as_bytes(), v.as_bytes()).unwrap();
+                want[1].insert(k.clone(), v);
+            }
+        }
+        b.put(b"late", b"b").unwrap();
+        want[2].insert("late".into(), "b".into());
+        db.optimize("").unwrap();
+        let c: std::collections::HashMap<_, _> = db.counters().into_iter().collect();
+        assert!(c["compactions"] > 0 || c["relocated_bytes"] > 0, "{c:?}");
+        assert_eq!(kh_state(&db), want, "after compaction");
+        assert!(db.check().unwrap().healthy());
+        drop((a, b));
+        db.abandon();
+    }
+    fs.crash(CrashMode::DropUnsynced);
+    let db = kh_open(&fs, params, OpenMode::Existing).unwrap();
+    assert_eq!(kh_state(&db), want, "after compaction and a crash");
+    db.close().unwrap();
+    let rep = DiskHash::repair_with(
+        Path::new("/sim/h.kh"),
+        Path::new("/sim/r.kh"),
+        &Params::default(),
+        Arc::new(fs.clone()),
+    )
+    .unwrap();
+    assert_eq!(
+        rep.kept as usize,
+        want.iter().map(|m| m.len()).sum::<usize>(),
+        "{rep:?}"
+    );
+    let r = DiskHash::open_mode(
+        Path::new("/sim/r.kh"),
+        &Params::default(),
+        Arc::new(fs.clone()),
+        OpenMode::Existing,
+    )
+    .unwrap();
+    assert_eq!(kh_state(&r), want, "repaired");
+    // A keyspace's vanish empties it alone.
+    r.keyspace("a", "").unwrap().vanish().unwrap();
+    want[1].clear();
+    assert_eq!(kh_state(&r), want, "after a keyspace's vanish");
+    r.close().unwrap();
+}
+
+/// Open a `.kh`, make keyspaces `a` and `b`, write the batches until one fails; how many
+/// were acknowledged. Left as a killed process leaves it.
+fn kh_write_batches(fs: &SimVfs, batches: &[Batch]) -> usize {
+    let Ok(db) = kh_open(
+        fs,
+        "sync=always#segsiz=64k#bufsiz=4k#lanes=2",
+        OpenMode::Create,
+    ) else {
+        return 0;
+    };
+    let mut acked = 0;
+    if db.keyspace("a", "").is_ok() && db.keyspace("b", "").is_ok() {
+        for b in batches {
+            let ops: Vec<(&str, BatchOp)> = b
+                .iter()
+                .map(|(space, op)| (["", "a", "b"][*space], op.clone()))
+                .collect();
+            if db.write_across(&ops).is_err() {
+                break;
+            }
+            acked += 1;
+        }
+    }
+    db.abandon();
+    acked
+}
+
+/// The model test on a `.kh`: random batches over the database and two keyspaces, a power
+/// loss at every write; the state after recovery is that after some prefix of the batches,
+/// never one before the last acknowledged one.
+#[test]
+fn kh_batches_across_keyspaces_survive_a_power_loss_at_every_write_whole_or_not_at_all() {
+    const N: usize = 30;
+    let batches = batches(3, N);
+    let states: Vec<[BTreeMap<String, String>; 3]> = prefixes(&batches)
+        .into_iter()
+        .map(|s| {
+            s.map(|m| {
+                m.into_iter()
+                    .map(|(k, v)| (String::from_utf8(k).unwrap(), String::from_utf8(v).unwrap()))
+                    .collect()
+            })
+        })
+        .collect();
+    let steps = {
+        let fs = SimVfs::new();
+        let before = fs.op_count();
+        assert_eq!(kh_write_batches(&fs, &batches), N);
+        fs.op_count() - before
+    };
+    assert!(steps > 60, "{steps} writes");
+    for step in 0..steps {
+        let fs = SimVfs::new();
+        fs.fail_after(step, Fault::Eio);
+        let acked = kh_write_batches(&fs, &batches);
+        let mode = match step % 3 {
+            0 => CrashMode::Torn { seed: step },
+            1 => CrashMode::DropUnsynced,
+            _ => CrashMode::Scattered { seed: step },
+        };
+        let fs = SimVfs::from_image(&fs.crash_image(mode));
+        let what = format!("power lost at write {step} of {steps} ({mode:?})");
+        let db = match kh_open(&fs, "", OpenMode::Existing) {
+            Ok(db) => db,
+            Err(Error::NotFound(_)) => {
+                assert_eq!(acked, 0, "{what}");
+                continue;
+            }
+            Err(e) => panic!("{what}: reopen: {e}"),
+        };
+        let got = kh_state(&db);
+        assert!(db.check().unwrap().healthy(), "{what}");
+        db.close().unwrap();
+        let Some(k) = states.iter().rposition(|s| *s == got) else {
+            panic!("{what}: the state is no prefix of the batches ({acked} acknowledged)");
+        };
+        assert!(
+            k >= acked,
+            "{what}: {acked} acknowledged, only {k} recovered"
+        );
+    }
+}
+
+/// A flipped byte inside a batch across three keyspaces of a `.kh`, with records after it: a
+/// writable open refuses the database (damage, not a torn tail); a read-only open reports it,
+/// serves every record after it and none of the damaged record.
+#[test]
+fn kh_a_damaged_batch_across_keyspaces_is_refused_not_taken_for_a_tail() {
+    let fs = SimVfs::new();
+    {
+        let db = kh_open(&fs, "sync=always#lanes=1", OpenMode::Create).unwrap();
+        let _a = db.keyspace("a", "").unwrap();
+        let _n = db.keyspace("n", "").unwrap();
+        db.write_across(&[("", put("r1", "before")), ("a", put("x", "before"))])
+            .unwrap();
+        db.write_across(&[
+            ("", put("r2", "DAMAGED-ROOT")),
+            ("a", put("y", "DAMAGED-A")),
+            ("n", put("5", "DAMAGED-N")),
+        ])
+        .unwrap();
+        db.write_across(&[("", put("r3", "after")), ("n", put("6", "after"))])
+            .unwrap();
+        drop((_a, _n));
+        db.abandon();
+    }
+    let image = fs.image();
+    let (path, off) = image
+        .iter()
+        .filter(|(p, _)| p.parent() == Some(Path::new("/sim/h.kh")))
+        .find_map(|(p, b)| {
+            b.windows(9)
+                .position(|w| w == b"DAMAGED-A")
+                .map(|o| (p.clone(), o as u64))
+        })
+        .expect("the batch is in the log");
+    assert!(fs.corrupt(&path, off + 2, b"X"));
+    let e = kh_open(&fs, "", OpenMode::Existing)
+        .err()
+        .expect("a writable open refuses damage");
+    assert!(matches!(e, Error::Corrupt(_)), "{e}");
+    let db = kh_open(&fs, "", OpenMode::ReadOnly).unwrap();
+    assert!(!db.damage_found().is_empty());
+    let a = db.keyspace("a", "").unwrap();
+    let n = db.keyspace("n", "").unwrap();
+    assert!(a.get(b"y").unwrap().is_none(), "the damaged record");
+    assert_eq!(a.get(b"x").unwrap().unwrap().value, b"before");
+    assert_eq!(db.get(b"r3").unwrap().unwrap().value, b"after");
+    assert_eq!(n.get(b"6").unwrap().unwrap().value, b"after");
+    assert!(!db.check().unwrap().healthy());
 }

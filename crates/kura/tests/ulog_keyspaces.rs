@@ -248,3 +248,58 @@ fn a_restore_until_a_time_is_exact_in_every_keyspace() {
         assert_eq!(&state_of(&d.join(&bk)), want, "restore up to state {i}");
     }
 }
+
+/// A `.kh` with keyspaces: a new Kura replica bootstraps every keyspace from the snapshot
+/// (`Store::keyspaces` of the hash) and follows later changes of them.
+#[test]
+fn a_kura_replica_of_a_kh_ends_equal_in_every_keyspace() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    {
+        let inner = kura_engine::open(&d.join("m.kh").display().to_string()).unwrap();
+        let log = Ulog::open(Config::new(d.join("mlog"), 9)).unwrap();
+        let db = Logged::new(inner, log).unwrap();
+        let idx = db.keyspace("idx", "").unwrap();
+        for i in 0..50 {
+            db.write_across(&[
+                ("", put(&format!("row{i}"), &format!("v{i}"))),
+                ("idx", put(&format!("k{i}"), &format!("row{i}"))),
+            ])
+            .unwrap();
+        }
+        idx.out(b"k7").unwrap();
+        db.close().unwrap();
+    }
+    let master = serve(d, &["m.kh", "--port", "0", "--sid", "9", "--ulog", "mlog"]);
+    let mut replica = serve(
+        d,
+        &[
+            "r.kh",
+            "--port",
+            "0",
+            "--sid",
+            "2",
+            "--ulog",
+            "rlog",
+            "--master",
+            &master.addr,
+        ],
+    );
+    Tt::new(&master.addr).put(b"wire", b"w");
+    converge(&master.addr, &replica.addr, 20);
+    replica.signal(libc::SIGTERM);
+    let mut master = master;
+    master.signal(libc::SIGTERM);
+    let both = |name: &str| {
+        let db = kura_engine::open(&d.join(name).display().to_string()).unwrap();
+        let s = (digest(&*db), digest(&*db.keyspace("idx", "").unwrap()));
+        db.close().unwrap();
+        s
+    };
+    let (m_own, m_idx) = both("m.kh");
+    let (r_own, r_idx) = both("r.kh");
+    assert_eq!(m_idx.len(), 49);
+    assert!(!m_idx.contains_key(b"k7".as_slice()));
+    assert_eq!(r_own, m_own);
+    assert_eq!(r_idx, m_idx);
+}

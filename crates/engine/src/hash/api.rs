@@ -217,6 +217,7 @@ impl DiskHash {
     pub fn abandon(self) {
         self.stop_background();
         self.inner.log.closed.store(true, Ordering::Release);
+        self.inner.spaces.clear();
         self.inner.lock.lock().take();
     }
 
@@ -248,6 +249,9 @@ impl DiskHash {
 
 impl Drop for DiskHash {
     fn drop(&mut self) {
+        if self.is_space() {
+            return; // a keyspace's handle: the database stays open
+        }
         let _ = self.close();
     }
 }
@@ -344,96 +348,26 @@ impl Store for DiskHash {
         Ok(f.meta.expires == 0 || !is_expired(f.meta.expires, now_secs()))
     }
     fn write_batch(&self, ops: &[BatchOp]) -> Result<()> {
-        let inner = &self.inner;
-        inner.log.check_writable()?;
-        if ops.is_empty() {
-            return Ok(());
+        let ops: Vec<(usize, &BatchOp)> = ops.iter().map(|op| (0, op)).collect();
+        Inner::batch_across(&[&self.inner], &ops)
+    }
+
+    fn keyspace(&self, name: &str, params: &str) -> Result<Arc<dyn Store>> {
+        self.keyspace_of(name, params)
+    }
+
+    fn write_across(&self, ops: &[(&str, BatchOp)]) -> Result<()> {
+        self.write_across_of(ops)
+    }
+
+    fn keyspaces(&self) -> Vec<(String, String)> {
+        if self.is_space() {
+            return Vec::new();
         }
-        let mut frame = 0usize;
-        for op in ops {
-            let vlen = match op {
-                BatchOp::Put { value, .. } => value.len(),
-                BatchOp::Remove { .. } => 0,
-            };
-            check_sizes(op.key(), vlen)?;
-            frame = frame.saturating_add(MAX_HEADER_LEN + op.key().len() + vlen);
-        }
-        if frame > MAX_BATCH_BYTES {
-            return Err(Error::TooLarge(format!(
-                "a batch of {frame} bytes of records (limit {MAX_BATCH_BYTES}, as large as \
-                 the largest single record: split it)"
-            )));
-        }
-        let hashed: Vec<(usize, u32)> = ops.iter().map(|op| inner.hash(op.key())).collect();
-        let mut ids: Vec<usize> = hashed.iter().map(|h| h.0).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        // Lock every shard involved, in ascending order (the global lock order).
-        let mut guards: Vec<(usize, Excl<'_>)> = ids.iter().map(|&i| (i, inner.excl(i))).collect();
-        // One frame holding every record; each takes the next seq of its shard.
-        let mut body = Vec::new();
-        let mut offs = Vec::with_capacity(ops.len()); // (start, len) in the body
-        for (i, op) in ops.iter().enumerate() {
-            let g = guard_of(&mut guards, hashed[i].0)?;
-            let seq = g.next_seq(op.key());
-            let start = body.len();
-            match op {
-                BatchOp::Put {
-                    key,
-                    value,
-                    flags,
-                    expires,
-                } => {
-                    let stored = inner.stored_form(value);
-                    if *expires != 0 {
-                        inner.expiring.fetch_add(1, Ordering::Relaxed);
-                    }
-                    let fields = PutFields {
-                        flags: *flags,
-                        expires: *expires,
-                        seq,
-                        compression: stored.code,
-                        raw_len: stored.raw_len,
-                        version: 0,
-                        dup: 0,
-                    };
-                    format::encode_put(&mut body, key, &stored.bytes, &fields);
-                }
-                BatchOp::Remove { key } => {
-                    format::encode_delete(&mut body, key, seq);
-                }
-            }
-            format::seal(&mut body[start..], format::seed(inner.log.salt));
-            offs.push((start, body.len() - start));
-        }
-        let mut hdr = Vec::with_capacity(16);
-        format::encode_batch_header(&mut hdr, body.len(), ops.len());
-        let (seg, off) = {
-            let lane = inner.log.my_lane();
-            let mut tail = inner.log.tails[lane].0.lock();
-            let at = inner.log.append(&mut tail, &[&hdr, &body], true)?;
-            inner.log.note_full(lane, &tail);
-            at
-        };
-        let base = off + hdr.len() as u64;
-        for (i, op) in ops.iter().enumerate() {
-            let (shard, tag) = hashed[i];
-            let g = guard_of(&mut guards, shard)?;
-            let old = inner
-                .find(g, tag, op.key(), Want::Slot)?
-                .map(|f| (f.slot, f.len));
-            let (start, len) = offs[i];
-            match op {
-                BatchOp::Put { .. } => inner.set_slot(g, tag, old, seg, base + start as u64, len),
-                BatchOp::Remove { .. } => {
-                    if let Some((o, len)) = old {
-                        inner.remove_slot(g, o, len);
-                    }
-                }
-            }
-        }
-        drop(guards);
-        inner.log.after_write()
+        // A hash keyspace takes no parameters: its name makes it again as it is.
+        let mut named = self.inner.spaces.named();
+        named.sort_by_key(|(_, id)| *id);
+        named.into_iter().map(|(n, _)| (n, String::new())).collect()
     }
 
     fn cursor(&self) -> Result<Box<dyn Cursor + '_>> {
@@ -466,6 +400,12 @@ impl Store for DiskHash {
 
     fn optimize(&self, params: &str) -> Result<()> {
         self.inner.log.check_writable()?;
+        if self.is_space() {
+            // The log is the database's: a keyspace's optimize compacts it, with every
+            // keyspace's records, and changes no parameter.
+            Params::parse(params)?.allow_only("optimize of a keyspace of a .kh", &[])?;
+            return self.rewrite_all(false);
+        }
         let p = Params::parse(params)?;
         p.allow_only("the hash database (.kh)", PARAMS)?;
         // Only what optimize applies to the database is taken (README: nothing is ignored).
@@ -509,6 +449,9 @@ impl Store for DiskHash {
             Some(c) => {
                 let changed = c as u8 != self.inner.compression.load(Ordering::Relaxed);
                 self.inner.compression.store(c as u8, Ordering::Relaxed);
+                for s in self.inner.spaces.all() {
+                    s.compression.store(c as u8, Ordering::Relaxed);
+                }
                 changed
             }
             None => false,
@@ -529,6 +472,10 @@ impl Store for DiskHash {
     fn vanish(&self) -> Result<()> {
         let inner = &self.inner;
         inner.log.check_writable()?;
+        if self.is_space() || inner.spaces.any() {
+            // The other keyspaces keep their records: this one's are deleted.
+            return self.vanish_by_deletes();
+        }
         let _m = inner.maint.lock();
         let mut guards: Vec<_> = (0..NSHARDS).map(|i| inner.excl(i)).collect();
         // Each lane that has a log starts a new segment with a clear record: recovery forgets
@@ -578,6 +525,12 @@ impl Store for DiskHash {
     fn copy_to(&self, dest: &Path) -> Result<()> {
         let inner = &self.inner;
         inner.log.check_open()?;
+        if self.is_space() {
+            // A new database of this keyspace's records.
+            let params = Params::parse(&format!("lanes={}", inner.log.lanes))?;
+            repair::copy_live(self, dest, &params, Arc::new(OsVfs)).map(|_| ())?;
+            return Ok(());
+        }
         let _m = inner.maint.lock();
         if dest.exists() && std::fs::read_dir(dest).map(|mut d| d.next().is_some())? {
             return Err(Error::InvalidParam(format!(
@@ -599,6 +552,12 @@ impl Store for DiskHash {
         // Where each lane ends, then the index: the copy replays its logs from these positions.
         let replay = inner.log.lane_positions(false);
         let shards = inner.snapshot_shards();
+        let spaces: Vec<SpaceSnapshot> = inner
+            .spaces
+            .all()
+            .iter()
+            .map(|s| (s.ks, s.snapshot_shards()))
+            .collect();
         let ends: Vec<(u32, u64)> = inner
             .log
             .tails
@@ -645,6 +604,7 @@ impl Store for DiskHash {
                 v.extend_from_slice(slots);
                 *seq
             },
+            &spaces,
             || Ok(()),
         )?;
         // Last: a copy cut short is never marked as a database.
@@ -675,6 +635,12 @@ impl Store for DiskHash {
             .unwrap_or(Compression::None);
         let mut v: Vec<(String, String)> =
             vec![("path".into(), self.inner.log.dir.display().to_string())];
+        let mut named = self.inner.spaces.named();
+        if !named.is_empty() {
+            named.sort_by_key(|n| n.1);
+            let names: Vec<String> = named.into_iter().map(|n| n.0).collect();
+            v.push(("keyspaces".into(), names.join(",")));
+        }
         match *self.stored.lock() {
             Some(s) => v.extend([
                 ("stored.lanes".into(), s.lanes.to_string()),
@@ -710,30 +676,19 @@ impl Store for DiskHash {
         if self.inner.log.closed.load(Ordering::Acquire) {
             return Ok(());
         }
+        if self.is_space() {
+            // A keyspace's close closes its database (its background threads are told to
+            // stop; the database's handle joins them).
+            let Some(root) = self.inner.root() else {
+                return Ok(());
+            };
+            *root.log.stop.lock() = true;
+            root.log.stop_cv.notify_all();
+            root.log.fill_cv.notify_all();
+            return root.close_files();
+        }
         self.stop_background();
-        let inner = &self.inner;
-        let unchanged =
-            inner.appended_total() == 0 && inner.log.vfs.exists(&inner.log.dir.join(CKPT_NAME));
-        let res = if inner.log.readonly || inner.log.poisoned.lock().is_some() {
-            Ok(())
-        } else {
-            let _m = inner.maint.lock();
-            // The files end where their records do (the cut is synced by the checkpoint).
-            let trimmed = inner.log.tails.iter().try_for_each(|t| {
-                let mut t = t.0.lock();
-                inner.log.mark(&mut t);
-                inner.log.trim_tail(&mut t)
-            });
-            match trimmed {
-                Err(e) => Err(e),
-                Ok(()) if unchanged => inner.log.sync_now(),
-                Ok(()) => inner.checkpoint(),
-            }
-        };
-        inner.log.closed.store(true, Ordering::Release);
-        inner.reclaim();
-        inner.lock.lock().take();
-        res
+        self.inner.close_files()
     }
 
     fn damage_found(&self) -> Vec<crate::store::Damaged> {
@@ -761,5 +716,37 @@ impl Store for DiskHash {
                 self.inner.log.commit.waits.load(Ordering::Relaxed),
             ),
         ]
+    }
+}
+
+impl Inner {
+    /// Close the database (keyspace 0's `Inner`): its files end where their records do, a
+    /// checkpoint when anything changed, every call from now on `Closed`.
+    pub(super) fn close_files(&self) -> Result<()> {
+        let inner = self;
+        let unchanged =
+            inner.appended_total() == 0 && inner.log.vfs.exists(&inner.log.dir.join(CKPT_NAME));
+        let res = if inner.log.readonly || inner.log.poisoned.lock().is_some() {
+            Ok(())
+        } else {
+            let _m = inner.maint.lock();
+            // The files end where their records do (the cut is synced by the checkpoint).
+            let trimmed = inner.log.tails.iter().try_for_each(|t| {
+                let mut t = t.0.lock();
+                inner.log.mark(&mut t);
+                inner.log.trim_tail(&mut t)
+            });
+            match trimmed {
+                Err(e) => Err(e),
+                Ok(()) if unchanged => inner.log.sync_now(),
+                Ok(()) => inner.checkpoint(),
+            }
+        };
+        inner.log.closed.store(true, Ordering::Release);
+        // The keyspaces' indexes hold the log (and each the keyspace list): let them go.
+        inner.spaces.clear();
+        inner.reclaim();
+        inner.lock.lock().take();
+        res
     }
 }

@@ -85,6 +85,9 @@ impl Inner {
             if last_sweep.elapsed() >= Duration::from_secs(10) {
                 last_sweep = Instant::now();
                 let _ = self.sweep_expired();
+                for s in self.spaces.all() {
+                    let _ = s.sweep_expired();
+                }
             }
         }
     }

@@ -124,25 +124,38 @@ impl Inner {
                 .any(|d| d.file == file && d.off <= off && off < d.off + d.len.max(1))
         };
         let mut problems = Vec::new();
-        for i in 0..NSHARDS {
-            let t = self.excl(i);
-            for s in t.iter() {
-                rep.records += 1;
-                let res = self.with_record(s.seg, s.off as u64, |h, rec| {
-                    if h.typ != T_PUT {
-                        return Some("index points at a non-put record".to_string());
+        let spaces = self.spaces.all();
+        let root = if self.ks == 0 { None } else { self.root() };
+        let first: &Inner = root.as_deref().unwrap_or(self);
+        for sp in std::iter::once(first).chain(spaces.iter().map(|s| &**s)) {
+            for i in 0..NSHARDS {
+                let t = sp.excl(i);
+                for s in t.iter() {
+                    if sp.ks == self.ks {
+                        rep.records += 1; // the records of the keyspace checked
                     }
-                    let (shard, tag) = self.hash(&rec[h.key_off..h.key_off + h.klen]);
-                    (shard != i || tag != s.tag)
-                        .then(|| "index slot does not match the key's hash".to_string())
-                });
-                match res {
-                    Ok(None) => {}
-                    _ if in_damage(s.seg, s.off as u64) => {}
-                    Ok(Some(p)) => {
-                        problems.push(format!("segment {} offset {}: {p}", s.seg, s.off))
+                    let res = self.with_record(s.seg, s.off as u64, |h, rec| {
+                        if h.typ != T_PUT {
+                            return Some("index points at a non-put record".to_string());
+                        }
+                        if h.keyspace != sp.ks {
+                            return Some(format!(
+                                "the index of keyspace {} points at a record of keyspace {}",
+                                sp.ks, h.keyspace
+                            ));
+                        }
+                        let (shard, tag) = self.hash(&rec[h.key_off..h.key_off + h.klen]);
+                        (shard != i || tag != s.tag)
+                            .then(|| "index slot does not match the key's hash".to_string())
+                    });
+                    match res {
+                        Ok(None) => {}
+                        _ if in_damage(s.seg, s.off as u64) => {}
+                        Ok(Some(p)) => {
+                            problems.push(format!("segment {} offset {}: {p}", s.seg, s.off))
+                        }
+                        Err(e) => problems.push(e.to_string()),
                     }
-                    Err(e) => problems.push(e.to_string()),
                 }
             }
         }

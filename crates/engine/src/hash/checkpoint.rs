@@ -24,12 +24,18 @@ pub(super) fn write_checkpoint(
     segs: &[(u32, u64, u64, u32)],
     parallel: bool,
     shard: impl Fn(usize, &mut Vec<Slot>) -> u64 + Sync,
+    spaces: &[SpaceSnapshot],
     before_commit: impl FnOnce() -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     let fill = |f: &dyn crate::io::VFile| -> std::io::Result<(u64, u32)> {
         let mut head = Vec::new();
         head.extend_from_slice(CKPT_MAGIC);
-        head.extend_from_slice(&CKPT_VERSION.to_le_bytes());
+        let version = if spaces.is_empty() {
+            CKPT_VERSION
+        } else {
+            CKPT_VERSION_SPACES
+        };
+        head.extend_from_slice(&version.to_le_bytes());
         head.extend_from_slice(&(NSHARDS as u32).to_le_bytes());
         head.extend_from_slice(&hash_seed.to_le_bytes());
         crate::log::checkpoint::Places {
@@ -84,6 +90,22 @@ pub(super) fn write_checkpoint(
         mine?;
         if let Some(theirs) = theirs {
             theirs.map_err(|_| std::io::Error::other("checkpoint encoder thread panicked"))??;
+        }
+        if !spaces.is_empty() {
+            // Version 3: the keyspaces' indexes after the database's, each its id and its 64
+            // shard sections.
+            let mut out = Vec::new();
+            let mut scratch = ckpt::Scratch::default();
+            out.extend_from_slice(&(spaces.len() as u32).to_le_bytes());
+            for (ks, shards) in spaces {
+                out.extend_from_slice(&ks.to_le_bytes());
+                for (i, (seq, slots)) in shards.iter().enumerate() {
+                    let mut v = slots.clone();
+                    out.extend_from_slice(&(i as u32).to_le_bytes());
+                    ckpt::encode(*seq, &mut v, &mut scratch, &mut out);
+                }
+            }
+            write(&out)?;
         }
         let (end, mut list) = chunks.into_inner();
         list.sort_unstable_by_key(|c| c.0);
@@ -145,8 +167,23 @@ impl Inner {
         for t in self.log.tails.iter() {
             self.log.mark(&mut t.0.lock());
         }
+        if self.ks != 0 {
+            // A keyspace's checkpoint is its database's.
+            return match self.root() {
+                Some(root) => root.checkpoint(),
+                None => Ok(()),
+            };
+        }
         let replay = self.log.lane_positions(true);
         let segs = self.log.seg_infos();
+        // Every keyspace's index (each shard consistent in itself, taken after the lanes'
+        // positions, as the database's own shards are).
+        let spaces: Vec<SpaceSnapshot> = self
+            .spaces
+            .all()
+            .iter()
+            .map(|s| (s.ks, s.snapshot_shards()))
+            .collect();
         // Each shard is snapshotted and encoded in turn, straight to the file: memory holds
         // one shard at a time. Everything the snapshots point at is synced before the
         // checkpoint replaces the old one.
@@ -160,6 +197,7 @@ impl Inner {
             // writers have (the maintenance thread itself runs at nice 10).
             self.count() as usize >= PARALLEL_CKPT && !BACKGROUND.with(std::cell::Cell::get),
             |i, v| self.snapshot_into(i, v),
+            &spaces,
             || {
                 self.log
                     .sync_now()

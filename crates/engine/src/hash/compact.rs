@@ -116,13 +116,14 @@ impl Inner {
         let mut seen = 0u32;
         let mut aborted = false;
         let end = seg.flushed();
-        let mut puts: Vec<(u32, u32, u32)> = Vec::new();
+        // (keyspace, shard, tag, offset) of each put met.
+        let mut puts: Vec<(u64, u32, u32, u32)> = Vec::new();
         let mut one = |off: u64, h: &Header, rec: &[u8], moved: &mut u64| -> Result<()> {
             if h.typ == T_PUT && !recode {
                 let (shard, tag) = self.hash(&rec[h.key_off..h.key_off + h.klen]);
-                puts.push((shard as u32, tag, off as u32));
+                puts.push((h.keyspace, shard as u32, tag, off as u32));
             } else {
-                *moved += self.relocate(&seg, off, h, rec, has_older, recode)?;
+                *moved += self.relocate_any(&seg, off, h, rec, has_older, recode)?;
             }
             Ok(())
         };
@@ -181,16 +182,30 @@ impl Inner {
                 "damaged record; the segment was not compacted",
             ));
         }
-        puts.sort_unstable_by_key(|p| p.0);
+        puts.sort_unstable_by_key(|p| (p.0, p.1));
         let mut live: Vec<u32> = Vec::new();
-        for group in puts.chunk_by(|a, b| a.0 == b.0) {
-            let tbl = self.excl(group[0].0 as usize);
-            live.extend(
+        for group in puts.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
+            // A put of a keyspace this database does not know is kept (`check` reports it).
+            let kept = self.with_space(group[0].0, |sp| {
+                let tbl = sp.excl(group[0].1 as usize);
                 group
                     .iter()
-                    .filter(|&&(_, tag, off)| tbl.contains(&Slot { tag, seg: id, off }))
-                    .map(|p| p.2),
-            );
+                    .filter(|&&(_, _, tag, off)| tbl.contains(&Slot { tag, seg: id, off }))
+                    .map(|p| p.3)
+                    .collect::<Vec<u32>>()
+            });
+            match kept {
+                Some(k) => live.extend(k),
+                None => {
+                    self.damaged.lock().push(id);
+                    return Err(corrupt_at(
+                        id,
+                        group[0].3 as u64,
+                        "a record of a keyspace no catalog record names; the segment was not \
+                         compacted",
+                    ));
+                }
+            }
         }
         // Read again in the order they lie in the file, a chunk at a time. The segment is
         // sealed (its bytes never change) and cannot be removed while this thread holds the
@@ -203,7 +218,7 @@ impl Inner {
                 return Ok(None);
             }
             let (h, rec) = reader.record(off as u64)?;
-            moved += self.relocate(&seg, off as u64, &h, rec, has_older, recode)?;
+            moved += self.relocate_any(&seg, off as u64, &h, rec, has_older, recode)?;
             pace(rate, moved, &mut paced, started);
         }
         Ok(Some(moved))
@@ -219,6 +234,33 @@ impl Inner {
             .segs
             .values()
             .any(|s| s.id != seg.id && s.id < horizon)
+    }
+
+    /// `relocate` in the index of the record's keyspace.
+    fn relocate_any(
+        &self,
+        seg: &Segment,
+        off: u64,
+        h: &Header,
+        rec: &[u8],
+        has_older: bool,
+        recode: bool,
+    ) -> Result<u64> {
+        if h.keyspace == self.ks {
+            return self.relocate(seg, off, h, rec, has_older, recode);
+        }
+        self.with_space(h.keyspace, |sp| {
+            sp.relocate(seg, off, h, rec, has_older, recode)
+        })
+        .unwrap_or_else(|| {
+            self.damaged.lock().push(seg.id);
+            Err(corrupt_at(
+                seg.id,
+                off,
+                "a record of a keyspace no catalog record names; the segment was not \
+                     compacted",
+            ))
+        })
     }
 
     /// Relocate one record of a segment being compacted, if it is still needed. Returns the
@@ -302,7 +344,7 @@ impl Inner {
             (&rec[h.value_off()..h.len], h.fields)
         };
         let mut hdr = Vec::with_capacity(32);
-        format::encode_put_header(&mut hdr, key.len(), stored.len(), &fields);
+        format::encode_put_header_in(&mut hdr, self.ks, key.len(), stored.len(), &fields);
         let (s, o) = {
             let mut tail = self.log.tails[lane].0.lock();
             self.log.append(&mut tail, &[&hdr, key, stored], true)?

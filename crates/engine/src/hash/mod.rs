@@ -23,7 +23,8 @@
 //! (finding and reading records), `write` (lanes, segments, durability), `checkpoint`, `recover`
 //! (with `scan`, which tells damage from a torn tail), `compact`, `background`, `api` (the
 //! `Store` implementation), `cursor`, `export` (the fast whole-database read), `check`,
-//! `repair`, `stored` (the descriptor's parameters); on-disk layouts in `format`, `segment`
+//! `repair`, `stored` (the descriptor's parameters), `space` (keyspaces: an index each on the
+//! one log); on-disk layouts in `format`, `segment`
 //! and `ckpt`, the in-memory table in `index`, its memory in `arena`.
 
 mod arena;
@@ -69,6 +70,11 @@ const CKPT_MAGIC: &[u8; 8] = b"KURAIDX1";
 /// Version 1 wrote each shard's slots sorted by location as varints; a version-1 checkpoint is
 /// ignored (the log is replayed once, and the next checkpoint is version 2).
 const CKPT_VERSION: u32 = 2;
+/// A checkpoint of a database with keyspaces: version 2 followed by each keyspace's index.
+/// A database without keyspaces writes version 2, which builds before keyspaces read.
+const CKPT_VERSION_SPACES: u32 = 3;
+/// A keyspace's index as a checkpoint takes it: (keyspace id, each shard's seq and slots).
+type SpaceSnapshot = (u64, Vec<(u64, Vec<Slot>)>);
 /// Old positions a growing writer moves per hold of the shard lock (`Inner::grow_to`): about
 /// 10 µs of work.
 const MOVE_BATCH: usize = 2048;
@@ -439,8 +445,13 @@ struct Counters {
 }
 
 struct Inner {
-    /// The durable log: segments, lanes and their buffers, durability.
-    log: Log,
+    /// The durable log: segments, lanes and their buffers, durability (one for every
+    /// keyspace of the database).
+    log: Arc<Log>,
+    /// The keyspace this index holds (0: the database itself; see `space`).
+    ks: u64,
+    /// Every keyspace of the database but 0, shared by all of them.
+    spaces: Arc<space::Spaces>,
     /// Recovery ignores the checkpoint's index (`Mode::Salvage`).
     full_replay: bool,
     /// The damage a read-only open found (a writable open refuses instead).
@@ -459,8 +470,9 @@ struct Inner {
     expiring: AtomicU64,
     /// Sealed segments that compaction found a damaged record in (it leaves them be).
     damaged: Mutex<Vec<u32>>,
-    /// Serialises checkpoints, compaction, vanish, optimize and copy.
-    maint: Mutex<()>,
+    /// Serialises checkpoints, compaction, vanish, optimize and copy (the database's, shared
+    /// by its keyspaces).
+    maint: Arc<Mutex<()>>,
     counters: Counters,
     lock: Mutex<Option<Box<dyn std::any::Any + Send + Sync>>>,
 }
@@ -554,6 +566,7 @@ mod open;
 pub(crate) use open::random_u64 as random_salt;
 mod read;
 mod shard;
+mod space;
 mod write;
 
 use self::checkpoint::{decode_ckpt_shard, side_by_side, write_checkpoint, PARALLEL_CKPT};

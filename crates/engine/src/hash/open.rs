@@ -139,8 +139,10 @@ impl DiskHash {
             had => had,
         };
         inner.note_tables();
+        let inner = Arc::new(inner);
+        inner.spaces.set_root(&inner);
         let db = DiskHash {
-            inner: Arc::new(inner),
+            inner,
             bg: Mutex::new(Vec::new()),
             stored: Mutex::new(stored),
             created: found.created,
@@ -238,7 +240,9 @@ pub(super) fn open_inner(
         lanes,
     };
     let inner = Inner {
-        log: Log::new(dir, vfs, readonly, log_cfg, salt, table),
+        log: Arc::new(Log::new(dir, vfs, readonly, log_cfg, salt, table)),
+        ks: 0,
+        spaces: Arc::new(space::Spaces::default()),
         full_replay: mode == Mode::Salvage,
         findings: Mutex::new(Vec::new()),
         cfg: Mutex::new(cfg),
@@ -250,11 +254,14 @@ pub(super) fn open_inner(
         appended: AtomicU64::new(0),
         expiring: AtomicU64::new(0),
         damaged: Mutex::new(Vec::new()),
-        maint: Mutex::new(()),
+        maint: Arc::new(Mutex::new(())),
         counters: Counters::default(),
         lock: Mutex::new(Some(lock)),
     };
-    inner.recover(bad)?;
+    if let Err(e) = inner.recover(bad) {
+        inner.spaces.clear(); // the keyspaces made by replay hold the log
+        return Err(e);
+    }
     Ok(inner)
 }
 

@@ -378,7 +378,7 @@ impl Inner {
         key: &[u8],
     ) -> Result<Option<Option<Found>>> {
         let seq = tbl.peek_seq(); // taken (`next_seq`) only if the key has a record
-        let hdr = HeaderBuf::delete(key.len(), seq);
+        let hdr = HeaderBuf::delete_in(self.ks, key.len(), seq, 0);
         let len = hdr.as_slice().len() + key.len();
         let lane = self.log.my_lane();
         let mut tail = self.log.tails[lane].0.lock();

@@ -11,7 +11,7 @@ use super::index::Table;
 use super::segment::{seg_file_name, SegTable};
 use super::{
     decode_ckpt_shard, for_each_sub, shard_max_load, side_by_side, Inner, CKPT_MAGIC, CKPT_NAME,
-    CKPT_VERSION, NSHARDS, PARALLEL_CKPT,
+    CKPT_VERSION, CKPT_VERSION_SPACES, NSHARDS, PARALLEL_CKPT,
 };
 use crate::error::{Error, Result};
 use crate::io::Vfs;
@@ -33,6 +33,9 @@ pub(super) enum CkptRead {
     Read(Checkpoint),
 }
 
+/// A keyspace's index as a checkpoint holds it: its id, and each shard's seq and table.
+pub(super) type SpaceTables = (u64, Vec<(u64, Table)>);
+
 /// A checkpoint whose checksum verified.
 pub(super) struct Checkpoint {
     pub hash_seed: u64,
@@ -41,6 +44,8 @@ pub(super) struct Checkpoint {
     pub places: Places,
     /// Per shard: (seq, table), when every slot points into a segment on disk.
     pub shards: Option<Vec<(u64, Table)>>,
+    /// Each keyspace's index (version 3): its id and its shards, as `shards`.
+    pub spaces: Vec<SpaceTables>,
     /// Segments its slots point into that are not on disk, with how many slots each.
     pub missing: Vec<(u32, u64)>,
 }
@@ -80,8 +85,9 @@ fn decode_checkpoint(
     if &body[0..8] != CKPT_MAGIC {
         return Err("not a checkpoint file");
     }
-    if le_u32(body, 8).ok_or(bad)? != CKPT_VERSION {
-        return Err("an older checkpoint format (the log is replayed instead)");
+    let version = le_u32(body, 8).ok_or(bad)?;
+    if version != CKPT_VERSION && version != CKPT_VERSION_SPACES {
+        return Err("a checkpoint format this build does not read (the log is replayed instead)");
     }
     if le_u32(body, 12).ok_or(bad)? != NSHARDS as u32 {
         return Err("written for another shard count");
@@ -105,6 +111,27 @@ fn decode_checkpoint(
         let (end, n) = ckpt::section_end(body, pos + 4).ok_or(bad)?;
         pos = end;
         slots = slots.saturating_add(n);
+    }
+    // Version 3: each keyspace's id and its shard sections.
+    let mut space_starts: Vec<(u64, Vec<usize>)> = Vec::new();
+    if version == CKPT_VERSION_SPACES {
+        let k = le_u32(body, pos).ok_or(bad)? as usize;
+        pos += 4;
+        for _ in 0..k.min(body.len()) {
+            let ks = le_u64(body, pos).ok_or(bad)?;
+            pos += 8;
+            let mut st = vec![usize::MAX; NSHARDS];
+            for _ in 0..NSHARDS {
+                let i = le_u32(body, pos).ok_or(bad)? as usize;
+                let start = st.get_mut(i).filter(|s| **s == usize::MAX).ok_or(bad)?;
+                *start = pos + 4;
+                pos = ckpt::section_end(body, pos + 4).ok_or(bad)?.0;
+            }
+            if ks == 0 || space_starts.iter().any(|s| s.0 == ks) {
+                return Err(bad);
+            }
+            space_starts.push((ks, st));
+        }
     }
     if pos != body.len() {
         return Err(bad);
@@ -134,16 +161,32 @@ fn decode_checkpoint(
         hash_seed,
         places,
         shards: None,
+        spaces: Vec::new(),
         missing: Vec::new(),
     };
-    match parts {
-        Some(mut parts) => {
+    let spaces: Option<Vec<SpaceTables>> = space_starts
+        .iter()
+        .map(|(ks, st)| {
+            st.iter()
+                .map(|&s| decode_ckpt_shard(body, s, known))
+                .collect::<Option<Vec<_>>>()
+                .map(|t| (*ks, t))
+        })
+        .collect();
+    match parts.zip(spaces) {
+        Some((mut parts, spaces)) => {
             parts.sort_unstable_by_key(|p| p.0);
             c.shards = Some(parts.into_iter().map(|p| p.1).collect());
+            c.spaces = spaces;
         }
         None => {
             // Damaged sections would have failed the checksum: the slots point into segments
             // that are gone. Count them, segment by segment.
+            let starts: Vec<usize> = starts
+                .iter()
+                .chain(space_starts.iter().flat_map(|s| s.1.iter()))
+                .copied()
+                .collect();
             let mut all: Vec<u32> = Vec::new();
             for &s in &starts {
                 all.extend(ckpt::section_ids(body, s).ok_or(bad)?);
@@ -214,8 +257,10 @@ impl Inner {
             &mut Replay {
                 inner: self,
                 tombs: HashMap::new(),
+                space_tombs: HashMap::new(),
             },
         )?;
+        self.name_spaces()?;
         // Something to checkpoint at the next close.
         self.appended.fetch_add(done.applied, Ordering::Relaxed);
         *self.findings.lock() = done.findings;
@@ -234,6 +279,15 @@ impl Inner {
             g.table = t;
             g.table.set_max_load(shard_max_load(i));
             g.seq = seq;
+        }
+        for (ks, shards) in std::mem::take(&mut c.spaces) {
+            let sp = self.space_or_new(ks);
+            for (i, (seq, t)) in shards.into_iter().enumerate() {
+                let mut g = sp.excl(i);
+                g.table = t;
+                g.table.set_max_load(shard_max_load(i));
+                g.seq = seq;
+            }
         }
         replay::restore_places(&self.log, &c.places);
         Some(c.places.replay.clone())
@@ -276,6 +330,8 @@ struct Replay<'a> {
     inner: &'a Inner,
     /// The seq of the newest delete applied for each key.
     tombs: HashMap<Vec<u8>, u64>,
+    /// `tombs` of each keyspace but 0.
+    space_tombs: HashMap<u64, HashMap<Vec<u8>, u64>>,
 }
 
 impl Replayer for Replay<'_> {
@@ -284,11 +340,14 @@ impl Replayer for Replay<'_> {
         cut: &[Option<u64>],
         lane_of: &dyn Fn(u32) -> Option<usize>,
     ) -> Result<()> {
-        for i in 0..NSHARDS {
-            self.inner.excl(i).retain(|s| {
-                let lane = lane_of(s.seg);
-                lane.and_then(|l| cut[l]).is_none_or(|c| s.loc() >= c)
-            });
+        let spaces = self.inner.spaces.all();
+        for sp in std::iter::once(self.inner).chain(spaces.iter().map(|s| &**s)) {
+            for i in 0..NSHARDS {
+                sp.excl(i).retain(|s| {
+                    let lane = lane_of(s.seg);
+                    lane.and_then(|l| cut[l]).is_none_or(|c| s.loc() >= c)
+                });
+            }
         }
         Ok(())
     }
@@ -297,9 +356,37 @@ impl Replayer for Replay<'_> {
     /// than what the index holds for its key, or than a delete already applied (`tombs`), is
     /// skipped.
     fn apply(&mut self, seg: u32, off: u64, h: &format::Header, rec: &[u8]) -> Result<()> {
-        let inner = self.inner;
         match h.typ {
-            T_PUT | T_DELETE => {
+            T_PUT | T_DELETE if h.keyspace != 0 => {
+                // A keyspace's record, to its own index (named by the catalog after replay).
+                let sp = self.inner.space_or_new(h.keyspace);
+                let tombs = self.space_tombs.entry(h.keyspace).or_default();
+                apply_key(&sp, tombs, seg, off, h, rec)?;
+            }
+            T_PUT | T_DELETE => apply_key(self.inner, &mut self.tombs, seg, off, h, rec)?,
+            T_BATCH => {
+                for_each_sub(rec, h, |pos, sh, srec| {
+                    self.apply(seg, off + pos as u64, sh, srec)
+                })?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// Apply a put or delete to the index `inner` (its keyspace's).
+fn apply_key(
+    inner: &Inner,
+    tombs: &mut HashMap<Vec<u8>, u64>,
+    seg: u32,
+    off: u64,
+    h: &format::Header,
+    rec: &[u8],
+) -> Result<()> {
+    {
+        {
+            {
                 let key = &rec[h.key_off..h.key_off + h.klen];
                 let seq = h.fields.seq;
                 let (shard, tag) = inner.hash(key);
@@ -307,7 +394,7 @@ impl Replayer for Replay<'_> {
                 tbl.seq = tbl.seq.max(seq);
                 let found = inner.replay_find(&tbl, tag, key)?;
                 if found.as_ref().is_some_and(|f| f.seq >= seq)
-                    || self.tombs.get(key).is_some_and(|&t| t >= seq)
+                    || tombs.get(key).is_some_and(|&t| t >= seq)
                 {
                     return Ok(()); // a newer write of the key is already applied
                 }
@@ -321,18 +408,12 @@ impl Replayer for Replay<'_> {
                     if let Some((o, len)) = old {
                         inner.remove_slot(&mut tbl, o, len);
                     }
-                    self.tombs.insert(key.to_vec(), seq);
+                    tombs.insert(key.to_vec(), seq);
                 }
             }
-            T_BATCH => {
-                for_each_sub(rec, h, |pos, sh, srec| {
-                    self.apply(seg, off + pos as u64, sh, srec)
-                })?;
-            }
-            _ => {}
         }
-        Ok(())
     }
+    Ok(())
 }
 
 #[cfg(test)]

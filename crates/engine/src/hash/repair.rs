@@ -85,8 +85,31 @@ impl DiskHash {
 }
 
 /// Copy the live records of `from` into a new database at `dst`; the number copied.
-fn copy_live(from: &DiskHash, dst: &Path, params: &Params, vfs: Arc<dyn Vfs>) -> Result<u64> {
+pub(super) fn copy_live(
+    from: &DiskHash,
+    dst: &Path,
+    params: &Params,
+    vfs: Arc<dyn Vfs>,
+) -> Result<u64> {
     let to = DiskHash::open_mode(dst, params, vfs, OpenMode::Create)?;
+    let mut kept = copy_records(from, &to)?;
+    if !from.is_space() {
+        // Every keyspace the catalog names, into a keyspace of the same name.
+        let mut named: Vec<(String, u64)> = from.inner.spaces.named();
+        named.sort_by_key(|n| n.1);
+        for (name, id) in named {
+            if let Some(sp) = from.inner.spaces.get(id) {
+                let into = to.keyspace(&name, "")?;
+                kept += copy_records(&DiskHash::space_handle(sp), &*into)?;
+            }
+        }
+    }
+    to.close()?;
+    Ok(kept)
+}
+
+/// Copy the live records of `from` into `to`; the number copied.
+fn copy_records(from: &DiskHash, to: &dyn Store) -> Result<u64> {
     let mut cur = from.cursor()?;
     let mut ops: Vec<BatchOp> = Vec::with_capacity(BATCH_RECORDS);
     let mut bytes = 0usize;
@@ -108,7 +131,5 @@ fn copy_live(from: &DiskHash, dst: &Path, params: &Params, vfs: Arc<dyn Vfs>) ->
     }
     to.write_batch(&ops)?;
     kept += ops.len() as u64;
-    drop(cur);
-    to.close()?;
     Ok(kept)
 }

@@ -188,14 +188,18 @@ impl Fast<'_> {
     #[inline]
     pub(super) fn seq_after(&self, floor: u64) -> u64 {
         let run = self.run.as_ref().map_or(0, |r| r.seq());
-        self.base.max(run).max(floor).max(CLOCK.get()) + 1
+        self.base
+            .max(run)
+            .max(floor)
+            .max(CLOCK.with(std::cell::Cell::get))
+            + 1
     }
 
     /// Note that `seq` was given out (and is in the log).
     #[inline]
     pub(super) fn gave(&mut self, seq: u64) {
         self.maxseq = self.maxseq.max(seq);
-        CLOCK.set(CLOCK.get().max(seq));
+        CLOCK.with(|c| c.set(c.get().max(seq)));
     }
 }
 
@@ -571,7 +575,7 @@ impl Inner {
         let mut f = self.enter(shard)?;
         let lane = self.log.my_lane();
         let mut seq = f.seq_after(0);
-        let hdr = HeaderBuf::delete(key.len(), seq);
+        let hdr = HeaderBuf::delete_in(self.ks, key.len(), seq, 0);
         let len = hdr.as_slice().len() + key.len();
         let (seg_id, mark, appended) = {
             let mut tail = self.log.tails[lane].0.lock();

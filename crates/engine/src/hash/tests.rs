@@ -2267,3 +2267,59 @@ fn a_marker_ends_each_lane_so_damage_to_the_last_record_shows() {
         "damage taken for a torn tail"
     );
 }
+
+/// A database without keyspaces writes `index.ki` version 2 (what builds before keyspaces
+/// read); one with keyspaces writes version 3, whose keyspace indexes load as written (the
+/// open uses them: no replay of the log before the checkpoint), the catalog among them.
+#[test]
+fn a_checkpoint_holds_every_keyspace_and_stays_version_2_without_them() {
+    let fs = SimVfs::new();
+    let version = |fs: &SimVfs| {
+        let img = fs.image();
+        let b = &img[Path::new("/sim/db.kh/index.ki")];
+        u32::from_le_bytes(b[8..12].try_into().unwrap())
+    };
+    {
+        let db = sim_open(&fs, "lanes=2");
+        db.put(b"root", b"r").unwrap();
+        db.close().unwrap();
+    }
+    assert_eq!(version(&fs), CKPT_VERSION);
+    {
+        let db = sim_open(&fs, "");
+        let a = db.keyspace("a", "").unwrap();
+        for i in 0u32..300 {
+            a.put(&i.to_be_bytes(), b"a").unwrap();
+        }
+        db.keyspace("b", "").unwrap().put(b"root", b"b").unwrap();
+        drop(a);
+        db.close().unwrap();
+    }
+    assert_eq!(version(&fs), CKPT_VERSION_SPACES);
+    let db = sim_open(&fs, "");
+    let known: Vec<u32> = db.inner.log.segs.load().segs.keys().copied().collect();
+    let c = db
+        .inner
+        .read_checkpoint(&known)
+        .expect("a usable checkpoint");
+    let ids: Vec<u64> = c.spaces.iter().map(|s| s.0).collect();
+    assert_eq!(ids, vec![1, 2, 3], "the catalog and both keyspaces");
+    let counts: Vec<usize> = c
+        .spaces
+        .iter()
+        .map(|s| s.1.iter().map(|(_, t)| t.iter().count()).sum())
+        .collect();
+    assert_eq!(counts, vec![2, 300, 1]);
+    assert_eq!(db.keyspace("a", "").unwrap().count(), 300);
+    assert_eq!(
+        db.keyspace("b", "")
+            .unwrap()
+            .get(b"root")
+            .unwrap()
+            .unwrap()
+            .value,
+        b"b"
+    );
+    assert_eq!(db.get(b"root").unwrap().unwrap().value, b"r");
+    assert_eq!(db.count(), 1);
+}

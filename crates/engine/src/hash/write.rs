@@ -57,7 +57,7 @@ impl Inner {
             version,
             dup: 0,
         };
-        let hdr = HeaderBuf::put(key.len(), stored.bytes.len(), &fields);
+        let hdr = HeaderBuf::put_in(self.ks, key.len(), stored.bytes.len(), &fields);
         if expires != 0 {
             self.expiring.fetch_add(1, Ordering::Relaxed);
         }
@@ -82,7 +82,7 @@ impl Inner {
     }
 
     pub(super) fn write_delete(&self, lane: usize, key: &[u8], seq: u64, acct: Acct) -> Result<()> {
-        let hdr = HeaderBuf::delete(key.len(), seq);
+        let hdr = HeaderBuf::delete_in(self.ks, key.len(), seq, 0);
         let mut tail = self.log.tails[lane].0.lock();
         self.log.append(&mut tail, &[hdr.as_slice(), key], true)?;
         self.log.note_full(lane, &tail);

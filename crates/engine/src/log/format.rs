@@ -46,7 +46,7 @@
 //! `dup` (the B+ tree only) names one of several values of a key: a put sets that value, a
 //! delete removes it; absent, it is 0 (the value of a key without duplicates).
 //!
-//! `keyspace` (the B+ tree only) names the keyspace a record belongs to: 0 the database
+//! `keyspace` (the B+ tree and the hash) names the keyspace a record belongs to: 0 the database
 //! itself, [`KS_CATALOG`] the catalog (a put per keyspace: key its name, value its id and
 //! parameters), [`KS_FIRST`] and up the keyspaces made by `Store::keyspace`. A batch frame's
 //! records may name different keyspaces: the frame is checked as one, so a batch across

@@ -196,14 +196,15 @@ pub trait Store: Send + Sync {
     // ----- keyspaces -----
 
     /// The keyspace `name` of this database, made on first use with `params` (a `.kb`'s:
-    /// `cmp=`, fixed at creation; a memory kind's: its own parameters). A keyspace is a store of
-    /// its own (its records, count, cursors and order apart from the database's and every
-    /// other keyspace's) that shares the database's log: [`Store::write_across`] changes
-    /// several keyspaces atomically. Kinds without keyspaces (`.kh`, `.kf`) refuse.
+    /// `cmp=`, fixed at creation; a `.kh`'s: none; a memory kind's: its own parameters). A
+    /// keyspace is a store of its own (its records, count, cursors and order apart from the
+    /// database's and every other keyspace's) that shares the database's log:
+    /// [`Store::write_across`] changes several keyspaces atomically. A kind without keyspaces
+    /// (`.kf`) refuses.
     fn keyspace(&self, name: &str, params: &str) -> Result<std::sync::Arc<dyn Store>> {
         let _ = (name, params);
         Err(Error::Unsupported(
-            "keyspaces (a .kb or a memory database has them; a .kh or .kf has none)",
+            "keyspaces (a .kb, .kh or memory database has them; a .kf, an array of fixed-length slots, has none)",
         ))
     }
 
@@ -219,7 +220,7 @@ pub trait Store: Send + Sync {
     fn write_across(&self, ops: &[(&str, BatchOp)]) -> Result<()> {
         if ops.iter().any(|(ks, _)| !ks.is_empty()) {
             return Err(Error::Unsupported(
-                "keyspaces (a .kb or a memory database has them; a .kh or .kf has none)",
+                "keyspaces (a .kb, .kh or memory database has them; a .kf, an array of fixed-length slots, has none)",
             ));
         }
         let own: Vec<BatchOp> = ops.iter().map(|(_, op)| op.clone()).collect();
