@@ -315,7 +315,12 @@ struct Header {
 
 /// Parse a file's header from its first bytes (at most `FILE_HEADER` of them).
 fn parse_header(h: &[u8], path: &Path) -> Result<Header> {
-    let bad = || Error::Corrupt(format!("{}: not an update log file (bad header)", path.display()));
+    let bad = || {
+        Error::Corrupt(format!(
+            "{}: not an update log file (bad header)",
+            path.display()
+        ))
+    };
     let v1 = h.get(0..8) == Some(&MAGIC_V1[..]);
     let need = if v1 { HEADER_V1 } else { FILE_HEADER } as usize;
     if h.len() < need {

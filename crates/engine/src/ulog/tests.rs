@@ -214,7 +214,8 @@ fn damage_in_the_last_synced_record_is_refused() {
     let data = fs::read(&file).unwrap();
     let end = records_end(&data, FILE_HEADER as usize);
     let f = OpenOptions::new().write(true).open(&file).unwrap();
-    f.write_all_at(&[data[end - 2] ^ 0x20], end as u64 - 2).unwrap();
+    f.write_all_at(&[data[end - 2] ^ 0x20], end as u64 - 2)
+        .unwrap();
     match Ulog::open(cfg(dir.path(), 1)) {
         Err(Error::Corrupt(m)) => {
             assert!(m.contains(&format!("inside the {end} bytes synced")), "{m}")
@@ -249,7 +250,11 @@ fn a_hole_past_the_synced_length_is_a_torn_tail() {
     let f = OpenOptions::new().write(true).open(&file).unwrap();
     f.write_all_at(&more, synced).unwrap();
     let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
-    assert_eq!(log.torn_tail, more.len() as u64, "the hole and the records after it");
+    assert_eq!(
+        log.torn_tail,
+        more.len() as u64,
+        "the hole and the records after it"
+    );
     assert_eq!(log.last_ts(), a);
     log.close().unwrap();
     drop(log);
@@ -276,7 +281,13 @@ fn files_of_the_format_before_open() {
     let crc = crc32c::crc32c(&data[0..28]);
     data[28..32].copy_from_slice(&crc.to_le_bytes());
     for ts in 1..=5u64 {
-        record::encode(&mut data, ts * 10, 1, ts * 10, &Op::Remove { key: &[ts as u8] });
+        record::encode(
+            &mut data,
+            ts * 10,
+            1,
+            ts * 10,
+            &Op::Remove { key: &[ts as u8] },
+        );
     }
     let end = data.len();
     // The preallocated end of the old writer's file, and a torn record in it.
@@ -288,7 +299,10 @@ fn files_of_the_format_before_open() {
     let mut bad = data.clone();
     bad[40] ^= 1;
     fs::write(&old, &bad).unwrap();
-    assert!(matches!(Ulog::open(cfg(dir.path(), 1)), Err(Error::Corrupt(_))));
+    assert!(matches!(
+        Ulog::open(cfg(dir.path(), 1)),
+        Err(Error::Corrupt(_))
+    ));
     fs::write(&old, &data).unwrap();
     let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
     assert_eq!(log.torn_tail, 5);
@@ -308,7 +322,11 @@ fn files_of_the_format_before_open() {
     assert_eq!(seen, [10, 20, 30, 40, 50, t]);
     log.close().unwrap();
     drop(log);
-    assert_eq!(fs::read(&old).unwrap().len(), end, "the old file cut to its records");
+    assert_eq!(
+        fs::read(&old).unwrap().len(),
+        end,
+        "the old file cut to its records"
+    );
     let new = fs::read(ulog.join(file_name(2))).unwrap();
     assert_eq!(&new[0..8], b"KURAULG2");
     let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
