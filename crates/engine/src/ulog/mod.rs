@@ -8,8 +8,8 @@
 //! every record in it is newer) and two slots `[synced u64][n u32][crc32c u32]`: the length of
 //! the file known durable, written after each fsync into the slot the last write did not use
 //! (so a torn slot write leaves the other). Files of the format before (`KURAULG1`, a 32-byte
-//! header without slots) are read as they are; opening a log whose newest file is one seals it
-//! and starts a new file. A new file is started when the next record does not fit in
+//! header without slots) are read as they are, and so is a file neither of whose slots
+//! verifies; opening a log whose newest file is one seals it and starts a new file. A new file is started when the next record does not fit in
 //! `file_size`; the old one is cut to its records and fsynced first, so only the newest file
 //! can have a torn tail.
 //!
@@ -307,7 +307,8 @@ struct Header {
     prev_ts: u64,
     /// Where the records start.
     hdr: u64,
-    /// The largest synced length of a slot that verifies (`None`: the format before).
+    /// The largest synced length of a slot that verifies (`None`: the format before, or
+    /// neither slot verifies).
     synced: Option<u64>,
     /// The slot writes so far (the larger `n` of the slots that verify).
     slot_writes: u32,
@@ -353,12 +354,12 @@ fn parse_header(h: &[u8], path: &Path) -> Result<Header> {
             slot_writes = slot_writes.max(n);
         }
     }
-    // Both slots torn cannot happen (one is written at a time); if it did, the header's
-    // length is all that is known durable.
+    // A crash tears one slot at most (one is written at a time). With both damaged, the file
+    // is read as one of the format before: damage is what has intact records after it.
     Ok(Header {
         prev_ts,
         hdr: FILE_HEADER,
-        synced: Some(synced.unwrap_or(FILE_HEADER)),
+        synced,
         slot_writes,
     })
 }

@@ -226,6 +226,54 @@ fn damage_in_the_last_synced_record_is_refused() {
     assert!(read_dir(&dir.path().join("ulog"), 0, u64::MAX, &mut |_| Ok(())).is_err());
 }
 
+/// A torn slot write leaves the other slot's synced length; with both slots damaged the file
+/// is read as one of the format before, and the log goes on in a new file.
+#[test]
+fn a_damaged_synced_length_slot_leaves_the_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+    for i in 0..4u8 {
+        log.append(&Op::Remove { key: &[i] }).unwrap();
+        log.sync().unwrap();
+    }
+    log.close().unwrap();
+    drop(log);
+    let file = dir.path().join("ulog").join(file_name(1));
+    let data = fs::read(&file).unwrap();
+    let (h, _) = read_header(&OsVfs, &file).unwrap();
+    let end = records_end(&data, FILE_HEADER as usize) as u64;
+    assert_eq!(h.synced, Some(end));
+    // The slot written last torn: the other one's length (the sync before) counts.
+    let last = SLOTS[(h.slot_writes % 2) as usize];
+    let f = OpenOptions::new().write(true).open(&file).unwrap();
+    f.write_all_at(&[0xee; 5], last as u64 + 3).unwrap();
+    let (h2, _) = read_header(&OsVfs, &file).unwrap();
+    assert!(
+        h2.synced.is_some_and(|s| s < end && s > FILE_HEADER),
+        "{:?}",
+        h2.synced
+    );
+    let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+    assert_eq!(log.torn_tail, 0);
+    assert_eq!(log.span().0, 1);
+    log.close().unwrap();
+    drop(log);
+    // Both damaged.
+    let f = OpenOptions::new().write(true).open(&file).unwrap();
+    f.write_all_at(&[0xee; 32], 32).unwrap();
+    assert_eq!(read_header(&OsVfs, &file).unwrap().0.synced, None);
+    let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+    assert_eq!(log.span().0, 2, "goes on in a new file");
+    let mut n = 0;
+    log.close().unwrap();
+    read_dir(&dir.path().join("ulog"), 0, u64::MAX, &mut |_| {
+        n += 1;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(n, 4);
+}
+
 /// A hole past the synced length (a write-back out of file order, then a power loss) is a
 /// torn tail: the records after it were never synced, and are dropped.
 #[test]
