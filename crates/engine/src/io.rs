@@ -727,7 +727,22 @@ impl SimVfs {
     /// name made durable, with its bytes that survive, all taken at one instant, so that the
     /// engine under test may go on writing meanwhile. `SimVfs::from_image` opens it.
     pub fn crash_image(&self, mode: CrashMode) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
-        let mut next = crash_rng(mode);
+        self.crash_image_under(mode, mode, Path::new("/"))
+    }
+
+    /// `crash_image` with the files under `under` crashed by `inside`, the others by `mode`
+    /// (drawing from one sequence of random numbers, `mode`'s, else `inside`'s): for a
+    /// write-back out of file order in some files only.
+    pub fn crash_image_under(
+        &self,
+        mode: CrashMode,
+        inside: CrashMode,
+        under: &Path,
+    ) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+        let mut next = match mode {
+            CrashMode::DropUnsynced => crash_rng(inside),
+            _ => crash_rng(mode),
+        };
         // Held throughout, so that no name changes (`sync_dir` takes both).
         let _files = self.files.lock();
         let names = self.names.lock();
@@ -748,7 +763,8 @@ impl SimVfs {
             .map(|(p, f)| {
                 let at = Arc::as_ptr(f);
                 let st = &held.iter().find(|h| h.0 == at).unwrap().1;
-                ((*p).clone(), survivor(st, mode, &mut next))
+                let m = if p.starts_with(under) { inside } else { mode };
+                ((*p).clone(), survivor(st, m, &mut next))
             })
             .collect()
     }

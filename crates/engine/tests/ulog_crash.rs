@@ -129,9 +129,20 @@ fn stamps(fs: &SimVfs) -> Vec<u64> {
     v
 }
 
-/// `scattered`: every third image keeps each unsynced write or not, independently (a
-/// write-back out of file order) rather than a prefix of them.
-fn run(always: bool, scattered: bool) {
+/// Which files a crash image writes back out of file order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scatter {
+    /// None: every image keeps a prefix of each file's unsynced writes.
+    No,
+    /// The update log's files.
+    Log,
+    /// Every file.
+    All,
+}
+
+/// `scattered`: every third image keeps each unsynced write of those files or not,
+/// independently (a write-back out of file order) rather than a prefix of them.
+fn run(always: bool, scattered: Scatter) {
     let fs = SimVfs::new();
     fs.set_sync_delay(Duration::from_micros(700));
     let (db, _) = open(&fs, always);
@@ -179,18 +190,22 @@ fn run(always: bool, scattered: bool) {
     for i in 0..14u64 {
         std::thread::sleep(Duration::from_millis(90 + (i * 37) % 150));
         let before = acked.lock().unwrap().len();
-        let mode = if i % 3 == 2 && scattered {
-            CrashMode::Scattered {
-                seed: (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
-            }
-        } else if i % 2 == 0 {
-            CrashMode::Torn {
-                seed: (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
-            }
+        let seed = (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let (mode, image) = if i % 3 == 2 && scattered == Scatter::Log {
+            let mode = CrashMode::Scattered { seed };
+            let rest = CrashMode::Torn { seed };
+            (mode, fs.crash_image_under(rest, mode, Path::new(LOG)))
         } else {
-            CrashMode::DropUnsynced
+            let mode = if i % 3 == 2 && scattered == Scatter::All {
+                CrashMode::Scattered { seed }
+            } else if i % 2 == 0 {
+                CrashMode::Torn { seed }
+            } else {
+                CrashMode::DropUnsynced
+            };
+            (mode, fs.crash_image(mode))
         };
-        images.push((before, mode, fs.crash_image(mode)));
+        images.push((before, mode, image));
     }
     stop.store(true, Ordering::Relaxed);
     for w in writers {
@@ -271,25 +286,33 @@ fn run(always: bool, scattered: bool) {
 
 #[test]
 fn power_loss_with_update_log_sync_always() {
-    run(true, false);
+    run(true, Scatter::No);
 }
 
 #[test]
 fn power_loss_with_update_log_default_sync() {
-    run(false, false);
+    run(false, Scatter::No);
 }
 
-/// A write-back out of file order (which a kernel may do) leaves a hole before intact records:
-/// in the update log's newest file, and in a `.kh` segment, both of which then refuse to open
-/// as damaged. Known limitation: both take a torn tail to be a prefix of the unsynced writes.
-/// Telling such a hole from damage needs the length each file was last synced to, recorded
-/// where a crash cannot tear it (for the update log: in its newest file's header, written with
-/// the next sync).
+/// A write-back out of file order (which a kernel may do) leaves a hole before intact records
+/// in the update log's newest file: past the synced length its header records, that is a torn
+/// tail, cut there (the `.kh`'s files are crashed with a prefix of their writes kept, as
+/// `power_loss_with_write_back_out_of_order_in_the_database` describes).
 #[test]
-#[ignore = "known limitation: recovery assumes unsynced writes reach the disk in file order"]
 fn power_loss_with_write_back_out_of_order() {
-    run(true, true);
-    run(false, true);
+    run(true, Scatter::Log);
+    run(false, Scatter::Log);
+}
+
+/// The same hole in a `.kh` segment makes it refuse to open as damaged: the database's log
+/// records a synced length only in its checkpoints, so a verified record after a failed one
+/// is damage to it. Known limitation: telling the hole from damage needs each segment's synced
+/// length recorded at every sync, as the update log's header does.
+#[test]
+#[ignore = "known limitation: the database's log assumes unsynced writes reach the disk in file order"]
+fn power_loss_with_write_back_out_of_order_in_the_database() {
+    run(true, Scatter::All);
+    run(false, Scatter::All);
 }
 
 /// The database under a `Logged` in the power-loss tests of the update log as the commit point.

@@ -2,11 +2,24 @@
 //! server id of its origin, in files under one directory. It is what replicas follow, what a
 //! point-in-time restore replays onto a backup, and what a hot backup records its position in.
 //!
-//! Files are `NNNNNNNNNNNNNNNNNNNN.kul` (a 20-digit sequence number), each a 32-byte header
-//! (`[magic "KURAULG1"][sid u32][0 u32][prev_ts u64][0 u32][crc32c u32]`, `prev_ts` the time
-//! stamp of the last record before this file: every record in it is newer) and then records
-//! (`record`). A new file is started when the next record does not fit in `file_size`; the old
-//! one is cut to its records and fsynced first, so only the newest file can have a torn tail.
+//! Files are `NNNNNNNNNNNNNNNNNNNN.kul` (a 20-digit sequence number), each a 64-byte header
+//! and then records (`record`). The header is `[magic "KURAULG2"][sid u32][0 u32][prev_ts
+//! u64][0 u32][crc32c u32]` (`prev_ts` the time stamp of the last record before this file:
+//! every record in it is newer) and two slots `[synced u64][n u32][crc32c u32]`: the length of
+//! the file known durable, written after each fsync into the slot the last write did not use
+//! (so a torn slot write leaves the other). Files of the format before (`KURAULG1`, a 32-byte
+//! header without slots) are read as they are, and so is a file neither of whose slots
+//! verifies; opening a log whose newest file is one seals it and starts a new file. A new file is started when the next record does not fit in
+//! `file_size`; the old one is cut to its records and fsynced first, so only the newest file
+//! can have a torn tail.
+//!
+//! Torn tails: a write-back need not go in file order, so a power loss can leave a hole (zeros)
+//! before intact records past the last sync. Opening cuts the newest file at its first bad
+//! record past the synced length its header records, and drops what follows, intact or not: it
+//! was never covered by a finished sync, so never acknowledged as durable. A bad record before
+//! that length is damage, and the log refuses to open. The recorded length is written only once
+//! the fsync covering it has returned, so it never exceeds what is durable; it lags behind by
+//! at most one sync, and damage in that last synced stretch is taken for a tail.
 //! Every file access goes through the `io::Vfs` of the log's `Config` (the power-loss tests
 //! give it a `SimVfs`).
 //!
@@ -49,14 +62,19 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use record::{Op, Rec};
 
-const MAGIC: &[u8; 8] = b"KURAULG1";
+const MAGIC: &[u8; 8] = b"KURAULG2";
+/// The magic of the format before: a 32-byte header without synced-length slots.
+const MAGIC_V1: &[u8; 8] = b"KURAULG1";
+const HEADER_V1: u64 = 32;
 /// `Writer::fill_from` when no zeros are being written ahead.
 const NO_FILL: u64 = u64::MAX;
 /// With `sync=always`, how many bytes of zeros are written ahead of the records at a time, and
 /// how close the records may come to their end before more are (`Ulog::fill_ahead`).
 const FILL_STEP: u64 = 8 << 20;
 const FILL_LOW: u64 = 4 << 20;
-const FILE_HEADER: u64 = 32;
+const FILE_HEADER: u64 = 64;
+/// Where the two synced-length slots of a header are.
+const SLOTS: [usize; 2] = [32, 48];
 
 /// How an update log is set up.
 #[derive(Clone)]
@@ -164,6 +182,10 @@ struct FileInfo {
     prev_ts: u64,
     /// Its length (of a sealed file: the newest's is the writer's `size`).
     len: u64,
+    /// Where its records start (the header's length).
+    hdr: u64,
+    /// The length its header records as synced (`None`: a file of the format before).
+    synced: Option<u64>,
 }
 
 struct Writer {
@@ -185,6 +207,13 @@ struct Writer {
     last_ts: u64,
     /// Bytes ever written to files by this handle: what a sync covers.
     written: u64,
+    /// The synced length last written into the newest file's header, and how many slot
+    /// writes it has had (the next goes to the other slot).
+    marked: u64,
+    slot_writes: u32,
+    /// The first 32 bytes of the newest file's header (`None`: a file of the format before,
+    /// which has no slots).
+    head: Option<[u8; 32]>,
     files: Vec<FileInfo>,
     failed: Option<String>,
 }
@@ -237,33 +266,111 @@ fn file_name(idx: u64) -> String {
     format!("{idx:020}.kul")
 }
 
-fn file_header(sid: u32, prev_ts: u64) -> [u8; 32] {
-    let mut h = [0u8; 32];
+/// A new file's header: both slots say the header itself is synced (the file is synced once
+/// written).
+fn file_header(sid: u32, prev_ts: u64) -> [u8; FILE_HEADER as usize] {
+    let mut h = [0u8; FILE_HEADER as usize];
     h[0..8].copy_from_slice(MAGIC);
     h[8..12].copy_from_slice(&sid.to_le_bytes());
     h[16..24].copy_from_slice(&prev_ts.to_le_bytes());
     let crc = crc32c::crc32c(&h[0..28]);
     h[28..32].copy_from_slice(&crc.to_le_bytes());
+    for (n, at) in SLOTS.into_iter().enumerate() {
+        let s = synced_slot(&h, FILE_HEADER, n as u32);
+        h[at..at + 16].copy_from_slice(&s);
+    }
     h
 }
 
-/// A file's `prev_ts` and length.
-fn read_header(vfs: &dyn Vfs, path: &Path) -> Result<(u64, u64)> {
-    let f = vfs.open(path, false)?;
-    let len = f.len()?;
-    let mut h = [0u8; 32];
-    f.read_at(&mut h, 0)
-        .map_err(|_| Error::Corrupt(format!("{}: shorter than its header", path.display())))?;
-    let crc = u32::from_le_bytes([h[28], h[29], h[30], h[31]]);
-    if &h[0..8] != MAGIC || crc32c::crc32c(&h[0..28]) != crc {
-        return Err(Error::Corrupt(format!(
+/// A synced-length slot of the file whose header starts with `h` (its crc covers the header's,
+/// so a slot is never taken from another file).
+fn synced_slot(h: &[u8], synced: u64, n: u32) -> [u8; 16] {
+    debug_assert!(h.len() >= 32);
+    let mut s = [0u8; 16];
+    s[0..8].copy_from_slice(&synced.to_le_bytes());
+    s[8..12].copy_from_slice(&n.to_le_bytes());
+    let mut c = [0u8; 16];
+    c[0..12].copy_from_slice(&s[0..12]);
+    c[12..16].copy_from_slice(&h[28..32]);
+    s[12..16].copy_from_slice(&crc32c::crc32c(&c).to_le_bytes());
+    s
+}
+
+fn le64(b: &[u8]) -> u64 {
+    let mut p = [0u8; 8];
+    p.copy_from_slice(&b[..8]);
+    u64::from_le_bytes(p)
+}
+
+/// What a file's header says.
+struct Header {
+    prev_ts: u64,
+    /// Where the records start.
+    hdr: u64,
+    /// The largest synced length of a slot that verifies (`None`: the format before, or
+    /// neither slot verifies).
+    synced: Option<u64>,
+    /// The slot writes so far (the larger `n` of the slots that verify).
+    slot_writes: u32,
+}
+
+/// Parse a file's header from its first bytes (at most `FILE_HEADER` of them).
+fn parse_header(h: &[u8], path: &Path) -> Result<Header> {
+    let bad = || {
+        Error::Corrupt(format!(
             "{}: not an update log file (bad header)",
             path.display()
-        )));
+        ))
+    };
+    let v1 = h.get(0..8) == Some(&MAGIC_V1[..]);
+    let need = if v1 { HEADER_V1 } else { FILE_HEADER } as usize;
+    if h.len() < need {
+        return Err(if h.len() >= 8 && (v1 || &h[0..8] == MAGIC) {
+            Error::Corrupt(format!("{}: shorter than its header", path.display()))
+        } else {
+            bad()
+        });
     }
-    let mut p = [0u8; 8];
-    p.copy_from_slice(&h[16..24]);
-    Ok((u64::from_le_bytes(p), len))
+    let crc = u32::from_le_bytes([h[28], h[29], h[30], h[31]]);
+    if !(v1 || &h[0..8] == MAGIC) || crc32c::crc32c(&h[0..28]) != crc {
+        return Err(bad());
+    }
+    let prev_ts = le64(&h[16..24]);
+    if v1 {
+        return Ok(Header {
+            prev_ts,
+            hdr: HEADER_V1,
+            synced: None,
+            slot_writes: 0,
+        });
+    }
+    let mut synced = None;
+    let mut slot_writes = 0;
+    for at in SLOTS {
+        let n = u32::from_le_bytes([h[at + 8], h[at + 9], h[at + 10], h[at + 11]]);
+        let len = le64(&h[at..at + 8]);
+        if h[at..at + 16] == synced_slot(h, len, n) {
+            synced = synced.max(Some(len));
+            slot_writes = slot_writes.max(n);
+        }
+    }
+    // A crash tears one slot at most (one is written at a time). With both damaged, the file
+    // is read as one of the format before: damage is what has intact records after it.
+    Ok(Header {
+        prev_ts,
+        hdr: FILE_HEADER,
+        synced,
+        slot_writes,
+    })
+}
+
+/// A file's header and length.
+fn read_header(vfs: &dyn Vfs, path: &Path) -> Result<(Header, u64)> {
+    let f = vfs.open(path, false)?;
+    let len = f.len()?;
+    let mut h = vec![0u8; len.min(FILE_HEADER) as usize];
+    f.read_at(&mut h, 0)?;
+    Ok((parse_header(&h, path)?, len))
 }
 
 /// The update log files of `dir`, oldest first.
@@ -276,8 +383,14 @@ fn list(vfs: &dyn Vfs, dir: &Path) -> Result<Vec<FileInfo>> {
         let Ok(idx) = stem.parse::<u64>() else {
             continue;
         };
-        let (prev_ts, len) = read_header(vfs, &dir.join(&name))?;
-        out.push(FileInfo { idx, prev_ts, len });
+        let (h, len) = read_header(vfs, &dir.join(&name))?;
+        out.push(FileInfo {
+            idx,
+            prev_ts: h.prev_ts,
+            len,
+            hdr: h.hdr,
+            synced: h.synced,
+        });
     }
     out.sort_by_key(|f| f.idx);
     for w in out.windows(2) {
@@ -292,24 +405,51 @@ fn list(vfs: &dyn Vfs, dir: &Path) -> Result<Vec<FileInfo>> {
     Ok(out)
 }
 
-/// Scan a file's records: the offset after the last good one, the last time stamp, and
-/// whether bad bytes follow it.
-fn scan_file(data: &[u8], path: &Path, prev_ts: u64) -> Result<(u64, u64, bool)> {
-    let mut off = FILE_HEADER as usize;
-    let mut last = prev_ts;
+/// Scan the newest file's records: the offset after the last good one, the last time stamp,
+/// and whether bad bytes follow it. Past the synced length its header records (`fi.synced`) a
+/// bad record is a torn tail, whatever follows it; before it, damage. A file of the format
+/// before records none: a bad record with intact records after it is damage there.
+fn scan_file(data: &[u8], path: &Path, fi: &FileInfo) -> Result<(u64, u64, bool)> {
+    let mut off = fi.hdr as usize;
+    let mut last = fi.prev_ts;
+    let synced = fi.synced.map(|s| s as usize);
+    if let Some(s) = synced.filter(|&s| s > data.len()) {
+        return Err(Error::Corrupt(format!(
+            "{}: {} bytes long, shorter than the {s} bytes synced",
+            path.display(),
+            data.len()
+        )));
+    }
     while off < data.len() {
-        match record::decode(&data[off..]) {
-            Ok(record::Next::Record(r, n)) => {
-                if r.ts <= last {
-                    return Err(Error::Corrupt(format!(
-                        "{}: time stamps out of order at offset {off}",
-                        path.display()
-                    )));
-                }
+        let out_of_order = match record::decode(&data[off..]) {
+            Ok(record::Next::Record(r, n)) if r.ts > last => {
                 last = r.ts;
                 off += n;
+                continue;
             }
-            Ok(record::Next::Incomplete) | Err(_) => {
+            Ok(record::Next::Record(..)) => true,
+            Ok(record::Next::Incomplete) | Err(_) => false,
+        };
+        let what = if out_of_order {
+            "time stamps out of order"
+        } else {
+            "damaged record"
+        };
+        match synced {
+            Some(s) if off < s => {
+                return Err(Error::Corrupt(format!(
+                    "{}: {what} at offset {off}, inside the {s} bytes synced",
+                    path.display()
+                )))
+            }
+            Some(_) => {}
+            None if out_of_order => {
+                return Err(Error::Corrupt(format!(
+                    "{}: {what} at offset {off}",
+                    path.display()
+                )))
+            }
+            None => {
                 // A torn tail holds no intact record after it; damage in the middle does.
                 let last_set = data.iter().rposition(|&b| b != 0).unwrap_or(0);
                 let later = last_set > off
@@ -318,13 +458,13 @@ fn scan_file(data: &[u8], path: &Path, prev_ts: u64) -> Result<(u64, u64, bool)>
                 });
                 if later {
                     return Err(Error::Corrupt(format!(
-                        "{}: damaged record at offset {off} with intact records after it",
+                        "{}: {what} at offset {off} with intact records after it",
                         path.display()
                     )));
                 }
-                return Ok((off as u64, last, true));
             }
         }
+        return Ok((off as u64, last, true));
     }
     Ok((off as u64, last, false))
 }
@@ -337,13 +477,21 @@ impl Ulog {
         vfs.create_dir_all(&cfg.dir)?;
         let mut files = list(vfs, &cfg.dir)?;
         let mut torn = 0;
+        let mut slot_writes = 0;
+        let mut head = None;
         let (file, idx, size, last_ts) = match files.last() {
             Some(f) => {
                 let path = cfg.dir.join(file_name(f.idx));
                 let file = vfs.open(&path, false)?;
                 let mut data = vec![0u8; file.len()? as usize];
                 file.read_at(&mut data, 0)?;
-                let (end, last, _) = scan_file(&data, &path, f.prev_ts)?;
+                let (end, last, _) = scan_file(&data, &path, f)?;
+                if f.synced.is_some() {
+                    slot_writes = parse_header(&data, &path)?.slot_writes;
+                    let mut h = [0u8; 32];
+                    h.copy_from_slice(&data[..32]);
+                    head = Some(h);
+                }
                 // Bytes of a record torn by a crash: up to the last one not zero.
                 torn = data[end as usize..]
                     .iter()
@@ -360,18 +508,24 @@ impl Ulog {
                 let path = cfg.dir.join(file_name(1));
                 let file = vfs.open(&path, true)?;
                 file.set_len(0)?;
-                file.write_at(&file_header(cfg.sid, 0), 0)?;
+                let h = file_header(cfg.sid, 0);
+                head = Some(h[..32].try_into().expect("32 bytes"));
+                file.write_at(&h, 0)?;
                 file.sync()?;
                 vfs.sync_dir(&cfg.dir)?;
                 files.push(FileInfo {
                     idx: 1,
                     prev_ts: 0,
                     len: FILE_HEADER,
+                    hdr: FILE_HEADER,
+                    synced: Some(FILE_HEADER),
                 });
                 (file, 1, FILE_HEADER, 0)
             }
         };
         let replicas = load_replicas(vfs, &cfg.dir);
+        // A newest file of the format before is sealed, and the log goes on in a new file.
+        let upgrade = files.last().is_some_and(|f| f.synced.is_none());
         let map = map_file(&*file, cfg.file_size.max(size))?;
         let log = Arc::new(Ulog {
             w: Mutex::new(Writer {
@@ -385,6 +539,9 @@ impl Ulog {
                 buf: Vec::with_capacity(64 << 10),
                 last_ts,
                 written: 0,
+                marked: size,
+                slot_writes,
+                head,
                 files,
                 failed: None,
             }),
@@ -402,6 +559,10 @@ impl Ulog {
             torn_tail: torn,
             cfg,
         });
+        if upgrade {
+            let mut w = log.w.lock();
+            log.rotate(&mut w, 0)?;
+        }
         log.start_background();
         Ok(log)
     }
@@ -557,10 +718,11 @@ impl Ulog {
         let path = self.cfg.dir.join(file_name(idx));
         let cap = self.cfg.file_size.max(FILE_HEADER + need);
         let vfs = &*self.cfg.vfs;
+        let h = file_header(self.cfg.sid, w.last_ts);
         let made = (|| -> std::io::Result<(Arc<dyn VFile>, Arc<MapMut>)> {
             let f = vfs.open(&path, true)?;
             f.set_len(0)?;
-            f.write_at(&file_header(self.cfg.sid, w.last_ts), 0)?;
+            f.write_at(&h, 0)?;
             f.sync()?;
             vfs.sync_dir(&self.cfg.dir)?;
             let m = map_file(&*f, cap)?;
@@ -574,6 +736,8 @@ impl Ulog {
             idx,
             prev_ts: w.last_ts,
             len: FILE_HEADER,
+            hdr: FILE_HEADER,
+            synced: Some(FILE_HEADER),
         });
         w.file = f;
         w.map = m;
@@ -581,6 +745,9 @@ impl Ulog {
         w.zeroed = 0;
         w.idx = idx;
         w.size = FILE_HEADER;
+        w.marked = FILE_HEADER;
+        w.slot_writes = 0;
+        w.head = Some(h[..32].try_into().expect("32 bytes"));
         Ok(())
     }
 
@@ -661,9 +828,9 @@ impl Ulog {
     /// fsync the newest file: every record appended before the call is then durable (older
     /// files were synced when they were sealed).
     fn sync_file(&self) -> Result<()> {
-        let (file, end) = {
+        let (file, end, idx, size) = {
             let w = self.w.lock();
-            (w.file.clone(), w.written)
+            (w.file.clone(), w.written, w.idx, w.size)
         };
         if !self.cfg.sync_delay.is_zero() {
             std::thread::sleep(self.cfg.sync_delay);
@@ -674,6 +841,27 @@ impl Ulog {
             return Err(self.fail(&mut w, e));
         }
         self.synced.fetch_max(end, Ordering::AcqRel);
+        let mut w = self.w.lock();
+        self.mark_synced(&mut w, idx, size)
+    }
+
+    /// Record in the newest file's header that its first `size` bytes are durable (the fsync
+    /// covering them has returned), if it is still file `idx`. Not synced itself: the next
+    /// fsync makes it durable, and until then the other slot says less. Under the writer's
+    /// lock: a write to the header's page while the writer copies into it through the
+    /// mapping is safe, as the bytes differ.
+    fn mark_synced(&self, w: &mut Writer, idx: u64, size: u64) -> Result<()> {
+        let Some(head) = w.head else { return Ok(()) };
+        if w.idx != idx || size <= w.marked || w.failed.is_some() {
+            return Ok(());
+        }
+        w.slot_writes = w.slot_writes.wrapping_add(1);
+        let at = SLOTS[(w.slot_writes % 2) as usize];
+        let slot = synced_slot(&head, size, w.slot_writes);
+        if let Err(e) = w.file.write_at(&slot, at as u64) {
+            return Err(self.fail(w, e));
+        }
+        w.marked = size;
         Ok(())
     }
 
@@ -731,7 +919,7 @@ impl Ulog {
             log: self.clone(),
             idx: f.idx,
             file,
-            off: FILE_HEADER,
+            off: f.hdr,
             buf: Vec::new(),
             start: 0,
             after,
@@ -829,6 +1017,16 @@ impl Ulog {
             let _ = h.join();
         }
         self.sync()?;
+        // The synced length in the header made durable too: a clean close leaves it exact.
+        let mut w = self.w.lock();
+        let (idx, size) = (w.idx, w.size);
+        if size > w.marked {
+            self.mark_synced(&mut w, idx, size)?;
+            if let Err(e) = w.file.sync() {
+                return Err(self.fail(&mut w, e));
+            }
+        }
+        drop(w);
         self.save_replicas()
     }
 }
@@ -937,7 +1135,7 @@ impl Reader {
                     .open(&self.log.cfg.dir.join(file_name(f.idx)), false)
                     .map_err(|_| Error::NotFound("update log file removed".into()))?;
                 self.idx = f.idx;
-                self.off = FILE_HEADER;
+                self.off = f.hdr;
                 self.buf.clear();
                 self.start = 0;
                 continue;
@@ -1048,7 +1246,19 @@ pub fn read_dir_in(
     }) {
         let path = dir.join(file_name(fi.idx));
         let whole = read_file(vfs, &path)?;
-        let data = whole.get(FILE_HEADER as usize..).unwrap_or_default();
+        let hdr = fi.hdr;
+        let data = whole.get(hdr as usize..).unwrap_or_default();
+        // In the newest file, what ends inside a record ends the log, unless it lies inside
+        // what the header records as synced (a log read here was not opened since a crash, so
+        // a record that fails its check is damage wherever it is).
+        let synced = fi.synced.unwrap_or(0).saturating_sub(hdr) as usize;
+        if Some(fi.idx) == newest && synced > data.len() {
+            return Err(Error::Corrupt(format!(
+                "{}: shorter than the {} bytes synced",
+                path.display(),
+                synced as u64 + hdr
+            )));
+        }
         let mut off = 0;
         while off < data.len() {
             match record::decode(&data[off..]) {
@@ -1063,19 +1273,19 @@ pub fn read_dir_in(
                     }
                     off += len;
                 }
-                Ok(record::Next::Incomplete) if Some(fi.idx) == newest => break,
+                Ok(record::Next::Incomplete) if Some(fi.idx) == newest && off >= synced => break,
                 Ok(record::Next::Incomplete) => {
                     return Err(Error::Corrupt(format!(
                         "{}: ends inside a record at offset {}",
                         path.display(),
-                        off as u64 + FILE_HEADER
+                        off as u64 + hdr
                     )))
                 }
                 Err(e) => {
                     return Err(Error::Corrupt(format!(
                         "{} at offset {}: {e}",
                         path.display(),
-                        off as u64 + FILE_HEADER
+                        off as u64 + hdr
                     )))
                 }
             }

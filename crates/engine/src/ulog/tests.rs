@@ -175,7 +175,7 @@ fn damage_before_intact_records_is_refused() {
     let f = OpenOptions::new().write(true).open(&file).unwrap();
     f.write_all_at(&[0xff], FILE_HEADER + 40).unwrap();
     match Ulog::open(cfg(dir.path(), 1)) {
-        Err(Error::Corrupt(m)) => assert!(m.contains("intact records after it"), "{m}"),
+        Err(Error::Corrupt(m)) => assert!(m.contains("inside the"), "{m}"),
         Err(e) => panic!("wrong error {e}"),
         Ok(_) => panic!("damaged log opened"),
     }
@@ -188,6 +188,206 @@ fn damage_before_intact_records_is_refused() {
         r.is_err(),
         "a restore must not apply a damaged log in part silently"
     );
+}
+
+/// The end of the records of a log file (its mapped end is zeros).
+fn records_end(data: &[u8], from: usize) -> usize {
+    let mut len = from;
+    while let Ok(record::Next::Record(_, n)) = record::decode(&data[len..]) {
+        len += n;
+    }
+    len
+}
+
+/// A damaged byte in the last record, before the length the header records as synced, is
+/// damage: nothing intact follows it, yet it was durable, so it is no torn tail.
+#[test]
+fn damage_in_the_last_synced_record_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+    for i in 0..10u8 {
+        log.append(&Op::Remove { key: &[i] }).unwrap();
+    }
+    log.close().unwrap();
+    drop(log);
+    let file = dir.path().join("ulog").join(file_name(1));
+    let data = fs::read(&file).unwrap();
+    let end = records_end(&data, FILE_HEADER as usize);
+    let f = OpenOptions::new().write(true).open(&file).unwrap();
+    f.write_all_at(&[data[end - 2] ^ 0x20], end as u64 - 2)
+        .unwrap();
+    match Ulog::open(cfg(dir.path(), 1)) {
+        Err(Error::Corrupt(m)) => {
+            assert!(m.contains(&format!("inside the {end} bytes synced")), "{m}")
+        }
+        Err(e) => panic!("wrong error {e}"),
+        Ok(_) => panic!("damaged log opened"),
+    }
+    assert!(read_dir(&dir.path().join("ulog"), 0, u64::MAX, &mut |_| Ok(())).is_err());
+}
+
+/// A torn slot write leaves the other slot's synced length; with both slots damaged the file
+/// is read as one of the format before, and the log goes on in a new file.
+#[test]
+fn a_damaged_synced_length_slot_leaves_the_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+    for i in 0..4u8 {
+        log.append(&Op::Remove { key: &[i] }).unwrap();
+        log.sync().unwrap();
+    }
+    log.close().unwrap();
+    drop(log);
+    let file = dir.path().join("ulog").join(file_name(1));
+    let data = fs::read(&file).unwrap();
+    let (h, _) = read_header(&OsVfs, &file).unwrap();
+    let end = records_end(&data, FILE_HEADER as usize) as u64;
+    assert_eq!(h.synced, Some(end));
+    // The slot written last torn: the other one's length (the sync before) counts.
+    let last = SLOTS[(h.slot_writes % 2) as usize];
+    let f = OpenOptions::new().write(true).open(&file).unwrap();
+    f.write_all_at(&[0xee; 5], last as u64 + 3).unwrap();
+    let (h2, _) = read_header(&OsVfs, &file).unwrap();
+    assert!(
+        h2.synced.is_some_and(|s| s < end && s > FILE_HEADER),
+        "{:?}",
+        h2.synced
+    );
+    let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+    assert_eq!(log.torn_tail, 0);
+    assert_eq!(log.span().0, 1);
+    log.close().unwrap();
+    drop(log);
+    // Both damaged.
+    let f = OpenOptions::new().write(true).open(&file).unwrap();
+    f.write_all_at(&[0xee; 32], 32).unwrap();
+    assert_eq!(read_header(&OsVfs, &file).unwrap().0.synced, None);
+    let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+    assert_eq!(log.span().0, 2, "goes on in a new file");
+    let mut n = 0;
+    log.close().unwrap();
+    read_dir(&dir.path().join("ulog"), 0, u64::MAX, &mut |_| {
+        n += 1;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(n, 4);
+}
+
+/// A hole past the synced length (a write-back out of file order, then a power loss) is a
+/// torn tail: the records after it were never synced, and are dropped.
+#[test]
+fn a_hole_past_the_synced_length_is_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+    let a = log.append(&Op::Remove { key: b"a" }).unwrap();
+    log.close().unwrap();
+    drop(log);
+    let file = dir.path().join("ulog").join(file_name(1));
+    let data = fs::read(&file).unwrap();
+    let synced = records_end(&data, FILE_HEADER as usize) as u64;
+    // Three records appended after the sync; the first one's bytes never reached the disk.
+    let mut more = Vec::new();
+    for (i, k) in [b"b", b"c", b"d"].iter().enumerate() {
+        let ts = a + 1 + i as u64;
+        record::encode(&mut more, ts, 1, ts, &Op::Remove { key: *k });
+    }
+    let mut first = Vec::new();
+    record::encode(&mut first, a + 1, 1, a + 1, &Op::Remove { key: b"b" });
+    more[..first.len()].fill(0);
+    let f = OpenOptions::new().write(true).open(&file).unwrap();
+    f.write_all_at(&more, synced).unwrap();
+    let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+    assert_eq!(
+        log.torn_tail,
+        more.len() as u64,
+        "the hole and the records after it"
+    );
+    assert_eq!(log.last_ts(), a);
+    log.close().unwrap();
+    drop(log);
+    let mut seen = Vec::new();
+    read_dir(&dir.path().join("ulog"), 0, u64::MAX, &mut |r| {
+        seen.push(r.ts);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(seen, [a]);
+}
+
+/// A log written by the format before (`KURAULG1`, a 32-byte header without synced lengths)
+/// opens: its records are read as they are, damage with intact records after it is still
+/// refused, and the log goes on in a new file of the current format.
+#[test]
+fn files_of_the_format_before_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let ulog = dir.path().join("ulog");
+    fs::create_dir_all(&ulog).unwrap();
+    let mut data = vec![0u8; 32];
+    data[0..8].copy_from_slice(b"KURAULG1");
+    data[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let crc = crc32c::crc32c(&data[0..28]);
+    data[28..32].copy_from_slice(&crc.to_le_bytes());
+    for ts in 1..=5u64 {
+        record::encode(
+            &mut data,
+            ts * 10,
+            1,
+            ts * 10,
+            &Op::Remove { key: &[ts as u8] },
+        );
+    }
+    let end = data.len();
+    // The preallocated end of the old writer's file, and a torn record in it.
+    data.resize(end + 4096, 0);
+    data[end..end + 5].copy_from_slice(&[9, 0, 0, 0, 1]);
+    let old = ulog.join(file_name(1));
+    fs::write(&old, &data).unwrap();
+    // Damage with intact records after it, in the old file: refused.
+    let mut bad = data.clone();
+    bad[40] ^= 1;
+    fs::write(&old, &bad).unwrap();
+    assert!(matches!(
+        Ulog::open(cfg(dir.path(), 1)),
+        Err(Error::Corrupt(_))
+    ));
+    fs::write(&old, &data).unwrap();
+    let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+    assert_eq!(log.torn_tail, 5);
+    assert_eq!(log.last_ts(), 50);
+    assert_eq!(log.span().0, 2, "a new file after the old one");
+    let t = log.append(&Op::Vanish).unwrap();
+    let Start::Reader(mut r) = log.reader(0).unwrap() else {
+        panic!("behind")
+    };
+    let mut seen = Vec::new();
+    while let Some(b) = r.next(Duration::from_millis(20)).unwrap() {
+        let record::Next::Record(rec, _) = record::decode(b).unwrap() else {
+            panic!("incomplete")
+        };
+        seen.push(rec.ts);
+    }
+    assert_eq!(seen, [10, 20, 30, 40, 50, t]);
+    log.close().unwrap();
+    drop(log);
+    assert_eq!(
+        fs::read(&old).unwrap().len(),
+        end,
+        "the old file cut to its records"
+    );
+    let new = fs::read(ulog.join(file_name(2))).unwrap();
+    assert_eq!(&new[0..8], b"KURAULG2");
+    let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+    assert_eq!(log.torn_tail, 0);
+    assert_eq!(log.span().0, 2);
+    drop(log);
+    let mut seen = Vec::new();
+    read_dir(&ulog, 0, u64::MAX, &mut |r| {
+        seen.push(r.ts);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(seen, [10, 20, 30, 40, 50, t]);
 }
 
 #[test]
