@@ -2,7 +2,7 @@
 //! shared durable log (docs/ARCHITECTURE.md, "B+ tree").
 //!
 //! A database directory holds:
-//! - the write-ahead log (`seg-NNNNNNNN.kd`, one lane): every change as a put / delete / batch /
+//! - the write-ahead log (`seg-NNNNNNNN.kd`, `WAL_LANES` lanes): every change as a put / delete / batch /
 //!   clear record of the shared log format, the full new state of one key each, so replaying a
 //!   record twice changes nothing;
 //! - the node log (`nodes/seg-NNNNNNNN.kd`): leaf images, each a put record of the same format
@@ -55,6 +55,10 @@ pub const PARAMS: &[&str] = &[
 
 /// The descriptor's kind.
 pub const KIND: &str = "tree";
+
+/// Lanes of the write-ahead log: each writing thread appends to one (`Log::my_lane`), so
+/// writers on different threads share no log buffer and no lock.
+pub(crate) const WAL_LANES: usize = 4;
 
 /// The checkpoint's file name.
 pub(crate) const CKPT_NAME: &str = "tree.ki";
