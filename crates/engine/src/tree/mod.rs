@@ -183,6 +183,11 @@ pub(crate) struct Spaces {
     pub bg: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
+thread_local! {
+    /// The keyspace (`Inner` address) and leaf this thread read or changed last.
+    static LAST_LEAF: std::cell::Cell<(usize, u32)> = const { std::cell::Cell::new((0, NONE)) };
+}
+
 /// A leaf latched for reading or writing.
 pub(crate) type ReadLatch<'f> = RwLockReadGuard<'f, SlotState>;
 pub(crate) type WriteLatch<'f> = RwLockWriteGuard<'f, SlotState>;
@@ -200,13 +205,35 @@ impl Inner {
                 .is_some_and(|low| self.cmp.cmp(key, low) != KeyOrder::Less)
     }
 
+    /// Where to look for `key`: the leaf this thread used last in this keyspace when its low
+    /// key is at or below `key` (keys in order meet the same leaf again and again; leaves
+    /// never merge, so a leaf whose low key is at or below a key leads to it by right links),
+    /// `hinted`; else the index's answer.
+    #[inline]
+    fn start_leaf(&self, f: &Forest, key: &[u8]) -> (u32, bool) {
+        let (who, id) = LAST_LEAF.get();
+        if who == self as *const Inner as usize && f.exists(id) {
+            if let Some(low) = f.slot(id).low() {
+                if self.cmp.cmp(key, low) != KeyOrder::Less {
+                    return (id, true);
+                }
+            }
+        }
+        (f.index.find(self.cmp, key), false)
+    }
+
+    #[inline]
+    fn note_leaf(&self, id: u32) {
+        LAST_LEAF.set((self as *const Inner as usize, id));
+    }
+
     /// The leaf holding `key`, cached and latched for writing.
     pub(crate) fn write_leaf<'f>(
         &self,
         f: &'f Forest,
         key: &[u8],
     ) -> Result<std::result::Result<(u32, WriteLatch<'f>), Gone>> {
-        let mut id = f.index.find(self.cmp, key);
+        let (mut id, mut hinted) = self.start_leaf(f, key);
         loop {
             let slot = f.slot(id);
             let mut g = slot.st.write();
@@ -214,13 +241,21 @@ impl Inner {
                 return Ok(Err(Gone));
             }
             if self.right_holds(f, g.right, key) {
-                id = g.right;
+                // A hint that is not the leaf: the index, not a walk along the leaves.
+                id = if hinted {
+                    hinted = false;
+                    drop(g);
+                    f.index.find(self.cmp, key)
+                } else {
+                    g.right
+                };
                 continue;
             }
             self.touch(slot);
             if g.leaf.is_none() {
                 self.load(&mut g)?;
             }
+            self.note_leaf(id);
             return Ok(Ok((id, g)));
         }
     }
@@ -231,8 +266,27 @@ impl Inner {
         f: &'f Forest,
         key: &[u8],
     ) -> Result<std::result::Result<(u32, ReadLatch<'f>), Gone>> {
-        let id = f.index.find(self.cmp, key);
-        self.read_from(f, id, key)
+        let (id, hinted) = self.start_leaf(f, key);
+        if hinted {
+            let slot = f.slot(id);
+            let g = slot.st.read();
+            if !g.gone && g.leaf.is_some() && !self.right_holds(f, g.right, key) {
+                self.touch(slot);
+                return Ok(Ok((id, g)));
+            }
+            drop(g);
+            let id = f.index.find(self.cmp, key);
+            let r = self.read_from(f, id, key)?;
+            if let Ok((id, _)) = &r {
+                self.note_leaf(*id);
+            }
+            return Ok(r);
+        }
+        let r = self.read_from(f, id, key)?;
+        if let Ok((id, _)) = &r {
+            self.note_leaf(*id);
+        }
+        Ok(r)
     }
 
     /// Latch leaf `id` for reading, moving right while a neighbour holds `key` (when given).
