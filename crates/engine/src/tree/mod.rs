@@ -186,6 +186,9 @@ pub(crate) struct Spaces {
 thread_local! {
     /// The keyspace (`Inner` address) and leaf this thread read or changed last.
     static LAST_LEAF: std::cell::Cell<(usize, u32)> = const { std::cell::Cell::new((0, NONE)) };
+    /// Write-ahead bytes this thread appended and has not yet added to `since_ckpt` (whose
+    /// address is the first field).
+    static WAL_PENDING: std::cell::Cell<(usize, u64)> = const { std::cell::Cell::new((0, 0)) };
 }
 
 /// A leaf latched for reading or writing.
@@ -496,10 +499,21 @@ impl Inner {
     }
 
     /// `n` more bytes in the write-ahead log: a checkpoint is asked for once they add up to
-    /// `ckptsiz` (checked here, where the counter is written, so that writers read no counter
-    /// the others write).
+    /// `ckptsiz` (checked here, where the counter is written). Each thread adds its bytes to
+    /// the shared counter in steps of `WAL_STEP` (and at once while it is 0, so that a close
+    /// knows there is something to checkpoint), so that writers on different cores do not
+    /// pass its cache line back and forth on every change.
     pub(crate) fn note_wal_bytes(&self, n: u64) {
-        let since = self.since_ckpt.fetch_add(n, Ordering::Relaxed) + n;
+        const WAL_STEP: u64 = 64 << 10;
+        let me = Arc::as_ptr(&self.since_ckpt) as usize;
+        let (who, pending) = WAL_PENDING.get();
+        let pending = if who == me { pending + n } else { n };
+        if pending < WAL_STEP && self.since_ckpt.load(Ordering::Relaxed) != 0 {
+            WAL_PENDING.set((me, pending));
+            return;
+        }
+        WAL_PENDING.set((me, 0));
+        let since = self.since_ckpt.fetch_add(pending, Ordering::Relaxed) + pending;
         if since >= self.cfg.ckptsiz {
             self.ask_ckpt();
         }
