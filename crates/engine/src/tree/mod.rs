@@ -184,8 +184,10 @@ pub(crate) struct Spaces {
 }
 
 thread_local! {
-    /// The keyspace (`Inner` address) and leaf this thread read or changed last.
-    static LAST_LEAF: std::cell::Cell<(usize, u32)> = const { std::cell::Cell::new((0, NONE)) };
+    /// The keyspace (`Inner` address) and leaf this thread read or changed last, and whether
+    /// it used that leaf twice in a row.
+    static LAST_LEAF: std::cell::Cell<(usize, u32, bool)> =
+        const { std::cell::Cell::new((0, NONE, false)) };
     /// Write-ahead bytes this thread appended and has not yet added to `since_ckpt` (whose
     /// address is the first field).
     static WAL_PENDING: std::cell::Cell<(usize, u64)> = const { std::cell::Cell::new((0, 0)) };
@@ -214,8 +216,8 @@ impl Inner {
     /// `hinted`; else the index's answer.
     #[inline]
     fn start_leaf(&self, f: &Forest, key: &[u8]) -> (u32, bool) {
-        let (who, id) = LAST_LEAF.get();
-        if who == self as *const Inner as usize && f.exists(id) {
+        let (who, id, streak) = LAST_LEAF.get();
+        if streak && who == self as *const Inner as usize && f.exists(id) {
             if let Some(low) = f.slot(id).low() {
                 if self.cmp.cmp(key, low) != KeyOrder::Less {
                     return (id, true);
@@ -225,9 +227,14 @@ impl Inner {
         (f.index.find(self.cmp, key), false)
     }
 
+    /// Leaf `id` was used: the hint is tried next only while the thread keeps to one leaf
+    /// (`hinted`, or the index led to the same leaf as last time), so keys at random pay no
+    /// latch for a hint that misses.
     #[inline]
-    fn note_leaf(&self, id: u32) {
-        LAST_LEAF.set((self as *const Inner as usize, id));
+    fn note_leaf(&self, id: u32, hinted: bool) {
+        let me = self as *const Inner as usize;
+        let (who, last, _) = LAST_LEAF.get();
+        LAST_LEAF.set((me, id, hinted || (who == me && last == id)));
     }
 
     /// The leaf holding `key`, cached and latched for writing.
@@ -258,7 +265,7 @@ impl Inner {
             if g.leaf.is_none() {
                 self.load(&mut g)?;
             }
-            self.note_leaf(id);
+            self.note_leaf(id, hinted);
             return Ok(Ok((id, g)));
         }
     }
@@ -275,19 +282,20 @@ impl Inner {
             let g = slot.st.read();
             if !g.gone && g.leaf.is_some() && !self.right_holds(f, g.right, key) {
                 self.touch(slot);
+                self.note_leaf(id, true);
                 return Ok(Ok((id, g)));
             }
             drop(g);
             let id = f.index.find(self.cmp, key);
             let r = self.read_from(f, id, key)?;
             if let Ok((id, _)) = &r {
-                self.note_leaf(*id);
+                self.note_leaf(*id, false);
             }
             return Ok(r);
         }
         let r = self.read_from(f, id, key)?;
         if let Ok((id, _)) = &r {
-            self.note_leaf(*id);
+            self.note_leaf(*id, false);
         }
         Ok(r)
     }
