@@ -425,6 +425,114 @@ fn checkpoints_beside_splitting_writers_survive_a_crash() {
     }
 }
 
+/// Threads write to lanes of their own: a key written from one thread, then another, then the
+/// first again (its last record in a segment older than the second thread's) is replayed in
+/// the order it was written, puts, deletes and batches alike.
+#[test]
+fn a_key_written_from_several_threads_replays_in_the_order_written() {
+    use kura_engine::BatchOp;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.kb");
+    let params = kura_engine::Params::parse("sync=none").unwrap();
+    let db = Arc::new(kura_engine::tree::DiskTree::open(&path, &params).unwrap());
+    // A writer on each of two threads, kept alive, so each keeps its lane.
+    type Job = Box<dyn FnOnce(&kura_engine::tree::DiskTree) + Send>;
+    let mut chans = Vec::new();
+    let mut joins = Vec::new();
+    for _ in 0..2 {
+        let (tx, rx) = std::sync::mpsc::channel::<(Job, std::sync::mpsc::Sender<()>)>();
+        let db = db.clone();
+        joins.push(std::thread::spawn(move || {
+            for (job, done) in rx {
+                job(&db);
+                done.send(()).unwrap();
+            }
+        }));
+        chans.push(tx);
+    }
+    let run = |t: usize, job: Job| {
+        let (dtx, drx) = std::sync::mpsc::channel();
+        chans[t].send((job, dtx)).unwrap();
+        drx.recv().unwrap();
+    };
+    let mut model = std::collections::BTreeMap::new();
+    for round in 0..200u32 {
+        for (t, v) in [(0usize, "a"), (1, "b"), (0, "c")] {
+            let key = format!("k{:03}", round % 50);
+            let val = format!("{v}{round}");
+            let (k2, v2) = (key.clone(), val.clone());
+            match round % 4 {
+                0 | 1 => run(
+                    t,
+                    Box::new(move |db| {
+                        db.put(k2.as_bytes(), v2.as_bytes()).unwrap();
+                    }),
+                ),
+                2 => run(
+                    t,
+                    Box::new(move |db| {
+                        db.write_batch(&[
+                            BatchOp::Put {
+                                key: k2.clone().into_bytes(),
+                                value: v2.clone().into_bytes(),
+                                flags: 0,
+                                expires: 0,
+                            },
+                            BatchOp::Remove {
+                                key: b"gone".to_vec(),
+                            },
+                        ])
+                        .unwrap()
+                    }),
+                ),
+                _ => {
+                    if v == "c" {
+                        run(
+                            t,
+                            Box::new(move |db| {
+                                db.out(k2.as_bytes()).unwrap();
+                            }),
+                        );
+                        model.remove(&key);
+                        continue;
+                    }
+                    run(
+                        t,
+                        Box::new(move |db| {
+                            db.put(k2.as_bytes(), v2.as_bytes()).unwrap();
+                        }),
+                    )
+                }
+            }
+            model.insert(key, val);
+        }
+    }
+    drop(chans);
+    for j in joins {
+        j.join().unwrap();
+    }
+    db.sync().unwrap();
+    let db = Arc::try_unwrap(db).ok().expect("the only handle");
+    db.abandon();
+    let db = kura_engine::open(&path.display().to_string()).unwrap();
+    let mut got = std::collections::BTreeMap::new();
+    let mut cur = db.cursor().unwrap();
+    if cur.first().unwrap() {
+        while let Some((k, r)) = cur.get().unwrap() {
+            got.insert(
+                String::from_utf8(k).unwrap(),
+                String::from_utf8(r.value).unwrap(),
+            );
+            if !cur.step().unwrap() {
+                break;
+            }
+        }
+    }
+    drop(cur);
+    assert_eq!(got, model);
+    db.close().unwrap();
+}
+
 /// Eight writers under sync=always on a disk whose fdatasync takes 3 ms, and crashes while they
 /// write (images of what each would leave, taken at one instant): every put acknowledged before
 /// an image is in the tree reopened from it. The tree writes through the hash's log and its

@@ -213,10 +213,15 @@ impl Store for DiskTree {
         // write-ahead log from its replay position to its end now.
         let _one = inner.ckpt_lock.lock();
         let c = inner.checkpoint_locked(false)?;
-        let wal_end = {
-            let mut tail = inner.wal.tails[0].0.lock();
-            inner.wal.flush(&mut tail)?;
-            (tail.seg.id, tail.seg.flushed())
+        // Every lane's end, all lanes' locks held (a cut of the lanes), and the segments then.
+        let (wal_ends, wal_segs) = {
+            let mut tails: Vec<_> = inner.wal.tails.iter().map(|t| t.0.lock()).collect();
+            let mut ends = std::collections::HashMap::new();
+            for tail in tails.iter_mut() {
+                inner.wal.flush(tail)?;
+                ends.insert(tail.seg.id, tail.seg.flushed());
+            }
+            (ends, inner.wal.segs.load_full())
         };
         let copy = |src: &crate::log::segment::Segment, to: &Path, len: u64| -> Result<()> {
             let out = std::fs::File::create(to)?;
@@ -242,15 +247,11 @@ impl Store for DiskTree {
             };
             copy(s, &dest.join(NODES_DIR).join(seg_file_name(s.id)), len)?;
         }
-        for s in inner.wal.segs.load().segs.values() {
-            if s.id < c.wal.0 || s.id > wal_end.0 {
+        for s in wal_segs.segs.values() {
+            if s.id < c.wal.0 {
                 continue;
             }
-            let len = if s.id == wal_end.0 {
-                wal_end.1
-            } else {
-                s.flushed()
-            };
+            let len = wal_ends.get(&s.id).copied().unwrap_or_else(|| s.flushed());
             copy(s, &dest.join(seg_file_name(s.id)), len)?;
         }
         std::fs::write(dest.join(CKPT_NAME), c.encode())?;
@@ -400,9 +401,11 @@ fn close_db(inner: &Inner) -> Result<()> {
                 inner.checkpoint()?;
             }
             for log in [&inner.wal, &inner.nodes] {
-                let mut tail = log.tails[0].0.lock();
-                log.mark(&mut tail);
-                log.trim_tail(&mut tail)?;
+                for t in log.tails.iter() {
+                    let mut tail = t.0.lock();
+                    log.mark(&mut tail);
+                    log.trim_tail(&mut tail)?;
+                }
             }
             inner.wal.sync_now()?;
             inner.nodes.sync_now()

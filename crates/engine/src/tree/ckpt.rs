@@ -271,14 +271,21 @@ impl Inner {
             return root.checkpoint_locked(all);
         }
         self.ckpt_asked.store(false, Ordering::Release);
+        // Every lane that has a segment begins a new one (lane 0 always), all lanes' locks
+        // held: every record before the replay position is older than every record after it,
+        // and the segments after it are exactly those the roll made and those made later.
         let wal_pos = {
-            let mut tail = self.wal.tails[0].0.lock();
-            if tail.seg.id == 0 || tail.end() > SEG_HEADER_LEN as u64 {
-                self.wal.roll(&mut tail)?;
+            let mut tails: Vec<_> = self.wal.tails.iter().map(|t| t.0.lock()).collect();
+            let mut first = u32::MAX;
+            for (lane, tail) in tails.iter_mut().enumerate() {
+                if lane == 0 || tail.seg.id != 0 {
+                    self.wal.roll(tail)?;
+                    first = first.min(tail.seg.id);
+                }
             }
             self.since_ckpt.store(0, Ordering::Relaxed);
             self.node_since.store(0, Ordering::Relaxed);
-            (tail.seg.id, tail.end())
+            (first, SEG_HEADER_LEN as u64)
         };
         if all {
             // Every image is rewritten: the node segment being written is sealed too, so it

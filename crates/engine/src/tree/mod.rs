@@ -2,7 +2,7 @@
 //! shared durable log (docs/ARCHITECTURE.md, "B+ tree").
 //!
 //! A database directory holds:
-//! - the write-ahead log (`seg-NNNNNNNN.kd`, one lane): every change as a put / delete / batch /
+//! - the write-ahead log (`seg-NNNNNNNN.kd`, `WAL_LANES` lanes): every change as a put / delete / batch /
 //!   clear record of the shared log format, the full new state of one key each, so replaying a
 //!   record twice changes nothing;
 //! - the node log (`nodes/seg-NNNNNNNN.kd`): leaf images, each a put record of the same format
@@ -55,6 +55,10 @@ pub const PARAMS: &[&str] = &[
 
 /// The descriptor's kind.
 pub const KIND: &str = "tree";
+
+/// Lanes of the write-ahead log: each writing thread appends to one (`Log::my_lane`), so
+/// writers on different threads share no log buffer and no lock.
+pub(crate) const WAL_LANES: usize = 4;
 
 /// The checkpoint's file name.
 pub(crate) const CKPT_NAME: &str = "tree.ki";
@@ -179,6 +183,16 @@ pub(crate) struct Spaces {
     pub bg: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
+thread_local! {
+    /// The keyspace (`Inner` address) and leaf this thread read or changed last, and whether
+    /// it used that leaf twice in a row.
+    static LAST_LEAF: std::cell::Cell<(usize, u32, bool)> =
+        const { std::cell::Cell::new((0, NONE, false)) };
+    /// Write-ahead bytes this thread appended and has not yet added to `since_ckpt` (whose
+    /// address is the first field).
+    static WAL_PENDING: std::cell::Cell<(usize, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
 /// A leaf latched for reading or writing.
 pub(crate) type ReadLatch<'f> = RwLockReadGuard<'f, SlotState>;
 pub(crate) type WriteLatch<'f> = RwLockWriteGuard<'f, SlotState>;
@@ -196,13 +210,40 @@ impl Inner {
                 .is_some_and(|low| self.cmp.cmp(key, low) != KeyOrder::Less)
     }
 
+    /// Where to look for `key`: the leaf this thread used last in this keyspace when its low
+    /// key is at or below `key` (keys in order meet the same leaf again and again; leaves
+    /// never merge, so a leaf whose low key is at or below a key leads to it by right links),
+    /// `hinted`; else the index's answer.
+    #[inline]
+    fn start_leaf(&self, f: &Forest, key: &[u8]) -> (u32, bool) {
+        let (who, id, streak) = LAST_LEAF.get();
+        if streak && who == self as *const Inner as usize && f.exists(id) {
+            if let Some(low) = f.slot(id).low() {
+                if self.cmp.cmp(key, low) != KeyOrder::Less {
+                    return (id, true);
+                }
+            }
+        }
+        (f.index.find(self.cmp, key), false)
+    }
+
+    /// Leaf `id` was used: the hint is tried next only while the thread keeps to one leaf
+    /// (`hinted`, or the index led to the same leaf as last time), so keys at random pay no
+    /// latch for a hint that misses.
+    #[inline]
+    fn note_leaf(&self, id: u32, hinted: bool) {
+        let me = self as *const Inner as usize;
+        let (who, last, _) = LAST_LEAF.get();
+        LAST_LEAF.set((me, id, hinted || (who == me && last == id)));
+    }
+
     /// The leaf holding `key`, cached and latched for writing.
     pub(crate) fn write_leaf<'f>(
         &self,
         f: &'f Forest,
         key: &[u8],
     ) -> Result<std::result::Result<(u32, WriteLatch<'f>), Gone>> {
-        let mut id = f.index.find(self.cmp, key);
+        let (mut id, mut hinted) = self.start_leaf(f, key);
         loop {
             let slot = f.slot(id);
             let mut g = slot.st.write();
@@ -210,13 +251,21 @@ impl Inner {
                 return Ok(Err(Gone));
             }
             if self.right_holds(f, g.right, key) {
-                id = g.right;
+                // A hint that is not the leaf: the index, not a walk along the leaves.
+                id = if hinted {
+                    hinted = false;
+                    drop(g);
+                    f.index.find(self.cmp, key)
+                } else {
+                    g.right
+                };
                 continue;
             }
             self.touch(slot);
             if g.leaf.is_none() {
                 self.load(&mut g)?;
             }
+            self.note_leaf(id, hinted);
             return Ok(Ok((id, g)));
         }
     }
@@ -227,8 +276,28 @@ impl Inner {
         f: &'f Forest,
         key: &[u8],
     ) -> Result<std::result::Result<(u32, ReadLatch<'f>), Gone>> {
-        let id = f.index.find(self.cmp, key);
-        self.read_from(f, id, key)
+        let (id, hinted) = self.start_leaf(f, key);
+        if hinted {
+            let slot = f.slot(id);
+            let g = slot.st.read();
+            if !g.gone && g.leaf.is_some() && !self.right_holds(f, g.right, key) {
+                self.touch(slot);
+                self.note_leaf(id, true);
+                return Ok(Ok((id, g)));
+            }
+            drop(g);
+            let id = f.index.find(self.cmp, key);
+            let r = self.read_from(f, id, key)?;
+            if let Ok((id, _)) = &r {
+                self.note_leaf(*id, false);
+            }
+            return Ok(r);
+        }
+        let r = self.read_from(f, id, key)?;
+        if let Ok((id, _)) = &r {
+            self.note_leaf(*id, false);
+        }
+        Ok(r)
     }
 
     /// Latch leaf `id` for reading, moving right while a neighbour holds `key` (when given).
@@ -438,10 +507,21 @@ impl Inner {
     }
 
     /// `n` more bytes in the write-ahead log: a checkpoint is asked for once they add up to
-    /// `ckptsiz` (checked here, where the counter is written, so that writers read no counter
-    /// the others write).
+    /// `ckptsiz` (checked here, where the counter is written). Each thread adds its bytes to
+    /// the shared counter in steps of `WAL_STEP` (and at once while it is 0, so that a close
+    /// knows there is something to checkpoint), so that writers on different cores do not
+    /// pass its cache line back and forth on every change.
     pub(crate) fn note_wal_bytes(&self, n: u64) {
-        let since = self.since_ckpt.fetch_add(n, Ordering::Relaxed) + n;
+        const WAL_STEP: u64 = 64 << 10;
+        let me = Arc::as_ptr(&self.since_ckpt) as usize;
+        let (who, pending) = WAL_PENDING.get();
+        let pending = if who == me { pending + n } else { n };
+        if pending < WAL_STEP && self.since_ckpt.load(Ordering::Relaxed) != 0 {
+            WAL_PENDING.set((me, pending));
+            return;
+        }
+        WAL_PENDING.set((me, 0));
+        let since = self.since_ckpt.fetch_add(pending, Ordering::Relaxed) + pending;
         if since >= self.cfg.ckptsiz {
             self.ask_ckpt();
         }

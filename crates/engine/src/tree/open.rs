@@ -14,7 +14,7 @@ use super::ckpt::Checkpoint;
 use super::cmp::Cmp;
 use super::forest::{Forest, Image};
 use super::write::Change;
-use super::{DiskTree, Inner, TreeConfig, TreeCounters, CKPT_NAME, KIND, NODES_DIR};
+use super::{DiskTree, Inner, TreeConfig, TreeCounters, CKPT_NAME, KIND, NODES_DIR, WAL_LANES};
 use crate::config::{Compression, OpenMode, Params};
 use crate::counter::Counter;
 use crate::error::{Error, Result};
@@ -263,7 +263,13 @@ impl DiskTree {
             for p in probes {
                 match &p.header {
                     Ok(info) if info.salt == salt => {
-                        let seg = Segment::new(p.id, 0, salt, p.path, p.file, p.len);
+                        // A write-ahead segment stays in the lane it was written in.
+                        let lane = if t == 0 {
+                            usize::from(info.lane) % WAL_LANES
+                        } else {
+                            0
+                        };
+                        let seg = Segment::new(p.id, lane, salt, p.path, p.file, p.len);
                         tables[t].segs.insert(p.id, Arc::new(seg));
                     }
                     Ok(_) | Err(_) if p.len < SEG_HEADER_LEN as u64 && !readonly => {
@@ -289,19 +295,19 @@ impl DiskTree {
             let _ = dir;
         }
         let [wal_table, node_table] = tables;
-        let log_cfg = |dir_sync| LogConfig {
+        let log_cfg = |dir_sync, lanes| LogConfig {
             sync: dir_sync,
             segsiz: cfg.segsiz,
             bufsiz: cfg.bufsiz,
             msiz: 0,
-            lanes: 1,
+            lanes,
         };
         let inner = Inner {
             wal: Arc::new(Log::new(
                 path,
                 vfs.clone(),
                 readonly,
-                log_cfg(cfg.sync),
+                log_cfg(cfg.sync, WAL_LANES),
                 salt,
                 wal_table,
             )),
@@ -309,7 +315,7 @@ impl DiskTree {
                 &nodes_dir,
                 vfs.clone(),
                 readonly,
-                log_cfg(crate::config::SyncMode::None),
+                log_cfg(crate::config::SyncMode::None, 1),
                 salt,
                 node_table,
             )),
@@ -663,14 +669,39 @@ impl Inner {
                     .add(sp.leaves.iter().map(|l| u64::from(l.1.count)).sum());
             }
         }
-        // Replay, in log order, up to the first torn end.
-        let mut replayed = 0u64;
-        let mut stop_after: Option<usize> = None;
+        // Replay each lane up to its first torn end (its later segments are dropped). A
+        // lane's records are in the order their keys changed; when more than one lane holds
+        // records, they are merged by seq (a batch by its first record's), which orders every
+        // key's records as they were made.
+        let mut kept = vec![true; regions.len()];
+        let mut torn_lane = [false; WAL_LANES];
         for (i, r) in regions.iter().enumerate() {
-            let to = match r.verdict {
-                End::Damaged => r.end,
-                _ => r.scanned.valid_end(r.end),
-            };
+            let lane = r.seg.lane % WAL_LANES;
+            if torn_lane[lane] {
+                kept[i] = false;
+            } else if matches!(r.verdict, End::Torn | End::Zeros) {
+                torn_lane[lane] = true;
+            }
+        }
+        let replay_to = |r: &Region| match r.verdict {
+            End::Damaged => r.end,
+            _ => r.scanned.valid_end(r.end),
+        };
+        let mut lanes_used = [false; WAL_LANES];
+        for (i, r) in regions.iter().enumerate() {
+            if kept[i] && replay_to(r) > r.start {
+                lanes_used[r.seg.lane % WAL_LANES] = true;
+            }
+        }
+        let merge = lanes_used.iter().filter(|&&u| u).count() > 1;
+        let mut replayed = 0u64;
+        // With `merge`: every record to replay, copied, and (seq, where it is) of each.
+        let mut arena: Vec<u8> = Vec::new();
+        let mut order: Vec<(u64, usize, usize)> = Vec::new();
+        for (i, r) in regions.iter().enumerate() {
+            if !kept[i] {
+                continue;
+            }
             scan::scan(
                 &mut SegBytes {
                     log: &self.wal,
@@ -678,31 +709,42 @@ impl Inner {
                 },
                 r.seg.seed,
                 r.start,
-                to,
+                replay_to(r),
                 |_, h, rec, salvaged| {
                     // A record salvaged from a damaged batch frame is left out with the rest
                     // of its batch (reported as lost): a batch, across keyspaces too, is
                     // applied whole or not at all.
-                    if !salvaged {
-                        replayed += 1;
-                        self.replay_record(h, rec)?;
+                    if salvaged {
+                        return Ok(true);
                     }
-                    Ok(true)
+                    replayed += 1;
+                    if merge {
+                        order.push((record_seq(h, rec), arena.len(), rec.len()));
+                        arena.extend_from_slice(rec);
+                        Ok(true)
+                    } else {
+                        self.replay_record(h, rec).map(|()| true)
+                    }
                 },
             )?;
-            if matches!(r.verdict, End::Torn | End::Zeros) && i + 1 < regions.len() {
-                stop_after = Some(i);
-                break;
+        }
+        if merge {
+            order.sort_by_key(|o| o.0);
+            for (_, at, len) in order {
+                let rec = &arena[at..at + len];
+                let h = format::parse_header(rec)
+                    .ok_or_else(|| Error::Corrupt("a verified record does not parse".into()))?;
+                self.replay_record(&h, rec)?;
             }
         }
         if replayed > 0 {
             // Saved at the next checkpoint (at the latest, at close).
             self.since_ckpt.store(1, Ordering::Relaxed);
         }
-        // Cut torn tails; drop the segments after a torn end.
+        // Cut torn tails; drop the segments after a torn end of their lane.
         let mut dropped = Vec::new();
         for (i, r) in regions.iter().enumerate() {
-            if stop_after.is_some_and(|s| i > s) {
+            if !kept[i] {
                 dropped.push(r.seg.id);
                 continue;
             }
@@ -727,27 +769,31 @@ impl Inner {
         if !readonly {
             self.wal.remove_segments(&dropped)?;
         }
+        // Segments before the replay position (a crash kept them after a checkpoint) are
+        // never written again: their records are not replayed.
+        let old: Vec<u32> = wal.segs.keys().copied().filter(|&id| id < rseg).collect();
+        dropped.extend(old);
         self.activate(&self.wal, &dropped)?;
         Ok(())
     }
 
-    /// Give a log's lane its active segment (its last one) and seal the others.
+    /// Give each of a log's lanes its active segment (its last one; a lane with none begins
+    /// one when first written) and seal the others.
     fn activate(&self, log: &Log, gone: &[u32]) -> Result<()> {
         let table = log.segs.load_full();
-        let last = table
-            .segs
-            .values()
-            .rev()
-            .find(|s| !gone.contains(&s.id))
-            .cloned();
+        let mut last: Vec<Option<Arc<Segment>>> = vec![None; log.lanes];
+        for s in table.segs.values().filter(|s| !gone.contains(&s.id)) {
+            last[s.lane % log.lanes] = Some(s.clone());
+        }
         for s in table.segs.values() {
-            if Some(s.id) != last.as_ref().map(|l| l.id) {
+            if !last.iter().flatten().any(|l| l.id == s.id) {
                 s.sealed.store(true, Ordering::Release);
             }
         }
-        if let Some(active) = last {
+        for (lane, active) in last.into_iter().enumerate() {
+            let Some(active) = active else { continue };
             if !log.readonly {
-                let mut tail = log.tails[0].0.lock();
+                let mut tail = log.tails[lane].0.lock();
                 tail.set_seg(active.clone());
                 tail.marked = log.ends_with_marker(&active)?;
                 // A record naming a keyspace goes only into a segment of the format that has
@@ -855,4 +901,15 @@ impl Inner {
             },
         )
     }
+}
+
+/// The seq a write-ahead record is replayed by: a batch's is its first record's.
+fn record_seq(h: &format::Header, rec: &[u8]) -> u64 {
+    if h.typ == T_BATCH {
+        return rec
+            .get(h.key_off..)
+            .and_then(format::parse_header)
+            .map_or(0, |sub| sub.fields.seq);
+    }
+    h.fields.seq
 }

@@ -169,7 +169,8 @@ impl Inner {
             value.extend_from_slice(format!("cmp={}", cmp.name()).as_bytes());
             check_sizes(name.as_bytes(), value.len())?;
             {
-                let mut tail = self.wal.tails[0].0.lock();
+                let lane = self.wal.my_lane();
+                let mut tail = self.wal.tails[lane].0.lock();
                 let seq = self.version.fetch_add(1, Ordering::Relaxed) + 1;
                 let f = PutFields {
                     seq,
@@ -178,7 +179,7 @@ impl Inner {
                 let h = HeaderBuf::put_in(KS_CATALOG, name.len(), value.len(), &f);
                 self.wal
                     .append(&mut tail, &[h.as_slice(), name.as_bytes(), &value], true)?;
-                self.wal.note_full(0, &tail);
+                self.wal.note_full(lane, &tail);
                 self.note_wal_bytes((h.as_slice().len() + name.len() + value.len()) as u64);
             }
             self.add_space(id, name, cmp, None)?

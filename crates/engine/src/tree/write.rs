@@ -1,9 +1,10 @@
 //! Changes: one key (`accept`), an atomic batch, a record replayed at open, `vanish`, and the
 //! splits they cause.
 //!
-//! A change latches its leaf for writing, appends its record to the write-ahead log (one lane:
-//! the log's order is the order in which changes were made to each key, so replay needs no
-//! sequence numbers), changes the cached leaf and marks it dirty. A leaf grown past
+//! A change latches its leaf for writing, appends its record to its thread's lane of the
+//! write-ahead log (its seq taken under the lane's lock, so a lane's records are in seq order,
+//! and under the leaf's latch, so a key's records are in seq order across lanes: replay merges
+//! the lanes by seq), changes the cached leaf and marks it dirty. A leaf grown past
 //! `leafsiz` splits under the same latch: the new right leaf is linked from it before the latch
 //! is released, and the index learns of it afterwards (readers meanwhile reach it through the
 //! right link).
@@ -46,7 +47,8 @@ impl Inner {
         keep: Option<u64>,
         dup: u64,
     ) -> Result<u64> {
-        let mut tail = self.wal.tails[0].0.lock();
+        let lane = self.wal.my_lane();
+        let mut tail = self.wal.tails[lane].0.lock();
         let seq = self.version.fetch_add(1, Ordering::Relaxed) + 1;
         let f = PutFields {
             flags,
@@ -59,18 +61,19 @@ impl Inner {
         let h = HeaderBuf::put_in(self.ks, key.len(), value.len(), &f);
         self.wal
             .append(&mut tail, &[h.as_slice(), key, value], true)?;
-        self.wal.note_full(0, &tail);
+        self.wal.note_full(lane, &tail);
         let len = h.as_slice().len() + key.len() + value.len();
         self.note_wal_bytes(len as u64);
         Ok(f.version())
     }
 
     fn log_delete(&self, key: &[u8], dup: u64) -> Result<()> {
-        let mut tail = self.wal.tails[0].0.lock();
+        let lane = self.wal.my_lane();
+        let mut tail = self.wal.tails[lane].0.lock();
         let seq = self.version.fetch_add(1, Ordering::Relaxed) + 1;
         let h = HeaderBuf::delete_in(self.ks, key.len(), seq, dup);
         self.wal.append(&mut tail, &[h.as_slice(), key], true)?;
-        self.wal.note_full(0, &tail);
+        self.wal.note_full(lane, &tail);
         let len = h.as_slice().len() + key.len();
         self.note_wal_bytes(len as u64);
         Ok(())
@@ -468,9 +471,10 @@ impl Inner {
             let mut hdr = Vec::with_capacity(16);
             format::encode_batch_header(&mut hdr, body.len(), ops.len());
             {
-                let mut tail = wal.tails[0].0.lock();
+                let lane = wal.my_lane();
+                let mut tail = wal.tails[lane].0.lock();
                 wal.append(&mut tail, &[&hdr, &body], true)?;
-                wal.note_full(0, &tail);
+                wal.note_full(lane, &tail);
             }
             first_space.note_wal_bytes((hdr.len() + body.len()) as u64);
             let mut last_at = vec![0usize; held.len()];
@@ -520,8 +524,10 @@ impl Inner {
             let mut rec = Vec::with_capacity(16);
             let seq = self.version.fetch_add(1, Ordering::Relaxed) + 1;
             format::encode_clear_in(&mut rec, self.ks, seq, 1);
-            let mut tail = self.wal.tails[0].0.lock();
+            let lane = self.wal.my_lane();
+            let mut tail = self.wal.tails[lane].0.lock();
             self.wal.append(&mut tail, &[&rec], true)?;
+            self.wal.note_full(lane, &tail);
             self.note_wal_bytes(rec.len() as u64);
         }
         for g in held.iter_mut() {
@@ -629,9 +635,10 @@ impl Inner {
             let mut hdr = Vec::with_capacity(16);
             format::encode_batch_header(&mut hdr, body.len(), n);
             {
-                let mut tail = self.wal.tails[0].0.lock();
+                let lane = self.wal.my_lane();
+                let mut tail = self.wal.tails[lane].0.lock();
                 self.wal.append(&mut tail, &[&hdr, &body], true)?;
-                self.wal.note_full(0, &tail);
+                self.wal.note_full(lane, &tail);
             }
             self.note_wal_bytes((hdr.len() + body.len()) as u64);
             let before = leaf.mem_bytes();
