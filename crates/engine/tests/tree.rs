@@ -609,3 +609,32 @@ fn acknowledged_writes_survive_a_crash_in_the_middle_of_group_commits() {
         assert!(db.check().unwrap().healthy(), "crash {n}");
     }
 }
+
+/// A creation killed after taking the lock and before writing `kura.meta` leaves a directory
+/// holding only `LOCK`: the next open makes the database (a read-only one says there is none),
+/// while a directory with files of the kind and no descriptor is still refused.
+#[test]
+fn a_creation_cut_short_before_its_descriptor_is_made_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("cut.kb");
+    std::fs::create_dir(&p).unwrap();
+    std::fs::write(p.join("LOCK"), b"12345").unwrap();
+    let name = p.display().to_string();
+    let ro = kura_engine::open_readonly(&name);
+    assert!(
+        matches!(&ro, Err(e) if e.to_string().contains("cut short")),
+        "{:?}",
+        ro.as_ref().err()
+    );
+    let db = kura_engine::open(&name).unwrap();
+    db.put(b"k", b"v").unwrap();
+    db.close().unwrap();
+    let db = kura_engine::open(&name).unwrap();
+    assert_eq!(db.get(b"k").unwrap().map(|r| r.value), Some(b"v".to_vec()));
+    db.close().unwrap();
+    let q = dir.path().join("unmarked.kb");
+    std::fs::create_dir(&q).unwrap();
+    std::fs::write(q.join("LOCK"), b"").unwrap();
+    std::fs::write(q.join("tree.ki"), b"x").unwrap();
+    assert!(kura_engine::open(&q.display().to_string()).is_err());
+}

@@ -125,6 +125,14 @@ fn prepare(vfs: &dyn Vfs, path: &Path, mode: OpenMode) -> Result<bool> {
             names.join(", "),
             meta::META_NAME
         ))),
+        // A creation cut short (killed after taking the lock, before the descriptor was
+        // written) leaves nothing but the lock: nothing was stored, so it is made again.
+        DirState::Unmarked if only_lock(vfs, path)? => match mode {
+            OpenMode::Create => Ok(true),
+            _ => Err(Error::NotFound(format!(
+                "no database at {shown} (its creation was cut short: it holds only its lock)"
+            ))),
+        },
         // Tree databases always had a descriptor: files without one are not one.
         DirState::Unmarked => Err(Error::NotADatabase(format!(
             "{shown} holds database files but no {}",
@@ -133,6 +141,15 @@ fn prepare(vfs: &dyn Vfs, path: &Path, mode: OpenMode) -> Result<bool> {
         DirState::Database(_) => Ok(false),
         DirState::Damaged(m) => Err(Error::Corrupt(m)),
     }
+}
+
+/// Whether `path` holds nothing but a lock file (and a descriptor's temporary file): what a
+/// creation killed before its descriptor was written leaves.
+fn only_lock(vfs: &dyn Vfs, path: &Path) -> Result<bool> {
+    Ok(vfs
+        .list(path)?
+        .iter()
+        .all(|n| n == "LOCK" || n == meta::META_TMP))
 }
 
 /// One write-ahead segment's scan at open.
