@@ -254,16 +254,16 @@ impl Store for DiskTree {
             let len = wal_ends.get(&s.id).copied().unwrap_or_else(|| s.flushed());
             copy(s, &dest.join(seg_file_name(s.id)), len)?;
         }
-        std::fs::write(dest.join(CKPT_NAME), c.encode())?;
+        std::fs::File::open(dest.join(NODES_DIR))?.sync_all()?;
+        // Its checkpoint and descriptor as the database's own are written (atomically, synced).
+        let os = crate::io::OsVfs;
+        super::ckpt::write_ckpt(&os, dest, &c.encode())?;
         let d = super::open::Stored {
             cmp: inner.cmp,
             compress: inner.compression(),
         }
         .descriptor();
-        std::fs::write(dest.join(crate::meta::META_NAME), d.encode())?;
-        for d in [dest.join(NODES_DIR), dest.to_path_buf()] {
-            std::fs::File::open(&d)?.sync_all()?;
-        }
+        crate::meta::write(&os, dest, &d)?;
         Ok(())
     }
 

@@ -4,7 +4,8 @@
 //! (each latched only while it is looked at), writes the image of every leaf changed since its
 //! last one, and of every leaf whose image lies in a node segment that is mostly dead (so that
 //! segment can go), syncs the write-ahead log (every change an image holds is then durable in
-//! it too: a batch is never half in the images) and the node log, and replaces `tree.ki`.
+//! it too: a batch is never half in the images) and the node log, and replaces `tree.ki`
+//! through `log::checkpoint` (which appends the checksum and verifies it when it is read).
 //! Then the write-ahead segments before the roll and the emptied node segments are removed.
 //!
 //! `tree.ki` (all integers little-endian):
@@ -33,7 +34,7 @@
 
 use super::forest::{Image, NONE};
 use super::index::Key;
-use super::{Inner, CKPT_NAME};
+use super::{Inner, CKPT_NAME, CKPT_TMP};
 use crate::error::{Error, Result};
 use crate::log::format::{get_varint, put_varint, SEG_HEADER_LEN};
 use std::collections::HashSet;
@@ -43,6 +44,8 @@ use std::sync::Arc;
 pub(crate) const CKPT_MAGIC: &[u8; 8] = b"KURATKI1";
 pub(crate) const CKPT_VERSION: u32 = 2;
 const FIXED: usize = 68;
+/// The shortest `tree.ki`: the fixed part and the checksum.
+pub(crate) const MIN_LEN: usize = FIXED + 4;
 
 /// What a checkpoint says.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -138,6 +141,7 @@ fn decode_leaves(
 }
 
 impl Checkpoint {
+    /// The body of `tree.ki` (`log::checkpoint` appends its checksum).
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(FIXED + self.leaves.len() * 16);
         b.extend_from_slice(CKPT_MAGIC);
@@ -162,19 +166,17 @@ impl Checkpoint {
             put_varint(&mut b, sp.leaves.len() as u64);
             encode_leaves(&mut b, &sp.leaves);
         }
-        let crc = crc32c::crc32c(&b);
-        b.extend_from_slice(&crc.to_le_bytes());
         b
     }
 
-    /// Decode (never panics); `cmp` checks the low keys rise.
-    pub fn decode(b: &[u8], cmp: super::cmp::Cmp) -> std::result::Result<Checkpoint, String> {
-        if b.len() < FIXED + 4 {
-            return Err(format!("{} bytes, shorter than a checkpoint", b.len()));
-        }
-        let (body, crc) = b.split_at(b.len() - 4);
-        if crc32c::crc32c(body) != u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]) {
-            return Err("its checksum fails".into());
+    /// Decode the body (never panics; the checksum after it is `log::checkpoint`'s, verified
+    /// before); `cmp` checks the low keys rise.
+    pub fn decode(body: &[u8], cmp: super::cmp::Cmp) -> std::result::Result<Checkpoint, String> {
+        if body.len() < FIXED {
+            return Err(format!(
+                "{} bytes, shorter than a checkpoint",
+                body.len() + 4
+            ));
         }
         if &body[0..8] != CKPT_MAGIC {
             return Err("not a tree checkpoint".into());
@@ -244,6 +246,15 @@ impl Checkpoint {
         }
         Ok(c)
     }
+}
+
+/// Write `body` as the `tree.ki` of `dir` (the database's, or a copy's).
+pub(crate) fn write_ckpt(
+    vfs: &dyn crate::io::Vfs,
+    dir: &std::path::Path,
+    body: &[u8],
+) -> std::io::Result<()> {
+    crate::log::checkpoint::write_atomic(vfs, dir, CKPT_NAME, CKPT_TMP, &[body], || Ok(()))
 }
 
 impl Checkpoint {
@@ -421,21 +432,10 @@ impl Inner {
         Ok(())
     }
 
-    /// Replace `tree.ki` atomically: a temporary file, synced, renamed, the directory synced.
-    fn write_ckpt_file(&self, bytes: &[u8]) -> Result<()> {
-        let vfs = &self.wal.vfs;
-        let dir = &self.wal.dir;
-        let tmp = dir.join(format!("{CKPT_NAME}.tmp"));
-        let r = (|| {
-            let f = vfs.open(&tmp, true)?;
-            f.set_len(0)?;
-            f.write_at(bytes, 0)?;
-            f.sync()?;
-            drop(f);
-            vfs.rename(&tmp, &dir.join(CKPT_NAME))?;
-            vfs.sync_dir(dir)
-        })();
-        r.map_err(|e| self.wal.poison(&e))
+    /// Replace `tree.ki` through `log::checkpoint::write_atomic` (beside it, synced, renamed,
+    /// the directory synced; the checksum appended). What it points at is synced before.
+    fn write_ckpt_file(&self, body: &[u8]) -> Result<()> {
+        write_ckpt(&*self.wal.vfs, &self.wal.dir, body).map_err(|e| self.wal.poison(&e))
     }
 
     /// The background thread: hands the logs' buffers to the OS, syncs at the interval,
@@ -471,7 +471,10 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::io::{CrashMode, SimVfs, Vfs};
     use crate::tree::cmp::Cmp;
+    use crate::tree::open::read_ckpt;
+    use std::path::Path;
 
     #[test]
     fn checkpoints_round_trip_and_refuse_damage() {
@@ -496,10 +499,8 @@ mod tests {
         };
         // Version 1 (no keyspace list) is read.
         let mut v1 = c.encode();
-        v1.truncate(v1.len() - 5);
+        v1.truncate(v1.len() - 1);
         v1[8..12].copy_from_slice(&1u32.to_le_bytes());
-        let crc = crc32c::crc32c(&v1);
-        v1.extend_from_slice(&crc.to_le_bytes());
         assert_eq!(Checkpoint::decode(&v1, Cmp::Lex).unwrap(), c);
         let c = Checkpoint {
             spaces: vec![
@@ -523,12 +524,41 @@ mod tests {
         for cut in 0..b.len() {
             assert!(Checkpoint::decode(&b[..cut], Cmp::Lex).is_err());
         }
-        for at in 0..b.len() {
-            let mut bad = b.clone();
-            bad[at] ^= 1;
-            assert!(Checkpoint::decode(&bad, Cmp::Lex).is_err(), "{at}");
-        }
         // Out of order for another comparator.
         assert!(Checkpoint::decode(&b, Cmp::LexDesc).is_err());
+        // On disk through `log::checkpoint`: the body and its crc32c (the bytes every version
+        // wrote), read back verified; any byte flipped, or the file cut, refuses.
+        let fs = SimVfs::new();
+        let dir = Path::new("/t");
+        fs.create_dir_all(dir).unwrap();
+        assert_eq!(read_ckpt(&fs, dir, Cmp::Lex).unwrap(), None);
+        write_ckpt(&fs, dir, &b).unwrap();
+        fs.crash(CrashMode::DropUnsynced);
+        let file = dir.join(CKPT_NAME);
+        let mut want = b.clone();
+        want.extend_from_slice(&crc32c::crc32c(&b).to_le_bytes());
+        let f = fs.open(&file, false).unwrap();
+        let mut on_disk = vec![0u8; f.len().unwrap() as usize];
+        f.read_at(&mut on_disk, 0).unwrap();
+        assert_eq!(on_disk, want);
+        assert!(!fs.exists(&dir.join(CKPT_TMP)));
+        assert_eq!(read_ckpt(&fs, dir, Cmp::Lex).unwrap(), Some(c));
+        for at in 0..want.len() {
+            let mut bad = want.clone();
+            bad[at] ^= 1;
+            f.write_at(&bad, 0).unwrap();
+            let r = read_ckpt(&fs, dir, Cmp::Lex);
+            assert!(
+                matches!(&r, Err(Error::Corrupt(why)) if why.contains(CKPT_NAME)),
+                "{at}: {r:?}"
+            );
+        }
+        f.write_at(&want, 0).unwrap();
+        f.set_len(40).unwrap();
+        let r = read_ckpt(&fs, dir, Cmp::Lex);
+        assert!(
+            matches!(&r, Err(Error::Corrupt(why)) if why.contains("shorter")),
+            "{r:?}"
+        );
     }
 }

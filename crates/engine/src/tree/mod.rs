@@ -62,6 +62,8 @@ pub(crate) const WAL_LANES: usize = 4;
 
 /// The checkpoint's file name.
 pub(crate) const CKPT_NAME: &str = "tree.ki";
+/// The name it is written under before it replaces the checkpoint.
+pub(crate) const CKPT_TMP: &str = "tree.ki.tmp";
 /// The node log's directory.
 pub(crate) const NODES_DIR: &str = "nodes";
 
@@ -747,8 +749,8 @@ pub mod fuzzing {
         }
     }
 
-    /// A checkpoint file (`tree.ki`): decodes or is refused; what decodes re-encodes to a
-    /// file that decodes the same.
+    /// A checkpoint's body (`tree.ki` less the checksum `log::checkpoint` verifies): decodes
+    /// or is refused; what decodes re-encodes to a body that decodes the same.
     pub fn checkpoint(data: &[u8]) {
         let cmp = ORDERS[data.last().map_or(0, |b| *b as usize) % ORDERS.len()];
         let Ok(c) = Checkpoint::decode(data, cmp) else {

@@ -14,7 +14,9 @@ use super::ckpt::Checkpoint;
 use super::cmp::Cmp;
 use super::forest::{Forest, Image};
 use super::write::Change;
-use super::{DiskTree, Inner, TreeConfig, TreeCounters, CKPT_NAME, KIND, NODES_DIR, WAL_LANES};
+use super::{
+    DiskTree, Inner, TreeConfig, TreeCounters, CKPT_NAME, CKPT_TMP, KIND, NODES_DIR, WAL_LANES,
+};
 use crate::config::{Compression, OpenMode, Params};
 use crate::counter::Counter;
 use crate::error::{Error, Result};
@@ -38,7 +40,7 @@ use std::sync::Arc;
 pub fn own_file(name: &str) -> bool {
     matches!(
         name,
-        "LOCK" | CKPT_NAME | "tree.ki.tmp" | NODES_DIR | meta::META_NAME | meta::META_TMP
+        "LOCK" | CKPT_NAME | CKPT_TMP | NODES_DIR | meta::META_NAME | meta::META_TMP
     ) || parse_seg_file_name(name).is_some()
 }
 
@@ -404,20 +406,24 @@ impl DiskTree {
     }
 }
 
-/// The checkpoint of `dir`: `None` when there is none; damage is `Error::Corrupt`.
+/// The checkpoint of `dir`, read and verified by `log::checkpoint`: `None` when there is
+/// none; damage (too short, its checksum, what it says) is `Error::Corrupt`. A file that is
+/// there but cannot be opened is an error, never taken for no checkpoint.
 pub(crate) fn read_ckpt(vfs: &dyn Vfs, dir: &Path, cmp: Cmp) -> Result<Option<Checkpoint>> {
+    use crate::log::checkpoint::{read_verified_with, Read};
     let path = dir.join(CKPT_NAME);
-    let f = match vfs.open(&path, false) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e.into()),
-    };
-    let len = f.len()? as usize;
-    let mut b = vec![0u8; len];
-    f.read_at(&mut b, 0)?;
-    Checkpoint::decode(&b, cmp)
-        .map(Some)
-        .map_err(|why| Error::Corrupt(format!("{}: {why}", path.display())))
+    let corrupt = |why: String| Error::Corrupt(format!("{}: {why}", path.display()));
+    match read_verified_with(vfs, dir, CKPT_NAME, super::ckpt::MIN_LEN, true, |body| {
+        Checkpoint::decode(body, cmp)
+    }) {
+        Read::Missing => match vfs.open(&path, false) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+            Ok(_) => Err(corrupt("it could not be opened".into())),
+        },
+        Read::Damaged(why) => Err(corrupt(why)),
+        Read::Verified(c) => c.map(Some).map_err(corrupt),
+    }
 }
 
 impl Inner {
