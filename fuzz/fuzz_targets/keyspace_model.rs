@@ -16,6 +16,10 @@ use std::sync::Arc;
 /// The keyspaces: "" is the database itself.
 const SPACES: [&str; 4] = ["", "a", "b", "c"];
 type State = Vec<BTreeMap<Vec<u8>, Vec<u8>>>;
+/// The database and its keyspace handles.
+type Open = (Arc<dyn Store>, Vec<Arc<dyn Store>>);
+/// Reopens the database given its handles (after a crash when the flag says so).
+type Restart<'a> = dyn FnMut(Arc<dyn Store>, Vec<Arc<dyn Store>>, bool) -> Open + 'a;
 
 fn open_tree(fs: &SimVfs) -> DiskTree {
     let p = Params::parse("sync=none#leafsiz=256#segsiz=64k").expect("params");
@@ -73,13 +77,7 @@ fn run(
     data: &[u8],
     mut db: Arc<dyn Store>,
     mut hs: Vec<Arc<dyn Store>>,
-    mut restart: Option<
-        &mut dyn FnMut(
-            Arc<dyn Store>,
-            Vec<Arc<dyn Store>>,
-            bool,
-        ) -> (Arc<dyn Store>, Vec<Arc<dyn Store>>),
-    >,
+    mut restart: Option<&mut Restart<'_>>,
 ) {
     let mut model: State = vec![BTreeMap::new(); SPACES.len()];
     // The states since the last sync (a crash may leave any of them).
@@ -168,7 +166,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&kind, data)) = data.split_first() else {
         return;
     };
-    if kind % 2 == 0 {
+    if kind.is_multiple_of(2) {
         let fs = SimVfs::new();
         let mut tree = Some(Arc::new(open_tree(&fs)));
         let db: Arc<dyn Store> = tree.clone().expect("tree");

@@ -17,10 +17,9 @@ fn walk_op(op: &Op<'_>) {
     let _ = op.key();
     match op {
         Op::Batch { body, .. } => {
-            for op in record::batch_ops(body) {
-                if let Ok(op) = op {
-                    walk_op(&op);
-                }
+            // A broken element ends the iteration (batch_ops stops after an error).
+            for op in record::batch_ops(body).flatten() {
+                walk_op(&op);
             }
         }
         Op::Values { body, .. } => {
@@ -71,7 +70,7 @@ impl<'a> Bytes<'a> {
 
 /// A put or remove of the database's own keyspace.
 fn plain<'a>(b: &mut Bytes<'a>) -> Op<'a> {
-    if b.byte() % 2 == 0 {
+    if b.byte().is_multiple_of(2) {
         Op::Put {
             key: b.slice(24),
             value: b.slice(48),
@@ -85,7 +84,7 @@ fn plain<'a>(b: &mut Bytes<'a>) -> Op<'a> {
 
 /// A batch element: a put or remove, in the database or in a keyspace.
 fn element<'a>(b: &mut Bytes<'a>) -> Op<'a> {
-    if b.byte() % 2 == 0 {
+    if b.byte().is_multiple_of(2) {
         plain(b)
     } else {
         Op::In {
@@ -124,14 +123,18 @@ fn build<'a>(b: &mut Bytes<'a>, bodies: &mut Vec<Vec<u8>>) -> (Op<'a>, Vec<Op<'a
     (op, Vec::new())
 }
 
+/// What a record should read back as: whether it is `In`, its keyspace (name, parameters) and
+/// its key.
+type Expected = (bool, Option<(Vec<u8>, Vec<u8>)>, Vec<u8>);
+
 fn structured(data: &[u8]) {
     let mut b = Bytes(data);
     let mut out = Vec::new();
-    let mut want: Vec<(bool, Option<(Vec<u8>, Vec<u8>)>, Vec<u8>)> = Vec::new();
+    let mut want: Vec<Expected> = Vec::new();
     for i in 0..(b.byte() % 6) {
         let mut bodies = Vec::new();
         let (op, elems) = build(&mut b, &mut bodies);
-        let in_space = b.byte() % 2 == 1;
+        let in_space = !b.byte().is_multiple_of(2);
         let (name, params) = (b.slice(12), b.slice(12));
         let body;
         let op = if let Some(bd) = bodies.pop() {
