@@ -30,12 +30,12 @@ const NAME_HELP: &str = "Database name: PATH.kh (on-disk hash), PATH.kb (on-disk
                          tree), optionally followed by #param=value tuning, e.g. \
                          `casket.kh#sync=always`";
 
-const KEYSPACE_HELP: &str = "Work on keyspace NAME of the database (a .kb or a memory database) \
-                             instead of the database itself; a command that reads refuses a \
-                             keyspace the database does not have";
+const KEYSPACE_HELP: &str = "Work on keyspace NAME of the database instead of the database \
+                             itself (a kind with keyspaces: not a .kf); a command that reads \
+                             refuses a keyspace the database does not have";
 
-const KEYSPACE_MAKE_HELP: &str = "Work on keyspace NAME of the database (a .kb or a memory \
-                                  database) instead of the database itself, making it when \
+const KEYSPACE_MAKE_HELP: &str = "Work on keyspace NAME of the database instead of the database \
+                                  itself (a kind with keyspaces: not a .kf), making it when \
                                   missing: `NAME#cmp=ORDER` gives a new keyspace of a .kb its \
                                   key order (lex, dec, int64, lexdesc)";
 
@@ -839,8 +839,7 @@ fn has_space(db: &dyn Store, spec: &str, name: &str) -> Result<bool, Fail> {
     // kind without them refuses whatever the name.
     if let Err(Error::Unsupported(_)) = db.keyspace("", "") {
         return Err(Fail::Err(format!(
-            "--keyspace: {} is a {} database, which has no keyspaces (a .kb or a memory \
-             database has them)",
+            "--keyspace: {} is a {} database, which has no keyspaces",
             name.split('#').next().unwrap_or(name),
             db.kind().name()
         )));

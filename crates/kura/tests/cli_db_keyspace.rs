@@ -1,7 +1,7 @@
 //! `kura db --keyspace NAME`: get, put, out, list, import, export and inform on a keyspace of a
-//! `.kb` (and a memory kind), refused clearly on a kind without keyspaces and, for a command
-//! that reads, on a keyspace the database does not have (reading makes no keyspace). The real
-//! binary, in a temporary directory.
+//! `.kb` (and a memory kind), refused clearly on a kind without keyspaces (`.kf`) and, for a
+//! command that reads, on a keyspace the database does not have (reading makes no keyspace).
+//! The real binary, in a temporary directory.
 
 use std::io::Write;
 use std::path::Path;
@@ -190,29 +190,32 @@ fn keyspace_refusals() {
         );
     }
     assert!(informed_spaces(d, "t.kb").is_empty());
-    // A kind without keyspaces refuses, reading or writing, and nothing is written.
-    status(&db(d, &["put", "--create", "h.kh", "k", "v"]), 0);
+    // A kind without keyspaces (a .kf) refuses, reading or writing, and nothing is written.
+    status(&db(d, &["create", "f.kf#width=8"]), 0);
+    status(&db(d, &["put", "f.kf", "1", "v"]), 0);
     for args in [
-        &["get", "--keyspace", "s", "h.kh", "k"][..],
-        &["put", "--keyspace", "s", "h.kh", "k2", "v"],
-        &["list", "--keyspace", "s", "h.kh"],
+        &["get", "--keyspace", "s", "f.kf", "1"][..],
+        &["put", "--keyspace", "s", "f.kf", "2", "v"],
+        &["list", "--keyspace", "s", "f.kf"],
+        &["inform", "--keyspace", "s", "f.kf"],
     ] {
         let o = db(d, args);
         status(&o, 2);
+        assert!(
+            err(&o).contains("f.kf is a fixed-length"),
+            "{args:?}: {}",
+            err(&o)
+        );
         assert!(
             err(&o).contains("has no keyspaces"),
             "{args:?}: {}",
             err(&o)
         );
     }
-    let o = db_in(d, &["import", "--keyspace", "s", "h.kh"], b"k3\tv\n");
+    let o = db_in(d, &["import", "--keyspace", "s", "f.kf"], b"3\tv\n");
     status(&o, 2);
     assert!(err(&o).contains("has no keyspaces"), "{}", err(&o));
-    assert_eq!(out(&db(d, &["list", "h.kh"])), "k\n");
-    status(&db(d, &["create", "f.kf#width=8"]), 0);
-    let o = db(d, &["put", "--keyspace", "s", "f.kf", "1", "v"]);
-    status(&o, 2);
-    assert!(err(&o).contains("has no keyspaces"), "{}", err(&o));
+    assert_eq!(out(&db(d, &["list", "f.kf"])), "1\n");
     // A bad keyspace name is refused.
     let o = db(d, &["put", "--keyspace", "", "t.kb", "k", "v"]);
     status(&o, 2);
