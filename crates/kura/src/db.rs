@@ -21,6 +21,7 @@ use std::io::{self, BufWriter, IsTerminal, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const NAME_HELP: &str = "Database name: PATH.kh (on-disk hash), PATH.kb (on-disk B+ tree), \
@@ -28,6 +29,15 @@ const NAME_HELP: &str = "Database name: PATH.kh (on-disk hash), PATH.kb (on-disk
                          key words min, max, prev, next), `*` (memory hash) or `+` (memory \
                          tree), optionally followed by #param=value tuning, e.g. \
                          `casket.kh#sync=always`";
+
+const KEYSPACE_HELP: &str = "Work on keyspace NAME of the database instead of the database \
+                             itself (a kind with keyspaces: not a .kf); a command that reads \
+                             refuses a keyspace the database does not have";
+
+const KEYSPACE_MAKE_HELP: &str = "Work on keyspace NAME of the database instead of the database \
+                                  itself (a kind with keyspaces: not a .kf), making it when \
+                                  missing: `NAME#cmp=ORDER` gives a new keyspace of a .kb its \
+                                  key order (lex, dec, int64, lexdesc)";
 
 const AFTER_HELP: &str = "Exit status: 0 on success, 1 when the key is absent / already exists or \
                           the database is unhealthy, 2 on errors (usage, open, I/O).\n\
@@ -44,16 +54,21 @@ pub enum DbCommand {
         name: String,
     },
     /// Print the kind, record count, size, the parameters the database stores (`stored.*`),
-    /// those this open chose (`open.*`) and counters.
+    /// those this open chose (`open.*`), counters, and each keyspace (`keyspace.NAME`: its
+    /// records and parameters).
     Inform {
         #[arg(help = NAME_HELP)]
         name: String,
+        #[arg(long, value_name = "NAME", help = KEYSPACE_HELP)]
+        keyspace: Option<String>,
     },
     /// Store a record (replacing any existing value unless --keep, --cat, --dup or --dupback
     /// is given).
     Put {
         #[arg(help = NAME_HELP)]
         name: String,
+        #[arg(long, value_name = "NAME", help = KEYSPACE_MAKE_HELP)]
+        keyspace: Option<String>,
         key: OsString,
         value: OsString,
         /// Do not overwrite: fail with status 1 when the key already exists.
@@ -79,6 +94,8 @@ pub enum DbCommand {
     Get {
         #[arg(help = NAME_HELP)]
         name: String,
+        #[arg(long, value_name = "NAME", help = KEYSPACE_HELP)]
+        keyspace: Option<String>,
         key: OsString,
         /// Every value of KEY (a key with duplicates), first to last, one per line,
         /// TSV-escaped as `list` writes keys.
@@ -89,6 +106,8 @@ pub enum DbCommand {
     Out {
         #[arg(help = NAME_HELP)]
         name: String,
+        #[arg(long, value_name = "NAME", help = KEYSPACE_HELP)]
+        keyspace: Option<String>,
         key: OsString,
         /// Remove every value of KEY (a key with duplicates; without it, only the first).
         #[arg(long)]
@@ -99,6 +118,8 @@ pub enum DbCommand {
     List {
         #[arg(help = NAME_HELP)]
         name: String,
+        #[arg(long, value_name = "NAME", help = KEYSPACE_HELP)]
+        keyspace: Option<String>,
         /// Only keys starting with these bytes.
         #[arg(long)]
         prefix: Option<OsString>,
@@ -141,6 +162,8 @@ pub enum DbCommand {
     Import {
         #[arg(help = NAME_HELP)]
         name: String,
+        #[arg(long, value_name = "NAME", help = KEYSPACE_MAKE_HELP)]
+        keyspace: Option<String>,
         /// Read from this file instead of stdin.
         file: Option<PathBuf>,
         /// The line format.
@@ -163,6 +186,8 @@ pub enum DbCommand {
     Export {
         #[arg(help = NAME_HELP)]
         name: String,
+        #[arg(long, value_name = "NAME", help = KEYSPACE_HELP)]
+        keyspace: Option<String>,
         /// Write to this file (replaced) instead of stdout.
         file: Option<PathBuf>,
         /// The line format.
@@ -303,6 +328,34 @@ fn shell_word(s: &std::ffi::OsStr) -> String {
 /// `cmd` as a `kura remote` command (its arguments), where there is one.
 fn remote_equivalent(cmd: &DbCommand) -> Option<String> {
     let w = |s: &OsString| shell_word(s);
+    // `kura remote` works on a server's database itself, never on one of its keyspaces.
+    if matches!(
+        cmd,
+        DbCommand::Inform {
+            keyspace: Some(_),
+            ..
+        } | DbCommand::Get {
+            keyspace: Some(_),
+            ..
+        } | DbCommand::Out {
+            keyspace: Some(_),
+            ..
+        } | DbCommand::List {
+            keyspace: Some(_),
+            ..
+        } | DbCommand::Export {
+            keyspace: Some(_),
+            ..
+        } | DbCommand::Put {
+            keyspace: Some(_),
+            ..
+        } | DbCommand::Import {
+            keyspace: Some(_),
+            ..
+        }
+    ) {
+        return None;
+    }
     Some(match cmd {
         DbCommand::Inform { .. } => "inform".into(),
         DbCommand::Get {
@@ -443,7 +496,9 @@ fn dispatch(cmd: DbCommand) -> Res {
     }
     match cmd {
         DbCommand::Create { name } => create(&name),
-        DbCommand::Inform { name } => with_db(&name, Open::ReadOnly, inform),
+        DbCommand::Inform { name, keyspace } => with_db(&name, Open::ReadOnly, |db| {
+            in_space(db, keyspace.as_deref(), false, &name, inform)
+        }),
         DbCommand::Put {
             name,
             key,
@@ -453,37 +508,54 @@ fn dispatch(cmd: DbCommand) -> Res {
             dup,
             dupback,
             create,
+            keyspace,
         } => with_db(&name, Open::writable(create), |db| {
-            let how = match (keep, cat, dup, dupback) {
-                (true, ..) => PutHow::Keep,
-                (_, true, ..) => PutHow::Cat,
-                (_, _, true, _) => PutHow::Dup { front: false },
-                (.., true) => PutHow::Dup { front: true },
-                _ => PutHow::Over,
-            };
-            put(db, key.as_bytes(), value.as_bytes(), how)
+            in_space(db, keyspace.as_deref(), true, &name, |db| {
+                let how = match (keep, cat, dup, dupback) {
+                    (true, ..) => PutHow::Keep,
+                    (_, true, ..) => PutHow::Cat,
+                    (_, _, true, _) => PutHow::Dup { front: false },
+                    (.., true) => PutHow::Dup { front: true },
+                    _ => PutHow::Over,
+                };
+                put(db, key.as_bytes(), value.as_bytes(), how)
+            })
         }),
-        DbCommand::Get { name, key, all } => with_db(&name, Open::ReadOnly, |db| {
-            if all {
-                get_all(db, key.as_bytes())
-            } else {
-                get(db, key.as_bytes())
-            }
+        DbCommand::Get {
+            name,
+            key,
+            all,
+            keyspace,
+        } => with_db(&name, Open::ReadOnly, |db| {
+            in_space(db, keyspace.as_deref(), false, &name, |db| {
+                if all {
+                    get_all(db, key.as_bytes())
+                } else {
+                    get(db, key.as_bytes())
+                }
+            })
         }),
-        DbCommand::Out { name, key, all } => with_db(&name, Open::Existing, |db| {
-            let found = if all {
-                db.remove_all(key.as_bytes())? > 0
-            } else {
-                db.out(key.as_bytes())?
-            };
-            if found {
-                Ok(())
-            } else {
-                Err(Fail::No(format!(
-                    "no record for key `{}`",
-                    show(key.as_bytes())
-                )))
-            }
+        DbCommand::Out {
+            name,
+            key,
+            all,
+            keyspace,
+        } => with_db(&name, Open::Existing, |db| {
+            in_space(db, keyspace.as_deref(), false, &name, |db| {
+                let found = if all {
+                    db.remove_all(key.as_bytes())? > 0
+                } else {
+                    db.out(key.as_bytes())?
+                };
+                if found {
+                    Ok(())
+                } else {
+                    Err(Fail::No(format!(
+                        "no record for key `{}`",
+                        show(key.as_bytes())
+                    )))
+                }
+            })
         }),
         DbCommand::List {
             name,
@@ -494,6 +566,7 @@ fn dispatch(cmd: DbCommand) -> Res {
             through,
             desc,
             values,
+            keyspace,
         } => with_db(&name, Open::ReadOnly, |db| {
             let bytes = |o: &Option<OsString>| o.as_ref().map(|p| p.as_bytes().to_vec());
             let sel = Selection {
@@ -505,7 +578,9 @@ fn dispatch(cmd: DbCommand) -> Res {
                 desc,
                 limit: limit.unwrap_or(usize::MAX),
             };
-            list(db, &sel, values, &name)
+            in_space(db, keyspace.as_deref(), false, &name, |db| {
+                list(db, &sel, values, &name)
+            })
         }),
         DbCommand::Import {
             name,
@@ -513,9 +588,24 @@ fn dispatch(cmd: DbCommand) -> Res {
             format,
             create,
             dup,
-        } => import(&name, file.as_deref(), format, create, dup),
-        DbCommand::Export { name, file, format } => with_db(&name, Open::ReadOnly, |db| {
-            transfer::export(db, file.as_deref(), format, &name)
+            keyspace,
+        } => import(
+            &name,
+            file.as_deref(),
+            format,
+            create,
+            dup,
+            keyspace.as_deref(),
+        ),
+        DbCommand::Export {
+            name,
+            file,
+            format,
+            keyspace,
+        } => with_db(&name, Open::ReadOnly, |db| {
+            in_space(db, keyspace.as_deref(), false, &name, |db| {
+                transfer::export(db, file.as_deref(), format, &name)
+            })
         }),
         DbCommand::Optimize { name, params } => with_db(&name, Open::Existing, |db| {
             Ok(db.optimize(params.as_deref().unwrap_or(""))?)
@@ -684,24 +774,46 @@ impl Open {
 /// `import`: every line is checked (its format, and the database's rules: a fixed-length
 /// database's width and ids, …) before the first record is written; bad input changes
 /// nothing, and a database this command created for it is removed again.
-fn import(name: &str, file: Option<&Path>, format: LineFormat, create: bool, dup: bool) -> Res {
+fn import(
+    name: &str,
+    file: Option<&Path>,
+    format: LineFormat,
+    create: bool,
+    dup: bool,
+    keyspace: Option<&str>,
+) -> Res {
     let input = Input::open(file)?;
     // Made by this open, and nothing written to it yet.
     let mut untouched_new = false;
-    let r = with_db_opened(name, Open::writable(create), |db, created| {
+    let r = with_db_opened(name, Open::writable(create), |root, created| {
         untouched_new = created;
-        if dup && !db.allows_dups() {
+        if dup && !root.allows_dups() {
             return Err(Fail::Err(format!(
                 "--dup needs a database that keeps duplicate keys (a B+ tree, PATH.kb), not a \
                  {}",
-                db.kind().name()
+                root.kind().name()
             )));
         }
-        let input = transfer::checked(input, format, Some(db))?;
+        // An existing keyspace checks the lines by its own rules; a missing one is made only
+        // once they passed (by its database's rules), so that refused input makes no keyspace.
+        let existing = match keyspace {
+            Some(spec) if has_space(root, spec, name)? => Some(space(root, spec, false, name)?),
+            _ => None,
+        };
+        let input = transfer::checked(input, format, Some(existing.as_deref().unwrap_or(root)))?;
         untouched_new = false;
+        let made = match (keyspace, &existing) {
+            (Some(spec), None) => Some(space(root, spec, true, name)?),
+            _ => None,
+        };
+        let db = existing.as_deref().or(made.as_deref()).unwrap_or(root);
         let n = transfer::import(db, input, dup)?;
         let path = name.split('#').next().unwrap_or(name);
-        print(format!("{n} records stored in {path}\n").as_bytes())
+        let into = match keyspace {
+            Some(spec) => format!(" (keyspace `{}`)", space_name(spec)),
+            None => String::new(),
+        };
+        print(format!("{n} records stored in {path}{into}\n").as_bytes())
     });
     if r.is_err() && untouched_new {
         // Made by this command and refused before a record was written: nothing stays.
@@ -713,6 +825,62 @@ fn import(name: &str, file: Option<&Path>, format: LineFormat, create: bool, dup
         }
     }
     r
+}
+
+/// The keyspace name of a `--keyspace NAME[#PARAMS]`.
+fn space_name(spec: &str) -> &str {
+    spec.split_once('#').map_or(spec, |(n, _)| n)
+}
+
+/// Whether the database has the keyspace `--keyspace` names; an error for a kind without
+/// keyspaces.
+fn has_space(db: &dyn Store, spec: &str, name: &str) -> Result<bool, Fail> {
+    // Every kind with keyspaces checks the name first (an empty one is refused as such); a
+    // kind without them refuses whatever the name.
+    if let Err(Error::Unsupported(_)) = db.keyspace("", "") {
+        return Err(Fail::Err(format!(
+            "--keyspace: {} is a {} database, which has no keyspaces",
+            name.split('#').next().unwrap_or(name),
+            db.kind().name()
+        )));
+    }
+    let ks = space_name(spec);
+    Ok(db.keyspaces().iter().any(|(n, _)| n == ks))
+}
+
+/// The keyspace `--keyspace NAME[#PARAMS]` names: made (with PARAMS) when missing if `make`,
+/// else a missing one is an error (a command that reads makes nothing).
+fn space(db: &dyn Store, spec: &str, make: bool, name: &str) -> Result<Arc<dyn Store>, Fail> {
+    let (ks, params) = spec.split_once('#').unwrap_or((spec, ""));
+    if !has_space(db, spec, name)? && !make {
+        let names: Vec<String> = db.keyspaces().into_iter().map(|(n, _)| n).collect();
+        let have = if names.is_empty() {
+            "it has none".to_string()
+        } else {
+            format!("it has {}", names.join(", "))
+        };
+        return Err(Fail::Err(format!(
+            "no keyspace `{ks}` in {} ({have}; `kura db put --keyspace` or `import \
+             --keyspace` makes one)",
+            name.split('#').next().unwrap_or(name)
+        )));
+    }
+    db.keyspace(ks, params)
+        .map_err(|e| Fail::Err(format!("keyspace `{ks}`: {e}")))
+}
+
+/// Run `f` on the database, or on its keyspace `spec` (see [`space`]).
+fn in_space(
+    db: &dyn Store,
+    spec: Option<&str>,
+    make: bool,
+    name: &str,
+    f: impl FnOnce(&dyn Store) -> Res,
+) -> Res {
+    match spec {
+        None => f(db),
+        Some(spec) => f(&*space(db, spec, make, name)?),
+    }
 }
 
 /// Open `name`, run `f`, and close the database whatever `f` returned.
@@ -900,6 +1068,15 @@ fn inform(db: &dyn Store) -> Res {
         if !printed.iter().any(|p| p == k) {
             s.push_str(&format!("{k}: {v}\n"));
         }
+    }
+    for (name, params) in db.keyspaces() {
+        let records = db.keyspace(&name, &params).map(|s| s.count())?;
+        let params = if params.is_empty() {
+            String::new()
+        } else {
+            format!(" {params}")
+        };
+        s.push_str(&format!("keyspace.{name}: {records} records{params}\n"));
     }
     print(s.as_bytes())
 }
