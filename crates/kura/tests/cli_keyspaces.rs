@@ -1,6 +1,6 @@
 //! A `.kh` with keyspaces (made through the embedded API; `kura db --keyspace` is tested in
-//! cli_db_keyspace.rs) through the real binary: `kura db check`, `export`, `put`, `optimize compress=zstd` and
-//! `repair` work on it and keep every keyspace; `export` and `check`'s count show the database
+//! cli_db_keyspace.rs) through the real binary: `kura db check`, `export`, `put`,
+//! `optimize compress=zstd` and `repair` work on it and keep every keyspace; `export` and `check`'s count show the database
 //! itself (keyspace 0), as `Store::count` does. A `.kh` written by the build before keyspaces
 //! (`before-v3.kh`, format-2 segments) takes keyspaces and stays readable by the binary.
 
