@@ -553,6 +553,38 @@ fn batches_across_keyspaces_survive_a_power_loss_at_every_write_whole_or_not_at_
     }
 }
 
+/// Three batches across the database and keyspaces `a` and `n` (made with `n_params`); the
+/// middle one's value in `a` is `DAMAGED-A`, for [`damage_the_middle_batch`].
+fn write_three_batches(db: &dyn Store, n_params: &str) {
+    let _a = db.keyspace("a", "").unwrap();
+    let _n = db.keyspace("n", n_params).unwrap();
+    db.write_across(&[("", put("r1", "before")), ("a", put("x", "before"))])
+        .unwrap();
+    db.write_across(&[
+        ("", put("r2", "DAMAGED-ROOT")),
+        ("a", put("y", "DAMAGED-A")),
+        ("n", put("5", "DAMAGED-N")),
+    ])
+    .unwrap();
+    db.write_across(&[("", put("r3", "after")), ("n", put("6", "after"))])
+        .unwrap();
+}
+
+/// Flip a byte of the value `DAMAGED-A` in the log files directly in `dir`.
+fn damage_the_middle_batch(fs: &SimVfs, dir: &str) {
+    let image = fs.image();
+    let (path, off) = image
+        .iter()
+        .filter(|(p, _)| p.parent() == Some(Path::new(dir)))
+        .find_map(|(p, b)| {
+            b.windows(9)
+                .position(|w| w == b"DAMAGED-A")
+                .map(|o| (p.clone(), o as u64))
+        })
+        .expect("the batch is in the log");
+    assert!(fs.corrupt(&path, off + 2, b"X"));
+}
+
 /// A flipped byte inside a batch across three keyspaces, with records after it: a writable
 /// open refuses the database (damage, not a torn tail), naming it; a read-only open serves
 /// every record that verifies, with none of the damaged batch in any keyspace, and reports it.
@@ -561,32 +593,10 @@ fn a_damaged_batch_across_keyspaces_is_refused_not_taken_for_a_tail() {
     let fs = SimVfs::new();
     {
         let db = sim_open(&fs, "sync=always", OpenMode::Create).unwrap();
-        let _a = db.keyspace("a", "").unwrap();
-        let _n = db.keyspace("n", "cmp=dec").unwrap();
-        db.write_across(&[("", put("r1", "before")), ("a", put("x", "before"))])
-            .unwrap();
-        db.write_across(&[
-            ("", put("r2", "DAMAGED-ROOT")),
-            ("a", put("y", "DAMAGED-A")),
-            ("n", put("5", "DAMAGED-N")),
-        ])
-        .unwrap();
-        db.write_across(&[("", put("r3", "after")), ("n", put("6", "after"))])
-            .unwrap();
-        drop((_a, _n));
+        write_three_batches(&db, "cmp=dec");
         db.abandon();
     }
-    let image = fs.image();
-    let (path, off) = image
-        .iter()
-        .filter(|(p, _)| p.parent() == Some(Path::new("/sim/t.kb")))
-        .find_map(|(p, b)| {
-            b.windows(9)
-                .position(|w| w == b"DAMAGED-A")
-                .map(|o| (p.clone(), o as u64))
-        })
-        .expect("the batch is in the write-ahead log");
-    assert!(fs.corrupt(&path, off + 2, b"X"));
+    damage_the_middle_batch(&fs, "/sim/t.kb");
     let e = sim_open(&fs, "", OpenMode::Existing)
         .err()
         .expect("a writable open refuses damage");
@@ -1123,32 +1133,10 @@ fn kh_a_damaged_batch_across_keyspaces_is_refused_not_taken_for_a_tail() {
     let fs = SimVfs::new();
     {
         let db = kh_open(&fs, "sync=always#lanes=1", OpenMode::Create).unwrap();
-        let _a = db.keyspace("a", "").unwrap();
-        let _n = db.keyspace("n", "").unwrap();
-        db.write_across(&[("", put("r1", "before")), ("a", put("x", "before"))])
-            .unwrap();
-        db.write_across(&[
-            ("", put("r2", "DAMAGED-ROOT")),
-            ("a", put("y", "DAMAGED-A")),
-            ("n", put("5", "DAMAGED-N")),
-        ])
-        .unwrap();
-        db.write_across(&[("", put("r3", "after")), ("n", put("6", "after"))])
-            .unwrap();
-        drop((_a, _n));
+        write_three_batches(&db, "");
         db.abandon();
     }
-    let image = fs.image();
-    let (path, off) = image
-        .iter()
-        .filter(|(p, _)| p.parent() == Some(Path::new("/sim/h.kh")))
-        .find_map(|(p, b)| {
-            b.windows(9)
-                .position(|w| w == b"DAMAGED-A")
-                .map(|o| (p.clone(), o as u64))
-        })
-        .expect("the batch is in the log");
-    assert!(fs.corrupt(&path, off + 2, b"X"));
+    damage_the_middle_batch(&fs, "/sim/h.kh");
     let e = kh_open(&fs, "", OpenMode::Existing)
         .err()
         .expect("a writable open refuses damage");

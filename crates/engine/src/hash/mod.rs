@@ -94,12 +94,6 @@ pub(crate) const PARAMS: &[&str] = &[
 /// Logs written in parallel when the database is created without `lanes=`.
 const DEFAULT_LANES: usize = 16;
 const MAX_LANES: usize = 64;
-/// The most a batch's records may take (headers counted at their longest): as much as the
-/// largest single record. A batch is one record (a frame of records), and reading any record
-/// back — a read, recovery, `check`, `repair` — holds it whole in memory to verify its
-/// checksum, so a larger batch would raise what those need. Its inner records keep checksums of
-/// their own, so damage to a large batch costs only the records it touches (`scan`).
-const MAX_BATCH_BYTES: usize = crate::store::MAX_VALUE_LEN + crate::store::MAX_KEY_LEN + (1 << 20);
 /// Values at least this large are written without holding their shard's lock.
 const LARGE_VALUE: usize = 256 << 10;
 /// `bnum` pre-sizes the index for at most this many records (about 1.3 GB of index); beyond,

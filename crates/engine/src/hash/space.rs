@@ -12,7 +12,7 @@
 
 use super::*;
 use crate::log::format::{get_varint, put_varint, KS_CATALOG, KS_FIRST};
-use crate::store::check_keyspace_name;
+use crate::store::{check_batch, check_keyspace_name};
 use std::collections::HashMap;
 use std::sync::{OnceLock, Weak};
 
@@ -264,21 +264,7 @@ impl Inner {
         if ops.is_empty() {
             return Ok(());
         }
-        let mut frame = 0usize;
-        for (_, op) in ops {
-            let vlen = match op {
-                BatchOp::Put { value, .. } => value.len(),
-                BatchOp::Remove { .. } => 0,
-            };
-            check_sizes(op.key(), vlen)?;
-            frame = frame.saturating_add(MAX_HEADER_LEN + op.key().len() + vlen);
-        }
-        if frame > MAX_BATCH_BYTES {
-            return Err(Error::TooLarge(format!(
-                "a batch of {frame} bytes of records (limit {MAX_BATCH_BYTES}, as large as \
-                 the largest single record: split it)"
-            )));
-        }
+        check_batch(ops.iter().map(|(_, op)| *op), MAX_HEADER_LEN)?;
         let hashed: Vec<(usize, u32)> = ops
             .iter()
             .map(|(at, op)| spaces[*at].hash(op.key()))

@@ -396,6 +396,36 @@ pub fn check_sizes(key: &[u8], value_len: usize) -> Result<()> {
     Ok(())
 }
 
+/// The most a batch's records may take in an on-disk kind's log (headers counted at their
+/// longest): as much as the largest single record. A batch is one record (a frame of
+/// records), and reading any record back — a read, recovery, `check`, `repair` — holds it
+/// whole in memory to verify its checksum, so a larger batch would raise what those need.
+pub const MAX_BATCH_BYTES: usize = MAX_VALUE_LEN + MAX_KEY_LEN + (1 << 20);
+
+/// Validate every operation of a batch (as [`check_sizes`]) and the size of the frame that
+/// holds them, each record counted with `header_len` bytes of header; that size.
+pub fn check_batch<'a>(
+    ops: impl IntoIterator<Item = &'a BatchOp>,
+    header_len: usize,
+) -> Result<usize> {
+    let mut frame = 0usize;
+    for op in ops {
+        let vlen = match op {
+            BatchOp::Put { value, .. } => value.len(),
+            BatchOp::Remove { .. } => 0,
+        };
+        check_sizes(op.key(), vlen)?;
+        frame = frame.saturating_add(header_len + op.key().len() + vlen);
+    }
+    if frame > MAX_BATCH_BYTES {
+        return Err(Error::TooLarge(format!(
+            "a batch of {frame} bytes of records (limit {MAX_BATCH_BYTES}, as large as the \
+             largest single record: split it)"
+        )));
+    }
+    Ok(frame)
+}
+
 /// Current unix time in seconds.
 ///
 /// Read from the kernel's coarse real-time clock (`CLOCK_REALTIME_COARSE`: the time of the last

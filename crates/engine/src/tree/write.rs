@@ -13,15 +13,14 @@ use super::forest::{Forest, SlotState, NONE};
 use super::index::Key;
 use super::leaf::{dup_order, Leaf};
 use super::{Gone, Inner};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::log::format::{self, HeaderBuf, PutFields, MAX_HEADER_LEN};
-use crate::store::{check_sizes, is_expired, now_secs, BatchOp, Current, Decision, Meta};
+use crate::store::{
+    check_batch, check_sizes, is_expired, now_secs, BatchOp, Current, Decision, Meta,
+};
 use std::cmp::Ordering as KeyOrder;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-/// A batch's records together may be as large as the largest single record.
-const MAX_BATCH_BYTES: usize = crate::store::MAX_VALUE_LEN + crate::store::MAX_KEY_LEN + (1 << 20);
 
 /// A change of one key, as replayed or applied by a batch.
 /// `dup`: which of the key's values (0 for a key without duplicates).
@@ -328,21 +327,7 @@ impl Inner {
         if ops.is_empty() {
             return Ok(());
         }
-        let mut frame = 0usize;
-        for (_, op) in ops {
-            let vlen = match op {
-                BatchOp::Put { value, .. } => value.len(),
-                BatchOp::Remove { .. } => 0,
-            };
-            check_sizes(op.key(), vlen)?;
-            frame = frame.saturating_add(MAX_HEADER_LEN + op.key().len() + vlen);
-        }
-        if frame > MAX_BATCH_BYTES {
-            return Err(Error::TooLarge(format!(
-                "a batch of {frame} bytes of records (limit {MAX_BATCH_BYTES}, as large as the \
-                 largest single record: split it)"
-            )));
-        }
+        let frame = check_batch(ops.iter().map(|(_, op)| *op), MAX_HEADER_LEN)?;
         // Latch order: keyspace id, then the keyspace's key order.
         let mut order: Vec<usize> = (0..ops.len()).collect();
         order.sort_by(|&a, &b| {
