@@ -538,6 +538,15 @@ mod tests {
         )
     }
 
+    /// A new log of two lanes written by `f`, flushed: its files, and what `f` returned.
+    fn written<T>(f: impl FnOnce(&Log) -> T) -> (SimVfs, T) {
+        let fs = SimVfs::new();
+        let log = create(&fs);
+        let out = f(&log);
+        log.flush_all().unwrap();
+        (fs, out)
+    }
+
     /// The log as an open finds it: every segment in the lane its header names.
     fn reopen(fs: &SimVfs, readonly: bool) -> Log {
         let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
@@ -668,25 +677,22 @@ mod tests {
     /// whole; by the index's rules the later segment is replayed and the sealed one left.
     #[test]
     fn a_torn_end_stops_its_own_lane_only() {
-        let fs = SimVfs::new();
-        let (torn_seg, cut_at) = {
-            let log = create(&fs);
-            let (a, _) = write(&log, 0, &[&put(0, 1)]);
-            write(&log, 1, &[&put(0, 2)]);
-            let (_, off3) = write(&log, 0, &[&put(0, 3)]);
-            write(&log, 1, &[&put(0, 4)]);
-            roll(&log, 0);
-            let (b, _) = write(&log, 0, &[&put(0, 5)]);
+        let (fs, (a, off3)) = written(|log| {
+            let (a, _) = write(log, 0, &[&put(0, 1)]);
+            write(log, 1, &[&put(0, 2)]);
+            let (_, off3) = write(log, 0, &[&put(0, 3)]);
+            write(log, 1, &[&put(0, 4)]);
+            roll(log, 0);
+            let (b, _) = write(log, 0, &[&put(0, 5)]);
             assert_ne!(a, b);
-            write(&log, 1, &[&put(0, 6)]);
-            log.flush_all().unwrap();
-            // The record of seq 3 cut short (and the marker after it gone).
-            fs.open(&seg_path(a), false)
-                .unwrap()
-                .set_len(off3 + 5)
-                .unwrap();
+            write(log, 1, &[&put(0, 6)]);
             (a, off3)
-        };
+        });
+        // The record of seq 3 cut short (and the marker after it gone).
+        fs.open(&seg_path(a), false)
+            .unwrap()
+            .set_len(off3 + 5)
+            .unwrap();
         let image = fs.image();
         let (seen, done) = run::<Index>(&fs, false).unwrap();
         assert_eq!(seqs(&seen.got), vec![1, 5, 2, 4, 6]);
@@ -697,8 +703,8 @@ mod tests {
         assert_eq!(seqs(&seen.got), vec![1, 2, 4, 6], "merged by seq");
         assert_eq!(done.dropped.len(), 1);
         assert!(!fs.exists(&seg_path(done.dropped[0])), "deleted");
-        let len = fs.open(&seg_path(torn_seg), false).unwrap().len().unwrap();
-        assert_eq!(len, cut_at, "cut at its torn end");
+        let len = fs.open(&seg_path(a), false).unwrap().len().unwrap();
+        assert_eq!(len, off3, "cut at its torn end");
         assert!(done.findings.is_empty(), "a torn end is no damage");
     }
 
@@ -708,17 +714,15 @@ mod tests {
     /// index's rules apply it.
     #[test]
     fn a_damaged_batch_in_the_middle_is_reported_and_lost_whole() {
-        let fs = SimVfs::new();
-        {
-            let log = create(&fs);
-            write(&log, 0, &[&put(0, 1)]);
-            let ((seg, off), inner) = write_batch(&log, 0, 3, &[2, 3]);
-            write(&log, 0, &[&put(0, 4)]);
-            log.flush_all().unwrap();
-            // A byte of the second inner record's value.
-            let at = off + inner[1] + put(3, 3).len() as u64 - 2;
-            assert!(fs.corrupt(&seg_path(seg), at, b"X"));
-        }
+        let (fs, ((seg, off), inner)) = written(|log| {
+            write(log, 0, &[&put(0, 1)]);
+            let batch = write_batch(log, 0, 3, &[2, 3]);
+            write(log, 0, &[&put(0, 4)]);
+            batch
+        });
+        // A byte of the second inner record's value.
+        let at = off + inner[1] + put(3, 3).len() as u64 - 2;
+        assert!(fs.corrupt(&seg_path(seg), at, b"X"));
         for e in [
             run::<Index>(&fs, false).err(),
             run::<Tree>(&fs, false).err(),
@@ -748,18 +752,15 @@ mod tests {
     /// every lane of which survived cuts its lane before it.
     #[test]
     fn clears_in_order_reach_the_kind_with_their_keyspace() {
-        let fs = SimVfs::new();
-        {
-            let log = create(&fs);
-            write(&log, 0, &[&put(0, 1)]);
-            write(&log, 0, &[&put(5, 2)]);
+        let (fs, ()) = written(|log| {
+            write(log, 0, &[&put(0, 1)]);
+            write(log, 0, &[&put(5, 2)]);
             let mut clear = Vec::new();
             format::encode_clear_in(&mut clear, 5, 3, 1);
-            write(&log, 0, &[&clear]);
-            write(&log, 0, &[&put(5, 4)]);
-            write(&log, 1, &[&put(0, 5)]);
-            log.flush_all().unwrap();
-        }
+            write(log, 0, &[&clear]);
+            write(log, 0, &[&put(5, 4)]);
+            write(log, 1, &[&put(0, 5)]);
+        });
         let image = fs.image();
         let (seen, done) = run::<Tree>(&fs, false).unwrap();
         assert_eq!(
@@ -786,33 +787,27 @@ mod tests {
     /// after lane.
     #[test]
     fn lanes_merge_by_seq() {
-        let fs = SimVfs::new();
-        {
-            let log = create(&fs);
-            write(&log, 0, &[&put(0, 1)]);
-            write(&log, 1, &[&put(0, 2)]);
-            write(&log, 1, &[&put(0, 3)]);
+        let (fs, ()) = written(|log| {
+            write(log, 0, &[&put(0, 1)]);
+            write(log, 1, &[&put(0, 2)]);
+            write(log, 1, &[&put(0, 3)]);
             let mut del = Vec::new();
             format::encode_delete_in(&mut del, 0, b"k1", 4, 0);
-            write(&log, 0, &[&del]);
-            write_batch(&log, 0, 2, &[5, 6]);
-            write(&log, 1, &[&put(0, 7)]);
-            log.flush_all().unwrap();
-        }
+            write(log, 0, &[&del]);
+            write_batch(log, 0, 2, &[5, 6]);
+            write(log, 1, &[&put(0, 7)]);
+        });
         let (seen, _) = run::<Tree>(&fs, true).unwrap();
         assert_eq!(seqs(&seen.got), vec![1, 2, 3, 4, 5, 6, 7]);
         assert_eq!(seen.got[3].0, T_DELETE);
         let (seen, _) = run::<Index>(&fs, true).unwrap();
         assert_eq!(seqs(&seen.got), vec![1, 4, 5, 6, 2, 3, 7]);
         // One lane: its log order, whatever the seqs.
-        let fs = SimVfs::new();
-        {
-            let log = create(&fs);
+        let (fs, ()) = written(|log| {
             for seq in [3, 1, 2] {
-                write(&log, 0, &[&put(0, seq)]);
+                write(log, 0, &[&put(0, seq)]);
             }
-            log.flush_all().unwrap();
-        }
+        });
         let (seen, _) = run::<Tree>(&fs, true).unwrap();
         assert_eq!(seqs(&seen.got), vec![3, 1, 2]);
     }
