@@ -1,38 +1,109 @@
-//! Recovery's kind-neutral procedure (docs/ARCHITECTURE.md, "Recovery procedure"), for a kind
-//! that keeps its index in memory and replays the log written after its checkpoint: which
-//! ranges to scan, what a failure in them was, the refusal of a writable open that finds
-//! damage, the clears of a `vanish`, the replay itself in each lane's log order, the cut of
-//! torn tails and of segments created at a crash, and each lane's active segment afterwards.
+//! Recovery's kind-neutral procedure (docs/ARCHITECTURE.md, "Recovery procedure"), for every
+//! kind: which ranges to scan, what a failure in them was, the refusal of a writable open that
+//! finds damage, the clears, the replay itself (in each lane's log order, or merged by seq), the
+//! cut of torn tails and of segments created at a crash, and each lane's active segment
+//! afterwards.
 //!
-//! The kind says what records mean ([`Replayer`]): it forgets what a clear hides and applies
-//! each verified record (ordering a key's records by their seq, as they may be in several
-//! lanes). The on-disk hash (`hash/recover.rs`) and the fixed-length database (`fixed/open.rs`)
-//! recover through it.
+//! The kind says what records mean ([`Replayer`]) and which of the driver's rules it replays by
+//! ([`Rules`], an associated constant: the driver is monomorphised for each kind, and the
+//! rules a kind does not take cost it nothing). The on-disk hash (`hash/recover.rs`) and the
+//! fixed-length database (`fixed/open.rs`) take [`Rules::INDEX`]: clears cut by position,
+//! salvaged records of a damaged batch kept, lanes replayed one after the other (their
+//! `apply` orders a key's records by seq). The B+ tree (`tree/open.rs`) takes
+//! [`Rules::TREE`]: clears applied in order to the keyspace they name, each lane ending at its
+//! first torn segment, a damaged batch lost whole, lanes merged by seq.
 
 use super::checkpoint::Places;
-use super::format::{self, Header, SEG_HEADER_LEN, T_CLEAR};
+use super::format::{self, Header, SEG_HEADER_LEN, T_BATCH, T_CLEAR};
 use super::recovery::{classify, refusal, End, Finding, Probe, SegBytes};
 use super::scan::{self, Bytes, Scanned};
-use super::segment::{SegTable, Segment};
+use super::segment::{seg_file_name, SegTable, Segment};
 use super::{data_end, Log};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// How the clear records of a `vanish` are replayed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Clears {
+    /// A `vanish` writes a clear into every lane that has a log; once the clears of all of
+    /// them survived, everything of a lane before its clear is dead
+    /// ([`Replayer::forget_before`]), and a writable open deletes the segments wholly before
+    /// it. The clears themselves are not applied.
+    ByPosition,
+    /// A clear is applied as any record is, in its place in the replay order: it empties the
+    /// keyspace it names, and nothing else.
+    InOrder,
+}
+
+/// The rules a kind's log is replayed by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Rules {
+    pub clears: Clears,
+    /// A lane's replay ends at its first torn (or zero-filled) end: that segment is cut there,
+    /// and the lane's later segments are dropped ([`Replayed::dropped`], deleted by a writable
+    /// open), as every sync syncs a lane's segments in order and nothing after a torn end was
+    /// acknowledged. Otherwise only a lane's last segment is cut, and its sealed segments'
+    /// records after a torn end are replayed.
+    pub stop_at_torn: bool,
+    /// A damaged batch frame is lost whole: the inner records of it that verify are left out
+    /// and reported (a batch, across keyspaces too, is applied whole or not at all).
+    /// Otherwise they are applied.
+    pub whole_batches: bool,
+    /// When more than one lane has records to replay, they are applied in seq order (a batch
+    /// by its first record's seq) rather than lane after lane: every key's records in the
+    /// order they were made, for a kind whose `apply` cannot order them itself.
+    pub merge_by_seq: bool,
+    /// The driver gives each lane its active segment (its last), maps the segments and seals
+    /// the others; otherwise the kind does (with [`Replayed::dropped`]).
+    pub activate: bool,
+}
+
+impl Rules {
+    /// A kind with an index in memory that orders a key's records by their seq itself.
+    pub(crate) const INDEX: Rules = Rules {
+        clears: Clears::ByPosition,
+        stop_at_torn: false,
+        whole_batches: false,
+        merge_by_seq: false,
+        activate: true,
+    };
+    /// The B+ tree's write-ahead lanes.
+    pub(crate) const TREE: Rules = Rules {
+        clears: Clears::InOrder,
+        stop_at_torn: true,
+        whole_batches: true,
+        merge_by_seq: true,
+        activate: false,
+    };
+}
+
 /// What a kind does with the records recovery reads back.
 pub(crate) trait Replayer {
-    /// A `vanish` cleared lane `l` at `cut[l]` (`segment << 32 | offset` of its clear record):
-    /// forget every index entry pointing at a record before it (`lane_of` tells a segment's
-    /// lane). Called once, before any record is applied, only when some lane has a clear.
+    /// The rules its log is replayed by.
+    const RULES: Rules = Rules::INDEX;
+    /// The open goes on (a writable one found no damage; a read-only one serves around
+    /// `found`): called once, after every range was scanned and before anything is applied or
+    /// anything on disk is changed by the replay.
+    fn begin(&mut self, _found: &[Finding]) -> Result<()> {
+        Ok(())
+    }
+    /// ([`Clears::ByPosition`]) A `vanish` cleared lane `l` at `cut[l]` (`segment << 32 |
+    /// offset` of its clear record): forget every index entry pointing at a record before it
+    /// (`lane_of` tells a segment's lane). Called once, before any record is applied, only
+    /// when some lane has a clear.
     fn forget_before(
         &mut self,
-        cut: &[Option<u64>],
-        lane_of: &dyn Fn(u32) -> Option<usize>,
-    ) -> Result<()>;
-    /// Apply one verified record at (`seg`, `off`): a put, a delete or a batch frame (never a
-    /// clear), in its lane's log order; lanes one after the other.
+        _cut: &[Option<u64>],
+        _lane_of: &dyn Fn(u32) -> Option<usize>,
+    ) -> Result<()> {
+        Ok(())
+    }
+    /// Apply one verified record at (`seg`, `off`): a put, a delete or a batch frame (a
+    /// clear too with [`Clears::InOrder`]), in its lane's log order, lanes one after the other
+    /// (or merged by seq: [`Rules::merge_by_seq`]).
     fn apply(&mut self, seg: u32, off: u64, h: &Header, rec: &[u8]) -> Result<()>;
 }
 
@@ -42,6 +113,9 @@ pub(crate) struct Replayed {
     pub findings: Vec<Finding>,
     /// Records applied (the kind checkpoints at the next close when there were any).
     pub applied: u64,
+    /// ([`Rules::stop_at_torn`]) The segments after a torn end of their lane: not replayed,
+    /// deleted by a writable open, never a lane's active segment.
+    pub dropped: Vec<u32>,
 }
 
 /// One range recovery scans.
@@ -51,13 +125,26 @@ struct Region {
     lane: Option<usize>,
     start: u64,
     end: u64,
-    /// The lane's last segment.
+    /// The lane's last segment (with [`Rules::stop_at_torn`], the last one replayed).
     last: bool,
+    /// Replayed ([`Rules::stop_at_torn`]: not after a torn end of its lane).
+    kept: bool,
     scanned: Scanned,
     verdict: End,
 }
 
-/// Replay the log of `log` into `kind`.
+impl Region {
+    /// Where its replay ends: a damaged tail is read through (read-only opens only get here
+    /// with damage), a torn one is not.
+    fn replay_to(&self) -> u64 {
+        match self.verdict {
+            End::Damaged => self.end,
+            _ => self.scanned.valid_end(self.end),
+        }
+    }
+}
+
+/// Replay the log of `log` into `kind`, by the kind's [`Rules`].
 ///
 /// - `bad`: the segment files whose header is not one of this database's;
 /// - `ckpt`: what a checkpoint that verified knows of the log (its durable lengths tell damage
@@ -65,19 +152,21 @@ struct Region {
 /// - `from`: where each lane's replay starts when the kind loaded the checkpoint's index (else
 ///   every segment is replayed from its start);
 /// - `found`: findings made already (about the checkpoint);
-/// - `segsiz`: the size the active segments are mapped at.
+/// - `segsiz`: the size the active segments are mapped at ([`Rules::activate`]).
 ///
 /// A writable open that finds damage fails with [`crate::Error::Corrupt`] before anything on
 /// disk is changed; a read-only one serves what verifies and returns the findings.
-pub(crate) fn replay(
+pub(crate) fn replay<R: Replayer>(
     log: &Log,
     bad: Vec<Probe>,
     ckpt: Option<&Places>,
     from: Option<&[(u32, u64)]>,
     mut found: Vec<Finding>,
     segsiz: usize,
-    kind: &mut impl Replayer,
+    kind: &mut R,
 ) -> Result<Replayed> {
+    let rules = R::RULES;
+    let by_position = rules.clears == Clears::ByPosition;
     let table = log.segs.load_full();
     let durable = |s: &Segment| ckpt.and_then(|c| c.durable(s.id, s.lane));
     // The ranges to replay: per lane, its segments from the replay position on.
@@ -101,6 +190,7 @@ pub(crate) fn replay(
                 start,
                 end: seg.file.len()?.max(start),
                 last: i + 1 == segs.len(),
+                kept: true,
                 scanned: Scanned::default(),
                 verdict: End::Clean,
             });
@@ -129,6 +219,7 @@ pub(crate) fn replay(
                         start: SEG_HEADER_LEN as u64,
                         end: p.len,
                         last: false,
+                        kept: true,
                         scanned: Scanned::default(),
                         verdict: End::Clean,
                     });
@@ -148,7 +239,7 @@ pub(crate) fn replay(
             r.start,
             r.end,
             |off, h, _, _| {
-                if let (T_CLEAR, Some(lane)) = (h.typ, lane) {
+                if let (T_CLEAR, Some(lane), true) = (h.typ, lane, by_position) {
                     clears.push((lane, loc_of(seg.id, off), h.fields.seq));
                     clear_parts.entry(h.fields.seq).or_insert((0, h.count)).0 += 1;
                 }
@@ -156,10 +247,39 @@ pub(crate) fn replay(
             },
         )?;
         r.verdict = classify(seg.id, &r.scanned, durable(seg), &mut found);
+        if rules.whole_batches {
+            for d in r.scanned.damage.iter().filter(|d| !d.salvaged.is_empty()) {
+                found.push(Finding {
+                    file: seg_file_name(seg.id),
+                    off: d.off,
+                    len: d.len,
+                    lost: d.salvaged.len() as u64,
+                    what: format!(
+                        "{} records of a damaged batch that verify on their own are left out \
+                         with it (a batch is applied whole or not at all)",
+                        d.salvaged.len()
+                    ),
+                });
+            }
+        }
+    }
+    if rules.stop_at_torn {
+        // Each lane up to its first torn end (regions are in log order within a lane).
+        let mut torn = vec![false; log.lanes];
+        for r in regions.iter_mut() {
+            let Some(lane) = r.lane else { continue };
+            if torn[lane] {
+                r.kept = false;
+            } else if matches!(r.verdict, End::Torn | End::Zeros) {
+                torn[lane] = true;
+                r.last = true;
+            }
+        }
     }
     if !found.is_empty() && !log.readonly {
         return Err(refusal(&log.dir, &found));
     }
+    kind.begin(&found)?;
     // Per lane, the last complete clear: everything of the lane before it is dead.
     let mut cut: Vec<Option<u64>> = vec![None; log.lanes];
     for &(lane, loc, id) in &clears {
@@ -171,35 +291,52 @@ pub(crate) fn replay(
         let lane_of = |id: u32| table.get(id).map(|s| s.lane);
         kind.forget_before(&cut, &lane_of)?;
     }
-    // Pass 2: apply, in each lane's log order. A damaged tail's salvaged records are applied
-    // (read-only opens only get here with damage).
+    // Merged by seq only when more than one lane has something to replay.
+    let merge = rules.merge_by_seq && {
+        let mut used = vec![false; log.lanes + 1];
+        for r in regions.iter().filter(|r| r.kept && r.replay_to() > r.start) {
+            used[r.lane.unwrap_or(log.lanes)] = true;
+        }
+        used.iter().filter(|&&u| u).count() > 1
+    };
+    // With `merge`: every record to replay, copied, and (seq, segment, offset, where it is).
+    let mut arena: Vec<u8> = Vec::new();
+    let mut order: Vec<(u64, u32, u64, usize, usize)> = Vec::new();
+    // Pass 2: apply, in each lane's log order.
     let mut applied = 0u64;
-    for r in &regions {
+    for r in regions.iter().filter(|r| r.kept) {
         let seg = &r.seg;
         let lane_cut = r.lane.and_then(|l| cut[l]);
         let mut apply = |off: u64, h: &Header, rec: &[u8]| -> Result<()> {
             applied += 1;
-            if h.typ != T_CLEAR && lane_cut.is_none_or(|c| loc_of(seg.id, off) >= c) {
-                kind.apply(seg.id, off, h, rec)?;
+            if (!by_position || h.typ != T_CLEAR)
+                && lane_cut.is_none_or(|c| loc_of(seg.id, off) >= c)
+            {
+                if merge {
+                    order.push((record_seq(h, rec), seg.id, off, arena.len(), rec.len()));
+                    arena.extend_from_slice(rec);
+                } else {
+                    kind.apply(seg.id, off, h, rec)?;
+                }
             }
             Ok(())
-        };
-        let to = if r.verdict == End::Damaged {
-            r.end
-        } else {
-            r.scanned.valid_end(r.end)
         };
         scan::scan(
             &mut SegBytes { log, seg },
             seg.seed,
             r.start,
-            to,
-            |off, h, rec, _| {
-                apply(off, h, rec)?;
+            r.replay_to(),
+            |off, h, rec, salvaged| {
+                // A record salvaged from a damaged batch frame, with whole batches, is left
+                // out with the rest of its batch (reported above).
+                if !(rules.whole_batches && salvaged) {
+                    apply(off, h, rec)?;
+                }
                 Ok(true)
             },
         )?;
-        if r.verdict == End::Damaged {
+        if r.verdict == End::Damaged && !rules.whole_batches {
+            // A damaged tail's salvaged records (read-only opens only get here with damage).
             if let Some(t) = &r.scanned.tail {
                 let mut bytes = SegBytes { log, seg };
                 let mut buf = Vec::new();
@@ -215,8 +352,22 @@ pub(crate) fn replay(
             }
         }
     }
+    if merge {
+        order.sort_by_key(|o| o.0);
+        for (_, seg, off, at, len) in order {
+            let rec = &arena[at..at + len];
+            let h = format::parse_header(rec)
+                .ok_or_else(|| Error::Corrupt("a verified record does not parse".into()))?;
+            kind.apply(seg, off, &h, rec)?;
+        }
+    }
+    let mut dropped: Vec<u32> = Vec::new();
     for r in &regions {
         let (seg, end) = (&r.seg, r.end);
+        if !r.kept {
+            dropped.push(seg.id);
+            continue;
+        }
         let valid_end = r.scanned.valid_end(end);
         match r.verdict {
             End::Clean => {}
@@ -241,6 +392,7 @@ pub(crate) fn replay(
         seg.flushed.store(valid_end, Ordering::Release);
     }
     if !log.readonly {
+        log.remove_segments(&dropped)?;
         for path in &torn_files {
             log.vfs.remove(path)?;
         }
@@ -260,18 +412,27 @@ pub(crate) fn replay(
                 t
             });
             for &id in &dead {
-                let _ = log
-                    .vfs
-                    .remove(&log.dir.join(super::segment::seg_file_name(id)));
+                let _ = log.vfs.remove(&log.dir.join(seg_file_name(id)));
             }
         }
         if !dead.is_empty() || !torn_files.is_empty() {
             log.vfs.sync_dir(&log.dir)?;
         }
     }
-    // Each lane's active segment: its last one (a lane with none creates one when first
-    // written). Map what can be mapped. A lane whose log ends with a marker needs none at the
-    // next seal, checkpoint or close.
+    if rules.activate {
+        activate(log, &regions, segsiz)?;
+    }
+    Ok(Replayed {
+        findings: found,
+        applied,
+        dropped,
+    })
+}
+
+/// Each lane's active segment: its last one (a lane with none creates one when first
+/// written). Map what can be mapped. A lane whose log ends with a marker needs none at the
+/// next seal, checkpoint or close.
+fn activate(log: &Log, regions: &[Region], segsiz: usize) -> Result<()> {
     let table = log.segs.load_full();
     let orphans: Vec<u32> = regions
         .iter()
@@ -303,10 +464,18 @@ pub(crate) fn replay(
         }
     }
     log.trim_maps();
-    Ok(Replayed {
-        findings: found,
-        applied,
-    })
+    Ok(())
+}
+
+/// The seq a record is merged by: a batch's is its first record's.
+fn record_seq(h: &Header, rec: &[u8]) -> u64 {
+    if h.typ == T_BATCH {
+        return rec
+            .get(h.key_off..)
+            .and_then(format::parse_header)
+            .map_or(0, |sub| sub.fields.seq);
+    }
+    h.fields.seq
 }
 
 /// A record's place as one number: segment in the high 32 bits, offset in the low.
@@ -328,5 +497,318 @@ pub(crate) fn restore_places(log: &Log, places: &Places) {
                 s.flushed.store(len, Ordering::Release);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SyncMode;
+    use crate::io::{SimVfs, Vfs};
+    use crate::log::format::{PutFields, T_DELETE, T_PUT};
+    use crate::log::recovery::probe_segments;
+    use crate::log::{for_each_sub, LogConfig};
+    use std::marker::PhantomData;
+    use std::path::Path;
+
+    const DIR: &str = "/r";
+    const SALT: u64 = 7;
+
+    fn config() -> LogConfig {
+        LogConfig {
+            sync: SyncMode::None,
+            segsiz: 64 << 10,
+            bufsiz: 4 << 10,
+            msiz: 64 << 20,
+            lanes: 2,
+        }
+    }
+
+    /// A new log of two lanes.
+    fn create(fs: &SimVfs) -> Log {
+        let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
+        vfs.create_dir_all(Path::new(DIR)).unwrap();
+        Log::new(
+            Path::new(DIR),
+            vfs,
+            false,
+            config(),
+            SALT,
+            SegTable::default(),
+        )
+    }
+
+    /// A new log of two lanes written by `f`, flushed: its files, and what `f` returned.
+    fn written<T>(f: impl FnOnce(&Log) -> T) -> (SimVfs, T) {
+        let fs = SimVfs::new();
+        let log = create(&fs);
+        let out = f(&log);
+        log.flush_all().unwrap();
+        (fs, out)
+    }
+
+    /// The log as an open finds it: every segment in the lane its header names.
+    fn reopen(fs: &SimVfs, readonly: bool) -> Log {
+        let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
+        let mut t = SegTable::default();
+        for p in probe_segments(&*vfs, Path::new(DIR)).unwrap() {
+            let lane = usize::from(p.header.as_ref().unwrap().lane);
+            let seg = Segment::new(p.id, lane, SALT, p.path, p.file, p.len);
+            t.segs.insert(p.id, Arc::new(seg));
+        }
+        Log::new(Path::new(DIR), vfs, readonly, config(), SALT, t)
+    }
+
+    /// A put of keyspace `ks` with seq `seq` (sealed when appended).
+    fn put(ks: u64, seq: u64) -> Vec<u8> {
+        let mut r = Vec::new();
+        let f = PutFields {
+            seq,
+            ..PutFields::default()
+        };
+        format::encode_put_in(&mut r, ks, format!("k{seq}").as_bytes(), b"a value", &f);
+        r
+    }
+
+    /// Append `parts` (one record) to `lane`: where it went.
+    fn write(log: &Log, lane: usize, parts: &[&[u8]]) -> (u32, u64) {
+        let mut tail = log.tails[lane].0.lock();
+        log.append(&mut tail, parts, true).unwrap()
+    }
+
+    /// A batch frame of puts of keyspace `ks` with these seqs, appended to `lane`: where it
+    /// went, and where each inner record starts in the frame. Its records are sealed as the
+    /// hash seals them (with the segment's seed: each verifies on its own, so the records of a
+    /// damaged frame are salvaged; the tree's use `format::inner_seed`, and never are).
+    fn write_batch(log: &Log, lane: usize, ks: u64, seqs: &[u64]) -> ((u32, u64), Vec<u64>) {
+        let seed = format::seed(SALT);
+        let mut body = Vec::new();
+        let mut at = Vec::new();
+        for &seq in seqs {
+            let start = body.len();
+            at.push(start as u64);
+            body.extend_from_slice(&put(ks, seq));
+            format::seal(&mut body[start..], seed);
+        }
+        let mut hdr = Vec::new();
+        format::encode_batch_header(&mut hdr, body.len(), seqs.len());
+        let place = write(log, lane, &[&hdr, &body]);
+        let inner = at.iter().map(|a| a + hdr.len() as u64).collect();
+        (place, inner)
+    }
+
+    fn roll(log: &Log, lane: usize) {
+        log.roll(&mut log.tails[lane].0.lock()).unwrap();
+    }
+
+    fn seg_path(id: u32) -> PathBuf {
+        Path::new(DIR).join(seg_file_name(id))
+    }
+
+    /// The rules a test replays by.
+    trait Pick {
+        const RULES: Rules;
+    }
+    struct Index;
+    impl Pick for Index {
+        const RULES: Rules = Rules::INDEX;
+    }
+    struct Tree;
+    impl Pick for Tree {
+        const RULES: Rules = Rules::TREE;
+    }
+
+    /// What a kind is shown: (type, seq, keyspace) of each record applied, a batch's records
+    /// one by one; and whether `forget_before` was called.
+    struct Seen<P> {
+        got: Vec<(u8, u64, u64)>,
+        forgot: bool,
+        _rules: PhantomData<P>,
+    }
+
+    impl<P: Pick> Replayer for Seen<P> {
+        const RULES: Rules = P::RULES;
+        fn forget_before(
+            &mut self,
+            _cut: &[Option<u64>],
+            _lane_of: &dyn Fn(u32) -> Option<usize>,
+        ) -> Result<()> {
+            self.forgot = true;
+            Ok(())
+        }
+        fn apply(&mut self, _seg: u32, _off: u64, h: &Header, rec: &[u8]) -> Result<()> {
+            if h.typ == T_BATCH {
+                return for_each_sub(rec, h, |_, s, _| {
+                    self.got.push((s.typ, s.fields.seq, s.keyspace));
+                    Ok(())
+                });
+            }
+            self.got.push((h.typ, h.fields.seq, h.keyspace));
+            Ok(())
+        }
+    }
+
+    /// Replay the log of `fs` by `P`'s rules.
+    fn run<P: Pick>(fs: &SimVfs, readonly: bool) -> Result<(Seen<P>, Replayed)> {
+        let log = reopen(fs, readonly);
+        let mut seen = Seen {
+            got: Vec::new(),
+            forgot: false,
+            _rules: PhantomData,
+        };
+        let done = replay(
+            &log,
+            Vec::new(),
+            None,
+            None,
+            Vec::new(),
+            64 << 10,
+            &mut seen,
+        )?;
+        Ok((seen, done))
+    }
+
+    fn seqs(got: &[(u8, u64, u64)]) -> Vec<u64> {
+        got.iter().map(|g| g.1).collect()
+    }
+
+    /// A lane whose sealed segment ends torn: with `stop_at_torn` that lane ends there (its
+    /// later segment dropped and deleted, the torn one cut) while the other lane replays
+    /// whole; by the index's rules the later segment is replayed and the sealed one left.
+    #[test]
+    fn a_torn_end_stops_its_own_lane_only() {
+        let (fs, (a, off3)) = written(|log| {
+            let (a, _) = write(log, 0, &[&put(0, 1)]);
+            write(log, 1, &[&put(0, 2)]);
+            let (_, off3) = write(log, 0, &[&put(0, 3)]);
+            write(log, 1, &[&put(0, 4)]);
+            roll(log, 0);
+            let (b, _) = write(log, 0, &[&put(0, 5)]);
+            assert_ne!(a, b);
+            write(log, 1, &[&put(0, 6)]);
+            (a, off3)
+        });
+        // The record of seq 3 cut short (and the marker after it gone).
+        fs.open(&seg_path(a), false)
+            .unwrap()
+            .set_len(off3 + 5)
+            .unwrap();
+        let image = fs.image();
+        let (seen, done) = run::<Index>(&fs, false).unwrap();
+        assert_eq!(seqs(&seen.got), vec![1, 5, 2, 4, 6]);
+        assert!(done.dropped.is_empty());
+        assert_eq!(fs.image().len(), image.len(), "every segment kept");
+        let fs = SimVfs::from_image(&image);
+        let (seen, done) = run::<Tree>(&fs, false).unwrap();
+        assert_eq!(seqs(&seen.got), vec![1, 2, 4, 6], "merged by seq");
+        assert_eq!(done.dropped.len(), 1);
+        assert!(!fs.exists(&seg_path(done.dropped[0])), "deleted");
+        let len = fs.open(&seg_path(a), false).unwrap().len().unwrap();
+        assert_eq!(len, off3, "cut at its torn end");
+        assert!(done.findings.is_empty(), "a torn end is no damage");
+    }
+
+    /// A damaged batch frame in the middle of a lane, with records after it: damage, never a
+    /// torn tail. A writable open refuses it by every rule; a read-only one reports it, and
+    /// with `whole_batches` leaves out the inner record that still verifies, where the
+    /// index's rules apply it.
+    #[test]
+    fn a_damaged_batch_in_the_middle_is_reported_and_lost_whole() {
+        let (fs, ((seg, off), inner)) = written(|log| {
+            write(log, 0, &[&put(0, 1)]);
+            let batch = write_batch(log, 0, 3, &[2, 3]);
+            write(log, 0, &[&put(0, 4)]);
+            batch
+        });
+        // A byte of the second inner record's value.
+        let at = off + inner[1] + put(3, 3).len() as u64 - 2;
+        assert!(fs.corrupt(&seg_path(seg), at, b"X"));
+        for e in [
+            run::<Index>(&fs, false).err(),
+            run::<Tree>(&fs, false).err(),
+        ] {
+            assert!(matches!(e, Some(Error::Corrupt(_))), "refused: {e:?}");
+        }
+        let (seen, done) = run::<Index>(&fs, true).unwrap();
+        assert_eq!(
+            seqs(&seen.got),
+            vec![1, 2, 4],
+            "the verified inner record kept"
+        );
+        assert_eq!(done.findings.len(), 1);
+        let (seen, done) = run::<Tree>(&fs, true).unwrap();
+        assert_eq!(seqs(&seen.got), vec![1, 4], "the batch lost whole");
+        assert_eq!(done.findings.len(), 2);
+        assert!(
+            done.findings[1].what.contains("left out"),
+            "{:?}",
+            done.findings
+        );
+        assert_eq!(done.findings[1].lost, 1);
+    }
+
+    /// Clears applied in order empty only the keyspace they name: the kind is shown each one
+    /// in its place and nothing before it is cut; by position (the index's rules), a clear
+    /// every lane of which survived cuts its lane before it.
+    #[test]
+    fn clears_in_order_reach_the_kind_with_their_keyspace() {
+        let (fs, ()) = written(|log| {
+            write(log, 0, &[&put(0, 1)]);
+            write(log, 0, &[&put(5, 2)]);
+            let mut clear = Vec::new();
+            format::encode_clear_in(&mut clear, 5, 3, 1);
+            write(log, 0, &[&clear]);
+            write(log, 0, &[&put(5, 4)]);
+            write(log, 1, &[&put(0, 5)]);
+        });
+        let image = fs.image();
+        let (seen, done) = run::<Tree>(&fs, false).unwrap();
+        assert_eq!(
+            seen.got,
+            vec![
+                (T_PUT, 1, 0),
+                (T_PUT, 2, 5),
+                (T_CLEAR, 3, 5),
+                (T_PUT, 4, 5),
+                (T_PUT, 5, 0)
+            ]
+        );
+        assert!(!seen.forgot);
+        assert_eq!(done.applied, 5);
+        assert_eq!(fs.image().len(), image.len());
+        let fs = SimVfs::from_image(&image);
+        let (seen, _) = run::<Index>(&fs, false).unwrap();
+        assert_eq!(seen.got, vec![(T_PUT, 4, 5), (T_PUT, 5, 0)]);
+        assert!(seen.forgot);
+    }
+
+    /// With `merge_by_seq`, the records of several lanes are applied in seq order, a batch by
+    /// its first record's; one lane's alone in its log order. The index's rules replay lane
+    /// after lane.
+    #[test]
+    fn lanes_merge_by_seq() {
+        let (fs, ()) = written(|log| {
+            write(log, 0, &[&put(0, 1)]);
+            write(log, 1, &[&put(0, 2)]);
+            write(log, 1, &[&put(0, 3)]);
+            let mut del = Vec::new();
+            format::encode_delete_in(&mut del, 0, b"k1", 4, 0);
+            write(log, 0, &[&del]);
+            write_batch(log, 0, 2, &[5, 6]);
+            write(log, 1, &[&put(0, 7)]);
+        });
+        let (seen, _) = run::<Tree>(&fs, true).unwrap();
+        assert_eq!(seqs(&seen.got), vec![1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(seen.got[3].0, T_DELETE);
+        let (seen, _) = run::<Index>(&fs, true).unwrap();
+        assert_eq!(seqs(&seen.got), vec![1, 4, 5, 6, 2, 3, 7]);
+        // One lane: its log order, whatever the seqs.
+        let (fs, ()) = written(|log| {
+            for seq in [3, 1, 2] {
+                write(log, 0, &[&put(0, seq)]);
+            }
+        });
+        let (seen, _) = run::<Tree>(&fs, true).unwrap();
+        assert_eq!(seqs(&seen.got), vec![3, 1, 2]);
     }
 }

@@ -4,11 +4,15 @@
 //! - The checkpoint gives the leaves (their images are read when first used) and where replay
 //!   starts; images written after it (the node log past its recorded end) belong to no
 //!   checkpoint and are cut off by a writable open.
-//! - The write-ahead log is scanned from there, classified as the hash's is (damage, torn tail,
-//!   zeros), and only then replayed: a writable open that finds damage refuses before changing
-//!   anything; a read-only one serves every record that verifies and reports the rest.
-//! - A write-ahead segment ending torn before the last one ends the replay: the records after
-//!   it were never synced (every sync syncs the segments in order), and are dropped with it.
+//! - The write-ahead log is replayed from there by the log's driver (`log::replay`, the hash's
+//!   too) under [`Rules::TREE`]: scanned and classified (damage, torn tail, zeros), and only
+//!   then replayed: a writable open that finds damage refuses before changing anything; a
+//!   read-only one serves every record that verifies and reports the rest. A damaged batch is
+//!   lost whole; a clear empties the keyspace it names, in its place in the order.
+//! - A write-ahead segment ending torn before its lane's last one ends that lane's replay: the
+//!   records after it were never synced (every sync syncs the segments in order), and are
+//!   dropped with it.
+//! - The lanes' records are merged by seq when more than one lane holds any.
 
 use super::ckpt::Checkpoint;
 use super::cmp::Cmp;
@@ -21,11 +25,11 @@ use crate::config::{Compression, OpenMode, Params};
 use crate::counter::Counter;
 use crate::error::{Error, Result};
 use crate::io::Vfs;
+use crate::log::checkpoint::Places;
 use crate::log::format::{self, SEG_HEADER_LEN, T_BATCH, T_CLEAR, T_DELETE, T_PUT};
-use crate::log::recovery::{
-    classify, probe_segments, refusal, settle_probes, End, Finding, SegBytes,
-};
-use crate::log::scan::{self, Scanned};
+use crate::log::recovery::{probe_segments, settle_probes, Finding, SegBytes};
+use crate::log::replay::{self, Replayer, Rules};
+use crate::log::scan;
 use crate::log::segment::{parse_seg_file_name, SegTable, Segment};
 use crate::log::{for_each_sub, Log, LogConfig};
 use crate::meta::{self, Descriptor, DirState};
@@ -152,15 +156,6 @@ fn only_lock(vfs: &dyn Vfs, path: &Path) -> Result<bool> {
         .list(path)?
         .iter()
         .all(|n| n == "LOCK" || n == meta::META_TMP))
-}
-
-/// One write-ahead segment's scan at open.
-struct Region {
-    seg: Arc<Segment>,
-    start: u64,
-    end: u64,
-    scanned: Scanned,
-    verdict: End,
 }
 
 impl DiskTree {
@@ -600,24 +595,12 @@ impl Inner {
                 s.flushed.store(end_off, Ordering::Release);
             }
         }
-        // The write-ahead log from the replay position.
-        let (rseg, roff) = ckpt.as_ref().map_or((0, 0), |c| c.wal);
+        // The write-ahead log from the replay position, through the log's driver: each lane
+        // up to its first torn end, a damaged batch lost whole, clears applied in order, and
+        // when more than one lane holds records, merged by seq (a batch by its first
+        // record's), which orders every key's records as they were made.
+        let rseg = ckpt.as_ref().map_or(0, |c| c.wal.0);
         let wal = self.wal.segs.load_full();
-        let mut regions: Vec<Region> = Vec::new();
-        for seg in wal.segs.values().filter(|s| s.id >= rseg) {
-            let start = if seg.id == rseg {
-                roff.max(SEG_HEADER_LEN as u64)
-            } else {
-                SEG_HEADER_LEN as u64
-            };
-            regions.push(Region {
-                seg: seg.clone(),
-                start,
-                end: seg.file.len()?.max(start),
-                scanned: Scanned::default(),
-                verdict: End::Clean,
-            });
-        }
         if ckpt.is_some() && rseg != 0 && wal.get(rseg).is_none() {
             found.push(Finding {
                 file: crate::log::segment::seg_file_name(rseg),
@@ -627,177 +610,34 @@ impl Inner {
                 what: "the write-ahead segment where replay starts is missing".into(),
             });
         }
-        for r in regions.iter_mut() {
-            let durable = (r.seg.id == rseg).then_some(roff);
-            r.scanned = scan::scan(
-                &mut SegBytes {
-                    log: &self.wal,
-                    seg: &r.seg,
-                },
-                r.seg.seed,
-                r.start,
-                r.end,
-                |_, _, _, _| Ok(true),
-            )?;
-            r.verdict = classify(r.seg.id, &r.scanned, durable, &mut found);
-            for d in &r.scanned.damage {
-                if !d.salvaged.is_empty() {
-                    found.push(Finding {
-                        file: crate::log::segment::seg_file_name(r.seg.id),
-                        off: d.off,
-                        len: d.len,
-                        lost: d.salvaged.len() as u64,
-                        what: format!(
-                            "{} records of a damaged batch that verify on their own are left \
-                             out with it (a batch is applied whole or not at all)",
-                            d.salvaged.len()
-                        ),
-                    });
-                }
-            }
-        }
-        if !found.is_empty() && !readonly {
-            return Err(refusal(&self.wal.dir, &found));
-        }
-        *self.findings.lock() = found
-            .iter()
-            .map(|f| Damaged {
-                file: f.file.clone(),
-                off: f.off,
-                len: f.len,
-                lost: f.lost,
-                what: f.what.clone(),
-            })
-            .collect();
-        if !readonly {
-            self.nodes.remove_segments(&cut_nodes)?;
-        }
-        self.activate(&self.nodes, &cut_nodes)?;
-        // The leaves of the checkpoint.
-        if let Some(c) = &ckpt {
-            self.version.store(c.version, Ordering::Relaxed);
-            self.count
-                .add(c.leaves.iter().map(|l| u64::from(l.1.count)).sum());
-            let leaves: Vec<(Option<super::index::Key>, Image)> = c.leaves.clone();
-            let f = Forest::from_images(leaves);
-            for (_, img) in c.all_leaves() {
-                self.nodes.add_live(img.seg(), i64::from(img.len));
-                self.node_live
-                    .fetch_add(i64::from(img.len), Ordering::Relaxed);
-            }
-            self.forest.store(Arc::new(f));
-            for sp in &c.spaces {
-                let s = self.add_space(sp.id, &sp.name, sp.cmp, Some(sp.leaves.clone()))?;
-                s.count
-                    .add(sp.leaves.iter().map(|l| u64::from(l.1.count)).sum());
-            }
-        }
-        // Replay each lane up to its first torn end (its later segments are dropped). A
-        // lane's records are in the order their keys changed; when more than one lane holds
-        // records, they are merged by seq (a batch by its first record's), which orders every
-        // key's records as they were made.
-        let mut kept = vec![true; regions.len()];
-        let mut torn_lane = [false; WAL_LANES];
-        for (i, r) in regions.iter().enumerate() {
-            let lane = r.seg.lane % WAL_LANES;
-            if torn_lane[lane] {
-                kept[i] = false;
-            } else if matches!(r.verdict, End::Torn | End::Zeros) {
-                torn_lane[lane] = true;
-            }
-        }
-        let replay_to = |r: &Region| match r.verdict {
-            End::Damaged => r.end,
-            _ => r.scanned.valid_end(r.end),
-        };
-        let mut lanes_used = [false; WAL_LANES];
-        for (i, r) in regions.iter().enumerate() {
-            if kept[i] && replay_to(r) > r.start {
-                lanes_used[r.seg.lane % WAL_LANES] = true;
-            }
-        }
-        let merge = lanes_used.iter().filter(|&&u| u).count() > 1;
-        let mut replayed = 0u64;
-        // With `merge`: every record to replay, copied, and (seq, where it is) of each.
-        let mut arena: Vec<u8> = Vec::new();
-        let mut order: Vec<(u64, usize, usize)> = Vec::new();
-        for (i, r) in regions.iter().enumerate() {
-            if !kept[i] {
-                continue;
-            }
-            scan::scan(
-                &mut SegBytes {
-                    log: &self.wal,
-                    seg: &r.seg,
-                },
-                r.seg.seed,
-                r.start,
-                replay_to(r),
-                |_, h, rec, salvaged| {
-                    // A record salvaged from a damaged batch frame is left out with the rest
-                    // of its batch (reported as lost): a batch, across keyspaces too, is
-                    // applied whole or not at all.
-                    if salvaged {
-                        return Ok(true);
-                    }
-                    replayed += 1;
-                    if merge {
-                        order.push((record_seq(h, rec), arena.len(), rec.len()));
-                        arena.extend_from_slice(rec);
-                        Ok(true)
-                    } else {
-                        self.replay_record(h, rec).map(|()| true)
-                    }
-                },
-            )?;
-        }
-        if merge {
-            order.sort_by_key(|o| o.0);
-            for (_, at, len) in order {
-                let rec = &arena[at..at + len];
-                let h = format::parse_header(rec)
-                    .ok_or_else(|| Error::Corrupt("a verified record does not parse".into()))?;
-                self.replay_record(&h, rec)?;
-            }
-        }
-        if replayed > 0 {
+        // Every lane starts at the one position (the first of the segments the checkpoint
+        // rolled to), the durable end of what was before it.
+        let places = ckpt.as_ref().map(|c| Places {
+            replay: vec![c.wal; WAL_LANES],
+            segs: Vec::new(),
+        });
+        let done = replay::replay(
+            &self.wal,
+            Vec::new(),
+            places.as_ref(),
+            places.as_ref().map(|p| &p.replay[..]),
+            found,
+            self.cfg.segsiz as usize,
+            &mut Replay {
+                inner: self,
+                ckpt: ckpt.as_ref(),
+                cut_nodes: &cut_nodes,
+            },
+        )?;
+        if done.applied > 0 {
             // Saved at the next checkpoint (at the latest, at close).
             self.since_ckpt.store(1, Ordering::Relaxed);
         }
-        // Cut torn tails; drop the segments after a torn end of their lane.
-        let mut dropped = Vec::new();
-        for (i, r) in regions.iter().enumerate() {
-            if !kept[i] {
-                dropped.push(r.seg.id);
-                continue;
-            }
-            let valid_end = r.scanned.valid_end(r.end);
-            match r.verdict {
-                End::Clean => r.seg.flushed.store(r.end, Ordering::Release),
-                End::Damaged => r.seg.flushed.store(r.end, Ordering::Release),
-                End::Zeros | End::Torn => {
-                    let torn = crate::log::data_end(&*r.seg.file, valid_end, r.end)? - valid_end;
-                    self.wal
-                        .counters
-                        .truncated_bytes
-                        .fetch_add(torn, Ordering::Relaxed);
-                    if !readonly {
-                        r.seg.file.set_len(valid_end)?;
-                        r.seg.file.sync()?;
-                    }
-                    r.seg.flushed.store(valid_end, Ordering::Release);
-                }
-            }
-        }
-        if !readonly {
-            self.wal.remove_segments(&dropped)?;
-        }
         // Segments before the replay position (a crash kept them after a checkpoint) are
         // never written again: their records are not replayed.
-        let old: Vec<u32> = wal.segs.keys().copied().filter(|&id| id < rseg).collect();
-        dropped.extend(old);
-        self.activate(&self.wal, &dropped)?;
-        Ok(())
+        let mut gone = done.dropped;
+        gone.extend(wal.segs.keys().copied().filter(|&id| id < rseg));
+        self.activate(&self.wal, &gone)
     }
 
     /// Give each of a log's lanes its active segment (its last one; a lane with none begins
@@ -832,7 +672,7 @@ impl Inner {
     }
 
     /// Apply one verified write-ahead record (on keyspace 0, which sends each record to its
-    /// keyspace).
+    /// keyspace): a clear empties the keyspace it names.
     fn replay_record(&self, h: &format::Header, rec: &[u8]) -> Result<()> {
         match h.typ {
             T_PUT | T_DELETE => self.replay_routed(h, rec),
@@ -926,13 +766,50 @@ impl Inner {
     }
 }
 
-/// The seq a write-ahead record is replayed by: a batch's is its first record's.
-fn record_seq(h: &format::Header, rec: &[u8]) -> u64 {
-    if h.typ == T_BATCH {
-        return rec
-            .get(h.key_off..)
-            .and_then(format::parse_header)
-            .map_or(0, |sub| sub.fields.seq);
+/// Recovery's view of the write-ahead records (`log::replay`, [`Rules::TREE`]).
+struct Replay<'a> {
+    inner: &'a Inner,
+    ckpt: Option<&'a Checkpoint>,
+    /// The node segments after the checkpoint's end: no checkpoint's.
+    cut_nodes: &'a [u32],
+}
+
+impl Replayer for Replay<'_> {
+    const RULES: Rules = Rules::TREE;
+
+    /// The open goes on: the findings kept (a salvage adds to them while replaying), the node
+    /// log cut where the checkpoint ended, and the checkpoint's leaves taken.
+    fn begin(&mut self, found: &[Finding]) -> Result<()> {
+        let inner = self.inner;
+        *inner.findings.lock() = found.to_vec();
+        if !inner.nodes.readonly {
+            inner.nodes.remove_segments(self.cut_nodes)?;
+        }
+        inner.activate(&inner.nodes, self.cut_nodes)?;
+        if let Some(c) = self.ckpt {
+            inner.version.store(c.version, Ordering::Relaxed);
+            inner
+                .count
+                .add(c.leaves.iter().map(|l| u64::from(l.1.count)).sum());
+            let leaves: Vec<(Option<super::index::Key>, Image)> = c.leaves.clone();
+            let f = Forest::from_images(leaves);
+            for (_, img) in c.all_leaves() {
+                inner.nodes.add_live(img.seg(), i64::from(img.len));
+                inner
+                    .node_live
+                    .fetch_add(i64::from(img.len), Ordering::Relaxed);
+            }
+            inner.forest.store(Arc::new(f));
+            for sp in &c.spaces {
+                let s = inner.add_space(sp.id, &sp.name, sp.cmp, Some(sp.leaves.clone()))?;
+                s.count
+                    .add(sp.leaves.iter().map(|l| u64::from(l.1.count)).sum());
+            }
+        }
+        Ok(())
     }
-    h.fields.seq
+
+    fn apply(&mut self, _seg: u32, _off: u64, h: &format::Header, rec: &[u8]) -> Result<()> {
+        self.inner.replay_record(h, rec)
+    }
 }
