@@ -609,6 +609,12 @@ fn keyspace_of<S: MemKind>(db: &S, name: &str, params: &str) -> Result<Arc<dyn S
     Ok(s)
 }
 
+/// `Store::keyspace_rules` of a memory database: a keyspace's limits are its own parameters'.
+fn keyspace_rules_of<S: MemKind>(db: &S, params: &str) -> Result<Option<Arc<dyn Store>>> {
+    db.common().check_open()?;
+    Ok(Some(Arc::new(S::open_space(&Params::parse(params)?)?)))
+}
+
 /// `Store::keyspaces` of a memory database: the names and the parameters each was made with
 /// (what a replica's snapshot makes it again with).
 fn keyspaces_of<S: MemKind>(db: &S) -> Vec<(String, String)> {
