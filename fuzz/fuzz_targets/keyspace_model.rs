@@ -1,10 +1,12 @@
 #![no_main]
 //! Keyspaces and batches across them against a model (per keyspace a BTreeMap), on the on-disk
-//! B+ tree (simulated file system, restarts and crashes) and on a memory kind. Puts and removes
+//! B+ tree and the on-disk hash (simulated file system, restarts and crashes) and on a memory
+//! kind. Puts and removes
 //! go through a keyspace's handle or through `write_across` on the database, several keyspaces
 //! at once. After a crash that drops unsynced writes the database equals the model at some
 //! point since the last sync: a prefix of the acknowledged operations, every batch across
 //! keyspaces wholly in or wholly out.
+use kura_engine::hash::DiskHash;
 use kura_engine::io::{CrashMode, SimVfs};
 use kura_engine::tree::DiskTree;
 use kura_engine::{BatchOp, OpenMode, Params, Store};
@@ -30,6 +32,11 @@ fn open_tree(fs: &SimVfs) -> DiskTree {
         OpenMode::Create,
     )
     .expect("open")
+}
+
+fn open_hash(fs: &SimVfs) -> DiskHash {
+    let p = Params::parse("sync=none#segsiz=64k#bufsiz=4k#lanes=3").expect("params");
+    DiskHash::open_with(Path::new("/f/db.kh"), &p, Arc::new(fs.clone()), false).expect("open")
 }
 
 /// Handles on the keyspaces "a", "b", "c" (made on the first open; orders differ).
@@ -162,39 +169,53 @@ fn run(
     assert!(db.check().expect("check").healthy());
 }
 
+/// Run the operations on an on-disk kind: `open` opens (or makes) it on `fs`, `abandon` stops
+/// it as a killed process would; `tree`: its keyspaces take orders.
+fn on_disk<D: Store + 'static>(
+    data: &[u8],
+    fs: &SimVfs,
+    open: impl Fn(&SimVfs) -> D,
+    abandon: impl Fn(D),
+    tree: bool,
+) {
+    let mut disk = Some(Arc::new(open(fs)));
+    let db: Arc<dyn Store> = disk.clone().expect("database");
+    let hs = handles(&*db, tree);
+    db.sync().expect("sync");
+    let mut restart = |db: Arc<dyn Store>, hs: Vec<Arc<dyn Store>>, crash: bool| {
+        drop(hs);
+        drop(db);
+        let old = Arc::try_unwrap(disk.take().expect("database"))
+            .ok()
+            .expect("the only handle on the database");
+        if crash {
+            abandon(old);
+            fs.crash(CrashMode::DropUnsynced);
+        } else {
+            old.close().expect("close");
+        }
+        let d = Arc::new(open(fs));
+        disk = Some(d.clone());
+        let db: Arc<dyn Store> = d;
+        let hs = handles(&*db, tree);
+        (db, hs)
+    };
+    run(data, db, hs, Some(&mut restart));
+}
+
 fuzz_target!(|data: &[u8]| {
     let Some((&kind, data)) = data.split_first() else {
         return;
     };
-    if kind.is_multiple_of(2) {
-        let fs = SimVfs::new();
-        let mut tree = Some(Arc::new(open_tree(&fs)));
-        let db: Arc<dyn Store> = tree.clone().expect("tree");
-        let hs = handles(&*db, true);
-        db.sync().expect("sync");
-        let mut restart = |db: Arc<dyn Store>, hs: Vec<Arc<dyn Store>>, crash: bool| {
-            drop(hs);
-            drop(db);
-            let old = Arc::try_unwrap(tree.take().expect("tree"))
-                .ok()
-                .expect("the only handle on the tree");
-            if crash {
-                old.abandon();
-                fs.crash(CrashMode::DropUnsynced);
-            } else {
-                old.close().expect("close");
-            }
-            let t = Arc::new(open_tree(&fs));
-            tree = Some(t.clone());
-            let db: Arc<dyn Store> = t;
-            let hs = handles(&*db, true);
-            (db, hs)
-        };
-        run(data, db, hs, Some(&mut restart));
-    } else {
-        let name = if kind & 2 == 0 { "+" } else { "*" };
-        let db = kura_engine::open(name).expect("open memory");
-        let hs = handles(&*db, false);
-        run(data, db, hs, None);
+    let fs = SimVfs::new();
+    match kind % 4 {
+        0 => on_disk(data, &fs, open_tree, DiskTree::abandon, true),
+        1 => on_disk(data, &fs, open_hash, DiskHash::abandon, false),
+        k => {
+            let name = if k == 2 { "+" } else { "*" };
+            let db = kura_engine::open(name).expect("open memory");
+            let hs = handles(&*db, false);
+            run(data, db, hs, None);
+        }
     }
 });

@@ -795,12 +795,22 @@ fn import(
             )));
         }
         // An existing keyspace checks the lines by its own rules; a missing one is made only
-        // once they passed (by its database's rules), so that refused input makes no keyspace.
+        // once they passed (by the rules it is to have: `keyspace_rules`), so that refused
+        // input makes no keyspace.
         let existing = match keyspace {
             Some(spec) if has_space(root, spec, name)? => Some(space(root, spec, false, name)?),
             _ => None,
         };
-        let input = transfer::checked(input, format, Some(existing.as_deref().unwrap_or(root)))?;
+        let stand_in = match (keyspace, &existing) {
+            (Some(spec), None) => {
+                let (ks, params) = spec.split_once('#').unwrap_or((spec, ""));
+                root.keyspace_rules(params)
+                    .map_err(|e| Fail::Err(format!("keyspace `{ks}`: {e}")))?
+            }
+            _ => None,
+        };
+        let rules = existing.as_deref().or(stand_in.as_deref()).unwrap_or(root);
+        let input = transfer::checked(input, format, Some(rules))?;
         untouched_new = false;
         let made = match (keyspace, &existing) {
             (Some(spec), None) => Some(space(root, spec, true, name)?),

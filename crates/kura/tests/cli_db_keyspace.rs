@@ -240,3 +240,36 @@ fn keyspace_on_a_memory_kind() {
         out(&o)
     );
 }
+
+/// An import into a keyspace it makes checks every line by the rules that keyspace is to
+/// have, not its database's: a memory keyspace's `capsiz` refuses a line too large for it
+/// before any record is written, as the same limit on the database does.
+#[test]
+fn keyspace_import_checks_lines_by_the_new_keyspace_rules() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    let input = format!("a\t1\nb\t{}\nc\t3\n", "x".repeat(500));
+    for name in ["*", "+"] {
+        let o = db_in(
+            d,
+            &["import", "--keyspace", "s#capsiz=300", name],
+            input.as_bytes(),
+        );
+        status(&o, 2);
+        assert!(
+            err(&o).contains("line 2: too large")
+                && err(&o).contains("exceeds capsiz=300")
+                && err(&o).contains("nothing was imported"),
+            "{name}: {}",
+            err(&o)
+        );
+        // Lines that fit go in.
+        let o = db_in(
+            d,
+            &["import", "--keyspace", "s#capsiz=300", name],
+            b"a\t1\nc\t3\n",
+        );
+        status(&o, 0);
+        assert!(out(&o).contains("2 records stored"), "{name}: {}", out(&o));
+    }
+}

@@ -566,7 +566,8 @@ fn write_copy(dest: &Path, ops: Vec<BatchOp>) -> Result<()> {
 /// tree's lock, the hash's shards) before applying any part, so no reader sees part of it;
 /// one batch across keyspaces of a database runs at a time (which orders their locks).
 pub(crate) struct Spaces<S> {
-    map: parking_lot::Mutex<std::collections::HashMap<String, Arc<S>>>,
+    /// Each keyspace and the parameters it was made with.
+    map: parking_lot::Mutex<std::collections::HashMap<String, (Arc<S>, String)>>,
     across: parking_lot::Mutex<()>,
     /// This database is itself a keyspace (which has none of its own).
     is_space: AtomicBool,
@@ -598,25 +599,37 @@ fn keyspace_of<S: MemKind>(db: &S, name: &str, params: &str) -> Result<Arc<dyn S
         return Err(Error::Unsupported("a keyspace of a keyspace"));
     }
     let mut map = db.spaces().map.lock();
-    if let Some(s) = map.get(name) {
+    if let Some((s, _)) = map.get(name) {
         return Ok(s.clone());
     }
     let s = S::open_space(&Params::parse(params)?)?;
     s.spaces().is_space.store(true, Relaxed);
     let s = Arc::new(s);
-    map.insert(name.to_string(), s.clone());
+    map.insert(name.to_string(), (s.clone(), params.to_string()));
     Ok(s)
 }
 
-/// `Store::keyspaces` of a memory database: the names (a memory keyspace is made again with
-/// its kind's defaults).
+/// `Store::keyspace_rules` of a memory database: a keyspace's limits are its own parameters'.
+fn keyspace_rules_of<S: MemKind>(db: &S, params: &str) -> Result<Option<Arc<dyn Store>>> {
+    db.common().check_open()?;
+    Ok(Some(Arc::new(S::open_space(&Params::parse(params)?)?)))
+}
+
+/// `Store::keyspaces` of a memory database: the names and the parameters each was made with
+/// (what a replica's snapshot makes it again with).
 fn keyspaces_of<S: MemKind>(db: &S) -> Vec<(String, String)> {
     if db.spaces().is_space.load(Relaxed) {
         return Vec::new();
     }
-    let mut names: Vec<String> = db.spaces().map.lock().keys().cloned().collect();
-    names.sort();
-    names.into_iter().map(|n| (n, String::new())).collect()
+    let mut out: Vec<(String, String)> = db
+        .spaces()
+        .map
+        .lock()
+        .iter()
+        .map(|(n, (_, p))| (n.clone(), p.clone()))
+        .collect();
+    out.sort();
+    out
 }
 
 fn write_across_of<S: MemKind>(db: &S, ops: &[(&str, BatchOp)]) -> Result<()> {
@@ -633,7 +646,7 @@ fn write_across_of<S: MemKind>(db: &S, ops: &[(&str, BatchOp)]) -> Result<()> {
                     let space = if name.is_empty() {
                         None
                     } else {
-                        Some(map.get(*name).cloned().ok_or_else(|| {
+                        Some(map.get(*name).map(|(s, _)| s.clone()).ok_or_else(|| {
                             Error::NotFound(format!(
                                 "no keyspace `{name}` (Store::keyspace makes one)"
                             ))
@@ -668,7 +681,7 @@ fn write_across_of<S: MemKind>(db: &S, ops: &[(&str, BatchOp)]) -> Result<()> {
 
 /// Close every keyspace of a memory database closing.
 fn close_spaces<S: MemKind>(db: &S) {
-    for s in db.spaces().map.lock().values() {
+    for (s, _) in db.spaces().map.lock().values() {
         let _ = s.close();
     }
 }

@@ -407,6 +407,10 @@ impl Store for MemTree {
         self.common.check_fits(key, value_len)
     }
 
+    fn keyspace_rules(&self, params: &str) -> Result<Option<Arc<dyn Store>>> {
+        super::keyspace_rules_of(self, params)
+    }
+
     fn describe(&self) -> Vec<(String, String)> {
         self.common.describe()
     }

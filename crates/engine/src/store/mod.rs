@@ -301,6 +301,14 @@ pub trait Store: Send + Sync {
         check_sizes(key, value_len)
     }
 
+    /// An empty stand-in for a keyspace [`Store::keyspace`] would make with `params`, whose
+    /// [`Store::check_put`] checks input by that keyspace's rules before it is made (an
+    /// import into a new keyspace); `None` when a new keyspace's rules are this database's.
+    fn keyspace_rules(&self, params: &str) -> Result<Option<std::sync::Arc<dyn Store>>> {
+        let _ = params;
+        Ok(None)
+    }
+
     /// Whether this database keeps several values of one key (`put_dup`; the B+ tree).
     fn allows_dups(&self) -> bool {
         false

@@ -145,6 +145,31 @@ fn a_batch_across_keyspaces_is_one_record_of_its_keyspaces() {
     assert!(idx.keyspace("deeper", "").is_err());
 }
 
+/// A memory database's keyspaces name the parameters they were made with (`keyspaces`, what a
+/// snapshot for a replica makes them with, `repl::feed`), so a replica's are alike: here a
+/// `capnum` that keeps at most two records.
+#[test]
+fn a_memory_keyspace_names_its_parameters() {
+    for name in ["*", "+"] {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+        let db = Logged::new(crate::open(name).unwrap(), log).unwrap();
+        db.keyspace("idx", "capnum=2").unwrap();
+        db.keyspace("idx", "").unwrap();
+        let named = vec![("idx".to_string(), "capnum=2".to_string())];
+        assert_eq!(db.keyspaces(), named, "{name}");
+        let replica = crate::open(name).unwrap();
+        for (ks, params) in db.keyspaces() {
+            let theirs = replica.keyspace(&ks, &params).unwrap();
+            for i in 0..5u8 {
+                theirs.put(&[i], b"v").unwrap();
+            }
+            assert_eq!(theirs.count(), 2, "{name}");
+        }
+        db.close().unwrap();
+    }
+}
+
 #[test]
 fn followers_end_equal_with_keyspaces() {
     for name in KINDS {

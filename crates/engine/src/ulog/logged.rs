@@ -861,6 +861,10 @@ impl Store for Logged {
         self.inner.check_put(key, value_len)
     }
 
+    fn keyspace_rules(&self, params: &str) -> Result<Option<Arc<dyn Store>>> {
+        self.inner.keyspace_rules(params)
+    }
+
     fn kind(&self) -> Kind {
         self.inner.kind()
     }
