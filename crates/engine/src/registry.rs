@@ -206,6 +206,32 @@ pub const KINDS: &[KindInfo] = &[
             in_place: |src, params| crate::fixed::FixedDb::repair_in_place(src, params, os()),
         }),
     },
+    KindInfo {
+        kind: Kind::Table,
+        selector: Selector::Suffix(".kt"),
+        name: "table (.kt)",
+        about: "table database",
+        params: crate::table::PARAMS,
+        caps: Caps {
+            ordered: true,
+            persistent: true,
+            integer_keys: false,
+        },
+        tt_type: "table",
+        kc_type: 0x80,
+        open: |path, params, mode| {
+            let db = crate::table::TableDb::open_mode(path, params, os(), mode)?;
+            let created = db.tree().created();
+            Ok(Opened {
+                store: Arc::new(db),
+                created,
+            })
+        },
+        repair: Some(Repair {
+            into: |src, dst, params| crate::table::TableDb::repair_with(src, dst, params, os()),
+            in_place: |src, params| crate::table::TableDb::repair_in_place(src, params, os()),
+        }),
+    },
 ];
 
 // `Kind::info` indexes the table by the variant: every entry must sit at its kind's index.
@@ -288,10 +314,16 @@ mod tests {
             Kind::DiskHash,
             Kind::DiskTree,
             Kind::Fixed,
+            Kind::Table,
         ];
         for k in all {
             match k {
-                Kind::MemHash | Kind::MemTree | Kind::DiskHash | Kind::DiskTree | Kind::Fixed => {}
+                Kind::MemHash
+                | Kind::MemTree
+                | Kind::DiskHash
+                | Kind::DiskTree
+                | Kind::Fixed
+                | Kind::Table => {}
             }
         }
         all.to_vec()
@@ -313,13 +345,14 @@ mod tests {
         assert_eq!(kind("+"), Some(Kind::MemTree));
         assert_eq!(kind("/tmp/a.kh"), Some(Kind::DiskHash));
         assert_eq!(kind("/tmp/a.kf"), Some(Kind::Fixed));
+        assert_eq!(kind("/tmp/a.kt"), Some(Kind::Table));
         assert_eq!(kind("a.tch"), None);
         assert_eq!(kind("x*"), None);
         assert_eq!(kind("**"), None);
         assert_eq!(
             usage(),
             "`*` (memory hash), `+` (memory tree), `PATH.kh` (on-disk hash), `PATH.kb` \
-             (on-disk B+ tree), `PATH.kf` (fixed-length database)"
+             (on-disk B+ tree), `PATH.kf` (fixed-length database), `PATH.kt` (table database)"
         );
     }
 
@@ -331,7 +364,10 @@ mod tests {
             .filter(|k| k.caps.persistent)
             .map(|k| k.kind)
             .collect();
-        assert_eq!(persistent, [Kind::DiskHash, Kind::DiskTree, Kind::Fixed]);
+        assert_eq!(
+            persistent,
+            [Kind::DiskHash, Kind::DiskTree, Kind::Fixed, Kind::Table]
+        );
         assert!(Kind::Fixed.ordered() && Kind::Fixed.info().caps.integer_keys);
         // Exactly the kinds with files can be repaired.
         for k in KINDS {
