@@ -22,6 +22,10 @@ pub struct Caps {
     pub persistent: bool,
     /// Keys are decimal integers (Tokyo Cabinet's fixed-length database, `.kf`).
     pub integer_keys: bool,
+    /// Values are records of named columns, given and shown in Tokyo Cabinet's wire form
+    /// `name1\0value1\0…` (the table, `.kt`; [`Store::table`] has its own operations): other
+    /// bytes are refused, and byte operations (append, counters) do not apply.
+    pub columns: bool,
 }
 
 /// How the path part of a name selects a kind.
@@ -106,6 +110,7 @@ pub const KINDS: &[KindInfo] = &[
             ordered: false,
             persistent: false,
             integer_keys: false,
+            columns: false,
         },
         tt_type: "on-memory hash",
         kc_type: 0x20,
@@ -122,6 +127,7 @@ pub const KINDS: &[KindInfo] = &[
             ordered: true,
             persistent: false,
             integer_keys: false,
+            columns: false,
         },
         tt_type: "on-memory tree",
         kc_type: 0x21,
@@ -138,6 +144,7 @@ pub const KINDS: &[KindInfo] = &[
             ordered: false,
             persistent: true,
             integer_keys: false,
+            columns: false,
         },
         tt_type: "hash",
         kc_type: 0x30,
@@ -164,6 +171,7 @@ pub const KINDS: &[KindInfo] = &[
             ordered: true,
             persistent: true,
             integer_keys: false,
+            columns: false,
         },
         tt_type: "B+ tree",
         kc_type: 0x31,
@@ -190,6 +198,7 @@ pub const KINDS: &[KindInfo] = &[
             ordered: true,
             persistent: true,
             integer_keys: true,
+            columns: false,
         },
         tt_type: "fixed-length",
         kc_type: 0x80,
@@ -216,6 +225,7 @@ pub const KINDS: &[KindInfo] = &[
             ordered: true,
             persistent: true,
             integer_keys: false,
+            columns: true,
         },
         tt_type: "table",
         kc_type: 0x80,

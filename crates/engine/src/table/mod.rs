@@ -309,7 +309,14 @@ impl TableDb {
 
     /// Read (or, for a new table, write) the metadata; finish cut-short builds.
     fn load(&self, has_meta: bool) -> Result<()> {
-        if !has_meta {
+        // A creation cut short by a crash leaves the metadata's keyspace empty (and nothing
+        // else: no write is taken before the open that creates the table returns).
+        if !has_meta || self.meta.count() == 0 {
+            if self.readonly {
+                return Err(Error::NotFound(
+                    "no table (its creation was cut short)".into(),
+                ));
+            }
             self.meta.write_batch(&[put_op(K_FORMAT.to_vec(), FORMAT.to_vec(), 0)])?;
             self.db.sync()?;
         }
