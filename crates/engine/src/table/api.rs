@@ -3,7 +3,7 @@
 //! (a table's records never expire: an expired record would leave its index entries behind).
 
 use super::record::{self, Columns};
-use super::{Change, Table, TableDb};
+use super::{Change, RowChange, Table, TableDb};
 use crate::cursor::{Found, KindCursor, Walk};
 use crate::error::{Error, Result};
 use crate::store::{
@@ -48,32 +48,37 @@ impl Store for TableDb {
     ) -> Result<Option<Meta>> {
         let mut refused: Option<Error> = None;
         let mut wire = Vec::new();
-        let (kept, wrote) = self.update(key, |cur| {
-            if let Some((c, _)) = cur {
-                c.write_wire(&mut wire);
-            }
-            let shown = cur.map(|(_, meta)| Current { value: &wire, meta });
-            let kept = cur.map(|(_, m)| m);
-            match visitor(shown) {
-                Decision::Keep => (Change::Keep, kept),
-                Decision::Remove => (Change::Remove, None),
-                Decision::Touch { .. } => {
-                    refused = Some(Error::Unsupported(NO_EXPIRY));
-                    (Change::Keep, kept)
+        let mut after = None;
+        let (kept, wrote) = self.update_with(
+            key,
+            |cur| {
+                if let Some((c, _)) = cur {
+                    c.write_wire(&mut wire);
                 }
-                Decision::Put { expires, .. } if expires != 0 => {
-                    refused = Some(Error::Unsupported(NO_EXPIRY));
-                    (Change::Keep, kept)
-                }
-                Decision::Put { value, flags, .. } => match Columns::from_wire(&value) {
-                    Ok(c) => (Change::Put(c, flags), None),
-                    Err(e) => {
-                        refused = Some(e);
+                let shown = cur.map(|(_, meta)| Current { value: &wire, meta });
+                let kept = cur.map(|(_, m)| m);
+                match visitor(shown) {
+                    Decision::Keep => (Change::Keep, kept),
+                    Decision::Remove => (Change::Remove, None),
+                    Decision::Touch { .. } => {
+                        refused = Some(Error::Unsupported(NO_EXPIRY));
                         (Change::Keep, kept)
                     }
-                },
-            }
-        })?;
+                    Decision::Put { expires, .. } if expires != 0 => {
+                        refused = Some(Error::Unsupported(NO_EXPIRY));
+                        (Change::Keep, kept)
+                    }
+                    Decision::Put { value, flags, .. } => match Columns::from_wire(&value) {
+                        Ok(c) => (Change::Put(c, flags), None),
+                        Err(e) => {
+                            refused = Some(e);
+                            (Change::Keep, kept)
+                        }
+                    },
+                }
+            },
+            Some(&mut after),
+        )?;
         if let Some(e) = refused {
             return Err(e);
         }
@@ -81,12 +86,12 @@ impl Store for TableDb {
             return Ok(kept);
         }
         // After a put, its metadata (the version the tree gave it); after a remove, none.
-        Ok(self.db.get(key)?.map(|r| r.meta))
+        Ok(after)
     }
 
     fn write_batch(&self, ops: &[BatchOp]) -> Result<()> {
         crate::store::check_batch(ops, 32)?;
-        let mut changes: Vec<(&[u8], Option<(Columns, u32)>)> = Vec::with_capacity(ops.len());
+        let mut changes: Vec<RowChange<'_>> = Vec::with_capacity(ops.len());
         for op in ops {
             match op {
                 BatchOp::Put { expires, .. } if *expires != 0 => {
@@ -219,10 +224,13 @@ impl TableWalk<'_> {
             max: 1,
         };
         self.t.db.for_each_in_range(&range, &mut |k, v, meta| {
-            out = Some((k.to_vec(), Record {
-                value: v.to_vec(),
-                meta,
-            }));
+            out = Some((
+                k.to_vec(),
+                Record {
+                    value: v.to_vec(),
+                    meta,
+                },
+            ));
             Ok(false)
         })?;
         out.map(|(k, r)| Ok((k, wired(r)?))).transpose()

@@ -39,7 +39,8 @@ use crate::io::Vfs;
 use crate::log::format::{get_varint, put_varint};
 use crate::store::{BatchOp, KeyRange, Meta, RepairReport, Store};
 use crate::tree::DiskTree;
-use parking_lot::{Mutex, MutexGuard, RwLock};
+use arc_swap::ArcSwap;
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
@@ -222,6 +223,10 @@ impl Index {
     }
 }
 
+/// One record change of a batch: its primary key and its new columns and flags (`None`:
+/// remove it).
+pub(crate) type RowChange<'a> = (&'a [u8], Option<(Columns, u32)>);
+
 /// What an update decides.
 pub(crate) enum Change {
     Keep,
@@ -233,8 +238,9 @@ pub(crate) enum Change {
 pub struct TableDb {
     db: DiskTree,
     meta: Arc<dyn Store>,
-    /// The indexes; replaced whole under `schema_lock`, read by writers under their stripe.
-    schema: RwLock<Arc<Vec<Arc<Index>>>>,
+    /// The indexes; replaced whole under `schema_lock`, read (without a lock) by writers
+    /// under their stripe.
+    schema: ArcSwap<Vec<Arc<Index>>>,
     /// Serializes `set_index`, `rebuild_indexes` and `vanish`.
     schema_lock: Mutex<()>,
     stripes: Box<[Mutex<()>]>,
@@ -295,7 +301,7 @@ impl TableDb {
         let t = TableDb {
             db,
             meta,
-            schema: RwLock::new(Arc::new(Vec::new())),
+            schema: ArcSwap::new(Arc::new(Vec::new())),
             schema_lock: Mutex::new(()),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             uid: Mutex::new((1, 1)),
@@ -317,7 +323,8 @@ impl TableDb {
                     "no table (its creation was cut short)".into(),
                 ));
             }
-            self.meta.write_batch(&[put_op(K_FORMAT.to_vec(), FORMAT.to_vec(), 0)])?;
+            self.meta
+                .write_batch(&[put_op(K_FORMAT.to_vec(), FORMAT.to_vec(), 0)])?;
             self.db.sync()?;
         }
         match self.meta.get(K_FORMAT)? {
@@ -372,7 +379,7 @@ impl TableDb {
             }
             schema.push(ix);
         }
-        *self.schema.write() = Arc::new(schema);
+        self.schema.store(Arc::new(schema));
         if self.readonly {
             return Ok(());
         }
@@ -412,14 +419,16 @@ impl TableDb {
 
     /// Stop as a killed process would (the crash tests).
     pub fn abandon(self) {
-        let TableDb { db, meta, schema, .. } = self;
+        let TableDb {
+            db, meta, schema, ..
+        } = self;
         drop(meta);
         drop(schema);
         db.abandon();
     }
 
     fn schema(&self) -> Arc<Vec<Arc<Index>>> {
-        self.schema.read().clone()
+        self.schema.load_full()
     }
 
     fn stripe(&self, pk: &[u8]) -> &Mutex<()> {
@@ -482,6 +491,17 @@ impl TableDb {
         pk: &[u8],
         f: impl FnOnce(Option<(&Columns, Meta)>) -> (Change, R),
     ) -> Result<(R, bool)> {
+        self.update_with(pk, f, None)
+    }
+
+    /// [`TableDb::update`]; after a write, `after` (when given) is set to the record's
+    /// metadata as the write left it (read under the stripe: no other writer between).
+    pub(crate) fn update_with<R>(
+        &self,
+        pk: &[u8],
+        f: impl FnOnce(Option<(&Columns, Meta)>) -> (Change, R),
+        after: Option<&mut Option<Meta>>,
+    ) -> Result<(R, bool)> {
         let _g = self.stripe(pk).lock();
         let old = self.read(pk)?;
         let (change, r) = f(old.as_ref().map(|(c, m)| (c, *m)));
@@ -501,12 +521,15 @@ impl TableDb {
             }
         }
         self.db.write_across(&ops)?;
+        if let Some(a) = after {
+            *a = self.db.get(pk)?.map(|r| r.meta);
+        }
         Ok((r, true))
     }
 
     /// Apply several record changes (each a key and its new columns, `None`: remove) as one
     /// batch: the last change of a key decides.
-    pub(crate) fn update_many(&self, changes: &[(&[u8], Option<(Columns, u32)>)]) -> Result<()> {
+    pub(crate) fn update_many(&self, changes: &[RowChange<'_>]) -> Result<()> {
         let _g = self.lock_keys(changes.iter().map(|(k, _)| *k));
         let schema = self.schema();
         let mut last: BTreeMap<&[u8], &Option<(Columns, u32)>> = BTreeMap::new();
@@ -582,7 +605,8 @@ impl TableDb {
             }
             from = Some(last);
         }
-        self.meta.write_batch(&[put_op(mkey, index_meta(ix.typ, ix.id, &Build::Ready), 0)])?;
+        self.meta
+            .write_batch(&[put_op(mkey, index_meta(ix.typ, ix.id, &Build::Ready), 0)])?;
         ix.ready.store(true, Ordering::Release);
         Ok(())
     }
@@ -607,15 +631,16 @@ impl TableDb {
         });
         self.meta.write_batch(&[
             put_op(K_NEXT_SPACE.to_vec(), (id + 1).to_string().into_bytes(), 0),
-            put_op(index_key(column), index_meta(typ, id, &Build::From(None)), 0),
+            put_op(
+                index_key(column),
+                index_meta(typ, id, &Build::From(None)),
+                0,
+            ),
         ])?;
         self.db.sync()?;
-        {
-            let mut s = self.schema.write();
-            let mut next: Vec<Arc<Index>> = s.iter().cloned().collect();
-            next.push(ix.clone());
-            *s = Arc::new(next);
-        }
+        let mut next: Vec<Arc<Index>> = self.schema().iter().cloned().collect();
+        next.push(ix.clone());
+        self.schema.store(Arc::new(next));
         self.build(&ix, None)
     }
 
@@ -624,11 +649,13 @@ impl TableDb {
             key: index_key(&ix.column),
         }])?;
         self.db.sync()?;
-        {
-            let mut s = self.schema.write();
-            let next: Vec<Arc<Index>> = s.iter().filter(|i| i.id != ix.id).cloned().collect();
-            *s = Arc::new(next);
-        }
+        let next: Vec<Arc<Index>> = self
+            .schema()
+            .iter()
+            .filter(|i| i.id != ix.id)
+            .cloned()
+            .collect();
+        self.schema.store(Arc::new(next));
         // Writers that read the schema before are done once each stripe has been free.
         drop(self.lock_all());
         ix.store.vanish()
@@ -836,11 +863,7 @@ impl Table for TableDb {
             return Err(Error::Unsupported("setindex on a table opened read-only"));
         }
         let _s = self.schema_lock.lock();
-        let existing = self
-            .schema()
-            .iter()
-            .find(|i| i.column == column)
-            .cloned();
+        let existing = self.schema().iter().find(|i| i.column == column).cloned();
         let none = || {
             Error::NotFound(format!(
                 "no index on column `{}`",

@@ -138,7 +138,7 @@ impl Columns {
             return Ok(c);
         }
         let fields: Vec<&[u8]> = wire.split(|&b| b == 0).collect();
-        if fields.len() % 2 != 0 {
+        if !fields.len().is_multiple_of(2) {
             return Err(Error::InvalidParam(format!(
                 "a table record is name\\0value pairs separated by NUL bytes: this value has {} \
                  fields, an odd number",
@@ -256,7 +256,10 @@ mod tests {
         stored_to_wire(&c.encode(), &mut w).unwrap();
         assert_eq!(w, c.to_wire());
         assert!(Columns::from_wire(b"").unwrap().is_empty());
-        assert_eq!(Columns::from_wire(b"a\0").unwrap().get(b"a"), Some(&b""[..]));
+        assert_eq!(
+            Columns::from_wire(b"a\0").unwrap().get(b"a"),
+            Some(&b""[..])
+        );
         for bad in [&b"a"[..], b"a\0b\0c", b"\0v"] {
             assert!(
                 matches!(Columns::from_wire(bad), Err(Error::InvalidParam(_))),

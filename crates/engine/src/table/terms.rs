@@ -282,9 +282,28 @@ fn strip_accent(c: char) -> char {
         x @ 0x100..=0x17f => {
             // Ā..ſ in order, each as its base letter (Ĳ, Œ as their first).
             const EXT_A: &str = concat!(
-                "aaaaaa", "cccccccc", "dddd", "eeeeeeeeee", "gggggggg", "hhhh", "iiiiiiiiii",
-                "ii", "jj", "kkk", "llllllllll", "nnnnnnnnn", "oooooo", "oo", "rrrrrr",
-                "ssssssss", "tttttt", "uuuuuuuuuuuu", "ww", "yyy", "zzzzzz", "s"
+                "aaaaaa",
+                "cccccccc",
+                "dddd",
+                "eeeeeeeeee",
+                "gggggggg",
+                "hhhh",
+                "iiiiiiiiii",
+                "ii",
+                "jj",
+                "kkk",
+                "llllllllll",
+                "nnnnnnnnn",
+                "oooooo",
+                "oo",
+                "rrrrrr",
+                "ssssssss",
+                "tttttt",
+                "uuuuuuuuuuuu",
+                "ww",
+                "yyy",
+                "zzzzzz",
+                "s"
             );
             EXT_A
                 .as_bytes()

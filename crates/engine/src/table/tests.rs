@@ -24,7 +24,12 @@ fn cols(pairs: &[(&str, &str)]) -> Columns {
 
 /// The entries of the index of `column`, read from its keyspace.
 fn stored_entries(t: &TableDb, column: &[u8]) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    let ix = t.schema().iter().find(|i| i.column == column).cloned().unwrap();
+    let ix = t
+        .schema()
+        .iter()
+        .find(|i| i.column == column)
+        .cloned()
+        .unwrap();
     let mut out = BTreeMap::new();
     ix.store
         .for_each_record(&mut |k, v, _| {
@@ -60,13 +65,21 @@ fn records_put_putkeep_putcat_get_out() {
     let fs = SimVfs::new();
     let t = open(&fs, OpenMode::Create).unwrap();
     assert!(t
-        .put_row(b"1", &cols(&[("name", "alice"), ("age", "30")]), PutMode::Replace)
+        .put_row(
+            b"1",
+            &cols(&[("name", "alice"), ("age", "30")]),
+            PutMode::Replace
+        )
         .unwrap());
     assert!(!t
         .put_row(b"1", &cols(&[("name", "bob")]), PutMode::Keep)
         .unwrap());
     assert!(t
-        .put_row(b"1", &cols(&[("age", "31"), ("city", "paris")]), PutMode::Cat)
+        .put_row(
+            b"1",
+            &cols(&[("age", "31"), ("city", "paris")]),
+            PutMode::Cat
+        )
         .unwrap());
     assert_eq!(
         t.get_row(b"1").unwrap().unwrap(),
@@ -77,9 +90,7 @@ fn records_put_putkeep_putcat_get_out() {
         cols(&[("name", "alice"), ("city", "paris")])
     );
     // putcat of an absent record stores it.
-    assert!(t
-        .put_row(b"2", &cols(&[("x", "1")]), PutMode::Cat)
-        .unwrap());
+    assert!(t.put_row(b"2", &cols(&[("x", "1")]), PutMode::Cat).unwrap());
     assert_eq!(t.rows(), 2);
     assert!(t.out_row(b"2").unwrap());
     assert!(!t.out_row(b"2").unwrap());
@@ -97,8 +108,14 @@ fn the_store_interface_speaks_the_wire_form() {
     let s: &dyn Store = &t;
     assert!(s.table().is_some());
     s.put(b"k", b"name\0alice\0age\x0030").unwrap();
-    assert_eq!(t.get_row(b"k").unwrap().unwrap().get(b"age"), Some(&b"30"[..]));
-    assert_eq!(s.get(b"k").unwrap().unwrap().value, b"name\0alice\0age\x0030");
+    assert_eq!(
+        t.get_row(b"k").unwrap().unwrap().get(b"age"),
+        Some(&b"30"[..])
+    );
+    assert_eq!(
+        s.get(b"k").unwrap().unwrap().value,
+        b"name\0alice\0age\x0030"
+    );
     let mut seen = Vec::new();
     assert!(s.view(b"k", &mut |v, _| seen = v.to_vec()).unwrap());
     assert_eq!(seen, b"name\0alice\0age\x0030");
@@ -115,7 +132,10 @@ fn the_store_interface_speaks_the_wire_form() {
         s.accept(b"k", &mut |_| Decision::Touch { expires: 5 }),
         Err(Error::Unsupported(_))
     ));
-    assert_eq!(s.get(b"k").unwrap().unwrap().value, b"name\0alice\0age\x0030");
+    assert_eq!(
+        s.get(b"k").unwrap().unwrap().value,
+        b"name\0alice\0age\x0030"
+    );
     // An empty value is a record of no columns; flags are kept.
     s.put_with(b"e", b"", 7, 0).unwrap();
     let r = s.get(b"e").unwrap().unwrap();
@@ -164,7 +184,11 @@ fn the_store_interface_speaks_the_wire_form() {
             },
         ])
         .is_err());
-    assert_eq!(s.get(b"c").unwrap(), None, "a refused batch changes nothing");
+    assert_eq!(
+        s.get(b"c").unwrap(),
+        None,
+        "a refused batch changes nothing"
+    );
     let mut c = s.cursor().unwrap();
     let mut walked = Vec::new();
     while let Some((k, r)) = c.next().unwrap() {
@@ -180,7 +204,10 @@ fn the_store_interface_speaks_the_wire_form() {
     );
     assert!(c.last().unwrap());
     assert_eq!(c.get().unwrap().unwrap().0, b"k");
-    assert_eq!(s.range(b"b", None, 10).unwrap(), vec![b"b".to_vec(), b"k".to_vec()]);
+    assert_eq!(
+        s.range(b"b", None, 10).unwrap(),
+        vec![b"b".to_vec(), b"k".to_vec()]
+    );
     assert!(matches!(s.keyspace("x", ""), Err(Error::Unsupported(_))));
     assert!(s.keyspaces().is_empty());
     t.close().unwrap();
@@ -200,9 +227,7 @@ fn indexes_follow_every_write() {
         (b"", IndexType::Decimal),
     ];
     for (c, typ) in specs {
-        assert!(t
-            .set_index(c, IndexOp::Make { typ, keep: false })
-            .unwrap());
+        assert!(t.set_index(c, IndexOp::Make { typ, keep: false }).unwrap());
     }
     let mut model: BTreeMap<Vec<u8>, Columns> = BTreeMap::new();
     let mut put = |t: &TableDb, pk: &str, c: Columns, mode: PutMode| {
@@ -218,11 +243,26 @@ fn indexes_follow_every_write() {
     put(
         &t,
         "10",
-        cols(&[("name", "alice"), ("age", "30"), ("tags", "a,b c"), ("text", "Hello World")]),
+        cols(&[
+            ("name", "alice"),
+            ("age", "30"),
+            ("tags", "a,b c"),
+            ("text", "Hello World"),
+        ]),
         PutMode::Replace,
     );
-    put(&t, "9", cols(&[("name", "bob"), ("age", "-2.5")]), PutMode::Replace);
-    put(&t, "10", cols(&[("tags", "b,d"), ("age", "7")]), PutMode::Cat);
+    put(
+        &t,
+        "9",
+        cols(&[("name", "bob"), ("age", "-2.5")]),
+        PutMode::Replace,
+    );
+    put(
+        &t,
+        "10",
+        cols(&[("tags", "b,d"), ("age", "7")]),
+        PutMode::Cat,
+    );
     let m = put(&t, "11", cols(&[("text", "hello")]), PutMode::Replace);
     for (c, typ) in specs {
         assert_eq!(stored_entries(&t, c), model_entries(&m, c, typ), "{c:?}");
