@@ -139,6 +139,44 @@ pub trait Table: Send + Sync {
     fn rebuild_indexes(&self) -> Result<()>;
 }
 
+/// [`Table::put_row`] done through `store`'s own `accept` on the wire form: how a wrapper of a
+/// table (the update log's `Logged`) writes rows so that its own rules (logging) apply to them.
+pub fn put_row_through(
+    store: &dyn Store,
+    pk: &[u8],
+    cols: &Columns,
+    mode: PutMode,
+) -> Result<bool> {
+    let mut stored = false;
+    let mut bad: Option<Error> = None;
+    store.accept(pk, &mut |cur| {
+        let (value, flags) = match (mode, cur) {
+            (PutMode::Keep, Some(_)) => return crate::store::Decision::Keep,
+            (PutMode::Cat, Some(c)) => match Columns::from_wire(c.value) {
+                Ok(mut old) => {
+                    old.merge(cols);
+                    (old.to_wire(), c.meta.flags)
+                }
+                Err(e) => {
+                    bad = Some(e);
+                    return crate::store::Decision::Keep;
+                }
+            },
+            (_, cur) => (cols.to_wire(), cur.map_or(0, |c| c.meta.flags)),
+        };
+        stored = true;
+        crate::store::Decision::Put {
+            value: crate::store::Value::Made(value),
+            flags,
+            expires: 0,
+        }
+    })?;
+    match bad {
+        Some(e) => Err(e),
+        None => Ok(stored),
+    }
+}
+
 /// Where an index's build is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Build {
