@@ -1,6 +1,6 @@
 //! The table kind (`PATH.kt`) from outside the engine: opened by name through the registry,
 //! copied, repaired; and the crash test the issue asks for: a power loss at every write of a
-//! run of puts, putcats, outs and an index made among them, after which every index agrees
+//! run of puts, putcats, outs, and index makes, an index drop and a vanish among them, after which every index agrees
 //! with the records and the records are those after a prefix of the writes that holds every
 //! acknowledged one.
 
@@ -106,6 +106,10 @@ enum Op {
     Out(Vec<u8>),
     /// Make an index (changes no record).
     Index(&'static [u8], IndexType),
+    /// Drop an index.
+    Drop(&'static [u8]),
+    /// Remove every record.
+    Vanish,
 }
 
 const INDEXES: [(&[u8], IndexType); 3] = [
@@ -122,6 +126,10 @@ fn ops(seed: u64, n: usize) -> Vec<Op> {
         if i == n / 2 {
             out.push(Op::Index(INDEXES[1].0, INDEXES[1].1));
             out.push(Op::Index(INDEXES[2].0, INDEXES[2].1));
+        }
+        if i == n * 3 / 4 {
+            out.push(Op::Vanish);
+            out.push(Op::Drop(INDEXES[1].0));
         }
         let pk = rng.below(12).to_string().into_bytes();
         if rng.below(5) == 0 {
@@ -160,7 +168,8 @@ fn prefixes(ops: &[Op]) -> Vec<Rows> {
             Op::Out(pk) => {
                 s.remove(pk);
             }
-            Op::Index(..) => {}
+            Op::Vanish => s.clear(),
+            Op::Index(..) | Op::Drop(_) => {}
         }
         out.push(s.clone());
     }
@@ -201,6 +210,8 @@ fn write_ops(fs: &SimVfs, ops: &[Op], ckpts: &[usize]) -> usize {
                     },
                 )
                 .map(|_| ()),
+            Op::Drop(col) => t.set_index(col, IndexOp::Void).map(|_| ()),
+            Op::Vanish => t.vanish(),
         };
         if r.is_err() {
             break;
