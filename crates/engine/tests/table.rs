@@ -40,7 +40,7 @@ fn a_table_by_name_copies_and_repairs() {
     db.putcat(b"alice", b"city\0rome\0age\x0030").unwrap();
     assert_eq!(
         db.get(b"alice").unwrap().unwrap().value,
-        b"name\0alice\0city\0rome\0age\x0030"
+        b"name\0alice\0city\0paris\0age\x0030"
     );
     let uid = t.genuid().unwrap();
     db.put(uid.to_string().as_bytes(), b"city\0oslo").unwrap();

@@ -80,7 +80,8 @@ pub enum PutMode {
     Replace,
     /// Keep it and store nothing (`putkeep`).
     Keep,
-    /// Merge the columns into it (`putcat`): those given are set, the others kept.
+    /// Merge the columns into it (`putcat`): those it does not have are added, its own keep
+    /// their values (Tokyo Cabinet's `tctdbputcat`).
     Cat,
 }
 

@@ -64,13 +64,13 @@ impl Columns {
         Ok(())
     }
 
-    /// Merge `other` into these columns (Tokyo Cabinet's `putcat`: its columns are set, the
-    /// others kept).
+    /// Merge `other` into these columns as Tokyo Cabinet's `putcat` does (`tctdbputimpl`,
+    /// `tcmapputkeep`): its columns these do not have are added at the end; a column these
+    /// have keeps its value.
     pub fn merge(&mut self, other: &Columns) {
         for (n, v) in &other.0 {
-            match self.0.iter_mut().find(|(x, _)| x == n) {
-                Some((_, old)) => old.clone_from(v),
-                None => self.0.push((n.clone(), v.clone())),
+            if !self.0.iter().any(|(x, _)| x == n) {
+                self.0.push((n.clone(), v.clone()));
             }
         }
     }

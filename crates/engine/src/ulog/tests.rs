@@ -676,7 +676,8 @@ fn table_rows_replicate_and_the_replica_indexes_them() {
     assert!(!t
         .put_row(b"a", &cols(&[("n", "9")]), PutMode::Keep)
         .unwrap());
-    t.put_row(b"a", &cols(&[("n", "2")]), PutMode::Cat).unwrap();
+    t.put_row(b"a", &cols(&[("n", "2"), ("z", "3")]), PutMode::Cat)
+        .unwrap();
     t.put_row(b"b", &cols(&[("n", "3")]), PutMode::Replace)
         .unwrap();
     t.out_row(b"b").unwrap();
@@ -694,7 +695,7 @@ fn table_rows_replicate_and_the_replica_indexes_them() {
     follow(&log, 0, &*replica);
     assert_eq!(
         rt.get_row(b"a").unwrap().unwrap(),
-        cols(&[("n", "2"), ("w", "x y")])
+        cols(&[("n", "1"), ("w", "x y"), ("z", "3")])
     );
     assert_eq!(rt.get_row(b"b").unwrap(), None);
     assert_eq!(rt.indexes()[0].entries, 1);
