@@ -30,7 +30,7 @@ def test_it_sees_a_table(t):
 def test_records_are_dicts_of_columns(t):
     t["alice"] = {"name": "Alice", "age": "30"}  # misc put [pk, n1, v1, …]
     assert t["alice"] == {"name": "Alice", "age": "30"}  # get: the NUL-separated form
-    t.concat("alice", "city\x00Oslo")  # putcat merges columns
+    t.concat("alice", "name\x00Zed\x00city\x00Oslo")  # putcat adds the new columns only
     assert t["alice"] == {"name": "Alice", "age": "30", "city": "Oslo"}
     t["alice"] = {"name": "Al"}  # put replaces the record
     assert t["alice"] == {"name": "Al"}

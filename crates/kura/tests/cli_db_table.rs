@@ -46,8 +46,11 @@ fn put_get_out_and_setindex_on_a_table() {
         &["put", "--create", "x.kt", "1", "name", "alice", "age", "30"],
     );
     assert_eq!(ok(d, &["get", "x.kt", "1"]), "name\talice\tage\t30\n");
-    // --cat merges columns; --keep refuses an existing record (status 1).
-    ok(d, &["put", "--cat", "x.kt", "1", "city", "a\tb"]);
+    // --cat adds the columns the record does not have (its own keep their values); --keep refuses an existing record (status 1).
+    ok(
+        d,
+        &["put", "--cat", "x.kt", "1", "age", "99", "city", "a\tb"],
+    );
     assert_eq!(
         ok(d, &["get", "x.kt", "1"]),
         "name\talice\tage\t30\tcity\ta\\tb\n"

@@ -72,9 +72,14 @@ fn table_misc_functions_answer_with_tyrants_wire_forms() {
         misc(&mut s, b"putkeep", &[b"2", b"name", b"bob"]),
         list(&[])
     );
-    // putcat merges columns.
+    // putcat adds the columns the record does not have; its own keep their values
+    // (tctdbputcat).
     assert_eq!(
-        misc(&mut s, b"putcat", &[b"1", b"city", b"oslo"]),
+        misc(
+            &mut s,
+            b"putcat",
+            &[b"1", b"name", b"zed", b"city", b"oslo"]
+        ),
         list(&[])
     );
     assert_eq!(
@@ -153,8 +158,8 @@ fn binary_put_and_get_carry_a_tables_wire_form() {
     let mut t = Tt::new(&srv.addr);
     assert_eq!(t.put(b"k", b"a\x001\0b\x002"), 0);
     assert_eq!(t.get(b"k").unwrap(), b"a\x001\0b\x002");
-    // putcat merges columns (tctdbputcat2).
-    assert_eq!(t.putcat(b"k", b"c\x003"), 0);
+    // putcat adds the columns the record does not have (tctdbputcat2).
+    assert_eq!(t.putcat(b"k", b"a\x009\0c\x003"), 0);
     assert_eq!(t.get(b"k").unwrap(), b"a\x001\0b\x002\0c\x003");
     let mut s = srv.connect();
     assert_eq!(
@@ -287,7 +292,10 @@ fn table_writes_replicate_and_a_replica_takes_its_own_indexes() {
     assert_eq!(misc(&mut r, b"setindex", &[b"n", b"decimal"]), list(&[]));
     // The replica refuses record writes from clients.
     assert_eq!(misc(&mut r, b"put", &[b"z", b"n", b"9"]), FAILED);
-    assert_eq!(misc(&mut m, b"putcat", &[b"a", b"n", b"2"]), list(&[]));
+    assert_eq!(
+        misc(&mut m, b"putcat", &[b"a", b"n", b"2", b"v", b"y"]),
+        list(&[])
+    );
     assert_eq!(misc_opts(&mut m, b"put", 1, &[b"b", b"n", b"3"]), list(&[]));
     assert_eq!(misc(&mut m, b"putkeep", &[b"c", b"n", b"4"]), list(&[]));
     assert_eq!(misc(&mut m, b"out", &[b"c"]), list(&[]));
@@ -296,7 +304,7 @@ fn table_writes_replicate_and_a_replica_takes_its_own_indexes() {
     converge(&master.addr, &replica.addr, 20);
     assert_eq!(
         misc(&mut r, b"get", &[b"a"]),
-        list(&[b"n", b"2", b"w", b"x"])
+        list(&[b"n", b"1", b"w", b"x", b"v", b"y"])
     );
     assert_eq!(misc(&mut r, b"get", &[b"c"]), FAILED);
     drop(replica);
@@ -319,4 +327,40 @@ fn table_writes_replicate_and_a_replica_takes_its_own_indexes() {
     assert!(info.contains("indexes: n:dec"), "{info}");
     assert!(info.contains("records: 3"), "{info}");
     kura("check");
+}
+
+/// `kura remote misc` (tcrmgr's misc) drives a table: put, get (one element a line), setindex,
+/// genuid, out, and a failure's status.
+#[test]
+fn kura_remote_misc_drives_a_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = Server::start(dir.path(), "t.kt");
+    let remote = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_kura"))
+            .args(["remote", "--port", common::port_of(&srv.addr), "misc"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = |args: &[&str]| {
+        let o = remote(args);
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    };
+    assert_eq!(out(&["put", "1", "name", "alice", "age", "30"]), "");
+    assert_eq!(out(&["get", "1"]), "name\nalice\nage\n30\n");
+    assert_eq!(out(&["setindex", "name", "lexical"]), "");
+    assert_eq!(out(&["--no-ulog", "putcat", "1", "city", "oslo"]), "");
+    assert_eq!(out(&["get", "1"]), "name\nalice\nage\n30\ncity\noslo\n");
+    assert!(out(&["genuid"]).trim_end().parse::<u64>().is_ok());
+    assert_eq!(out(&["out", "1"]), "");
+    assert_eq!(remote(&["get", "1"]).status.code(), Some(1));
+    assert_eq!(
+        remote(&["setindex", "name", "bogus"]).status.code(),
+        Some(1)
+    );
 }
