@@ -434,7 +434,7 @@ fn remote_equivalent(cmd: &DbCommand) -> Option<String> {
                 (_, true) => "putcat",
                 _ => "put",
             };
-            let cols: Vec<String> = value.iter().map(|v| w(v)).collect();
+            let cols: Vec<String> = value.iter().map(&w).collect();
             format!("misc {f} {} {}", w(key), cols.join(" "))
         }
         DbCommand::Put {
@@ -456,6 +456,11 @@ fn remote_equivalent(cmd: &DbCommand) -> Option<String> {
             key, all: false, ..
         } => format!("out {}", w(key)),
         DbCommand::Out { key, all: true, .. } => format!("misc outlist {}", w(key)),
+        DbCommand::Setindex { column, typ, .. } => format!(
+            "misc setindex {} {}",
+            w(column),
+            shell_word(std::ffi::OsStr::new(typ))
+        ),
         DbCommand::Import {
             file,
             format,

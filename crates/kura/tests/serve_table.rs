@@ -259,6 +259,28 @@ fn tyrants_rest_puts_gets_and_deletes_a_table_record() {
         misc(&mut s, b"get", &[b"u 1"]),
         list(&[b"name", b"alice", b"age", b"30", b"city", b"oslo"])
     );
+    // misc over POST (X-TT-MNAME): setindex, genuid.
+    let post = |name: &str, form: &str| {
+        exchange(
+            &srv,
+            format!(
+                "POST / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-TT-MNAME: {name}\r\n\
+                 Content-Type: application/x-www-form-urlencoded\r\n\
+                 Content-Length: {}\r\n\r\n{form}",
+                form.len()
+            )
+            .as_bytes(),
+        )
+    };
+    assert_eq!(status(&post("setindex", "a=name&b=lexical")), 200);
+    assert_eq!(status(&post("setindex", "a=name&b=bogus")), 500);
+    let r = post("genuid", "");
+    assert_eq!(status(&r), 200);
+    assert!(
+        body(&r).starts_with(b"res1="),
+        "{}",
+        String::from_utf8_lossy(&r)
+    );
     let del = exchange(
         &srv,
         b"DELETE /u%201 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
