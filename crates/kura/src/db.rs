@@ -97,8 +97,8 @@ pub enum DbCommand {
         create: bool,
     },
     /// Write the value of KEY to stdout, as raw bytes without an added newline. On a table
-    /// (PATH.kt): the record's columns as `NAME<TAB>VALUE<TAB>…` and a newline, as `tctmgr
-    /// get` prints them (TSV-escaped as `list` writes keys).
+    /// (PATH.kt): a `NAME<TAB>VALUE` line per column, as `tctmgr get` prints them
+    /// (TSV-escaped as `list` writes keys).
     Get {
         #[arg(help = NAME_HELP)]
         name: String,

@@ -45,7 +45,7 @@ fn put_get_out_and_setindex_on_a_table() {
         d,
         &["put", "--create", "x.kt", "1", "name", "alice", "age", "30"],
     );
-    assert_eq!(ok(d, &["get", "x.kt", "1"]), "name\talice\tage\t30\n");
+    assert_eq!(ok(d, &["get", "x.kt", "1"]), "name\talice\nage\t30\n");
     // --cat adds the columns the record does not have (its own keep their values); --keep refuses an existing record (status 1).
     ok(
         d,
@@ -53,7 +53,7 @@ fn put_get_out_and_setindex_on_a_table() {
     );
     assert_eq!(
         ok(d, &["get", "x.kt", "1"]),
-        "name\talice\tage\t30\tcity\ta\\tb\n"
+        "name\talice\nage\t30\ncity\ta\\tb\n"
     );
     assert_eq!(status(d, &["put", "--keep", "x.kt", "1", "n", "v"]).0, 1);
     // An empty key takes a unique id, printed.
@@ -122,7 +122,7 @@ fn tctmgr_list_output_imports_into_a_table_with_indexes() {
     );
     assert_eq!(
         ok(d, &["get", "t.kt", "u1"]),
-        "name\talice\tdates\t2026-01-01,2026-01-02\tn\t2\n"
+        "name\talice\ndates\t2026-01-01,2026-01-02\nn\t2\n"
     );
     assert_eq!(ok(d, &["get", "t.kt", "u3"]), "name\tcarol\n");
     let info = ok(d, &["inform", "t.kt"]);
@@ -151,6 +151,6 @@ fn tctmgr_list_output_imports_into_a_table_with_indexes() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(
         ok(d, &["get", "t2.kt", "u1"]),
-        "name\talice\tdates\t2026-01-01,2026-01-02\tn\t2\n"
+        "name\talice\ndates\t2026-01-01,2026-01-02\nn\t2\n"
     );
 }

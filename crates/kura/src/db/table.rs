@@ -53,21 +53,18 @@ pub(super) fn put(t: &dyn Table, key: &[u8], values: &[OsString], keep: bool, ca
     }
 }
 
-/// `get` on a table: `NAME<TAB>VALUE<TAB>…` and a newline (`tctmgr get`), TSV-escaped.
+/// `get` on a table: a `NAME<TAB>VALUE` line per column (`tctmgr get`), TSV-escaped.
 pub(super) fn get(t: &dyn Table, key: &[u8]) -> Res {
     let Some(cols) = t.get_row(key)? else {
         return Err(Fail::No(format!("no record for key `{}`", show(key))));
     };
     let mut out = Vec::new();
-    for (i, (n, v)) in cols.iter().enumerate() {
-        if i > 0 {
-            out.push(b'\t');
-        }
+    for (n, v) in cols.iter() {
         tsv::escape_into(&mut out, n);
         out.push(b'\t');
         tsv::escape_into(&mut out, v);
+        out.push(b'\n');
     }
-    out.push(b'\n');
     print(&out)
 }
 
