@@ -179,7 +179,8 @@ pub enum DbCommand {
     /// times).
     ///
     /// On a table (PATH.kt), `--format raw` reads what `tctmgr list -pv` writes: the primary
-    /// key, then column names and values, tab-separated; the other formats carry a record's
+    /// key, then column names and values, tab-separated (a record without columns: its key
+    /// alone); the other formats carry a record's
     /// `NAME\0VALUE\0…` form (what `export` writes). `--index COLUMN:TYPE` (repeated) makes
     /// indexes once the records are in.
     Import {

@@ -148,6 +148,15 @@ impl LineReader {
             if body.is_empty() || (body == b"\r" && self.format != Format::Raw) {
                 continue;
             }
+            if self.table && self.format == Format::Raw && !body.contains(&b'\t') {
+                // `tctmgr list -pv` prints a record without columns as its key alone.
+                key.clear();
+                key.extend_from_slice(body);
+                value.clear();
+                return Ok(Some(
+                    engine::store::check_sizes(key, 0).map_err(|e| e.to_string()),
+                ));
+            }
             return Ok(Some(
                 self.format
                     .parse_line_into(body, key, value)
