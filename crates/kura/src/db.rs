@@ -75,7 +75,7 @@ pub enum DbCommand {
         #[arg(long, value_name = "NAME", help = KEYSPACE_MAKE_HELP)]
         keyspace: Option<String>,
         key: OsString,
-        #[arg(value_name = "VALUE", num_args = 1.., required = true)]
+        #[arg(value_name = "VALUE")]
         value: Vec<OsString>,
         /// Do not overwrite: fail with status 1 when the key already exists.
         #[arg(long, conflicts_with_all = ["cat", "dup", "dupback"])]
@@ -429,7 +429,7 @@ fn remote_equivalent(cmd: &DbCommand) -> Option<String> {
             dup,
             dupback,
             ..
-        } if value.len() > 1 => {
+        } if value.len() != 1 => {
             let f = match (keep, cat) {
                 (true, _) => "putkeep",
                 (_, true) => "putcat",

@@ -61,6 +61,9 @@ fn put_get_out_and_setindex_on_a_table() {
     let id = id.trim_end();
     assert!(id.parse::<u64>().is_ok(), "{id}");
     assert_eq!(ok(d, &["get", "x.kt", id]), "name\tbob\n");
+    // A record without columns (tctmgr put PATH PKEY).
+    ok(d, &["put", "x.kt", "bare"]);
+    assert_eq!(ok(d, &["get", "x.kt", "bare"]), "");
     // Odd columns, an empty column name, --dup: refused, nothing stored.
     let (code, err) = status(d, &["put", "x.kt", "2", "name"]);
     assert_eq!(code, 2, "{err}");
@@ -84,6 +87,7 @@ fn put_get_out_and_setindex_on_a_table() {
     // Other kinds: one value; setindex is a table's.
     ok(d, &["put", "--create", "h.kh", "k", "v"]);
     assert_eq!(status(d, &["put", "h.kh", "k", "v", "w"]).0, 2);
+    assert_eq!(status(d, &["put", "h.kh", "k"]).0, 2);
     let (code, err) = status(d, &["setindex", "h.kh", "a", "lex"]);
     assert_eq!(code, 2);
     assert!(err.contains("PATH.kt"), "{err}");
