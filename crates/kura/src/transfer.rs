@@ -255,11 +255,22 @@ pub(crate) fn checked(
     format: LineFormat,
     db: Option<&dyn Store>,
 ) -> Result<Checked, Fail> {
+    checked_as(input, format, db, db.is_some_and(|d| d.table().is_some()))
+}
+
+/// [`checked`], the lines being records of a table when `table` (a raw line: the key, then
+/// column names and values, tab-separated, as `tctmgr list -pv` writes them), read as the
+/// record's `NAME\0VALUE…` form.
+pub(crate) fn checked_as(
+    input: Input,
+    format: LineFormat,
+    db: Option<&dyn Store>,
+    table: bool,
+) -> Result<Checked, Fail> {
     let label = input.label.clone();
     let size = input.size;
     let path = input.path.clone();
     let mut rd = LineReader::new(input, format);
-    let table = db.is_some_and(|d| d.table().is_some());
     rd.table = table;
     if path.is_none() {
         rd.copy = Some(BufWriter::with_capacity(

@@ -385,4 +385,25 @@ fn kura_remote_misc_drives_a_table() {
         remote(&["setindex", "name", "bogus"]).status.code(),
         Some(1)
     );
+    // `tctmgr list -pv` output imports through the server.
+    let import = |input: &[u8]| {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kura"))
+            .args(["remote", "--port", common::port_of(&srv.addr)])
+            .args(["import", "--format", "raw"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let o = import(b"u1\tname\tbob\tage\t40\nu2\n");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(out(&["get", "u1"]), "name\nbob\nage\n40\n");
+    assert_eq!(out(&["get", "u2"]), "");
+    // A line whose columns do not pair up: refused, nothing sent.
+    let o = import(b"u3\tname\tcarl\nu4\tname\n");
+    assert!(!o.status.success());
+    assert_eq!(remote(&["get", "u3"]).status.code(), Some(1));
 }
