@@ -3,7 +3,8 @@
 # (debug build): pymemcache, pylibmc (libmemcached), python-binary-memcached (pytest, in a
 # local virtual environment .venv, on a `.kh`), Perl Cache::Memcached, libmemcached's
 # memccapable and memcdump (Debian packages, installed when missing; on `*` and on a `.kh`),
-# pytyrant and ukt (also on a `.kb`), and Tokyo Tyrant's tcrmgr on a `.kb` where installable.
+# pytyrant and ukt (also on a `.kb`), pyrant on a table (`.kt`), and Tokyo Tyrant's tcrmgr on
+# a `.kb` where installable.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,6 +46,31 @@ port_pytyrant() {
     mkdir -p "$dest" && mv "$tmp"/p.py "$dest/pytyrant.py" && rm -rf "$tmp"
 }
 port_pytyrant
+# pyrant (PyPI), a pure-Python Tyrant client with table-database support (records as dicts of
+# columns, indexes, genuid, queries), also predates Python 3: 2to3 without its dict fixer
+# (pyrant defines iterkeys / iteritems itself; the calls on plain dicts renamed), then bytes
+# for the wire in its frame packing: text is str, sent as UTF-8, as its unicode/str split meant.
+port_pyrant() {
+    local dest=.venv/ported
+    [ -f "$dest/pyrant/__init__.py" ] && return 0
+    local tmp; tmp=$(mktemp -d)
+    .venv/bin/pip download -q --no-deps --no-binary :all: -d "$tmp" pyrant==0.6.5
+    tar xzf "$tmp"/pyrant-0.6.5.tar.gz -C "$tmp"
+    local src="$tmp"/pyrant-0.6.5/pyrant
+    .venv/bin/python -W ignore -m lib2to3 -x dict -w -n "$src" >/dev/null 2>&1
+    sed -i -e 's/ value\.iteritems()/ value.items()/' -e 's/ items\.iteritems()/ items.items()/' \
+        "$src"/__init__.py
+    sed -i -e 's/ kwargs\.iteritems()/ kwargs.items()/' "$src"/query.py
+    sed -i -e "s/^    buf = ''$/    buf = b''/" \
+        -e '0,/^        elif isinstance(arg, str):$/s//        elif isinstance(arg, bytes):/' \
+        -e 's/^                    v = str(v)$/                    v = v if isinstance(v, bytes) else str(v).encode(ENCODING)/' \
+        -e 's/^                buf += "%s%s" % (struct.pack(">I", len(v)), v)$/                buf += struct.pack(">I", len(v)) + v/' \
+        -e 's/^    return "%s%s" % (struct.pack(fmt, MAGIC_NUMBER, code, \*largs), buf)$/    return struct.pack(fmt, MAGIC_NUMBER, code, *largs) + buf/' \
+        -e "s/^        d = ''$/        d = b''/" \
+        "$src"/protocol.py
+    mkdir -p "$dest" && mv "$src" "$dest/pyrant" && rm -rf "$tmp"
+}
+port_pyrant
 cargo build -q -p kura
 KURA="$PWD/target/debug/kura"
 

@@ -27,6 +27,7 @@ pub mod numbers;
 pub mod registry;
 mod repair;
 pub mod store;
+pub mod table;
 pub mod tree;
 pub mod tsv;
 pub mod ulog;

@@ -22,6 +22,10 @@ pub struct Caps {
     pub persistent: bool,
     /// Keys are decimal integers (Tokyo Cabinet's fixed-length database, `.kf`).
     pub integer_keys: bool,
+    /// Values are records of named columns, given and shown in Tokyo Cabinet's wire form
+    /// `name1\0value1\0…` (the table, `.kt`; [`Store::table`] has its own operations): other
+    /// bytes are refused, and byte operations (append, counters) do not apply.
+    pub columns: bool,
 }
 
 /// How the path part of a name selects a kind.
@@ -106,6 +110,7 @@ pub const KINDS: &[KindInfo] = &[
             ordered: false,
             persistent: false,
             integer_keys: false,
+            columns: false,
         },
         tt_type: "on-memory hash",
         kc_type: 0x20,
@@ -122,6 +127,7 @@ pub const KINDS: &[KindInfo] = &[
             ordered: true,
             persistent: false,
             integer_keys: false,
+            columns: false,
         },
         tt_type: "on-memory tree",
         kc_type: 0x21,
@@ -138,6 +144,7 @@ pub const KINDS: &[KindInfo] = &[
             ordered: false,
             persistent: true,
             integer_keys: false,
+            columns: false,
         },
         tt_type: "hash",
         kc_type: 0x30,
@@ -164,6 +171,7 @@ pub const KINDS: &[KindInfo] = &[
             ordered: true,
             persistent: true,
             integer_keys: false,
+            columns: false,
         },
         tt_type: "B+ tree",
         kc_type: 0x31,
@@ -190,6 +198,7 @@ pub const KINDS: &[KindInfo] = &[
             ordered: true,
             persistent: true,
             integer_keys: true,
+            columns: false,
         },
         tt_type: "fixed-length",
         kc_type: 0x80,
@@ -204,6 +213,33 @@ pub const KINDS: &[KindInfo] = &[
         repair: Some(Repair {
             into: |src, dst, params| crate::fixed::FixedDb::repair_with(src, dst, params, os()),
             in_place: |src, params| crate::fixed::FixedDb::repair_in_place(src, params, os()),
+        }),
+    },
+    KindInfo {
+        kind: Kind::Table,
+        selector: Selector::Suffix(".kt"),
+        name: "table (.kt)",
+        about: "table database",
+        params: crate::table::PARAMS,
+        caps: Caps {
+            ordered: true,
+            persistent: true,
+            integer_keys: false,
+            columns: true,
+        },
+        tt_type: "table",
+        kc_type: 0x80,
+        open: |path, params, mode| {
+            let db = crate::table::TableDb::open_mode(path, params, os(), mode)?;
+            let created = db.tree().created();
+            Ok(Opened {
+                store: Arc::new(db),
+                created,
+            })
+        },
+        repair: Some(Repair {
+            into: |src, dst, params| crate::table::TableDb::repair_with(src, dst, params, os()),
+            in_place: |src, params| crate::table::TableDb::repair_in_place(src, params, os()),
         }),
     },
 ];
@@ -288,10 +324,16 @@ mod tests {
             Kind::DiskHash,
             Kind::DiskTree,
             Kind::Fixed,
+            Kind::Table,
         ];
         for k in all {
             match k {
-                Kind::MemHash | Kind::MemTree | Kind::DiskHash | Kind::DiskTree | Kind::Fixed => {}
+                Kind::MemHash
+                | Kind::MemTree
+                | Kind::DiskHash
+                | Kind::DiskTree
+                | Kind::Fixed
+                | Kind::Table => {}
             }
         }
         all.to_vec()
@@ -313,13 +355,14 @@ mod tests {
         assert_eq!(kind("+"), Some(Kind::MemTree));
         assert_eq!(kind("/tmp/a.kh"), Some(Kind::DiskHash));
         assert_eq!(kind("/tmp/a.kf"), Some(Kind::Fixed));
+        assert_eq!(kind("/tmp/a.kt"), Some(Kind::Table));
         assert_eq!(kind("a.tch"), None);
         assert_eq!(kind("x*"), None);
         assert_eq!(kind("**"), None);
         assert_eq!(
             usage(),
             "`*` (memory hash), `+` (memory tree), `PATH.kh` (on-disk hash), `PATH.kb` \
-             (on-disk B+ tree), `PATH.kf` (fixed-length database)"
+             (on-disk B+ tree), `PATH.kf` (fixed-length database), `PATH.kt` (table database)"
         );
     }
 
@@ -331,7 +374,10 @@ mod tests {
             .filter(|k| k.caps.persistent)
             .map(|k| k.kind)
             .collect();
-        assert_eq!(persistent, [Kind::DiskHash, Kind::DiskTree, Kind::Fixed]);
+        assert_eq!(
+            persistent,
+            [Kind::DiskHash, Kind::DiskTree, Kind::Fixed, Kind::Table]
+        );
         assert!(Kind::Fixed.ordered() && Kind::Fixed.info().caps.integer_keys);
         // Exactly the kinds with files can be repaired.
         for k in KINDS {

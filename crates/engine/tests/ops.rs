@@ -16,6 +16,10 @@ use kura_engine::{Counted, Error, Meta, OpenMode, Outcome, Params, Store};
 fn each_kind(f: impl Fn(&dyn Store, &str, &dyn Fn(&[u8]) -> Vec<u8>)) {
     let dir = tempfile::tempdir().unwrap();
     for (i, k) in KINDS.iter().enumerate() {
+        // A table's values are column records (tests/table.rs runs these operations there).
+        if k.caps.columns {
+            continue;
+        }
         let path = match k.selector {
             Selector::Exactly(s) => s.to_string(),
             Selector::Suffix(s) => format!("{}/db{i}{s}", dir.path().display()),

@@ -11,6 +11,8 @@
 //! Errors are one line on stderr starting with `kura: `. Every command closes the database
 //! (which syncs it) before exiting, also when it fails.
 
+mod table;
+
 use crate::transfer::{self, Input, LineFormat};
 use crate::when;
 use clap::Subcommand;
@@ -26,8 +28,9 @@ use std::time::{Duration, Instant};
 
 const NAME_HELP: &str = "Database name: PATH.kh (on-disk hash), PATH.kb (on-disk B+ tree), \
                          PATH.kf (fixed-length database: keys are record ids 1, 2, … and the \
-                         key words min, max, prev, next), `*` (memory hash) or `+` (memory \
-                         tree), optionally followed by #param=value tuning, e.g. \
+                         key words min, max, prev, next), PATH.kt (table: records of named \
+                         columns under a primary key, with indexes), `*` (memory hash) or `+` \
+                         (memory tree), optionally followed by #param=value tuning, e.g. \
                          `casket.kh#sync=always`";
 
 const KEYSPACE_HELP: &str = "Work on keyspace NAME of the database instead of the database \
@@ -63,14 +66,17 @@ pub enum DbCommand {
         keyspace: Option<String>,
     },
     /// Store a record (replacing any existing value unless --keep, --cat, --dup or --dupback
-    /// is given).
+    /// is given). On a table (PATH.kt) KEY is the primary key and VALUE… column names and
+    /// values in turn (`put x.kt 1 name alice age 30`, as `tctmgr put`; --cat merges the
+    /// columns into the record); an empty KEY takes a new unique id (printed).
     Put {
         #[arg(help = NAME_HELP)]
         name: String,
         #[arg(long, value_name = "NAME", help = KEYSPACE_MAKE_HELP)]
         keyspace: Option<String>,
         key: OsString,
-        value: OsString,
+        #[arg(value_name = "VALUE")]
+        value: Vec<OsString>,
         /// Do not overwrite: fail with status 1 when the key already exists.
         #[arg(long, conflicts_with_all = ["cat", "dup", "dupback"])]
         keep: bool,
@@ -90,7 +96,9 @@ pub enum DbCommand {
         #[arg(long)]
         create: bool,
     },
-    /// Write the value of KEY to stdout, as raw bytes without an added newline.
+    /// Write the value of KEY to stdout, as raw bytes without an added newline. On a table
+    /// (PATH.kt): a `NAME<TAB>VALUE` line per column, as `tctmgr get` prints them
+    /// (TSV-escaped as `list` writes keys).
     Get {
         #[arg(help = NAME_HELP)]
         name: String,
@@ -101,6 +109,16 @@ pub enum DbCommand {
         /// TSV-escaped as `list` writes keys.
         #[arg(long)]
         all: bool,
+    },
+    /// Make, drop or optimize the index of a column of a table (PATH.kt; `""` is the primary
+    /// key), as `tctmgr setindex`: TYPE is lexical, decimal, token, qgram, opt or void (or
+    /// Tokyo Cabinet's number), `+` before it to keep an existing index (status 1 then).
+    Setindex {
+        #[arg(help = NAME_HELP)]
+        name: String,
+        column: OsString,
+        #[arg(value_name = "TYPE", allow_hyphen_values = true)]
+        typ: String,
     },
     /// Remove a record (status 1 when it is absent).
     Out {
@@ -159,6 +177,12 @@ pub enum DbCommand {
     /// meanwhile; a database --create made for it is removed). Prints how many records it
     /// stored. Only keys and values are carried (no flags or expiration
     /// times).
+    ///
+    /// On a table (PATH.kt), `--format raw` reads what `tctmgr list -pv` writes: the primary
+    /// key, then column names and values, tab-separated (a record without columns: its key
+    /// alone); the other formats carry a record's
+    /// `NAME\0VALUE\0…` form (what `export` writes). `--index COLUMN:TYPE` (repeated) makes
+    /// indexes once the records are in.
     Import {
         #[arg(help = NAME_HELP)]
         name: String,
@@ -177,6 +201,10 @@ pub enum DbCommand {
         /// wins.
         #[arg(long)]
         dup: bool,
+        /// A table's index to make after the import, `COLUMN:TYPE` (types as `setindex`
+        /// takes them), e.g. `--index name:lexical --index age:decimal`.
+        #[arg(long, value_name = "COLUMN:TYPE")]
+        index: Vec<String>,
     },
     /// Write every record as a `KEY<TAB>VALUE` line to FILE (or stdout), in key order on
     /// ordered kinds (a key with several values once per value); see `import`.
@@ -401,17 +429,39 @@ fn remote_equivalent(cmd: &DbCommand) -> Option<String> {
             dup,
             dupback,
             ..
+        } if value.len() != 1 => {
+            let f = match (keep, cat) {
+                (true, _) => "putkeep",
+                (_, true) => "putcat",
+                _ => "put",
+            };
+            let cols: Vec<String> = value.iter().map(&w).collect();
+            format!("misc {f} {} {}", w(key), cols.join(" "))
+        }
+        DbCommand::Put {
+            key,
+            value,
+            keep,
+            cat,
+            dup,
+            dupback,
+            ..
         } => match (keep, cat, dup, dupback) {
-            (true, ..) => format!("put --keep {} {}", w(key), w(value)),
-            (_, true, ..) => format!("put --cat {} {}", w(key), w(value)),
-            (_, _, true, _) => format!("misc putdup {} {}", w(key), w(value)),
-            (.., true) => format!("misc putdupback {} {}", w(key), w(value)),
-            _ => format!("put {} {}", w(key), w(value)),
+            (true, ..) => format!("put --keep {} {}", w(key), w(&value[0])),
+            (_, true, ..) => format!("put --cat {} {}", w(key), w(&value[0])),
+            (_, _, true, _) => format!("misc putdup {} {}", w(key), w(&value[0])),
+            (.., true) => format!("misc putdupback {} {}", w(key), w(&value[0])),
+            _ => format!("put {} {}", w(key), w(&value[0])),
         },
         DbCommand::Out {
             key, all: false, ..
         } => format!("out {}", w(key)),
         DbCommand::Out { key, all: true, .. } => format!("misc outlist {}", w(key)),
+        DbCommand::Setindex { column, typ, .. } => format!(
+            "misc setindex {} {}",
+            w(column),
+            shell_word(std::ffi::OsStr::new(typ))
+        ),
         DbCommand::Import {
             file,
             format,
@@ -511,6 +561,23 @@ fn dispatch(cmd: DbCommand) -> Res {
             keyspace,
         } => with_db(&name, Open::writable(create), |db| {
             in_space(db, keyspace.as_deref(), true, &name, |db| {
+                if let Some(t) = db.table() {
+                    if dup || dupback {
+                        return Err(Fail::Err(
+                            "--dup and --dupback need a database that keeps duplicate keys (a \
+                             B+ tree, PATH.kb), not a table"
+                                .into(),
+                        ));
+                    }
+                    return table::put(t, key.as_bytes(), &value, keep, cat);
+                }
+                let [value] = &value[..] else {
+                    return Err(Fail::Err(format!(
+                        "one VALUE for a record of a {} (column names and values are for a \
+                         table, PATH.kt)",
+                        db.kind().name()
+                    )));
+                };
                 let how = match (keep, cat, dup, dupback) {
                     (true, ..) => PutHow::Keep,
                     (_, true, ..) => PutHow::Cat,
@@ -528,12 +595,17 @@ fn dispatch(cmd: DbCommand) -> Res {
             keyspace,
         } => with_db(&name, Open::ReadOnly, |db| {
             in_space(db, keyspace.as_deref(), false, &name, |db| {
-                if all {
+                if let Some(t) = db.table() {
+                    table::get(t, key.as_bytes())
+                } else if all {
                     get_all(db, key.as_bytes())
                 } else {
                     get(db, key.as_bytes())
                 }
             })
+        }),
+        DbCommand::Setindex { name, column, typ } => with_db(&name, Open::Existing, |db| {
+            table::setindex(table::table_of(db, "setindex")?, column.as_bytes(), &typ)
         }),
         DbCommand::Out {
             name,
@@ -589,6 +661,7 @@ fn dispatch(cmd: DbCommand) -> Res {
             create,
             dup,
             keyspace,
+            index,
         } => import(
             &name,
             file.as_deref(),
@@ -596,6 +669,7 @@ fn dispatch(cmd: DbCommand) -> Res {
             create,
             dup,
             keyspace.as_deref(),
+            &index,
         ),
         DbCommand::Export {
             name,
@@ -781,7 +855,9 @@ fn import(
     create: bool,
     dup: bool,
     keyspace: Option<&str>,
+    index: &[String],
 ) -> Res {
+    let indexes = table::index_specs(index)?;
     let input = Input::open(file)?;
     // Made by this open, and nothing written to it yet.
     let mut untouched_new = false;
@@ -793,6 +869,14 @@ fn import(
                  {}",
                 root.kind().name()
             )));
+        }
+        if !indexes.is_empty() && (keyspace.is_some() || root.table().is_none()) {
+            table::table_of(root, "--index")?;
+            return Err(Fail::Err(
+                "--index makes indexes of the table itself, not of a \
+                                  keyspace"
+                    .into(),
+            ));
         }
         // An existing keyspace checks the lines by its own rules; a missing one is made only
         // once they passed (by the rules it is to have: `keyspace_rules`), so that refused
@@ -818,6 +902,9 @@ fn import(
         };
         let db = existing.as_deref().or(made.as_deref()).unwrap_or(root);
         let n = transfer::import(db, input, dup)?;
+        if let Some(t) = db.table() {
+            table::make_indexes(t, &indexes)?;
+        }
         let path = name.split('#').next().unwrap_or(name);
         let into = match keyspace {
             Some(spec) => format!(" (keyspace `{}`)", space_name(spec)),

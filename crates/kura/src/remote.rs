@@ -122,7 +122,8 @@ pub enum RemoteCommand {
     },
     /// Store every `KEY<TAB>VALUE` line of FILE (or stdin), in batches; a progress bar on a
     /// terminal. Every line is checked before the first record is sent (see
-    /// `kura db import`: the same formats).
+    /// `kura db import`: the same formats; a table server, `stat` type `table`, reads a raw
+    /// line as `tctmgr list -pv` writes it).
     Import {
         file: Option<PathBuf>,
         /// The line format.
@@ -412,7 +413,9 @@ fn dispatch(a: &RemoteArgs) -> Res {
             }
         }
         RemoteCommand::Import { file, format } => {
-            let input = transfer::checked(Input::open(file.as_deref())?, *format, None)?;
+            // A table server's lines are records of columns (`stat` says `type table`).
+            let table = stat_field(&mut r, "type").as_deref() == Some("table");
+            let input = transfer::checked_as(Input::open(file.as_deref())?, *format, None, table)?;
             let res = import(&mut r, input);
             explained(&mut r, "import", res)
         }

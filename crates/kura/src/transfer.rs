@@ -85,6 +85,10 @@ pub(crate) struct LineReader {
     pub(crate) read: u64,
     /// Every line read is copied here (the spool of `checked`).
     copy: Option<BufWriter<File>>,
+    /// The lines are records of a table: a raw line's value is column names and values
+    /// separated by tabs (`tctmgr list -pv`), made the record's `NAME\0VALUE…` form; every
+    /// value must be one.
+    table: bool,
 }
 
 impl LineReader {
@@ -96,6 +100,7 @@ impl LineReader {
             lineno: 0,
             read: 0,
             copy: None,
+            table: false,
         }
     }
 
@@ -143,16 +148,41 @@ impl LineReader {
             if body.is_empty() || (body == b"\r" && self.format != Format::Raw) {
                 continue;
             }
+            if self.table && self.format == Format::Raw && !body.contains(&b'\t') {
+                // `tctmgr list -pv` prints a record without columns as its key alone.
+                key.clear();
+                key.extend_from_slice(body);
+                value.clear();
+                return Ok(Some(
+                    engine::store::check_sizes(key, 0).map_err(|e| e.to_string()),
+                ));
+            }
             return Ok(Some(
                 self.format
                     .parse_line_into(body, key, value)
                     .map_err(|e: TsvError| e.to_string())
                     .and_then(|()| {
+                        if self.table {
+                            table_value(self.format, value)?;
+                        }
                         engine::store::check_sizes(key, value.len()).map_err(|e| e.to_string())
                     }),
             ));
         }
     }
+}
+
+/// A table's record read from a line: a raw line's tabs between columns become the NUL bytes
+/// of its `NAME\0VALUE…` form; the value must then be one.
+fn table_value(format: Format, value: &mut [u8]) -> Result<(), String> {
+    if format == Format::Raw {
+        for b in value.iter_mut().filter(|b| **b == b'\t') {
+            *b = 0;
+        }
+    }
+    engine::table::Columns::from_wire(value)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 fn spool_err(e: io::Error) -> Fail {
@@ -167,6 +197,7 @@ fn spool_err(e: io::Error) -> Fail {
 pub(crate) struct Checked {
     input: Input,
     format: LineFormat,
+    table: bool,
     /// Records (lines holding one).
     pub(crate) records: u64,
     /// The size of the longest value and its line (the first such; (0, 0) when none).
@@ -179,7 +210,9 @@ impl Checked {
     }
 
     pub(crate) fn reader(self) -> LineReader {
-        LineReader::new(self.input, self.format)
+        let mut rd = LineReader::new(self.input, self.format);
+        rd.table = self.table;
+        rd
     }
 }
 
@@ -222,10 +255,23 @@ pub(crate) fn checked(
     format: LineFormat,
     db: Option<&dyn Store>,
 ) -> Result<Checked, Fail> {
+    checked_as(input, format, db, db.is_some_and(|d| d.table().is_some()))
+}
+
+/// [`checked`], the lines being records of a table when `table` (a raw line: the key, then
+/// column names and values, tab-separated, as `tctmgr list -pv` writes them), read as the
+/// record's `NAME\0VALUE…` form.
+pub(crate) fn checked_as(
+    input: Input,
+    format: LineFormat,
+    db: Option<&dyn Store>,
+    table: bool,
+) -> Result<Checked, Fail> {
     let label = input.label.clone();
     let size = input.size;
     let path = input.path.clone();
     let mut rd = LineReader::new(input, format);
+    rd.table = table;
     if path.is_none() {
         rd.copy = Some(BufWriter::with_capacity(
             1 << 16,
@@ -281,6 +327,7 @@ pub(crate) fn checked(
     Ok(Checked {
         input,
         format,
+        table,
         records,
         longest,
     })

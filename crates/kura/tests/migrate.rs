@@ -278,3 +278,66 @@ fn a_tokyo_fixed_length_file_moves_to_a_kf() {
     sh(d, &script);
     assert_holds(d, "r.kf", &rawable);
 }
+
+/// The README's table pipeline against the real `tctmgr`: records put into a `.tct` by
+/// `tctmgr put`, `tctmgr list -pv` piped into `kura db import --format raw --index …`; then
+/// `kura db get` prints each record as `tctmgr get` does, byte for byte, and a putcat
+/// (`tctmgr put -dc`, `kura db put --cat`) leaves the same record in both.
+#[test]
+fn a_tokyo_table_moves_to_a_kt_with_its_indexes() {
+    if !tools_present(&["tctmgr"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let recs: &[(&str, &[&str])] = &[
+        (
+            "alice@example.com",
+            &["sendDates", "2026-11-01,2026-11-02", "count", "2"],
+        ),
+        (
+            "123456789",
+            &["sendDates", "2026-11-03", "count", "1", "note", "a b c"],
+        ),
+        ("bob", &["count", "10"]),
+        ("ünï", &["näme", "zoë"]),
+        ("no columns", &[]),
+    ];
+    let mut script = String::from("tctmgr create casket.tct\n");
+    for (pk, cols) in recs {
+        let cols: String = cols.iter().map(|c| format!(" '{c}'")).collect();
+        script.push_str(&format!("tctmgr put casket.tct '{pk}'{cols}\n"));
+    }
+    script.push_str(
+        "tctmgr list -pv casket.tct \
+         | \"$KURA\" db import --create --format raw --index count:decimal \
+           --index sendDates:token casket.kt",
+    );
+    sh(d, &script);
+    for (pk, _) in recs {
+        let theirs = sh(d, &format!("tctmgr get casket.tct '{pk}'"));
+        let ours = sh(d, &format!("\"$KURA\" db get casket.kt '{pk}'"));
+        assert_eq!(
+            String::from_utf8_lossy(&ours),
+            String::from_utf8_lossy(&theirs),
+            "{pk}"
+        );
+    }
+    let inform = String::from_utf8(sh(d, "\"$KURA\" db inform casket.kt")).unwrap();
+    assert!(inform.contains("records: 5\n"), "{inform}");
+    assert!(
+        inform.contains("indexes: count:dec,sendDates:tok\n"),
+        "{inform}"
+    );
+    sh(d, "\"$KURA\" db check casket.kt");
+    // putcat: a column the record has keeps its value, a new one is added, in both.
+    sh(
+        d,
+        "tctmgr put -dc casket.tct bob count 11 city oslo; \
+         \"$KURA\" db put --cat casket.kt bob count 11 city oslo",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&sh(d, "\"$KURA\" db get casket.kt bob")),
+        String::from_utf8_lossy(&sh(d, "tctmgr get casket.tct bob"))
+    );
+}

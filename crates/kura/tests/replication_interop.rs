@@ -961,3 +961,68 @@ fn a_master_that_never_answers_is_an_error_within_seconds() {
             .is_some_and(|e| e.contains("did not answer"))
     });
 }
+
+/// A Kura table (`.kt`) replica of a Tokyo Tyrant table master: the misc calls ttserver logs
+/// verbatim (put, putcat, putkeep, out, setindex) and binary puts of the NUL-separated form are
+/// redone with their table meaning; setindex makes the replica's index.
+#[test]
+fn a_table_replica_of_a_tokyo_tyrant_table_master_redoes_its_misc_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let master = ModelMaster::start(tt_hello, tt_encode, usize::MAX);
+    let misc = |i: u64, name: &[u8], args: &[&[u8]], ok: bool| {
+        Item::Rec(tt_ts(i), 77, {
+            let mut b = Vec::new();
+            repl_tt::encode_misc(&mut b, name, args, ok);
+            b
+        })
+    };
+    for item in [
+        misc(1, b"setindex", &[b"n", b"1"], true),
+        misc(2, b"put", &[b"a", b"n", b"1", b"w", b"x"], true),
+        misc(3, b"putcat", &[b"a", b"n", b"2", b"c", b"y"], true),
+        misc(4, b"putkeep", &[b"a", b"n", b"9"], false),
+        misc(5, b"put", &[b"b", b"n", b"3"], true),
+        misc(6, b"out", &[b"b"], true),
+        Item::Rec(
+            tt_ts(7),
+            77,
+            body(
+                &Request::Put {
+                    key: b"c",
+                    value: b"n\x004",
+                },
+                true,
+            ),
+        ),
+        misc(8, b"setindex", &[b"w", b"lexical"], true),
+    ] {
+        master.push(item);
+    }
+    let replica = serve(
+        dir.path(),
+        &[
+            "r.kt",
+            "--port",
+            "0",
+            "--sid",
+            "2",
+            "--master",
+            &master.addr,
+            "--master-protocol",
+            "tyrant",
+        ],
+    );
+    let want = map(&[("a", b"n\x001\0w\0x\0c\0y"), ("c", b"n\x004")]);
+    holds(&replica.addr, &want, 20);
+    let mut r = Tt::new(&replica.addr);
+    let st = eventually(20, || r.stat()["rts"] == tt_ts(8).to_string());
+    assert!(st, "the last setindex was not applied: {:?}", r.stat());
+    drop(replica);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kura"))
+        .args(["db", "inform"])
+        .arg(dir.path().join("r.kt"))
+        .output()
+        .unwrap();
+    let info = String::from_utf8_lossy(&out.stdout);
+    assert!(info.contains("indexes: n:dec,w:lex"), "{info}");
+}

@@ -227,6 +227,15 @@ pub trait Store: Send + Sync {
         self.write_batch(&own)
     }
 
+    // ----- tables -----
+
+    /// The table operations of a table database (`.kt`): columns, indexes, unique ids. `None`
+    /// for every other kind. Through the rest of this interface a table's record value is
+    /// Tokyo Cabinet's wire form, `name1\0value1\0name2\0value2…`.
+    fn table(&self) -> Option<&dyn crate::table::Table> {
+        None
+    }
+
     // ----- provided operations -----
 
     /// Call `f` with every live record (key, value, metadata), in no particular order, until

@@ -9,7 +9,17 @@ use crate::error::{Error, Result};
 pub trait TokyoOps: Store {
     /// Append to the value, creating the record when absent (Tyrant putcat). Flags and
     /// expiration of an existing record are kept.
+    /// On a table (`.kt`), `value` is a wire form whose columns are merged into the record
+    /// (Tokyo Cabinet's `tctdbputcat`), as Tyrant's putcat of a table does.
     fn putcat(&self, key: &[u8], value: &[u8]) -> Result<Meta> {
+        if let Some(t) = self.table() {
+            let cols = crate::table::Columns::from_wire(value)?;
+            t.put_row(key, &cols, crate::table::PutMode::Cat)?;
+            return self
+                .get(key)?
+                .map(|r| r.meta)
+                .ok_or_else(|| Error::Corrupt("putcat produced no record".into()));
+        }
         concat_creating(self, key, value, false)
     }
 

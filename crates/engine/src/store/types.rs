@@ -249,6 +249,8 @@ pub enum Kind {
     DiskTree,
     /// `.kf`: fixed-length database (records by integer id).
     Fixed,
+    /// `.kt`: table database (records of named columns, secondary indexes).
+    Table,
 }
 
 /// The keys [`Store::for_each_in_range`] shows: `from` and `to` bound them below and above

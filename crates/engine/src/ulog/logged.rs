@@ -933,6 +933,10 @@ impl Store for Logged {
         Ok(self.keyspace_handle(name, params)?)
     }
 
+    fn table(&self) -> Option<&dyn crate::table::Table> {
+        self.inner.table().map(|_| self as &dyn crate::table::Table)
+    }
+
     fn keyspaces(&self) -> Vec<(String, String)> {
         match self.space {
             Some(_) => Vec::new(),
@@ -1141,5 +1145,72 @@ impl Cursor for LoggedCursor<'_> {
     }
     fn damage_skipped(&self) -> u64 {
         self.inner.damage_skipped()
+    }
+}
+
+/// A logged table: its writes go through [`Logged`]'s own (logged as puts and removes of
+/// the records' wire forms, which a replica, a redo and a restore apply to their table, its
+/// indexes following); reads, unique ids and index changes are the table's own (not logged:
+/// a replica makes its own indexes).
+impl crate::table::Table for Logged {
+    fn put_row(
+        &self,
+        pk: &[u8],
+        cols: &crate::table::Columns,
+        mode: crate::table::PutMode,
+    ) -> Result<bool> {
+        crate::table::put_row_through(self, pk, cols, mode)
+    }
+
+    fn out_row(&self, pk: &[u8]) -> Result<bool> {
+        self.out(pk)
+    }
+
+    fn get_row(&self, pk: &[u8]) -> Result<Option<crate::table::Columns>> {
+        self.inner_table()?.get_row(pk)
+    }
+
+    fn genuid(&self) -> Result<u64> {
+        self.inner_table()?.genuid()
+    }
+
+    fn set_index(&self, column: &[u8], op: crate::table::IndexOp) -> Result<bool> {
+        self.inner_table()?.set_index(column, op)
+    }
+
+    fn indexes(&self) -> Vec<crate::table::IndexInfo> {
+        self.inner.table().map(|t| t.indexes()).unwrap_or_default()
+    }
+
+    fn index(&self, column: &[u8]) -> Option<(crate::table::IndexType, Arc<dyn Store>)> {
+        self.inner.table().and_then(|t| t.index(column))
+    }
+
+    fn for_each_row(
+        &self,
+        range: &KeyRange<'_>,
+        f: &mut dyn FnMut(&[u8], &crate::table::Columns) -> Result<bool>,
+    ) -> Result<u64> {
+        self.inner_table()?.for_each_row(range, f)
+    }
+
+    fn rows(&self) -> u64 {
+        self.inner.table().map_or(0, |t| t.rows())
+    }
+
+    fn check_indexes(&self) -> Result<Vec<String>> {
+        self.inner_table()?.check_indexes()
+    }
+
+    fn rebuild_indexes(&self) -> Result<()> {
+        self.inner_table()?.rebuild_indexes()
+    }
+}
+
+impl Logged {
+    fn inner_table(&self) -> Result<&dyn crate::table::Table> {
+        self.inner.table().ok_or(Error::Unsupported(
+            "table operations on a database that is not a table",
+        ))
     }
 }

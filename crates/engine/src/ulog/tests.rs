@@ -658,3 +658,48 @@ fn database_name_gives_the_sync_mode_to_the_log() {
     assert_eq!((n.as_str(), s), ("*#capnum=5", SyncMode::DEFAULT));
     assert!(database_name("a.kh#sync=sometimes").is_err());
 }
+
+/// A table under an update log: rows written through the table operations are logged as
+/// their wire forms, and a replica table that follows the log holds the same rows, its own
+/// index agreeing with them.
+#[test]
+fn table_rows_replicate_and_the_replica_indexes_them() {
+    use crate::table::{Columns, IndexOp, IndexType, PutMode};
+    let dir = tempfile::tempdir().unwrap();
+    let inner = crate::open(&dir.path().join("t.kt").display().to_string()).unwrap();
+    let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+    let db = Logged::new(inner, log.clone()).unwrap();
+    let t = db.table().expect("a logged table is a table");
+    let cols = |p: &[(&str, &str)]| Columns::from_pairs(p).unwrap();
+    t.put_row(b"a", &cols(&[("n", "1"), ("w", "x y")]), PutMode::Replace)
+        .unwrap();
+    assert!(!t
+        .put_row(b"a", &cols(&[("n", "9")]), PutMode::Keep)
+        .unwrap());
+    t.put_row(b"a", &cols(&[("n", "2"), ("z", "3")]), PutMode::Cat)
+        .unwrap();
+    t.put_row(b"b", &cols(&[("n", "3")]), PutMode::Replace)
+        .unwrap();
+    t.out_row(b"b").unwrap();
+    let rd = dir.path().join("r.kt").display().to_string();
+    let replica = crate::open(&rd).unwrap();
+    let rt = replica.table().unwrap();
+    rt.set_index(
+        b"n",
+        IndexOp::Make {
+            typ: IndexType::Decimal,
+            keep: false,
+        },
+    )
+    .unwrap();
+    follow(&log, 0, &*replica);
+    assert_eq!(
+        rt.get_row(b"a").unwrap().unwrap(),
+        cols(&[("n", "1"), ("w", "x y"), ("z", "3")])
+    );
+    assert_eq!(rt.get_row(b"b").unwrap(), None);
+    assert_eq!(rt.indexes()[0].entries, 1);
+    assert!(rt.check_indexes().unwrap().is_empty());
+    db.close().unwrap();
+    replica.close().unwrap();
+}

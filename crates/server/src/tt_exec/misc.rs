@@ -4,6 +4,7 @@
 use super::{c_str, TtState};
 use crate::context::Shared;
 use crate::mask::{Op, Proto};
+use kura_engine::table::{Columns, IndexOp, PutMode, Table};
 use kura_engine::TokyoOps;
 use kura_engine::{BatchOp, Error, KeyRange, Outcome, Store};
 
@@ -11,11 +12,13 @@ use kura_engine::{BatchOp, Error, KeyRange, Outcome, Store};
 /// `ulogforget`: `crate::repl::MISC_FUNCS`) change no data, so a read-only replica takes them
 /// as it takes `setmst`; `--mask misc` or `--mask setmst` refuses them.
 /// The functions that only read (`get`, `getlist`, `iternext` …) are refused by `--mask misc`
-/// alone, never by a read-only replica.
+/// alone, never by a read-only replica; so is a table's `setindex`, which changes no record:
+/// indexes are each server's own (an update log carries records, not indexes), and a replica
+/// is given its indexes by a `setindex` of its own.
 pub(crate) fn misc_denied(shared: &Shared, name: &[u8], proto: Proto) -> bool {
     if crate::repl::is_misc(name) {
         shared.mask.denies(Op::Misc, proto) || shared.mask().denies(Op::SetMst, proto)
-    } else if reads_only(name) {
+    } else if reads_only(name) || name == b"setindex" {
         shared.mask.denies(Op::Misc, proto)
     } else {
         shared.mask().denies(Op::Misc, proto)
@@ -99,6 +102,11 @@ pub fn misc<'s>(
     name: &[u8],
     args: &[&[u8]],
 ) -> Result<Option<Vec<Vec<u8>>>, Error> {
+    if let Some(t) = store.table() {
+        if let Some(r) = table_misc(t, name, args)? {
+            return Ok(r);
+        }
+    }
     let done = Some(Vec::new());
     // A database that keeps several values of a key (the B+ tree) answers the functions
     // that take or give records as Tokyo Cabinet's B+ tree does (tcadb.c, `ADBOBDB`): every
@@ -304,6 +312,74 @@ pub fn misc<'s>(
         // function of these kinds.
         _ => None,
     })
+}
+
+/// The misc functions Tokyo Cabinet's abstract database gives a table database (tcadb.c,
+/// `ADBOTDB`) where they differ from the other kinds': `put`, `putkeep`, `putcat` `[pk, n1,
+/// v1, …]` (an odd last name is ignored; a name given twice keeps its last value), `out [pk]`,
+/// `get [pk]` → `[n1, v1, …]`, `setindex [col, type]…` (a type as `tctdbstrtoindextype` reads
+/// it), `genuid` → the id in decimal. `search` and `metasearch` are not served (failure).
+/// `Ok(None)`: not one of these (the generic functions apply: `putlist`, `getlist`,
+/// `iternext` … on the records' wire forms, as Tokyo Cabinet's do).
+fn table_misc(
+    t: &dyn Table,
+    name: &[u8],
+    args: &[&[u8]],
+) -> Result<Option<Option<Vec<Vec<u8>>>>, Error> {
+    let done = Some(Vec::new());
+    Ok(Some(match name {
+        b"put" | b"putkeep" | b"putcat" => {
+            let Some((pk, rest)) = args.split_first() else {
+                return Ok(Some(None));
+            };
+            let mut cols = Columns::new();
+            for p in rest.chunks_exact(2) {
+                cols.set(p[0], p[1])?;
+            }
+            let mode = match name {
+                b"put" => PutMode::Replace,
+                b"putkeep" => PutMode::Keep,
+                _ => PutMode::Cat,
+            };
+            t.put_row(pk, &cols, mode)?.then_some(Vec::new())
+        }
+        b"out" => match args.first() {
+            Some(pk) if t.out_row(pk)? => done,
+            _ => None,
+        },
+        b"get" => match args.first() {
+            Some(pk) => t.get_row(pk)?.map(|cols| {
+                cols.0
+                    .into_iter()
+                    .flat_map(|(n, v)| [n, v])
+                    .collect::<Vec<_>>()
+            }),
+            None => None,
+        },
+        b"setindex" => {
+            // Column, type pairs (an odd last argument is ignored); every pair is tried, a
+            // failure of any fails the call.
+            let mut ok = true;
+            for p in args.chunks_exact(2) {
+                let op = std::str::from_utf8(c_str(p[1]))
+                    .ok()
+                    .and_then(|s| IndexOp::parse(s).ok());
+                ok &= match op {
+                    Some(op) => match t.set_index(c_str(p[0]), op) {
+                        Ok(made) => made,
+                        Err(e) if e.from_request() || matches!(e, Error::NotFound(_)) => false,
+                        Err(e) => return Err(e),
+                    },
+                    None => false,
+                };
+            }
+            ok.then_some(Vec::new())
+        }
+        b"genuid" => Some(vec![t.genuid()?.to_string().into_bytes()]),
+        // Queries: not served yet.
+        b"search" | b"metasearch" => None,
+        _ => return Ok(None),
+    }))
 }
 
 /// A bound of misc range on a database keyed by ids, read as Tokyo Cabinet's `tcfdbkeytoid`

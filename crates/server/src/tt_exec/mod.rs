@@ -575,7 +575,7 @@ fn apply(store: &dyn Store, req: &Request<'_>) -> Option<Result<Applied, Error>>
     let done = |r: Result<bool, Error>| r.map(Applied::Done);
     Some(match *req {
         Request::Put { key, value } | Request::PutNr { key, value } => {
-            done(store.put_with(key, value, 0, 0).map(|_| true))
+            done(put_or_genuid(store, key, value).map(|_| true))
         }
         Request::PutKeep { key, value } => done(
             store
@@ -614,6 +614,18 @@ fn apply(store: &dyn Store, req: &Request<'_>) -> Option<Result<Applied, Error>>
         Request::Vanish => done(store.vanish().map(|_| true)),
         _ => return None,
     })
+}
+
+/// Tyrant's put (`tcadbput`): on a table an empty key is a new unique id (`genuid`, in
+/// decimal), as Tokyo Cabinet's abstract database gives it.
+fn put_or_genuid(store: &dyn Store, key: &[u8], value: &[u8]) -> Result<(), Error> {
+    match store.table() {
+        Some(t) if key.is_empty() => {
+            let id = t.genuid()?.to_string();
+            store.put_with(id.as_bytes(), value, 0, 0).map(|_| ())
+        }
+        _ => store.put_with(key, value, 0, 0).map(|_| ()),
+    }
 }
 
 /// Redo one command of a Tokyo Tyrant update log (a record of a Tyrant master's `repl`

@@ -923,3 +923,61 @@ fn copy_repl_and_engine_errors() {
     assert!(matches!(c.r(Request::Rnum), Reply::U64(_)));
     assert!(matches!(c.r(Request::Stat), Reply::Stat(_)));
 }
+
+/// A table's misc functions and put with an empty key, through the codec both ways; the same
+/// calls on a hash are not table functions (genuid, setindex fail) or take a plain value.
+#[test]
+fn table_misc_functions_and_a_generated_key() {
+    let dir = TempDir::new("table");
+    let name = dir.0.join("t.kt");
+    let db = kura_engine::open(name.to_str().unwrap()).unwrap();
+    let mut c = Client::new(&*db);
+    let list = |items: &[&[u8]]| Reply::List(items.iter().map(|i| i.to_vec()).collect());
+    assert_eq!(c.misc(b"put", &[b"p", b"a", b"1", b"b", b"2"]), list(&[]));
+    assert_eq!(c.misc(b"get", &[b"p"]), list(&[b"a", b"1", b"b", b"2"]));
+    assert_eq!(
+        c.misc(b"putcat", &[b"p", b"a", b"9", b"c", b"3"]),
+        list(&[])
+    );
+    assert_eq!(
+        c.misc(b"get", &[b"p"]),
+        list(&[b"a", b"1", b"b", b"2", b"c", b"3"])
+    );
+    assert_eq!(c.misc(b"putkeep", &[b"p", b"a", b"0"]), Reply::Code(1));
+    assert_eq!(
+        c.misc(b"setindex", &[b"a", b"dec", b"b", b"+lex"]),
+        list(&[])
+    );
+    assert_eq!(c.misc(b"setindex", &[b"a", b"+dec"]), Reply::Code(1));
+    assert_eq!(c.misc(b"setindex", &[b"a", b"nonsense"]), Reply::Code(1));
+    assert_eq!(c.misc(b"search", &[]), Reply::Code(1));
+    let Reply::List(uid) = c.misc(b"genuid", &[]) else {
+        panic!("genuid")
+    };
+    let uid: u64 = std::str::from_utf8(&uid[0]).unwrap().parse().unwrap();
+    // A put with an empty key: the next unique id.
+    assert_eq!(
+        c.r(Request::Put {
+            key: b"",
+            value: b"x\0y"
+        }),
+        Reply::Code(0)
+    );
+    let next = (uid + 1).to_string();
+    assert_eq!(
+        c.r(Request::Get {
+            key: next.as_bytes()
+        }),
+        Reply::Value(b"x\0y".to_vec())
+    );
+    assert_eq!(c.misc(b"out", &[b"p"]), list(&[]));
+    assert_eq!(c.misc(b"out", &[b"p"]), Reply::Code(1));
+    db.close().unwrap();
+    // Not a table: genuid and setindex are no functions; put is key, value.
+    let db = kura_engine::open("*").unwrap();
+    let mut c = Client::new(&*db);
+    assert_eq!(c.misc(b"genuid", &[]), Reply::Code(1));
+    assert_eq!(c.misc(b"setindex", &[b"a", b"lex"]), Reply::Code(1));
+    assert_eq!(c.misc(b"put", &[b"k", b"v", b"w"]), list(&[]));
+    assert_eq!(c.misc(b"get", &[b"k"]), list(&[b"v"]));
+}
