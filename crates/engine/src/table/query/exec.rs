@@ -295,7 +295,7 @@ fn materialize(
     within: Option<&BTreeSet<Vec<u8>>>,
 ) -> Result<BTreeSet<Vec<u8>>> {
     let mut out = BTreeSet::new();
-    let keep = |pk: &[u8]| within.is_none_or_contains(pk);
+    let keep = |pk: &[u8]| within.is_none_or(|s| s.contains(pk));
     match a {
         Access::Ranges(space, typ, rs) => {
             for r in rs {
@@ -365,16 +365,6 @@ fn materialize(
     Ok(out)
 }
 
-trait Within {
-    fn is_none_or_contains(&self, pk: &[u8]) -> bool;
-}
-
-impl Within for Option<&BTreeSet<Vec<u8>>> {
-    fn is_none_or_contains(&self, pk: &[u8]) -> bool {
-        self.map_or(true, |s| s.contains(pk))
-    }
-}
-
 /// The records whose text holds phrase `p`, from the q-gram index: exact, by the grams'
 /// offsets.
 fn phrase_keys(
@@ -387,7 +377,7 @@ fn phrase_keys(
         let mut out = BTreeSet::new();
         space.for_each_in_range(&key_range(&grams[0].0, usize::MAX), &mut |k, v, _| {
             let e = decode_entry(IndexType::QGram, k, v)?;
-            if within.is_none_or_contains(e.pk) {
+            if within.is_none_or(|s| s.contains(e.pk)) {
                 out.insert(e.pk.to_vec());
             }
             Ok(true)
@@ -400,7 +390,7 @@ fn phrase_keys(
         let mut next: std::collections::BTreeMap<Vec<u8>, BTreeSet<u32>> = Default::default();
         space.for_each_in_range(&key_range(&r, usize::MAX), &mut |k, v, _| {
             let e = decode_entry(IndexType::QGram, k, v)?;
-            if !within.is_none_or_contains(e.pk) {
+            if !within.is_none_or(|s| s.contains(e.pk)) {
                 return Ok(true);
             }
             let prev = starts.as_ref().map(|s| s.get(e.pk));
@@ -412,7 +402,7 @@ fn phrase_keys(
                 .iter()
                 .filter(|&&x| x >= o)
                 .map(|&x| x - o)
-                .filter(|x| prev.flatten().is_none_or_has(x))
+                .filter(|x| prev.flatten().is_none_or(|s| s.contains(x)))
                 .collect();
             if !set.is_empty() {
                 next.insert(e.pk.to_vec(), set);
@@ -426,16 +416,6 @@ fn phrase_keys(
         }
     }
     Ok(starts.unwrap_or_default().into_keys().collect())
-}
-
-trait Has {
-    fn is_none_or_has(&self, x: &u32) -> bool;
-}
-
-impl Has for Option<&BTreeSet<u32>> {
-    fn is_none_or_has(&self, x: &u32) -> bool {
-        self.map_or(true, |s| s.contains(x))
-    }
 }
 
 /// A record's sort key for `order`: `None` when it has no such column.
@@ -496,14 +476,15 @@ pub fn search(t: &dyn Table, q: &Query) -> Result<Found> {
     let rows = t.rows();
     let need = q.limit.map(|l| l.saturating_add(q.skip));
     let _ = writeln!(hint, "records: {rows}");
-    // 1. Estimates.
+    // 1. Estimates (counted up to 16 times the best so far, never past the records: an index
+    // with more entries than the table has records is no better than reading them).
     let mut cands: Vec<(usize, Access, u64)> = Vec::new();
     let mut best = rows.saturating_add(1);
     for (i, c) in q.conds.iter().enumerate() {
         let Some((a, iname)) = access(t, c) else {
             continue;
         };
-        let bound = best.saturating_mul(INTERSECT_RATIO);
+        let bound = best.saturating_mul(INTERSECT_RATIO).min(rows);
         let est = estimate(t, &a, bound)?;
         if est > bound {
             let _ = writeln!(
@@ -511,13 +492,13 @@ pub fn search(t: &dyn Table, q: &Query) -> Result<Found> {
                 "index estimate: {} on {iname}: more than {bound} entries (stopped counting)",
                 cond_name(c)
             );
-        } else {
-            let _ = writeln!(
-                hint,
-                "index estimate: {} on {iname}: {est} entries",
-                cond_name(c)
-            );
+            continue;
         }
+        let _ = writeln!(
+            hint,
+            "index estimate: {} on {iname}: {est} entries",
+            cond_name(c)
+        );
         best = best.min(est);
         cands.push((i, a, est));
     }
@@ -588,16 +569,21 @@ pub fn search(t: &dyn Table, q: &Query) -> Result<Found> {
     let stop_at = if q.order.is_none() { need } else { None };
     let mut res: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
     let mut read = 0u64;
+    let cols_read = set.is_none() || !residual.is_empty() || needs_value;
+    let all_conds: Vec<&Cond> = q.conds.iter().collect();
+    // A record that is read is judged on every condition (those an index answered agree with
+    // it, unless a writer changed the record since: then the record as read decides).
     let take = |pk: &[u8], cols: &Columns, res: &mut Vec<(Vec<u8>, Option<Vec<u8>>)>| {
-        if residual.iter().all(|c| c.check_row(pk, cols)) {
+        let conds: &[&Cond] = if cols_read { &all_conds } else { &residual };
+        if conds.iter().all(|c| c.check_row(pk, cols)) {
             let k = q.order.as_ref().and_then(|o| sort_key(pk, cols, o));
             res.push((pk.to_vec(), k));
         }
-        stop_at.is_none_or_below(res.len())
+        stop_at.is_none_or(|m| res.len() < m)
     };
     match &set {
         Some(set) => {
-            if residual.is_empty() && !needs_value {
+            if !cols_read {
                 let empty = Columns::new();
                 for pk in set {
                     if !take(pk, &empty, &mut res) {
@@ -645,16 +631,6 @@ pub fn search(t: &dyn Table, q: &Query) -> Result<Found> {
     Ok(finish(res.into_iter().map(|r| r.0), q, hint))
 }
 
-trait Below {
-    fn is_none_or_below(&self, n: usize) -> bool;
-}
-
-impl Below for Option<usize> {
-    fn is_none_or_below(&self, n: usize) -> bool {
-        self.map_or(true, |m| n < m)
-    }
-}
-
 /// Skip and limit applied.
 fn finish(keys: impl Iterator<Item = Vec<u8>>, q: &Query, hint: String) -> Found {
     let keys: Vec<Vec<u8>> = keys
@@ -673,7 +649,7 @@ fn walk(
     need: usize,
     mut hint: String,
 ) -> Result<Found> {
-    let (ocol, otype) = q.order.clone().unwrap_or_default_order();
+    let (ocol, otype) = q.order.clone().unwrap_or((Vec::new(), OrderType::StrAsc));
     let desc = otype.desc();
     let all = KeyRange {
         from: Bound::Unbounded,
@@ -747,16 +723,6 @@ fn walk(
     let _ = writeln!(hint, "records read: {read}");
     let _ = writeln!(hint, "result set size: {}", res.len());
     Ok(finish(res.into_iter(), q, hint))
-}
-
-trait DefaultOrder {
-    fn unwrap_or_default_order(self) -> (Vec<u8>, OrderType);
-}
-
-impl DefaultOrder for Option<(Vec<u8>, OrderType)> {
-    fn unwrap_or_default_order(self) -> (Vec<u8>, OrderType) {
-        self.unwrap_or((Vec::new(), OrderType::StrAsc))
-    }
 }
 
 /// Tokyo Cabinet's `tctdbmetasearch`: the queries' results combined by `op`, ordered by the

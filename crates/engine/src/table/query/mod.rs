@@ -357,7 +357,7 @@ impl Cond {
             }
             (Matcher::Nums(xs), _) => {
                 let n = tc_atof(v);
-                xs.iter().any(|x| n == *x)
+                xs.contains(&n)
             }
             (Matcher::Fts(units), _) => fts_hit(units, v),
             _ => false,
@@ -480,7 +480,7 @@ fn fts_tokenize(s: &str) -> Vec<String> {
 /// Tokyo Cabinet's `tctdbqrycondcheckfts`: no units, or a first unit that is not positive,
 /// never match; else every unit holds.
 fn fts_hit(units: &[FtsUnit], v: &[u8]) -> bool {
-    if !units.first().map_or(false, |u| u.positive) {
+    if !units.first().is_some_and(|u| u.positive) {
         return false;
     }
     let text = norm_string(v);
