@@ -783,28 +783,39 @@ pub fn metasearch(t: &dyn Table, qs: &[Query], op: SetOp) -> Result<Found> {
     Ok(finish(keys.into_iter(), first, hint))
 }
 
-/// The records of `keys` with `columns` (empty: every column), in Tyrant's reply form: the
-/// primary key under the empty name first, then name and value pairs, NUL-separated. Keys
-/// whose record is gone are left out.
+/// The records of `keys` in Tyrant's reply form (`tcadbmisc`): with no `columns`, the primary
+/// key under the empty name, then every column; else only the columns named, in the order
+/// named (`""` standing for the primary key), those a record lacks left out. Name and value
+/// pairs, NUL-separated. Keys whose record is gone are left out.
 pub fn fetch(t: &dyn Table, keys: &[Vec<u8>], columns: &[Vec<u8>]) -> Result<Vec<Vec<u8>>> {
-    let names: Vec<&[u8]> = columns.iter().map(|c| c.as_slice()).collect();
+    let mut names: Vec<&[u8]> = Vec::new();
+    for c in columns {
+        if !names.contains(&c.as_slice()) {
+            names.push(c);
+        }
+    }
     let mut out = Vec::with_capacity(keys.len());
     for k in keys {
-        let row = if names.is_empty() {
-            t.get_row(k)?
+        let Some(cols) = t.get_row(k)? else { continue };
+        let mut fields: Vec<&[u8]> = Vec::new();
+        if names.is_empty() {
+            fields.extend([&b""[..], k]);
+            for (n, v) in cols.iter() {
+                fields.extend([n, v]);
+            }
         } else {
-            t.get_columns(k, &names)?
-        };
-        let Some(cols) = row else { continue };
-        let mut e = Vec::with_capacity(k.len() + 1);
-        e.push(0);
-        e.extend_from_slice(k);
-        for (n, v) in cols.iter() {
-            e.push(0);
-            e.extend_from_slice(n);
-            e.push(0);
-            e.extend_from_slice(v);
+            for n in &names {
+                let v = if n.is_empty() {
+                    Some(&k[..])
+                } else {
+                    cols.get(n)
+                };
+                if let Some(v) = v {
+                    fields.extend([*n, v]);
+                }
+            }
         }
+        let e = fields.join(&0u8);
         out.push(e);
     }
     Ok(out)

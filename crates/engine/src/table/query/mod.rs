@@ -519,7 +519,8 @@ pub struct Search {
     /// One query, or several joined by `next` (a metasearch).
     pub queries: Vec<Query>,
     pub set_op: SetOp,
-    /// `get`: return records with these columns (empty: every column).
+    /// `get`: return records with these columns (`""`: the primary key; none named: the
+    /// primary key and every column).
     pub columns: Option<Vec<Vec<u8>>>,
     /// `out`: remove the matching records.
     pub remove: bool,
@@ -576,13 +577,7 @@ pub fn parse_search(args: &[&[u8]]) -> Result<Search> {
                 }
             }
             b"get" | b"columns" => {
-                s.columns = Some(
-                    parts[1..]
-                        .iter()
-                        .filter(|c| !c.is_empty())
-                        .map(|c| c.to_vec())
-                        .collect(),
-                );
+                s.columns = Some(parts[1..].iter().map(|c| c.to_vec()).collect());
             }
             b"out" | b"remove" => s.remove = true,
             b"count" => s.count = true,

@@ -689,13 +689,17 @@ fn run_search_replies_as_tyrant_and_removes_with_the_index_entries() {
     let t = planner_table(&fs);
     let s = parse_search(&[b"addcond\0grp\0NUMEQ\x003", b"setlimit\x002", b"get\0id"]).unwrap();
     let r = run_search(&t, &s).unwrap();
+    // Chosen columns in the order named, `""` the primary key (as `tcadbmisc` replies).
+    assert_eq!(r, vec![b"id\0id00003".to_vec(), b"id\0id00013".to_vec()]);
+    let s = parse_search(&[b"addcond\0id\0STREQ\0id00005", b"get\0nope\0grp\0"]).unwrap();
     assert_eq!(
-        r,
-        vec![
-            b"\0k00003\0id\0id00003".to_vec(),
-            b"\0k00013\0id\0id00013".to_vec()
-        ]
+        run_search(&t, &s).unwrap(),
+        vec![b"grp\x005\0\0k00005".to_vec()]
     );
+    let s = parse_search(&[b"addcond\0id\0STREQ\0id00005", b"get"]).unwrap();
+    let all =
+        b"\0k00005\0id\0id00005\0grp\x005\0tag\0odd\0text\0record number 5 of many\0free\x005";
+    assert_eq!(run_search(&t, &s).unwrap(), vec![all.to_vec()]);
     let s = parse_search(&[b"addcond\0grp\0NUMEQ\x003", b"count", b"hint"]).unwrap();
     let r = run_search(&t, &s).unwrap();
     assert_eq!(r[0], b"200");
