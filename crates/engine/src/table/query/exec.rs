@@ -13,7 +13,8 @@
 //! 3. With an order on a column that has an ordered index (lexical for a string order, decimal
 //!    for a numeric one; the records themselves for the primary key in string order) and a
 //!    limit, the index is walked in order and stopped at the limit when that reads fewer
-//!    records than the driven set holds (limit × records < driven²).
+//!    records than the driven set holds (limit × records < driven²); indexes with few entries
+//!    beside the records the walk is expected to read filter it.
 //! 4. Otherwise the candidates (or every record, with no usable index) are read in primary-key
 //!    order, the other conditions checked, and the matches sorted when an order is asked.
 //!
@@ -524,7 +525,26 @@ pub fn search(t: &dyn Table, q: &Query) -> Result<Found> {
             Some(d) => (need as u128) * (rows as u128) < (d as u128) * (d as u128),
         };
         if let (Some(src), true) = (walkable, pays) {
-            return walk(t, q, src, need, hint);
+            // Indexes cheap beside the records the walk is expected to read (need × records /
+            // driven) filter it: a record they rule out is not read.
+            let mut filter: Option<BTreeSet<Vec<u8>>> = None;
+            let mut exact = vec![false; q.conds.len()];
+            for (i, a, est) in &cands {
+                let (e, n, r) = (*est as u128, need as u128, rows as u128);
+                if e * e > 8 * n * r {
+                    break;
+                }
+                let s = materialize(t, a, filter.as_ref())?;
+                let _ = writeln!(
+                    hint,
+                    "filtering by index: {}: {} records",
+                    cond_name(&q.conds[*i]),
+                    s.len()
+                );
+                exact[*i] = true;
+                filter = Some(s);
+            }
+            return walk(t, q, src, need, hint, filter, &exact);
         }
     }
     // 2. Driver and intersections.
@@ -648,8 +668,18 @@ fn walk(
     src: Option<(IndexType, Arc<dyn Store>)>,
     need: usize,
     mut hint: String,
+    filter: Option<BTreeSet<Vec<u8>>>,
+    exact: &[bool],
 ) -> Result<Found> {
     let (ocol, otype) = q.order.clone().unwrap_or((Vec::new(), OrderType::StrAsc));
+    let residual: Vec<&Cond> = q
+        .conds
+        .iter()
+        .zip(exact)
+        .filter(|(_, &e)| !e)
+        .map(|(c, _)| c)
+        .collect();
+    let passes = |pk: &[u8]| filter.as_ref().is_none_or(|f| f.contains(pk));
     let desc = otype.desc();
     let all = KeyRange {
         from: Bound::Unbounded,
@@ -657,7 +687,7 @@ fn walk(
         desc,
         max: usize::MAX,
     };
-    for c in &q.conds {
+    for c in &residual {
         let _ = writeln!(hint, "checking on the record: {}", cond_name(c));
     }
     let mut res: Vec<Vec<u8>> = Vec::new();
@@ -671,7 +701,7 @@ fn walk(
             );
             t.for_each_row(&all, &mut |pk, cols| {
                 read += 1;
-                if q.conds.iter().all(|c| c.check_row(pk, cols)) {
+                if passes(pk) && q.conds.iter().all(|c| c.check_row(pk, cols)) {
                     res.push(pk.to_vec());
                 }
                 Ok(res.len() < need)
@@ -688,6 +718,13 @@ fn walk(
             let mut err = None;
             space.for_each_in_range(&all, &mut |k, v, _| {
                 let pk = decode_entry(typ, k, v)?.pk.to_vec();
+                if !passes(&pk) {
+                    return Ok(true);
+                }
+                if residual.is_empty() {
+                    res.push(pk);
+                    return Ok(res.len() < need);
+                }
                 read += 1;
                 match t.get_row(&pk) {
                     Ok(Some(cols)) => {
@@ -712,7 +749,10 @@ fn walk(
                 let fwd = KeyRange { desc: false, ..all };
                 t.for_each_row(&fwd, &mut |pk, cols| {
                     read += 1;
-                    if cols.get(&ocol).is_none() && q.conds.iter().all(|c| c.check_row(pk, cols)) {
+                    if cols.get(&ocol).is_none()
+                        && passes(pk)
+                        && q.conds.iter().all(|c| c.check_row(pk, cols))
+                    {
                         res.push(pk.to_vec());
                     }
                     Ok(res.len() < need)

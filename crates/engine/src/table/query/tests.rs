@@ -464,6 +464,7 @@ fn model_random_queries_equal_the_reference_evaluator() {
                 "driving by index",
                 "intersecting index",
                 "walking index",
+                "filtering by index",
                 "walking the records",
                 "scanning the whole table",
                 "FTS",
@@ -525,7 +526,7 @@ fn model_random_queries_equal_the_reference_evaluator() {
         }
     }
     eprintln!("plans taken: {plans:?}");
-    assert_eq!(plans.len(), 9, "{plans:?}");
+    assert_eq!(plans.len(), 10, "{plans:?}");
 }
 
 // ---- the planner ----
@@ -663,6 +664,26 @@ fn the_planner_answers_order_and_limit_from_an_ordered_index() {
         f.hint
     );
     assert!(records_read(&f.hint) <= 6, "{}", f.hint);
+    // A cheap index filters the walk: no record it rules out is read (here none at all).
+    let mut q = Query::new().cond(b"grp", Op::NumEq, b"3").unwrap();
+    q.order = Some((b"id".to_vec(), OrderType::StrDesc));
+    q.limit = Some(3);
+    let f = search(&t, &q).unwrap();
+    assert_eq!(
+        f.keys,
+        vec![b"k01993".to_vec(), b"k01983".to_vec(), b"k01973".to_vec()]
+    );
+    assert!(
+        f.hint.contains("walking index \"id\" (lex) desc"),
+        "{}",
+        f.hint
+    );
+    assert!(
+        f.hint.contains("filtering by index: \"grp\" NUMEQ"),
+        "{}",
+        f.hint
+    );
+    assert_eq!(records_read(&f.hint), 0, "{}", f.hint);
     // Numeric order on a decimal index, no condition.
     let mut q = Query::new();
     q.order = Some((b"grp".to_vec(), OrderType::NumDesc));
