@@ -26,6 +26,7 @@
 
 mod api;
 mod indexes;
+pub mod query;
 pub mod record;
 pub mod terms;
 #[cfg(test)]
