@@ -5,12 +5,20 @@
 //! it holds every key below the second's), and behind its latch the leaf itself when cached,
 //! where its newest image is in the node log, its right neighbour, and whether it changed
 //! since that image.
+//!
+//! A leaf read often and changed seldom is also *published*: the slot holds a shared
+//! reference to it and its right link (`Published`), which a point read loads without the
+//! latch (`Slot::published`). A publication is made under the shared latch and withdrawn by
+//! every exclusive latch (`Slot::write`) before anything changes, so a published leaf is
+//! never changed in place: a writer that finds a reader still holding it changes a copy
+//! (`SlotState::leaf_mut`), and the reader's copy is freed when it lets go.
 
 use super::index::{Index, Key};
 use super::leaf::Leaf;
-use parking_lot::RwLock;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
-use std::sync::OnceLock;
+use arc_swap::ArcSwapOption;
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
 
 const CHUNK_BITS: u32 = 12;
 const CHUNK: usize = 1 << CHUNK_BITS;
@@ -43,8 +51,9 @@ impl Image {
 /// What a slot's latch guards.
 #[derive(Default)]
 pub(crate) struct SlotState {
-    /// The leaf, when cached.
-    pub leaf: Option<Box<Leaf>>,
+    /// The leaf, when cached (shared with its publication, if any: changed through
+    /// `leaf_mut`).
+    pub leaf: Option<Arc<Leaf>>,
     pub image: Image,
     pub right: u32,
     /// Changed since `image` was written.
@@ -53,9 +62,44 @@ pub(crate) struct SlotState {
     pub gone: bool,
 }
 
+impl SlotState {
+    /// The cached leaf, to change: under an exclusive latch (`Slot::write`), which withdrew
+    /// its publication, so it is copied only when a reader still holds that.
+    #[inline]
+    pub fn leaf_mut(&mut self) -> Option<&mut Leaf> {
+        self.leaf.as_mut().map(Arc::make_mut)
+    }
+}
+
+/// A leaf as published for reads without the latch, with its right link at the time.
+pub(crate) struct Published {
+    pub leaf: Arc<Leaf>,
+    pub right: u32,
+}
+
+/// A published leaf as loaded (`Slot::published`), known to be there.
+pub(crate) struct PublishedGuard(pub arc_swap::Guard<Option<Arc<Published>>>);
+
+impl PublishedGuard {
+    #[inline]
+    pub fn leaf(&self) -> &Leaf {
+        &self.0.as_ref().expect("a published leaf").leaf
+    }
+}
+
+/// Reads under the shared latch since the leaf last changed after which it is published.
+const PUBLISH_AFTER: u8 = 2;
+/// `Slot::reads` of a published leaf.
+const PUBLISHED: u8 = u8::MAX;
+
 pub(crate) struct Slot {
     low: OnceLock<Option<Key>>,
-    pub st: RwLock<SlotState>,
+    st: RwLock<SlotState>,
+    /// The leaf published for reads without the latch (see the module documentation).
+    publ: ArcSwapOption<Published>,
+    /// Reads under the shared latch since the leaf was last latched exclusively (counted
+    /// up to `PUBLISH_AFTER`), or `PUBLISHED`. Written under the latch only.
+    reads: AtomicU8,
     /// Used since the eviction hand last passed (CLOCK).
     pub used: AtomicBool,
 }
@@ -68,8 +112,78 @@ impl Slot {
                 right: NONE,
                 ..SlotState::default()
             }),
+            publ: ArcSwapOption::empty(),
+            reads: AtomicU8::new(0),
             used: AtomicBool::new(false),
         }
+    }
+
+    /// The latch, shared.
+    #[inline]
+    pub fn read(&self) -> RwLockReadGuard<'_, SlotState> {
+        self.st.read()
+    }
+
+    /// The latch, exclusive; the leaf's publication is withdrawn before it is returned.
+    #[inline]
+    pub fn write(&self) -> RwLockWriteGuard<'_, SlotState> {
+        let g = self.st.write();
+        self.withdraw();
+        g
+    }
+
+    /// `write` when the latch is free.
+    #[inline]
+    pub fn try_write(&self) -> Option<RwLockWriteGuard<'_, SlotState>> {
+        let g = self.st.try_write()?;
+        self.withdraw();
+        Some(g)
+    }
+
+    /// Under the exclusive latch: no publication from now on until readers make one again.
+    #[inline]
+    fn withdraw(&self) {
+        // Written only under the latch, which orders it with this read.
+        match self.reads.load(Ordering::Relaxed) {
+            0 => {}
+            PUBLISHED => {
+                self.publ.store(None);
+                self.reads.store(0, Ordering::Relaxed);
+            }
+            _ => self.reads.store(0, Ordering::Relaxed),
+        }
+    }
+
+    /// Under the shared latch `st`, a read of its cached leaf: count it, and publish the
+    /// leaf once it was read `PUBLISH_AFTER` times without a change between.
+    #[inline]
+    pub fn note_read(&self, st: &SlotState) {
+        let n = self.reads.load(Ordering::Relaxed);
+        if n == PUBLISHED {
+            return;
+        }
+        let Some(leaf) = st.leaf.as_ref() else {
+            return;
+        };
+        if n + 1 < PUBLISH_AFTER {
+            // Readers racing here may count once for two: it only delays the publication.
+            self.reads.store(n + 1, Ordering::Relaxed);
+            return;
+        }
+        // Readers racing here publish the same leaf and link (both stores alike).
+        self.publ.store(Some(Arc::new(Published {
+            leaf: leaf.clone(),
+            right: st.right,
+        })));
+        self.reads.store(PUBLISHED, Ordering::Release);
+    }
+
+    /// The published leaf, if any, loaded without the latch: it is the leaf as it is (no
+    /// change to it has begun), or as it was an instant ago when a writer withdraws it
+    /// meanwhile (the read is ordered before that write).
+    #[inline]
+    pub fn published(&self) -> arc_swap::Guard<Option<Arc<Published>>> {
+        self.publ.load()
     }
 
     /// The low key (`None`: the first leaf, below everything).
@@ -94,7 +208,7 @@ impl Forest {
         let f = Forest::with_capacity(0);
         let id = f.alloc(None);
         let slot = f.slot(id);
-        slot.st.write().leaf = Some(Box::default());
+        slot.write().leaf = Some(Arc::default());
         f
     }
 
@@ -120,11 +234,11 @@ impl Forest {
                 lows.push(l.clone());
             }
             let id = f.alloc(low);
-            let mut st = f.slot(id).st.write();
+            let mut st = f.slot(id).write();
             st.image = image;
             st.right = if i + 1 < n { id + 1 } else { NONE };
             if image.is_none() {
-                st.leaf = Some(Box::default());
+                st.leaf = Some(Arc::default());
             }
             ids.push(id);
         }
