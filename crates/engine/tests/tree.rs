@@ -726,7 +726,7 @@ fn readers_beside_writers_see_whole_values_in_order() {
                     x ^= x << 17;
                     let (t, k) = (x % 2, (x >> 8) % 40);
                     let kk = key(t, k);
-                    let v = if x % 8 == 0 {
+                    let v = if x.is_multiple_of(8) {
                         let all = db.get_all(&kk).unwrap();
                         assert_eq!(all.len(), 1, "one value of {kk:?}");
                         all.into_iter().next().unwrap()

@@ -9,12 +9,17 @@
 //! ```
 //! Image (docs/ARCHITECTURE.md, "B+ tree"):
 //! ```text
-//! u8 IMAGE_VERSION, varint count, varint base version,
+//! u8 IMAGE_VERSION (2), varint count, varint base version,
 //! u8 span bits (1 low, 2 high), [varint len, low key], [varint len, high key],
-//! per entry in key order: u8 bits, varint shared (bytes in common with the previous key),
-//! varint suffix length, suffix, varint vlen, varint version - base, [u32 LE flags],
-//! [varint expires], [varint dup], value
+//! varint restart interval r,
+//! per entry in key order: u8 bits, varint shared (bytes in common with the previous key;
+//! 0 at every r-th entry, a restart point), varint suffix length, suffix, varint vlen,
+//! varint version - base, [u32 LE flags], [varint expires], [varint dup], value,
+//! then ceil(count / r) × u32 LE: the offset in the image of each restart point's entry
 //! ```
+//! Format 1 (written before) has no restart interval and no table; it is read too. One
+//! record is found in an image without building the leaf (`find_in_image`): a binary search
+//! over the restart points, whose keys are whole, then a walk of at most r entries.
 //! The span is the leaf's key range when the image was written: from its low key (none: the
 //! first leaf) to its right neighbour's low key (none: the last leaf), so that a salvage
 //! without a checkpoint knows which keys an image speaks for.
