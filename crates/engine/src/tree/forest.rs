@@ -7,8 +7,8 @@
 //! since that image.
 //!
 //! A leaf read often and changed seldom is also *published*: the slot holds a shared
-//! reference to it and its right link (`Published`), which a point read loads without the
-//! latch (`Slot::published`). A publication is made under the shared latch and withdrawn by
+//! reference to it and a copy of its right link, which a point read loads without the latch
+//! (`Slot::published`). A publication is made under the shared latch and withdrawn by
 //! every exclusive latch (`Slot::write`) before anything changes, so a published leaf is
 //! never changed in place: a writer that finds a reader still holding it changes a copy
 //! (`SlotState::leaf_mut`), and the reader's copy is freed when it lets go.
@@ -71,19 +71,13 @@ impl SlotState {
     }
 }
 
-/// A leaf as published for reads without the latch, with its right link at the time.
-pub(crate) struct Published {
-    pub leaf: Arc<Leaf>,
-    pub right: u32,
-}
-
 /// A published leaf as loaded (`Slot::published`), known to be there.
-pub(crate) struct PublishedGuard(pub arc_swap::Guard<Option<Arc<Published>>>);
+pub(crate) struct PublishedGuard(pub arc_swap::Guard<Option<Arc<Leaf>>>);
 
 impl PublishedGuard {
     #[inline]
     pub fn leaf(&self) -> &Leaf {
-        &self.0.as_ref().expect("a published leaf").leaf
+        self.0.as_ref().expect("a published leaf")
     }
 }
 
@@ -95,8 +89,14 @@ const PUBLISHED: u8 = u8::MAX;
 pub(crate) struct Slot {
     low: OnceLock<Option<Key>>,
     st: RwLock<SlotState>,
-    /// The leaf published for reads without the latch (see the module documentation).
-    publ: ArcSwapOption<Published>,
+    /// The leaf published for reads without the latch (see the module documentation): the
+    /// cached leaf itself, so that a read without the latch follows no more pointers than
+    /// one under it.
+    publ: ArcSwapOption<Leaf>,
+    /// The right link when the leaf was last published (written before `publ`, by
+    /// publishers only; the link changes only under the exclusive latch, which withdraws the
+    /// publication first).
+    pub_right: AtomicU32,
     /// Reads under the shared latch since the leaf was last latched exclusively (counted
     /// up to `PUBLISH_AFTER`), or `PUBLISHED`. Written under the latch only.
     reads: AtomicU8,
@@ -113,6 +113,7 @@ impl Slot {
                 ..SlotState::default()
             }),
             publ: ArcSwapOption::empty(),
+            pub_right: AtomicU32::new(NONE),
             reads: AtomicU8::new(0),
             used: AtomicBool::new(false),
         }
@@ -171,19 +172,20 @@ impl Slot {
             return;
         }
         // Readers racing here publish the same leaf and link (both stores alike).
-        self.publ.store(Some(Arc::new(Published {
-            leaf: leaf.clone(),
-            right: st.right,
-        })));
+        self.pub_right.store(st.right, Ordering::Release);
+        self.publ.store(Some(leaf.clone()));
         self.reads.store(PUBLISHED, Ordering::Release);
     }
 
-    /// The published leaf, if any, loaded without the latch: it is the leaf as it is (no
-    /// change to it has begun), or as it was an instant ago when a writer withdraws it
-    /// meanwhile (the read is ordered before that write).
+    /// The published leaf, if any, loaded without the latch, and its right link: the leaf
+    /// as it is (no change to it has begun), or as it was an instant ago when a writer
+    /// withdraws it meanwhile (the read is ordered before that write). The link is the one
+    /// published with it or a later one (the leaf split since): a later link's low key
+    /// bounds what this leaf held, and the keys from it on are found by following it.
     #[inline]
-    pub fn published(&self) -> arc_swap::Guard<Option<Arc<Published>>> {
-        self.publ.load()
+    pub fn published(&self) -> (arc_swap::Guard<Option<Arc<Leaf>>>, u32) {
+        let g = self.publ.load();
+        (g, self.pub_right.load(Ordering::Acquire))
     }
 
     /// The low key (`None`: the first leaf, below everything).
