@@ -98,7 +98,8 @@ pub(crate) struct Slot {
     /// publication first).
     pub_right: AtomicU32,
     /// Reads under the shared latch since the leaf was last latched exclusively (counted
-    /// up to `PUBLISH_AFTER`), or `PUBLISHED`. Written under the latch only.
+    /// up to `PUBLISH_AFTER`), or `PUBLISHED`. Written under the latch only; only the
+    /// exclusive latch takes it from `PUBLISHED`.
     reads: AtomicU8,
     /// Used since the eviction hand last passed (CLOCK).
     pub used: AtomicBool,
@@ -167,8 +168,12 @@ impl Slot {
             return;
         };
         if n + 1 < PUBLISH_AFTER {
-            // Readers racing here may count once for two: it only delays the publication.
-            self.reads.store(n + 1, Ordering::Relaxed);
+            // Readers racing here may count once for two: it only delays the publication. A
+            // count never replaces `PUBLISHED` (a plain store could, and the next writer would
+            // then leave the publication in place).
+            let _ = self
+                .reads
+                .compare_exchange(n, n + 1, Ordering::Relaxed, Ordering::Relaxed);
             return;
         }
         // Readers racing here publish the same leaf and link (both stores alike).
