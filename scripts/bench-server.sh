@@ -7,12 +7,13 @@
 # VSIZE and KEYSPACE change the value size and the key space (large values: VSIZE=65536
 # KEYSPACE=256 CONNS=32 RATIOS=1:0 DEPTHS=1).
 # Every run lasts SECS seconds (bounded). Prints medians, ratios to memcached and p99s.
-# KURA_BASE=PATH/kura adds that build's `*` and `.kh` servers to the same run (base-mem,
-# base-kh) and prints a second table: this build against it (before/after a change).
+# KURA_BASE=PATH/kura adds that build's server of each of kura-mem, kura-kh and kura-kb run
+# (base-mem, base-kh, base-kb) to the same run and prints a second table: this build against
+# it (before/after a change).
 # `kura serve P.kb` (the on-disk B+ tree, default tuning) runs too (kura-kb); the `.kb / .kh`
 # column is its throughput over the `.kh`'s (issue 24's target: 0.8 or more).
 # SERVERS="kura-kh kura-kb" runs only those (any of memcached kura-mem kura-kh kura-always kura-kb;
-# KURA_BASE adds base-mem base-kh); a column of a server not run shows 0 and its ratios "-".
+# KURA_BASE adds their base servers); a column of a server not run shows 0 and its ratios "-".
 # PROTOS may add tyrant (Tokyo Tyrant binary get/put; memcached does not speak it: its runs are
 # skipped). Each `kura bench` is killed after SECS+30 seconds; servers listen on 127.0.0.1 only
 # and are stopped by their pids at exit.
@@ -42,6 +43,7 @@ start() { # NAME: start it, record its port in PORT[NAME] and its pid in PIDS
 	kura-kb) "$KURA" serve "$WORK/t$port.kb" --host 127.0.0.1 --port "$port" --threads "$THREADS" 2>/dev/null & ;;
 	base-mem) "$KURA_BASE" serve '*' --host 127.0.0.1 --port "$port" --threads "$THREADS" 2>/dev/null & ;;
 	base-kh) "$KURA_BASE" serve "$WORK/b$port.kh" --host 127.0.0.1 --port "$port" --threads "$THREADS" 2>/dev/null & ;;
+	base-kb) "$KURA_BASE" serve "$WORK/c$port.kb" --host 127.0.0.1 --port "$port" --threads "$THREADS" 2>/dev/null & ;;
 	*) echo "unknown server $name" >&2; exit 1 ;;
 	esac
 	PIDS+=($!)
@@ -62,7 +64,9 @@ settle() {
 }
 
 SERVERS=${SERVERS:-"memcached kura-mem kura-kh kura-always kura-kb"}
-[ -n "${KURA_BASE:-}" ] && SERVERS="$SERVERS base-mem base-kh"
+if [ -n "${KURA_BASE:-}" ]; then
+	for s in kura-mem kura-kh kura-kb; do [[ " $SERVERS " == *" $s "* ]] && SERVERS="$SERVERS base-${s#kura-}"; done
+fi
 declare -A PORT
 for s in $SERVERS; do start "$s"; done
 RAW="$WORK/raw"
@@ -102,19 +106,20 @@ sort -k1,1 -k2,2n -k3,3 "$RAW" | awk '
 	}' | sort
 if [ -n "${KURA_BASE:-}" ]; then
 	printf '\nthis build against %s, same run (medians)\n\n' "$KURA_BASE"
-	printf '| protocol | pipeline | get:set | base * | this * | this / base | base .kh | this .kh | this / base |\n'
-	printf '|---|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+	printf '| protocol | pipeline | get:set | base * | this * | this / base | base .kh | this .kh | this / base | base .kb | this .kb | this / base |\n'
+	printf '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
 	sort -k1,1 -k2,2n -k3,3 "$RAW" | awk '
 		function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t } return a[int((n + 1) / 2)] }
+		function r(x, y) { return (x && y) ? sprintf("%.2f", x / y) : "-" }
 		{ k = $1 " " $2 " " $3; keys[k] = 1; n[k, $4]++; o[k, $4, n[k, $4]] = $5 }
 		END {
-			split("kura-mem kura-kh base-mem base-kh", S, " ")
+			split("kura-mem kura-kh kura-kb base-mem base-kh base-kb", S, " ")
 			for (k in keys) {
-				for (i = 1; i <= 4; i++) { s = S[i]; c = n[k, s]; delete a
+				for (i = 1; i <= 6; i++) { s = S[i]; c = n[k, s]; delete a
 					for (j = 1; j <= c; j++) a[j] = o[k, s, j]
-					m[s] = med(a, c) }
+					m[s] = c ? med(a, c) : 0 }
 				split(k, f, " ")
-				printf "| %s | %s | %s | %d | %d | %.2f | %d | %d | %.2f |\n", f[1], f[2], f[3], m["base-mem"], m["kura-mem"], m["kura-mem"] / (m["base-mem"] ? m["base-mem"] : 1), m["base-kh"], m["kura-kh"], m["kura-kh"] / (m["base-kh"] ? m["base-kh"] : 1)
+				printf "| %s | %s | %s | %d | %d | %s | %d | %d | %s | %d | %d | %s |\n", f[1], f[2], f[3], m["base-mem"], m["kura-mem"], r(m["kura-mem"], m["base-mem"]), m["base-kh"], m["kura-kh"], r(m["kura-kh"], m["base-kh"]), m["base-kb"], m["kura-kb"], r(m["kura-kb"], m["base-kb"])
 			}
 		}' | sort
 fi

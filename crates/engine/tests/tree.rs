@@ -638,3 +638,166 @@ fn a_creation_cut_short_before_its_descriptor_is_made_again() {
     std::fs::write(q.join("tree.ki"), b"x").unwrap();
     assert!(kura_engine::open(&q.display().to_string()).is_err());
 }
+
+/// The value written as the `n`th of `key`: its key, `n`, and `n % 97` filler bytes that
+/// depend on `n` (lengths change, so leaves move their entries), ended by a mark.
+fn versioned_value(key: &[u8], n: u64) -> Vec<u8> {
+    let mut v = key.to_vec();
+    v.extend_from_slice(format!("|{n}|").as_bytes());
+    v.extend(std::iter::repeat_n(
+        b'a' + (n % 26) as u8,
+        (n % 97) as usize,
+    ));
+    v.extend_from_slice(b"|end");
+    v
+}
+
+/// `n` of a value read for `key`, after checking that it is whole (`versioned_value`).
+fn check_versioned(key: &[u8], v: &[u8]) -> u64 {
+    let text = String::from_utf8(v.to_vec()).expect("a value of ASCII bytes");
+    let parts: Vec<&str> = text.split('|').collect();
+    assert_eq!(parts.len(), 4, "a torn value for {key:?}: {text:?}");
+    assert_eq!(parts[0].as_bytes(), key, "another key's value: {text:?}");
+    let n: u64 = parts[1].parse().expect("a number");
+    let fill = parts[2].as_bytes();
+    assert_eq!(fill.len() as u64, n % 97, "a torn value: {text:?}");
+    assert!(
+        fill.iter().all(|&b| b == b'a' + (n % 26) as u8),
+        "a torn value: {text:?}"
+    );
+    assert_eq!(parts[3], "end", "a torn value: {text:?}");
+    n
+}
+
+/// Readers beside writers on the same leaves (values changing length, leaves splitting under
+/// a churn of other keys, checkpoints latching every leaf): every value read is whole and the
+/// key's own, and a reader never sees a key's values go back in time, through `get` (which
+/// reads published leaves without their latch) and `get_all` (which reads under it too).
+#[test]
+fn readers_beside_writers_see_whole_values_in_order() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.kb");
+    let params = kura_engine::Params::parse("leafsiz=512#sync=none").unwrap();
+    let db = Arc::new(kura_engine::tree::DiskTree::open(&path, &params).unwrap());
+    let key = |t: u64, k: u64| format!("w{t}/{k:03}").into_bytes();
+    for t in 0..2 {
+        for k in 0..40 {
+            db.put(&key(t, k), &versioned_value(&key(t, k), 0)).unwrap();
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..2u64)
+        .map(|t| {
+            let db = db.clone();
+            std::thread::spawn(move || {
+                for n in 1..=6_000u64 {
+                    let k = (n * 7) % 40;
+                    let kk = key(t, k);
+                    // A key's values only grow in `n`: every write to it is a new `n`.
+                    db.put(&kk, &versioned_value(&kk, n)).unwrap();
+                    if n % 3 == 0 {
+                        // Churn between the writers' keys: inserts split leaves, removes
+                        // shrink them.
+                        let c = format!("w{t}/{:03}x{}", n % 40, n % 5).into_bytes();
+                        if n % 2 == 0 {
+                            db.put(&c, b"churn").unwrap();
+                        } else {
+                            db.out(&c).unwrap();
+                        }
+                    }
+                    if t == 0 && n % 1500 == 0 {
+                        db.checkpoint().unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    let readers: Vec<_> = (0..2u64)
+        .map(|r| {
+            let (db, stop) = (db.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut seen = std::collections::HashMap::new();
+                let mut reads = 0u64;
+                let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ r;
+                while !stop.load(Ordering::Relaxed) || reads < 10_000 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let (t, k) = (x % 2, (x >> 8) % 40);
+                    let kk = key(t, k);
+                    let v = if x.is_multiple_of(8) {
+                        let all = db.get_all(&kk).unwrap();
+                        assert_eq!(all.len(), 1, "one value of {kk:?}");
+                        all.into_iter().next().unwrap()
+                    } else {
+                        db.get(&kk).unwrap().expect("a key written before").value
+                    };
+                    let n = check_versioned(&kk, &v);
+                    let last = seen.entry(kk.clone()).or_insert(0);
+                    assert!(n >= *last, "{kk:?} went back from {last} to {n}");
+                    *last = n;
+                    reads += 1;
+                }
+                reads
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        assert!(r.join().unwrap() >= 10_000);
+    }
+    for t in 0..2 {
+        for k in 0..40 {
+            let kk = key(t, k);
+            let v = db.get(&kk).unwrap().unwrap().value;
+            // The last write to key k of writer t: the largest n ≤ 6000 with n * 7 % 40 == k.
+            let last = (1..=6_000u64).rev().find(|n| (n * 7) % 40 == k).unwrap();
+            assert_eq!(check_versioned(&kk, &v), last);
+        }
+    }
+}
+
+/// With the cache full, a get of a leaf not cached and not used lately is answered from the
+/// leaf's image without caching it (`leaf_image_lookups`); the values are right either way,
+/// with the images written in either format of the node log.
+#[test]
+fn gets_past_a_full_cache_read_images_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.kb");
+    let params = kura_engine::Params::parse("cache=1m#sync=none").unwrap();
+    let n = 30_000u64;
+    let value = |i: u64| format!("{i:08}:{}", "v".repeat((i % 90) as usize)).into_bytes();
+    {
+        let db = kura_engine::tree::DiskTree::open(&path, &params).unwrap();
+        for i in 0..n {
+            db.put(format!("{i:08}").as_bytes(), &value(i)).unwrap();
+        }
+        db.close().unwrap();
+    }
+    let db = kura_engine::tree::DiskTree::open(&path, &params).unwrap();
+    let counter = |db: &kura_engine::tree::DiskTree, name: &str| {
+        db.counters().into_iter().find(|c| c.0 == name).unwrap().1
+    };
+    let mut x = 7u64;
+    for _ in 0..20_000 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let i = (x >> 33) % (n + 100);
+        let got = db.get(format!("{i:08}").as_bytes()).unwrap();
+        if i < n {
+            assert_eq!(got.unwrap().value, value(i), "{i}");
+        } else {
+            assert!(got.is_none());
+        }
+    }
+    assert!(
+        counter(&db, "leaf_image_lookups") > 0,
+        "no get was answered from an image"
+    );
+    assert!(db.cached_bytes() <= (1 << 20) + (64 << 10));
+}

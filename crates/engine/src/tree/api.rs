@@ -35,16 +35,12 @@ impl Store for DiskTree {
     fn view(&self, key: &[u8], f: &mut dyn FnMut(&[u8], Meta)) -> Result<bool> {
         let inner = &self.inner;
         inner.wal.check_open()?;
-        let shown = inner.read_key(key, |leaf| {
-            let (i, hit) = leaf.find(inner.cmp, key);
-            hit && {
-                let e = leaf.entry(i);
-                let live = !is_expired(e.meta.expires, now_secs());
-                if live {
-                    f(e.value, e.meta);
-                }
-                live
+        let shown = inner.lookup(key, |rec| match rec {
+            Some((value, meta)) if !is_expired(meta.expires, now_secs()) => {
+                f(value, meta);
+                true
             }
+            _ => false,
         })?;
         inner.after_read();
         Ok(shown)
@@ -341,6 +337,10 @@ impl Store for DiskTree {
         let c = &self.inner.counters;
         vec![
             ("leaf_loads", c.loads.load(Ordering::Relaxed)),
+            (
+                "leaf_image_lookups",
+                c.image_lookups.load(Ordering::Relaxed),
+            ),
             ("leaf_evictions", c.evictions.load(Ordering::Relaxed)),
             ("leaf_splits", c.splits.load(Ordering::Relaxed)),
             ("leaf_images", c.images.load(Ordering::Relaxed)),

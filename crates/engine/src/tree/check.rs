@@ -20,7 +20,7 @@ impl Inner {
         let mut prev_last: Option<Vec<u8>> = None;
         loop {
             let slot = f.slot(id);
-            let g = slot.st.read();
+            let g = slot.read();
             let owned;
             let leaf = match g.leaf.as_deref() {
                 Some(l) => l,

@@ -373,7 +373,7 @@ impl Inner {
         let mut id = 0;
         loop {
             let slot = f.slot(id);
-            let mut g = slot.st.write();
+            let mut g = slot.write();
             let rewrite = all && victims.contains(&g.image.seg());
             if g.dirty || g.image.is_none() || rewrite {
                 if g.leaf.is_none() {

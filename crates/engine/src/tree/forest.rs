@@ -5,12 +5,20 @@
 //! it holds every key below the second's), and behind its latch the leaf itself when cached,
 //! where its newest image is in the node log, its right neighbour, and whether it changed
 //! since that image.
+//!
+//! A leaf read often and changed seldom is also *published*: the slot holds a shared
+//! reference to it and a copy of its right link, which a point read loads without the latch
+//! (`Slot::published`). A publication is made under the shared latch and withdrawn by
+//! every exclusive latch (`Slot::write`) before anything changes, so a published leaf is
+//! never changed in place: a writer that finds a reader still holding it changes a copy
+//! (`SlotState::leaf_mut`), and the reader's copy is freed when it lets go.
 
 use super::index::{Index, Key};
 use super::leaf::Leaf;
-use parking_lot::RwLock;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
-use std::sync::OnceLock;
+use arc_swap::ArcSwapOption;
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
 
 const CHUNK_BITS: u32 = 12;
 const CHUNK: usize = 1 << CHUNK_BITS;
@@ -43,8 +51,9 @@ impl Image {
 /// What a slot's latch guards.
 #[derive(Default)]
 pub(crate) struct SlotState {
-    /// The leaf, when cached.
-    pub leaf: Option<Box<Leaf>>,
+    /// The leaf, when cached (shared with its publication, if any: changed through
+    /// `leaf_mut`).
+    pub leaf: Option<Arc<Leaf>>,
     pub image: Image,
     pub right: u32,
     /// Changed since `image` was written.
@@ -53,9 +62,45 @@ pub(crate) struct SlotState {
     pub gone: bool,
 }
 
+impl SlotState {
+    /// The cached leaf, to change: under an exclusive latch (`Slot::write`), which withdrew
+    /// its publication, so it is copied only when a reader still holds that.
+    #[inline]
+    pub fn leaf_mut(&mut self) -> Option<&mut Leaf> {
+        self.leaf.as_mut().map(Arc::make_mut)
+    }
+}
+
+/// A published leaf as loaded (`Slot::published`), known to be there.
+pub(crate) struct PublishedGuard(pub arc_swap::Guard<Option<Arc<Leaf>>>);
+
+impl PublishedGuard {
+    #[inline]
+    pub fn leaf(&self) -> &Leaf {
+        self.0.as_ref().expect("a published leaf")
+    }
+}
+
+/// Reads under the shared latch since the leaf last changed after which it is published.
+const PUBLISH_AFTER: u8 = 2;
+/// `Slot::reads` of a published leaf.
+const PUBLISHED: u8 = u8::MAX;
+
 pub(crate) struct Slot {
     low: OnceLock<Option<Key>>,
-    pub st: RwLock<SlotState>,
+    st: RwLock<SlotState>,
+    /// The leaf published for reads without the latch (see the module documentation): the
+    /// cached leaf itself, so that a read without the latch follows no more pointers than
+    /// one under it.
+    publ: ArcSwapOption<Leaf>,
+    /// The right link when the leaf was last published (written before `publ`, by
+    /// publishers only; the link changes only under the exclusive latch, which withdraws the
+    /// publication first).
+    pub_right: AtomicU32,
+    /// Reads under the shared latch since the leaf was last latched exclusively (counted
+    /// up to `PUBLISH_AFTER`), or `PUBLISHED`. Written under the latch only; only the
+    /// exclusive latch takes it from `PUBLISHED`.
+    reads: AtomicU8,
     /// Used since the eviction hand last passed (CLOCK).
     pub used: AtomicBool,
 }
@@ -68,8 +113,84 @@ impl Slot {
                 right: NONE,
                 ..SlotState::default()
             }),
+            publ: ArcSwapOption::empty(),
+            pub_right: AtomicU32::new(NONE),
+            reads: AtomicU8::new(0),
             used: AtomicBool::new(false),
         }
+    }
+
+    /// The latch, shared.
+    #[inline]
+    pub fn read(&self) -> RwLockReadGuard<'_, SlotState> {
+        self.st.read()
+    }
+
+    /// The latch, exclusive; the leaf's publication is withdrawn before it is returned.
+    #[inline]
+    pub fn write(&self) -> RwLockWriteGuard<'_, SlotState> {
+        let g = self.st.write();
+        self.withdraw();
+        g
+    }
+
+    /// `write` when the latch is free.
+    #[inline]
+    pub fn try_write(&self) -> Option<RwLockWriteGuard<'_, SlotState>> {
+        let g = self.st.try_write()?;
+        self.withdraw();
+        Some(g)
+    }
+
+    /// Under the exclusive latch: no publication from now on until readers make one again.
+    #[inline]
+    fn withdraw(&self) {
+        // Written only under the latch, which orders it with this read.
+        match self.reads.load(Ordering::Relaxed) {
+            0 => {}
+            PUBLISHED => {
+                self.publ.store(None);
+                self.reads.store(0, Ordering::Relaxed);
+            }
+            _ => self.reads.store(0, Ordering::Relaxed),
+        }
+    }
+
+    /// Under the shared latch `st`, a read of its cached leaf: count it, and publish the
+    /// leaf once it was read `PUBLISH_AFTER` times without a change between.
+    #[inline]
+    pub fn note_read(&self, st: &SlotState) {
+        let n = self.reads.load(Ordering::Relaxed);
+        if n == PUBLISHED {
+            return;
+        }
+        let Some(leaf) = st.leaf.as_ref() else {
+            return;
+        };
+        if n + 1 < PUBLISH_AFTER {
+            // Readers racing here may count once for two: it only delays the publication. A
+            // count never replaces `PUBLISHED` (a plain store could, and the next writer would
+            // then leave the publication in place).
+            let _ = self
+                .reads
+                .compare_exchange(n, n + 1, Ordering::Relaxed, Ordering::Relaxed);
+            return;
+        }
+        // Readers racing here publish the same leaf and link (both stores alike).
+        self.pub_right.store(st.right, Ordering::Release);
+        self.publ.store(Some(leaf.clone()));
+        self.reads.store(PUBLISHED, Ordering::Release);
+    }
+
+    /// The published leaf, if any, loaded without the latch, and its right link: the leaf
+    /// as it is (no change to it has begun), or as it was an instant ago when a writer
+    /// withdraws it meanwhile (the read is ordered before that write). The link is the one
+    /// published with it or a later one (the leaf split since): a later link's low key
+    /// bounds what this leaf held, and the keys from it on are found by following it.
+    #[inline]
+    pub fn published(&self) -> (arc_swap::Guard<Option<Arc<Leaf>>>, u32) {
+        let g = self.publ.load();
+        (g, self.pub_right.load(Ordering::Acquire))
     }
 
     /// The low key (`None`: the first leaf, below everything).
@@ -94,7 +215,7 @@ impl Forest {
         let f = Forest::with_capacity(0);
         let id = f.alloc(None);
         let slot = f.slot(id);
-        slot.st.write().leaf = Some(Box::default());
+        slot.write().leaf = Some(Arc::default());
         f
     }
 
@@ -120,11 +241,11 @@ impl Forest {
                 lows.push(l.clone());
             }
             let id = f.alloc(low);
-            let mut st = f.slot(id).st.write();
+            let mut st = f.slot(id).write();
             st.image = image;
             st.right = if i + 1 < n { id + 1 } else { NONE };
             if image.is_none() {
-                st.leaf = Some(Box::default());
+                st.leaf = Some(Arc::default());
             }
             ids.push(id);
         }

@@ -9,12 +9,17 @@
 //! ```
 //! Image (docs/ARCHITECTURE.md, "B+ tree"):
 //! ```text
-//! u8 IMAGE_VERSION, varint count, varint base version,
+//! u8 IMAGE_VERSION (2), varint count, varint base version,
 //! u8 span bits (1 low, 2 high), [varint len, low key], [varint len, high key],
-//! per entry in key order: u8 bits, varint shared (bytes in common with the previous key),
-//! varint suffix length, suffix, varint vlen, varint version - base, [u32 LE flags],
-//! [varint expires], [varint dup], value
+//! varint restart interval r,
+//! per entry in key order: u8 bits, varint shared (bytes in common with the previous key;
+//! 0 at every r-th entry, a restart point), varint suffix length, suffix, varint vlen,
+//! varint version - base, [u32 LE flags], [varint expires], [varint dup], value,
+//! then ceil(count / r) × u32 LE: the offset in the image of each restart point's entry
 //! ```
+//! Format 1 (written before) has no restart interval and no table; it is read too. One
+//! record is found in an image without building the leaf (`find_in_image`): a binary search
+//! over the restart points, whose keys are whole, then a walk of at most r entries.
 //! The span is the leaf's key range when the image was written: from its low key (none: the
 //! first leaf) to its right neighbour's low key (none: the last leaf), so that a salvage
 //! without a checkpoint knows which keys an image speaks for.
@@ -30,7 +35,12 @@ use std::cmp::Ordering;
 const B_FLAGS: u8 = 1;
 const B_EXPIRES: u8 = 2;
 const B_DUP: u8 = 4;
-const IMAGE_VERSION: u8 = 1;
+/// The image format written (format 1, without restart points, is read too).
+const IMAGE_VERSION: u8 = 2;
+/// Entries between restart points in an image written.
+const RESTART: usize = 16;
+/// The most entries between restart points an image may have.
+const MAX_RESTART: u64 = 1 << 16;
 
 /// A leaf's key range: low key (inclusive) and high key (exclusive), `None` unbounded.
 pub(crate) type Span<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
@@ -432,9 +442,17 @@ impl Leaf {
         Some((right.key(0).to_vec(), right))
     }
 
-    /// The image of this leaf (see the module documentation).
+    /// The image of this leaf (see the module documentation): format 2, with a restart
+    /// point every `RESTART` entries.
     pub fn encode_image(&self, out: &mut Vec<u8>, span: Span<'_>) {
-        out.push(IMAGE_VERSION);
+        self.encode_image_with(out, span, Some(RESTART));
+    }
+
+    /// The image in format 2 with a restart point every `restart` entries, or in format 1
+    /// (`None`: the tests of the old format).
+    fn encode_image_with(&self, out: &mut Vec<u8>, span: Span<'_>, restart: Option<usize>) {
+        let start = out.len();
+        out.push(if restart.is_some() { IMAGE_VERSION } else { 1 });
         varint(out, self.len() as u64);
         let base = (0..self.len())
             .map(|i| self.entry(i).meta.version)
@@ -446,10 +464,20 @@ impl Leaf {
             varint(out, k.len() as u64);
             out.extend_from_slice(k);
         }
+        if let Some(r) = restart {
+            varint(out, r as u64);
+        }
+        let every = restart.unwrap_or(usize::MAX);
+        let mut restarts = Vec::with_capacity(self.len().div_ceil(every));
         let mut prev: &[u8] = &[];
         for i in 0..self.len() {
             let e = self.entry(i);
-            let shared = prev.iter().zip(e.key).take_while(|(a, b)| a == b).count();
+            let shared = if i % every == 0 && restart.is_some() {
+                restarts.push((out.len() - start) as u32);
+                0
+            } else {
+                prev.iter().zip(e.key).take_while(|(a, b)| a == b).count()
+            };
             let mut bits = 0;
             if e.meta.flags != 0 {
                 bits |= B_FLAGS;
@@ -478,6 +506,9 @@ impl Leaf {
             out.extend_from_slice(e.value);
             prev = e.key;
         }
+        for r in restarts {
+            out.extend_from_slice(&r.to_le_bytes());
+        }
     }
 
     /// A leaf from its image; `Err` says what is wrong with a damaged one (it never panics).
@@ -487,89 +518,37 @@ impl Leaf {
     }
 
     /// The leaf of an image and the span it was written with (low, high). With `cmp`, the
-    /// keys must lie in the span.
+    /// keys must lie in the span. Both formats are read.
     pub fn decode_image_span(img: &[u8], cmp: Option<Cmp>) -> Result<(Leaf, OwnedSpan), String> {
-        let mut p = 0;
+        let h = ImageHead::parse(img)?;
         let bad = |what: &str| Err(format!("leaf image: {what}"));
-        if img.first() != Some(&IMAGE_VERSION) {
-            return bad("unknown format");
-        }
-        p += 1;
-        let n = get_varint(img, &mut p).ok_or("leaf image: truncated count")?;
-        let base = get_varint(img, &mut p).ok_or("leaf image: truncated version")?;
-        if n > img.len() as u64 {
-            return bad("more entries than bytes");
-        }
-        let bits = *img.get(p).ok_or("leaf image: truncated span")?;
-        p += 1;
-        if bits & !3 != 0 {
-            return bad("bad span bits");
-        }
-        let mut span: OwnedSpan = (None, None);
-        for (bit, end) in [(1u8, &mut span.0), (2, &mut span.1)] {
-            if bits & bit != 0 {
-                let len = get_varint(img, &mut p).ok_or("leaf image: truncated span")? as usize;
-                if len > crate::store::MAX_KEY_LEN || len > img.len() - p.min(img.len()) {
-                    return bad("bad span key length");
-                }
-                *end = Some(img[p..p + len].to_vec());
-                p += len;
-            }
-        }
+        let span: OwnedSpan = (
+            h.low.clone().map(|r| img[r].to_vec()),
+            h.high.clone().map(|r| img[r].to_vec()),
+        );
+        let n = h.n;
         let mut leaf = Leaf {
-            buf: Vec::with_capacity(img.len() + 8 * n as usize),
-            offs: Vec::with_capacity(n as usize),
-            heads: Vec::with_capacity(n as usize),
+            buf: Vec::with_capacity(img.len() + 8 * n),
+            offs: Vec::with_capacity(n),
+            heads: Vec::with_capacity(n),
             dead: 0,
         };
-        let mut prev: Vec<u8> = Vec::new();
+        let mut p = h.entries;
         let mut prev_dup = 0u64;
         let mut key = Vec::new();
+        let mut prev: Vec<u8> = Vec::new();
         for i in 0..n {
-            let Some(&bits) = img.get(p) else {
-                return bad("truncated entry");
-            };
-            p += 1;
-            if bits & !(B_FLAGS | B_EXPIRES | B_DUP) != 0 {
-                return bad("bad entry bits");
+            if h.interval != 0 && i % h.interval == 0 && h.restart(img, i / h.interval) != Some(p) {
+                return bad("a restart point that is not its entry's");
             }
-            let field = |p: &mut usize| get_varint(img, p).ok_or("leaf image: truncated entry");
-            let shared = field(&mut p)? as usize;
-            let suffix = field(&mut p)? as usize;
-            if shared > prev.len() || suffix > img.len() - p.min(img.len()) {
-                return bad("bad key length");
+            let (e, shared) = h.entry(img, &mut p, &mut key)?;
+            if h.interval != 0 && i % h.interval == 0 && shared != 0 {
+                return bad("a restart entry that shares bytes");
             }
-            key.clear();
-            key.extend_from_slice(&prev[..shared]);
-            key.extend_from_slice(&img[p..p + suffix]);
-            p += suffix;
-            if key.len() > crate::store::MAX_KEY_LEN {
-                return bad("key too long");
-            }
-            let vlen = field(&mut p)? as usize;
-            let vdelta = field(&mut p)?;
-            let mut meta = Meta {
-                flags: 0,
-                expires: 0,
-                version: base.checked_add(vdelta).ok_or("leaf image: bad version")?,
-            };
-            if bits & B_FLAGS != 0 {
-                let f = img.get(p..p + 4).ok_or("leaf image: truncated flags")?;
-                meta.flags = u32::from_le_bytes([f[0], f[1], f[2], f[3]]);
-                p += 4;
-            }
-            if bits & B_EXPIRES != 0 {
-                meta.expires = field(&mut p)?;
-            }
-            let dup = if bits & B_DUP != 0 { field(&mut p)? } else { 0 };
-            let value = img
-                .get(p..p.saturating_add(vlen))
-                .ok_or("leaf image: truncated value")?;
-            p += vlen;
             if let (Some(c), true) = (cmp, i > 0) {
                 let ord = c
                     .cmp(&prev, &key)
-                    .then(dup_order(prev_dup).cmp(&dup_order(dup)));
+                    .then(dup_order(prev_dup).cmp(&dup_order(e.dup)));
                 if ord != Ordering::Less {
                     return bad("keys out of order");
                 }
@@ -581,14 +560,234 @@ impl Leaf {
                     return bad("a key outside the image's span");
                 }
             }
-            leaf.insert(leaf.len(), &key, value, &meta, dup);
-            std::mem::swap(&mut prev, &mut key);
-            prev_dup = dup;
+            leaf.insert(leaf.len(), &key, &img[e.value.clone()], &e.meta, e.dup);
+            prev.clear();
+            prev.extend_from_slice(&key);
+            prev_dup = e.dup;
         }
-        if p != img.len() {
+        if p != h.end {
             return bad("bytes after the last entry");
         }
         Ok((leaf, span))
+    }
+
+    /// The first record of `key` in an image (its first duplicate), found without building
+    /// the leaf: in format 2 a binary search over the restart points, then a walk of at most
+    /// one restart interval; in format 1 a walk from the first entry up to the key. `Err` for
+    /// an image that is not well formed where the search went (it never panics); the order
+    /// of the keys is not checked (`decode_image` does).
+    pub fn find_in_image<'a>(
+        img: &'a [u8],
+        cmp: Cmp,
+        key: &[u8],
+    ) -> Result<Option<ImageEntry<'a>>, String> {
+        let h = ImageHead::parse(img)?;
+        let mut first = 0;
+        if h.interval != 0 && h.n > 0 {
+            // The last restart whose key is below `key`: a key's first record is never
+            // before it.
+            let points = h.n.div_ceil(h.interval);
+            let (mut lo, mut hi) = (0, points);
+            let mut k = Vec::new();
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                let mut p = h
+                    .restart(img, mid)
+                    .ok_or("leaf image: a restart point out of bounds")?;
+                let (_, shared) = h.entry(img, &mut p, &mut k)?;
+                if shared != 0 {
+                    return Err("leaf image: a restart entry that shares bytes".into());
+                }
+                if cmp.cmp(&k, key).is_lt() {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            first = lo.saturating_sub(1);
+        }
+        let mut p = if first == 0 {
+            h.entries
+        } else {
+            h.restart(img, first)
+                .ok_or("leaf image: a restart point out of bounds")?
+        };
+        let mut k = Vec::new();
+        let mut i = first * h.interval;
+        while i < h.n {
+            let (e, _) = h.entry(img, &mut p, &mut k)?;
+            match cmp.cmp(&k, key) {
+                Ordering::Less => {}
+                Ordering::Equal => {
+                    return Ok(Some(ImageEntry {
+                        value: &img[e.value],
+                        meta: e.meta,
+                        dup: e.dup,
+                    }))
+                }
+                Ordering::Greater => break,
+            }
+            i += 1;
+        }
+        Ok(None)
+    }
+}
+
+/// A record found in an image (`Leaf::find_in_image`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ImageEntry<'a> {
+    pub value: &'a [u8],
+    pub meta: Meta,
+    pub dup: u64,
+}
+
+/// An entry of an image as parsed: where its value is, its metadata and dup number.
+struct RawEntry {
+    value: std::ops::Range<usize>,
+    meta: Meta,
+    dup: u64,
+}
+
+/// What precedes an image's entries, and where they end.
+struct ImageHead {
+    n: usize,
+    base: u64,
+    low: Option<std::ops::Range<usize>>,
+    high: Option<std::ops::Range<usize>>,
+    /// Entries between restart points (0: format 1, which has none).
+    interval: usize,
+    entries: usize,
+    /// The end of the entries (format 2: the restart table follows).
+    end: usize,
+}
+
+impl ImageHead {
+    fn parse(img: &[u8]) -> Result<ImageHead, String> {
+        let mut p = 0;
+        let bad = |what: &str| Err(format!("leaf image: {what}"));
+        let version = *img.first().ok_or("leaf image: empty")?;
+        if version != 1 && version != IMAGE_VERSION {
+            return bad("unknown format");
+        }
+        p += 1;
+        let n = get_varint(img, &mut p).ok_or("leaf image: truncated count")?;
+        let base = get_varint(img, &mut p).ok_or("leaf image: truncated version")?;
+        if n > img.len() as u64 {
+            return bad("more entries than bytes");
+        }
+        let n = n as usize;
+        let bits = *img.get(p).ok_or("leaf image: truncated span")?;
+        p += 1;
+        if bits & !3 != 0 {
+            return bad("bad span bits");
+        }
+        let mut span = (None, None);
+        for (bit, end) in [(1u8, &mut span.0), (2, &mut span.1)] {
+            if bits & bit != 0 {
+                let len = get_varint(img, &mut p).ok_or("leaf image: truncated span")? as usize;
+                if len > crate::store::MAX_KEY_LEN || len > img.len() - p.min(img.len()) {
+                    return bad("bad span key length");
+                }
+                *end = Some(p..p + len);
+                p += len;
+            }
+        }
+        let (interval, end) = if version == 1 {
+            (0, img.len())
+        } else {
+            let iv = get_varint(img, &mut p).ok_or("leaf image: truncated restart interval")?;
+            if iv == 0 || iv > MAX_RESTART {
+                return bad("bad restart interval");
+            }
+            let iv = iv as usize;
+            let table = 4 * n.div_ceil(iv);
+            if table > img.len() - p {
+                return bad("no room for the restart table");
+            }
+            (iv, img.len() - table)
+        };
+        Ok(ImageHead {
+            n,
+            base,
+            low: span.0,
+            high: span.1,
+            interval,
+            entries: p,
+            end,
+        })
+    }
+
+    /// Where restart entry `j` starts (format 2), when it lies among the entries.
+    fn restart(&self, img: &[u8], j: usize) -> Option<usize> {
+        let at = self.end + 4 * j;
+        let b = img.get(at..at + 4)?;
+        let off = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
+        (self.entries..self.end).contains(&off).then_some(off)
+    }
+
+    /// Parse the entry at `p` (moved past it), `key` holding the previous entry's key on
+    /// entry and this one's on return; the bytes it shares with the previous key are
+    /// returned too.
+    #[inline]
+    fn entry(
+        &self,
+        img: &[u8],
+        p: &mut usize,
+        key: &mut Vec<u8>,
+    ) -> Result<(RawEntry, usize), String> {
+        let bad = |what: &str| Err(format!("leaf image: {what}"));
+        let img = &img[..self.end];
+        let Some(&bits) = img.get(*p) else {
+            return bad("truncated entry");
+        };
+        *p += 1;
+        if bits & !(B_FLAGS | B_EXPIRES | B_DUP) != 0 {
+            return bad("bad entry bits");
+        }
+        let field = |p: &mut usize| match img.get(*p) {
+            // Most fields are one byte.
+            Some(&b) if b < 0x80 => {
+                *p += 1;
+                Ok(u64::from(b))
+            }
+            _ => get_varint(img, p).ok_or("leaf image: truncated entry"),
+        };
+        let shared = field(p)? as usize;
+        let suffix = field(p)? as usize;
+        if shared > key.len() || suffix > img.len() - (*p).min(img.len()) {
+            return bad("bad key length");
+        }
+        key.truncate(shared);
+        key.extend_from_slice(&img[*p..*p + suffix]);
+        *p += suffix;
+        if key.len() > crate::store::MAX_KEY_LEN {
+            return bad("key too long");
+        }
+        let vlen = field(p)? as usize;
+        let vdelta = field(p)?;
+        let mut meta = Meta {
+            flags: 0,
+            expires: 0,
+            version: self
+                .base
+                .checked_add(vdelta)
+                .ok_or("leaf image: bad version")?,
+        };
+        if bits & B_FLAGS != 0 {
+            let f = img.get(*p..*p + 4).ok_or("leaf image: truncated flags")?;
+            meta.flags = u32::from_le_bytes([f[0], f[1], f[2], f[3]]);
+            *p += 4;
+        }
+        if bits & B_EXPIRES != 0 {
+            meta.expires = field(p)?;
+        }
+        let dup = if bits & B_DUP != 0 { field(p)? } else { 0 };
+        if vlen > img.len() - (*p).min(img.len()) {
+            return bad("truncated value");
+        }
+        let value = *p..*p + vlen;
+        *p += vlen;
+        Ok((RawEntry { value, meta, dup }, shared))
     }
 }
 
@@ -760,6 +959,91 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    proptest::proptest! {
+        /// A lookup in an image finds what the decoded leaf finds (the first record of the
+        /// key, its value, metadata and dup number), for keys in and between the leaf's, in
+        /// both formats and with any restart interval: keys sharing long prefixes, several
+        /// records of one key, flags, expiry times.
+        #[test]
+        fn image_lookups_agree_with_the_decoded_leaf(
+            recs in proptest::collection::vec(
+                (proptest::collection::vec(b'a'..b'd', 0..10), 0u8..4, 0u64..3, proptest::bool::ANY,
+                 proptest::collection::vec(proptest::num::u8::ANY, 0..20)), 0..120),
+            probes in proptest::collection::vec(proptest::collection::vec(b'a'..b'e', 0..11), 0..40),
+            restart in proptest::option::of(1usize..20),
+            desc in proptest::bool::ANY,
+        ) {
+            let cmp = if desc { Cmp::LexDesc } else { Cmp::Lex };
+            let mut leaf = Leaf::new();
+            for (tail, dups, v, expired, value) in &recs {
+                let mut key = b"user:0000/".to_vec();
+                key.extend_from_slice(tail);
+                for d in 0..=u64::from(*dups) {
+                    let dup = if d == 0 { 0 } else { d.wrapping_sub(2) };
+                    let (i, hit) = leaf.find_dup(cmp, &key, dup);
+                    let m = Meta {
+                        flags: (*v as u32) * 7,
+                        expires: if *expired { 1 } else if *v == 2 { 4_000_000_000 } else { 0 },
+                        version: 1000 + v * 3 + d,
+                    };
+                    if hit {
+                        leaf.replace(i, value, &m);
+                    } else {
+                        leaf.insert(i, &key, value, &m, dup);
+                    }
+                }
+            }
+            let mut img = Vec::new();
+            leaf.encode_image_with(&mut img, (None, None), restart);
+            let back = Leaf::decode_image(&img, Some(cmp)).unwrap();
+            proptest::prop_assert_eq!(back.len(), leaf.len());
+            let mut keys: Vec<Vec<u8>> = (0..leaf.len()).map(|i| leaf.key(i).to_vec()).collect();
+            keys.extend(probes.iter().map(|p| {
+                let mut k = b"user:0000/".to_vec();
+                k.extend_from_slice(p);
+                k
+            }));
+            keys.push(Vec::new());
+            keys.push(b"zzz".to_vec());
+            for k in keys {
+                let got = Leaf::find_in_image(&img, cmp, &k).unwrap();
+                let (i, hit) = back.find(cmp, &k);
+                let want = hit.then(|| {
+                    let e = back.entry(i);
+                    ImageEntry { value: e.value, meta: e.meta, dup: e.dup }
+                });
+                proptest::prop_assert_eq!(got, want);
+            }
+        }
+    }
+
+    #[test]
+    fn damaged_images_are_refused_by_lookups_without_a_panic() {
+        let l = fill(0..200);
+        for restart in [None, Some(16)] {
+            let mut img = Vec::new();
+            l.encode_image_with(&mut img, (Some(b"00000000"), None), restart);
+            assert!(Leaf::decode_image(&img, Some(Cmp::Lex)).is_ok());
+            let e = Leaf::find_in_image(&img, Cmp::Lex, b"00000123")
+                .unwrap()
+                .unwrap();
+            assert_eq!(e.value, b"00000123");
+            assert_eq!(e.meta, meta(123));
+            for cut in 0..img.len() {
+                assert!(Leaf::decode_image(&img[..cut], Some(Cmp::Lex)).is_err());
+                let _ = Leaf::find_in_image(&img[..cut], Cmp::Lex, b"00000123");
+            }
+            for at in 0..img.len() {
+                let mut bad = img.clone();
+                bad[at] ^= 0x5a;
+                let _ = Leaf::decode_image(&bad, Some(Cmp::Lex));
+                let _ = Leaf::find_in_image(&bad, Cmp::Lex, b"00000199");
+                crate::tree::fuzzing::image(&bad);
+            }
+            crate::tree::fuzzing::image(&img);
         }
     }
 }

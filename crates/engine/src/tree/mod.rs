@@ -40,7 +40,7 @@ use crate::counter::Counter;
 use crate::error::{Error, Result};
 use crate::log::format::{self, HeaderBuf, PutFields, T_PUT};
 use crate::log::Log;
-use crate::store::Damaged;
+use crate::store::{Damaged, Meta};
 use arc_swap::ArcSwap;
 use parking_lot::{Mutex, RwLockReadGuard, RwLockWriteGuard};
 use std::cmp::Ordering as KeyOrder;
@@ -115,6 +115,8 @@ impl TreeConfig {
 #[derive(Default)]
 pub(crate) struct TreeCounters {
     pub loads: AtomicU64,
+    /// Gets answered from a leaf's image, the leaf not cached (`Inner::lookup`).
+    pub image_lookups: AtomicU64,
     pub evictions: AtomicU64,
     pub splits: AtomicU64,
     pub checkpoints: AtomicU64,
@@ -248,7 +250,7 @@ impl Inner {
         let (mut id, mut hinted) = self.start_leaf(f, key);
         loop {
             let slot = f.slot(id);
-            let mut g = slot.st.write();
+            let mut g = slot.write();
             if g.gone {
                 return Ok(Err(Gone));
             }
@@ -281,7 +283,7 @@ impl Inner {
         let (id, hinted) = self.start_leaf(f, key);
         if hinted {
             let slot = f.slot(id);
-            let g = slot.st.read();
+            let g = slot.read();
             if !g.gone && g.leaf.is_some() && !self.right_holds(f, g.right, key) {
                 self.touch(slot);
                 self.note_leaf(id, true);
@@ -302,6 +304,104 @@ impl Inner {
         Ok(r)
     }
 
+    /// The published leaf holding `key` (`forest`, "published"), loaded without a latch,
+    /// moving right as `read_leaf` does; `None` when a leaf on the way is not published (the
+    /// caller takes the latch).
+    #[inline]
+    pub(crate) fn published_leaf(&self, f: &Forest, key: &[u8]) -> Option<forest::PublishedGuard> {
+        let (mut id, mut hinted) = self.start_leaf(f, key);
+        loop {
+            let slot = f.slot(id);
+            let (g, right) = slot.published();
+            g.as_ref()?;
+            if self.right_holds(f, right, key) {
+                id = if hinted {
+                    hinted = false;
+                    f.index.find(self.cmp, key)
+                } else {
+                    right
+                };
+                continue;
+            }
+            self.touch(slot);
+            self.note_leaf(id, hinted);
+            // The guard, not a clone of the `Arc`: readers of one leaf on several cores
+            // write no shared counter.
+            return Some(forest::PublishedGuard(g));
+        }
+    }
+
+    /// The first record of `key` (its first value), given to `found` (`None`: it has none):
+    /// the point read of `get` and `view`. A published leaf is read without its latch, a
+    /// cached one under its shared latch. A leaf not cached is cached, but for one not used
+    /// since the clock hand last passed while the cache is full: then the record is looked up
+    /// in the leaf's image without building the leaf (`Leaf::find_in_image`), so a leaf read
+    /// once does not take the place of one read often; read again, it is cached.
+    pub(crate) fn lookup<R>(
+        &self,
+        key: &[u8],
+        found: impl FnOnce(Option<(&[u8], Meta)>) -> R,
+    ) -> Result<R> {
+        'again: loop {
+            let f = self.forest.load();
+            if let Some(p) = self.published_leaf(&f, key) {
+                let leaf = p.leaf();
+                let (i, hit) = leaf.find(self.cmp, key);
+                return Ok(found(hit.then(|| {
+                    let e = leaf.entry(i);
+                    (e.value, e.meta)
+                })));
+            }
+            let (mut id, mut hinted) = self.start_leaf(&f, key);
+            loop {
+                let slot = f.slot(id);
+                let g = slot.read();
+                if g.gone {
+                    continue 'again;
+                }
+                if self.right_holds(&f, g.right, key) {
+                    id = if hinted {
+                        hinted = false;
+                        f.index.find(self.cmp, key)
+                    } else {
+                        g.right
+                    };
+                    continue;
+                }
+                if let Some(leaf) = g.leaf.as_ref() {
+                    slot.note_read(&g);
+                    self.touch(slot);
+                    self.note_leaf(id, hinted);
+                    let (i, hit) = leaf.find(self.cmp, key);
+                    return Ok(found(hit.then(|| {
+                        let e = leaf.entry(i);
+                        (e.value, e.meta)
+                    })));
+                }
+                let full = self.cached.load(Ordering::Relaxed) >= (self.cfg.cache as i64) * 9 / 10;
+                if full && !self.salvage && !slot.used.load(Ordering::Relaxed) {
+                    // The image cannot move while the latch is held.
+                    self.touch(slot);
+                    self.counters.image_lookups.fetch_add(1, Ordering::Relaxed);
+                    let img = g.image;
+                    let bytes = self.read_image_bytes(img)?;
+                    let e = Leaf::find_in_image(&bytes, self.cmp, key)
+                        .map_err(|why| Error::Corrupt(format!("{}: {why}", image_at(img))))?;
+                    return Ok(found(e.map(|e| (e.value, e.meta))));
+                }
+                drop(g);
+                let mut w = slot.write();
+                if w.gone {
+                    continue 'again;
+                }
+                if w.leaf.is_none() {
+                    self.load(&mut w)?;
+                }
+                // Read again under the shared latch.
+            }
+        }
+    }
+
     /// Latch leaf `id` for reading, moving right while a neighbour holds `key` (when given).
     pub(crate) fn read_from<'f>(
         &self,
@@ -311,7 +411,7 @@ impl Inner {
     ) -> Result<std::result::Result<(u32, ReadLatch<'f>), Gone>> {
         loop {
             let slot = f.slot(id);
-            let g = slot.st.read();
+            let g = slot.read();
             if g.gone {
                 return Ok(Err(Gone));
             }
@@ -321,7 +421,7 @@ impl Inner {
             }
             if g.leaf.is_none() {
                 drop(g);
-                let mut w = slot.st.write();
+                let mut w = slot.write();
                 if w.gone {
                     return Ok(Err(Gone));
                 }
@@ -348,7 +448,7 @@ impl Inner {
         id: u32,
     ) -> Result<std::result::Result<ReadLatch<'f>, Gone>> {
         let slot = f.slot(id);
-        let g = slot.st.read();
+        let g = slot.read();
         if g.gone {
             return Ok(Err(Gone));
         }
@@ -357,7 +457,7 @@ impl Inner {
             return Ok(Ok(g));
         }
         drop(g);
-        let mut w = slot.st.write();
+        let mut w = slot.write();
         if w.gone {
             return Ok(Err(Gone));
         }
@@ -395,21 +495,21 @@ impl Inner {
         };
         self.cached
             .fetch_add(leaf.mem_bytes() as i64, Ordering::Relaxed);
-        st.leaf = Some(Box::new(leaf));
+        st.leaf = Some(Arc::new(leaf));
         self.counters.loads.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
     /// The leaf an image holds; damage is `Error::Corrupt` naming where.
     pub(crate) fn read_image(&self, img: Image) -> Result<Leaf> {
-        let at = || {
-            format!(
-                "{}/{} offset {}",
-                NODES_DIR,
-                crate::log::segment::seg_file_name(img.seg()),
-                img.off()
-            )
-        };
+        let bytes = self.read_image_bytes(img)?;
+        Leaf::decode_image(&bytes, Some(self.cmp))
+            .map_err(|why| Error::Corrupt(format!("{}: {why}", image_at(img))))
+    }
+
+    /// The bytes of an image (read, checked, decompressed); damage is `Error::Corrupt`.
+    pub(crate) fn read_image_bytes(&self, img: Image) -> Result<Vec<u8>> {
+        let at = || image_at(img);
         if img.is_none() {
             return Err(Error::Corrupt("a leaf with no image is not cached".into()));
         }
@@ -430,9 +530,7 @@ impl Inner {
             }
             r => r?,
         }
-        let bytes = decode_image_record(&buf, seg.seed)
-            .map_err(|why| Error::Corrupt(format!("{}: {why}", at())))?;
-        Leaf::decode_image(&bytes, Some(self.cmp))
+        decode_image_record(&buf, seg.seed)
             .map_err(|why| Error::Corrupt(format!("{}: {why}", at())))
     }
 
@@ -602,7 +700,7 @@ impl Inner {
             if slot.used.swap(false, Ordering::Relaxed) {
                 continue;
             }
-            let Some(mut g) = slot.st.try_write() else {
+            let Some(mut g) = slot.try_write() else {
                 continue;
             };
             if g.gone || g.leaf.is_none() {
@@ -620,6 +718,16 @@ impl Inner {
             }
         }
     }
+}
+
+/// Where an image is, for messages.
+fn image_at(img: Image) -> String {
+    format!(
+        "{}/{} offset {}",
+        NODES_DIR,
+        crate::log::segment::seg_file_name(img.seg()),
+        img.off()
+    )
 }
 
 /// The fields and stored bytes of an image record: compressed when that makes it smaller.
@@ -727,12 +835,26 @@ pub mod fuzzing {
     const ORDERS: [Cmp; 4] = [Cmp::Lex, Cmp::Dec, Cmp::Int64, Cmp::LexDesc];
 
     /// A leaf image: decodes or is refused; what decodes is in order, within its span, and
-    /// round-trips through `encode_image`.
+    /// round-trips through `encode_image`; a lookup of one record never panics, and in an
+    /// image that decodes finds what the decoded leaf holds.
     pub fn image(data: &[u8]) {
         let cmp = ORDERS[data.first().map_or(0, |b| *b as usize) % ORDERS.len()];
+        let _ = Leaf::find_in_image(data, cmp, data.get(..data.len().min(9)).unwrap_or(&[]));
         let Ok((leaf, span)) = Leaf::decode_image_span(data, Some(cmp)) else {
             return;
         };
+        for i in (0..leaf.len()).step_by(leaf.len() / 16 + 1) {
+            let key = leaf.key(i);
+            let (j, hit) = leaf.find(cmp, key);
+            assert!(hit);
+            let e = leaf.entry(j);
+            let found = Leaf::find_in_image(data, cmp, key).expect("an image that decodes");
+            assert_eq!(
+                found.map(|f| (f.value, f.meta, f.dup)),
+                Some((e.value, e.meta, e.dup)),
+                "the lookup in the image finds what the leaf holds"
+            );
+        }
         for i in 1..leaf.len() {
             assert!(
                 cmp.cmp(leaf.key(i - 1), leaf.key(i)).is_le(),

@@ -87,7 +87,7 @@ impl Inner {
         check_sizes(key, 0)?;
         self.wal.check_writable()?;
         self.change_leaf(key, true, |st| {
-            let leaf = st.leaf.as_mut().expect("write_leaf caches the leaf");
+            let leaf = st.leaf_mut().expect("write_leaf caches the leaf");
             let (i, hit) = leaf.find(self.cmp, key);
             let now = now_secs();
             let live = hit && !is_expired(leaf.entry(i).meta.expires, now);
@@ -192,20 +192,25 @@ impl Inner {
 
     /// Read the cached leaf holding `key`, latched for reading (again if a vanish replaced
     /// the tree meanwhile).
+    /// A published leaf is read without the latch (`Inner::published_leaf`).
     pub(crate) fn read_key<R>(&self, key: &[u8], read: impl FnOnce(&Leaf) -> R) -> Result<R> {
         loop {
             let forest = self.forest.load();
-            let (_, g) = match self.read_leaf(&forest, key)? {
+            if let Some(p) = self.published_leaf(&forest, key) {
+                return Ok(read(p.leaf()));
+            }
+            let (id, g) = match self.read_leaf(&forest, key)? {
                 Ok(x) => x,
                 Err(Gone) => continue,
             };
+            forest.slot(id).note_read(&g);
             return Ok(read(g.leaf.as_ref().expect("latched leaves are cached")));
         }
     }
 
     /// Apply `change` to `key` in a latched, cached leaf that holds it (no log record).
     pub(crate) fn apply(&self, st: &mut SlotState, key: &[u8], change: &Change<'_>) -> usize {
-        let leaf = st.leaf.as_mut().expect("a latched leaf is cached");
+        let leaf = st.leaf_mut().expect("a latched leaf is cached");
         let before = leaf.mem_bytes();
         let dup = match change {
             Change::Put { dup, .. } | Change::Remove { dup } => *dup,
@@ -266,7 +271,7 @@ impl Inner {
     }
 
     fn split_into(&self, f: &Forest, st: &mut SlotState, hint: usize, out: &mut Vec<(Key, u32)>) {
-        let Some(leaf) = st.leaf.as_mut() else {
+        let Some(leaf) = st.leaf_mut() else {
             return;
         };
         if leaf.live_bytes() <= self.cfg.leafsiz {
@@ -284,8 +289,8 @@ impl Inner {
         let rn = right.len();
         {
             // Nobody reaches the new leaf but through this latched one.
-            let mut rg = f.slot(rid).st.write();
-            rg.leaf = Some(Box::new(right));
+            let mut rg = f.slot(rid).write();
+            rg.leaf = Some(Arc::new(right));
             rg.right = st.right;
             rg.dirty = true;
             st.right = rid;
@@ -371,7 +376,7 @@ impl Inner {
                 }
                 let g = loop {
                     let slot = f.slot(id);
-                    let g = slot.st.write();
+                    let g = slot.write();
                     if g.gone {
                         continue 'again;
                     }
@@ -497,7 +502,7 @@ impl Inner {
         let mut held = Vec::new();
         let mut id = 0;
         loop {
-            let g = f.slot(id).st.write();
+            let g = f.slot(id).write();
             let r = g.right;
             held.push(g);
             if r == NONE {
@@ -546,7 +551,7 @@ impl Inner {
         let f = self.forest.load_full();
         let mut id = 0;
         loop {
-            let mut g = f.slot(id).st.write();
+            let mut g = f.slot(id).write();
             g.gone = true;
             if let Some(l) = g.leaf.take() {
                 self.cached
@@ -570,7 +575,7 @@ impl Inner {
         check_sizes(key, value.len())?;
         self.wal.check_writable()?;
         self.change_leaf(key, true, |st| {
-            let leaf = st.leaf.as_mut().expect("write_leaf caches the leaf");
+            let leaf = st.leaf_mut().expect("write_leaf caches the leaf");
             let (i, j) = leaf.run(self.cmp, key);
             let (at, dup) = if i == j {
                 (i, 0)
@@ -598,7 +603,7 @@ impl Inner {
         check_sizes(key, 0)?;
         self.wal.check_writable()?;
         self.change_leaf(key, true, |st| {
-            let leaf = st.leaf.as_mut().expect("write_leaf caches the leaf");
+            let leaf = st.leaf_mut().expect("write_leaf caches the leaf");
             let (i, j) = leaf.run(self.cmp, key);
             if i == j {
                 return Ok((0, None));
@@ -661,7 +666,7 @@ impl Inner {
         let mut id = 0;
         loop {
             let right = {
-                let mut g = f.slot(id).st.write();
+                let mut g = f.slot(id).write();
                 if g.gone {
                     return Ok(());
                 }
