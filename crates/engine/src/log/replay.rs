@@ -51,8 +51,6 @@ struct Region {
     lane: Option<usize>,
     start: u64,
     end: u64,
-    /// The lane's last segment.
-    last: bool,
     scanned: Scanned,
     verdict: End,
 }
@@ -89,7 +87,7 @@ pub(crate) fn replay(
             .values()
             .filter(|s| s.lane == lane && s.id >= rseg)
             .collect();
-        for (i, seg) in segs.iter().enumerate() {
+        for seg in &segs {
             let start = if seg.id == rseg {
                 roff.max(SEG_HEADER_LEN as u64)
             } else {
@@ -100,7 +98,6 @@ pub(crate) fn replay(
                 lane: Some(lane),
                 start,
                 end: seg.file.len()?.max(start),
-                last: i + 1 == segs.len(),
                 scanned: Scanned::default(),
                 verdict: End::Clean,
             });
@@ -128,7 +125,6 @@ pub(crate) fn replay(
                         lane: None,
                         start: SEG_HEADER_LEN as u64,
                         end: p.len,
-                        last: false,
                         scanned: Scanned::default(),
                         verdict: End::Clean,
                     });
@@ -157,6 +153,13 @@ pub(crate) fn replay(
         )?;
         r.verdict = classify(seg.id, &r.scanned, durable(seg), &mut found);
     }
+    let dropped = lane_ends(&mut regions, &mut found);
+    clears.retain(|&(_, loc, _)| {
+        !regions
+            .iter()
+            .zip(&dropped)
+            .any(|(r, &d)| d && loc >> 32 == u64::from(r.seg.id))
+    });
     if !found.is_empty() && !log.readonly {
         return Err(refusal(&log.dir, &found));
     }
@@ -174,7 +177,12 @@ pub(crate) fn replay(
     // Pass 2: apply, in each lane's log order. A damaged tail's salvaged records are applied
     // (read-only opens only get here with damage).
     let mut applied = 0u64;
-    for r in &regions {
+    for r in regions
+        .iter()
+        .zip(&dropped)
+        .filter(|(_, &d)| !d)
+        .map(|(r, _)| r)
+    {
         let seg = &r.seg;
         let lane_cut = r.lane.and_then(|l| cut[l]);
         let mut apply = |off: u64, h: &Header, rec: &[u8]| -> Result<()> {
@@ -215,8 +223,21 @@ pub(crate) fn replay(
             }
         }
     }
-    for r in &regions {
+    for (r, &drop) in regions.iter().zip(&dropped) {
         let (seg, end) = (&r.seg, r.end);
+        if drop {
+            // After its lane's torn end: emptied.
+            log.counters
+                .truncated_bytes
+                .fetch_add(end - r.start, Ordering::Relaxed);
+            let empty = r.start.min(end).max(seg.data);
+            if !log.readonly {
+                seg.file.set_len(empty)?;
+                seg.file.sync()?;
+            }
+            seg.flushed.store(empty, Ordering::Release);
+            continue;
+        }
         let valid_end = r.scanned.valid_end(end);
         match r.verdict {
             End::Clean => {}
@@ -231,8 +252,8 @@ pub(crate) fn replay(
                 log.counters
                     .truncated_bytes
                     .fetch_add(torn, Ordering::Relaxed);
-                // A lane's last segment loses its torn tail; any segment, allocated zeros.
-                if (r.last || r.verdict == End::Zeros) && !log.readonly {
+                // Cut, so that the lane's next records follow its last valid one.
+                if !log.readonly {
                     seg.file.set_len(valid_end)?;
                     seg.file.sync()?;
                 }
@@ -307,6 +328,49 @@ pub(crate) fn replay(
         findings: found,
         applied,
     })
+}
+
+/// Where each lane's log ends: at its first region that ends torn (or in zeros); the regions
+/// of the lane after it are dropped (true in the result). A sync makes a lane's segments
+/// durable in order, so records after a torn end were never synced — unless a later segment's
+/// header records some of its own as synced: then the end was not torn but damaged, and is
+/// reported so (nothing is dropped). Regions without a lane are never dropped.
+fn lane_ends(regions: &mut [Region], found: &mut Vec<Finding>) -> Vec<bool> {
+    let mut dropped = vec![false; regions.len()];
+    for e in 0..regions.len() {
+        let Some(lane) = regions[e].lane else {
+            continue;
+        };
+        if dropped[e] || !matches!(regions[e].verdict, End::Torn | End::Zeros) {
+            continue;
+        }
+        let later = || (e + 1..regions.len()).filter(|&i| regions[i].lane == Some(lane));
+        let synced_later = later().any(|i| {
+            let r = &regions[i];
+            r.scanned.synced.is_some_and(|s| s > r.seg.data)
+        });
+        if synced_later {
+            let r = &regions[e];
+            let (off, len, lost) = r
+                .scanned
+                .tail
+                .as_ref()
+                .map_or((r.end, 0, 0), |t| (t.off, t.len, t.lost));
+            found.push(Finding {
+                file: super::segment::seg_file_name(r.seg.id),
+                off,
+                len,
+                lost,
+                what: "damaged records at the end of a segment followed by synced ones".into(),
+            });
+            regions[e].verdict = End::Damaged;
+        } else {
+            for i in later().collect::<Vec<_>>() {
+                dropped[i] = true;
+            }
+        }
+    }
+    dropped
 }
 
 /// A record's place as one number: segment in the high 32 bits, offset in the low.
