@@ -634,6 +634,9 @@ struct Knows {
     replay: Vec<(u32, u64)>,
     /// (id, recorded length) of every segment it lists.
     lens: BTreeMap<u32, u64>,
+    /// It verified and names the segments' salt (a fixed-length database's slot file does
+    /// from its creation, before it lists any lane).
+    salt: bool,
 }
 
 impl Knows {
@@ -668,11 +671,15 @@ impl Knows {
         let lens = (0..le32(pos) as usize)
             .map(|i| (le32(pos + 4 + 24 * i), le64(pos + 8 + 24 * i)))
             .collect();
-        Knows { replay, lens }
+        Knows {
+            replay,
+            lens,
+            salt: true,
+        }
     }
 
     fn any(&self) -> bool {
-        !self.replay.is_empty()
+        self.salt || !self.replay.is_empty()
     }
 
     /// Where segment `seg` of lane `lane` was known durable up to.

@@ -87,7 +87,11 @@ fn key(t: u64, k: u64) -> Vec<u8> {
 /// buffer, so that its record goes to the file in parts of its own, and a sync covers several
 /// writes even under `sync=always`.
 fn value(t: u64, n: u64) -> Vec<u8> {
-    let pad = if n % 13 == 0 { 5000 } else { (n % 23) as usize };
+    let pad = if n.is_multiple_of(13) {
+        5000
+    } else {
+        (n % 23) as usize
+    };
     format!("{t}:{n}:{}", "v".repeat(pad)).into_bytes()
 }
 
@@ -166,7 +170,7 @@ fn run(kind: Kind, always: bool) {
                     }
                     write(&*db, t, n);
                     *acked[t as usize].lock().unwrap() = n + 1;
-                    if n % 32 == 0 {
+                    if n.is_multiple_of(32) {
                         std::thread::sleep(Duration::from_micros((t * 311 + n * 17) % 700));
                     }
                 }
