@@ -397,7 +397,7 @@ fn layout(img: &Image, kind: Kind) -> Layout {
         out.salt = Some(info.salt);
         out.segs.insert(path.clone(), (id, info.lane));
         let seed = format::seed(info.salt);
-        let mut off = format::SEG_HEADER_LEN;
+        let mut off = format::seg_layout(data).data as usize;
         while off < data.len() {
             let Some(h) = format::parse_header(&data[off..]) else {
                 break;
@@ -644,6 +644,9 @@ struct Knows {
     replay: Vec<(u32, u64)>,
     /// (id, recorded length) of every segment it lists.
     lens: BTreeMap<u32, u64>,
+    /// It verified and names the segments' salt (a fixed-length database's slot file does
+    /// from its creation, before it lists any lane).
+    salt: bool,
 }
 
 impl Knows {
@@ -678,11 +681,15 @@ impl Knows {
         let lens = (0..le32(pos) as usize)
             .map(|i| (le32(pos + 4 + 24 * i), le64(pos + 8 + 24 * i)))
             .collect();
-        Knows { replay, lens }
+        Knows {
+            replay,
+            lens,
+            salt: true,
+        }
     }
 
     fn any(&self) -> bool {
-        !self.replay.is_empty()
+        self.salt || !self.replay.is_empty()
     }
 
     /// Where segment `seg` of lane `lane` was known durable up to.
@@ -977,11 +984,21 @@ fn judge(ctx: &str, real: bool, kind: Kind, w: &Written, img: Image, hurt: &Hurt
         .iter()
         .map(|u| touched(hurt, &u.file, u.off, u.off + u.len))
         .collect();
+    // (A segment of format 4 cut inside its synced-length slots is shorter than its header.)
     let header_hit: BTreeSet<&PathBuf> = lay
         .segs
         .keys()
-        .filter(|p| touched(hurt, p, 0, format::SEG_HEADER_LEN as u64))
+        .filter(|p| {
+            touched(hurt, p, 0, format::SEG_HEADER_LEN as u64)
+                || img_len(&img, p) < format::seg_layout(&w.image[*p]).data
+        })
         .collect();
+    // What the damaged header of each segment records as synced.
+    let synced = |p: &PathBuf| {
+        img.get(p)
+            .filter(|_| !header_hit.contains(p))
+            .and_then(|d| format::seg_layout(d).synced)
+    };
     // A segment whose header is damaged is read with the salt of the others (or the
     // checkpoint's: a fixed-length database's slot file names it in its header from its
     // creation on, before any checkpoint); with neither, nothing of it can be verified.
@@ -1002,24 +1019,59 @@ fn judge(ctx: &str, real: bool, kind: Kind, w: &Written, img: Image, hurt: &Hurt
     };
     // Per segment, the zone that may pass for a torn tail: from the top-level record of the
     // first damaged unit after which every unit is damaged — unless a checkpoint knew it
-    // durable (not for a segment whose header is damaged: its lane is unknown).
+    // durable, or the segment's header records it as synced (not for a segment whose header is
+    // damaged: its lane is unknown); and from the first damaged unit past the synced length,
+    // whatever follows (a hole a write-back out of file order left). A lane's log ends there:
+    // its later segments (from the replay position on) may go with it, unless one of them
+    // records records of its own as synced.
     let mut zone = vec![false; lay.units.len()];
+    let mut ends: BTreeSet<(u16, u32)> = BTreeSet::new();
     for (file, &(id, lane)) in &lay.segs {
         let idx: Vec<usize> = (0..lay.units.len())
             .filter(|&i| &lay.units[i].file == file)
             .collect();
         let first = idx.iter().rposition(|&i| !hit[i]).map_or(0, |p| p + 1);
-        if first == idx.len() {
-            continue; // no unit, or the last one intact
+        let mut from = None;
+        if first < idx.len() {
+            let q = &lay.units[idx[first]];
+            let d = knows.bound(id, lane).max(synced(file));
+            let known = !header_hit.contains(file)
+                && d.is_some_and(|d| q.off < d || img_len(&img, file) < d);
+            if !known {
+                from = Some(q.top);
+            }
         }
-        let q = &lay.units[idx[first]];
-        let known = !header_hit.contains(file)
-            && knows
-                .bound(id, lane)
-                .is_some_and(|d| q.off < d || img_len(&img, file) < d);
-        if !known {
+        if let Some(s) = synced(file) {
+            if let Some(&i) = idx.iter().find(|&&i| hit[i] && lay.units[i].top >= s) {
+                let top = lay.units[i].top;
+                from = Some(from.map_or(top, |f: u64| f.min(top)));
+            }
+        }
+        if let Some(top) = from {
             for &i in &idx {
-                zone[i] = lay.units[i].off >= q.top;
+                zone[i] = lay.units[i].off >= top;
+            }
+            let scanned = knows.replay.get(lane as usize).is_none_or(|r| id >= r.0);
+            if !header_hit.contains(file) && scanned {
+                ends.insert((lane, id));
+            }
+        }
+    }
+    for &(lane, id) in &ends {
+        let later: Vec<&PathBuf> = lay
+            .segs
+            .iter()
+            .filter(|(_, &(i, l))| l == lane && i > id)
+            .map(|(p, _)| p)
+            .collect();
+        let synced_later = later
+            .iter()
+            .any(|p| synced(p).is_some_and(|s| s > format::seg_layout(&w.image[*p]).data));
+        if !synced_later {
+            for (i, u) in lay.units.iter().enumerate() {
+                if later.contains(&&u.file) {
+                    zone[i] = true;
+                }
             }
         }
     }

@@ -577,6 +577,10 @@ fn acknowledged_writes_survive_a_crash_in_the_middle_of_group_commits() {
             })
         })
         .collect();
+    // (The first writes wait for the first segment's header to be synced too.)
+    while acked.lock().unwrap().is_empty() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let mut images = Vec::new();
     for n in 0..8u64 {
         std::thread::sleep(Duration::from_millis(15 + n * 7 % 10));

@@ -5,7 +5,7 @@ use super::*;
 
 /// The share of a segment's bytes that no record in the index needs.
 pub(super) fn dead_share(s: &Segment) -> f64 {
-    let total = s.flushed().saturating_sub(SEG_HEADER_LEN as u64).max(1);
+    let total = s.flushed().saturating_sub(s.data).max(1);
     1.0 - (s.live.load(Ordering::Relaxed) as f64 / total as f64)
 }
 

@@ -5,6 +5,7 @@
 use super::shard::{read_spinning, write_spinning, EXCL_SPIN};
 use super::*;
 use crate::io::{CrashMode, Fault, SimVfs};
+use crate::log::format::SEG_DATA;
 use crate::store::Outcome;
 use crate::{MemcachedOps, TokyoOps};
 use std::collections::BTreeMap;
@@ -1086,7 +1087,7 @@ fn corruption_is_detected_by_check() {
         .filter(|p| p.to_string_lossy().ends_with(".kd"))
         .max_by_key(|p| fs.open(p, false).unwrap().len().unwrap())
         .unwrap();
-    assert!(fs.corrupt(&seg, 40, b"\xff\xff"));
+    assert!(fs.corrupt(&seg, SEG_DATA as u64 + 8, b"\xff\xff"));
     // The checkpoint still points at every record; reading the damaged one is an error, never
     // wrong data, and check reports it.
     let db = DiskHash::open_with(
@@ -1307,7 +1308,7 @@ fn compaction_keeps_a_segment_with_a_damaged_record() {
         .unwrap();
     // The first record's checksum: every record after it is sound but cannot be reached by a
     // scan of the segment.
-    assert!(fs.corrupt(&first, SEG_HEADER_LEN as u64, b"\xff\xff\xff\xff"));
+    assert!(fs.corrupt(&first, SEG_DATA as u64, b"\xff\xff\xff\xff"));
     let db = sim_open(&fs, params);
     // Make the damaged segment mostly garbage, then rewrite everything.
     for i in 1..60 {
@@ -1347,7 +1348,7 @@ fn a_damaged_header_before_intact_records_is_damage_not_a_torn_tail() {
     let mut bogus = vec![0u8, 0, 0, 0, format::T_BATCH];
     format::put_varint(&mut bogus, 1 << 63);
     format::put_varint(&mut bogus, 1);
-    assert!(fs.corrupt(&seg, SEG_HEADER_LEN as u64, &bogus));
+    assert!(fs.corrupt(&seg, SEG_DATA as u64, &bogus));
     let before = fs.open_len(&seg);
     let params = Params::parse("sync=none#lanes=1").unwrap();
     let vfs: Arc<dyn Vfs> = Arc::new(fs.clone());
@@ -1356,7 +1357,7 @@ fn a_damaged_header_before_intact_records_is_damage_not_a_torn_tail() {
     else {
         panic!("a writable open of a damaged database must fail with Corrupt");
     };
-    assert!(m.contains("seg-00000001.kd at offset 32"), "{m}");
+    assert!(m.contains("seg-00000001.kd at offset 64"), "{m}");
     assert!(m.contains("kura db repair"), "{m}");
     assert_eq!(
         fs.open_len(&seg),
@@ -1374,7 +1375,7 @@ fn a_damaged_header_before_intact_records_is_damage_not_a_torn_tail() {
     let rep = db.check().unwrap();
     assert!(!rep.healthy());
     assert_eq!(rep.damage.len(), 1, "{:?}", rep.damage);
-    assert_eq!((rep.damage[0].off, rep.lost()), (SEG_HEADER_LEN as u64, 1));
+    assert_eq!((rep.damage[0].off, rep.lost()), (SEG_DATA as u64, 1));
 }
 
 #[test]

@@ -10,8 +10,21 @@
 //! 24  2  lane (u16 LE): the log this segment belongs to
 //! 26  2  lane count of the database (u16 LE)
 //! 28  4  crc32c of bytes 0..28
-//! 32  .. records, back to back
+//! 32  16 synced-length slot 0  (version 4 on)  [synced u64][n u32][crc32c u32]
+//! 48  16 synced-length slot 1  (version 4 on)
+//! 64  .. records, back to back (from 32 in versions 1 to 3)
 //! ```
+//! A slot's crc covers its first 12 bytes and then the header's crc (bytes 28..32), so a slot
+//! is never taken from another file ([`synced_slot`], shared with the update log). After each
+//! fdatasync of a segment's records, the log writes the length that sync covered into the slot
+//! the last write did not use (`n` counts the writes), unsynced itself: the next fdatasync makes
+//! it durable, and until then the other slot says less. So the larger length of a slot that
+//! verifies never exceeds what is durable, and lags it by at most one sync. At recovery a bad
+//! record below it is damage; past it, the first bad record ends the segment (a torn tail: a
+//! write-back out of file order can leave a hole before intact records that were never
+//! synced), whatever verifies after it. A segment of versions 1 to 3, or one neither of whose
+//! slots verifies, records no synced length: a bad record followed by one that verifies is
+//! damage there, wherever it is ([`SegLayout`]).
 //! Record:
 //! ```text
 //! 0   4  crc32c (seeded with the segment salt) of every byte after this field
@@ -57,13 +70,20 @@ use crate::error::{Error, Result};
 
 pub const SEG_MAGIC: &[u8; 8] = b"KURASEG1";
 /// Written into new segments. Version 2 added the put record's own version (bit 4), version 3
-/// the extension's keyspace form (bit 7); this build reads versions 1 to 3, so older databases
-/// open unchanged, while an older build refuses a newer segment with a clear error instead of
-/// misreading its records.
-pub const SEG_VERSION: u32 = 3;
+/// the extension's keyspace form (bit 7), version 4 the synced-length slots (records start at
+/// [`SEG_DATA`]); this build reads versions 1 to 4, so older databases open unchanged, while an
+/// older build refuses a newer segment with a clear error instead of misreading its records.
+pub const SEG_VERSION: u32 = 4;
 /// The oldest segment format this build reads.
 pub const SEG_VERSION_MIN: u32 = 1;
+/// The fixed part of a segment header (every version): no record starts before it.
 pub const SEG_HEADER_LEN: usize = 32;
+/// The first version with synced-length slots.
+pub const SEG_VERSION_SLOTS: u32 = 4;
+/// Where the two synced-length slots of a version-4 header are.
+pub const SEG_SLOTS: [usize; 2] = [32, 48];
+/// Where the records of a version-4 segment start: its whole header, slots included.
+pub const SEG_DATA: usize = 64;
 
 pub const T_PUT: u8 = 0;
 pub const T_DELETE: u8 = 1;
@@ -96,9 +116,10 @@ pub struct SegInfo {
     pub lanes: u16,
 }
 
-/// Build a segment header.
-pub fn seg_header(i: &SegInfo) -> [u8; SEG_HEADER_LEN] {
-    let mut h = [0u8; SEG_HEADER_LEN];
+/// Build a segment header, slots included: both say the header itself is synced (nothing
+/// past it is known durable yet).
+pub fn seg_header(i: &SegInfo) -> [u8; SEG_DATA] {
+    let mut h = [0u8; SEG_DATA];
     h[0..8].copy_from_slice(SEG_MAGIC);
     h[8..12].copy_from_slice(&SEG_VERSION.to_le_bytes());
     h[12..16].copy_from_slice(&i.id.to_le_bytes());
@@ -107,7 +128,96 @@ pub fn seg_header(i: &SegInfo) -> [u8; SEG_HEADER_LEN] {
     h[26..28].copy_from_slice(&i.lanes.to_le_bytes());
     let crc = crc32c::crc32c(&h[0..28]);
     h[28..32].copy_from_slice(&crc.to_le_bytes());
+    for (n, at) in SEG_SLOTS.into_iter().enumerate() {
+        let s = synced_slot(&h, SEG_DATA as u64, n as u32);
+        h[at..at + 16].copy_from_slice(&s);
+    }
     h
+}
+
+/// A synced-length slot `[synced u64][n u32][crc32c u32]` of the file whose header starts
+/// with `h` (its crc at bytes 28..32, which the slot's crc covers too). The segments' and the
+/// update log's headers both carry two.
+pub fn synced_slot(h: &[u8], synced: u64, n: u32) -> [u8; 16] {
+    debug_assert!(h.len() >= 32);
+    let mut s = [0u8; 16];
+    s[0..8].copy_from_slice(&synced.to_le_bytes());
+    s[8..12].copy_from_slice(&n.to_le_bytes());
+    let mut c = [0u8; 16];
+    c[0..12].copy_from_slice(&s[0..12]);
+    c[12..16].copy_from_slice(&h[28..32]);
+    s[12..16].copy_from_slice(&crc32c::crc32c(&c).to_le_bytes());
+    s
+}
+
+/// The largest synced length of the two slots at `slots` of header `h` that verify, and the
+/// largest write count among them (`None`: neither verifies).
+pub fn read_slots(h: &[u8], slots: [usize; 2]) -> Option<(u64, u32)> {
+    let mut best: Option<(u64, u32)> = None;
+    for at in slots {
+        let Some(s) = h.get(at..at + 16) else {
+            continue;
+        };
+        let len = u64::from_le_bytes(s[0..8].try_into().unwrap_or_default());
+        let n = u32::from_le_bytes(s[8..12].try_into().unwrap_or_default());
+        if s == synced_slot(h, len, n) {
+            best = Some(best.map_or((len, n), |(l, m)| (l.max(len), m.max(n))));
+        }
+    }
+    best
+}
+
+/// Where a segment's records start and what its header records as synced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegLayout {
+    /// The offset of its first record.
+    pub data: u64,
+    /// Whether its header has synced-length slots (version 4 on).
+    pub slots: bool,
+    /// The synced length of its slots (`None`: no slots, or neither verifies).
+    pub synced: Option<u64>,
+    /// The slot writes so far (the next goes to slot `(n + 1) % 2`).
+    pub slot_writes: u32,
+}
+
+impl SegLayout {
+    /// A segment of the formats before the slots.
+    pub const PLAIN: SegLayout = SegLayout {
+        data: SEG_HEADER_LEN as u64,
+        slots: false,
+        synced: None,
+        slot_writes: 0,
+    };
+}
+
+/// The layout of a segment whose first bytes (up to [`SEG_DATA`] of them) are `h`, its header
+/// verified by [`parse_seg_header`] (a header that does not verify: [`SegLayout::PLAIN`]).
+pub fn seg_layout(h: &[u8]) -> SegLayout {
+    if parse_seg_header(h).is_err() {
+        return SegLayout::PLAIN;
+    }
+    let ver = u32::from_le_bytes(h[8..12].try_into().unwrap_or_default());
+    if ver < SEG_VERSION_SLOTS {
+        return SegLayout::PLAIN;
+    }
+    let slots = read_slots(h, SEG_SLOTS);
+    SegLayout {
+        data: SEG_DATA as u64,
+        slots: true,
+        synced: slots.map(|s| s.0),
+        slot_writes: slots.map_or(0, |s| s.1),
+    }
+}
+
+/// How many bytes of header a segment whose first bytes are `h` has (its fixed part verified):
+/// [`SEG_DATA`] from version 4 on, else [`SEG_HEADER_LEN`].
+pub fn seg_header_len(h: &[u8]) -> usize {
+    match h.get(8..12) {
+        Some(v) if u32::from_le_bytes(v.try_into().unwrap_or_default()) >= SEG_VERSION_SLOTS => {
+            SEG_DATA
+        }
+        _ => SEG_HEADER_LEN,
+    }
 }
 
 /// Parse a segment header.

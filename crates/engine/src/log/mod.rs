@@ -24,7 +24,7 @@ pub(crate) mod scan;
 pub mod segment;
 pub(crate) mod tail;
 
-use self::format::{Header, SEG_HEADER_LEN, T_DELETE, T_PUT};
+use self::format::{Header, T_DELETE, T_PUT};
 use self::segment::{corrupt_at, seg_file_name, Retired, SegTable, Segment};
 use self::tail::{Fill, Lane, Tail, FILL_LOW, FILL_STEP, NO_FILL};
 use crate::config::SyncMode;
@@ -381,7 +381,7 @@ impl Log {
     /// from a torn tail (`scan`). Written when a segment is sealed, before a checkpoint reads
     /// the lanes' positions and at close. Called with the tail lock held.
     pub(crate) fn mark(&self, tail: &mut Tail) {
-        if tail.marked || tail.seg.id == 0 || tail.end() <= SEG_HEADER_LEN as u64 {
+        if tail.marked || tail.seg.id == 0 || tail.end() <= tail.seg.data {
             return;
         }
         tail.buf.extend_from_slice(&format::marker(tail.seg.seed));
@@ -398,7 +398,11 @@ impl Log {
             lane: lane as u16,
             lanes: self.lanes as u16,
         };
+        // Synced before any record is written: a write-back out of file order could otherwise
+        // leave records under a header that never reached the disk (the file's name can become
+        // durable with any later directory sync), which recovery cannot tell from damage.
         file.write_at(&format::seg_header(&info), 0)
+            .and_then(|()| file.sync())
             .map_err(|e| self.poison(&e))?;
         let seg = Segment::new(
             id,
@@ -406,8 +410,9 @@ impl Log {
             self.salt,
             path.clone(),
             file,
-            SEG_HEADER_LEN as u64,
+            format::SEG_DATA as u64,
         );
+        debug_assert_eq!(seg.data, format::SEG_DATA as u64);
         seg.dirty.store(true, Ordering::Release);
         let segsiz = self.segsiz.load(Ordering::Relaxed);
         if let Some(m) = self.vfs.map(&path, segsiz as usize) {
@@ -453,11 +458,14 @@ impl Log {
     }
 
     /// Roll the lane to a new segment unless a record of `len` bytes fits in the active one (a
-    /// record larger than a segment gets a fresh segment of its own).
+    /// record larger than a segment gets a fresh segment of its own). An active segment of a
+    /// format without synced-length slots (a database written by an older build) is sealed at
+    /// its first write, so that what is written from then on has them.
     pub(crate) fn ensure_room(&self, tail: &mut Tail, len: usize) -> Result<()> {
         let segsiz = self.segsiz.load(Ordering::Relaxed);
         if tail.seg.id == 0
-            || (tail.end() + len as u64 > segsiz && tail.end() > SEG_HEADER_LEN as u64)
+            || !tail.seg.slots
+            || (tail.end() + len as u64 > segsiz && tail.end() > tail.seg.data)
         {
             self.roll(tail)?;
         }
@@ -601,9 +609,22 @@ impl Log {
         let segs = self.segs.load();
         for seg in segs.segs.values() {
             if seg.dirty.swap(false, Ordering::AcqRel) {
+                // Every byte below this was handed to the OS before the flag was taken.
+                let upto = seg.flushed();
                 if let Err(e) = seg.file.sync() {
                     seg.dirty.store(true, Ordering::Release);
                     return Err(self.poison(&e));
+                }
+                // The synced length into the header, durable with the next sync. A sealed
+                // segment gets no other: its final length is made durable by the next sync
+                // (once), so that a sealed segment never ends in a stretch that recovery
+                // would take for a torn tail.
+                match seg.mark_synced(upto) {
+                    Ok(true) if seg.sealed.load(Ordering::Acquire) => {
+                        seg.dirty.store(true, Ordering::Release);
+                    }
+                    Ok(_) => {}
+                    Err(e) => return Err(self.poison(&e)),
                 }
             }
         }
@@ -862,7 +883,7 @@ pub(crate) fn for_each_sub(
 mod tests {
     use super::*;
     use crate::io::{CrashMode, SimVfs};
-    use crate::log::format::{encode_put, PutFields};
+    use crate::log::format::{encode_put, PutFields, SEG_HEADER_LEN};
     use crate::log::scan::scan;
 
     fn open(fs: &SimVfs, sync: SyncMode) -> Log {

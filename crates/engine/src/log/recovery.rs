@@ -3,12 +3,14 @@
 //!
 //! - A failure followed by a record that verifies in the same segment is damage (`scan`).
 //! - A failure with nothing valid after it in its segment is a torn tail — unless a checkpoint
-//!   knew those bytes durable (`classify`'s `durable`): damage.
+//!   knew those bytes durable (`classify`'s `durable`), or the segment's header records them
+//!   as synced (`Scanned::synced`): damage. Past the synced length the scan ends at the first
+//!   failure, whatever verifies after it (a hole a write-back out of file order left).
 //! - A segment file shorter than its header, or whose header does not verify while nothing
 //!   after it does either and its other bytes are zeros, was being created at a crash: torn
 //!   (`probe_verdict`).
 
-use super::format::{self, SegInfo, SEG_HEADER_LEN, T_BATCH};
+use super::format::{self, SegInfo, SegLayout, SEG_DATA, SEG_HEADER_LEN, T_BATCH};
 use super::scan::{self, Bytes, Scanned};
 use super::segment::{parse_seg_file_name, seg_file_name, Segment};
 use super::Log;
@@ -50,6 +52,9 @@ pub(crate) fn refusal(dir: &Path, found: &[Finding]) -> Error {
     ))
 }
 
+/// Why a probe's header is unusable when the file ends inside it.
+const SHORT: &str = "shorter than a segment header";
+
 /// A segment file as found in the directory, its header read.
 pub(crate) struct Probe {
     pub id: u32,
@@ -74,12 +79,14 @@ pub(crate) fn probe_segments(vfs: &dyn Vfs, dir: &Path) -> Result<Vec<Probe>> {
         let file = vfs.open(&path, false)?;
         let len = file.len()?;
         let header = if len < SEG_HEADER_LEN as u64 {
-            Err("shorter than a segment header".to_string())
+            Err(SHORT.to_string())
         } else {
-            let mut h = vec![0u8; SEG_HEADER_LEN];
+            let mut h = vec![0u8; len.min(SEG_DATA as u64) as usize];
             file.read_at(&mut h, 0)?;
             match format::parse_seg_header(&h) {
                 Ok(i) if i.id != id => Err(format!("its header names segment {}", i.id)),
+                // Its slots were being written with the rest of the header at a crash.
+                Ok(_) if len < format::seg_header_len(&h) as u64 => Err(SHORT.to_string()),
                 Ok(i) => Ok(i),
                 Err(e) => Err(e
                     .to_string()
@@ -134,6 +141,15 @@ impl Bytes for SegBytes<'_> {
     fn read(&mut self, off: u64, len: usize, out: &mut Vec<u8>) -> Result<()> {
         self.log.read_range(self.seg, off, len, out)
     }
+
+    fn layout(&mut self) -> Result<SegLayout> {
+        Ok(SegLayout {
+            data: self.seg.data,
+            slots: self.seg.slots,
+            synced: self.seg.synced(),
+            slot_writes: 0,
+        })
+    }
 }
 
 /// Reads a file that is not (or not yet) a segment of the database.
@@ -145,6 +161,15 @@ impl Bytes for FileBytes<'_> {
         out.resize(len, 0);
         self.0.read_at(out, off)?;
         Ok(())
+    }
+
+    /// From the file's header (one that does not verify: no slots, records from where the
+    /// caller says).
+    fn layout(&mut self) -> Result<SegLayout> {
+        let n = self.0.len()?.min(SEG_DATA as u64) as usize;
+        let mut h = vec![0u8; n];
+        self.0.read_at(&mut h, 0)?;
+        Ok(format::seg_layout(&h))
     }
 }
 
@@ -189,6 +214,7 @@ pub(crate) fn classify(
     let Some(t) = &s.tail else {
         return End::Clean;
     };
+    let durable = durable.max(s.synced);
     if durable.is_some_and(|d| t.off < d) {
         found.push(Finding {
             file,
@@ -210,7 +236,7 @@ impl Log {
     pub(crate) fn ends_with_marker(&self, seg: &Segment) -> Result<bool> {
         let end = seg.flushed();
         let m = format::marker(seg.seed);
-        if end < SEG_HEADER_LEN as u64 + m.len() as u64 {
+        if end < seg.data + m.len() as u64 {
             return Ok(false);
         }
         let mut buf = Vec::new();
@@ -226,7 +252,7 @@ impl Log {
         let why = p.header.as_ref().err().cloned().unwrap_or_default();
         let file = seg_file_name(p.id);
         let had_records = listed.is_some_and(|l| l > SEG_HEADER_LEN as u64);
-        if p.len < SEG_HEADER_LEN as u64 && !had_records {
+        if (p.len < SEG_HEADER_LEN as u64 || why == SHORT) && !had_records {
             return Ok(None);
         }
         let mut records = 0u64;

@@ -42,12 +42,6 @@ pub(crate) enum Clears {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Rules {
     pub clears: Clears,
-    /// A lane's replay ends at its first torn (or zero-filled) end: that segment is cut there,
-    /// and the lane's later segments are dropped ([`Replayed::dropped`], deleted by a writable
-    /// open), as every sync syncs a lane's segments in order and nothing after a torn end was
-    /// acknowledged. Otherwise only a lane's last segment is cut, and its sealed segments'
-    /// records after a torn end are replayed.
-    pub stop_at_torn: bool,
     /// A damaged batch frame is lost whole: the inner records of it that verify are left out
     /// and reported (a batch, across keyspaces too, is applied whole or not at all).
     /// Otherwise they are applied.
@@ -65,7 +59,6 @@ impl Rules {
     /// A kind with an index in memory that orders a key's records by their seq itself.
     pub(crate) const INDEX: Rules = Rules {
         clears: Clears::ByPosition,
-        stop_at_torn: false,
         whole_batches: false,
         merge_by_seq: false,
         activate: true,
@@ -73,7 +66,6 @@ impl Rules {
     /// The B+ tree's write-ahead lanes.
     pub(crate) const TREE: Rules = Rules {
         clears: Clears::InOrder,
-        stop_at_torn: true,
         whole_batches: true,
         merge_by_seq: true,
         activate: false,
@@ -113,8 +105,9 @@ pub(crate) struct Replayed {
     pub findings: Vec<Finding>,
     /// Records applied (the kind checkpoints at the next close when there were any).
     pub applied: u64,
-    /// ([`Rules::stop_at_torn`]) The segments after a torn end of their lane: not replayed,
-    /// deleted by a writable open, never a lane's active segment.
+    /// (Without [`Rules::activate`]) The segments after a torn end of their lane ([`lane_ends`]):
+    /// not replayed, deleted by a writable open, never a lane's active segment. (With it they
+    /// are emptied.)
     pub dropped: Vec<u32>,
 }
 
@@ -125,9 +118,7 @@ struct Region {
     lane: Option<usize>,
     start: u64,
     end: u64,
-    /// The lane's last segment (with [`Rules::stop_at_torn`], the last one replayed).
-    last: bool,
-    /// Replayed ([`Rules::stop_at_torn`]: not after a torn end of its lane).
+    /// Replayed (not after a torn end of its lane: [`lane_ends`]).
     kept: bool,
     scanned: Scanned,
     verdict: End,
@@ -178,7 +169,7 @@ pub(crate) fn replay<R: Replayer>(
             .values()
             .filter(|s| s.lane == lane && s.id >= rseg)
             .collect();
-        for (i, seg) in segs.iter().enumerate() {
+        for seg in &segs {
             let start = if seg.id == rseg {
                 roff.max(SEG_HEADER_LEN as u64)
             } else {
@@ -189,7 +180,6 @@ pub(crate) fn replay<R: Replayer>(
                 lane: Some(lane),
                 start,
                 end: seg.file.len()?.max(start),
-                last: i + 1 == segs.len(),
                 kept: true,
                 scanned: Scanned::default(),
                 verdict: End::Clean,
@@ -218,7 +208,6 @@ pub(crate) fn replay<R: Replayer>(
                         lane: None,
                         start: SEG_HEADER_LEN as u64,
                         end: p.len,
-                        last: false,
                         kept: true,
                         scanned: Scanned::default(),
                         verdict: End::Clean,
@@ -263,19 +252,16 @@ pub(crate) fn replay<R: Replayer>(
             }
         }
     }
-    if rules.stop_at_torn {
-        // Each lane up to its first torn end (regions are in log order within a lane).
-        let mut torn = vec![false; log.lanes];
-        for r in regions.iter_mut() {
-            let Some(lane) = r.lane else { continue };
-            if torn[lane] {
-                r.kept = false;
-            } else if matches!(r.verdict, End::Torn | End::Zeros) {
-                torn[lane] = true;
-                r.last = true;
-            }
-        }
+    // Each lane up to its first torn end (regions are in log order within a lane).
+    let ended = lane_ends(&mut regions, &mut found);
+    for (r, &d) in regions.iter_mut().zip(&ended) {
+        r.kept = !d;
     }
+    clears.retain(|&(_, loc, _)| {
+        !regions
+            .iter()
+            .any(|r| !r.kept && loc >> 32 == u64::from(r.seg.id))
+    });
     if !found.is_empty() && !log.readonly {
         return Err(refusal(&log.dir, &found));
     }
@@ -365,7 +351,21 @@ pub(crate) fn replay<R: Replayer>(
     for r in &regions {
         let (seg, end) = (&r.seg, r.end);
         if !r.kept {
-            dropped.push(seg.id);
+            if !rules.activate {
+                // The kind deletes it (a writable open) and activates its lanes itself.
+                dropped.push(seg.id);
+                continue;
+            }
+            // After its lane's torn end: emptied.
+            log.counters
+                .truncated_bytes
+                .fetch_add(end - r.start, Ordering::Relaxed);
+            let empty = r.start.min(end).max(seg.data);
+            if !log.readonly {
+                seg.file.set_len(empty)?;
+                seg.file.sync()?;
+            }
+            seg.flushed.store(empty, Ordering::Release);
             continue;
         }
         let valid_end = r.scanned.valid_end(end);
@@ -382,8 +382,8 @@ pub(crate) fn replay<R: Replayer>(
                 log.counters
                     .truncated_bytes
                     .fetch_add(torn, Ordering::Relaxed);
-                // A lane's last segment loses its torn tail; any segment, allocated zeros.
-                if (r.last || r.verdict == End::Zeros) && !log.readonly {
+                // Cut, so that the lane's next records follow its last valid one.
+                if !log.readonly {
                     seg.file.set_len(valid_end)?;
                     seg.file.sync()?;
                 }
@@ -476,6 +476,49 @@ fn record_seq(h: &Header, rec: &[u8]) -> u64 {
             .map_or(0, |sub| sub.fields.seq);
     }
     h.fields.seq
+}
+
+/// Where each lane's log ends: at its first region that ends torn (or in zeros); the regions
+/// of the lane after it are dropped (true in the result). A sync makes a lane's segments
+/// durable in order, so records after a torn end were never synced — unless a later segment's
+/// header records some of its own as synced: then the end was not torn but damaged, and is
+/// reported so (nothing is dropped). Regions without a lane are never dropped.
+fn lane_ends(regions: &mut [Region], found: &mut Vec<Finding>) -> Vec<bool> {
+    let mut dropped = vec![false; regions.len()];
+    for e in 0..regions.len() {
+        let Some(lane) = regions[e].lane else {
+            continue;
+        };
+        if dropped[e] || !matches!(regions[e].verdict, End::Torn | End::Zeros) {
+            continue;
+        }
+        let later = || (e + 1..regions.len()).filter(|&i| regions[i].lane == Some(lane));
+        let synced_later = later().any(|i| {
+            let r = &regions[i];
+            r.scanned.synced.is_some_and(|s| s > r.seg.data)
+        });
+        if synced_later {
+            let r = &regions[e];
+            let (off, len, lost) = r
+                .scanned
+                .tail
+                .as_ref()
+                .map_or((r.end, 0, 0), |t| (t.off, t.len, t.lost));
+            found.push(Finding {
+                file: super::segment::seg_file_name(r.seg.id),
+                off,
+                len,
+                lost,
+                what: "damaged records at the end of a segment followed by synced ones".into(),
+            });
+            regions[e].verdict = End::Damaged;
+        } else {
+            for i in later().collect::<Vec<_>>() {
+                dropped[i] = true;
+            }
+        }
+    }
+    dropped
 }
 
 /// A record's place as one number: segment in the high 32 bits, offset in the low.
@@ -672,9 +715,9 @@ mod tests {
         got.iter().map(|g| g.1).collect()
     }
 
-    /// A lane whose sealed segment ends torn: with `stop_at_torn` that lane ends there (its
-    /// later segment dropped and deleted, the torn one cut) while the other lane replays
-    /// whole; by the index's rules the later segment is replayed and the sealed one left.
+    /// A lane whose sealed segment ends torn: by every rule that lane ends there (the torn one
+    /// cut) while the other lane replays whole; the lane's later segment is emptied by the
+    /// index's rules (the driver activates lanes) and dropped and deleted by the tree's.
     #[test]
     fn a_torn_end_stops_its_own_lane_only() {
         let (fs, (a, off3)) = written(|log| {
@@ -695,9 +738,10 @@ mod tests {
             .unwrap();
         let image = fs.image();
         let (seen, done) = run::<Index>(&fs, false).unwrap();
-        assert_eq!(seqs(&seen.got), vec![1, 5, 2, 4, 6]);
+        assert_eq!(seqs(&seen.got), vec![1, 2, 4, 6], "lane after lane");
         assert!(done.dropped.is_empty());
         assert_eq!(fs.image().len(), image.len(), "every segment kept");
+        assert!(done.findings.is_empty(), "a torn end is no damage");
         let fs = SimVfs::from_image(&image);
         let (seen, done) = run::<Tree>(&fs, false).unwrap();
         assert_eq!(seqs(&seen.got), vec![1, 2, 4, 6], "merged by seq");
@@ -708,8 +752,8 @@ mod tests {
         assert!(done.findings.is_empty(), "a torn end is no damage");
     }
 
-    /// A damaged batch frame in the middle of a lane, with records after it: damage, never a
-    /// torn tail. A writable open refuses it by every rule; a read-only one reports it, and
+    /// A damaged batch frame in the middle of a lane's synced records, with records after it:
+    /// damage, never a torn tail. A writable open refuses it by every rule; a read-only one reports it, and
     /// with `whole_batches` leaves out the inner record that still verifies, where the
     /// index's rules apply it.
     #[test]
@@ -718,6 +762,9 @@ mod tests {
             write(log, 0, &[&put(0, 1)]);
             let batch = write_batch(log, 0, 3, &[2, 3]);
             write(log, 0, &[&put(0, 4)]);
+            // Synced (the segment's header records it), so the batch is inside what a
+            // sync made durable.
+            log.sync_now().unwrap();
             batch
         });
         // A byte of the second inner record's value.

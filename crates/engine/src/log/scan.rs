@@ -11,6 +11,12 @@
 //!   is cut short. Whether it really is one is the caller's to decide (a tail below what a
 //!   checkpoint knew to be durable is damage too).
 //!
+//! A segment whose header records a synced length (`Bytes::layout`, format version 4) narrows
+//! the second case: a failure at or past that length ends the range as a tail at once, whatever
+//! verifies after it — a write-back that does not go in file order can leave a hole before
+//! intact records that no sync covered (never acknowledged as durable). A failure before it is
+//! looked past as above. The range starts no earlier than the segment's first record.
+//!
 //! A batch frame is a record holding complete records, each with its own checksum. When the
 //! frame fails, the records of it that verify, in order from its first, are *salvaged*: shown to
 //! the caller as such in a damaged region (so one damaged byte costs only the record it is in),
@@ -43,6 +49,12 @@ const BLOCK: u64 = 4 << 10;
 pub(crate) trait Bytes {
     /// Exactly `len` bytes at `off` into `out` (replacing its contents).
     fn read(&mut self, off: u64, len: usize, out: &mut Vec<u8>) -> Result<()>;
+
+    /// Where the segment's records start and the synced length its header records (by
+    /// default neither: records from where the caller says, no synced length).
+    fn layout(&mut self) -> Result<format::SegLayout> {
+        Ok(format::SegLayout::PLAIN)
+    }
 }
 
 /// A damaged region: bytes of a segment that held records whole and no longer verify, followed
@@ -80,6 +92,9 @@ pub(crate) struct Scanned {
     pub tail: Option<Tail>,
     /// Set when the callback stopped the scan: where to resume.
     pub stopped: Option<u64>,
+    /// The synced length the segment's header records: a tail before it is damage
+    /// (`recovery::classify`).
+    pub synced: Option<u64>,
 }
 
 impl Scanned {
@@ -113,7 +128,13 @@ fn scan_with(
     short: usize,
     mut f: impl FnMut(u64, &Header, &[u8], bool) -> Result<bool>,
 ) -> Result<Scanned> {
-    let mut out = Scanned::default();
+    let layout = src.layout()?;
+    let from = from.max(layout.data);
+    let end = end.max(from);
+    let mut out = Scanned {
+        synced: layout.synced,
+        ..Scanned::default()
+    };
     let mut win = Window::default();
     let mut finder = Finder::new(seed, from, end);
     finder.short = short;
@@ -133,7 +154,12 @@ fn scan_with(
         let search = salvaged
             .last()
             .map_or(off + 1, |&(at, len)| at + len as u64);
-        let next = finder.find(src, search)?;
+        // Past the synced length, the first failure ends the range.
+        let next = if layout.synced.is_some_and(|s| off >= s) {
+            None
+        } else {
+            finder.find(src, search)?
+        };
         let stop = next.unwrap_or(end);
         let lost = lost_in(src, &mut win, off, stop, &salvaged)?;
         let at: Vec<u64> = salvaged.iter().map(|s| s.0).collect();

@@ -1,7 +1,7 @@
 //! Segment files: append-only logs of checksummed records, read through a memory map when the
 //! backend offers one, else with positioned reads.
 
-use super::format::{self, Header, MAX_HEADER_LEN};
+use super::format::{self, Header, SegLayout, MAX_HEADER_LEN, SEG_DATA, SEG_HEADER_LEN};
 use crate::error::{Error, Result};
 use crate::io::{Map, VFile};
 use arc_swap::ArcSwapOption;
@@ -134,6 +134,16 @@ pub struct Segment {
     /// records in those segments.
     pub horizon: AtomicU32,
     pub map: Published<Map>,
+    /// Where its records start, and whether its header has synced-length slots (read from its
+    /// header when it is made: `format::seg_layout`).
+    pub data: u64,
+    pub slots: bool,
+    /// The fixed part of its header (the slots' crc covers its crc).
+    head: [u8; SEG_HEADER_LEN],
+    /// The synced length last written into a slot (or read from one), and the slot writes so
+    /// far. Changed only by `Log::sync_now`, one at a time.
+    pub marked: AtomicU64,
+    slot_writes: AtomicU32,
 }
 
 impl Segment {
@@ -145,7 +155,27 @@ impl Segment {
         file: Arc<dyn VFile>,
         flushed: u64,
     ) -> Segment {
+        // The header as the file holds it (a file that cannot be read, as a lane's placeholder,
+        // is taken for one without slots: it is never synced).
+        let mut h = [0u8; SEG_DATA];
+        let layout = match file.len() {
+            Ok(len) if len >= SEG_HEADER_LEN as u64 => {
+                let n = len.min(SEG_DATA as u64) as usize;
+                match file.read_at(&mut h[..n], 0) {
+                    Ok(()) => format::seg_layout(&h[..n]),
+                    Err(_) => SegLayout::PLAIN,
+                }
+            }
+            _ => SegLayout::PLAIN,
+        };
+        let mut head = [0u8; SEG_HEADER_LEN];
+        head.copy_from_slice(&h[..SEG_HEADER_LEN]);
         Segment {
+            data: layout.data,
+            slots: layout.slots,
+            head,
+            marked: AtomicU64::new(layout.synced.unwrap_or(0)),
+            slot_writes: AtomicU32::new(layout.slot_writes),
             id,
             lane,
             salt,
@@ -178,6 +208,30 @@ impl Segment {
 
     pub fn flushed(&self) -> u64 {
         self.flushed.load(Ordering::Acquire)
+    }
+
+    /// The synced length its header records, as far as this process knows (`None`: a segment
+    /// without slots).
+    pub fn synced(&self) -> Option<u64> {
+        self.slots.then(|| self.marked.load(Ordering::Acquire))
+    }
+
+    /// Record in a slot of the header that the first `len` bytes are durable (an fdatasync
+    /// covering them has returned), if that is more than the slots say: into the slot the last
+    /// write did not use, not synced itself (the next fdatasync makes it durable; until then the
+    /// other slot says less). True when a slot was written. Called by `Log::sync_now` only (one
+    /// at a time).
+    pub fn mark_synced(&self, len: u64) -> std::io::Result<bool> {
+        if !self.slots || len <= self.marked.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        let n = self.slot_writes.load(Ordering::Relaxed).wrapping_add(1);
+        let at = format::SEG_SLOTS[(n % 2) as usize];
+        self.file
+            .write_at(&format::synced_slot(&self.head, len, n), at as u64)?;
+        self.slot_writes.store(n, Ordering::Relaxed);
+        self.marked.store(len, Ordering::Release);
+        Ok(true)
     }
 
     /// Read `len` bytes at `off` from the file part (the caller checked `off + len <= flushed`).

@@ -302,7 +302,7 @@ impl Inner {
             // Every image is rewritten: the node segment being written is sealed too, so it
             // can go with the others.
             let mut tail = self.nodes.tails[0].0.lock();
-            if tail.end() > SEG_HEADER_LEN as u64 {
+            if tail.end() > tail.seg.data {
                 self.nodes.roll(&mut tail)?;
             }
         }
@@ -315,7 +315,7 @@ impl Inner {
             .segs
             .values()
             .filter(|s| {
-                let data = s.flushed().saturating_sub(SEG_HEADER_LEN as u64);
+                let data = s.flushed().saturating_sub(s.data);
                 !active.contains(&s.id) && (all || s.live.load(Ordering::Relaxed) * 2 < data)
             })
             .map(|s| s.id)

@@ -53,6 +53,7 @@ use crate::config::SyncMode;
 use crate::durability::GroupCommit;
 use crate::error::{Error, Result};
 use crate::io::{MapMut, OsVfs, VFile, Vfs};
+use crate::log::format::synced_slot;
 use parking_lot::{Condvar, Mutex};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -280,20 +281,6 @@ fn file_header(sid: u32, prev_ts: u64) -> [u8; FILE_HEADER as usize] {
         h[at..at + 16].copy_from_slice(&s);
     }
     h
-}
-
-/// A synced-length slot of the file whose header starts with `h` (its crc covers the header's,
-/// so a slot is never taken from another file).
-fn synced_slot(h: &[u8], synced: u64, n: u32) -> [u8; 16] {
-    debug_assert!(h.len() >= 32);
-    let mut s = [0u8; 16];
-    s[0..8].copy_from_slice(&synced.to_le_bytes());
-    s[8..12].copy_from_slice(&n.to_le_bytes());
-    let mut c = [0u8; 16];
-    c[0..12].copy_from_slice(&s[0..12]);
-    c[12..16].copy_from_slice(&h[28..32]);
-    s[12..16].copy_from_slice(&crc32c::crc32c(&c).to_le_bytes());
-    s
 }
 
 fn le64(b: &[u8]) -> u64 {
