@@ -81,6 +81,28 @@ impl MapMut {
         self.ptr
     }
 
+    /// Whether this is a mapping of the operating system's (not a simulated file's pages).
+    pub fn is_os(&self) -> bool {
+        self.os
+    }
+
+    /// Unmap the pages of `from..to` (whole pages within it) from this process
+    /// (`MADV_DONTNEED`): their bytes stay the file's, dirty ones are written back as usual, and
+    /// a later access faults them in again. Writing back a page still mapped write-protects it
+    /// in every process that maps it, an interrupt to every core per page; an unmapped page
+    /// needs none.
+    pub fn unmap_pages(&self, from: usize, to: usize) {
+        let from = from.next_multiple_of(4096);
+        let to = to.min(self.len) & !4095;
+        if !self.os || from >= to {
+            return;
+        }
+        // SAFETY: the range lies within the mapping, which `self` keeps alive. On a shared file
+        // mapping the advice changes no byte of the file: a later access reads the same bytes
+        // back from the page cache.
+        unsafe { libc::madvise(self.ptr.add(from).cast(), to - from, libc::MADV_DONTNEED) };
+    }
+
     /// Fault in the pages of `from..to` as if written, changing no byte, off the writers' path
     /// (`MADV_POPULATE_WRITE`, Linux 5.14). Whether it was done (older kernels refuse; the
     /// writers then fault the pages in themselves).
