@@ -28,6 +28,9 @@ pub trait VFile: Send + Sync {
     /// and without any promise of durability: a hint, so that a later `sync` has less to wait
     /// for. Ignores errors (the later `sync` reports any that matter).
     fn start_writeback(&self, _off: u64, _len: u64) {}
+    /// Ask the OS to drop `len` bytes at `off` from its page cache, those already written back
+    /// (a hint: dirty pages stay; the bytes stay the file's and are read from the device next).
+    fn drop_cached(&self, _off: u64, _len: u64) {}
     /// Write zeros to `len` bytes at `off` (past the records) and make them durable, so that
     /// records later written over them change no file metadata and their fdatasync has no
     /// size or block allocation to journal (docs/ARCHITECTURE.md, "Zeros ahead of the log").
@@ -213,6 +216,18 @@ impl VFile for OsFile {
                 off as i64,
                 len as i64,
                 libc::SYNC_FILE_RANGE_WRITE,
+            );
+        }
+    }
+    fn drop_cached(&self, off: u64, len: u64) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a plain system call on a descriptor this file owns.
+        unsafe {
+            libc::posix_fadvise(
+                self.0.as_raw_fd(),
+                off as i64,
+                len as i64,
+                libc::POSIX_FADV_DONTNEED,
             );
         }
     }

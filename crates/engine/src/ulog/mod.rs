@@ -28,8 +28,9 @@
 //! into the mapping under the writer's lock. That needs no system call, and what is copied is
 //! in the operating system's page cache at once: a killed process loses nothing it appended.
 //! The background thread keeps the pages ahead of the records filled with zeros and mapped
-//! (`Ulog::prefault`), and unmaps the pages behind them and starts their write-back
-//! (`Ulog::write_back`), so that sealing a full file has little left to sync.
+//! (`Ulog::prefault`), and unmaps the pages behind them, starts their write-back and, well
+//! behind, drops them from the page cache (`Ulog::write_back`), so that sealing a full file
+//! has little left to sync and new pages are recycled ones.
 //!
 //! Time stamps are positions: each is the later of the wall clock in microseconds and the
 //! previous one plus one, so they increase strictly even across restarts and clock steps back.
@@ -197,8 +198,10 @@ struct Writer {
     map: Arc<MapMut>,
     /// Bytes of `map` whose pages are known to be in memory (see `prefault`).
     populated: u64,
-    /// Bytes of the newest file whose write-back was started (see `write_back`).
+    /// Bytes of the newest file whose write-back was started, and below which its pages were
+    /// dropped from the page cache (see `write_back`).
     written_back: u64,
+    dropped: u64,
     /// With `sync=always`: bytes of the newest file below which zeros were written and synced
     /// ahead of the records (`fill_ahead`), and where the zeros being written start
     /// (`NO_FILL`: none under way; records must not reach it until they are done).
@@ -538,6 +541,7 @@ impl Ulog {
                 map,
                 populated: 0,
                 written_back: 0,
+                dropped: 0,
                 zeroed: 0,
                 fill_from: NO_FILL,
                 idx,
@@ -750,6 +754,7 @@ impl Ulog {
         w.map = m;
         w.populated = 0;
         w.written_back = 0;
+        w.dropped = 0;
         w.zeroed = 0;
         w.idx = idx;
         w.size = FILE_HEADER;
@@ -856,24 +861,41 @@ impl Ulog {
     /// (`rotate`, under the writer's lock) has little left to write. Without it, that fsync
     /// wrote up to the whole file's records while every writer waited (30–70 ms at 64 MiB).
     /// The pages are unmapped first (`MapMut::unmap_pages`; the writers are past them), so
-    /// their write-back interrupts no core to write-protect them.
+    /// their write-back interrupts no core to write-protect them. Pages written back a tick
+    /// ago and more than `KEEP_CACHED` behind the records are dropped from the page cache
+    /// (`VFile::drop_cached`): the pages the zeros ahead are written into (and the database's
+    /// own appends) are then ones just freed rather than memory the kernel must find, which
+    /// cost about four times as much to fill. A replica that follows closely still reads
+    /// records from the cache; one further behind reads them from the device.
     fn write_back(&self) {
         const MIN: u64 = 1 << 20;
+        const KEEP_CACHED: u64 = 32 << 20;
         if self.cfg.sync == SyncMode::Always {
             return; // synced after nearly every write
         }
-        let (file, map, from, to) = {
+        let (file, map, from, to, drop) = {
             let mut w = self.w.lock();
             let to = w.size & !4095;
             let from = w.written_back.max(FILE_HEADER) & !4095;
             if w.failed.is_some() || to < from + MIN {
                 return;
             }
+            // Written back a tick ago at least, and far enough behind for a replica that
+            // follows closely to read them from the cache.
+            let keep = KEEP_CACHED.min(self.cfg.file_size / 2);
+            let drop_to = from.min(to.saturating_sub(keep)) & !4095;
+            let drop = (drop_to > w.dropped + MIN).then_some((w.dropped, drop_to));
+            if let Some((_, t)) = drop {
+                w.dropped = t;
+            }
             w.written_back = to;
-            (w.file.clone(), w.map.clone(), from, to)
+            (w.file.clone(), w.map.clone(), from, to, drop)
         };
         map.unmap_pages(from as usize, to as usize);
         file.start_writeback(from, to - from);
+        if let Some((a, b)) = drop {
+            file.drop_cached(a, b - a);
+        }
     }
 
     /// Make every record appended so far durable: one fsync for every caller waiting when it

@@ -659,9 +659,10 @@ fn database_name_gives_the_sync_mode_to_the_log() {
     assert!(database_name("a.kh#sync=sometimes").is_err());
 }
 
-/// The background thread writes zeros over the pages ahead of the records and starts the
-/// write-back of the pages behind them while writers append through the mapping: no record is
-/// overwritten or lost, across rotations, and every page ahead was filled.
+/// The background thread writes zeros over the pages ahead of the records, and unmaps, starts
+/// the write-back of and drops from the cache the pages behind them, while writers append
+/// through the mapping: no record is overwritten or lost, across rotations, and the pages
+/// ahead were filled.
 #[test]
 fn zeros_written_ahead_and_write_back_behind_keep_every_record() {
     let dir = tempfile::tempdir().unwrap();
