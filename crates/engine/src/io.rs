@@ -268,6 +268,9 @@ impl VFile for OsFile {
         // database's lock), writes only below `len`, which lies within the file (made that
         // long first), and cuts the file only after dropping the mapping.
         let map = memmap2::MmapOptions::new().len(len).map_raw(&self.0)?;
+        // No read-ahead on a fault: the pages are written, and reading ahead into the file's
+        // hole zeroes pages the caller fills itself (`MapMut::populate` after writing them).
+        let _ = map.advise(memmap2::Advice::Random);
         Ok(Some(MapMut {
             ptr: map.as_mut_ptr(),
             len,
