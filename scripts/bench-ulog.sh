@@ -11,8 +11,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${REPS:-3} SECS=${SECS:-2} THREADS=${THREADS:-2} CONNS=${CONNS:-128} PIPELINE=${PIPELINE:-16}
 N=${N:-1000000} EXT=${EXT:-kh}
-cargo build --release -q -p kura
-KURA="$PWD/target/release/kura"
+if [ -z "${KURA:-}" ]; then # KURA=PATH: that build instead (another build, for a before-and-after)
+	cargo build --release -q -p kura
+	KURA="$PWD/target/release/kura"
+fi
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]:-}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }

@@ -28,6 +28,9 @@ pub trait VFile: Send + Sync {
     /// and without any promise of durability: a hint, so that a later `sync` has less to wait
     /// for. Ignores errors (the later `sync` reports any that matter).
     fn start_writeback(&self, _off: u64, _len: u64) {}
+    /// Ask the OS to drop `len` bytes at `off` from its page cache, those already written back
+    /// (a hint: dirty pages stay; the bytes stay the file's and are read from the device next).
+    fn drop_cached(&self, _off: u64, _len: u64) {}
     /// Write zeros to `len` bytes at `off` (past the records) and make them durable, so that
     /// records later written over them change no file metadata and their fdatasync has no
     /// size or block allocation to journal (docs/ARCHITECTURE.md, "Zeros ahead of the log").
@@ -79,6 +82,28 @@ impl MapMut {
     /// time.
     pub fn as_mut_ptr(&self) -> *mut u8 {
         self.ptr
+    }
+
+    /// Whether this is a mapping of the operating system's (not a simulated file's pages).
+    pub fn is_os(&self) -> bool {
+        self.os
+    }
+
+    /// Unmap the pages of `from..to` (whole pages within it) from this process
+    /// (`MADV_DONTNEED`): their bytes stay the file's, dirty ones are written back as usual, and
+    /// a later access faults them in again. Writing back a page still mapped write-protects it
+    /// in every process that maps it, an interrupt to every core per page; an unmapped page
+    /// needs none.
+    pub fn unmap_pages(&self, from: usize, to: usize) {
+        let from = from.next_multiple_of(4096);
+        let to = to.min(self.len) & !4095;
+        if !self.os || from >= to {
+            return;
+        }
+        // SAFETY: the range lies within the mapping, which `self` keeps alive. On a shared file
+        // mapping the advice changes no byte of the file: a later access reads the same bytes
+        // back from the page cache.
+        unsafe { libc::madvise(self.ptr.add(from).cast(), to - from, libc::MADV_DONTNEED) };
     }
 
     /// Fault in the pages of `from..to` as if written, changing no byte, off the writers' path
@@ -194,6 +219,18 @@ impl VFile for OsFile {
             );
         }
     }
+    fn drop_cached(&self, off: u64, len: u64) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a plain system call on a descriptor this file owns.
+        unsafe {
+            libc::posix_fadvise(
+                self.0.as_raw_fd(),
+                off as i64,
+                len as i64,
+                libc::POSIX_FADV_DONTNEED,
+            );
+        }
+    }
     fn zero_fill(&self, off: u64, len: u64) -> io::Result<()> {
         use std::os::fd::AsRawFd;
         // Written back a piece at a time as it goes, so that a concurrent fdatasync of the
@@ -231,6 +268,9 @@ impl VFile for OsFile {
         // database's lock), writes only below `len`, which lies within the file (made that
         // long first), and cuts the file only after dropping the mapping.
         let map = memmap2::MmapOptions::new().len(len).map_raw(&self.0)?;
+        // No read-ahead on a fault: the pages are written, and reading ahead into the file's
+        // hole zeroes pages the caller fills itself (`MapMut::populate` after writing them).
+        let _ = map.advise(memmap2::Advice::Random);
         Ok(Some(MapMut {
             ptr: map.as_mut_ptr(),
             len,

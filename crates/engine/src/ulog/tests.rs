@@ -706,3 +706,73 @@ fn table_rows_replicate_and_the_replica_indexes_them() {
     db.close().unwrap();
     replica.close().unwrap();
 }
+
+/// The background thread writes zeros over the pages ahead of the records, and unmaps, starts
+/// the write-back of and drops from the cache the pages behind them, while writers append
+/// through the mapping: no record is overwritten or lost, across rotations, and the pages
+/// ahead were filled.
+#[test]
+fn zeros_written_ahead_and_write_back_behind_keep_every_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cfg(dir.path(), 1);
+    c.file_size = 3 << 20;
+    c.limit = 0;
+    let log = Ulog::open(c.clone()).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let helper = {
+        let (log, stop) = (log.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                log.prefault();
+                log.write_back();
+            }
+        })
+    };
+    let writers: Vec<_> = (0..2u32)
+        .map(|t| {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for i in 0..6000u32 {
+                    let v = vec![(i % 251) as u8 + 1; 300 + (i % 700) as usize];
+                    log.append(&Op::Put {
+                        key: &[t.to_be_bytes(), i.to_be_bytes()].concat(),
+                        value: &v,
+                        flags: 0,
+                        expires: 0,
+                    })
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    helper.join().unwrap();
+    let populated = log.w.lock().populated;
+    assert!(populated > log.w.lock().size, "filled ahead: {populated}");
+    assert!(log.span().0 > 2, "rotated");
+    log.close().unwrap();
+    drop(log);
+    let log = Ulog::open(c).unwrap();
+    assert_eq!(log.torn_tail, 0);
+    let Start::Reader(mut r) = log.reader(0).unwrap() else {
+        panic!("behind")
+    };
+    let mut next = [0u32; 2];
+    while let Some(b) = r.next(Duration::from_millis(10)).unwrap() {
+        let record::Next::Record(rec, _) = record::decode(b).unwrap() else {
+            panic!("incomplete")
+        };
+        let Op::Put { key, value, .. } = rec.op else {
+            panic!("{:?}", rec.op)
+        };
+        let t = u32::from_be_bytes(key[0..4].try_into().unwrap()) as usize;
+        let i = u32::from_be_bytes(key[4..8].try_into().unwrap());
+        assert_eq!(i, next[t], "writer {t}'s records in order");
+        assert_eq!(value, vec![(i % 251) as u8 + 1; 300 + (i % 700) as usize]);
+        next[t] += 1;
+    }
+    assert_eq!(next, [6000, 6000]);
+}
