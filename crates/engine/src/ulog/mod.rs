@@ -642,22 +642,33 @@ impl Ulog {
     /// local one.
     pub fn append_from(&self, origin: Option<(u32, u64)>, op: &Op<'_>) -> Result<u64> {
         let mut w = self.w.lock();
-        if let Some(e) = &w.failed {
-            return Err(Error::Poisoned(e.clone()));
-        }
-        let ts = now_us().max(w.last_ts + 1);
-        let (osid, ots) = origin.unwrap_or((self.cfg.sid, ts));
         let mut buf = std::mem::take(&mut w.buf);
-        buf.clear();
-        record::encode(&mut buf, ts, osid, ots, op);
-        // The zeros being written ahead must not overwrite the record, nor extend a file that
-        // the record's rotation cuts to its records.
-        while w.fill_from != NO_FILL && {
-            let end = w.size + buf.len() as u64;
-            end > w.fill_from || end > w.map.len() as u64
-        } {
-            self.fill_cv.wait(&mut w);
-        }
+        let ts = loop {
+            if let Some(e) = &w.failed {
+                let e = Error::Poisoned(e.clone());
+                w.buf = buf;
+                return Err(e);
+            }
+            let ts = now_us().max(w.last_ts + 1);
+            let (osid, ots) = origin.unwrap_or((self.cfg.sid, ts));
+            buf.clear();
+            record::encode(&mut buf, ts, osid, ots, op);
+            // The zeros being written ahead must not overwrite the record, nor extend a file
+            // that the record's rotation cuts to its records.
+            let blocked = |w: &Writer| {
+                let end = w.size + buf.len() as u64;
+                w.fill_from != NO_FILL && (end > w.fill_from || end > w.map.len() as u64)
+            };
+            if !blocked(&w) {
+                break ts;
+            }
+            while blocked(&w) {
+                self.fill_cv.wait(&mut w);
+            }
+            // The wait let other writers append (a record that fits below the zeros): the
+            // time stamp is taken again, or this record would follow one stamped later and
+            // readers, which skip records not after their position, would skip it.
+        };
         let r = self.copy_in(&mut w, &buf);
         w.buf = buf;
         r?;

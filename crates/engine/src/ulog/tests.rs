@@ -776,3 +776,61 @@ fn zeros_written_ahead_and_write_back_behind_keep_every_record() {
     }
     assert_eq!(next, [6000, 6000]);
 }
+
+/// A writer waiting for the zeros being written ahead (`fill_from`) lets other writers in: a
+/// smaller record that fits below them is appended meanwhile. The waiting writer's record,
+/// appended after it, still takes a later time stamp, so a reader (which skips records not
+/// after its position) returns both.
+#[test]
+fn a_writer_waiting_for_the_zeros_ahead_takes_its_time_stamp_after_the_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+    log.append(&Op::Remove { key: b"first" }).unwrap();
+    // Zeros "being written" from 200 bytes past the records (set while none are).
+    loop {
+        let mut w = log.w.lock();
+        if w.fill_from == NO_FILL {
+            w.fill_from = w.size + 200;
+            break;
+        }
+        drop(w);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let big = {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            log.append(&Op::Put {
+                key: b"big",
+                value: &[7; 1000],
+                flags: 0,
+                expires: 0,
+            })
+            .unwrap()
+        })
+    };
+    // The big record's writer holds the encoding buffer while it waits.
+    while log.w.lock().buf.capacity() != 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(2));
+    let small = log.append(&Op::Remove { key: b"small" }).unwrap();
+    log.w.lock().fill_from = NO_FILL;
+    log.fill_cv.notify_all();
+    let big = big.join().unwrap();
+    assert!(big > small, "time stamps in file order: {small} then {big}");
+    let Start::Reader(mut r) = log.reader(0).unwrap() else {
+        panic!("behind")
+    };
+    let mut keys = Vec::new();
+    while let Some(b) = r.next(Duration::from_millis(10)).unwrap() {
+        let record::Next::Record(rec, _) = record::decode(b).unwrap() else {
+            panic!("incomplete")
+        };
+        keys.push(match rec.op {
+            Op::Put { key, .. } | Op::Remove { key } => key.to_vec(),
+            op => panic!("{op:?}"),
+        });
+    }
+    assert_eq!(keys, [&b"first"[..], b"small", b"big"]);
+    log.close().unwrap();
+}
