@@ -132,12 +132,64 @@ fn table_misc_functions_answer_with_tyrants_wire_forms() {
     };
     let (a, b) = (uid(&mut s), uid(&mut s));
     assert!(b > a && a >= 1, "{a} {b}");
-    // Queries are not served: search and metasearch fail.
+    // search: Tyrant's commands, one an argument; primary keys, records, count, hint.
     assert_eq!(
         misc(&mut s, b"search", &[b"addcond\0name\0STREQ\0al"]),
+        list(&[b"1"])
+    );
+    assert_eq!(
+        misc(
+            &mut s,
+            b"search",
+            &[b"setorder\0name\0STRDESC", b"get\0name"]
+        ),
+        list(&[b"name\0bob", b"name\0al"])
+    );
+    assert_eq!(
+        misc_opts(
+            &mut s,
+            b"search",
+            1,
+            &[b"addcond\0name\0STRBW\0a", b"count"]
+        ),
+        list(&[b"1"])
+    );
+    match misc(&mut s, b"search", &[b"addcond\0name\0STREQ\0bob", b"hint"]) {
+        Reply::List(l) => {
+            assert_eq!(l[0], b"2");
+            assert!(l[1].starts_with(b"\0\0[[HINT]]\n"), "{l:?}");
+        }
+        r => panic!("search hint: {r:?}"),
+    }
+    // metasearch: a union of two queries, ordered as the first asks.
+    assert_eq!(
+        misc(
+            &mut s,
+            b"metasearch",
+            &[
+                b"addcond\0name\0STREQ\0al",
+                b"setorder\0\0STRDESC",
+                b"next",
+                b"addcond\0name\0STREQ\0bob",
+                b"mstype\0UNION",
+            ]
+        ),
+        list(&[b"2", b"1"])
+    );
+    // A command or operator it cannot read: the failure form; the connection goes on, and
+    // `misc error` says why.
+    assert_eq!(
+        misc(&mut s, b"search", &[b"addcond\0name\0BOGUS\0al"]),
         FAILED
     );
-    assert_eq!(misc(&mut s, b"metasearch", &[b"next"]), FAILED);
+    assert_eq!(misc(&mut s, b"search", &[b"frobnicate"]), FAILED);
+    match misc(&mut s, b"error", &[]) {
+        Reply::List(l) => assert!(
+            String::from_utf8_lossy(&l[0]).contains("frobnicate"),
+            "{l:?}"
+        ),
+        r => panic!("error: {r:?}"),
+    }
     // The generic functions see the records' wire forms: getlist, iternext.
     assert_eq!(
         misc(&mut s, b"getlist", &[b"1", b"2"]),
@@ -323,7 +375,23 @@ fn table_writes_replicate_and_a_replica_takes_its_own_indexes() {
     assert_eq!(misc(&mut m, b"out", &[b"c"]), list(&[]));
     let mut t = Tt::new(&master.addr);
     assert_eq!(t.put(b"d", b"n\x005"), 0);
+    assert_eq!(t.put(b"e", b"n\x006"), 0);
+    // search … out on the master reaches the replica (logged as the removes it made).
+    assert_eq!(
+        misc(&mut m, b"search", &[b"addcond\0n\0NUMGE\x006", b"out"]),
+        list(&[])
+    );
     converge(&master.addr, &replica.addr, 20);
+    assert_eq!(misc(&mut r, b"get", &[b"e"]), FAILED);
+    // A read-only replica answers a search, and refuses one that removes.
+    assert_eq!(
+        misc(&mut r, b"search", &[b"addcond\0n\0NUMGE\x002", b"count"]),
+        list(&[b"2"])
+    );
+    assert_eq!(
+        misc(&mut r, b"search", &[b"addcond\0n\0NUMGE\x002", b"out"]),
+        FAILED
+    );
     assert_eq!(
         misc(&mut r, b"get", &[b"a"]),
         list(&[b"n", b"1", b"w", b"x", b"v", b"y"])
