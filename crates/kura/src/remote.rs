@@ -436,7 +436,25 @@ fn dispatch(a: &RemoteArgs) -> Res {
             match r.call(&req)? {
                 Reply::List(items) => crate::query::print_reply(&items),
                 Reply::Code(c) => {
-                    let res = Err(refused(&format!("misc {name}"))(c));
+                    // The server's reason (its `misc error`), when it keeps one.
+                    let why = match r.call(&Request::Misc {
+                        name: b"error",
+                        opts: 0,
+                        args: Vec::new(),
+                    }) {
+                        Ok(Reply::List(items)) => items
+                            .first()
+                            .map(|m| String::from_utf8_lossy(m).into_owned())
+                            .filter(|m| !m.starts_with("0:")),
+                        _ => None,
+                    };
+                    let res = match why {
+                        Some(m) => Err(Fail::No(format!(
+                            "{name} failed: {}",
+                            m.split_once(": ").map_or(m.as_str(), |(_, rest)| rest)
+                        ))),
+                        None => Err(refused(&format!("misc {name}"))(c)),
+                    };
                     explained(&mut r, &format!("misc {name}"), res)
                 }
                 other => Err(unexpected(&req, &other)),

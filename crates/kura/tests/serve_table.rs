@@ -475,3 +475,66 @@ fn kura_remote_misc_drives_a_table() {
     assert!(!o.status.success());
     assert_eq!(remote(&["get", "u3"]).status.code(), Some(1));
 }
+
+/// `kura remote search` (tcrmgr's search) on a table server: conditions, order and limit,
+/// records, count, hint, remove; a bad operator is status 1 with the server's reason.
+#[test]
+fn kura_remote_search_queries_a_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = Server::start(dir.path(), "t.kt");
+    let mut s = srv.connect();
+    for (pk, name, age) in [("1", "alice", "30"), ("2", "bob", "25"), ("3", "al", "41")] {
+        assert_eq!(
+            misc(
+                &mut s,
+                b"put",
+                &[
+                    pk.as_bytes(),
+                    b"name",
+                    name.as_bytes(),
+                    b"age",
+                    age.as_bytes()
+                ]
+            ),
+            list(&[])
+        );
+    }
+    let remote = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_kura"))
+            .args(["remote", "--port", common::port_of(&srv.addr), "search"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = |args: &[&str]| {
+        let o = remote(args);
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    };
+    assert_eq!(out(&["name", "STRBW", "al"]), "1\n3\n");
+    assert_eq!(
+        out(&["--ord", "age", "NUMDESC", "-m", "2", "--pv"]),
+        "3\tname\tal\tage\t41\n1\tname\talice\tage\t30\n"
+    );
+    assert_eq!(
+        out(&["--column", "age", "--", "name", "STREQ", "bob"]),
+        "2\tage\t25\n"
+    );
+    assert_eq!(out(&["-c", "age", "NUMGE", "30"]), "2\n");
+    let hint = out(&["--hint", "name", "STREQ", "bob"]);
+    assert!(hint.starts_with("2\n\t:::: "), "{hint}");
+    assert_eq!(
+        out(&["--ms", "UNION", "name", "STREQ", "bob", "age", "NUMEQ", "41"]),
+        "2\n3\n"
+    );
+    assert_eq!(out(&["--out", "age", "NUMLT", "35"]), "");
+    assert_eq!(out(&[]), "3\n");
+    let o = remote(&["name", "BOGUS", "x"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("operator"), "{err}");
+}
