@@ -538,3 +538,90 @@ fn kura_remote_search_queries_a_table() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("operator"), "{err}");
 }
+
+/// Kura's JSON query endpoint, `POST /_query`, through the real server: conditions, order,
+/// limit and skip, chosen columns, count, hint; bad JSON and bad queries are 400 with the
+/// reason; a database that is not a table is 400.
+#[test]
+fn json_query_endpoint_answers_records_as_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = Server::start(dir.path(), "t.kt");
+    let mut s = srv.connect();
+    for (pk, name, age) in [("1", "alice", "30"), ("2", "bob", "25"), ("3", "al", "41")] {
+        assert_eq!(
+            misc(
+                &mut s,
+                b"put",
+                &[
+                    pk.as_bytes(),
+                    b"name",
+                    name.as_bytes(),
+                    b"age",
+                    age.as_bytes()
+                ]
+            ),
+            list(&[])
+        );
+    }
+    let post = |srv: &Server, json: &str| {
+        let raw = format!(
+            "POST /_query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{json}",
+            json.len()
+        );
+        let resp = exchange(srv, raw.as_bytes());
+        (
+            status(&resp),
+            String::from_utf8_lossy(body(&resp)).into_owned(),
+        )
+    };
+    let (st, b) = post(
+        &srv,
+        r#"{"conditions": [{"column": "name", "op": "STRBW", "expr": "al"}],
+            "order": {"column": "age", "type": "NUMDESC"}}"#,
+    );
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(
+        b,
+        "{\"records\":[{\"columns\":{\"age\":\"41\",\"name\":\"al\"},\"key\":\"3\"},\
+         {\"columns\":{\"age\":\"30\",\"name\":\"alice\"},\"key\":\"1\"}]}\n"
+    );
+    let (st, b) = post(
+        &srv,
+        r#"{"order": {"column": "", "type": "STRASC"}, "limit": 1, "skip": 1,
+            "columns": ["age"]}"#,
+    );
+    assert_eq!(
+        (st, b.as_str()),
+        (
+            200,
+            "{\"records\":[{\"columns\":{\"age\":\"25\"},\"key\":\"2\"}]}\n"
+        )
+    );
+    let (st, b) = post(
+        &srv,
+        r#"{"conditions": [{"column": "age", "op": "NUMLT", "expr": 35, "negate": true}],
+            "count": true, "hint": true}"#,
+    );
+    assert_eq!(st, 200, "{b}");
+    assert!(b.starts_with("{\"count\":1,\"hint\":\""), "{b}");
+    // Bad requests: the reason, nothing changed.
+    let (st, b) = post(&srv, "{\"conditions\": [");
+    assert_eq!(st, 400);
+    assert!(b.contains("not valid JSON"), "{b}");
+    let (st, b) = post(
+        &srv,
+        r#"{"conditions": [{"column": "age", "op": "BOGUS", "expr": "1"}]}"#,
+    );
+    assert_eq!(st, 400);
+    assert!(b.contains("operator"), "{b}");
+    let (st, b) = post(&srv, r#"{"limit": "ten"}"#);
+    assert_eq!(st, 400);
+    assert!(b.contains("`limit`"), "{b}");
+    assert_eq!(misc(&mut s, b"search", &[b"count"]), list(&[b"3"]));
+    // On a database that is not a table.
+    let hash = Server::start(dir.path(), "h.kh");
+    let (st, b) = post(&hash, "{}");
+    assert_eq!(st, 400);
+    assert!(b.contains("table"), "{b}");
+}

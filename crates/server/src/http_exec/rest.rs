@@ -241,6 +241,13 @@ fn rest_post(
         return Ok(Reply::text(500, "Internal Server Error"));
     }
     let Some(mname) = named("x-tt-mname") else {
+        // Kura's JSON query endpoint (a read).
+        if req.path() == super::query::PATH {
+            if let Some(r) = masked(shared, Op::Get) {
+                return Ok(r);
+            }
+            return super::query::json_query(store, &req.body);
+        }
         return Ok(Reply::text(400, "Bad Request"));
     };
     // Tyrant passes the values of the form in the order their names first appear (a later
