@@ -160,10 +160,10 @@ mod tests {
 
     fn cmds(args: &[&str]) -> Vec<String> {
         let cli = Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied())).unwrap();
-        cli.s
-            .commands()
-            .unwrap()
-            .into_iter()
+        let Ok(cmds) = cli.s.commands() else {
+            panic!("{args:?}: not read")
+        };
+        cmds.into_iter()
             .map(|c| String::from_utf8(c).unwrap().replace('\0', "|"))
             .collect()
     }
