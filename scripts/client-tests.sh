@@ -60,7 +60,15 @@ port_pyrant() {
     .venv/bin/python -W ignore -m lib2to3 -x dict -w -n "$src" >/dev/null 2>&1
     sed -i -e 's/ value\.iteritems()/ value.items()/' -e 's/ items\.iteritems()/ items.items()/' \
         "$src"/__init__.py
-    sed -i -e 's/ kwargs\.iteritems()/ kwargs.items()/' "$src"/query.py
+    # Python 2's integer division in the result cache's chunk number; a Python 3 str has
+    # __iter__ (a Python 2 one did not: the query code takes it for a list of words); a
+    # generator ends by returning (PEP 479).
+    sed -i -e 's/ kwargs\.iteritems()/ kwargs.items()/' \
+        -e 's|^        return index / self\.chunk_size$|        return index // self.chunk_size|' \
+        -e "s/hasattr(\([a-z.]*\), *'__iter__')/(hasattr(\1, '__iter__') and not isinstance(\1, str))/" \
+        -e 's/^\( *\)raise StopIteration$/\1return/' \
+        -e "s/^\( *\)prep = lambda k,v: (k, self\.query\._to_python(v))$/\1prep = lambda k,v: (k.decode('utf-8'), self.query._to_python(v.decode('utf-8')))/" \
+        "$src"/query.py
     sed -i -e "s/^    buf = ''$/    buf = b''/" \
         -e '0,/^        elif isinstance(arg, str):$/s//        elif isinstance(arg, bytes):/' \
         -e 's/^                    v = str(v)$/                    v = v if isinstance(v, bytes) else str(v).encode(ENCODING)/' \

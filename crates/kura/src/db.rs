@@ -110,6 +110,16 @@ pub enum DbCommand {
         #[arg(long)]
         all: bool,
     },
+    /// Query a table (PATH.kt), as `tctmgr search`: the primary keys of the records matching
+    /// every condition, in the order asked; `--pv` / `--column` print records
+    /// (`KEY<TAB>NAME<TAB>VALUE…`), `--count` how many, `--out` removes them, `--hint` prints
+    /// the plan taken.
+    Search {
+        #[arg(help = NAME_HELP)]
+        name: String,
+        #[command(flatten)]
+        search: crate::query::SearchArgs,
+    },
     /// Make, drop or optimize the index of a column of a table (PATH.kt; `""` is the primary
     /// key), as `tctmgr setindex`: TYPE is lexical, decimal, token, qgram, opt or void (or
     /// Tokyo Cabinet's number), `+` before it to keep an existing index (status 1 then).
@@ -604,6 +614,20 @@ fn dispatch(cmd: DbCommand) -> Res {
                 }
             })
         }),
+        DbCommand::Search { name, search } => {
+            let cmds = search.commands()?;
+            let open = if search.out {
+                Open::Existing
+            } else {
+                Open::ReadOnly
+            };
+            with_db(&name, open, |db| {
+                table::table_of(db, "search")?;
+                let args: Vec<&[u8]> = cmds.iter().map(Vec::as_slice).collect();
+                let s = engine::table::query::parse_search(&args)?;
+                crate::query::print_reply(&engine::table::query::run_search(db, &s)?)
+            })
+        }
         DbCommand::Setindex { name, column, typ } => with_db(&name, Open::Existing, |db| {
             table::setindex(table::table_of(db, "setindex")?, column.as_bytes(), &typ)
         }),

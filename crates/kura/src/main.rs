@@ -3,6 +3,7 @@
 
 mod bench;
 mod db;
+mod query;
 mod remote;
 mod serve;
 mod transfer;

@@ -110,6 +110,15 @@ pub enum RemoteCommand {
     /// existing destination) or the command fails, with the server's reason (its `misc
     /// error`; from a server that does not keep one, what the failure may mean).
     Copy { path: PathBuf },
+    /// Query a table server, as `tcrmgr search` (Tyrant's `misc search`; the arguments of
+    /// `kura db search`).
+    Search {
+        #[command(flatten)]
+        search: crate::query::SearchArgs,
+        /// Do not write the update log (Tyrant's RDBMONOULOG).
+        #[arg(long)]
+        no_ulog: bool,
+    },
     /// Call a `misc` function (putlist, outlist, getlist, getpart, iterinit, iternext, sync,
     /// optimize, vanish, error, cacheclear, regex, range, …, and Kura's ulogstat and
     /// ulogforget SID); prints the result list, one TSV-escaped element per line.
@@ -408,6 +417,45 @@ fn dispatch(a: &RemoteArgs) -> Res {
                 Reply::Code(c) => {
                     let res = Err(refused(&format!("misc {func}"))(c));
                     explained(&mut r, &format!("misc {func}"), res)
+                }
+                other => Err(unexpected(&req, &other)),
+            }
+        }
+        RemoteCommand::Search { search, no_ulog } => {
+            let cmds = search.commands()?;
+            let name = if search.ms.is_some() {
+                "metasearch"
+            } else {
+                "search"
+            };
+            let req = Request::Misc {
+                name: name.as_bytes(),
+                opts: u32::from(*no_ulog),
+                args: cmds.iter().map(Vec::as_slice).collect(),
+            };
+            match r.call(&req)? {
+                Reply::List(items) => crate::query::print_reply(&items),
+                Reply::Code(c) => {
+                    // The server's reason (its `misc error`), when it keeps one.
+                    let why = match r.call(&Request::Misc {
+                        name: b"error",
+                        opts: 0,
+                        args: Vec::new(),
+                    }) {
+                        Ok(Reply::List(items)) => items
+                            .first()
+                            .map(|m| String::from_utf8_lossy(m).into_owned())
+                            .filter(|m| !m.starts_with("0:")),
+                        _ => None,
+                    };
+                    let res = match why {
+                        Some(m) => Err(Fail::No(format!(
+                            "{name} failed: {}",
+                            m.split_once(": ").map_or(m.as_str(), |(_, rest)| rest)
+                        ))),
+                        None => Err(refused(&format!("misc {name}"))(c)),
+                    };
+                    explained(&mut r, &format!("misc {name}"), res)
                 }
                 other => Err(unexpected(&req, &other)),
             }

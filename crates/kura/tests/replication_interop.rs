@@ -964,7 +964,8 @@ fn a_master_that_never_answers_is_an_error_within_seconds() {
 
 /// A Kura table (`.kt`) replica of a Tokyo Tyrant table master: the misc calls ttserver logs
 /// verbatim (put, putcat, putkeep, out, setindex) and binary puts of the NUL-separated form are
-/// redone with their table meaning; setindex makes the replica's index.
+/// redone with their table meaning; setindex makes the replica's index; a logged `search …
+/// out` runs again on the replica.
 #[test]
 fn a_table_replica_of_a_tokyo_tyrant_table_master_redoes_its_misc_calls() {
     let dir = tempfile::tempdir().unwrap();
@@ -995,6 +996,9 @@ fn a_table_replica_of_a_tokyo_tyrant_table_master_redoes_its_misc_calls() {
             ),
         ),
         misc(8, b"setindex", &[b"w", b"lexical"], true),
+        misc(9, b"put", &[b"d", b"n", b"7"], true),
+        // ttserver logs a `search … out` verbatim: the replica runs it again.
+        misc(10, b"search", &[b"addcond\0n\0NUMGE\x005", b"out"], true),
     ] {
         master.push(item);
     }
@@ -1015,8 +1019,8 @@ fn a_table_replica_of_a_tokyo_tyrant_table_master_redoes_its_misc_calls() {
     let want = map(&[("a", b"n\x001\0w\0x\0c\0y"), ("c", b"n\x004")]);
     holds(&replica.addr, &want, 20);
     let mut r = Tt::new(&replica.addr);
-    let st = eventually(20, || r.stat()["rts"] == tt_ts(8).to_string());
-    assert!(st, "the last setindex was not applied: {:?}", r.stat());
+    let st = eventually(20, || r.stat()["rts"] == tt_ts(10).to_string());
+    assert!(st, "the last search was not applied: {:?}", r.stat());
     drop(replica);
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kura"))
         .args(["db", "inform"])

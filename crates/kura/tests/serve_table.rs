@@ -132,12 +132,64 @@ fn table_misc_functions_answer_with_tyrants_wire_forms() {
     };
     let (a, b) = (uid(&mut s), uid(&mut s));
     assert!(b > a && a >= 1, "{a} {b}");
-    // Queries are not served: search and metasearch fail.
+    // search: Tyrant's commands, one an argument; primary keys, records, count, hint.
     assert_eq!(
         misc(&mut s, b"search", &[b"addcond\0name\0STREQ\0al"]),
+        list(&[b"1"])
+    );
+    assert_eq!(
+        misc(
+            &mut s,
+            b"search",
+            &[b"setorder\0name\0STRDESC", b"get\0name"]
+        ),
+        list(&[b"name\0bob", b"name\0al"])
+    );
+    assert_eq!(
+        misc_opts(
+            &mut s,
+            b"search",
+            1,
+            &[b"addcond\0name\0STRBW\0a", b"count"]
+        ),
+        list(&[b"1"])
+    );
+    match misc(&mut s, b"search", &[b"addcond\0name\0STREQ\0bob", b"hint"]) {
+        Reply::List(l) => {
+            assert_eq!(l[0], b"2");
+            assert!(l[1].starts_with(b"\0\0[[HINT]]\n"), "{l:?}");
+        }
+        r => panic!("search hint: {r:?}"),
+    }
+    // metasearch: a union of two queries, ordered as the first asks.
+    assert_eq!(
+        misc(
+            &mut s,
+            b"metasearch",
+            &[
+                b"addcond\0name\0STREQ\0al",
+                b"setorder\0\0STRDESC",
+                b"next",
+                b"addcond\0name\0STREQ\0bob",
+                b"mstype\0UNION",
+            ]
+        ),
+        list(&[b"2", b"1"])
+    );
+    // A command or operator it cannot read: the failure form; the connection goes on, and
+    // `misc error` says why.
+    assert_eq!(
+        misc(&mut s, b"search", &[b"addcond\0name\0BOGUS\0al"]),
         FAILED
     );
-    assert_eq!(misc(&mut s, b"metasearch", &[b"next"]), FAILED);
+    assert_eq!(misc(&mut s, b"search", &[b"frobnicate"]), FAILED);
+    match misc(&mut s, b"error", &[]) {
+        Reply::List(l) => assert!(
+            String::from_utf8_lossy(&l[0]).contains("frobnicate"),
+            "{l:?}"
+        ),
+        r => panic!("error: {r:?}"),
+    }
     // The generic functions see the records' wire forms: getlist, iternext.
     assert_eq!(
         misc(&mut s, b"getlist", &[b"1", b"2"]),
@@ -323,7 +375,23 @@ fn table_writes_replicate_and_a_replica_takes_its_own_indexes() {
     assert_eq!(misc(&mut m, b"out", &[b"c"]), list(&[]));
     let mut t = Tt::new(&master.addr);
     assert_eq!(t.put(b"d", b"n\x005"), 0);
+    assert_eq!(t.put(b"e", b"n\x006"), 0);
+    // search … out on the master reaches the replica (logged as the removes it made).
+    assert_eq!(
+        misc(&mut m, b"search", &[b"addcond\0n\0NUMGE\x006", b"out"]),
+        list(&[])
+    );
     converge(&master.addr, &replica.addr, 20);
+    assert_eq!(misc(&mut r, b"get", &[b"e"]), FAILED);
+    // A read-only replica answers a search, and refuses one that removes.
+    assert_eq!(
+        misc(&mut r, b"search", &[b"addcond\0n\0NUMGE\x002", b"count"]),
+        list(&[b"2"])
+    );
+    assert_eq!(
+        misc(&mut r, b"search", &[b"addcond\0n\0NUMGE\x002", b"out"]),
+        FAILED
+    );
     assert_eq!(
         misc(&mut r, b"get", &[b"a"]),
         list(&[b"n", b"1", b"w", b"x", b"v", b"y"])
@@ -406,4 +474,154 @@ fn kura_remote_misc_drives_a_table() {
     let o = import(b"u3\tname\tcarl\nu4\tname\n");
     assert!(!o.status.success());
     assert_eq!(remote(&["get", "u3"]).status.code(), Some(1));
+}
+
+/// `kura remote search` (tcrmgr's search) on a table server: conditions, order and limit,
+/// records, count, hint, remove; a bad operator is status 1 with the server's reason.
+#[test]
+fn kura_remote_search_queries_a_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = Server::start(dir.path(), "t.kt");
+    let mut s = srv.connect();
+    for (pk, name, age) in [("1", "alice", "30"), ("2", "bob", "25"), ("3", "al", "41")] {
+        assert_eq!(
+            misc(
+                &mut s,
+                b"put",
+                &[
+                    pk.as_bytes(),
+                    b"name",
+                    name.as_bytes(),
+                    b"age",
+                    age.as_bytes()
+                ]
+            ),
+            list(&[])
+        );
+    }
+    let remote = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_kura"))
+            .args(["remote", "--port", common::port_of(&srv.addr), "search"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = |args: &[&str]| {
+        let o = remote(args);
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    };
+    assert_eq!(out(&["name", "STRBW", "al"]), "1\n3\n");
+    assert_eq!(
+        out(&["--ord", "age", "NUMDESC", "-m", "2", "--pv"]),
+        "3\tname\tal\tage\t41\n1\tname\talice\tage\t30\n"
+    );
+    assert_eq!(
+        out(&["--column", "age", "--", "name", "STREQ", "bob"]),
+        "2\tage\t25\n"
+    );
+    assert_eq!(out(&["-c", "age", "NUMGE", "30"]), "2\n");
+    let hint = out(&["--hint", "name", "STREQ", "bob"]);
+    assert!(hint.starts_with("2\n\t:::: "), "{hint}");
+    assert_eq!(
+        out(&["--ms", "UNION", "name", "STREQ", "bob", "age", "NUMEQ", "41"]),
+        "2\n3\n"
+    );
+    assert_eq!(out(&["--out", "age", "NUMLT", "35"]), "");
+    assert_eq!(out(&[]), "3\n");
+    let o = remote(&["name", "BOGUS", "x"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("operator"), "{err}");
+}
+
+/// Kura's JSON query endpoint, `POST /_query`, through the real server: conditions, order,
+/// limit and skip, chosen columns, count, hint; bad JSON and bad queries are 400 with the
+/// reason; a database that is not a table is 400.
+#[test]
+fn json_query_endpoint_answers_records_as_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = Server::start(dir.path(), "t.kt");
+    let mut s = srv.connect();
+    for (pk, name, age) in [("1", "alice", "30"), ("2", "bob", "25"), ("3", "al", "41")] {
+        assert_eq!(
+            misc(
+                &mut s,
+                b"put",
+                &[
+                    pk.as_bytes(),
+                    b"name",
+                    name.as_bytes(),
+                    b"age",
+                    age.as_bytes()
+                ]
+            ),
+            list(&[])
+        );
+    }
+    let post = |srv: &Server, json: &str| {
+        let raw = format!(
+            "POST /_query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{json}",
+            json.len()
+        );
+        let resp = exchange(srv, raw.as_bytes());
+        (
+            status(&resp),
+            String::from_utf8_lossy(body(&resp)).into_owned(),
+        )
+    };
+    let (st, b) = post(
+        &srv,
+        r#"{"conditions": [{"column": "name", "op": "STRBW", "expr": "al"}],
+            "order": {"column": "age", "type": "NUMDESC"}}"#,
+    );
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(
+        b,
+        "{\"records\":[{\"columns\":{\"age\":\"41\",\"name\":\"al\"},\"key\":\"3\"},\
+         {\"columns\":{\"age\":\"30\",\"name\":\"alice\"},\"key\":\"1\"}]}\n"
+    );
+    let (st, b) = post(
+        &srv,
+        r#"{"order": {"column": "", "type": "STRASC"}, "limit": 1, "skip": 1,
+            "columns": ["age"]}"#,
+    );
+    assert_eq!(
+        (st, b.as_str()),
+        (
+            200,
+            "{\"records\":[{\"columns\":{\"age\":\"25\"},\"key\":\"2\"}]}\n"
+        )
+    );
+    let (st, b) = post(
+        &srv,
+        r#"{"conditions": [{"column": "age", "op": "NUMLT", "expr": 35, "negate": true}],
+            "count": true, "hint": true}"#,
+    );
+    assert_eq!(st, 200, "{b}");
+    assert!(b.starts_with("{\"count\":1,\"hint\":\""), "{b}");
+    // Bad requests: the reason, nothing changed.
+    let (st, b) = post(&srv, "{\"conditions\": [");
+    assert_eq!(st, 400);
+    assert!(b.contains("not valid JSON"), "{b}");
+    let (st, b) = post(
+        &srv,
+        r#"{"conditions": [{"column": "age", "op": "BOGUS", "expr": "1"}]}"#,
+    );
+    assert_eq!(st, 400);
+    assert!(b.contains("operator"), "{b}");
+    let (st, b) = post(&srv, r#"{"limit": "ten"}"#);
+    assert_eq!(st, 400);
+    assert!(b.contains("`limit`"), "{b}");
+    assert_eq!(misc(&mut s, b"search", &[b"count"]), list(&[b"3"]));
+    // On a database that is not a table.
+    let hash = Server::start(dir.path(), "h.kh");
+    let (st, b) = post(&hash, "{}");
+    assert_eq!(st, 400);
+    assert!(b.contains("table"), "{b}");
 }

@@ -46,6 +46,7 @@ use kura_engine::counter::Counter;
 use kura_engine::{Error, Store};
 use kura_proto::http::{self, Method, Request};
 
+mod query;
 mod rest;
 mod rpc;
 

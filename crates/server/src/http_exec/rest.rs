@@ -241,11 +241,15 @@ fn rest_post(
         return Ok(Reply::text(500, "Internal Server Error"));
     }
     let Some(mname) = named("x-tt-mname") else {
+        // Kura's JSON query endpoint (a read).
+        if req.path() == super::query::PATH {
+            if let Some(r) = masked(shared, Op::Get) {
+                return Ok(r);
+            }
+            return super::query::json_query(store, &req.body);
+        }
         return Ok(Reply::text(400, "Bad Request"));
     };
-    if crate::tt_exec::misc_denied(shared, mname, Proto::Http) {
-        return Ok(refused(shared, shared.mask.denies(Op::Misc, Proto::Http)));
-    }
     // Tyrant passes the values of the form in the order their names first appear (a later
     // duplicate replaces the value in place).
     let mut args: Vec<Cow<'_, [u8]>> = Vec::new();
@@ -268,6 +272,9 @@ fn rest_post(
     // The binary protocol's misc functions; misc iterinit / iternext take part in the
     // server's iteration (an HTTP request has no connection to keep one of its own in).
     let args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
+    if crate::tt_exec::misc_denied(shared, mname, &args, Proto::Http) {
+        return Ok(refused(shared, shared.mask.denies(Op::Misc, Proto::Http)));
+    }
     let Some(results) =
         crate::tt_exec::server_misc(store, shared, &mut TtState::of_server(shared), mname, &args)?
     else {

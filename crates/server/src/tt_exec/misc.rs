@@ -4,7 +4,7 @@
 use super::{c_str, TtState};
 use crate::context::Shared;
 use crate::mask::{Op, Proto};
-use kura_engine::table::{Columns, IndexOp, PutMode, Table};
+use kura_engine::table::{query, Columns, IndexOp, PutMode};
 use kura_engine::TokyoOps;
 use kura_engine::{BatchOp, Error, KeyRange, Outcome, Store};
 
@@ -14,11 +14,12 @@ use kura_engine::{BatchOp, Error, KeyRange, Outcome, Store};
 /// The functions that only read (`get`, `getlist`, `iternext` …) are refused by `--mask misc`
 /// alone, never by a read-only replica; so is a table's `setindex`, which changes no record:
 /// indexes are each server's own (an update log carries records, not indexes), and a replica
-/// is given its indexes by a `setindex` of its own.
-pub(crate) fn misc_denied(shared: &Shared, name: &[u8], proto: Proto) -> bool {
+/// is given its indexes by a `setindex` of its own; so is a `search` or `metasearch` without
+/// `out`.
+pub(crate) fn misc_denied(shared: &Shared, name: &[u8], args: &[&[u8]], proto: Proto) -> bool {
     if crate::repl::is_misc(name) {
         shared.mask.denies(Op::Misc, proto) || shared.mask().denies(Op::SetMst, proto)
-    } else if reads_only(name) || name == b"setindex" {
+    } else if reads_only(name) || name == b"setindex" || search_reads_only(name, args) {
         shared.mask.denies(Op::Misc, proto)
     } else {
         shared.mask().denies(Op::Misc, proto)
@@ -38,6 +39,16 @@ fn reads_only(name: &[u8]) -> bool {
             | b"regex"
             | b"range"
     )
+}
+
+/// Whether misc `name` is a table's `search` or `metasearch` that removes nothing (no `out` or
+/// `remove` command among its arguments).
+fn search_reads_only(name: &[u8], args: &[&[u8]]) -> bool {
+    matches!(name, b"search" | b"metasearch")
+        && !args.iter().any(|a| {
+            let cmd = a.split(|&b| b == 0).next().unwrap_or(a);
+            cmd == b"out" || cmd == b"remove"
+        })
 }
 
 /// A misc function of the server: Kura's replication functions (on the server's replication
@@ -102,8 +113,8 @@ pub fn misc<'s>(
     name: &[u8],
     args: &[&[u8]],
 ) -> Result<Option<Vec<Vec<u8>>>, Error> {
-    if let Some(t) = store.table() {
-        if let Some(r) = table_misc(t, name, args)? {
+    if store.table().is_some() {
+        if let Some(r) = table_misc(store, name, args)? {
             return Ok(r);
         }
     }
@@ -318,14 +329,20 @@ pub fn misc<'s>(
 /// `ADBOTDB`) where they differ from the other kinds': `put`, `putkeep`, `putcat` `[pk, n1,
 /// v1, …]` (an odd last name is ignored; a name given twice keeps its last value), `out [pk]`,
 /// `get [pk]` → `[n1, v1, …]`, `setindex [col, type]…` (a type as `tctdbstrtoindextype` reads
-/// it), `genuid` → the id in decimal. `search` and `metasearch` are not served (failure).
+/// it), `genuid` → the id in decimal, `search` and `metasearch` (Tyrant's query commands, one
+/// an argument: [`query::run_search`] on `store`, so the records an `out` removes are removed
+/// through it — the update log's wrapper logs each as a remove of its key; a command it cannot
+/// read is an error, answered as the failure).
 /// `Ok(None)`: not one of these (the generic functions apply: `putlist`, `getlist`,
 /// `iternext` … on the records' wire forms, as Tokyo Cabinet's do).
 fn table_misc(
-    t: &dyn Table,
+    store: &dyn Store,
     name: &[u8],
     args: &[&[u8]],
 ) -> Result<Option<Option<Vec<Vec<u8>>>>, Error> {
+    let Some(t) = store.table() else {
+        return Ok(None);
+    };
     let done = Some(Vec::new());
     Ok(Some(match name {
         b"put" | b"putkeep" | b"putcat" => {
@@ -376,8 +393,7 @@ fn table_misc(
             ok.then_some(Vec::new())
         }
         b"genuid" => Some(vec![t.genuid()?.to_string().into_bytes()]),
-        // Queries: not served yet.
-        b"search" | b"metasearch" => None,
+        b"search" | b"metasearch" => Some(query::run_search(store, &query::parse_search(args)?)?),
         _ => return Ok(None),
     }))
 }

@@ -344,7 +344,7 @@ impl context::Exec for Tyrant<'_, '_> {
     }
     fn denied(&self, shared: &Shared, req: &Request<'_>) -> Option<bool> {
         match req {
-            Request::Misc { name, .. } => misc_denied(shared, name, Proto::Tyrant)
+            Request::Misc { name, args, .. } => misc_denied(shared, name, args, Proto::Tyrant)
                 .then(|| shared.mask.denies(Op::Misc, Proto::Tyrant)),
             _ => shared.verdict(|mask| mask.denies(op_of(req), Proto::Tyrant)),
         }

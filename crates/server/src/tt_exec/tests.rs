@@ -950,7 +950,11 @@ fn table_misc_functions_and_a_generated_key() {
     );
     assert_eq!(c.misc(b"setindex", &[b"a", b"+dec"]), Reply::Code(1));
     assert_eq!(c.misc(b"setindex", &[b"a", b"nonsense"]), Reply::Code(1));
-    assert_eq!(c.misc(b"search", &[]), Reply::Code(1));
+    assert_eq!(
+        c.misc(b"search", &[b"addcond\0a\0NUMEQ\x001"]),
+        list(&[b"p"])
+    );
+    assert_eq!(c.misc(b"search", &[b"addcond\0a"]), Reply::Code(1));
     let Reply::List(uid) = c.misc(b"genuid", &[]) else {
         panic!("genuid")
     };

@@ -24,7 +24,7 @@
 
 use super::{Cond, Op, OrderType, Query, Search, SetOp};
 use crate::error::Result;
-use crate::store::{BatchOp, KeyRange, Store};
+use crate::store::{Decision, KeyRange, Store};
 use crate::table::terms::{dec_term, decode_entry, put_prefix, put_term, tc_atof, IndexType};
 use crate::table::{Columns, Table};
 use std::cmp::Ordering;
@@ -35,8 +35,6 @@ use std::sync::Arc;
 
 /// A condition is intersected when its index count is within this factor of the driver's.
 pub const INTERSECT_RATIO: u64 = 16;
-/// Records removed per batch by [`remove`].
-pub const REMOVE_BATCH: usize = 256;
 
 /// What a search found.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -861,18 +859,38 @@ pub fn fetch(t: &dyn Table, keys: &[Vec<u8>], columns: &[Vec<u8>]) -> Result<Vec
     Ok(out)
 }
 
-/// Remove the records of `keys` through `store` (the table, or a wrapper of it such as the
-/// update log's), [`REMOVE_BATCH`] to a batch; each record goes with its index entries, as
-/// every write of the kind does. How many there were.
-pub fn remove(store: &dyn Store, keys: &[Vec<u8>]) -> Result<u64> {
+/// Whether a record still answers the queries `qs` joined by `op` (their conditions only: a
+/// limit or skip does not take a record out of a set it was found in).
+pub fn still_matches(pk: &[u8], cols: &Columns, qs: &[Query], op: SetOp) -> bool {
+    let hit = |q: &Query| q.conds.iter().all(|c| c.check_row(pk, cols));
+    match op {
+        SetOp::Union => qs.iter().any(hit),
+        SetOp::Isect => qs.iter().all(hit),
+        SetOp::Diff => qs.first().is_some_and(hit) && !qs.iter().skip(1).any(hit),
+    }
+}
+
+/// Remove the records of `keys` that still answer `qs` joined by `op`, through `store` (the
+/// table, or a wrapper of it such as the update log's, so each removal is logged as a remove of
+/// its key). Each record is looked at again and removed under its record's lock
+/// ([`Store::accept`]): a record a writer changed between the search and its removal so that it
+/// no longer matches is kept. Each record goes with its index entries, as every write of the
+/// kind does. How many were removed.
+pub fn remove(store: &dyn Store, keys: &[Vec<u8>], qs: &[Query], op: SetOp) -> Result<u64> {
     let mut n = 0u64;
-    for chunk in keys.chunks(REMOVE_BATCH) {
-        let ops: Vec<BatchOp> = chunk
-            .iter()
-            .map(|k| BatchOp::Remove { key: k.clone() })
-            .collect();
-        store.write_batch(&ops)?;
-        n += chunk.len() as u64;
+    for k in keys {
+        let mut removed = false;
+        store.accept(k, &mut |cur| match cur {
+            Some(c) => match Columns::from_wire(c.value) {
+                Ok(cols) if still_matches(k, &cols, qs, op) => {
+                    removed = true;
+                    Decision::Remove
+                }
+                _ => Decision::Keep,
+            },
+            None => Decision::Keep,
+        })?;
+        n += u64::from(removed);
     }
     Ok(n)
 }
@@ -892,7 +910,7 @@ pub fn run_search(store: &dyn Store, s: &Search) -> Result<Vec<Vec<u8>>> {
     };
     let mut hint = found.hint;
     if s.remove {
-        let n = remove(store, &found.keys)?;
+        let n = remove(store, &found.keys, &s.queries, s.set_op)?;
         let _ = writeln!(hint, "removed: {n}");
     }
     if s.count {

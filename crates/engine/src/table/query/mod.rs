@@ -12,7 +12,7 @@ mod exec;
 #[cfg(test)]
 mod tests;
 
-pub use exec::{fetch, metasearch, remove, run_search, search, Found, REMOVE_BATCH};
+pub use exec::{fetch, metasearch, remove, run_search, search, still_matches, Found};
 
 use super::terms::{normalize, tc_atof, tokens};
 use crate::error::{Error, Result};

@@ -749,3 +749,83 @@ fn run_search_replies_as_tyrant_and_removes_with_the_index_entries() {
     let plain: &dyn Store = &t;
     assert!(plain.table().is_some());
 }
+
+#[test]
+fn remove_keeps_a_record_changed_since_the_search() {
+    let fs = SimVfs::new();
+    let t = open(&fs);
+    for i in 0..10 {
+        let cols = Columns(vec![(b"state".to_vec(), b"drop".to_vec())]);
+        t.put_row(format!("k{i}").as_bytes(), &cols, PutMode::Replace)
+            .unwrap();
+    }
+    let q = Query::new().cond(b"state", Op::StrEq, b"drop").unwrap();
+    let found = search(&t, &q).unwrap();
+    assert_eq!(found.keys.len(), 10);
+    // A writer changes two of them (so they no longer match) and removes a third.
+    let keep = Columns(vec![(b"state".to_vec(), b"keep".to_vec())]);
+    t.put_row(b"k3", &keep, PutMode::Replace).unwrap();
+    t.put_row(b"k7", &keep, PutMode::Replace).unwrap();
+    t.out_row(b"k5").unwrap();
+    let n = remove(&t, &found.keys, std::slice::from_ref(&q), SetOp::Union).unwrap();
+    assert_eq!(n, 7);
+    assert_eq!(t.rows(), 2);
+    assert_eq!(t.get_row(b"k3").unwrap(), Some(keep.clone()));
+    assert_eq!(t.get_row(b"k7").unwrap(), Some(keep));
+    // A difference re-checks every query: a record now also in the second set stays.
+    let q2 = Query::new().cond(b"state", Op::StrEq, b"keep").unwrap();
+    let n = remove(&t, &[b"k3".to_vec()], &[Query::new(), q2], SetOp::Diff).unwrap();
+    assert_eq!(n, 0);
+    assert!(t.check_indexes().unwrap().is_empty());
+}
+
+#[test]
+fn search_out_never_removes_a_record_a_concurrent_writer_made_unmatching() {
+    let fs = SimVfs::new();
+    let t = Arc::new(open(&fs));
+    t.set_index(
+        b"state",
+        IndexOp::Make {
+            typ: IndexType::Lexical,
+            keep: false,
+        },
+    )
+    .unwrap();
+    const N: usize = 400;
+    let drop = Columns(vec![(b"state".to_vec(), b"drop".to_vec())]);
+    for i in 0..N {
+        t.put_row(format!("k{i:04}").as_bytes(), &drop, PutMode::Replace)
+            .unwrap();
+    }
+    let q = Query::new().cond(b"state", Op::StrEq, b"drop").unwrap();
+    let found = search(&*t, &q).unwrap();
+    assert_eq!(found.keys.len(), N);
+    // The removal walks the found keys forward while a writer changes them from the other end
+    // so that they no longer match: they meet in the middle.
+    let go = Arc::new(std::sync::Barrier::new(2));
+    let writer = {
+        let (t, go) = (t.clone(), go.clone());
+        std::thread::spawn(move || {
+            let keep = Columns(vec![(b"state".to_vec(), b"keep".to_vec())]);
+            go.wait();
+            for i in (0..N).rev() {
+                t.put_row(format!("k{i:04}").as_bytes(), &keep, PutMode::Replace)
+                    .unwrap();
+            }
+        })
+    };
+    go.wait();
+    let removed = remove(&*t, &found.keys, std::slice::from_ref(&q), SetOp::Union).unwrap();
+    writer.join().unwrap();
+    // A key removed before the writer reached it was put again; one the writer had reached no
+    // longer matched and was kept: every key ends as the writer left it.
+    let mut kept = 0;
+    for i in 0..N {
+        if let Some(c) = t.get_row(format!("k{i:04}").as_bytes()).unwrap() {
+            assert_eq!(c.get(b"state"), Some(&b"keep"[..]), "k{i:04}");
+            kept += 1;
+        }
+    }
+    assert_eq!(kept, N, "{removed} removed");
+    assert!(t.check_indexes().unwrap().is_empty());
+}
