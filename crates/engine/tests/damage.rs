@@ -1082,13 +1082,17 @@ fn judge(ctx: &str, real: bool, kind: Kind, w: &Written, img: Image, hurt: &Hurt
     let newest_outside_zone = newest_units(&lay.units, |i| !zone[i]);
     // A segment whose header is damaged is damage if anything of it survives or a checkpoint
     // listed it with records; else it looks like a segment being created at a crash.
+    let data_start = |p: &PathBuf| format::seg_layout(&w.image[p]).data as usize;
     let header_damage = header_hit.iter().any(|p| {
         let (id, _) = lay.segs[*p];
         lay.units
             .iter()
             .enumerate()
             .any(|(i, u)| &u.file == *p && !hit[i])
-            || img[*p].iter().skip(format::SEG_HEADER_LEN).any(|&b| b != 0)
+            || img[*p].iter().skip(data_start(p)).any(|&b| b != 0)
+            || (img_len(&img, p) < data_start(p) as u64
+                && format::read_slots(&img[*p], format::SEG_SLOTS)
+                    .is_some_and(|(s, _)| s > data_start(p) as u64))
             || knows
                 .lens
                 .get(&id)

@@ -85,8 +85,17 @@ pub(crate) fn probe_segments(vfs: &dyn Vfs, dir: &Path) -> Result<Vec<Probe>> {
             file.read_at(&mut h, 0)?;
             match format::parse_seg_header(&h) {
                 Ok(i) if i.id != id => Err(format!("its header names segment {}", i.id)),
-                // Its slots were being written with the rest of the header at a crash.
-                Ok(_) if len < format::seg_header_len(&h) as u64 => Err(SHORT.to_string()),
+                // Cut inside its synced-length slots: a slot left whole that records synced
+                // records says the file was cut (damage); else its slots were being written
+                // with the rest of the header at a crash.
+                Ok(_) if len < format::seg_header_len(&h) as u64 => {
+                    match format::read_slots(&h, format::SEG_SLOTS) {
+                        Some((synced, _)) if synced > SEG_DATA as u64 => Err(format!(
+                            "it is cut inside its header, which records {synced} bytes as synced"
+                        )),
+                        _ => Err(SHORT.to_string()),
+                    }
+                }
                 Ok(i) => Ok(i),
                 Err(e) => Err(e
                     .to_string()
