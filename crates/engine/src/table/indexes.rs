@@ -22,20 +22,26 @@ impl TableDb {
 
     /// Build `ix` from the records after `from` (see the module's documentation). The caller
     /// holds `schema_lock`; `ix` is in the schema.
+    /// The primary keys of the next step of records after `from` (from the first: `None`).
+    fn record_keys_after(&self, from: Option<&[u8]>) -> Result<Vec<Vec<u8>>> {
+        let mut keys = Vec::with_capacity(BUILD_STEP);
+        let range = KeyRange {
+            from: from.map_or(Bound::Unbounded, Bound::Excluded),
+            to: Bound::Unbounded,
+            desc: false,
+            max: BUILD_STEP,
+        };
+        self.db.for_each_in_range(&range, &mut |k, _, _| {
+            keys.push(k.to_vec());
+            Ok(true)
+        })?;
+        Ok(keys)
+    }
+
     pub(super) fn build(&self, ix: &Index, mut from: Option<Vec<u8>>) -> Result<()> {
         let mkey = index_key(&ix.column);
         loop {
-            let mut keys: Vec<Vec<u8>> = Vec::with_capacity(BUILD_STEP);
-            let range = KeyRange {
-                from: from.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
-                to: Bound::Unbounded,
-                desc: false,
-                max: BUILD_STEP,
-            };
-            self.db.for_each_in_range(&range, &mut |k, _, _| {
-                keys.push(k.to_vec());
-                Ok(true)
-            })?;
+            let keys = self.record_keys_after(from.as_deref())?;
             let Some(last) = keys.last().cloned() else {
                 break;
             };
@@ -154,17 +160,7 @@ impl TableDb {
         // Every record's entries are there.
         let mut from: Option<Vec<u8>> = None;
         loop {
-            let mut keys = Vec::new();
-            let range = KeyRange {
-                from: from.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
-                to: Bound::Unbounded,
-                desc: false,
-                max: BUILD_STEP,
-            };
-            self.db.for_each_in_range(&range, &mut |k, _, _| {
-                keys.push(k.to_vec());
-                Ok(true)
-            })?;
+            let keys = self.record_keys_after(from.as_deref())?;
             let Some(last) = keys.last().cloned() else {
                 break;
             };
