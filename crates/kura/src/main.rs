@@ -27,7 +27,7 @@ enum Command {
     Db(db::DbCommand),
     /// Serve a database over the network: memcached text and binary, Tokyo Tyrant, HTTP (Tyrant's
     /// and Kyoto Tycoon's), all on one port.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Manage a running server over the Tokyo Tyrant protocol (what tcrmgr was).
     Remote(remote::RemoteArgs),
     /// Load a memcached-protocol server (Kura or memcached) and report throughput and latency.
@@ -37,7 +37,7 @@ enum Command {
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Db(cmd) => db::run(cmd),
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Remote(args) => remote::run(args),
         Command::Bench(args) => bench::run(args),
     }

@@ -129,6 +129,30 @@ pub struct ServeArgs {
     /// stamp (killed after 60 s; success only on status 0). Without it, they are refused.
     #[arg(long, value_name = "DIR")]
     backup_dir: Option<PathBuf>,
+    /// A Lua script for Tokyo Tyrant's `ext` calls (`tcrmgr ext`, HTTP `X-TT-XNAME`): its
+    /// global functions `f(key, value)`. Loaded at start; reloaded on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    ext: Option<PathBuf>,
+    /// A Lua script for Kyoto Tycoon's `play_script` (HTTP RPC and binary): its global
+    /// functions `f(inmap, outmap)`. Loaded at start; reloaded on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    scr: Option<PathBuf>,
+    /// The longest one script call may run, in seconds (fractions allowed): a call past it is
+    /// stopped with an error reply.
+    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = seconds)]
+    script_timeout: Duration,
+    /// The most memory one script interpreter may hold (one per worker thread and script;
+    /// k/m/g suffixes). An allocation past it fails the call with an error reply.
+    #[arg(long, value_name = "BYTES", default_value = "64m", value_parser = parse_bytes)]
+    script_memory: u64,
+}
+
+fn seconds(s: &str) -> Result<Duration, String> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v > 0.0 && *v <= 86400.0)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| format!("{s}: expected seconds, more than 0 and at most 86400"))
 }
 
 /// The database name's help: every kind, from the registry.
@@ -567,6 +591,28 @@ pub fn run(a: ServeArgs) -> ExitCode {
             }
         }
     };
+    let scripts = if a.ext.is_some() || a.scr.is_some() {
+        let conf = kura_server::script::ScriptConf {
+            ext: a.ext.clone(),
+            scr: a.scr.clone(),
+            timeout: a.script_timeout,
+            memory: usize::try_from(a.script_memory).unwrap_or(usize::MAX),
+        };
+        match kura_server::script::Scripts::load(conf) {
+            Ok(s) => {
+                for p in a.ext.iter().chain(&a.scr) {
+                    log.line(&format!("script {} loaded", p.display()));
+                }
+                Some(Arc::new(s))
+            }
+            Err(e) => {
+                let _ = store.close();
+                return fail(Some(&log), daemon, e);
+            }
+        }
+    } else {
+        None
+    };
     let mut listeners = Vec::new();
     for port in std::iter::once(a.port).chain(a.memcached_port) {
         match std::net::TcpListener::bind((a.host.as_str(), port)) {
@@ -670,19 +716,28 @@ pub fn run(a: ServeArgs) -> ExitCode {
     shared.repl = Some(repl.clone());
     let follower = kura_server::repl::follow::start(repl.clone()).ok();
     shared.backup_dir = backup_dir;
+    shared.scripts = scripts.clone();
     shared.log = {
         let log = log.clone();
         LogSink::new(move |m| log.line(m))
     };
     let shared = Arc::new(shared);
     let stop = Arc::new(AtomicBool::new(false));
-    // Watch the signal flags: stop the workers, reopen the log.
+    // Watch the signal flags: stop the workers; reopen the log and reload the scripts.
     let watcher = {
         let (stop, log) = (stop.clone(), log.clone());
         std::thread::spawn(move || loop {
             if HUP.swap(false, Ordering::SeqCst) {
                 log.reopen();
                 log.line("log reopened");
+                if let Some(s) = &scripts {
+                    match s.reload() {
+                        Ok(()) => log.line("scripts reloaded"),
+                        Err(e) => {
+                            log.line(&format!("script reload failed, the old scripts stay: {e}"))
+                        }
+                    }
+                }
             }
             if STOP.load(Ordering::SeqCst) || stop.load(Ordering::SeqCst) {
                 stop.store(true, Ordering::SeqCst);

@@ -72,6 +72,8 @@ pub struct Shared {
     pub backup_dir: Option<BackupDir>,
     /// The server's log (`kura serve --log`); nothing is written when none was given.
     pub log: LogSink,
+    /// Scripts (`--ext`, `--scr`); `None` when none was given.
+    pub scripts: Option<std::sync::Arc<crate::script::Scripts>>,
 }
 
 /// Writes one line to the server's log.
@@ -223,6 +225,7 @@ impl Shared {
             port: 0,
             backup_dir: None,
             log: LogSink::default(),
+            scripts: None,
         }
     }
 

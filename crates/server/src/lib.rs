@@ -25,6 +25,7 @@ pub mod mc_stats;
 pub mod net;
 pub mod out;
 pub mod repl;
+pub mod script;
 pub mod tt_exec;
 
 #[cfg(test)]

@@ -1,0 +1,1 @@
+//! Helpers both script interfaces give: packing, codecs, hashes, string and set functions.
