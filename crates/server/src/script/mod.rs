@@ -23,6 +23,7 @@ pub mod tt;
 pub mod util;
 
 use crate::context::Shared;
+use crate::mask::Proto;
 use kura_engine::Store;
 use mlua::{HookTriggers, Lua, LuaOptions, StdLib, VmState};
 use std::cell::{Cell, RefCell};
@@ -217,6 +218,9 @@ impl std::fmt::Display for CallError {
 pub struct Ctx<'a> {
     pub store: &'a dyn Store,
     pub shared: &'a Shared,
+    /// The protocol the call came in on: the script's operations are masked as that
+    /// protocol's would be.
+    pub proto: Proto,
 }
 
 /// The call in progress, as the interpreter's app data: the context as pointers (valid only
@@ -224,6 +228,7 @@ pub struct Ctx<'a> {
 struct Running {
     store: *const (dyn Store + 'static),
     shared: *const Shared,
+    proto: Proto,
     deadline: Instant,
     expired: Cell<bool>,
 }
@@ -241,6 +246,7 @@ pub fn ctx(lua: &Lua) -> mlua::Result<Ctx<'_>> {
         Ctx {
             store: &*r.store,
             shared: &*r.shared,
+            proto: r.proto,
         }
     })
 }
@@ -264,14 +270,12 @@ impl Drop for Guard<'_> {
     }
 }
 
-/// Run `f` in this thread's interpreter of `flavor`, with `store` and `shared` reachable from
-/// the built-ins and the time budget armed. The interpreter is made (the script's top level
+/// Run `f` in this thread's interpreter of `flavor`, with `call` reachable from the built-ins and the time budget armed. The interpreter is made (the script's top level
 /// run) on the first call and after a reload.
 pub fn with_interp<R>(
     scripts: &Scripts,
     flavor: Flavor,
-    store: &dyn Store,
-    shared: &Shared,
+    call: Ctx<'_>,
     f: impl FnOnce(&Lua) -> mlua::Result<R>,
 ) -> Result<R, CallError> {
     let generation = scripts.generation();
@@ -282,7 +286,7 @@ pub fn with_interp<R>(
             *slot = None;
             let source = scripts.source(flavor).ok_or(CallError::NoScript)?;
             let lua = new_interp(&scripts.conf).map_err(|e| CallError::Start(one_line(&e)))?;
-            run(&lua, scripts, store, shared, |lua| {
+            run(&lua, scripts, &call, |lua| {
                 match flavor {
                     Flavor::Tyrant => tt::install(lua)?,
                     Flavor::Kyoto => kt::install(lua)?,
@@ -298,7 +302,7 @@ pub fn with_interp<R>(
             *slot = Some(Interp { generation, lua });
         }
         let interp = slot.as_ref().ok_or(CallError::NoScript)?;
-        run(&interp.lua, scripts, store, shared, f)
+        run(&interp.lua, scripts, &call, f)
     })
 }
 
@@ -306,18 +310,18 @@ pub fn with_interp<R>(
 fn run<R>(
     lua: &Lua,
     scripts: &Scripts,
-    store: &dyn Store,
-    shared: &Shared,
+    call: &Ctx<'_>,
     f: impl FnOnce(&Lua) -> mlua::Result<R>,
 ) -> Result<R, CallError> {
     // SAFETY: the pointers are only dereferenced by `ctx` while this call runs; `Guard`
     // removes them before this function returns (the lifetime is erased to store them).
-    let store: *const (dyn Store + '_) = store;
+    let store: *const (dyn Store + '_) = call.store;
     let store: *const (dyn Store + 'static) = unsafe { std::mem::transmute(store) };
     let timeout = scripts.conf.timeout;
     lua.set_app_data(Running {
         store,
-        shared,
+        shared: call.shared,
+        proto: call.proto,
         deadline: Instant::now() + timeout,
         expired: Cell::new(false),
     });

@@ -16,10 +16,19 @@ fn scripts(text: &str, conf: ScriptConf) -> (tempfile::NamedTempFile, Scripts) {
 fn call(s: &Scripts, name: &str) -> Result<String, CallError> {
     let db = name::open("*").unwrap();
     let sh = Shared::new(0, 1 << 20);
-    with_interp(s, Flavor::Tyrant, &*db, &sh, |lua| {
-        let f: mlua::Function = lua.globals().get(name)?;
-        f.call::<String>(())
-    })
+    with_interp(
+        s,
+        Flavor::Tyrant,
+        Ctx {
+            store: &*db,
+            shared: &sh,
+            proto: Proto::Tyrant,
+        },
+        |lua| {
+            let f: mlua::Function = lua.globals().get(name)?;
+            f.call::<String>(())
+        },
+    )
 }
 
 #[test]
@@ -98,10 +107,19 @@ fn built_ins_reach_the_store_only_inside_a_call() {
     let (_f, s) = scripts("function f() return 'x' end", ScriptConf::default());
     let db = name::open("*").unwrap();
     let sh = Shared::new(0, 1 << 20);
-    let lua = with_interp(&s, Flavor::Tyrant, &*db, &sh, |lua| {
-        assert!(ctx(lua).is_ok());
-        Ok(())
-    });
+    let lua = with_interp(
+        &s,
+        Flavor::Tyrant,
+        Ctx {
+            store: &*db,
+            shared: &sh,
+            proto: Proto::Tyrant,
+        },
+        |lua| {
+            assert!(ctx(lua).is_ok());
+            Ok(())
+        },
+    );
     assert!(lua.is_ok());
     INTERPS.with(|c| {
         let slots = c.borrow();
