@@ -192,8 +192,10 @@ end
 -- ktscrex.lua "countwords": a word count with mapreduce.
 function countwords(inmap, outmap)
    local function map(key, value, emit)
-      for word in string.gmatch(value, "%a+") do
-         if not emit(string.lower(word), "") then return false end
+      local words = kt.split(value, " ")
+      for i = 1, #words do
+         local word = string.lower(kt.regex(words[i], "[ .?!:;]", ""))
+         if #word > 0 and not emit(word, "") then return false end
       end
       return true
    end

@@ -103,25 +103,6 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
     }
     kt.set("VERSION", crate::http_exec::KT_VERSION)?;
     kt.set("thid", thid())?;
-    kt.set(
-        "log",
-        lua.create_function(|lua, (kind, message): (Value, Value)| {
-            let (Some(kind), Some(message)) =
-                (lua.coerce_string(kind)?, lua.coerce_string(message)?)
-            else {
-                return Err(mlua::Error::RuntimeError(
-                    "kt.log: invalid arguments (kind and message are strings)".into(),
-                ));
-            };
-            let c = super::ctx(lua)?;
-            c.shared.log.line(&format!(
-                "[SCRIPT] {}: {}",
-                kind.to_string_lossy(),
-                message.to_string_lossy()
-            ));
-            Ok(())
-        })?,
-    )?;
     // Kyoto Cabinet's error codes (`kt.Error`), the visitor's magic values, the open and
     // merge modes and mapreduce's options (`kt.DB`; accepted, Kura needs none of them).
     let error = lua.create_table()?;
@@ -166,7 +147,10 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
     let dbs = lua.create_table()?;
     dbs.raw_set(1, the_db.clone())?;
     kt.set("dbs", dbs)?;
-    // TODO(i33-util): util::install_kyoto(lua, &kt)? once the utilities are on this branch.
+    // log, atoi, atoix, atof, hash_murmur, hash_fnv, levdist, time, sleep, pack, unpack,
+    // split, codec, bit, strstr, strfwm, strbwm, regex, arraydump, arrayload, mapdump,
+    // mapload: the helpers both flavours share.
+    super::util::install_kyoto(lua, &kt)?;
     lua.globals().set("__kyototycoon__", kt)?;
     lua.load(MODULE_LUA).set_name("=kura-kt").exec()?;
     Ok(())
