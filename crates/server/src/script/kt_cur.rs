@@ -126,6 +126,18 @@ impl KtCur {
     }
 }
 
+/// A record as `get` and `seize` give it: key, value and xt; three nils when none.
+fn trio(lua: &Lua, rec: Option<(Vec<u8>, Record)>) -> mlua::Result<(Value, Value, Value)> {
+    Ok(match rec {
+        Some((k, r)) => (
+            Value::String(lua.create_string(k)?),
+            Value::String(lua.create_string(r.value)?),
+            Value::Number(shown_xt(r.meta.expires)),
+        ),
+        None => (Value::Nil, Value::Nil, Value::Nil),
+    })
+}
+
 impl UserData for KtCur {
     fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
         m.add_method("jump", |lua, c, k: Value| {
@@ -169,14 +181,7 @@ impl UserData for KtCur {
             })
         });
         m.add_method("get", |lua, c, step: Option<bool>| {
-            Ok(match c.read(lua, step == Some(true))? {
-                Some((k, r)) => (
-                    Value::String(lua.create_string(k)?),
-                    Value::String(lua.create_string(r.value)?),
-                    Value::Number(shown_xt(r.meta.expires)),
-                ),
-                None => (Value::Nil, Value::Nil, Value::Nil),
-            })
+            trio(lua, c.read(lua, step == Some(true))?)
         });
         m.add_method("seize", |lua, c, ()| {
             let r = c.run(lua, Op::Out, true, |c2, cur| {
@@ -190,14 +195,7 @@ impl UserData for KtCur {
                     cur.seize()
                 })())
             })?;
-            Ok(match r.flatten() {
-                Some((k, r)) => (
-                    Value::String(lua.create_string(k)?),
-                    Value::String(lua.create_string(r.value)?),
-                    Value::Number(shown_xt(r.meta.expires)),
-                ),
-                None => (Value::Nil, Value::Nil, Value::Nil),
-            })
+            trio(lua, r.flatten())
         });
         m.add_method(
             "set_value",

@@ -991,32 +991,23 @@ impl UserData for KtDb {
                 }
             },
         );
-        m.add_method("match_prefix", |lua, db, (prefix, max): (Value, Value)| {
-            let prefix = bytes(lua, prefix, "db:match_prefix", "prefix")?;
-            let max = opt_number(lua, max, "db:match_prefix", "max")?;
-            let inp = input([
-                ("prefix", Some(prefix)),
-                ("max", max.map(|m| format!("{}", m as i64).into_bytes())),
-            ]);
-            let mut out = Output::new();
-            if !procedure(lua, &db.err, "match_prefix", &inp, &[], &mut out)? {
-                return Ok(Value::Nil);
-            }
-            Ok(Value::Table(matched(lua, &out)?))
-        });
-        m.add_method("match_regex", |lua, db, (re, max): (Value, Value)| {
-            let re = bytes(lua, re, "db:match_regex", "regex")?;
-            let max = opt_number(lua, max, "db:match_regex", "max")?;
-            let inp = input([
-                ("regex", Some(re)),
-                ("max", max.map(|m| format!("{}", m as i64).into_bytes())),
-            ]);
-            let mut out = Output::new();
-            if !procedure(lua, &db.err, "match_regex", &inp, &[], &mut out)? {
-                return Ok(Value::Nil);
-            }
-            Ok(Value::Table(matched(lua, &out)?))
-        });
+        // match_prefix(prefix, max) / match_regex(regex, max): an array of keys, or nil.
+        for (name, what) in [("match_prefix", "prefix"), ("match_regex", "regex")] {
+            m.add_method(name, move |lua, db, (pattern, max): (Value, Value)| {
+                let method = format!("db:{name}");
+                let pattern = bytes(lua, pattern, &method, what)?;
+                let max = opt_number(lua, max, &method, "max")?;
+                let inp = input([
+                    (what, Some(pattern)),
+                    ("max", max.map(|m| format!("{}", m as i64).into_bytes())),
+                ]);
+                let mut out = Output::new();
+                if !procedure(lua, &db.err, name, &inp, &[], &mut out)? {
+                    return Ok(Value::Nil);
+                }
+                Ok(Value::Table(matched(lua, &out)?))
+            });
+        }
         m.add_method(
             "match_similar",
             |lua, db, (origin, range, utf, max): (Value, Value, Value, Value)| {
