@@ -266,3 +266,18 @@ function tryset(inmap, outmap)
    outmap.code = db:error():code()
    return kt.RVSUCCESS
 end
+
+-- Cursor writes (keys a, b, c, d in a tree): set_value with step, accept, remove, seize.
+function curops(inmap, outmap)
+   local cur = db:cursor()
+   cur:jump("a")
+   cur:set_value("A", nil, true)          -- a = A, now on b
+   cur:accept(function(k, v) return v .. "!" end, true, true)  -- b = b!, now on c
+   cur:remove()                           -- c removed, now on d
+   local k, v = cur:seize()               -- d seized
+   outmap.seized = k .. "=" .. v
+   outmap.after = tostring(cur:get_key())
+   outmap.code = cur:error():code()
+   outmap.db = tostring(cur:db() == kt.db)
+   return kt.RVSUCCESS
+end

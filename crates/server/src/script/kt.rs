@@ -29,7 +29,7 @@ use super::{with_interp, CallError, Ctx, Flavor};
 use crate::context::Shared;
 use crate::mask::Proto;
 use kura_engine::Store;
-use mlua::{LightUserData, Lua, Table, Value};
+use mlua::{LightUserData, Lua, Value};
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -140,12 +140,19 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
     }
     kt.set("DB", modes)?;
     kt.set("Cursor", lua.create_table()?)?;
-    // Kura serves one database: `kt.db`, and `kt.dbs` holding it once by number and once by
-    // its file name (as ktserver names each database in `dbs`).
+    // Kura serves one database: `kt.db`, and `kt.dbs` holding it by number and by its file
+    // name (as ktserver names each database in `dbs`).
     let the_db = db::new(lua)?;
     kt.set("db", the_db.clone())?;
     let dbs = lua.create_table()?;
     dbs.raw_set(1, the_db.clone())?;
+    // The interpreter is made inside a call, so the served database's name is known here.
+    if let Ok(c) = super::ctx(lua) {
+        let base = c.shared.db_name.rsplit('/').next().unwrap_or("");
+        if !base.is_empty() {
+            dbs.raw_set(base, the_db)?;
+        }
+    }
     kt.set("dbs", dbs)?;
     // log, atoi, atoix, atof, hash_murmur, hash_fnv, levdist, time, sleep, pack, unpack,
     // split, codec, bit, strstr, strfwm, strbwm, regex, arraydump, arrayload, mapdump,
@@ -153,21 +160,6 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
     super::util::install_kyoto(lua, &kt)?;
     lua.globals().set("__kyototycoon__", kt)?;
     lua.load(MODULE_LUA).set_name("=kura-kt").exec()?;
-    Ok(())
-}
-
-/// Name `kt.dbs`'s database by the served database's file name: the name is known only
-/// inside a call (the first one in the interpreter sets it).
-fn name_dbs(lua: &Lua, shared: &Shared) -> mlua::Result<()> {
-    let kt: Table = lua.globals().get("__kyototycoon__")?;
-    let Ok(dbs) = kt.get::<Table>("dbs") else {
-        return Ok(());
-    };
-    let base = shared.db_name.rsplit('/').next().unwrap_or("");
-    if !base.is_empty() && dbs.raw_get::<Value>(base)?.is_nil() {
-        let the_db: Value = dbs.raw_get(1)?;
-        dbs.raw_set(base, the_db)?;
-    }
     Ok(())
 }
 
@@ -218,7 +210,6 @@ pub fn play<'i>(
             proto,
         },
         |lua| {
-            name_dbs(lua, shared)?;
             let f: Value = lua.globals().get(lua.create_string(name)?)?;
             let Value::Function(f) = f else {
                 return Ok(None);

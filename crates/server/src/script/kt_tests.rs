@@ -274,3 +274,22 @@ fn masked_writes_fail_inside_the_script() {
     assert_eq!(p.status, 500);
     assert_eq!(db2.get(b"k").unwrap().unwrap().value, b"v");
 }
+
+#[test]
+fn cursor_writes() {
+    let (db, sh) = setup("+");
+    for k in ["a", "b", "c", "d"] {
+        db.put(k.as_bytes(), k.as_bytes()).unwrap();
+    }
+    let p = call(&*db, &sh, "curops", &[]);
+    assert_eq!(p.status, 200, "{:?}", p.error);
+    assert_eq!(out(&p, "seized"), "d=d");
+    assert_eq!(
+        (out(&p, "after"), out(&p, "code")),
+        ("nil".into(), "7".into())
+    );
+    assert_eq!(out(&p, "db"), "true");
+    assert_eq!(db.get(b"a").unwrap().unwrap().value, b"A");
+    assert_eq!(db.get(b"b").unwrap().unwrap().value, b"b!");
+    assert!(db.get(b"c").unwrap().is_none() && db.get(b"d").unwrap().is_none());
+}
