@@ -281,3 +281,14 @@ function curops(inmap, outmap)
    outmap.db = tostring(cur:db() == kt.db)
    return kt.RVSUCCESS
 end
+
+-- A cursor kept in a global between calls: each call reads a record and steps on.
+function nextrec(inmap, outmap)
+   if not kept or inmap.restart then
+      kept = db:cursor()
+      kept:jump()
+   end
+   local k, v = kept:get(true)
+   outmap.key = tostring(k)
+   return kt.RVSUCCESS
+end

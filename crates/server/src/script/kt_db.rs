@@ -1035,7 +1035,10 @@ impl UserData for KtDb {
                 if denied(&c, Op::Get, &db.err) {
                     return Ok(false);
                 }
-                accept_key(lua, &db.err, &key, &visitor, writable != Some(false), None)
+                visit_hook(&visitor, "visit_before")?;
+                let done = accept_key(lua, &db.err, &key, &visitor, writable != Some(false), None)?;
+                visit_hook(&visitor, "visit_after")?;
+                Ok(done)
             },
         );
         m.add_method(

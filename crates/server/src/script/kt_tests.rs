@@ -293,3 +293,17 @@ fn cursor_writes() {
     assert_eq!(db.get(b"b").unwrap().unwrap().value, b"b!");
     assert!(db.get(b"c").unwrap().is_none() && db.get(b"d").unwrap().is_none());
 }
+
+#[test]
+fn a_cursor_lives_across_calls() {
+    let (db, sh) = setup("+");
+    for k in ["a", "b", "c"] {
+        db.put(k.as_bytes(), b"v").unwrap();
+    }
+    let key = |args: &[(&str, &str)]| out(&call(&*db, &sh, "nextrec", args), "key");
+    assert_eq!(key(&[("restart", "1")]), "a");
+    // The record it is on goes meanwhile: it is on the next one.
+    db.out(b"b").unwrap();
+    assert_eq!(key(&[]), "c");
+    assert_eq!(key(&[]), "nil");
+}
