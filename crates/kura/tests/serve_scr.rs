@@ -340,3 +340,34 @@ fn the_mask_holds_for_play_script_and_inside_it() {
     );
     assert_eq!(http(&srv, "get", &[("key", "k")]).0, 450);
 }
+
+#[test]
+fn copy_is_confined_to_the_backup_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.kh");
+    let db = db.to_str().unwrap();
+    let scr = fixture();
+    let backups = dir.path().join("backups");
+    std::fs::create_dir(&backups).unwrap();
+    let start_on = |extra: &[&str]| {
+        let mut a = vec![db, "--scr", scr.to_str().unwrap()];
+        a.extend_from_slice(extra);
+        common::serve(dir.path(), &a)
+    };
+    let srv = start_on(&[]);
+    http(&srv, "set", &[("key", "k"), ("value", "v")]);
+    let (st, out) = http(&srv, "copyto", &[("dest", "snap.kh")]);
+    assert_eq!(st, 200);
+    assert_eq!(out["copied"], "false", "no --backup-dir: refused");
+    assert!(out["error"].contains("no permission"), "{out:?}");
+    assert_eq!(out["synced"], "true");
+    assert!(out["seen"].ends_with("s.kh:1"), "{out:?}");
+    drop(srv);
+    let srv = start_on(&["--backup-dir", backups.to_str().unwrap()]);
+    let (_, out) = http(&srv, "copyto", &[("dest", "snap.kh")]);
+    assert_eq!(out["copied"], "true", "{out:?}");
+    assert!(backups.join("snap.kh").exists());
+    let (_, out) = http(&srv, "copyto", &[("dest", "../out.kh")]);
+    assert_eq!(out["copied"], "false", "{out:?}");
+    assert!(!dir.path().join("out.kh").exists());
+}

@@ -292,3 +292,16 @@ function nextrec(inmap, outmap)
    outmap.key = tostring(k)
    return kt.RVSUCCESS
 end
+
+-- db:copy (confined to --backup-dir) and db:synchronize with a postprocessor.
+function copyto(inmap, outmap)
+   outmap.copied = tostring(db:copy(inmap.dest))
+   outmap.error = tostring(db:error())
+   local seen = ""
+   outmap.synced = tostring(db:synchronize(false, function(path, count, size)
+      seen = path .. ":" .. count
+      return true
+   end))
+   outmap.seen = seen
+   return kt.RVSUCCESS
+end
