@@ -8,7 +8,9 @@
 //!   2^40 − 1, the value Kyoto Tycoon stores for it.
 //! * set_bulk is one atomic batch (a key sent twice keeps its last value); its count is the
 //!   number of records addressed to database 0, duplicates included, as Kyoto Tycoon counts.
-//! * play_script: there is no Lua, so the reply is the error byte.
+//! * play_script runs the `--scr` procedure (`crate::script::kt::play`): its output pairs on
+//!   success, else the error byte (no script, no such procedure, a failure or a status other
+//!   than success), as ktserver's `do_bin_play_script`.
 //! * replication (`0xB1`): the connection becomes a stream of the update log in Kyoto
 //!   Tycoon's format (`repl::feed`); the mask's `repl` refuses it with the error byte and a
 //!   hang-up.
@@ -172,8 +174,16 @@ fn run(
                 .collect();
             kt_bin::reply_records(out, &refs);
         }
-        Request::PlayScript { .. } => {
-            return Err(Error::Unsupported("play_script: no scripting language"))
+        Request::PlayScript { name, args, .. } => {
+            let args = args.iter().map(|&(k, v)| (k, v));
+            let played = crate::script::kt::play(store, shared, Proto::Http, name, args);
+            if played.error.is_some() {
+                kt_bin::reply_error(out);
+            } else {
+                let pairs: Vec<(&[u8], &[u8])> =
+                    played.out.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+                kt_bin::reply_pairs(out, &pairs);
+            }
         }
         Request::Replication { .. } => {}
     }

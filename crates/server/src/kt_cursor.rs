@@ -204,7 +204,7 @@ fn run<'s>(
 
 /// A `step` parameter's move: the way the cursor's last jump or step went, as Kyoto
 /// Cabinet's cursors step after a visit (`cur_jump_back` then `cur_get step` walks down).
-fn step_on(cur: &mut dyn Cursor) -> Result<bool, Error> {
+pub(crate) fn step_on(cur: &mut dyn Cursor) -> Result<bool, Error> {
     if cur.backward() {
         cur.step_back()
     } else {

@@ -48,7 +48,7 @@ use kura_proto::http::{self, Method, Request};
 
 mod query;
 mod rest;
-mod rpc;
+pub(crate) mod rpc;
 
 /// The Kyoto Tycoon release whose RPC interface is served (reported by `/rpc/report`).
 pub const KT_VERSION: &str = "0.9.56";

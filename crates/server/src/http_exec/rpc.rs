@@ -174,7 +174,7 @@ fn check_values(shared: &Shared, name: &[u8], input: &Input<'_>) -> Result<(), V
     Ok(())
 }
 
-fn procedure<'s>(
+pub(crate) fn procedure<'s>(
     store: &'s dyn Store,
     shared: &Shared,
     curs: &mut KtCursors<'s>,
@@ -213,7 +213,7 @@ fn procedure<'s>(
         return Ok(200);
     }
     if name == b"play_script" {
-        return Ok(fail(out, 501, "the scripting extention is disabled"));
+        return Ok(play_script(store, shared, input, out));
     }
     if !db_ok(input, shared) {
         return Ok(fail(out, 400, "no such database"));
@@ -469,6 +469,32 @@ fn procedure<'s>(
             Ok(200)
         }
         _ => Ok(fail(out, 501, "not implemented")),
+    }
+}
+
+/// Kyoto Tycoon's `play_script`: the procedure `name` (letters, digits and `_`) of the `--scr`
+/// script, given the `_`-prefixed parameters without their `_`; on success its output comes
+/// back with a `_` before each name, otherwise only `ERROR` (`crate::script::kt::play`).
+fn play_script(store: &dyn Store, shared: &Shared, input: &Input<'_>, out: &mut Output) -> Rv {
+    let name = match get(input, "name") {
+        Some(n) if !n.is_empty() && n.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'_') => n,
+        _ => return fail(out, 400, "invalid parameters"),
+    };
+    let args = input
+        .iter()
+        .filter_map(|(n, v)| n.strip_prefix(b"_").map(|k| (k, &v[..])));
+    let played = crate::script::kt::play(store, shared, Proto::Http, name, args);
+    match played.error {
+        Some(e) => fail(out, played.status, e),
+        None => {
+            for (k, v) in played.out {
+                let mut n = Vec::with_capacity(k.len() + 1);
+                n.push(b'_');
+                n.extend_from_slice(&k);
+                out.insert(n, v);
+            }
+            played.status
+        }
     }
 }
 
