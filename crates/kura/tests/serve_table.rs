@@ -341,6 +341,48 @@ fn tyrants_rest_puts_gets_and_deletes_a_table_record() {
     assert_eq!(status(&get("u%201")), 404);
 }
 
+/// REST's PUT with an empty path on a table takes a unique id as the key, as Tyrant's
+/// `do_http_put` does (`tcadbput` on a table: an empty key is `tctdbgenuid`), each PUT a new
+/// record; the binary put does the same.
+#[test]
+fn rest_put_with_an_empty_path_takes_a_unique_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = Server::start(dir.path(), "t.kt");
+    let put = |v: &[u8]| {
+        let mut raw = format!(
+            "PUT / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+            v.len()
+        )
+        .into_bytes();
+        raw.extend_from_slice(v);
+        status(&exchange(&srv, &raw))
+    };
+    assert_eq!(put(b"name\0first"), 201);
+    assert_eq!(put(b"name\0second"), 201);
+    let mut t = Tt::new(&srv.addr);
+    assert_eq!(t.put(b"", b"name\0third"), 0);
+    // A value that is not a record is refused and takes no id's record.
+    assert_ne!(put(b"odd"), 201);
+    let mut keys: Vec<u64> = t
+        .keys()
+        .iter()
+        .map(|k| std::str::from_utf8(k).unwrap().parse().unwrap())
+        .collect();
+    keys.sort();
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    assert!(keys.windows(2).all(|w| w[0] < w[1]));
+    let values: Vec<Vec<u8>> = keys
+        .iter()
+        .map(|k| t.get(k.to_string().as_bytes()).unwrap())
+        .collect();
+    assert_eq!(
+        values,
+        [&b"name\0first"[..], b"name\0second", b"name\0third"]
+    );
+    // No record under the empty key.
+    assert_eq!(t.get(b""), None);
+}
+
 /// Table writes over the wire go through the update log and replicate; indexes are each
 /// server's own: a read-only replica takes a `setindex` (it changes no record) and indexes
 /// what it receives.
@@ -629,3 +671,4 @@ fn json_query_endpoint_answers_records_as_json() {
     assert_eq!(st, 400);
     assert!(b.contains("table"), "{b}");
 }
+
