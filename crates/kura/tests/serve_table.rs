@@ -672,3 +672,62 @@ fn json_query_endpoint_answers_records_as_json() {
     assert!(b.contains("table"), "{b}");
 }
 
+/// `kura db` on a table a server holds cannot open it (the server writes it): `search`, as
+/// the other commands, says so and gives the same command through the server
+/// (`kura remote search`, with the port), which does what was asked.
+#[test]
+fn kura_db_search_on_a_held_table_points_at_kura_remote_search() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let port = port.as_str();
+    let srv = serve(dir.path(), &["t.kt", "--port", port]);
+    let mut t = Tt::new(&srv.addr);
+    assert_eq!(t.put(b"1", b"name\0alice\0age\x0030"), 0);
+    assert_eq!(t.put(b"2", b"name\0bob\0age\x0025"), 0);
+    let kura = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_kura"))
+            .current_dir(dir.path())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    for (args, same) in [
+        (
+            &["search", "t.kt", "name", "STREQ", "alice", "--count"][..],
+            "search --count name STREQ alice",
+        ),
+        (
+            &["search", "t.kt", "--ord", "age", "NUMASC", "-m", "1", "--pv"],
+            "search --ord age NUMASC --max 1 --pv",
+        ),
+        (
+            &["search", "--out", "t.kt", "--", "age", "NUMLT", "-1"],
+            "search --out -- age NUMLT -1",
+        ),
+        (&["setindex", "t.kt", "name", "lexical"], "misc setindex name lexical"),
+        (&["put", "t.kt", "3", "name", "carl"], "misc put 3 name carl"),
+    ] {
+        let o = kura(&[&["db"], args].concat());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("already open by another process") && err.contains("kura serve"),
+            "{args:?}: {err}"
+        );
+        let want = format!("`kura remote --port {port} {same}`");
+        assert!(err.contains(&want), "{args:?}: {err}");
+    }
+    // The commands named run as they are.
+    let remote = |args: &[&str]| {
+        let o = kura(&[&["remote", "--port", port][..], args].concat());
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    assert_eq!(remote(&["search", "--count", "name", "STREQ", "alice"]), "1\n");
+    assert_eq!(
+        remote(&["search", "--ord", "age", "NUMASC", "--max", "1", "--pv"]),
+        "2\tname\tbob\tage\t25\n"
+    );
+    assert_eq!(remote(&["search", "--out", "--", "age", "NUMLT", "-1"]), "");
+    assert_eq!(t.keys().len(), 2);
+}
