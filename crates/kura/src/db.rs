@@ -473,9 +473,9 @@ fn remote_equivalent(cmd: &DbCommand) -> Option<String> {
             key, all: false, ..
         } => format!("out {}", w(key)),
         DbCommand::Out { key, all: true, .. } => format!("misc outlist {}", w(key)),
-        DbCommand::Search { search, .. } => {
-            format!("search {}", search.remote_words()).trim_end().to_string()
-        }
+        DbCommand::Search { search, .. } => format!("search {}", search.remote_words())
+            .trim_end()
+            .to_string(),
         DbCommand::Setindex { column, typ, .. } => format!(
             "misc setindex {} {}",
             w(column),
