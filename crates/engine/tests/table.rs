@@ -4,7 +4,9 @@
 //! with the records and the records are those after a prefix of the writes that holds every
 //! acknowledged one.
 
-use kura_engine::io::{CrashMode, Fault, SimVfs};
+mod common;
+
+use kura_engine::io::SimVfs;
 use kura_engine::store::KeyRange;
 use kura_engine::table::{terms, Columns, IndexOp, IndexType, PutMode, Table, TableDb};
 use kura_engine::{Error, Kind, OpenMode, Params, Store, TokyoOps};
@@ -225,11 +227,7 @@ fn write_ops(fs: &SimVfs, ops: &[Op], ckpts: &[usize]) -> usize {
 /// The records of the table at `fs` (`None`: no table), after checking that every index it
 /// has holds exactly the entries its records make.
 fn read_rows(fs: &SimVfs, what: &str) -> Option<Rows> {
-    let t = match sim_open(fs, "", OpenMode::Existing) {
-        Ok(t) => t,
-        Err(Error::NotFound(_)) => return None,
-        Err(e) => panic!("{what}: reopen: {e}"),
-    };
+    let t = common::reopened(sim_open(fs, "", OpenMode::Existing), what)?;
     let mut rows = Rows::new();
     t.for_each_row(&KeyRange::new(b"", None), &mut |k, c| {
         rows.insert(k.to_vec(), c.clone());
@@ -273,39 +271,13 @@ fn a_power_loss_at_every_write_leaves_indexes_agreeing_with_a_prefix_of_the_writ
     let ckpts = [15];
     for seed in [1u64, 2] {
         let ops = ops(seed, N);
-        let states = prefixes(&ops);
-        let steps = {
-            let fs = SimVfs::new();
-            let before = fs.op_count();
-            assert_eq!(write_ops(&fs, &ops, &ckpts), ops.len());
-            let all = read_rows(&fs, "no crash").unwrap();
-            assert!(all == states[ops.len()], "without a crash: every write");
-            fs.op_count() - before
-        };
-        assert!(steps > 50, "{steps} writes");
-        for step in 0..steps {
-            let fs = SimVfs::new();
-            fs.fail_after(step, Fault::Eio);
-            let acked = write_ops(&fs, &ops, &ckpts);
-            let mode = match step % 3 {
-                0 => CrashMode::Torn { seed: step },
-                1 => CrashMode::DropUnsynced,
-                _ => CrashMode::Scattered { seed: step },
-            };
-            let fs = SimVfs::from_image(&fs.crash_image(mode));
-            let what = format!("seed {seed}, power lost at write {step} of {steps} ({mode:?})");
-            let Some(got) = read_rows(&fs, &what) else {
-                assert_eq!(acked, 0, "{what}: the table is gone");
-                continue;
-            };
-            let Some(k) = states.iter().rposition(|s| *s == got) else {
-                panic!("{what}: the records are no prefix of the writes ({acked} acknowledged)");
-            };
-            assert!(
-                k >= acked,
-                "{what}: {acked} writes acknowledged, only {k} recovered"
-            );
-        }
+        common::power_loss_at_every_write(
+            &format!("seed {seed}"),
+            &prefixes(&ops),
+            50,
+            |fs| write_ops(fs, &ops, &ckpts),
+            read_rows,
+        );
     }
 }
 

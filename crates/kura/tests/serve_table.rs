@@ -4,31 +4,12 @@
 
 mod common;
 
+use common::tt_call as call;
+
 use common::{converge, free_port, serve, Server, Tt};
-use kura_proto::tt_bin::{decode_reply, encode_request, DecodedReply, Reply, Request};
+use kura_proto::tt_bin::{Reply, Request};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-
-fn call(s: &mut TcpStream, req: &Request<'_>) -> Reply {
-    let mut out = Vec::new();
-    encode_request(req, &mut out);
-    s.write_all(&out).unwrap();
-    let mut buf = Vec::new();
-    loop {
-        match decode_reply(req.cmd(), &buf).expect("well-formed reply") {
-            DecodedReply::Complete { reply, consumed } => {
-                assert_eq!(consumed, buf.len(), "nothing after the reply");
-                return reply;
-            }
-            DecodedReply::Incomplete => {
-                let mut chunk = [0u8; 65536];
-                let n = s.read(&mut chunk).unwrap();
-                assert!(n > 0, "server closed the connection");
-                buf.extend_from_slice(&chunk[..n]);
-            }
-        }
-    }
-}
 
 fn misc_opts(s: &mut TcpStream, name: &[u8], opts: u32, args: &[&[u8]]) -> Reply {
     call(
@@ -697,15 +678,23 @@ fn kura_db_search_on_a_held_table_points_at_kura_remote_search() {
             "search --count name STREQ alice",
         ),
         (
-            &["search", "t.kt", "--ord", "age", "NUMASC", "-m", "1", "--pv"],
+            &[
+                "search", "t.kt", "--ord", "age", "NUMASC", "-m", "1", "--pv",
+            ],
             "search --ord age NUMASC --max 1 --pv",
         ),
         (
             &["search", "--out", "t.kt", "--", "age", "NUMLT", "-1"],
             "search --out -- age NUMLT -1",
         ),
-        (&["setindex", "t.kt", "name", "lexical"], "misc setindex name lexical"),
-        (&["put", "t.kt", "3", "name", "carl"], "misc put 3 name carl"),
+        (
+            &["setindex", "t.kt", "name", "lexical"],
+            "misc setindex name lexical",
+        ),
+        (
+            &["put", "t.kt", "3", "name", "carl"],
+            "misc put 3 name carl",
+        ),
     ] {
         let o = kura(&[&["db"], args].concat());
         let err = String::from_utf8_lossy(&o.stderr);
@@ -720,10 +709,17 @@ fn kura_db_search_on_a_held_table_points_at_kura_remote_search() {
     // The commands named run as they are.
     let remote = |args: &[&str]| {
         let o = kura(&[&["remote", "--port", port][..], args].concat());
-        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         String::from_utf8(o.stdout).unwrap()
     };
-    assert_eq!(remote(&["search", "--count", "name", "STREQ", "alice"]), "1\n");
+    assert_eq!(
+        remote(&["search", "--count", "name", "STREQ", "alice"]),
+        "1\n"
+    );
     assert_eq!(
         remote(&["search", "--ord", "age", "NUMASC", "--max", "1", "--pv"]),
         "2\tname\tbob\tage\t25\n"
