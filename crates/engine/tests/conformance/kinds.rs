@@ -133,6 +133,18 @@ pub(crate) const SIM_TREE_PATH: &str = "/sim/db.kb";
 pub(crate) const SIM_FIXED_PATH: &str = "/sim/db.kf";
 pub(crate) const SIM_TABLE_PATH: &str = "/sim/db.kt";
 
+/// Open a database at `path` on the simulated file system `fs` with `params`.
+fn on_sim<T>(
+    open: impl FnOnce(&Path, &Params, Arc<dyn Vfs>, OpenMode) -> kura_engine::Result<T>,
+    path: &str,
+    params: &str,
+    fs: &SimVfs,
+    mode: OpenMode,
+) -> Arc<T> {
+    let params = Params::parse(params).unwrap();
+    Arc::new(open(Path::new(path), &params, Arc::new(fs.clone()), mode).unwrap())
+}
+
 /// Make `indexes` on a new table.
 fn make_indexes(db: &dyn Store, indexes: &[(&str, IndexType)]) {
     let t = db.table().expect("a table");
@@ -246,15 +258,9 @@ impl Db {
                 )
                 .unwrap(),
             )),
-            Opener::SimDiskTree(params) => Handle::SimTree(Arc::new(
-                DiskTree::open_mode(
-                    Path::new(SIM_TREE_PATH),
-                    &Params::parse(params).unwrap(),
-                    Arc::new(fs.clone()),
-                    mode,
-                )
-                .unwrap(),
-            )),
+            Opener::SimDiskTree(params) => {
+                Handle::SimTree(on_sim(DiskTree::open_mode, SIM_TREE_PATH, params, fs, mode))
+            }
             Opener::Keyspace(name, params) => {
                 let name = name.replace("{dir}", dir.to_str().unwrap());
                 let mode = if name.starts_with(['*', '+']) {
@@ -270,15 +276,7 @@ impl Db {
                 Handle::Keyspace(ks, db)
             }
             Opener::SimKeyspace(db_params, params) => {
-                let db = Arc::new(
-                    DiskTree::open_mode(
-                        Path::new(SIM_TREE_PATH),
-                        &Params::parse(db_params).unwrap(),
-                        Arc::new(fs.clone()),
-                        mode,
-                    )
-                    .unwrap(),
-                );
+                let db = on_sim(DiskTree::open_mode, SIM_TREE_PATH, db_params, fs, mode);
                 let ks = db.keyspace("ks", params).unwrap();
                 if mode == OpenMode::Create {
                     write_beside(&*db, params);
@@ -286,15 +284,7 @@ impl Db {
                 Handle::SimKeyspace(ks, db)
             }
             Opener::SimHashKeyspace(db_params, params) => {
-                let db = Arc::new(
-                    DiskHash::open_mode(
-                        Path::new(SIM_PATH),
-                        &Params::parse(db_params).unwrap(),
-                        Arc::new(fs.clone()),
-                        mode,
-                    )
-                    .unwrap(),
-                );
+                let db = on_sim(DiskHash::open_mode, SIM_PATH, db_params, fs, mode);
                 let ks = db.keyspace("ks", params).unwrap();
                 if mode == OpenMode::Create {
                     write_beside(&*db, params);
@@ -310,29 +300,15 @@ impl Db {
                 Handle::Named(db)
             }
             Opener::SimTable(params, indexes) => {
-                let db = Arc::new(
-                    TableDb::open_mode(
-                        Path::new(SIM_TABLE_PATH),
-                        &Params::parse(params).unwrap(),
-                        Arc::new(fs.clone()),
-                        mode,
-                    )
-                    .unwrap(),
-                );
+                let db = on_sim(TableDb::open_mode, SIM_TABLE_PATH, params, fs, mode);
                 if mode == OpenMode::Create {
                     make_indexes(&*db, indexes);
                 }
                 Handle::SimTable(db)
             }
-            Opener::SimFixed(params) => Handle::SimFixed(Arc::new(
-                FixedDb::open_mode(
-                    Path::new(SIM_FIXED_PATH),
-                    &Params::parse(params).unwrap(),
-                    Arc::new(fs.clone()),
-                    mode,
-                )
-                .unwrap(),
-            )),
+            Opener::SimFixed(params) => {
+                Handle::SimFixed(on_sim(FixedDb::open_mode, SIM_FIXED_PATH, params, fs, mode))
+            }
         }
     }
 

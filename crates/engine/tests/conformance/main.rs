@@ -47,7 +47,7 @@
 
 use kura_engine::fixed::FixedDb;
 use kura_engine::hash::DiskHash;
-use kura_engine::io::{CrashMode, SimVfs};
+use kura_engine::io::{CrashMode, SimVfs, Vfs};
 use kura_engine::store::{now_secs, MAX_KEY_LEN};
 use kura_engine::table::{IndexOp, IndexType, TableDb};
 use kura_engine::tree::DiskTree;
