@@ -4,12 +4,14 @@
 //! applied whole or not at all after a power loss at any write (a model test over three
 //! keyspaces), damage inside one is refused, and a SIGKILL loses no acknowledged batch.
 //! Databases written before records carried a keyspace (`tests/fixtures/before-v3.*`) open,
-//! read and write unchanged. The conformance suite (conformance.rs) also runs on a keyspace
+//! read and write unchanged. The conformance suite (conformance/) also runs on a keyspace
 //! of each kind that has them. The tests named `kh_…` run the same on the on-disk hash, with
 //! compaction, `optimize` and `repair` besides.
 
 use kura_engine::hash::DiskHash;
-use kura_engine::io::{CrashMode, Fault, SimVfs};
+mod common;
+
+use kura_engine::io::{CrashMode, SimVfs};
 use kura_engine::tree::DiskTree;
 use kura_engine::{BatchOp, Error, OpenMode, Params, Store};
 use std::collections::BTreeMap;
@@ -467,11 +469,7 @@ fn write_batches(fs: &SimVfs, batches: &[Batch], ckpts: &[usize]) -> usize {
 /// What the database at `fs` holds (`None`: no database), each keyspace's records checked to
 /// come in its order; the database is checked healthy and closed.
 fn read_state(fs: &SimVfs, what: &str) -> Option<State> {
-    let db = match sim_open(fs, "", OpenMode::Existing) {
-        Ok(db) => db,
-        Err(Error::NotFound(_)) => return None,
-        Err(e) => panic!("{what}: reopen: {e}"),
-    };
+    let db = common::reopened(sim_open(fs, "", OpenMode::Existing), what)?;
     let mut s: State = Default::default();
     for (i, (name, params)) in SPACES.iter().enumerate() {
         let handle;
@@ -515,41 +513,13 @@ fn batches_across_keyspaces_survive_a_power_loss_at_every_write_whole_or_not_at_
     let ckpts = [13, 27];
     for seed in [1u64, 2] {
         let batches = batches(seed, N);
-        let states = prefixes(&batches);
-        let steps = {
-            let fs = SimVfs::new();
-            let before = fs.op_count();
-            assert_eq!(write_batches(&fs, &batches, &ckpts), N);
-            let all = read_state(&fs, "no crash").unwrap();
-            assert!(all == states[N], "without a crash: every batch");
-            fs.op_count() - before
-        };
-        assert!(steps > 100, "{steps} writes");
-        for step in 0..steps {
-            let fs = SimVfs::new();
-            fs.fail_after(step, Fault::Eio);
-            let acked = write_batches(&fs, &batches, &ckpts);
-            let mode = match step % 3 {
-                0 => CrashMode::Torn { seed: step },
-                1 => CrashMode::DropUnsynced,
-                _ => CrashMode::Scattered { seed: step },
-            };
-            let fs = SimVfs::from_image(&fs.crash_image(mode));
-            let what = format!("seed {seed}, power lost at write {step} of {steps} ({mode:?})");
-            let Some(got) = read_state(&fs, &what) else {
-                assert_eq!(acked, 0, "{what}: the database is gone");
-                continue;
-            };
-            let Some(k) = states.iter().position(|s| *s == got) else {
-                panic!("{what}: the state is no prefix of the batches ({acked} acknowledged)");
-            };
-            // The first prefix that matches may end before a batch that changed nothing.
-            let k = (k..=N).rev().find(|&j| states[j] == got).unwrap_or(k);
-            assert!(
-                k >= acked,
-                "{what}: {acked} batches acknowledged, only {k} recovered"
-            );
-        }
+        common::power_loss_at_every_write(
+            &format!("seed {seed}"),
+            &prefixes(&batches),
+            100,
+            |fs| write_batches(fs, &batches, &ckpts),
+            read_state,
+        );
     }
 }
 
@@ -1086,43 +1056,20 @@ fn kh_batches_across_keyspaces_survive_a_power_loss_at_every_write_whole_or_not_
             })
         })
         .collect();
-    let steps = {
-        let fs = SimVfs::new();
-        let before = fs.op_count();
-        assert_eq!(kh_write_batches(&fs, &batches), N);
-        fs.op_count() - before
-    };
-    assert!(steps > 60, "{steps} writes");
-    for step in 0..steps {
-        let fs = SimVfs::new();
-        fs.fail_after(step, Fault::Eio);
-        let acked = kh_write_batches(&fs, &batches);
-        let mode = match step % 3 {
-            0 => CrashMode::Torn { seed: step },
-            1 => CrashMode::DropUnsynced,
-            _ => CrashMode::Scattered { seed: step },
-        };
-        let fs = SimVfs::from_image(&fs.crash_image(mode));
-        let what = format!("power lost at write {step} of {steps} ({mode:?})");
-        let db = match kh_open(&fs, "", OpenMode::Existing) {
-            Ok(db) => db,
-            Err(Error::NotFound(_)) => {
-                assert_eq!(acked, 0, "{what}");
-                continue;
-            }
-            Err(e) => panic!("{what}: reopen: {e}"),
-        };
-        let got = kh_state(&db);
-        assert!(db.check().unwrap().healthy(), "{what}");
-        db.close().unwrap();
-        let Some(k) = states.iter().rposition(|s| *s == got) else {
-            panic!("{what}: the state is no prefix of the batches ({acked} acknowledged)");
-        };
-        assert!(
-            k >= acked,
-            "{what}: {acked} acknowledged, only {k} recovered"
-        );
-    }
+    assert_eq!(states.len(), N + 1);
+    common::power_loss_at_every_write(
+        "seed 3",
+        &states,
+        60,
+        |fs| kh_write_batches(fs, &batches),
+        |fs, what| {
+            let db = common::reopened(kh_open(fs, "", OpenMode::Existing), what)?;
+            let got = kh_state(&db);
+            assert!(db.check().unwrap().healthy(), "{what}");
+            db.close().unwrap();
+            Some(got)
+        },
+    );
 }
 
 /// A flipped byte inside a batch across three keyspaces of a `.kh`, with records after it: a

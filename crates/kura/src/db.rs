@@ -357,7 +357,7 @@ pub fn run(cmd: DbCommand) -> ExitCode {
 static REMOTE_EQUIVALENT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// An argument as a shell would need it: as it is when plain, else single-quoted.
-fn shell_word(s: &std::ffi::OsStr) -> String {
+pub(crate) fn shell_word(s: &std::ffi::OsStr) -> String {
     let t = s.to_string_lossy();
     let plain = !t.is_empty()
         && t.bytes()
@@ -473,6 +473,9 @@ fn remote_equivalent(cmd: &DbCommand) -> Option<String> {
             key, all: false, ..
         } => format!("out {}", w(key)),
         DbCommand::Out { key, all: true, .. } => format!("misc outlist {}", w(key)),
+        DbCommand::Search { search, .. } => format!("search {}", search.remote_words())
+            .trim_end()
+            .to_string(),
         DbCommand::Setindex { column, typ, .. } => format!(
             "misc setindex {} {}",
             w(column),

@@ -48,6 +48,37 @@ pub(crate) struct SearchArgs {
 }
 
 impl SearchArgs {
+    /// These arguments as `kura remote search` takes them (each word as a shell needs it).
+    pub(crate) fn remote_words(&self) -> String {
+        let w = |s: &OsString| crate::db::shell_word(s);
+        let mut words: Vec<String> = Vec::new();
+        if let Some(o) = &self.ord {
+            words.push(format!("--ord {} {}", w(&o[0]), w(&o[1])));
+        }
+        if let Some(m) = self.max {
+            words.push(format!("--max {m}"));
+        }
+        if self.skip > 0 {
+            words.push(format!("--skip {}", self.skip));
+        }
+        let flags = [
+            (self.pv, "--pv"),
+            (self.count, "--count"),
+            (self.out, "--out"),
+            (self.hint, "--hint"),
+        ];
+        words.extend(flags.iter().filter(|f| f.0).map(|f| f.1.to_string()));
+        words.extend(self.columns.iter().map(|c| format!("--column {}", w(c))));
+        if let Some(ms) = &self.ms {
+            words.push(format!("--ms {}", w(&OsString::from(ms))));
+        }
+        if self.conds.iter().any(|c| c.as_bytes().starts_with(b"-")) {
+            words.push("--".into());
+        }
+        words.extend(self.conds.iter().map(w));
+        words.join(" ")
+    }
+
     /// Tyrant's `misc search` arguments: one command each, its parts NUL-separated.
     pub(crate) fn commands(&self) -> Result<Vec<Vec<u8>>, Fail> {
         if !self.conds.len().is_multiple_of(3) {

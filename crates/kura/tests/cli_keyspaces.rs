@@ -4,32 +4,12 @@
 //! itself (keyspace 0), as `Store::count` does. A `.kh` written by the build before keyspaces
 //! (`before-v3.kh`, format-2 segments) takes keyspaces and stays readable by the binary.
 
+mod common;
+
+use common::{kura_db as run, ok_stdout as ok};
 use kura_engine::{OpenMode, Store};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Output};
-
-const KURA: &str = env!("CARGO_BIN_EXE_kura");
-
-fn run(dir: &Path, args: &[&str]) -> Output {
-    Command::new(KURA)
-        .current_dir(dir)
-        .arg("db")
-        .args(args)
-        .output()
-        .expect("spawn kura")
-}
-
-#[track_caller]
-fn ok(o: Output) -> String {
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "stderr: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
-}
 
 /// Every record of a store, as text.
 fn all(s: &dyn Store) -> BTreeMap<String, String> {

@@ -4,42 +4,10 @@
 //! NAME key0007`, and on the `.kb` three `kura db put --dup NAME dupkey …`) through the real
 //! binary: `check`, `export`, `put`, `get` and `check` again work on them unchanged.
 
+mod common;
+
+use common::{copy_dir, kura_db as run, ok_stdout as ok};
 use std::path::Path;
-use std::process::{Command, Output};
-
-const KURA: &str = env!("CARGO_BIN_EXE_kura");
-
-fn run(dir: &Path, args: &[&str]) -> Output {
-    Command::new(KURA)
-        .current_dir(dir)
-        .arg("db")
-        .args(args)
-        .output()
-        .expect("spawn kura")
-}
-
-#[track_caller]
-fn ok(o: Output) -> String {
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "stderr: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to.join(e.file_name()));
-        } else {
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
-    }
-}
 
 #[test]
 fn databases_of_the_build_before_keyspaces_open_through_kura_db() {

@@ -3,32 +3,11 @@
 //! is a torn tail (cut at the next writable open, every record before it kept); a damaged
 //! stretch before that length is damage.
 
+mod common;
+
+use common::{kura_db as db, ok_stdout as ok};
 use kura_engine::log::format;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-
-const KURA: &str = env!("CARGO_BIN_EXE_kura");
-
-fn db(dir: &Path, args: &[&str]) -> Output {
-    Command::new(KURA)
-        .current_dir(dir)
-        .arg("db")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run kura")
-}
-
-#[track_caller]
-fn ok(o: Output) -> String {
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "stderr: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
-}
 
 /// A `.kh` of 20 records written through `kura db put`, and its segment holding them.
 fn written(dir: &Path) -> PathBuf {

@@ -4,30 +4,13 @@
 
 mod common;
 
+use common::tt_call as tt;
+
 use common::Server;
-use kura_proto::tt_bin::{decode_reply, encode_request, DecodedReply, Reply, Request};
+use kura_proto::tt_bin::{Reply, Request};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
-
-/// One Tyrant request, its whole reply.
-fn tt(s: &mut TcpStream, req: &Request<'_>) -> Reply {
-    let mut out = Vec::new();
-    encode_request(req, &mut out);
-    s.write_all(&out).unwrap();
-    let mut buf = Vec::new();
-    loop {
-        match decode_reply(req.cmd(), &buf).expect("well-formed reply") {
-            DecodedReply::Complete { reply, .. } => return reply,
-            DecodedReply::Incomplete => {
-                let mut chunk = [0u8; 4096];
-                let n = s.read(&mut chunk).unwrap();
-                assert!(n > 0, "server closed the connection");
-                buf.extend_from_slice(&chunk[..n]);
-            }
-        }
-    }
-}
 
 /// One memcached text request whose reply ends with `end`.
 fn mc(s: &mut TcpStream, req: &str, end: &str) -> String {

@@ -4,31 +4,12 @@
 
 mod common;
 
+use common::tt_call as call;
+
 use common::{converge, free_port, serve, Server, Tt};
-use kura_proto::tt_bin::{decode_reply, encode_request, DecodedReply, Reply, Request};
+use kura_proto::tt_bin::{Reply, Request};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-
-fn call(s: &mut TcpStream, req: &Request<'_>) -> Reply {
-    let mut out = Vec::new();
-    encode_request(req, &mut out);
-    s.write_all(&out).unwrap();
-    let mut buf = Vec::new();
-    loop {
-        match decode_reply(req.cmd(), &buf).expect("well-formed reply") {
-            DecodedReply::Complete { reply, consumed } => {
-                assert_eq!(consumed, buf.len(), "nothing after the reply");
-                return reply;
-            }
-            DecodedReply::Incomplete => {
-                let mut chunk = [0u8; 65536];
-                let n = s.read(&mut chunk).unwrap();
-                assert!(n > 0, "server closed the connection");
-                buf.extend_from_slice(&chunk[..n]);
-            }
-        }
-    }
-}
 
 fn misc_opts(s: &mut TcpStream, name: &[u8], opts: u32, args: &[&[u8]]) -> Reply {
     call(
@@ -341,6 +322,48 @@ fn tyrants_rest_puts_gets_and_deletes_a_table_record() {
     assert_eq!(status(&get("u%201")), 404);
 }
 
+/// REST's PUT with an empty path on a table takes a unique id as the key, as Tyrant's
+/// `do_http_put` does (`tcadbput` on a table: an empty key is `tctdbgenuid`), each PUT a new
+/// record; the binary put does the same.
+#[test]
+fn rest_put_with_an_empty_path_takes_a_unique_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = Server::start(dir.path(), "t.kt");
+    let put = |v: &[u8]| {
+        let mut raw = format!(
+            "PUT / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+            v.len()
+        )
+        .into_bytes();
+        raw.extend_from_slice(v);
+        status(&exchange(&srv, &raw))
+    };
+    assert_eq!(put(b"name\0first"), 201);
+    assert_eq!(put(b"name\0second"), 201);
+    let mut t = Tt::new(&srv.addr);
+    assert_eq!(t.put(b"", b"name\0third"), 0);
+    // A value that is not a record is refused and takes no id's record.
+    assert_ne!(put(b"odd"), 201);
+    let mut keys: Vec<u64> = t
+        .keys()
+        .iter()
+        .map(|k| std::str::from_utf8(k).unwrap().parse().unwrap())
+        .collect();
+    keys.sort();
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    assert!(keys.windows(2).all(|w| w[0] < w[1]));
+    let values: Vec<Vec<u8>> = keys
+        .iter()
+        .map(|k| t.get(k.to_string().as_bytes()).unwrap())
+        .collect();
+    assert_eq!(
+        values,
+        [&b"name\0first"[..], b"name\0second", b"name\0third"]
+    );
+    // No record under the empty key.
+    assert_eq!(t.get(b""), None);
+}
+
 /// Table writes over the wire go through the update log and replicate; indexes are each
 /// server's own: a read-only replica takes a `setindex` (it changes no record) and indexes
 /// what it receives.
@@ -628,4 +651,79 @@ fn json_query_endpoint_answers_records_as_json() {
     let (st, b) = post(&hash, "{}");
     assert_eq!(st, 400);
     assert!(b.contains("table"), "{b}");
+}
+
+/// `kura db` on a table a server holds cannot open it (the server writes it): `search`, as
+/// the other commands, says so and gives the same command through the server
+/// (`kura remote search`, with the port), which does what was asked.
+#[test]
+fn kura_db_search_on_a_held_table_points_at_kura_remote_search() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let port = port.as_str();
+    let srv = serve(dir.path(), &["t.kt", "--port", port]);
+    let mut t = Tt::new(&srv.addr);
+    assert_eq!(t.put(b"1", b"name\0alice\0age\x0030"), 0);
+    assert_eq!(t.put(b"2", b"name\0bob\0age\x0025"), 0);
+    let kura = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_kura"))
+            .current_dir(dir.path())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    for (args, same) in [
+        (
+            &["search", "t.kt", "name", "STREQ", "alice", "--count"][..],
+            "search --count name STREQ alice",
+        ),
+        (
+            &[
+                "search", "t.kt", "--ord", "age", "NUMASC", "-m", "1", "--pv",
+            ],
+            "search --ord age NUMASC --max 1 --pv",
+        ),
+        (
+            &["search", "--out", "t.kt", "--", "age", "NUMLT", "-1"],
+            "search --out -- age NUMLT -1",
+        ),
+        (
+            &["setindex", "t.kt", "name", "lexical"],
+            "misc setindex name lexical",
+        ),
+        (
+            &["put", "t.kt", "3", "name", "carl"],
+            "misc put 3 name carl",
+        ),
+    ] {
+        let o = kura(&[&["db"], args].concat());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("already open by another process") && err.contains("kura serve"),
+            "{args:?}: {err}"
+        );
+        let want = format!("`kura remote --port {port} {same}`");
+        assert!(err.contains(&want), "{args:?}: {err}");
+    }
+    // The commands named run as they are.
+    let remote = |args: &[&str]| {
+        let o = kura(&[&["remote", "--port", port][..], args].concat());
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    };
+    assert_eq!(
+        remote(&["search", "--count", "name", "STREQ", "alice"]),
+        "1\n"
+    );
+    assert_eq!(
+        remote(&["search", "--ord", "age", "NUMASC", "--max", "1", "--pv"]),
+        "2\tname\tbob\tage\t25\n"
+    );
+    assert_eq!(remote(&["search", "--out", "--", "age", "NUMLT", "-1"]), "");
+    assert_eq!(t.keys().len(), 2);
 }

@@ -4,33 +4,13 @@
 
 mod common;
 
+use common::tt_call as call;
+
 use common::{port_of, Server};
-use kura_proto::tt_bin::{decode_reply, encode_request, DecodedReply, Reply, Request};
+use kura_proto::tt_bin::{encode_request, Reply, Request};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Output};
-
-/// Send one request, read its whole reply.
-fn call(s: &mut TcpStream, req: &Request<'_>) -> Reply {
-    let mut out = Vec::new();
-    encode_request(req, &mut out);
-    s.write_all(&out).unwrap();
-    let mut buf = Vec::new();
-    loop {
-        match decode_reply(req.cmd(), &buf).expect("well-formed reply") {
-            DecodedReply::Complete { reply, consumed } => {
-                assert_eq!(consumed, buf.len(), "nothing after the reply");
-                return reply;
-            }
-            DecodedReply::Incomplete => {
-                let mut chunk = [0u8; 65536];
-                let n = s.read(&mut chunk).unwrap();
-                assert!(n > 0, "server closed the connection");
-                buf.extend_from_slice(&chunk[..n]);
-            }
-        }
-    }
-}
 
 fn remote(addr: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kura"))

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{converge, eventually, serve, Tt};
+use common::{converge, copy_dir, eventually, ok_stdout as ok, serve, Tt};
 use kura_engine::store::{BatchOp, Store};
 use kura_engine::ulog::logged::Logged;
 use kura_engine::ulog::{Config, Ulog};
@@ -95,29 +95,6 @@ fn kura(dir: &Path, args: &[&str]) -> Output {
         .current_dir(dir)
         .output()
         .unwrap()
-}
-
-#[track_caller]
-fn ok(o: Output) -> String {
-    assert!(
-        o.status.success(),
-        "stdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to.join(e.file_name()));
-        } else {
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
-    }
 }
 
 #[test]

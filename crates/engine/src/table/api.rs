@@ -60,6 +60,8 @@ impl Store for TableDb {
                 match visitor(shown) {
                     Decision::Keep => (Change::Keep, kept),
                     Decision::Remove => (Change::Remove, None),
+                    // No record: nothing to touch, as on every kind.
+                    Decision::Touch { .. } if kept.is_none() => (Change::Keep, None),
                     Decision::Touch { .. } => {
                         refused = Some(Error::Unsupported(NO_EXPIRY));
                         (Change::Keep, kept)
@@ -107,6 +109,7 @@ impl Store for TableDb {
     }
 
     fn cursor(&self) -> Result<Box<dyn Cursor + '_>> {
+        self.db.check_open()?;
         Ok(Box::new(KindCursor::new(self, TableWalk { t: self })))
     }
 

@@ -782,6 +782,11 @@ impl DiskTree {
         self.inner.checkpoint()
     }
 
+    /// [`Error::Closed`] once the database is closed.
+    pub(crate) fn check_open(&self) -> Result<()> {
+        self.inner.wal.check_open()
+    }
+
     /// Whether this handle is a keyspace (not the database itself).
     pub fn is_keyspace(&self) -> bool {
         self.inner.ks != 0

@@ -1,6 +1,7 @@
 //! The harness shared by the integration tests that start the real `kura serve`.
 #![allow(dead_code)]
 
+use kura_proto::tt_bin::{decode_reply, encode_request, DecodedReply, Reply, Request};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -97,6 +98,66 @@ pub fn serve(dir: &Path, args: &[&str]) -> Server {
     let mut a = vec!["--threads", "2"];
     a.extend_from_slice(args);
     Server::start_args(dir, &a, 1).0
+}
+
+/// `kura db ARGS` run in `dir` (no standard input).
+pub fn kura_db(dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kura"))
+        .current_dir(dir)
+        .arg("db")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run kura")
+}
+
+/// The standard output of a command that must have exited with status 0.
+#[track_caller]
+pub fn ok_stdout(o: std::process::Output) -> String {
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "stdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// Copy the directory `from` (a database, a fixture) to `to`, whole.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// Send one Tyrant request (framed by `kura_proto::tt_bin`), read its whole reply (and
+/// nothing after it).
+pub fn tt_call(s: &mut TcpStream, req: &Request<'_>) -> Reply {
+    let mut out = Vec::new();
+    encode_request(req, &mut out);
+    s.write_all(&out).unwrap();
+    let mut buf = Vec::new();
+    loop {
+        match decode_reply(req.cmd(), &buf).expect("well-formed reply") {
+            DecodedReply::Complete { reply, consumed } => {
+                assert_eq!(consumed, buf.len(), "nothing after the reply");
+                return reply;
+            }
+            DecodedReply::Incomplete => {
+                let mut chunk = [0u8; 65536];
+                let n = s.read(&mut chunk).unwrap();
+                assert!(n > 0, "server closed the connection");
+                buf.extend_from_slice(&chunk[..n]);
+            }
+        }
+    }
 }
 
 /// A minimal Tokyo Tyrant client.

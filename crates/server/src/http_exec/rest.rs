@@ -169,8 +169,9 @@ fn rest_put(
     bump(&shared.cmd_set);
     let kt = kt_dialect(req);
     let stored = match mode {
+        // On a table an empty path takes a new unique id, as Tyrant's binary put.
         Mode::Put => {
-            store.put_with(key, value, 0, expires)?;
+            crate::tt_exec::put_or_genuid(store, key, value, expires)?;
             Ok(())
         }
         Mode::Cat => {

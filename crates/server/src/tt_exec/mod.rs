@@ -575,7 +575,7 @@ fn apply(store: &dyn Store, req: &Request<'_>) -> Option<Result<Applied, Error>>
     let done = |r: Result<bool, Error>| r.map(Applied::Done);
     Some(match *req {
         Request::Put { key, value } | Request::PutNr { key, value } => {
-            done(put_or_genuid(store, key, value).map(|_| true))
+            done(put_or_genuid(store, key, value, 0).map(|_| true))
         }
         Request::PutKeep { key, value } => done(
             store
@@ -616,15 +616,21 @@ fn apply(store: &dyn Store, req: &Request<'_>) -> Option<Result<Applied, Error>>
     })
 }
 
-/// Tyrant's put (`tcadbput`): on a table an empty key is a new unique id (`genuid`, in
-/// decimal), as Tokyo Cabinet's abstract database gives it.
-fn put_or_genuid(store: &dyn Store, key: &[u8], value: &[u8]) -> Result<(), Error> {
+/// Tyrant's put (`tcadbput`), of the binary protocol and of REST's PUT: on a table an empty
+/// key is a new unique id (`genuid`, in decimal), as Tokyo Cabinet's abstract database gives
+/// it.
+pub(crate) fn put_or_genuid(
+    store: &dyn Store,
+    key: &[u8],
+    value: &[u8],
+    expires: u64,
+) -> Result<(), Error> {
     match store.table() {
         Some(t) if key.is_empty() => {
             let id = t.genuid()?.to_string();
-            store.put_with(id.as_bytes(), value, 0, 0).map(|_| ())
+            store.put_with(id.as_bytes(), value, 0, expires).map(|_| ())
         }
-        _ => store.put_with(key, value, 0, 0).map(|_| ()),
+        _ => store.put_with(key, value, 0, expires).map(|_| ()),
     }
 }
 

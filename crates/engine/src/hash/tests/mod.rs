@@ -1,6 +1,6 @@
 //! Tests of the on-disk hash: operations, persistence, recovery after simulated crashes, injected
 //! I/O faults, compaction. The model test against a `BTreeMap` is the conformance suite's
-//! (`crates/engine/tests/conformance.rs`).
+//! (`crates/engine/tests/conformance/`).
 
 use super::shard::{read_spinning, write_spinning, EXCL_SPIN};
 use super::*;
