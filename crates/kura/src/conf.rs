@@ -128,8 +128,8 @@ fn words(arg: &clap::Arg, key: &str, v: &toml::Value) -> Result<Vec<String>, Str
                             type_name(item)
                         )
                     })?;
-                    out.push(flag.clone());
-                    out.push(s);
+                    // `--flag=value`: a value that starts with a dash stays a value.
+                    out.push(format!("{flag}={s}"));
                 }
             }
             Ok(out)
@@ -139,7 +139,7 @@ fn words(arg: &clap::Arg, key: &str, v: &toml::Value) -> Result<Vec<String>, Str
             if is_positional(arg) {
                 Ok(vec![s])
             } else {
-                Ok(vec![flag, s])
+                Ok(vec![format!("{flag}={s}")])
             }
         }
     }
@@ -375,6 +375,15 @@ mod tests {
         let (_d, p) = file("config = \"other.toml\"\n");
         let e = resolve(&os(&["--config", &p])).err().unwrap();
         assert!(e.contains("command-line flag only"), "{e}");
+    }
+
+    #[test]
+    fn a_value_starting_with_a_dash_stays_a_value() {
+        let (_d, p) = file("log = \"-odd.log\"\nmask = [\"-x\"]\n");
+        let (_, m) = resolve(&os(&["--config", &p])).unwrap();
+        let text = print(&m);
+        assert!(text.contains("\nlog = \"-odd.log\"\n"), "{text}");
+        assert!(text.contains("\nmask = [\"-x\"]\n"), "{text}");
     }
 
     #[test]

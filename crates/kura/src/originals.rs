@@ -355,8 +355,20 @@ pub fn ttserver(args: &[String]) -> Result<Plan, String> {
                 p.words
                     .extend(["--extpc".into(), name.into(), period.into()]);
             }
-            "-mask" => p.flag("--mask", w.value(t)?),
-            "-unmask" => p.flag("--unmask", w.value(t)?),
+            "-mask" | "-unmask" => {
+                // ttserver splits the names at spaces and commas; Kura at commas.
+                let v = w.value(t)?;
+                let names: Vec<&str> = v.split([' ', ',']).filter(|n| !n.is_empty()).collect();
+                if let Some(n) = names
+                    .iter()
+                    .find(|n| n.to_ascii_lowercase().starts_with("0x"))
+                {
+                    return Err(format!(
+                        "{t} {v}: a bit mask ({n}) has no meaning here: give the command names"
+                    ));
+                }
+                p.flag(&format!("-{t}"), names.join(","));
+            }
             s if s.starts_with('-') && s.len() > 1 => {
                 return Err(format!(
                     "{s}: not a ttserver flag (ttserver.c has no such option)"
@@ -371,6 +383,14 @@ pub fn ttserver(args: &[String]) -> Result<Plan, String> {
         }
     }
     master(&mut p, mhost, mport)?;
+    let has = |f: &str| p.words.iter().any(|w| w == f);
+    if !has("--sid") && (has("--ulog") || has("--master")) {
+        p.notes.push(
+            "no -sid: ttserver would keep no update log and follow no master without one; \
+             Kura takes the port as the server id (give -sid, unique in the replication set)"
+                .into(),
+        );
+    }
     let exts = [
         (".tch", ".kh"),
         (".tcb", ".kb"),
@@ -403,6 +423,11 @@ pub fn ktserver(args: &[String]) -> Result<Plan, String> {
     while let Some(t) = args.get(w.i) {
         w.i += 1;
         match t.as_str() {
+            // After `--`, every word is a database name.
+            "--" => {
+                dbs.extend(args[w.i..].iter().map(String::as_str));
+                break;
+            }
             "-host" => {
                 p.flag("--host", w.value(t)?);
                 host = true;
@@ -464,7 +489,7 @@ pub fn ktserver(args: &[String]) -> Result<Plan, String> {
             "-ash" => p
                 .notes
                 .push("-ash: ignored; Kura's syncs are always to the disk (fsync)".into()),
-            "-bgs" | "-bgsi" | "-bgc" => {
+            "-bgs" | "-bgsi" | "-bgsc" => {
                 let v = w.value(t)?;
                 return Err(format!(
                     "{t} {v}: Kura takes no periodic snapshots (not yet): keep an update log \
@@ -602,10 +627,25 @@ const MC_LONG: &[(&str, char)] = &[
     ("auth-file", 'Y'),
     ("enable-sasl", 'S'),
     ("extended", 'o'),
+    ("unix-socket", 's'),
+    ("unix-mask", 'a'),
+    ("enable-shutdown", 'A'),
+    ("enable-coredumps", 'r'),
+    ("lock-memory", 'k'),
+    ("slab-growth-factor", 'f'),
+    ("slab-min-size", 'n'),
+    ("enable-largepages", 'L'),
+    ("disable-cas", 'C'),
+    ("listen-backlog", 'b'),
+    ("disable-flush-all", 'F'),
+    ("disable-dumping", 'X'),
+    ("disable-watch", 'W'),
+    ("memory-file", 'e'),
+    ("enable-ssl", 'Z'),
 ];
 
 /// memcached's flags that take a value.
-const MC_VALUED: &str = "pUlctmIuPBRYo";
+const MC_VALUED: &str = "pUlctmIuPBRYosafnDbe";
 
 /// memcached (its `memcached -h`): an in-memory database bounded by `-m`, or with `-- NAME` a
 /// durable one.
@@ -739,6 +779,35 @@ pub fn memcached(args: &[String]) -> Result<Plan, String> {
                 ))
             }
             'S' => return Err(format!("{shown}: SASL authentication is not yet in Kura")),
+            's' | 'a' => {
+                return Err(format!(
+                    "{shown} {value}: Kura listens on TCP only, not on a UNIX socket (not yet)"
+                ))
+            }
+            'e' => {
+                return Err(format!(
+                    "{shown} {value}: Kura's memory database lives in its heap; for one that \
+                     outlives a restart, serve a durable database (`-- data.kh`)"
+                ))
+            }
+            'Z' => return Err(format!("{shown}: TLS is not yet in Kura")),
+            'F' => {
+                p.flag("--mask", "vanish");
+                p.notes.push(format!(
+                    "{shown}: flush_all refused by --mask vanish (which refuses Tyrant's vanish \
+                     and Kyoto Tycoon's clear too)"
+                ));
+            }
+            'k' | 'r' | 'A' | 'f' | 'n' | 'L' | 'D' | 'C' | 'b' | 'X' | 'W' => {
+                let v = if value.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {value}")
+                };
+                p.notes.push(format!(
+                    "{shown}{v}: ignored; memcached tuning Kura has no counterpart for"
+                ));
+            }
             'o' => {
                 for opt in value.split(',').filter(|s| !s.is_empty()) {
                     let key = opt.split('=').next().unwrap_or(opt);
@@ -886,7 +955,7 @@ pub fn hint(name: &str) -> Option<String> {
         "oas" => "NAME#sync=always".into(),
         "asi" => "NAME#sync=interval:MS".into(),
         "oat" | "onl" | "otl" | "onr" | "ash" => "no counterpart: Kura needs none".into(),
-        "bgs" | "bgsi" | "bgc" => {
+        "bgs" | "bgsi" | "bgsc" => {
             "no periodic snapshots in Kura: --ulog, and hot copies by `kura remote copy`".into()
         }
         "plsv" | "plex" => "--memcached-port PORT".into(),
@@ -975,6 +1044,13 @@ mod tests {
              t.log --ulog u --sid 3 --ext x.lua --mask out --unmask get --master m.example:1980"
         );
         assert_eq!(ttserver(&[]).unwrap().name.as_deref(), Some("*"));
+        let p = ttserver(&words("-mask put,out -unmask out")).unwrap();
+        assert_eq!(p.words.join(" "), "--mask put,out --unmask out");
+        let p = ttserver(&["-mask".to_string(), "put out".to_string()]).unwrap();
+        assert_eq!(p.words.join(" "), "--mask put,out");
+        assert!(ttserver(&words("-mask 0x10"))
+            .unwrap_err()
+            .contains("bit mask"));
         let p = ttserver(&words(
             "-port 1978 /nonexistent/casket.tch#bnum=1000#opts=l",
         ))
@@ -1018,7 +1094,7 @@ mod tests {
             ("-S", "SASL"),
             ("-o ssl_chain_cert=x", "TLS"),
             ("-l 1.2.3.4,5.6.7.8", "one address"),
-            ("-Z", "not a memcached flag"),
+            ("-Q", "not a memcached flag"),
             ("data.kh", "after `--`"),
         ] {
             let e = memcached(&words(args)).unwrap_err();
@@ -1042,11 +1118,49 @@ mod tests {
             ktserver(&words("%#capcnt=10")).unwrap().name.as_deref(),
             Some("+#capnum=10")
         );
+        // A command line found in the wild (a container's).
+        let p = ktserver(&words(
+            "-ls -th 16 -port 3000 -pid /data/kyoto.pid -oat -uasi 10 -asi 10 -ash -sid 1001 \
+             -ulog /data/db -ulim 104857600 /nonexistent/db.kct#opts=c#pccap=256m#dfunit=8",
+        ))
+        .unwrap();
+        assert_eq!(
+            p.argv().join(" "),
+            "/nonexistent/db.kb#cache=256m#sync=interval:10000 --threads 16 --port 3000 --pid \
+             /data/kyoto.pid --sid 1001 --ulog /data/db"
+        );
+        let e = ktserver(&words("-port 1 -- -x")).unwrap_err();
+        assert!(e.starts_with("-x: not a database name"), "{e}");
         let p = memcached(&words("-p 11311 -m 64 -t 2 -c1024 -I 2m -B auto -U 0")).unwrap();
         assert_eq!(
             p.argv().join(" "),
             "*#capsiz=64m --threads 2 --max-connections 1024 --max-item-size 2m --port 11311"
         );
+        // Debian's /etc/memcached.conf, but -u (which drops root).
+        let p = memcached(&words(
+            "-d -m 64 -p 11211 -l 127.0.0.1 -P /var/run/memcached/memcached.pid -k -F",
+        ))
+        .unwrap();
+        assert_eq!(
+            p.argv().join(" "),
+            "*#capsiz=64m --daemon --host 127.0.0.1 --pid /var/run/memcached/memcached.pid \
+             --mask vanish --port 11211"
+        );
+        assert!(
+            p.notes.iter().any(|n| n.starts_with("-k: ignored")),
+            "{:?}",
+            p.notes
+        );
+        for (args, want) in [
+            ("-s /tmp/mc.sock", "UNIX socket"),
+            ("-Z", "TLS"),
+            ("-e f", "heap"),
+        ] {
+            assert!(
+                memcached(&words(args)).unwrap_err().contains(want),
+                "{args}"
+            );
+        }
         let p = memcached(&words("--port=11400 -d -P m.pid -- data.kh")).unwrap();
         assert_eq!(
             p.argv().join(" "),
