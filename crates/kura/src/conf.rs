@@ -174,8 +174,15 @@ fn read_file(path: &Path, cmd: &Command) -> Result<FileArgs, String> {
         flags: Vec::new(),
         positional: None,
     };
+    let mut seen: Vec<(String, &str)> = Vec::new();
     for (raw_key, v) in &table {
         let key = raw_key.replace('_', "-");
+        if let Some((_, first)) = seen.iter().find(|(k, _)| *k == key) {
+            return Err(format!(
+                "{shown}: `{first}` and `{raw_key}` are the same key: give it once"
+            ));
+        }
+        seen.push((key.clone(), raw_key));
         let Some(arg) = args.iter().find(|a| key_of(a) == key) else {
             let mut msg = format!("{shown}: unknown key `{raw_key}`");
             if NOT_IN_FILE.contains(&key.replace('-', "_").as_str()) {
@@ -372,6 +379,9 @@ mod tests {
         let (_d, p) = file("port = \"abc\"\n");
         let e = resolve(&os(&["--config", &p])).err().unwrap();
         assert!(e.contains("port = \"abc\"") && e.contains(&p), "{e}");
+        let (_d, p) = file("max_connections = 1\nmax-connections = 2\n");
+        let e = resolve(&os(&["--config", &p])).err().unwrap();
+        assert!(e.contains("the same key"), "{e}");
         let (_d, p) = file("config = \"other.toml\"\n");
         let e = resolve(&os(&["--config", &p])).err().unwrap();
         assert!(e.contains("command-line flag only"), "{e}");

@@ -67,8 +67,32 @@ fn serve_has(long: &str) -> bool {
 /// A log level flag of the originals: `--log-level LEVEL` where `kura serve` has it; without
 /// it the flag is accepted and said to have no effect (the log is never silenced by it).
 fn log_level(p: &mut Plan, flag: &str, level: &str) {
-    if serve_has("log-level") {
-        p.flag("--log-level", level);
+    let cmd = crate::conf::serve_command();
+    let arg = cmd
+        .get_arguments()
+        .find(|a| a.get_long() == Some("log-level"));
+    if let Some(arg) = arg {
+        // Where the flag lists its levels, one of them (the originals' names differ).
+        let known: Vec<String> = arg
+            .get_possible_values()
+            .iter()
+            .map(|v| v.get_name().to_string())
+            .collect();
+        let alias: &[&str] = match level {
+            "warn" => &["warn", "warning"],
+            "off" => &["off", "none", "quiet"],
+            other => &[other][..],
+        };
+        match alias
+            .iter()
+            .find(|a| known.is_empty() || known.iter().any(|k| k == *a))
+        {
+            Some(l) => p.flag("--log-level", *l),
+            None => p.notes.push(format!(
+                "{flag}: kura serve's --log-level has no {level} level ({}); ignored",
+                known.join(", ")
+            )),
+        }
     } else {
         p.notes.push(format!(
             "{flag}: kura serve has no log levels yet; it logs as without {flag}"

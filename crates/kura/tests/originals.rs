@@ -317,6 +317,25 @@ fn flags_with_no_meaning_here_exit_2_with_the_reason() {
             "TLS is not yet",
         ),
         (vec!["memcached", "-l", "127.0.0.1,10.0.0.1"], "one address"),
+        (vec!["memcached", "-Z"], "-Z: TLS is not yet in Kura"),
+        (
+            vec!["memcached", "-s", "/tmp/mc.sock"],
+            "-s /tmp/mc.sock: Kura listens on TCP only",
+        ),
+        (vec!["memcached", "-e", "/dev/shm/mc"], "-e /dev/shm/mc:"),
+        (vec!["ttserver", "-mask", "0x10"], "-mask 0x10: a bit mask"),
+        (
+            vec!["ttserver", "-host", "/tmp/tt.sock"],
+            "UNIX domain socket",
+        ),
+        (
+            vec!["ktserver", "-bgsc", "gz"],
+            "-bgsc gz: Kura takes no periodic snapshots",
+        ),
+        (
+            vec!["ktserver", "old.kcd"],
+            "old.kcd: Kura has no directory hash kind",
+        ),
     ] {
         let (code, _, err) = kura(dir.path(), &args);
         assert_eq!(code, Some(2), "{args:?}: {err}");
