@@ -192,8 +192,15 @@ fn database_name(
                          with `kura db import` (docs/MIGRATING.md)"
                     )
                 });
+            let timed = if prog == Program::Ktserver {
+                " (but a file a ktserver wrote holds each value behind a 5-byte expiration \
+                 time: list it through the running ktserver, `ktremotemgr list -pv -px`, \
+                 docs/MIGRATING.md)"
+            } else {
+                ""
+            };
             return Err(format!(
-                "{how}; then run this again: it serves {new_path} in its place"
+                "{how}{timed}; then run this again: it serves {new_path} in its place"
             ));
         }
         if new.exists() {
