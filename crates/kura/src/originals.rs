@@ -759,9 +759,20 @@ pub fn memcached(args: &[String]) -> Result<Plan, String> {
                         "{shown} {value}: Kura listens on one address (not yet several)"
                     ));
                 }
-                let h = value.split(':').next().unwrap_or(&value).to_string();
-                if h.starts_with('/') {
-                    return Err(format!("{shown} {value}: a UNIX domain socket (not yet)"));
+                // `ADDR`, `ADDR:PORT`, `[V6]:PORT` or `V6` (memcached's forms).
+                let (h, lport) = if let Some(rest) = value.strip_prefix('[') {
+                    match rest.split_once(']') {
+                        Some((h, tail)) => (h.to_string(), tail.strip_prefix(':')),
+                        None => return Err(format!("{shown} {value}: expected [ADDRESS]:PORT")),
+                    }
+                } else if value.matches(':').count() == 1 {
+                    let (h, p) = value.split_once(':').unwrap_or((&value, ""));
+                    (h.to_string(), Some(p))
+                } else {
+                    (value.clone(), None)
+                };
+                if let Some(lp) = lport {
+                    port = num(lp)?;
                 }
                 p.flag("--host", h);
                 host = true;
@@ -1182,6 +1193,15 @@ mod tests {
             "{:?}",
             p.notes
         );
+        let p = memcached(&words("-l 10.0.0.1:11300")).unwrap();
+        assert_eq!(
+            p.argv().join(" "),
+            "*#capsiz=64m --host 10.0.0.1 --port 11300"
+        );
+        let p = memcached(&words("-p 1 -l [::1]:11301")).unwrap();
+        assert_eq!(p.argv().join(" "), "*#capsiz=64m --host ::1 --port 11301");
+        let p = memcached(&words("-l ::1")).unwrap();
+        assert_eq!(p.argv().join(" "), "*#capsiz=64m --host ::1 --port 11211");
         for (args, want) in [
             ("-s /tmp/mc.sock", "UNIX socket"),
             ("-Z", "TLS"),
