@@ -145,6 +145,15 @@ pub struct ServeArgs {
     /// k/m/g suffixes). An allocation past it fails the call with an error reply.
     #[arg(long, value_name = "BYTES", default_value = "64m", value_parser = parse_bytes)]
     script_memory: u64,
+    /// Read flags from this TOML file: each key a long flag (`port = 1978`, `mask = ["out"]`,
+    /// `daemon = true`, `name = "data.kh"`); flags on the command line override it (a list
+    /// flag given there replaces the file's list). An unknown key is an error.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Print the effective configuration (file, command line and defaults) as the TOML
+    /// --config reads, and exit.
+    #[arg(long)]
+    print_config: bool,
 }
 
 fn seconds(s: &str) -> Result<Duration, String> {
@@ -404,7 +413,30 @@ impl Daemon {
     }
 }
 
+/// `kura serve ARGS…` (the words after `serve`): with --config, the file under the command
+/// line; with --print-config, the effective configuration printed instead of served.
+pub fn main(cli: &[std::ffi::OsString]) -> ExitCode {
+    let (a, m) = match crate::conf::resolve(cli) {
+        Ok(x) => x,
+        Err(e) => {
+            let e = e.trim_end();
+            match e.strip_prefix("error: ") {
+                Some(clap) => eprintln!("kura serve: {clap}"),
+                None => eprintln!("kura serve: {e}"),
+            }
+            return ExitCode::from(2);
+        }
+    };
+    if a.print_config {
+        print!("{}", crate::conf::print(&m));
+        return ExitCode::SUCCESS;
+    }
+    run(a)
+}
+
 pub fn run(a: ServeArgs) -> ExitCode {
+    // systemd's Type=notify: told once the ports listen, and when a stop begins.
+    let notify = crate::sd_notify::Notify::from_env();
     let mask = match command_mask(&a) {
         Ok(m) => m,
         Err(e) => {
@@ -637,6 +669,12 @@ pub fn run(a: ServeArgs) -> ExitCode {
     if let Some(d) = daemon {
         d.report(READY);
     }
+    if let Some(n) = &notify {
+        let state = format!("READY=1\nMAINPID={}\nSTATUS=serving", std::process::id());
+        if let Err(e) = n.send(&state) {
+            log.line(&format!("cannot tell systemd the server is ready: {e}"));
+        }
+    }
     let threads = a
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
@@ -725,7 +763,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
     let stop = Arc::new(AtomicBool::new(false));
     // Watch the signal flags: stop the workers; reopen the log and reload the scripts.
     let watcher = {
-        let (stop, log) = (stop.clone(), log.clone());
+        let (stop, log, notify) = (stop.clone(), log.clone(), notify);
         std::thread::spawn(move || loop {
             if HUP.swap(false, Ordering::SeqCst) {
                 log.reopen();
@@ -740,6 +778,9 @@ pub fn run(a: ServeArgs) -> ExitCode {
                 }
             }
             if STOP.load(Ordering::SeqCst) || stop.load(Ordering::SeqCst) {
+                if let Some(n) = &notify {
+                    let _ = n.send("STOPPING=1\nSTATUS=stopping: finishing requests, syncing");
+                }
                 stop.store(true, Ordering::SeqCst);
                 return;
             }
