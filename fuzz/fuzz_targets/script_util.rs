@@ -70,7 +70,10 @@ fuzz_target!(|input: &[u8]| {
 
     let total: usize = util::array_load(data).iter().map(|v| v.len()).sum();
     assert!(total <= data.len());
-    let total: usize = util::map_load(data).iter().map(|(k, v)| k.len() + v.len()).sum();
+    let total: usize = util::map_load(data)
+        .iter()
+        .map(|(k, v)| k.len() + v.len())
+        .sum();
     assert!(total <= data.len());
     assert!(util::unpack(fmt, data).len() <= data.len());
     for dialect in [Dialect::Tyrant, Dialect::Kyoto] {
