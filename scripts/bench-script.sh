@@ -27,7 +27,8 @@ trap cleanup EXIT
 cat >"$WORK/f.lua" <<'LUA'
 -- Tyrant: an atomic increment with a rule (called with the record lock).
 function incr(key, value)
-  local n = (tonumber(_get(key)) or 0) + (tonumber(value) or 1)
+  local cur = _get(key)
+  local n = (tonumber(cur) or 0) + (tonumber(value) or 1)
   if n > 1000000000 then n = 0 end
   if not _put(key, tostring(n)) then return nil end
   return tostring(n)
@@ -39,7 +40,8 @@ kt = __kyototycoon__
 db = kt.db
 function incr(inmap, outmap)
   local key = inmap.key
-  local n = (tonumber(db:get(key)) or 0) + (tonumber(inmap.value) or 1)
+  local cur = db:get(key) -- the value (and its expiration time, not wanted here)
+  local n = (tonumber(cur) or 0) + (tonumber(inmap.value) or 1)
   if n > 1000000000 then n = 0 end
   if not db:set(key, tostring(n)) then return kt.RVEINTERNAL end
   outmap.value = tostring(n)
