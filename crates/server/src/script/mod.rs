@@ -20,6 +20,7 @@
 
 pub mod kt;
 pub mod tt;
+pub mod tt_lock;
 pub mod util;
 
 use crate::context::Shared;
@@ -255,6 +256,13 @@ pub fn ctx(lua: &Lua) -> mlua::Result<Ctx<'_>> {
 struct Interp {
     generation: u64,
     lua: Lua,
+}
+
+impl Drop for Interp {
+    fn drop(&mut self) {
+        // Tyrant's `_end` hook (a no-op in other interpreters).
+        tt::end(&self.lua);
+    }
 }
 
 thread_local! {
