@@ -39,6 +39,8 @@ struct TtInterp {
     /// The budget of a call (for `_end`, run outside a call).
     timeout: Duration,
     log: crate::context::LogSink,
+    /// The server's stash and user locks (reachable outside a call too: from `_end`).
+    ext: Arc<ExtShared>,
 }
 
 static NEXT_THID: AtomicUsize = AtomicUsize::new(1);
@@ -214,6 +216,7 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
         deadline: Cell::new(None),
         timeout,
         log: c.shared.log.clone(),
+        ext: c.shared.ext.clone(),
     });
     let g = lua.globals();
     g.set("_version", tt_exec::TT_VERSION)?;
@@ -379,10 +382,14 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
         let expr = String::from_utf8_lossy(&expr).into_owned();
         let c = ctx(lua)?;
         let ok = run_logged(lua, &c.shared.log, &expr, "_eval");
-        // Every other interpreter runs it before its next call.
+        // Every other interpreter of this script runs it before its next call.
+        let generation = c.shared.scripts.as_ref().map_or(0, |s| s.generation());
         let mut evals = c.shared.ext.evals.lock().unwrap_or_else(|p| p.into_inner());
-        evals.push(expr);
-        state(lua)?.evals_seen.set(evals.len());
+        if evals.0 != generation {
+            *evals = (generation, Vec::new());
+        }
+        evals.1.push(expr);
+        state(lua)?.evals_seen.set(evals.1.len());
         Ok(Value::Boolean(ok))
     })?;
     reg(lua, "_log", |lua, a| {
@@ -550,7 +557,7 @@ fn mapreduce(lua: &Lua, a: &[Value]) -> mlua::Result<Value> {
 }
 
 fn stash(lua: &Lua) -> mlua::Result<Arc<ExtShared>> {
-    Ok(ctx(lua)?.shared.ext.clone())
+    Ok(state(lua)?.ext.clone())
 }
 
 /// The stash: a map of the server's, in memory (Tyrant's `_stash*`).
@@ -684,19 +691,18 @@ fn install_locks(lua: &Lua) -> mlua::Result<()> {
 }
 
 /// Set up an interpreter at its first call (it runs `_begin` when it is the first of its
-/// script's generation, and skips the `_eval`s made before it), then run the `_eval`s made
-/// since its last call.
+/// script's generation), then run the `_eval`s of its script it has not run.
 fn prepare(lua: &Lua, scripts: &Scripts) -> mlua::Result<()> {
     let c = ctx(lua)?;
     let st = state(lua)?;
     let mut pending = Vec::new();
     {
+        // A new interpreter runs every `_eval` of its script made so far, as if it had been
+        // there (ttserver's interpreters all exist from the start).
         let evals = c.shared.ext.evals.lock().unwrap_or_else(|p| p.into_inner());
-        if !st.prepared.get() {
-            st.evals_seen.set(evals.len());
-        } else if st.evals_seen.get() < evals.len() {
-            pending.extend(evals[st.evals_seen.get()..].iter().cloned());
-            st.evals_seen.set(evals.len());
+        if evals.0 == scripts.generation() && st.evals_seen.get() < evals.1.len() {
+            pending.extend(evals.1[st.evals_seen.get()..].iter().cloned());
+            st.evals_seen.set(evals.1.len());
         }
     }
     if !st.prepared.get() {

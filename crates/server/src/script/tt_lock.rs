@@ -40,9 +40,9 @@ pub struct ExtShared {
     pub user_locks: Mutex<HashSet<Vec<u8>>>,
     /// The stash of `_stashput` … (`_stash*`): server-wide, in memory, gone at exit.
     pub stash: Mutex<HashMap<Vec<u8>, Vec<u8>>>,
-    /// The expressions `_eval` ran, in order: every interpreter runs those after the ones it
-    /// has seen before its next call.
-    pub evals: Mutex<Vec<String>>,
+    /// The expressions `_eval` ran, in order, and the script generation they belong to:
+    /// every interpreter of that generation runs those it has not run before its next call.
+    pub evals: Mutex<(u64, Vec<String>)>,
     /// The script generation whose `_begin` has run (one interpreter per generation runs it).
     pub begun: AtomicU64,
 }
@@ -57,6 +57,16 @@ impl Default for ExtShared {
             stash: Mutex::default(),
             evals: Mutex::default(),
             begun: AtomicU64::new(0),
+        }
+    }
+}
+
+impl ExtShared {
+    /// A server's, whose record-locked calls wait at most `wait` for another stripe.
+    pub fn new(wait: Duration) -> ExtShared {
+        ExtShared {
+            wait,
+            ..ExtShared::default()
         }
     }
 }
