@@ -22,7 +22,7 @@ use kura_proto::tt_bin::{self, cmd, Request, FAIL, OK};
 mod misc;
 mod stat;
 
-pub use misc::misc;
+pub use misc::{misc, RELOAD_SCRIPTS};
 pub(crate) use misc::{misc_denied, prefix_keys, server_misc};
 
 /// The Tyrant release whose protocol Kura speaks, reported by `stat` and by HTTP OPTIONS.
