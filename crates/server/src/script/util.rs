@@ -267,21 +267,10 @@ pub fn codec(dialect: Dialect, codec: Codec, decode: bool, input: &[u8]) -> Opti
 /// `_-.!~*'()`, Kyoto Tycoon `_-.~`), every other byte `%XX` (Tyrant upper case, Kyoto Tycoon
 /// lower case).
 pub fn url_encode(dialect: Dialect, input: &[u8]) -> Vec<u8> {
-    let (marks, digits): (&[u8], &[u8; 16]) = match dialect {
-        Dialect::Tyrant => (b"_-.!~*'()", b"0123456789ABCDEF"),
-        Dialect::Kyoto => (b"_-.~", b"0123456789abcdef"),
-    };
     let mut out = Vec::with_capacity(input.len() * 3);
-    for &c in input {
-        if c.is_ascii_alphanumeric() || marks.contains(&c) {
-            out.push(c);
-        } else {
-            out.extend_from_slice(&[
-                b'%',
-                digits[usize::from(c >> 4)],
-                digits[usize::from(c & 15)],
-            ]);
-        }
+    match dialect {
+        Dialect::Tyrant => kura_proto::http::percent_encode(&mut out, input, b"_-.!~*'()", true),
+        Dialect::Kyoto => kura_proto::http::percent_encode(&mut out, input, b"_-.~", false),
     }
     out
 }
@@ -319,27 +308,12 @@ pub fn url_decode(input: &[u8]) -> Vec<u8> {
     out
 }
 
-const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
 /// Base64 with `=` padding and no line breaks.
 pub fn base64_encode(input: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(input.len().div_ceil(3) * 4);
-    for chunk in input.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
-        for k in 0..4 {
-            if k <= chunk.len() {
-                out.push(BASE64[(n >> (18 - 6 * k) & 63) as usize]);
-            } else {
-                out.push(b'=');
-            }
-        }
-    }
-    out
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .encode(input)
+        .into_bytes()
 }
 
 /// Base64 decoding as Tokyo Cabinet does it: bytes outside the alphabet are skipped, and the

@@ -672,7 +672,16 @@ mod props {
         #[test]
         fn codecs_round_trip_and_match_their_models(data in proptest::collection::vec(any::<u8>(), 0..200)) {
             let nonul: Vec<u8> = data.iter().copied().filter(|&b| b != 0).collect();
-            prop_assert_eq!(base64_encode(&data), base64::engine::general_purpose::STANDARD.encode(&data).into_bytes());
+            // Tokyo Cabinet's decoder reads what the base64 crate writes, and skips the bytes
+            // outside the alphabet (line breaks, spaces) that a client may put in.
+            let std = base64::engine::general_purpose::STANDARD.encode(&data);
+            prop_assert_eq!(base64_decode(std.as_bytes()), data.clone());
+            let broken: Vec<u8> = std
+                .bytes()
+                .enumerate()
+                .flat_map(|(i, c)| if i % 7 == 6 { vec![b'\n', c] } else { vec![c] })
+                .collect();
+            prop_assert_eq!(base64_decode(&broken), data.clone());
             prop_assert_eq!(base64_decode(&base64_encode(&data)), data.clone());
             prop_assert_eq!(url_encode(Dialect::Tyrant, &data), url_model(&data));
             for d in [Dialect::Tyrant, Dialect::Kyoto] {
