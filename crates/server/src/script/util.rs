@@ -25,7 +25,7 @@ use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 
 /// Which original a helper follows where the two differ.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Dialect {
     /// Tokyo Tyrant (tcutil.c, scrext.c).
     Tyrant,
@@ -501,9 +501,12 @@ fn compress(codec: Codec, input: &[u8]) -> Vec<u8> {
     r.unwrap_or_default()
 }
 
-/// The most a decompression may produce (a script's memory is bounded anyway; this keeps a
-/// small hostile input from filling it in one call).
-pub const INFLATE_LIMIT: u64 = 256 << 20;
+/// The most one helper call may produce (a decompression, a replacement): past it the call
+/// fails rather than fill the server's memory from a small input.
+pub const OUTPUT_LIMIT: usize = 64 << 20;
+
+/// [`OUTPUT_LIMIT`] for a decompression.
+pub const INFLATE_LIMIT: u64 = OUTPUT_LIMIT as u64;
 
 fn inflate(codec: Codec, input: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::new();
@@ -658,19 +661,22 @@ pub fn strstr(s: &[u8], pat: &[u8]) -> usize {
 }
 
 /// `_strstr(str, pat, alt)`: every `pat` in `s` replaced by `alt` (C strings; an empty `pat`
-/// replaces nothing).
-pub fn strstr_replace(s: &[u8], pat: &[u8], alt: &[u8]) -> Vec<u8> {
+/// replaces nothing). `None` when the result would pass [`OUTPUT_LIMIT`].
+pub fn strstr_replace(s: &[u8], pat: &[u8], alt: &[u8]) -> Option<Vec<u8>> {
     let (mut s, pat, alt) = (cstr(s), cstr(pat), cstr(alt));
     let mut out = Vec::with_capacity(s.len());
     if !pat.is_empty() {
         while let Some(p) = s.windows(pat.len()).position(|w| w == pat) {
+            if out.len() + p + alt.len() > OUTPUT_LIMIT {
+                return None;
+            }
             out.extend_from_slice(&s[..p]);
             out.extend_from_slice(alt);
             s = &s[p + pat.len()..];
         }
     }
     out.extend_from_slice(s);
-    out
+    (out.len() <= OUTPUT_LIMIT).then_some(out)
 }
 
 /// `kt.strfwm`: whether `s` begins with `key` (C strings).
@@ -683,10 +689,38 @@ pub fn strbwm(s: &[u8], key: &[u8]) -> bool {
     cstr(s).ends_with(cstr(key))
 }
 
+/// Patterns compiled lately, per thread: a script that matches in a loop compiles once.
+const REGEX_CACHE: usize = 64;
+
+thread_local! {
+    static REGEXES: std::cell::RefCell<HashMap<(Dialect, Vec<u8>), Option<regex::bytes::Regex>>> =
+        std::cell::RefCell::new(HashMap::new());
+}
+
+/// [`compile`] through the thread's cache (emptied when it fills).
+fn compile_regex(dialect: Dialect, pattern: &[u8]) -> Option<regex::bytes::Regex> {
+    let key = (dialect, cstr(pattern).to_vec());
+    REGEXES.with(|c| {
+        let mut c = c.borrow_mut();
+        if let Some(r) = c.get(&key) {
+            return r.clone();
+        }
+        if c.len() >= REGEX_CACHE {
+            c.clear();
+        }
+        let r = compile(dialect, &key.1);
+        c.insert(key, r.clone());
+        r
+    })
+}
+
 /// Compile a POSIX extended regular expression the way the originals do (no `REG_NEWLINE`:
 /// `.` matches a newline; bytes, not Unicode). Tyrant's leading `*` asks for case-insensitive
-/// matching. `None` when it does not compile (the originals then match nothing).
-fn compile_regex(dialect: Dialect, pattern: &[u8]) -> Option<regex::bytes::Regex> {
+/// matching. `None` when it does not compile (the originals then match nothing). The syntax is
+/// the `regex` crate's, which reads POSIX's extended syntax the same but for back-references
+/// in a pattern (not supported: such a pattern matches nothing) and for alternatives, where
+/// the first that matches is taken rather than the longest.
+fn compile(dialect: Dialect, pattern: &[u8]) -> Option<regex::bytes::Regex> {
     let mut pattern = cstr(pattern);
     let mut icase = false;
     if dialect == Dialect::Tyrant {
@@ -714,11 +748,12 @@ pub fn regex_match(dialect: Dialect, s: &[u8], pattern: &[u8]) -> bool {
 /// `_regex(str, regex, alt)` / `kt.regex`: every match replaced by `alt`, where Tyrant's `alt`
 /// names the match `&` and a group `\1`…`\9` (`\` before another byte quotes it) and Kyoto
 /// Tycoon's names them `$&` / `$0`…`$9`. An empty match ends the replacing (as in both
-/// originals); a pattern that does not compile leaves `s` as it is.
-pub fn regex_replace(dialect: Dialect, s: &[u8], pattern: &[u8], alt: &[u8]) -> Vec<u8> {
+/// originals); a pattern that does not compile leaves `s` as it is. `None` when the result
+/// would pass [`OUTPUT_LIMIT`].
+pub fn regex_replace(dialect: Dialect, s: &[u8], pattern: &[u8], alt: &[u8]) -> Option<Vec<u8>> {
     let (s, alt) = (cstr(s), cstr(alt));
     let Some(re) = compile_regex(dialect, pattern).filter(|_| !cstr(pattern).is_empty()) else {
-        return s.to_vec();
+        return Some(s.to_vec());
     };
     let escape = match dialect {
         Dialect::Tyrant => b'\\',
@@ -731,6 +766,9 @@ pub fn regex_replace(dialect: Dialect, s: &[u8], pattern: &[u8], alt: &[u8]) -> 
         let Some(m) = re.captures_read_at(&mut locs, s, at) else {
             break;
         };
+        if out.len() > OUTPUT_LIMIT {
+            return None;
+        }
         out.extend_from_slice(&s[at..m.start()]);
         let group = |n: usize| locs.get(n).map(|(a, b)| &s[a..b]);
         let mut i = 0;
@@ -768,7 +806,7 @@ pub fn regex_replace(dialect: Dialect, s: &[u8], pattern: &[u8], alt: &[u8]) -> 
         }
     }
     out.extend_from_slice(&s[at.min(s.len())..]);
-    out
+    (out.len() <= OUTPUT_LIMIT).then_some(out)
 }
 
 /// Tokyo Cabinet's `tcstrutftoucs`: UTF-8 (a C string) to UCS-2; sequences longer than three

@@ -267,8 +267,8 @@ fn codecs_on_fixed_inputs() {
 fn strings_regex_and_bits() {
     assert_eq!(strstr(b"hello", b"ll"), 3);
     assert_eq!(strstr(b"hello", b"x"), 0);
-    assert_eq!(strstr_replace(b"a.b.c", b".", b"::"), b"a::b::c");
-    assert_eq!(strstr_replace(b"abc", b"", b"x"), b"abc");
+    assert_eq!(strstr_replace(b"a.b.c", b".", b"::").unwrap(), b"a::b::c");
+    assert_eq!(strstr_replace(b"abc", b"", b"x").unwrap(), b"abc");
     assert!(strfwm(b"prefix-key", b"prefix"));
     assert!(strbwm(b"key.lua", b".lua"));
     assert!(!strbwm(b"a", b"ab"));
@@ -279,14 +279,17 @@ fn strings_regex_and_bits() {
     assert!(!regex_match(k, b"Hello", b"*^hello$"));
     assert!(!regex_match(t, b"x", b"(unclosed"));
     assert_eq!(
-        regex_replace(t, b"2024-11-28", b"([0-9]+)-([0-9]+)", b"\\2/\\1"),
+        regex_replace(t, b"2024-11-28", b"([0-9]+)-([0-9]+)", b"\\2/\\1").unwrap(),
         b"11/2024-28"
     );
-    assert_eq!(regex_replace(t, b"a&b", b"&", b"\\&&"), b"a&&b");
-    assert_eq!(regex_replace(k, b"a-b-c", b"-", b"[$&]"), b"a[-]b[-]c");
-    assert_eq!(regex_replace(k, b"abc", b"x*", b"Y"), b"Yabc");
-    assert_eq!(regex_replace(t, b"abc", b"$", b"!"), b"abc!");
-    assert_eq!(regex_replace(t, b"abc", b"(", b"!"), b"abc");
+    assert_eq!(regex_replace(t, b"a&b", b"&", b"\\&&").unwrap(), b"a&&b");
+    assert_eq!(
+        regex_replace(k, b"a-b-c", b"-", b"[$&]").unwrap(),
+        b"a[-]b[-]c"
+    );
+    assert_eq!(regex_replace(k, b"abc", b"x*", b"Y").unwrap(), b"Yabc");
+    assert_eq!(regex_replace(t, b"abc", b"$", b"!").unwrap(), b"abc!");
+    assert_eq!(regex_replace(t, b"abc", b"(", b"!").unwrap(), b"abc");
     assert_eq!(bit(b"AND", 0b1100, 0b1010), Some(0b1000));
     assert_eq!(bit(b"not", 0, 0), Some(u32::MAX));
     assert_eq!(bit(b"left", 1, 40), Some(0));
@@ -296,6 +299,15 @@ fn strings_regex_and_bits() {
         .unwrap_err()
         .contains("_bit: invalid arguments"));
     assert_eq!(to_u32(-1.0), u32::MAX);
+    // A replacement that would grow past the limit fails the call instead of the server.
+    for code in [
+        "return _strstr(string.rep('a', 1000000), 'a', string.rep('b', 100))",
+        "return _regex(string.rep('a', 1000000), 'a', string.rep('b', 100))",
+        "return kt.regex(string.rep('a', 1000000), 'a', string.rep('b', 100))",
+    ] {
+        let e = eval::<String>(code).unwrap_err();
+        assert!(e.contains("the result would pass 64 MiB"), "{e}");
+    }
 }
 
 #[test]
@@ -737,7 +749,7 @@ mod props {
 
         #[test]
         fn strings_match_their_models(s in "[a-c.]{0,20}", pat in "[a-c.]{1,3}", alt in "[x-z]{0,3}") {
-            prop_assert_eq!(strstr_replace(s.as_bytes(), pat.as_bytes(), alt.as_bytes()), s.replace(&pat, &alt).into_bytes());
+            prop_assert_eq!(strstr_replace(s.as_bytes(), pat.as_bytes(), alt.as_bytes()), Some(s.replace(&pat, &alt).into_bytes()));
             prop_assert_eq!(strstr(s.as_bytes(), pat.as_bytes()), s.find(&pat).map_or(0, |p| p + 1));
             let parts: Vec<&[u8]> = s.split(['.']).map(str::as_bytes).collect();
             prop_assert_eq!(split(s.as_bytes(), Some(b".")), parts);
