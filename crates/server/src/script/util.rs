@@ -655,9 +655,7 @@ pub fn strstr(s: &[u8], pat: &[u8]) -> usize {
     if pat.is_empty() {
         return 1;
     }
-    s.windows(pat.len())
-        .position(|w| w == pat)
-        .map_or(0, |p| p + 1)
+    memchr::memmem::find(s, pat).map_or(0, |p| p + 1)
 }
 
 /// `_strstr(str, pat, alt)`: every `pat` in `s` replaced by `alt` (C strings; an empty `pat`
@@ -666,7 +664,9 @@ pub fn strstr_replace(s: &[u8], pat: &[u8], alt: &[u8]) -> Option<Vec<u8>> {
     let (mut s, pat, alt) = (cstr(s), cstr(pat), cstr(alt));
     let mut out = Vec::with_capacity(s.len());
     if !pat.is_empty() {
-        while let Some(p) = s.windows(pat.len()).position(|w| w == pat) {
+        // A linear search: a long pattern must not make the call quadratic.
+        let finder = memchr::memmem::Finder::new(pat);
+        while let Some(p) = finder.find(s) {
             if out.len() + p + alt.len() > OUTPUT_LIMIT {
                 return None;
             }

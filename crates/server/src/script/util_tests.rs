@@ -765,3 +765,18 @@ mod props {
         }
     }
 }
+
+#[test]
+fn a_long_pattern_is_searched_in_linear_time() {
+    let t = std::time::Instant::now();
+    let s = format!("{}b", "a".repeat(2_000_000));
+    let pat = format!("{}b", "a".repeat(1_000_000));
+    assert_eq!(strstr(s.as_bytes(), pat.as_bytes()), 1_000_001);
+    let alt = strstr_replace(s.as_bytes(), pat.as_bytes(), b"x").unwrap();
+    assert_eq!(alt.len(), 1_000_001);
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        t.elapsed()
+    );
+}
