@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 const SCRIPT: &str = r#"
 function f(data, fmt)
   local n = 0
-  for _, mode in ipairs({"~url", "~base", "~quote", "~hex", "~deflate", "~gzip", "~xml"}) do
+  for _, mode in ipairs({"~url", "~base", "~quote", "~hex", "~deflate", "~gzip", "~xml", "~pack"}) do
     if _codec(mode, data) then n = n + 1 end
   end
   for _, mode in ipairs({"~url", "~base", "~quote", "~hex", "~zlib", "~deflate", "~gzip"}) do
@@ -86,6 +86,7 @@ fuzz_target!(|input: &[u8]| {
             Codec::Deflate,
             Codec::RawDeflate,
             Codec::Gzip,
+            Codec::PackBits,
         ] {
             let _ = util::codec(dialect, c, true, data);
         }

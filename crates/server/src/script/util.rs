@@ -214,6 +214,8 @@ pub enum Codec {
     RawDeflate,
     Gzip,
     Xml,
+    /// Tokyo Cabinet's PackBits run-length coding (Tyrant's `pack`).
+    PackBits,
 }
 
 /// The codec a mode names (case-insensitive, without its `~`), or why it is refused: a mode
@@ -230,14 +232,11 @@ pub fn codec_named(dialect: Dialect, mode: &[u8]) -> Result<Option<Codec>, Strin
         (_, "gzip") => Codec::Gzip,
         (Dialect::Kyoto, "zlib") => Codec::RawDeflate,
         (Dialect::Tyrant, "xml") => Codec::Xml,
-        (Dialect::Tyrant, "pack" | "tcbs" | "bzip") => {
+        (Dialect::Tyrant, "pack") => Codec::PackBits,
+        (Dialect::Tyrant, "tcbs" | "bzip") => {
             return Err(format!(
                 "the {m} codec (Tokyo Cabinet's {}) is not supported by Kura",
-                match m.as_str() {
-                    "pack" => "PackBits",
-                    "tcbs" => "BWT",
-                    _ => "bzip2",
-                }
+                if m == "tcbs" { "BWT" } else { "bzip2" }
             ))
         }
         _ => return Ok(None),
@@ -258,6 +257,8 @@ pub fn codec(dialect: Dialect, codec: Codec, decode: bool, input: &[u8]) -> Opti
         (Codec::Hex, true) => hex_decode(cstr(input)),
         (Codec::Xml, false) => xml_escape(cstr(input)),
         (Codec::Xml, true) => xml_unescape(cstr(input)),
+        (Codec::PackBits, false) => packbits_encode(input),
+        (Codec::PackBits, true) => return packbits_decode(input),
         (Codec::Deflate | Codec::RawDeflate | Codec::Gzip, false) => compress(codec, input),
         (Codec::Deflate | Codec::RawDeflate | Codec::Gzip, true) => return inflate(codec, input),
     })
@@ -478,6 +479,69 @@ pub fn xml_unescape(input: &[u8]) -> Vec<u8> {
         i += 1;
     }
     out
+}
+
+/// PackBits as Tokyo Cabinet writes it: a control byte, then either a run (control 1…127: the
+/// next byte that many times) or a literal (control −2…−127 as a signed byte: that many bytes).
+/// A literal stops before two equal bytes, which start the next run; a lone byte is a run of 1.
+pub fn packbits_encode(input: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(input.len() + input.len() / 64 + 2);
+    let mut p = 0;
+    while p < input.len() {
+        let run = input[p..]
+            .iter()
+            .take(127)
+            .take_while(|&&b| b == input[p])
+            .count();
+        if run > 1 || p + 1 == input.len() {
+            out.extend_from_slice(&[run as u8, input[p]]);
+            p += run;
+            continue;
+        }
+        // A literal: while each byte differs from the one before it, 127 at most; when it
+        // stopped at a pair of equal bytes, the first of the pair goes to the run that follows.
+        let mut end = p + 1;
+        while end < input.len() && end - p < 127 && input[end] != input[end - 1] {
+            end += 1;
+        }
+        if end < input.len() && input[end] == input[end - 1] {
+            end -= 1;
+        }
+        let n = end - p;
+        out.push(if n == 1 {
+            1
+        } else {
+            (n as i8).wrapping_neg() as u8
+        });
+        out.extend_from_slice(&input[p..end]);
+        p = end;
+    }
+    out
+}
+
+/// PackBits decoding (any control byte: 0…127 a run of the next byte, −1…−128 a literal, cut
+/// short at the end of the input). `None` when the output would pass [`OUTPUT_LIMIT`].
+pub fn packbits_decode(input: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(input.len() * 2);
+    let mut p = 0;
+    while p < input.len() {
+        let control = input[p] as i8;
+        p += 1;
+        let n = usize::from(control.unsigned_abs());
+        if out.len() + n > OUTPUT_LIMIT {
+            return None;
+        }
+        if control >= 0 {
+            let Some(&b) = input.get(p) else { break };
+            out.resize(out.len() + n, b);
+            p += 1;
+        } else {
+            let n = n.min(input.len() - p);
+            out.extend_from_slice(&input[p..p + n]);
+            p += n;
+        }
+    }
+    Some(out)
 }
 
 fn compress(codec: Codec, input: &[u8]) -> Vec<u8> {

@@ -252,6 +252,17 @@ fn codecs_on_fixed_inputs() {
     assert_eq!(codec_named(k, b"zlib"), Ok(Some(Codec::RawDeflate)));
     assert_eq!(codec_named(k, b"xml"), Ok(None));
     assert!(codec_named(t, b"bzip").unwrap_err().contains("bzip2"));
+    assert_eq!(codec_named(t, b"pack"), Ok(Some(Codec::PackBits)));
+    // PackBits as Tokyo Cabinet writes it: runs, literals, a literal that stops before a pair.
+    assert_eq!(packbits_encode(b"aaab"), [3, b'a', 1, b'b']);
+    assert_eq!(packbits_encode(b"abc"), [0xfd, b'a', b'b', b'c']);
+    assert_eq!(packbits_encode(b"abb"), [1, b'a', 2, b'b']);
+    assert_eq!(packbits_encode(&[7; 130]), [127, 7, 3, 7]);
+    assert_eq!(
+        packbits_decode(&[3, b'x', 0xfe, b'y', b'z', 5]),
+        Some(b"xxxyz".to_vec())
+    );
+    assert_eq!(packbits_decode(&[0x80, b'a']), Some(b"a".to_vec()));
     assert_eq!(codec(t, Codec::Deflate, true, b"not zlib"), None);
     assert_eq!(
         eval::<Option<String>>("return _codec('nosuch', 'x')").unwrap(),
@@ -671,7 +682,7 @@ mod props {
             let _ = array_load(&data);
             let _ = map_load(&data);
             for dialect in [Dialect::Tyrant, Dialect::Kyoto] {
-                for c in [Codec::Url, Codec::Base64, Codec::Quote, Codec::Hex, Codec::Xml, Codec::Deflate, Codec::RawDeflate, Codec::Gzip] {
+                for c in [Codec::Url, Codec::Base64, Codec::Quote, Codec::Hex, Codec::Xml, Codec::Deflate, Codec::RawDeflate, Codec::Gzip, Codec::PackBits] {
                     let _ = codec(dialect, c, true, &data);
                 }
                 let _ = regex_match(dialect, &data, &format);
@@ -708,6 +719,12 @@ mod props {
             prop_assert_eq!(hex_decode(&hex_encode(&data)), data.clone());
             prop_assert_eq!(quote_decode(&quote_encode(&data)), data.clone());
             prop_assert_eq!(xml_unescape(&xml_escape(&nonul)), nonul.clone());
+            prop_assert_eq!(packbits_decode(&packbits_encode(&data)), Some(data.clone()));
+            // Runs compress: a value of long runs packs to at most 2 bytes per 127.
+            let runs: Vec<u8> = data.iter().flat_map(|&b| [b; 300]).collect();
+            let packed = packbits_encode(&runs);
+            prop_assert!(packed.len() <= data.len() * 6);
+            prop_assert_eq!(packbits_decode(&packed), Some(runs));
         }
 
         #[test]
