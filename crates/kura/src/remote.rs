@@ -81,20 +81,30 @@ pub enum RemoteCommand {
         #[arg(long)]
         values: bool,
     },
-    /// Call a script function of the server (Tyrant ext).
+    /// Call the function NAME(KEY, VALUE) of the server's --ext script (Tyrant ext, as
+    /// `tcrmgr ext`) and print its result; a failure prints the server's reason (a Lua
+    /// error with its line, a nil result, no such function).
     Ext {
         name: OsString,
         #[arg(default_value = "")]
         key: OsString,
         #[arg(default_value = "")]
         value: OsString,
-        /// Lock the record while the function runs.
-        #[arg(long)]
+        /// Run the function under a lock: `record` (no other writer of KEY meanwhile) or
+        /// `global` (no other writer at all).
+        #[arg(long, value_enum)]
+        lock: Option<ExtLock>,
+        /// The same as --lock record.
+        #[arg(long, hide = true)]
         record_lock: bool,
-        /// Lock the whole database while the function runs.
-        #[arg(long)]
+        /// The same as --lock global.
+        #[arg(long, hide = true)]
         global_lock: bool,
     },
+    /// Reload the server's scripts (--ext, --scr) from their files, as SIGHUP does; a script
+    /// that cannot be read or does not compile keeps the old ones, and the command fails
+    /// with the reason.
+    Reload,
     /// Make every acknowledged write durable on the server.
     Sync,
     /// Compact the server's database, optionally retuning it (e.g. `bnum=1000000`).
@@ -356,11 +366,14 @@ fn dispatch(a: &RemoteArgs) -> Res {
             name,
             key,
             value,
+            lock,
             record_lock,
             global_lock,
         } => {
             let (name, key, value) = (b(name), b(key), b(value));
-            let opts = u32::from(*record_lock) | (u32::from(*global_lock) << 1);
+            let record = *record_lock || *lock == Some(ExtLock::Record);
+            let global = *global_lock || *lock == Some(ExtLock::Global);
+            let opts = u32::from(record) | (u32::from(global) << 1);
             let req = Request::Ext {
                 name: &name,
                 opts,
@@ -369,7 +382,28 @@ fn dispatch(a: &RemoteArgs) -> Res {
             };
             match r.call(&req)? {
                 Reply::Value(v) => print(&v),
-                Reply::Code(c) => Err(refused("ext")(c)),
+                Reply::Code(c) => Err(match server_reason(&mut r) {
+                    Some(why) => Fail::No(why),
+                    None => refused("ext")(c),
+                }),
+                other => Err(unexpected(&req, &other)),
+            }
+        }
+        RemoteCommand::Reload => {
+            let req = Request::Misc {
+                name: kura_server::tt_exec::RELOAD_SCRIPTS,
+                opts: 0,
+                args: Vec::new(),
+            };
+            match r.call(&req)? {
+                Reply::List(_) => {
+                    println!("scripts reloaded");
+                    Ok(())
+                }
+                Reply::Code(c) => Err(match server_reason(&mut r) {
+                    Some(why) => Fail::No(why),
+                    None => refused("reload")(c),
+                }),
                 other => Err(unexpected(&req, &other)),
             }
         }
@@ -436,23 +470,8 @@ fn dispatch(a: &RemoteArgs) -> Res {
             match r.call(&req)? {
                 Reply::List(items) => crate::query::print_reply(&items),
                 Reply::Code(c) => {
-                    // The server's reason (its `misc error`), when it keeps one.
-                    let why = match r.call(&Request::Misc {
-                        name: b"error",
-                        opts: 0,
-                        args: Vec::new(),
-                    }) {
-                        Ok(Reply::List(items)) => items
-                            .first()
-                            .map(|m| String::from_utf8_lossy(m).into_owned())
-                            .filter(|m| !m.starts_with("0:")),
-                        _ => None,
-                    };
-                    let res = match why {
-                        Some(m) => Err(Fail::No(format!(
-                            "{name} failed: {}",
-                            m.split_once(": ").map_or(m.as_str(), |(_, rest)| rest)
-                        ))),
+                    let res = match server_reason(&mut r) {
+                        Some(m) => Err(Fail::No(format!("{name} failed: {m}"))),
                         None => Err(refused(&format!("misc {name}"))(c)),
                     };
                     explained(&mut r, &format!("misc {name}"), res)
@@ -485,6 +504,31 @@ fn dispatch(a: &RemoteArgs) -> Res {
     }
 }
 
+/// The server's reason for this connection's last failure (its `misc error`, without the
+/// `9999: ` code), when it keeps one.
+fn server_reason(r: &mut Remote) -> Option<String> {
+    let req = Request::Misc {
+        name: b"error",
+        opts: 0,
+        args: Vec::new(),
+    };
+    match r.call(&req) {
+        Ok(Reply::List(items)) => items
+            .first()
+            .map(|m| String::from_utf8_lossy(m).into_owned())
+            .filter(|m| !m.starts_with("0:"))
+            .map(|m| m.split_once(": ").map_or(m.clone(), |(_, rest)| rest.to_string())),
+        _ => None,
+    }
+}
+
+/// A lock of `kura remote ext --lock`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExtLock {
+    Record,
+    Global,
+}
+
 /// A refused or failed `copy`: the server's reason (its `misc error`, which Kura answers
 /// with the reason of the connection's last failed copy), or what the failure may mean.
 fn copy_failed(r: &mut Remote, path: &std::path::Path, c: u8) -> Fail {
@@ -494,24 +538,9 @@ fn copy_failed(r: &mut Remote, path: &std::path::Path, c: u8) -> Fail {
     } else {
         format!("copy to {p}")
     };
-    let req = Request::Misc {
-        name: b"error",
-        opts: 0,
-        args: Vec::new(),
-    };
-    let why = match r.call(&req) {
-        Ok(Reply::List(items)) => items
-            .first()
-            .map(|m| String::from_utf8_lossy(m).into_owned())
-            .filter(|m| !m.starts_with("0:")),
-        _ => None,
-    };
-    Fail::No(match why {
+    Fail::No(match server_reason(r) {
         // `9999: refused: …` → `refused: …`
-        Some(m) => format!(
-            "{what} {}",
-            m.split_once(": ").map_or(m.as_str(), |(_, rest)| rest)
-        ),
+        Some(m) => format!("{what} {m}"),
         None if path.as_os_str().as_bytes().starts_with(b"@") => format!(
             "{what} failed (the server answered code {c}): the command was refused or \
              failed; the server's log says why"

@@ -137,6 +137,10 @@ pub struct ServeArgs {
     /// functions `f(inmap, outmap)`. Loaded at start; reloaded on SIGHUP.
     #[arg(long, value_name = "FILE")]
     scr: Option<PathBuf>,
+    /// Call the --ext script's function NAME every PERIOD seconds (fractions allowed), on a
+    /// thread of its own, as ttserver's `-extpc` (e.g. an expiry sweep). Repeatable.
+    #[arg(long, num_args = 2, value_names = ["NAME", "PERIOD"])]
+    extpc: Vec<String>,
     /// The longest one script call may run, in seconds (fractions allowed): a call past it is
     /// stopped with an error reply.
     #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = seconds)]
@@ -645,6 +649,37 @@ pub fn run(a: ServeArgs) -> ExitCode {
     } else {
         None
     };
+    // `--extpc NAME PERIOD` pairs.
+    let mut extpc = Vec::new();
+    for pair in a.extpc.chunks(2) {
+        let [name, period] = pair else { break };
+        match seconds(period) {
+            Ok(p) if a.ext.is_some() && !p.is_zero() => extpc.push((name.clone(), p)),
+            Ok(_) if a.ext.is_none() => {
+                let _ = store.close();
+                return fail(Some(&log), daemon, "--extpc needs an --ext script".into());
+            }
+            _ => {
+                let _ = store.close();
+                let msg = format!("--extpc {name} {period}: the period is a number of seconds");
+                return fail(Some(&log), daemon, msg);
+            }
+        }
+    }
+    // With a Tyrant script, every write takes the locks of `ext`'s options (shared): a
+    // record-locked call is atomic against every writer of its key. Without one, writes
+    // take no such lock.
+    let ext_shared = Arc::new(kura_server::script::tt_lock::ExtShared::new(
+        a.script_timeout,
+    ));
+    let store: Arc<dyn kura_engine::Store> = if a.ext.is_some() {
+        Arc::new(kura_server::script::tt_lock::Locked::new(
+            store,
+            ext_shared.clone(),
+        ))
+    } else {
+        store
+    };
     let mut listeners = Vec::new();
     for port in std::iter::once(a.port).chain(a.memcached_port) {
         match std::net::TcpListener::bind((a.host.as_str(), port)) {
@@ -755,6 +790,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
     let follower = kura_server::repl::follow::start(repl.clone()).ok();
     shared.backup_dir = backup_dir;
     shared.scripts = scripts.clone();
+    shared.ext = ext_shared;
     shared.log = {
         let log = log.clone();
         LogSink::new(move |m| log.line(m))
@@ -787,7 +823,21 @@ pub fn run(a: ServeArgs) -> ExitCode {
             std::thread::sleep(Duration::from_millis(50));
         })
     };
+    let timers: Vec<_> = extpc
+        .into_iter()
+        .map(|(name, period)| {
+            let (store, shared, stop) = (store.clone(), shared.clone(), stop.clone());
+            log.line(&format!("calling ext {name} every {} s", period.as_secs_f64()));
+            std::thread::spawn(move || {
+                kura_server::script::tt::extpc(store, shared, name, period, stop)
+            })
+        })
+        .collect();
     let served = net::serve(listeners, store.clone(), shared, cfg, stop.clone());
+    stop.store(true, Ordering::SeqCst);
+    for t in timers {
+        let _ = t.join();
+    }
     stop.store(true, Ordering::SeqCst);
     let _ = watcher.join();
     repl.stop.store(true, Ordering::SeqCst);

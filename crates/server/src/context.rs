@@ -74,6 +74,8 @@ pub struct Shared {
     pub log: LogSink,
     /// Scripts (`--ext`, `--scr`); `None` when none was given.
     pub scripts: Option<std::sync::Arc<crate::script::Scripts>>,
+    /// What Tyrant's scripts share: `ext`'s locks, user locks, the stash.
+    pub ext: std::sync::Arc<crate::script::tt_lock::ExtShared>,
 }
 
 /// Writes one line to the server's log.
@@ -226,6 +228,7 @@ impl Shared {
             backup_dir: None,
             log: LogSink::default(),
             scripts: None,
+            ext: Default::default(),
         }
     }
 

@@ -231,15 +231,32 @@ fn rest_post(
     store: &dyn Store,
     shared: &Shared,
     req: &Request<'_>,
-    _key: &[u8],
+    key: &[u8],
 ) -> Result<Reply, Error> {
     let named = |h| req.header(h).filter(|v| !v.is_empty());
     if named("x-tt-xname").is_some() {
         if let Some(r) = masked(shared, Op::Ext) {
             return Ok(r);
         }
-        // No script extension is ever loaded: ttserver without `-ext` answers 500.
-        return Ok(Reply::text(500, "Internal Server Error"));
+        // The `--ext` script's function on the path's key and the body; 500 on failure
+        // (as ttserver, also without `-ext`), with the reason in the body.
+        let name = named("x-tt-xname").unwrap_or_default();
+        let opts = req
+            .header("x-tt-xopts")
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .unwrap_or(0);
+        return Ok(
+            match crate::script::tt::ext(store, shared, Proto::Http, name, opts, key, &req.body)
+            {
+                Ok(body) => Reply {
+                    status: 200,
+                    headers: vec![("Content-Type", b"application/octet-stream".to_vec())],
+                    body,
+                },
+                Err(why) => Reply::text(500, &format!("Internal Server Error: {why}")),
+            },
+        );
     }
     let Some(mname) = named("x-tt-mname") else {
         // Kura's JSON query endpoint (a read).

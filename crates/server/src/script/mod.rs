@@ -20,6 +20,7 @@
 
 pub mod kt;
 pub mod tt;
+pub mod tt_lock;
 pub mod util;
 
 use crate::context::Shared;
@@ -58,6 +59,10 @@ impl Flavor {
         }
     }
 }
+
+/// The generations of every [`Scripts`] of the process: each load and reload takes a new one,
+/// so a thread's interpreter is never taken for another `Scripts`' (tests make several).
+static GENERATIONS: AtomicU64 = AtomicU64::new(1);
 
 /// What `kura serve` was told about scripts.
 #[derive(Clone, Debug)]
@@ -104,7 +109,7 @@ impl Scripts {
     pub fn load(conf: ScriptConf) -> Result<Scripts, String> {
         let s = Scripts {
             conf,
-            generation: AtomicU64::new(1),
+            generation: AtomicU64::new(GENERATIONS.fetch_add(1, Ordering::SeqCst)),
             sources: Mutex::new([None, None]),
         };
         let fresh = s.read_all()?;
@@ -118,7 +123,8 @@ impl Scripts {
     pub fn reload(&self) -> Result<(), String> {
         let fresh = self.read_all()?;
         *self.sources.lock().unwrap_or_else(|e| e.into_inner()) = fresh;
-        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.generation
+            .store(GENERATIONS.fetch_add(1, Ordering::SeqCst), Ordering::SeqCst);
         Ok(())
     }
 
@@ -270,6 +276,13 @@ pub fn expire(lua: &Lua) -> mlua::Error {
 struct Interp {
     generation: u64,
     lua: Lua,
+}
+
+impl Drop for Interp {
+    fn drop(&mut self) {
+        // Tyrant's `_end` hook (a no-op in other interpreters).
+        tt::end(&self.lua);
+    }
 }
 
 thread_local! {

@@ -25,7 +25,7 @@ use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 
 /// Which original a helper follows where the two differ.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Dialect {
     /// Tokyo Tyrant (tcutil.c, scrext.c).
     Tyrant,
@@ -214,6 +214,8 @@ pub enum Codec {
     RawDeflate,
     Gzip,
     Xml,
+    /// Tokyo Cabinet's PackBits run-length coding (Tyrant's `pack`).
+    PackBits,
 }
 
 /// The codec a mode names (case-insensitive, without its `~`), or why it is refused: a mode
@@ -230,14 +232,11 @@ pub fn codec_named(dialect: Dialect, mode: &[u8]) -> Result<Option<Codec>, Strin
         (_, "gzip") => Codec::Gzip,
         (Dialect::Kyoto, "zlib") => Codec::RawDeflate,
         (Dialect::Tyrant, "xml") => Codec::Xml,
-        (Dialect::Tyrant, "pack" | "tcbs" | "bzip") => {
+        (Dialect::Tyrant, "pack") => Codec::PackBits,
+        (Dialect::Tyrant, "tcbs" | "bzip") => {
             return Err(format!(
                 "the {m} codec (Tokyo Cabinet's {}) is not supported by Kura",
-                match m.as_str() {
-                    "pack" => "PackBits",
-                    "tcbs" => "BWT",
-                    _ => "bzip2",
-                }
+                if m == "tcbs" { "BWT" } else { "bzip2" }
             ))
         }
         _ => return Ok(None),
@@ -258,6 +257,8 @@ pub fn codec(dialect: Dialect, codec: Codec, decode: bool, input: &[u8]) -> Opti
         (Codec::Hex, true) => hex_decode(cstr(input)),
         (Codec::Xml, false) => xml_escape(cstr(input)),
         (Codec::Xml, true) => xml_unescape(cstr(input)),
+        (Codec::PackBits, false) => packbits_encode(input),
+        (Codec::PackBits, true) => return packbits_decode(input),
         (Codec::Deflate | Codec::RawDeflate | Codec::Gzip, false) => compress(codec, input),
         (Codec::Deflate | Codec::RawDeflate | Codec::Gzip, true) => return inflate(codec, input),
     })
@@ -267,21 +268,10 @@ pub fn codec(dialect: Dialect, codec: Codec, decode: bool, input: &[u8]) -> Opti
 /// `_-.!~*'()`, Kyoto Tycoon `_-.~`), every other byte `%XX` (Tyrant upper case, Kyoto Tycoon
 /// lower case).
 pub fn url_encode(dialect: Dialect, input: &[u8]) -> Vec<u8> {
-    let (marks, digits): (&[u8], &[u8; 16]) = match dialect {
-        Dialect::Tyrant => (b"_-.!~*'()", b"0123456789ABCDEF"),
-        Dialect::Kyoto => (b"_-.~", b"0123456789abcdef"),
-    };
     let mut out = Vec::with_capacity(input.len() * 3);
-    for &c in input {
-        if c.is_ascii_alphanumeric() || marks.contains(&c) {
-            out.push(c);
-        } else {
-            out.extend_from_slice(&[
-                b'%',
-                digits[usize::from(c >> 4)],
-                digits[usize::from(c & 15)],
-            ]);
-        }
+    match dialect {
+        Dialect::Tyrant => kura_proto::http::percent_encode(&mut out, input, b"_-.!~*'()", true),
+        Dialect::Kyoto => kura_proto::http::percent_encode(&mut out, input, b"_-.~", false),
     }
     out
 }
@@ -319,27 +309,12 @@ pub fn url_decode(input: &[u8]) -> Vec<u8> {
     out
 }
 
-const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
 /// Base64 with `=` padding and no line breaks.
 pub fn base64_encode(input: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(input.len().div_ceil(3) * 4);
-    for chunk in input.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
-        for k in 0..4 {
-            if k <= chunk.len() {
-                out.push(BASE64[(n >> (18 - 6 * k) & 63) as usize]);
-            } else {
-                out.push(b'=');
-            }
-        }
-    }
-    out
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .encode(input)
+        .into_bytes()
 }
 
 /// Base64 decoding as Tokyo Cabinet does it: bytes outside the alphabet are skipped, and the
@@ -506,6 +481,69 @@ pub fn xml_unescape(input: &[u8]) -> Vec<u8> {
     out
 }
 
+/// PackBits as Tokyo Cabinet writes it: a control byte, then either a run (control 1…127: the
+/// next byte that many times) or a literal (control −2…−127 as a signed byte: that many bytes).
+/// A literal stops before two equal bytes, which start the next run; a lone byte is a run of 1.
+pub fn packbits_encode(input: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(input.len() + input.len() / 64 + 2);
+    let mut p = 0;
+    while p < input.len() {
+        let run = input[p..]
+            .iter()
+            .take(127)
+            .take_while(|&&b| b == input[p])
+            .count();
+        if run > 1 || p + 1 == input.len() {
+            out.extend_from_slice(&[run as u8, input[p]]);
+            p += run;
+            continue;
+        }
+        // A literal: while each byte differs from the one before it, 127 at most; when it
+        // stopped at a pair of equal bytes, the first of the pair goes to the run that follows.
+        let mut end = p + 1;
+        while end < input.len() && end - p < 127 && input[end] != input[end - 1] {
+            end += 1;
+        }
+        if end < input.len() && input[end] == input[end - 1] {
+            end -= 1;
+        }
+        let n = end - p;
+        out.push(if n == 1 {
+            1
+        } else {
+            (n as i8).wrapping_neg() as u8
+        });
+        out.extend_from_slice(&input[p..end]);
+        p = end;
+    }
+    out
+}
+
+/// PackBits decoding (any control byte: 0…127 a run of the next byte, −1…−128 a literal, cut
+/// short at the end of the input). `None` when the output would pass [`OUTPUT_LIMIT`].
+pub fn packbits_decode(input: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(input.len() * 2);
+    let mut p = 0;
+    while p < input.len() {
+        let control = input[p] as i8;
+        p += 1;
+        let n = usize::from(control.unsigned_abs());
+        if out.len() + n > OUTPUT_LIMIT {
+            return None;
+        }
+        if control >= 0 {
+            let Some(&b) = input.get(p) else { break };
+            out.resize(out.len() + n, b);
+            p += 1;
+        } else {
+            let n = n.min(input.len() - p);
+            out.extend_from_slice(&input[p..p + n]);
+            p += n;
+        }
+    }
+    Some(out)
+}
+
 fn compress(codec: Codec, input: &[u8]) -> Vec<u8> {
     use flate2::Compression;
     let level = Compression::default();
@@ -527,9 +565,12 @@ fn compress(codec: Codec, input: &[u8]) -> Vec<u8> {
     r.unwrap_or_default()
 }
 
-/// The most a decompression may produce (a script's memory is bounded anyway; this keeps a
-/// small hostile input from filling it in one call).
-pub const INFLATE_LIMIT: u64 = 256 << 20;
+/// The most one helper call may produce (a decompression, a replacement): past it the call
+/// fails rather than fill the server's memory from a small input.
+pub const OUTPUT_LIMIT: usize = 64 << 20;
+
+/// [`OUTPUT_LIMIT`] for a decompression.
+pub const INFLATE_LIMIT: u64 = OUTPUT_LIMIT as u64;
 
 fn inflate(codec: Codec, input: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::new();
@@ -678,25 +719,28 @@ pub fn strstr(s: &[u8], pat: &[u8]) -> usize {
     if pat.is_empty() {
         return 1;
     }
-    s.windows(pat.len())
-        .position(|w| w == pat)
-        .map_or(0, |p| p + 1)
+    memchr::memmem::find(s, pat).map_or(0, |p| p + 1)
 }
 
 /// `_strstr(str, pat, alt)`: every `pat` in `s` replaced by `alt` (C strings; an empty `pat`
-/// replaces nothing).
-pub fn strstr_replace(s: &[u8], pat: &[u8], alt: &[u8]) -> Vec<u8> {
+/// replaces nothing). `None` when the result would pass [`OUTPUT_LIMIT`].
+pub fn strstr_replace(s: &[u8], pat: &[u8], alt: &[u8]) -> Option<Vec<u8>> {
     let (mut s, pat, alt) = (cstr(s), cstr(pat), cstr(alt));
     let mut out = Vec::with_capacity(s.len());
     if !pat.is_empty() {
-        while let Some(p) = s.windows(pat.len()).position(|w| w == pat) {
+        // A linear search: a long pattern must not make the call quadratic.
+        let finder = memchr::memmem::Finder::new(pat);
+        while let Some(p) = finder.find(s) {
+            if out.len() + p + alt.len() > OUTPUT_LIMIT {
+                return None;
+            }
             out.extend_from_slice(&s[..p]);
             out.extend_from_slice(alt);
             s = &s[p + pat.len()..];
         }
     }
     out.extend_from_slice(s);
-    out
+    (out.len() <= OUTPUT_LIMIT).then_some(out)
 }
 
 /// `kt.strfwm`: whether `s` begins with `key` (C strings).
@@ -709,10 +753,38 @@ pub fn strbwm(s: &[u8], key: &[u8]) -> bool {
     cstr(s).ends_with(cstr(key))
 }
 
+/// Patterns compiled lately, per thread: a script that matches in a loop compiles once.
+const REGEX_CACHE: usize = 64;
+
+thread_local! {
+    static REGEXES: std::cell::RefCell<HashMap<(Dialect, Vec<u8>), Option<regex::bytes::Regex>>> =
+        std::cell::RefCell::new(HashMap::new());
+}
+
+/// [`compile`] through the thread's cache (emptied when it fills).
+fn compile_regex(dialect: Dialect, pattern: &[u8]) -> Option<regex::bytes::Regex> {
+    let key = (dialect, cstr(pattern).to_vec());
+    REGEXES.with(|c| {
+        let mut c = c.borrow_mut();
+        if let Some(r) = c.get(&key) {
+            return r.clone();
+        }
+        if c.len() >= REGEX_CACHE {
+            c.clear();
+        }
+        let r = compile(dialect, &key.1);
+        c.insert(key, r.clone());
+        r
+    })
+}
+
 /// Compile a POSIX extended regular expression the way the originals do (no `REG_NEWLINE`:
 /// `.` matches a newline; bytes, not Unicode). Tyrant's leading `*` asks for case-insensitive
-/// matching. `None` when it does not compile (the originals then match nothing).
-fn compile_regex(dialect: Dialect, pattern: &[u8]) -> Option<regex::bytes::Regex> {
+/// matching. `None` when it does not compile (the originals then match nothing). The syntax is
+/// the `regex` crate's, which reads POSIX's extended syntax the same but for back-references
+/// in a pattern (not supported: such a pattern matches nothing) and for alternatives, where
+/// the first that matches is taken rather than the longest.
+fn compile(dialect: Dialect, pattern: &[u8]) -> Option<regex::bytes::Regex> {
     let mut pattern = cstr(pattern);
     let mut icase = false;
     if dialect == Dialect::Tyrant {
@@ -740,11 +812,12 @@ pub fn regex_match(dialect: Dialect, s: &[u8], pattern: &[u8]) -> bool {
 /// `_regex(str, regex, alt)` / `kt.regex`: every match replaced by `alt`, where Tyrant's `alt`
 /// names the match `&` and a group `\1`…`\9` (`\` before another byte quotes it) and Kyoto
 /// Tycoon's names them `$&` / `$0`…`$9`. An empty match ends the replacing (as in both
-/// originals); a pattern that does not compile leaves `s` as it is.
-pub fn regex_replace(dialect: Dialect, s: &[u8], pattern: &[u8], alt: &[u8]) -> Vec<u8> {
+/// originals); a pattern that does not compile leaves `s` as it is. `None` when the result
+/// would pass [`OUTPUT_LIMIT`].
+pub fn regex_replace(dialect: Dialect, s: &[u8], pattern: &[u8], alt: &[u8]) -> Option<Vec<u8>> {
     let (s, alt) = (cstr(s), cstr(alt));
     let Some(re) = compile_regex(dialect, pattern).filter(|_| !cstr(pattern).is_empty()) else {
-        return s.to_vec();
+        return Some(s.to_vec());
     };
     let escape = match dialect {
         Dialect::Tyrant => b'\\',
@@ -757,6 +830,9 @@ pub fn regex_replace(dialect: Dialect, s: &[u8], pattern: &[u8], alt: &[u8]) -> 
         let Some(m) = re.captures_read_at(&mut locs, s, at) else {
             break;
         };
+        if out.len() > OUTPUT_LIMIT {
+            return None;
+        }
         out.extend_from_slice(&s[at..m.start()]);
         let group = |n: usize| locs.get(n).map(|(a, b)| &s[a..b]);
         let mut i = 0;
@@ -794,7 +870,7 @@ pub fn regex_replace(dialect: Dialect, s: &[u8], pattern: &[u8], alt: &[u8]) -> 
         }
     }
     out.extend_from_slice(&s[at.min(s.len())..]);
-    out
+    (out.len() <= OUTPUT_LIMIT).then_some(out)
 }
 
 /// Tokyo Cabinet's `tcstrutftoucs`: UTF-8 (a C string) to UCS-2; sequences longer than three

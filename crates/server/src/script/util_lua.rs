@@ -13,6 +13,13 @@ fn invalid(name: &str) -> mlua::Error {
     mlua::Error::RuntimeError(format!("{name}: invalid arguments"))
 }
 
+fn too_large(name: &str) -> mlua::Error {
+    mlua::Error::RuntimeError(format!(
+        "{name}: the result would pass {} MiB",
+        super::OUTPUT_LIMIT >> 20
+    ))
+}
+
 /// `lua_tolstring`: a string's bytes, a number's text, else none.
 fn text(lua: &Lua, v: Option<&Value>) -> mlua::Result<Option<Vec<u8>>> {
     Ok(match v {
@@ -84,9 +91,7 @@ fn none() -> mlua::Result<MultiValue> {
 
 fn pack(lua: &Lua, name: &str, args: MultiValue) -> mlua::Result<MultiValue> {
     let args: Vec<Value> = args.into_iter().collect();
-    let Some(Value::String(format)) = args.first() else {
-        return Err(invalid(name));
-    };
+    let format = need_text(lua, name, args.first())?;
     let mut nums = Vec::new();
     for v in &args[1..] {
         match v {
@@ -98,10 +103,7 @@ fn pack(lua: &Lua, name: &str, args: MultiValue) -> mlua::Result<MultiValue> {
             v => nums.push(number(lua, Some(v))),
         }
     }
-    one(
-        Value::String(lua.create_string(super::pack(&format.as_bytes(), &nums))?),
-        lua,
-    )
+    one(bytes(lua, &super::pack(&format, &nums))?, lua)
 }
 
 fn unpack(lua: &Lua, name: &str, args: MultiValue) -> mlua::Result<MultiValue> {
@@ -159,7 +161,10 @@ fn strstr(lua: &Lua, name: &str, args: MultiValue) -> mlua::Result<MultiValue> {
     let s = need_text(lua, name, args.front())?;
     let pat = need_text(lua, name, args.get(1))?;
     match text(lua, args.get(2))? {
-        Some(alt) => one(bytes(lua, &super::strstr_replace(&s, &pat, &alt))?, lua),
+        Some(alt) => match super::strstr_replace(&s, &pat, &alt) {
+            Some(out) => one(bytes(lua, &out)?, lua),
+            None => Err(too_large(name)),
+        },
         None => one(super::strstr(&s, &pat) as f64, lua),
     }
 }
@@ -171,10 +176,10 @@ fn regex(lua: &Lua, name: &str, dialect: Dialect, args: MultiValue) -> mlua::Res
     let s = need_text(lua, name, args.front())?;
     let pat = need_text(lua, name, args.get(1))?;
     match text(lua, args.get(2))? {
-        Some(alt) => one(
-            bytes(lua, &super::regex_replace(dialect, &s, &pat, &alt))?,
-            lua,
-        ),
+        Some(alt) => match super::regex_replace(dialect, &s, &pat, &alt) {
+            Some(out) => one(bytes(lua, &out)?, lua),
+            None => Err(too_large(name)),
+        },
         None => one(super::regex_match(dialect, &s, &pat), lua),
     }
 }

@@ -17,7 +17,10 @@ use kura_engine::{BatchOp, Error, KeyRange, Outcome, Store};
 /// is given its indexes by a `setindex` of its own; so is a `search` or `metasearch` without
 /// `out`.
 pub(crate) fn misc_denied(shared: &Shared, name: &[u8], args: &[&[u8]], proto: Proto) -> bool {
-    if crate::repl::is_misc(name) {
+    if name == RELOAD_SCRIPTS {
+        // Changes no data (a read-only replica takes it); refused by `--mask misc` or `ext`.
+        shared.mask.denies(Op::Misc, proto) || shared.mask.denies(Op::Ext, proto)
+    } else if crate::repl::is_misc(name) {
         shared.mask.denies(Op::Misc, proto) || shared.mask().denies(Op::SetMst, proto)
     } else if reads_only(name) || name == b"setindex" || search_reads_only(name, args) {
         shared.mask.denies(Op::Misc, proto)
@@ -51,8 +54,13 @@ fn search_reads_only(name: &[u8], args: &[&[u8]]) -> bool {
         })
 }
 
+/// Kura's misc function that reloads the server's scripts (`kura remote reload`), as SIGHUP
+/// does: the empty success, or the failure with the reason (`misc error`) when a script
+/// cannot be read or does not compile (the old scripts stay) or none is loaded.
+pub const RELOAD_SCRIPTS: &[u8] = b"reloadscripts";
+
 /// A misc function of the server: Kura's replication functions (on the server's replication
-/// state; failure without one), else [`misc`] on the database.
+/// state; failure without one), [`RELOAD_SCRIPTS`], else [`misc`] on the database.
 pub(crate) fn server_misc<'s>(
     store: &'s dyn Store,
     shared: &Shared,
@@ -60,6 +68,25 @@ pub(crate) fn server_misc<'s>(
     name: &[u8],
     args: &[&[u8]],
 ) -> Result<Option<Vec<Vec<u8>>>, Error> {
+    if name == RELOAD_SCRIPTS {
+        let r = match &shared.scripts {
+            None => Err("no script is loaded (--ext, --scr)".to_string()),
+            Some(s) => s.reload(),
+        };
+        return Ok(match r {
+            Ok(()) => {
+                shared.log.line("scripts reloaded (misc reloadscripts)");
+                Some(Vec::new())
+            }
+            Err(e) => {
+                shared.log.line(&format!(
+                    "script reload failed, the old scripts stay: {e}"
+                ));
+                st.last_error = Some(format!("script reload failed, the old scripts stay: {e}"));
+                None
+            }
+        });
+    }
     if crate::repl::is_misc(name) {
         return Ok(shared.repl.as_ref().and_then(|r| r.misc(name, args)));
     }

@@ -22,7 +22,7 @@ use kura_proto::tt_bin::{self, cmd, Request, FAIL, OK};
 mod misc;
 mod stat;
 
-pub use misc::misc;
+pub use misc::{misc, RELOAD_SCRIPTS};
 pub(crate) use misc::{misc_denied, prefix_keys, server_misc};
 
 /// The Tyrant release whose protocol Kura speaks, reported by `stat` and by HTTP OPTIONS.
@@ -156,7 +156,7 @@ impl<'s> TtState<'s> {
     /// Start a new iteration, at the first record or at `from` (the record of that key on an
     /// unordered kind, which must exist; the first key >= `from` in the database's order on an
     /// ordered kind, which must exist too, as Tokyo Cabinet's B+ tree cursor jump).
-    fn iter_init(&mut self, store: &'s dyn Store, from: Option<&[u8]>) -> Result<bool, Error> {
+    pub(crate) fn iter_init(&mut self, store: &'s dyn Store, from: Option<&[u8]>) -> Result<bool, Error> {
         self.begun = true;
         let ok = self.begin(store, from)?;
         self.note(|p| {
@@ -231,7 +231,7 @@ impl<'s> TtState<'s> {
 
     /// The next record of the iteration; `None` at its end (and before any iterinit, when the
     /// server has no iteration to take up).
-    fn iter_next(&mut self, store: &'s dyn Store) -> Result<Option<(Vec<u8>, Record)>, Error> {
+    pub(crate) fn iter_next(&mut self, store: &'s dyn Store) -> Result<Option<(Vec<u8>, Record)>, Error> {
         if !self.begun && !self.take_up(store)? {
             return Ok(None);
         }
@@ -457,8 +457,22 @@ fn run<'s>(
             let keys = prefix_keys(store, prefix, max)?;
             tt_bin::reply_list(out, keys.iter().map(Vec::as_slice));
         }
-        // No script language: Tyrant without `-ext` answers every ext call with failure.
-        Request::Ext { .. } => code(out, false),
+        // The `--ext` script's function (crate::script::tt): its result, or the failure
+        // code with the reason kept for `misc error` (no script: the failure, as ttserver
+        // without `-ext`).
+        Request::Ext {
+            name,
+            opts,
+            key,
+            value,
+        } => match crate::script::tt::ext(store, shared, Proto::Tyrant, name, opts, key, value)
+        {
+            Ok(body) => tt_bin::reply_value(out, &body),
+            Err(why) => {
+                st.last_error = Some(why);
+                code(out, false);
+            }
+        },
         // Confined to the backup directory; `@NAME` runs NAME of that directory on a fresh
         // copy (crate::backup).
         // The reason of a failure is kept for `misc error`.
@@ -559,7 +573,7 @@ fn run<'s>(
 }
 
 /// What a Tyrant write command did ([`apply`]).
-enum Applied {
+pub(crate) enum Applied {
     /// Whether it succeeded (the reply's code).
     Done(bool),
     /// addint's sum.
@@ -571,7 +585,7 @@ enum Applied {
 /// The write commands of the database (those an update log holds, but misc) mapped onto the
 /// store with their Tyrant meaning, once for the server ([`run`], which answers them) and for
 /// a master's update log ([`redo`]); `None` for any other command.
-fn apply(store: &dyn Store, req: &Request<'_>) -> Option<Result<Applied, Error>> {
+pub(crate) fn apply(store: &dyn Store, req: &Request<'_>) -> Option<Result<Applied, Error>> {
     let done = |r: Result<bool, Error>| r.map(Applied::Done);
     Some(match *req {
         Request::Put { key, value } | Request::PutNr { key, value } => {
