@@ -188,7 +188,10 @@ fn write(lua: &Lua, op: Op, value_len: usize, req: Request<'_>) -> mlua::Result<
     if denied(lua, &c, op) {
         return Ok(None);
     }
-    if let Err(e) = c.shared.check_value(format!("ext _{}", op.name()), value_len) {
+    if let Err(e) = c
+        .shared
+        .check_value(format!("ext _{}", op.name()), value_len)
+    {
         set_error(lua, e.to_string());
         return Ok(None);
     }
@@ -435,10 +438,9 @@ fn misc(lua: &Lua, a: &[Value]) -> mlua::Result<Value> {
     let c = ctx(lua)?;
     if tt_exec::misc_denied(c.shared, &name, &args, c.proto) {
         let by_mask = c.shared.mask.denies(Op::Misc, c.proto);
-        let why = c
-            .shared
-            .read_only_refusal(by_mask)
-            .unwrap_or_else(|| format!("misc {} refused by --mask", String::from_utf8_lossy(&name)));
+        let why = c.shared.read_only_refusal(by_mask).unwrap_or_else(|| {
+            format!("misc {} refused by --mask", String::from_utf8_lossy(&name))
+        });
         set_error(lua, why);
         return Ok(Value::Nil);
     }
@@ -449,15 +451,22 @@ fn misc(lua: &Lua, a: &[Value]) -> mlua::Result<Value> {
             .as_ref()
             .and_then(|r| r.logged.as_ref())
             .map(|l| {
-                Arc::new(tt_lock::Locked::new(l.inner().clone(), c.shared.ext.clone()))
-                    as Arc<dyn Store>
+                Arc::new(tt_lock::Locked::new(
+                    l.inner().clone(),
+                    c.shared.ext.clone(),
+                )) as Arc<dyn Store>
             })
     } else {
         None
     };
     let store: &dyn Store = raw.as_deref().unwrap_or(c.store);
     let mut st = TtState::of_server(c.shared);
-    match done(lua, tt_exec::server_misc(store, c.shared, &mut st, &name, &args)).flatten() {
+    match done(
+        lua,
+        tt_exec::server_misc(store, c.shared, &mut st, &name, &args),
+    )
+    .flatten()
+    {
         Some(items) => Ok(Value::Table(list(lua, items)?)),
         None => Ok(Value::Nil),
     }
@@ -499,7 +508,11 @@ fn mapreduce(lua: &Lua, a: &[Value]) -> mlua::Result<Value> {
     }
     let map = function(a, 0, "_mapreduce")?;
     let reduce = function(a, 1, "_mapreduce")?;
-    let keys = if a.len() > 2 { Some(flat(lua, a, 2)?) } else { None };
+    let keys = if a.len() > 2 {
+        Some(flat(lua, a, 2)?)
+    } else {
+        None
+    };
     let c = ctx(lua)?;
     if denied(lua, &c, Op::IterNext) {
         return Ok(Value::Boolean(false));
@@ -590,7 +603,9 @@ fn install_stash(lua: &Lua) -> mlua::Result<()> {
     reg(lua, "_stashputkeep", |lua, a| {
         put(lua, a, "_stashputkeep", b'k')
     })?;
-    reg(lua, "_stashputcat", |lua, a| put(lua, a, "_stashputcat", b'c'))?;
+    reg(lua, "_stashputcat", |lua, a| {
+        put(lua, a, "_stashputcat", b'c')
+    })?;
     reg(lua, "_stashout", |lua, a| {
         argc(a, 1, "_stashout")?;
         let k = bytes(lua, a, 0, "_stashout")?;
@@ -757,9 +772,9 @@ pub fn end(lua: &Lua) {
 fn result_bytes(lua: &Lua, v: &Value, nested: bool) -> mlua::Result<Option<Vec<u8>>> {
     Ok(match v {
         Value::String(s) => Some(s.as_bytes().to_vec()),
-        Value::Integer(_) | Value::Number(_) => lua
-            .coerce_string(v.clone())?
-            .map(|s| s.as_bytes().to_vec()),
+        Value::Integer(_) | Value::Number(_) => {
+            lua.coerce_string(v.clone())?.map(|s| s.as_bytes().to_vec())
+        }
         Value::Boolean(true) => Some(b"true".to_vec()),
         Value::Table(t) if !nested => result_bytes(lua, &t.raw_get::<Value>(1)?, true)?,
         _ => None,
@@ -809,8 +824,7 @@ pub fn ext(
         {
             let st = state(lua)?;
             st.last_error.replace(None);
-            st.deadline
-                .set(Some(Instant::now() + scripts.conf.timeout));
+            st.deadline.set(Some(Instant::now() + scripts.conf.timeout));
         }
         let f = match lua.globals().raw_get::<Value>(lua.create_string(name)?)? {
             Value::Function(f) => f,

@@ -16,8 +16,8 @@
 
 use kura_engine::table::{Columns, IndexInfo, IndexOp, IndexType, PutMode, Table};
 use kura_engine::{
-    BatchOp, CheckReport, Current, Cursor, Damaged, Decision, Error, KeyRange, Kind, Meta,
-    Outcome, Record, Result, Shown, Store,
+    BatchOp, CheckReport, Current, Cursor, Damaged, Decision, Error, KeyRange, Kind, Meta, Outcome,
+    Record, Result, Shown, Store,
 };
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
@@ -282,7 +282,9 @@ impl Store for Locked {
         self.inner.accept(key, visitor)
     }
     fn write_batch(&self, ops: &[BatchOp]) -> Result<()> {
-        let _g = self.ext.write_guard(Some(&mut ops.iter().map(|o| o.key())))?;
+        let _g = self
+            .ext
+            .write_guard(Some(&mut ops.iter().map(|o| o.key())))?;
         self.inner.write_batch(ops)
     }
     fn cursor(&self) -> Result<Box<dyn Cursor + '_>> {

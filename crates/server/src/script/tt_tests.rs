@@ -29,7 +29,8 @@ impl Env {
             })
             .unwrap(),
         ));
-        let store: Arc<dyn Store> = Arc::new(Locked::new(name::open(db).unwrap(), shared.ext.clone()));
+        let store: Arc<dyn Store> =
+            Arc::new(Locked::new(name::open(db).unwrap(), shared.ext.clone()));
         Env {
             _file: f,
             store,
@@ -55,7 +56,8 @@ impl Env {
     }
 
     fn ok(&self, name: &str, k: &str, v: &str) -> String {
-        self.ext(name, k, v).unwrap_or_else(|e| panic!("{name}: {e}"))
+        self.ext(name, k, v)
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
     }
 }
 
@@ -140,13 +142,19 @@ fn results_as_tyrant_gives_them() {
     assert!(e.ext("nothing", "", "").unwrap_err().contains("no result"));
     let err = e.ext("boom", "", "").unwrap_err();
     assert!(err.contains("Lua error") && err.contains(":35:"), "{err}");
-    assert!(e.ext("nosuch", "", "").unwrap_err().contains("no such function"));
+    assert!(e
+        .ext("nosuch", "", "")
+        .unwrap_err()
+        .contains("no such function"));
     // Built-ins are not callable by name.
     assert!(e.ext("_put", "k", "v").is_err());
     assert!(e.store.get(b"k").unwrap().is_none());
     // Wrong argument types are Lua errors with the built-in's name.
     let e2 = Env::new("function f() return _put({}, 1) end");
-    assert!(e2.ext("f", "", "").unwrap_err().contains("_put: invalid arguments"));
+    assert!(e2
+        .ext("f", "", "")
+        .unwrap_err()
+        .contains("_put: invalid arguments"));
 }
 
 #[test]
@@ -157,7 +165,8 @@ fn masked_writes_fail_inside_the_script_with_their_reason() {
     assert!(e.store.get(b"a").unwrap().is_none());
     // The reason is the call's, given when the function then fails.
     let e2 = {
-        let mut e2 = Env::new("function f(k, v) if not _put(k, v) then return nil end return 'ok' end");
+        let mut e2 =
+            Env::new("function f(k, v) if not _put(k, v) then return nil end return 'ok' end");
         e2.shared.mask = Mask::NONE.mask("put").unwrap();
         e2
     };
@@ -310,7 +319,13 @@ function getx() return x or "nil" end
     assert_eq!(e.ok("g", "", ""), "1.1.41 1 2 true true");
     assert_eq!(e.ok("begun_n", "", ""), "1");
     assert_eq!(
-        e.shared.ext.stash.lock().unwrap().get(&b"begun"[..]).map(Vec::as_slice),
+        e.shared
+            .ext
+            .stash
+            .lock()
+            .unwrap()
+            .get(&b"begun"[..])
+            .map(Vec::as_slice),
         Some(&b"yes"[..])
     );
     // `_eval` reaches an interpreter of another thread before its next call.
@@ -328,5 +343,11 @@ function getx() return x or "nil" end
     // The thread's interpreter that ran `_begin` runs `_end` when a reload replaces it.
     e.shared.scripts.as_ref().unwrap().reload().unwrap();
     assert_eq!(e.ok("begun_n", "", ""), "1");
-    assert!(e.shared.ext.stash.lock().unwrap().contains_key(&b"ended"[..]));
+    assert!(e
+        .shared
+        .ext
+        .stash
+        .lock()
+        .unwrap()
+        .contains_key(&b"ended"[..]));
 }
