@@ -7,12 +7,14 @@ use kura_server::context::{Next, Shared};
 use kura_server::http_exec::execute;
 use libfuzzer_sys::fuzz_target;
 
-/// Most inputs would fail on the first byte; half of the runs get a request line in front.
-const PREFIXES: [&[u8]; 4] = [
+/// Most inputs would fail on the first byte; most runs get a request line in front.
+const PREFIXES: [&[u8]; 5] = [
     b"",
     b"GET /rpc/",
     b"POST /rpc/set_bulk HTTP/1.1\r\nContent-Type: text/tab-separated-values; colenc=",
     b"PUT /",
+    // play_script's arguments (`_`-prefixed names, the rest the procedure's input).
+    b"GET /rpc/play_script?name=",
 ];
 
 fuzz_target!(|data: &[u8]| {

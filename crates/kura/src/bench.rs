@@ -1,5 +1,6 @@
 //! `kura bench`: a load generator for memcached servers (Kura or memcached itself), text or
-//! binary protocol, and for Tokyo Tyrant servers (get / put / putnr). Threads × connections, each connection sending `pipeline` requests per round
+//! binary protocol, for Tokyo Tyrant servers (get / put / putnr, or a script's `ext` call) and
+//! for Kyoto Tycoon's binary protocol (a script's `play_script`, 0xB4). Threads × connections, each connection sending `pipeline` requests per round
 //! trip; random keys from a key space; a get:set ratio; bounded by a duration or a request count.
 //! Prints throughput and latency percentiles, and one machine-readable `RESULT` line.
 
@@ -16,6 +17,12 @@ pub enum Proto {
     Binary,
     /// Tokyo Tyrant binary (get and put, or putnr with --putnr).
     Tyrant,
+    /// Tokyo Tyrant's `ext` (0xC8 0x68): every request calls the `--ext` script's function
+    /// --script with the key and the value, with the --ext-opts locking.
+    TyrantExt,
+    /// Kyoto Tycoon's binary play_script (0xB4): every request calls the `--scr` script's
+    /// procedure --script with the input `key` and `value`.
+    KtScript,
 }
 
 #[derive(clap::Args, Clone, Debug)]
@@ -61,6 +68,12 @@ pub struct BenchArgs {
     /// pipelined; with --verify, read every one back and compare. Text protocol.
     #[arg(long)]
     bulk: Option<u64>,
+    /// The script function that --protocol tyrant-ext and kt-script call.
+    #[arg(long, default_value = "incr")]
+    script: String,
+    /// Tyrant `ext` options: 1 locks the record, 2 locks the whole database, 0 no lock.
+    #[arg(long, default_value_t = 1)]
+    ext_opts: u32,
     /// With --bulk: read back and verify instead of writing.
     #[arg(long, requires = "bulk")]
     verify: bool,
@@ -216,9 +229,26 @@ impl Rng {
     }
 }
 
-fn encode(out: &mut Vec<u8>, proto: Proto, putnr: bool, get: bool, k: &[u8], value: &[u8]) {
+fn encode(out: &mut Vec<u8>, a: &BenchArgs, putnr: bool, get: bool, k: &[u8], value: &[u8]) {
     use kura_proto::tt_bin::{encode_request, Request};
-    match proto {
+    match a.protocol {
+        Proto::TyrantExt => encode_request(
+            &Request::Ext {
+                name: a.script.as_bytes(),
+                opts: a.ext_opts,
+                key: k,
+                value,
+            },
+            out,
+        ),
+        Proto::KtScript => kura_proto::kt_bin::encode_request(
+            &kura_proto::kt_bin::Request::PlayScript {
+                no_reply: false,
+                name: a.script.as_bytes(),
+                args: vec![(&b"key"[..], k), (&b"value"[..], value)],
+            },
+            out,
+        ),
         Proto::Tyrant if get => encode_request(&Request::Get { key: k }, out),
         Proto::Tyrant if putnr => encode_request(&Request::PutNr { key: k, value }, out),
         Proto::Tyrant => encode_request(&Request::Put { key: k, value }, out),
@@ -250,7 +280,36 @@ fn read_reply(
     get: bool,
     line: &mut Vec<u8>,
 ) -> std::io::Result<(bool, bool)> {
+    let u32_at = |r: &mut BufReader<TcpStream>| -> std::io::Result<u64> {
+        let mut b = [0u8; 4];
+        r.read_exact(&mut b)?;
+        Ok(u64::from(u32::from_be_bytes(b)))
+    };
     match proto {
+        Proto::TyrantExt => {
+            // `[0][size:4][bytes]` for the function's string, a bare error code for nil.
+            let mut code = [0u8; 1];
+            r.read_exact(&mut code)?;
+            if code[0] != 0 {
+                return Ok((false, false));
+            }
+            let n = u32_at(r)?;
+            std::io::copy(&mut r.by_ref().take(n), &mut std::io::sink())?;
+            Ok((true, false))
+        }
+        Proto::KtScript => {
+            // `[0xB4][count:4]` and count × `[ksiz:4][vsiz:4][key][value]`, or `[0xBF]`.
+            let mut magic = [0u8; 1];
+            r.read_exact(&mut magic)?;
+            if magic[0] != kura_proto::kt_bin::PLAY_SCRIPT {
+                return Ok((false, false));
+            }
+            for _ in 0..u32_at(r)? {
+                let n = u32_at(r)? + u32_at(r)?;
+                std::io::copy(&mut r.by_ref().take(n), &mut std::io::sink())?;
+            }
+            Ok((true, false))
+        }
         Proto::Tyrant if !get && putnr => Ok((true, false)), // no reply to wait for
         Proto::Tyrant => {
             let mut code = [0u8; 1];
@@ -338,9 +397,11 @@ fn worker(
             out.clear();
             kinds[i].clear();
             for _ in 0..a.pipeline {
-                let get = (rng.next() % 10_000) as f64 / 10_000.0 < get_share;
+                // A script call is one request whatever the ratio.
+                let get = !matches!(a.protocol, Proto::TyrantExt | Proto::KtScript)
+                    && (rng.next() % 10_000) as f64 / 10_000.0 < get_share;
                 let k = key(rng.next() % a.keyspace.max(1), a.key_size);
-                encode(&mut out, a.protocol, a.putnr, get, &k, &value);
+                encode(&mut out, a, a.putnr, get, &k, &value);
                 kinds[i].push(get);
             }
             s.write_all(&out)?;
@@ -362,14 +423,7 @@ fn worker(
         // server executing every putnr sent before it.
         for (s, r) in socks.iter_mut() {
             out.clear();
-            encode(
-                &mut out,
-                a.protocol,
-                false,
-                true,
-                &key(0, a.key_size),
-                &value,
-            );
+            encode(&mut out, a, false, true, &key(0, a.key_size), &value);
             s.write_all(&out)?;
             read_reply(r, a.protocol, false, true, &mut line)?;
         }
@@ -417,14 +471,7 @@ pub fn run(a: BenchArgs) -> ExitCode {
             let mut out = Vec::new();
             let n = (a.keyspace - i).min(pre.pipeline as u64);
             for j in 0..n {
-                encode(
-                    &mut out,
-                    a.protocol,
-                    false,
-                    false,
-                    &key(i + j, a.key_size),
-                    &value,
-                );
+                encode(&mut out, &a, false, false, &key(i + j, a.key_size), &value);
             }
             if s.write_all(&out).is_err() {
                 eprintln!("kura: preload failed");

@@ -194,3 +194,85 @@ fn bad_arguments_and_an_absent_server_fail_with_a_message() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+/// `--protocol tyrant-ext` calls the script's function once a request: with the record lock,
+/// the counters it increments add up to the requests sent, exactly.
+#[test]
+fn bench_calls_an_ext_function_and_every_call_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("count.lua");
+    std::fs::write(
+        &script,
+        "function incr(key, value)\n\
+           local n = (tonumber((_get(key))) or 0) + 1\n\
+           if not _put(key, tostring(n)) then return nil end\n\
+           return tostring(n)\n\
+         end\n",
+    )
+    .unwrap();
+    let srv = Server::start_with(dir.path(), "*", &["--ext", script.to_str().unwrap()]);
+    let port = port_of(&srv.addr);
+    let r = bench_ok(
+        port,
+        &[
+            "--protocol",
+            "tyrant-ext",
+            "--script",
+            "incr",
+            "--ext-opts",
+            "1",
+            "--connections",
+            "4",
+            "--threads",
+            "2",
+            "--pipeline",
+            "8",
+            "--key-size",
+            "8",
+            "--keyspace",
+            "10",
+            "--requests",
+            "400",
+            "--ratio",
+            "0:1",
+        ],
+    );
+    assert_eq!(num(&r, "errors"), 0.0);
+    let ops = num(&r, "ops") as u64;
+    assert!(ops >= 400, "{ops}");
+    let mut tt = common::Tt::new(&srv.addr);
+    let total: u64 = (0..10)
+        .filter_map(|i| tt.get(format!("{i:08}").as_bytes()))
+        .map(|v| String::from_utf8(v).unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(total, ops);
+}
+
+/// A script call that fails is an error of the run (and its exit status), never a success.
+#[test]
+fn bench_counts_failed_script_calls_as_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = Server::start(dir.path(), "*");
+    let port = port_of(&srv.addr);
+    for proto in ["tyrant-ext", "kt-script"] {
+        let o = bench(
+            port,
+            &[
+                "--protocol",
+                proto,
+                "--connections",
+                "2",
+                "--threads",
+                "1",
+                "--requests",
+                "20",
+            ],
+        );
+        assert!(!o.status.success(), "{proto}");
+        assert_eq!(
+            num(&result(&o), "errors"),
+            num(&result(&o), "ops"),
+            "{proto}"
+        );
+    }
+}

@@ -194,6 +194,11 @@ impl BackupDir {
         &self.root
     }
 
+    /// The database being served, canonical (none for the memory kinds).
+    pub fn database(&self) -> Option<&Path> {
+        self.database.as_deref()
+    }
+
     /// The place in the backup directory that a path from the network names, by the rule in
     /// the module's documentation. The place need not exist.
     pub fn resolve(&self, requested: &[u8]) -> Result<PathBuf, Refusal> {

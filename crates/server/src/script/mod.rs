@@ -257,6 +257,21 @@ pub fn ctx(lua: &Lua) -> mlua::Result<Ctx<'_>> {
     })
 }
 
+/// The time left before the call in progress runs past its budget (`None` outside a call).
+pub fn time_left(lua: &Lua) -> Option<Duration> {
+    let r = lua.app_data_ref::<Running>()?;
+    Some(r.deadline.saturating_duration_since(Instant::now()))
+}
+
+/// Stop the call in progress as past its budget (for a built-in that waits, such as
+/// `_sleep`): the error to return, which the call ends with as [`CallError::Timeout`].
+pub fn expire(lua: &Lua) -> mlua::Error {
+    if let Some(r) = lua.app_data_ref::<Running>() {
+        r.expired.set(true);
+    }
+    mlua::Error::RuntimeError("script timeout".into())
+}
+
 /// One thread's interpreter of one flavour.
 struct Interp {
     generation: u64,

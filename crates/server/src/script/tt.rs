@@ -227,7 +227,7 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
     g.set("_sid", c.shared.sid)?;
     g.set("_thnum", c.shared.threads.max(1))?;
     g.set("_thid", THID.with(|t| *t))?;
-    // TODO(i33-util): super::util::install_tyrant(lua)? once the utilities are merged.
+    super::util::install_tyrant(lua)?;
 
     reg(lua, "_put", |lua, a| {
         argc(a, 2, "_put")?;
