@@ -34,8 +34,6 @@ struct TtInterp {
     prepared: Cell<bool>,
     /// This interpreter ran `_begin` and runs `_end` (Tyrant's first worker's role).
     primary: Cell<bool>,
-    /// When the current call must end (for the built-ins that wait: `_lock`).
-    deadline: Cell<Option<Instant>>,
     /// The budget of a call (for `_end`, run outside a call).
     timeout: Duration,
     log: crate::context::LogSink,
@@ -216,7 +214,6 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
         evals_seen: Cell::new(0),
         prepared: Cell::new(false),
         primary: Cell::new(false),
-        deadline: Cell::new(None),
         timeout,
         log: c.shared.log.clone(),
         ext: c.shared.ext.clone(),
@@ -522,7 +519,7 @@ fn mapreduce(lua: &Lua, a: &[Value]) -> mlua::Result<Value> {
         .scripts
         .as_ref()
         .map_or(super::DEFAULT_MEMORY, |s| s.conf.memory);
-    let pool: Arc<std::sync::Mutex<(BTreeMap<Vec<u8>, Vec<Vec<u8>>>, usize)>> = Arc::default();
+    let pool: Arc<std::sync::Mutex<Emitted>> = Arc::default();
     let emit = {
         let pool = pool.clone();
         lua.create_function(move |_, (k, v): (mlua::LuaString, mlua::LuaString)| {
@@ -568,6 +565,9 @@ fn mapreduce(lua: &Lua, a: &[Value]) -> mlua::Result<Value> {
     }
     Ok(Value::Boolean(true))
 }
+
+/// `_mapreduce`'s emitted pairs by key, and their bytes.
+type Emitted = (BTreeMap<Vec<u8>, Vec<Vec<u8>>>, usize);
 
 fn stash(lua: &Lua) -> mlua::Result<Arc<ExtShared>> {
     Ok(state(lua)?.ext.clone())
@@ -671,12 +671,7 @@ fn install_locks(lua: &Lua) -> mlua::Result<()> {
         argc(a, 1, "_lock")?;
         let k = bytes(lua, a, 0, "_lock")?;
         let ext = stash(lua)?;
-        let deadline = {
-            let st = state(lua)?;
-            st.deadline
-                .get()
-                .unwrap_or_else(|| Instant::now() + st.timeout)
-        };
+        let deadline = Instant::now() + super::time_left(lua).unwrap_or(state(lua)?.timeout);
         loop {
             if ext
                 .user_locks
@@ -821,11 +816,7 @@ pub fn ext(
     };
     let r = with_interp(scripts, Flavor::Tyrant, call, |lua| {
         prepare(lua, scripts)?;
-        {
-            let st = state(lua)?;
-            st.last_error.replace(None);
-            st.deadline.set(Some(Instant::now() + scripts.conf.timeout));
-        }
+        state(lua)?.last_error.replace(None);
         let f = match lua.globals().raw_get::<Value>(lua.create_string(name)?)? {
             Value::Function(f) => f,
             _ => {
@@ -836,7 +827,6 @@ pub fn ext(
         };
         let out: Value = f.call((lua.create_string(key)?, lua.create_string(value)?))?;
         let st = state(lua)?;
-        st.deadline.set(None);
         Ok(match result_bytes(lua, &out, false)? {
             Some(b) => Ok(b),
             None => Err(match st.last_error.take() {

@@ -149,9 +149,9 @@ struct WriteGuard<'a> {
 
 impl ExtShared {
     /// The locks a write of `keys` takes (`None`: every stripe).
-    fn write_guard<'a, 'k>(
+    fn write_guard<'a>(
         &'a self,
-        keys: Option<&mut dyn Iterator<Item = &'k [u8]>>,
+        keys: Option<&mut dyn Iterator<Item = &[u8]>>,
     ) -> Result<WriteGuard<'a>> {
         let me = self as *const ExtShared as usize;
         let (owner, held) = HELD.with(|h| h.get());
