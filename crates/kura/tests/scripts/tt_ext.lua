@@ -65,6 +65,18 @@ function dequeue(key, value)
   return res
 end
 
+-- senatus.lua's misc: the function KEY with VALUE's tab-separated fields as its arguments,
+-- the results one a line.
+function misc(key, value)
+  local args = {}
+  for field in string.gmatch(value, "[^\t]+") do args[#args + 1] = field end
+  local res = _misc(key, args)
+  if not res then return nil end
+  local out = ""
+  for _, r in ipairs(res) do out = out .. r .. "\n" end
+  return out
+end
+
 -- senatus.lua's stash functions.
 function stashput(key, value)
   if not _stashput(key, value) then return nil end
