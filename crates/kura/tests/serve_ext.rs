@@ -208,6 +208,9 @@ fn lua_errors_and_runaway_loops_answer_with_their_reason() {
     assert_eq!(ext(&mut s, "spin", 0, "", ""), None);
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     assert!(last_error(&mut s).contains("--script-timeout"));
+    // `stat` has the server's last script error.
+    let st = Tt::new(&srv.addr).stat();
+    assert!(st["ext_error"].contains("--script-timeout"), "{st:?}");
     assert_eq!(
         ext(&mut s, "echo", 0, "still", "here").as_deref(),
         Some("still\there")

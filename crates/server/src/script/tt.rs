@@ -30,6 +30,8 @@ struct TtInterp {
     last_error: RefCell<Option<String>>,
     /// How many of `_eval`'s expressions this interpreter has run (or skipped, being newer).
     evals_seen: Cell<usize>,
+    /// `ExtShared::eval_stamp` when this interpreter last looked at the `_eval`s.
+    eval_stamp: Cell<u64>,
     /// The first call has set this interpreter up (`_begin`, the `_eval`s to skip).
     prepared: Cell<bool>,
     /// This interpreter ran `_begin` and runs `_end` (Tyrant's first worker's role).
@@ -188,7 +190,7 @@ fn write(lua: &Lua, op: Op, value_len: usize, req: Request<'_>) -> mlua::Result<
     }
     if let Err(e) = c
         .shared
-        .check_value(format!("ext _{}", op.name()), value_len)
+        .check_value(format_args!("ext _{}", op.name()), value_len)
     {
         set_error(lua, e.to_string());
         return Ok(None);
@@ -212,6 +214,7 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
     lua.set_app_data(TtInterp {
         last_error: RefCell::new(None),
         evals_seen: Cell::new(0),
+        eval_stamp: Cell::new(u64::MAX),
         prepared: Cell::new(false),
         primary: Cell::new(false),
         timeout,
@@ -389,7 +392,10 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
             *evals = (generation, Vec::new());
         }
         evals.1.push(expr);
-        state(lua)?.evals_seen.set(evals.1.len());
+        let st = state(lua)?;
+        st.evals_seen.set(evals.1.len());
+        st.eval_stamp
+            .set(c.shared.ext.eval_stamp.fetch_add(1, Ordering::AcqRel) + 1);
         Ok(Value::Boolean(ok))
     })?;
     reg(lua, "_log", |lua, a| {
@@ -706,7 +712,10 @@ fn prepare(lua: &Lua, scripts: &Scripts) -> mlua::Result<()> {
     let c = ctx(lua)?;
     let st = state(lua)?;
     let mut pending = Vec::new();
-    {
+    // Only when an `_eval` came since this interpreter last looked (no lock otherwise).
+    let stamp = c.shared.ext.eval_stamp.load(Ordering::Acquire);
+    if stamp != st.eval_stamp.get() {
+        st.eval_stamp.set(stamp);
         // A new interpreter runs every `_eval` of its script made so far, as if it had been
         // there (ttserver's interpreters all exist from the start).
         let evals = c.shared.ext.evals.lock().unwrap_or_else(|p| p.into_inner());
@@ -797,11 +806,7 @@ pub fn ext(
 ) -> Result<Vec<u8>, String> {
     let name = c_str(name);
     let shown = String::from_utf8_lossy(name);
-    let Some(scripts) = shared
-        .scripts
-        .as_ref()
-        .filter(|s| s.enabled(Flavor::Tyrant))
-    else {
+    let Some(scripts) = shared.scripts.as_ref() else {
         return Err("no --ext script is loaded".into());
     };
     if name.is_empty() || name[0] == b'_' {
@@ -837,12 +842,14 @@ pub fn ext(
     });
     match r {
         Ok(r) => r,
+        Err(CallError::NoScript) => Err("no --ext script is loaded".into()),
         Err(e) => {
             let why = match &e {
                 CallError::Lua(m) => format!("ext `{shown}`: Lua error: {m}"),
                 other => format!("ext `{shown}`: {other}"),
             };
             shared.log.limited("ext error", &why);
+            shared.ext.note_error(&why);
             Err(why)
         }
     }

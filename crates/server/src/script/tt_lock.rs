@@ -43,8 +43,12 @@ pub struct ExtShared {
     /// The expressions `_eval` ran, in order, and the script generation they belong to:
     /// every interpreter of that generation runs those it has not run before its next call.
     pub evals: Mutex<(u64, Vec<String>)>,
+    /// Bumped at every `_eval`: an interpreter looks at `evals` only when it changed.
+    pub eval_stamp: AtomicU64,
     /// The script generation whose `_begin` has run (one interpreter per generation runs it).
     pub begun: AtomicU64,
+    /// The last Lua error or timeout of any call (Tyrant `stat`'s `ext_error`).
+    last_error: Mutex<Option<String>>,
 }
 
 impl Default for ExtShared {
@@ -56,12 +60,27 @@ impl Default for ExtShared {
             user_locks: Mutex::default(),
             stash: Mutex::default(),
             evals: Mutex::default(),
+            eval_stamp: AtomicU64::new(0),
             begun: AtomicU64::new(0),
+            last_error: Mutex::default(),
         }
     }
 }
 
 impl ExtShared {
+    /// Note the last script error of the server.
+    pub fn note_error(&self, why: &str) {
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.to_string());
+    }
+
+    /// The last script error of the server, on one line.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// A server's, whose record-locked calls wait at most `wait` for another stripe.
     pub fn new(wait: Duration) -> ExtShared {
         ExtShared {
