@@ -230,6 +230,11 @@ fn lua_errors_and_runaway_loops_answer_with_their_reason() {
         err.contains("boom on x") && err.contains(&format!(":{}:", boom_line())),
         "{err}"
     );
+    // `_end` runs when the server stops (in the interpreter that ran `_begin`).
+    let mut srv = srv;
+    assert!(srv.signal(libc::SIGTERM).success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("tt_ext.lua finished"), "{text}");
 }
 
 #[test]

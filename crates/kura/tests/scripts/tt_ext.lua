@@ -137,3 +137,7 @@ end
 function _begin()
   _log("tt_ext.lua started")
 end
+
+function _end()
+  _log("tt_ext.lua finished")
+end

@@ -403,8 +403,8 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
             return Err(invalid("_log"));
         }
         let msg = bytes(lua, a, 0, "_log")?;
-        let c = ctx(lua)?;
-        c.shared
+        // The interpreter's own sink: `_end` logs outside a call.
+        state(lua)?
             .log
             .line(&format!("ext: {}", String::from_utf8_lossy(&msg)));
         Ok(Value::Nil)
