@@ -5,8 +5,8 @@
 
 mod common;
 
-use common::{eventually, free_port, port_of, serve, tt_call as call, Server, Tt};
-use kura_proto::tt_bin::{Reply, Request};
+use common::{eventually, free_port, port_of, serve, Server, Tt};
+use kura_proto::tt_bin::{decode_reply, encode_request, DecodedReply, Reply, Request};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -19,6 +19,25 @@ fn script(name: &str) -> String {
         .join(name)
         .display()
         .to_string()
+}
+
+/// Send one Tyrant request, read its whole reply.
+fn call(s: &mut TcpStream, req: &Request<'_>) -> Reply {
+    let mut out = Vec::new();
+    encode_request(req, &mut out);
+    s.write_all(&out).unwrap();
+    let mut buf = Vec::new();
+    loop {
+        match decode_reply(req.cmd(), &buf).expect("well-formed reply") {
+            DecodedReply::Complete { reply, .. } => return reply,
+            DecodedReply::Incomplete => {
+                let mut chunk = [0u8; 65536];
+                let n = s.read(&mut chunk).unwrap();
+                assert!(n > 0, "server closed the connection");
+                buf.extend_from_slice(&chunk[..n]);
+            }
+        }
+    }
 }
 
 /// The line of tt_ext.lua whose error `boom` raises.

@@ -260,26 +260,3 @@ pub fn converge(master: &str, replica: &str, secs: u64) {
         last.1.len()
     );
 }
-
-/// Send one Tyrant request (encoded by `kura_proto::tt_bin`), read its whole reply.
-pub fn tt_call(
-    s: &mut TcpStream,
-    req: &kura_proto::tt_bin::Request<'_>,
-) -> kura_proto::tt_bin::Reply {
-    use kura_proto::tt_bin::{decode_reply, encode_request, DecodedReply};
-    let mut out = Vec::new();
-    encode_request(req, &mut out);
-    s.write_all(&out).unwrap();
-    let mut buf = Vec::new();
-    loop {
-        match decode_reply(req.cmd(), &buf).expect("well-formed reply") {
-            DecodedReply::Complete { reply, .. } => return reply,
-            DecodedReply::Incomplete => {
-                let mut chunk = [0u8; 65536];
-                let n = s.read(&mut chunk).unwrap();
-                assert!(n > 0, "server closed the connection");
-                buf.extend_from_slice(&chunk[..n]);
-            }
-        }
-    }
-}
