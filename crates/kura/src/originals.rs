@@ -378,11 +378,6 @@ pub fn ttserver(args: &[String]) -> Result<Plan, String> {
             "-ext" => p.flag("--ext", w.value(t)?),
             "-extpc" => {
                 let (name, period) = (w.value(t)?, w.value(t)?);
-                if !serve_has("extpc") {
-                    return Err(format!(
-                        "-extpc {name} {period}: not yet (kura serve has no --extpc)"
-                    ));
-                }
                 p.words
                     .extend(["--extpc".into(), name.into(), period.into()]);
             }
@@ -990,8 +985,7 @@ pub fn hint(name: &str) -> Option<String> {
         "rts" => "--master-ts TS (Kura keeps a replica's position in NAME.replica)".into(),
         "rcc" | "riv" => "no counterpart: a Kura replica needs none".into(),
         "skel" | "mul" | "pldb" => "no meaning in Kura".into(),
-        "extpc" if serve_has("extpc") => "--extpc NAME PERIOD".into(),
-        "extpc" => "not yet in Kura".into(),
+        "extpc" => "--extpc NAME PERIOD".into(),
         "cmd" => "--backup-dir".into(),
         "ord" => "--mask allwrite".into(),
         "oas" => "NAME#sync=always".into(),

@@ -517,7 +517,10 @@ fn server_reason(r: &mut Remote) -> Option<String> {
             .first()
             .map(|m| String::from_utf8_lossy(m).into_owned())
             .filter(|m| !m.starts_with("0:"))
-            .map(|m| m.split_once(": ").map_or(m.clone(), |(_, rest)| rest.to_string())),
+            .map(|m| {
+                m.split_once(": ")
+                    .map_or(m.clone(), |(_, rest)| rest.to_string())
+            }),
         _ => None,
     }
 }

@@ -827,7 +827,10 @@ pub fn run(a: ServeArgs) -> ExitCode {
         .into_iter()
         .map(|(name, period)| {
             let (store, shared, stop) = (store.clone(), shared.clone(), stop.clone());
-            log.line(&format!("calling ext {name} every {} s", period.as_secs_f64()));
+            log.line(&format!(
+                "calling ext {name} every {} s",
+                period.as_secs_f64()
+            ));
             std::thread::spawn(move || {
                 kura_server::script::tt::extpc(store, shared, name, period, stop)
             })

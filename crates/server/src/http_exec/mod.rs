@@ -20,9 +20,9 @@
 //!   no such header get Tyrant's 200 (see docs/PROTOCOL-HTTP.md);
 //! * GET and HEAD add `X-Kt-Xt` when the record expires; misses carry both Tyrant's body and
 //!   Kyoto Tycoon's `X-Kt-Error` header;
-//! * POST is Tyrant's: `X-TT-XNAME` (script extensions: none are loaded, so 500 like a
-//!   ttserver without `-ext`) or `X-TT-MNAME` (a `misc` function with form-encoded
-//!   arguments); OPTIONS is Tyrant's server description.
+//! * POST is Tyrant's: `X-TT-XNAME` (a function of the `--ext` script, `crate::script::tt`;
+//!   500 on failure, as ttserver, with the reason in the body) or `X-TT-MNAME` (a `misc`
+//!   function with form-encoded arguments); OPTIONS is Tyrant's server description.
 //!
 //! # Numbers and expiration in Kyoto Tycoon's format
 //!

@@ -247,8 +247,7 @@ fn rest_post(
             .and_then(|v| v.trim().parse::<u32>().ok())
             .unwrap_or(0);
         return Ok(
-            match crate::script::tt::ext(store, shared, Proto::Http, name, opts, key, &req.body)
-            {
+            match crate::script::tt::ext(store, shared, Proto::Http, name, opts, key, &req.body) {
                 Ok(body) => Reply {
                     status: 200,
                     headers: vec![("Content-Type", b"application/octet-stream".to_vec())],

@@ -30,12 +30,12 @@ struct TtInterp {
     last_error: RefCell<Option<String>>,
     /// How many of `_eval`'s expressions this interpreter has run (or skipped, being newer).
     evals_seen: Cell<usize>,
+    /// `ExtShared::eval_stamp` when this interpreter last looked at the `_eval`s.
+    eval_stamp: Cell<u64>,
     /// The first call has set this interpreter up (`_begin`, the `_eval`s to skip).
     prepared: Cell<bool>,
     /// This interpreter ran `_begin` and runs `_end` (Tyrant's first worker's role).
     primary: Cell<bool>,
-    /// When the current call must end (for the built-ins that wait: `_lock`).
-    deadline: Cell<Option<Instant>>,
     /// The budget of a call (for `_end`, run outside a call).
     timeout: Duration,
     log: crate::context::LogSink,
@@ -188,7 +188,10 @@ fn write(lua: &Lua, op: Op, value_len: usize, req: Request<'_>) -> mlua::Result<
     if denied(lua, &c, op) {
         return Ok(None);
     }
-    if let Err(e) = c.shared.check_value(format!("ext _{}", op.name()), value_len) {
+    if let Err(e) = c
+        .shared
+        .check_value(format_args!("ext _{}", op.name()), value_len)
+    {
         set_error(lua, e.to_string());
         return Ok(None);
     }
@@ -211,9 +214,9 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
     lua.set_app_data(TtInterp {
         last_error: RefCell::new(None),
         evals_seen: Cell::new(0),
+        eval_stamp: Cell::new(u64::MAX),
         prepared: Cell::new(false),
         primary: Cell::new(false),
-        deadline: Cell::new(None),
         timeout,
         log: c.shared.log.clone(),
         ext: c.shared.ext.clone(),
@@ -389,7 +392,10 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
             *evals = (generation, Vec::new());
         }
         evals.1.push(expr);
-        state(lua)?.evals_seen.set(evals.1.len());
+        let st = state(lua)?;
+        st.evals_seen.set(evals.1.len());
+        st.eval_stamp
+            .set(c.shared.ext.eval_stamp.fetch_add(1, Ordering::AcqRel) + 1);
         Ok(Value::Boolean(ok))
     })?;
     reg(lua, "_log", |lua, a| {
@@ -397,8 +403,8 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
             return Err(invalid("_log"));
         }
         let msg = bytes(lua, a, 0, "_log")?;
-        let c = ctx(lua)?;
-        c.shared
+        // The interpreter's own sink: `_end` logs outside a call.
+        state(lua)?
             .log
             .line(&format!("ext: {}", String::from_utf8_lossy(&msg)));
         Ok(Value::Nil)
@@ -435,10 +441,9 @@ fn misc(lua: &Lua, a: &[Value]) -> mlua::Result<Value> {
     let c = ctx(lua)?;
     if tt_exec::misc_denied(c.shared, &name, &args, c.proto) {
         let by_mask = c.shared.mask.denies(Op::Misc, c.proto);
-        let why = c
-            .shared
-            .read_only_refusal(by_mask)
-            .unwrap_or_else(|| format!("misc {} refused by --mask", String::from_utf8_lossy(&name)));
+        let why = c.shared.read_only_refusal(by_mask).unwrap_or_else(|| {
+            format!("misc {} refused by --mask", String::from_utf8_lossy(&name))
+        });
         set_error(lua, why);
         return Ok(Value::Nil);
     }
@@ -449,15 +454,22 @@ fn misc(lua: &Lua, a: &[Value]) -> mlua::Result<Value> {
             .as_ref()
             .and_then(|r| r.logged.as_ref())
             .map(|l| {
-                Arc::new(tt_lock::Locked::new(l.inner().clone(), c.shared.ext.clone()))
-                    as Arc<dyn Store>
+                Arc::new(tt_lock::Locked::new(
+                    l.inner().clone(),
+                    c.shared.ext.clone(),
+                )) as Arc<dyn Store>
             })
     } else {
         None
     };
     let store: &dyn Store = raw.as_deref().unwrap_or(c.store);
     let mut st = TtState::of_server(c.shared);
-    match done(lua, tt_exec::server_misc(store, c.shared, &mut st, &name, &args)).flatten() {
+    match done(
+        lua,
+        tt_exec::server_misc(store, c.shared, &mut st, &name, &args),
+    )
+    .flatten()
+    {
         Some(items) => Ok(Value::Table(list(lua, items)?)),
         None => Ok(Value::Nil),
     }
@@ -499,7 +511,11 @@ fn mapreduce(lua: &Lua, a: &[Value]) -> mlua::Result<Value> {
     }
     let map = function(a, 0, "_mapreduce")?;
     let reduce = function(a, 1, "_mapreduce")?;
-    let keys = if a.len() > 2 { Some(flat(lua, a, 2)?) } else { None };
+    let keys = if a.len() > 2 {
+        Some(flat(lua, a, 2)?)
+    } else {
+        None
+    };
     let c = ctx(lua)?;
     if denied(lua, &c, Op::IterNext) {
         return Ok(Value::Boolean(false));
@@ -509,7 +525,7 @@ fn mapreduce(lua: &Lua, a: &[Value]) -> mlua::Result<Value> {
         .scripts
         .as_ref()
         .map_or(super::DEFAULT_MEMORY, |s| s.conf.memory);
-    let pool: Arc<std::sync::Mutex<(BTreeMap<Vec<u8>, Vec<Vec<u8>>>, usize)>> = Arc::default();
+    let pool: Arc<std::sync::Mutex<Emitted>> = Arc::default();
     let emit = {
         let pool = pool.clone();
         lua.create_function(move |_, (k, v): (mlua::LuaString, mlua::LuaString)| {
@@ -556,6 +572,9 @@ fn mapreduce(lua: &Lua, a: &[Value]) -> mlua::Result<Value> {
     Ok(Value::Boolean(true))
 }
 
+/// `_mapreduce`'s emitted pairs by key, and their bytes.
+type Emitted = (BTreeMap<Vec<u8>, Vec<Vec<u8>>>, usize);
+
 fn stash(lua: &Lua) -> mlua::Result<Arc<ExtShared>> {
     Ok(state(lua)?.ext.clone())
 }
@@ -590,7 +609,9 @@ fn install_stash(lua: &Lua) -> mlua::Result<()> {
     reg(lua, "_stashputkeep", |lua, a| {
         put(lua, a, "_stashputkeep", b'k')
     })?;
-    reg(lua, "_stashputcat", |lua, a| put(lua, a, "_stashputcat", b'c'))?;
+    reg(lua, "_stashputcat", |lua, a| {
+        put(lua, a, "_stashputcat", b'c')
+    })?;
     reg(lua, "_stashout", |lua, a| {
         argc(a, 1, "_stashout")?;
         let k = bytes(lua, a, 0, "_stashout")?;
@@ -656,12 +677,7 @@ fn install_locks(lua: &Lua) -> mlua::Result<()> {
         argc(a, 1, "_lock")?;
         let k = bytes(lua, a, 0, "_lock")?;
         let ext = stash(lua)?;
-        let deadline = {
-            let st = state(lua)?;
-            st.deadline
-                .get()
-                .unwrap_or_else(|| Instant::now() + st.timeout)
-        };
+        let deadline = Instant::now() + super::time_left(lua).unwrap_or(state(lua)?.timeout);
         loop {
             if ext
                 .user_locks
@@ -696,7 +712,10 @@ fn prepare(lua: &Lua, scripts: &Scripts) -> mlua::Result<()> {
     let c = ctx(lua)?;
     let st = state(lua)?;
     let mut pending = Vec::new();
-    {
+    // Only when an `_eval` came since this interpreter last looked (no lock otherwise).
+    let stamp = c.shared.ext.eval_stamp.load(Ordering::Acquire);
+    if stamp != st.eval_stamp.get() {
+        st.eval_stamp.set(stamp);
         // A new interpreter runs every `_eval` of its script made so far, as if it had been
         // there (ttserver's interpreters all exist from the start).
         let evals = c.shared.ext.evals.lock().unwrap_or_else(|p| p.into_inner());
@@ -757,9 +776,9 @@ pub fn end(lua: &Lua) {
 fn result_bytes(lua: &Lua, v: &Value, nested: bool) -> mlua::Result<Option<Vec<u8>>> {
     Ok(match v {
         Value::String(s) => Some(s.as_bytes().to_vec()),
-        Value::Integer(_) | Value::Number(_) => lua
-            .coerce_string(v.clone())?
-            .map(|s| s.as_bytes().to_vec()),
+        Value::Integer(_) | Value::Number(_) => {
+            lua.coerce_string(v.clone())?.map(|s| s.as_bytes().to_vec())
+        }
         Value::Boolean(true) => Some(b"true".to_vec()),
         Value::Table(t) if !nested => result_bytes(lua, &t.raw_get::<Value>(1)?, true)?,
         _ => None,
@@ -787,11 +806,7 @@ pub fn ext(
 ) -> Result<Vec<u8>, String> {
     let name = c_str(name);
     let shown = String::from_utf8_lossy(name);
-    let Some(scripts) = shared
-        .scripts
-        .as_ref()
-        .filter(|s| s.enabled(Flavor::Tyrant))
-    else {
+    let Some(scripts) = shared.scripts.as_ref() else {
         return Err("no --ext script is loaded".into());
     };
     if name.is_empty() || name[0] == b'_' {
@@ -806,12 +821,7 @@ pub fn ext(
     };
     let r = with_interp(scripts, Flavor::Tyrant, call, |lua| {
         prepare(lua, scripts)?;
-        {
-            let st = state(lua)?;
-            st.last_error.replace(None);
-            st.deadline
-                .set(Some(Instant::now() + scripts.conf.timeout));
-        }
+        state(lua)?.last_error.replace(None);
         let f = match lua.globals().raw_get::<Value>(lua.create_string(name)?)? {
             Value::Function(f) => f,
             _ => {
@@ -822,7 +832,6 @@ pub fn ext(
         };
         let out: Value = f.call((lua.create_string(key)?, lua.create_string(value)?))?;
         let st = state(lua)?;
-        st.deadline.set(None);
         Ok(match result_bytes(lua, &out, false)? {
             Some(b) => Ok(b),
             None => Err(match st.last_error.take() {
@@ -833,12 +842,14 @@ pub fn ext(
     });
     match r {
         Ok(r) => r,
+        Err(CallError::NoScript) => Err("no --ext script is loaded".into()),
         Err(e) => {
             let why = match &e {
                 CallError::Lua(m) => format!("ext `{shown}`: Lua error: {m}"),
                 other => format!("ext `{shown}`: {other}"),
             };
             shared.log.limited("ext error", &why);
+            shared.ext.note_error(&why);
             Err(why)
         }
     }

@@ -16,8 +16,8 @@
 
 use kura_engine::table::{Columns, IndexInfo, IndexOp, IndexType, PutMode, Table};
 use kura_engine::{
-    BatchOp, CheckReport, Current, Cursor, Damaged, Decision, Error, KeyRange, Kind, Meta,
-    Outcome, Record, Result, Shown, Store,
+    BatchOp, CheckReport, Current, Cursor, Damaged, Decision, Error, KeyRange, Kind, Meta, Outcome,
+    Record, Result, Shown, Store,
 };
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
@@ -43,8 +43,12 @@ pub struct ExtShared {
     /// The expressions `_eval` ran, in order, and the script generation they belong to:
     /// every interpreter of that generation runs those it has not run before its next call.
     pub evals: Mutex<(u64, Vec<String>)>,
+    /// Bumped at every `_eval`: an interpreter looks at `evals` only when it changed.
+    pub eval_stamp: AtomicU64,
     /// The script generation whose `_begin` has run (one interpreter per generation runs it).
     pub begun: AtomicU64,
+    /// The last Lua error or timeout of any call (Tyrant `stat`'s `ext_error`).
+    last_error: Mutex<Option<String>>,
 }
 
 impl Default for ExtShared {
@@ -56,12 +60,27 @@ impl Default for ExtShared {
             user_locks: Mutex::default(),
             stash: Mutex::default(),
             evals: Mutex::default(),
+            eval_stamp: AtomicU64::new(0),
             begun: AtomicU64::new(0),
+            last_error: Mutex::default(),
         }
     }
 }
 
 impl ExtShared {
+    /// Note the last script error of the server.
+    pub fn note_error(&self, why: &str) {
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.to_string());
+    }
+
+    /// The last script error of the server, on one line.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// A server's, whose record-locked calls wait at most `wait` for another stripe.
     pub fn new(wait: Duration) -> ExtShared {
         ExtShared {
@@ -149,9 +168,9 @@ struct WriteGuard<'a> {
 
 impl ExtShared {
     /// The locks a write of `keys` takes (`None`: every stripe).
-    fn write_guard<'a, 'k>(
+    fn write_guard<'a>(
         &'a self,
-        keys: Option<&mut dyn Iterator<Item = &'k [u8]>>,
+        keys: Option<&mut dyn Iterator<Item = &[u8]>>,
     ) -> Result<WriteGuard<'a>> {
         let me = self as *const ExtShared as usize;
         let (owner, held) = HELD.with(|h| h.get());
@@ -282,7 +301,9 @@ impl Store for Locked {
         self.inner.accept(key, visitor)
     }
     fn write_batch(&self, ops: &[BatchOp]) -> Result<()> {
-        let _g = self.ext.write_guard(Some(&mut ops.iter().map(|o| o.key())))?;
+        let _g = self
+            .ext
+            .write_guard(Some(&mut ops.iter().map(|o| o.key())))?;
         self.inner.write_batch(ops)
     }
     fn cursor(&self) -> Result<Box<dyn Cursor + '_>> {

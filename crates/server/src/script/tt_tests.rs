@@ -29,7 +29,8 @@ impl Env {
             })
             .unwrap(),
         ));
-        let store: Arc<dyn Store> = Arc::new(Locked::new(name::open(db).unwrap(), shared.ext.clone()));
+        let store: Arc<dyn Store> =
+            Arc::new(Locked::new(name::open(db).unwrap(), shared.ext.clone()));
         Env {
             _file: f,
             store,
@@ -55,7 +56,8 @@ impl Env {
     }
 
     fn ok(&self, name: &str, k: &str, v: &str) -> String {
-        self.ext(name, k, v).unwrap_or_else(|e| panic!("{name}: {e}"))
+        self.ext(name, k, v)
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
     }
 }
 
@@ -140,13 +142,19 @@ fn results_as_tyrant_gives_them() {
     assert!(e.ext("nothing", "", "").unwrap_err().contains("no result"));
     let err = e.ext("boom", "", "").unwrap_err();
     assert!(err.contains("Lua error") && err.contains(":35:"), "{err}");
-    assert!(e.ext("nosuch", "", "").unwrap_err().contains("no such function"));
+    assert!(e
+        .ext("nosuch", "", "")
+        .unwrap_err()
+        .contains("no such function"));
     // Built-ins are not callable by name.
     assert!(e.ext("_put", "k", "v").is_err());
     assert!(e.store.get(b"k").unwrap().is_none());
     // Wrong argument types are Lua errors with the built-in's name.
     let e2 = Env::new("function f() return _put({}, 1) end");
-    assert!(e2.ext("f", "", "").unwrap_err().contains("_put: invalid arguments"));
+    assert!(e2
+        .ext("f", "", "")
+        .unwrap_err()
+        .contains("_put: invalid arguments"));
 }
 
 #[test]
@@ -157,7 +165,8 @@ fn masked_writes_fail_inside_the_script_with_their_reason() {
     assert!(e.store.get(b"a").unwrap().is_none());
     // The reason is the call's, given when the function then fails.
     let e2 = {
-        let mut e2 = Env::new("function f(k, v) if not _put(k, v) then return nil end return 'ok' end");
+        let mut e2 =
+            Env::new("function f(k, v) if not _put(k, v) then return nil end return 'ok' end");
         e2.shared.mask = Mask::NONE.mask("put").unwrap();
         e2
     };
@@ -310,7 +319,13 @@ function getx() return x or "nil" end
     assert_eq!(e.ok("g", "", ""), "1.1.41 1 2 true true");
     assert_eq!(e.ok("begun_n", "", ""), "1");
     assert_eq!(
-        e.shared.ext.stash.lock().unwrap().get(&b"begun"[..]).map(Vec::as_slice),
+        e.shared
+            .ext
+            .stash
+            .lock()
+            .unwrap()
+            .get(&b"begun"[..])
+            .map(Vec::as_slice),
         Some(&b"yes"[..])
     );
     // `_eval` reaches an interpreter of another thread before its next call.
@@ -328,5 +343,58 @@ function getx() return x or "nil" end
     // The thread's interpreter that ran `_begin` runs `_end` when a reload replaces it.
     e.shared.scripts.as_ref().unwrap().reload().unwrap();
     assert_eq!(e.ok("begun_n", "", ""), "1");
-    assert!(e.shared.ext.stash.lock().unwrap().contains_key(&b"ended"[..]));
+    assert!(e
+        .shared
+        .ext
+        .stash
+        .lock()
+        .unwrap()
+        .contains_key(&b"ended"[..]));
+}
+
+#[test]
+fn the_built_ins_on_every_kind() {
+    // Numeric keys and values in a table's wire form: valid on every kind (a fixed-length
+    // database takes ids, a table `column\0value`).
+    let script = r#"
+function all()
+  local r = {}
+  local function add(x) r[#r + 1] = tostring(x) end
+  add(_put("1", "c\0one"))
+  add(_putkeep("1", "c\0two"))
+  add(_putkeep("2", "c\0two"))
+  add(_get("1") == "c\0one")
+  add(_vsiz("1"))
+  add(_rnum())
+  add(#_fwmkeys("", -1))
+  add(_iterinit())
+  local n = 0
+  while _iternext() do n = n + 1 end
+  add(n)
+  n = 0
+  add(_foreach(function(k, v) n = n + 1 return true end))
+  add(n)
+  add(_misc("out", "2") ~= nil)
+  add(_out("1"))
+  add(_rnum())
+  return table.concat(r, " ")
+end
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["*", "+", "h.kh", "b.kb", "f.kf", "t.kt"] {
+        let path = if name.len() > 1 {
+            dir.path().join(name).display().to_string()
+        } else {
+            name.to_string()
+        };
+        let e = Env::on(&path, script);
+        // On a fixed-length database fwmkeys is the binary fwmkeys' (ids, not prefixes, as
+        // Tokyo Cabinet's tcfdbrange4): "" matches none.
+        let fwm = if name == "f.kf" { 0 } else { 2 };
+        assert_eq!(
+            e.ok("all", "", ""),
+            format!("true false true true 5 2 {fwm} true 2 true 2 true true 0"),
+            "{name}"
+        );
+    }
 }

@@ -79,9 +79,9 @@ pub(crate) fn server_misc<'s>(
                 Some(Vec::new())
             }
             Err(e) => {
-                shared.log.line(&format!(
-                    "script reload failed, the old scripts stay: {e}"
-                ));
+                shared
+                    .log
+                    .line(&format!("script reload failed, the old scripts stay: {e}"));
                 st.last_error = Some(format!("script reload failed, the old scripts stay: {e}"));
                 None
             }

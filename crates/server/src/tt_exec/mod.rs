@@ -156,7 +156,11 @@ impl<'s> TtState<'s> {
     /// Start a new iteration, at the first record or at `from` (the record of that key on an
     /// unordered kind, which must exist; the first key >= `from` in the database's order on an
     /// ordered kind, which must exist too, as Tokyo Cabinet's B+ tree cursor jump).
-    pub(crate) fn iter_init(&mut self, store: &'s dyn Store, from: Option<&[u8]>) -> Result<bool, Error> {
+    pub(crate) fn iter_init(
+        &mut self,
+        store: &'s dyn Store,
+        from: Option<&[u8]>,
+    ) -> Result<bool, Error> {
         self.begun = true;
         let ok = self.begin(store, from)?;
         self.note(|p| {
@@ -231,7 +235,10 @@ impl<'s> TtState<'s> {
 
     /// The next record of the iteration; `None` at its end (and before any iterinit, when the
     /// server has no iteration to take up).
-    pub(crate) fn iter_next(&mut self, store: &'s dyn Store) -> Result<Option<(Vec<u8>, Record)>, Error> {
+    pub(crate) fn iter_next(
+        &mut self,
+        store: &'s dyn Store,
+    ) -> Result<Option<(Vec<u8>, Record)>, Error> {
         if !self.begun && !self.take_up(store)? {
             return Ok(None);
         }
@@ -465,8 +472,7 @@ fn run<'s>(
             opts,
             key,
             value,
-        } => match crate::script::tt::ext(store, shared, Proto::Tyrant, name, opts, key, value)
-        {
+        } => match crate::script::tt::ext(store, shared, Proto::Tyrant, name, opts, key, value) {
             Ok(body) => tt_bin::reply_value(out, &body),
             Err(why) => {
                 st.last_error = Some(why);

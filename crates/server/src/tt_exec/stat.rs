@@ -101,6 +101,10 @@ pub(super) fn stat_text(store: &dyn Store, shared: &Shared, st: &TtState<'_>, no
     for (name, v) in store.counters() {
         line(&format!("kura_{name}"), &v);
     }
+    // The last script error of the server (any connection, or an --extpc timer).
+    if let Some(e) = shared.ext.last_error() {
+        line("ext_error", &e);
+    }
     for (name, v) in shared.repl_report() {
         if name != "sid" {
             line(&name, &v);
