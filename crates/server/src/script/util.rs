@@ -756,9 +756,11 @@ pub fn strbwm(s: &[u8], key: &[u8]) -> bool {
 /// Patterns compiled lately, per thread: a script that matches in a loop compiles once.
 const REGEX_CACHE: usize = 64;
 
+/// Compiled patterns by dialect and source (`None`: the pattern does not compile).
+type RegexCache = HashMap<(Dialect, Vec<u8>), Option<regex::bytes::Regex>>;
+
 thread_local! {
-    static REGEXES: std::cell::RefCell<HashMap<(Dialect, Vec<u8>), Option<regex::bytes::Regex>>> =
-        std::cell::RefCell::new(HashMap::new());
+    static REGEXES: std::cell::RefCell<RegexCache> = std::cell::RefCell::new(HashMap::new());
 }
 
 /// [`compile`] through the thread's cache (emptied when it fills).
