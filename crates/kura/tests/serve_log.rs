@@ -114,7 +114,14 @@ fn the_log_level_leaves_out_lines_below_it() {
     let port = free_port().to_string();
     let child = Command::new(env!("CARGO_BIN_EXE_kura"))
         .args(["serve", "*", "--port", &port, "--threads", "1"])
-        .args(["--max-connections", "1", "--log", "k.log", "--log-level", "warn"])
+        .args([
+            "--max-connections",
+            "1",
+            "--log",
+            "k.log",
+            "--log-level",
+            "warn",
+        ])
         .current_dir(dir.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -204,7 +211,16 @@ fn syslog_gets_a_datagram_a_line_with_the_daemon_facility() {
     rx.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let dest = format!("syslog:{}", sock.display());
     let child = Command::new(env!("CARGO_BIN_EXE_kura"))
-        .args(["serve", "*", "--port", "0", "--threads", "1", "--log", &dest])
+        .args([
+            "serve",
+            "*",
+            "--port",
+            "0",
+            "--threads",
+            "1",
+            "--log",
+            &dest,
+        ])
         .current_dir(dir.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -228,7 +244,14 @@ fn syslog_gets_a_datagram_a_line_with_the_daemon_facility() {
     );
     // A missing socket is a clear error at start, exit 2.
     let out = Command::new(env!("CARGO_BIN_EXE_kura"))
-        .args(["serve", "*", "--port", "0", "--log", "syslog:/nonexistent/sock"])
+        .args([
+            "serve",
+            "*",
+            "--port",
+            "0",
+            "--log",
+            "syslog:/nonexistent/sock",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -261,5 +284,8 @@ fn sighup_reopens_the_log_file_moved_away() {
     assert!(new.contains("]: log reopened"), "{new}");
     assert!(new.contains("]: stopped;"), "{new}");
     let old = std::fs::read_to_string(dir.path().join("k.log.1")).unwrap();
-    assert!(old.contains("listening on") && !old.contains("stopped;"), "{old}");
+    assert!(
+        old.contains("listening on") && !old.contains("stopped;"),
+        "{old}"
+    );
 }

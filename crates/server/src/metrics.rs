@@ -263,7 +263,7 @@ pub fn render(store: &dyn Store, shared: &Shared) -> String {
         shared.bytes_written.get(),
     );
     p.one(
-        "kura_connections",
+        "kura_current_connections",
         "gauge",
         "Client connections open now.",
         shared.curr_connections.load(Relaxed),
