@@ -714,7 +714,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
             logged.clone(),
             pos_file,
             a.replica_writes,
-            Box::new(move |m: &str| log.line(m)),
+            Box::new(move |level, m: &str| log.write(level, m, &[])),
         );
         r.protocol = a.master_protocol;
         r.bootstrap = a.bootstrap.unwrap_or(if a.replica_writes {

@@ -191,7 +191,7 @@ pub struct Replication {
     /// no keyspace).
     pub keyspace_skipped: AtomicU64,
     pub stop: Arc<AtomicBool>,
-    log: Box<dyn Fn(&str) + Send + Sync>,
+    log: Box<dyn Fn(crate::context::Level, &str) + Send + Sync>,
 }
 
 impl Replication {
@@ -201,7 +201,7 @@ impl Replication {
         logged: Option<Arc<Logged>>,
         pos_file: Option<PathBuf>,
         writable_replica: bool,
-        log: Box<dyn Fn(&str) + Send + Sync>,
+        log: Box<dyn Fn(crate::context::Level, &str) + Send + Sync>,
     ) -> Replication {
         Replication {
             sid,
@@ -225,8 +225,14 @@ impl Replication {
         }
     }
 
+    /// An info line in the server's log.
     pub fn log(&self, msg: &str) {
-        (self.log)(msg)
+        (self.log)(crate::context::Level::Info, msg)
+    }
+
+    /// A warning in the server's log: something went wrong with a peer or a record.
+    pub fn warn(&self, msg: &str) {
+        (self.log)(crate::context::Level::Warn, msg)
     }
 
     /// Follow `master` (or stop following with `None`).
@@ -510,7 +516,7 @@ mod tests {
     use std::time::Duration;
 
     fn repl_on(store: Arc<dyn Store>) -> Replication {
-        Replication::new(7, store, None, None, false, Box::new(|_| {}))
+        Replication::new(7, store, None, None, false, Box::new(|_, _| {}))
     }
 
     #[test]
