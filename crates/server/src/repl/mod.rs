@@ -155,6 +155,9 @@ impl FollowStatus {
     }
 }
 
+/// Writes a line of a level to the server's log.
+pub type LogFn = dyn Fn(crate::context::Level, &str) + Send + Sync;
+
 /// The server's replication state, shared by the executors, the feeds and the follower.
 pub struct Replication {
     pub sid: u32,
@@ -191,7 +194,7 @@ pub struct Replication {
     /// no keyspace).
     pub keyspace_skipped: AtomicU64,
     pub stop: Arc<AtomicBool>,
-    log: Box<dyn Fn(crate::context::Level, &str) + Send + Sync>,
+    log: Box<LogFn>,
 }
 
 impl Replication {
@@ -201,7 +204,7 @@ impl Replication {
         logged: Option<Arc<Logged>>,
         pos_file: Option<PathBuf>,
         writable_replica: bool,
-        log: Box<dyn Fn(crate::context::Level, &str) + Send + Sync>,
+        log: Box<LogFn>,
     ) -> Replication {
         Replication {
             sid,
