@@ -45,13 +45,19 @@ impl Histogram {
 
     #[inline]
     pub fn observe(&self, d: Duration) {
+        self.observe_n(d, 1);
+    }
+
+    /// `n` requests that took `d` together, each counted as taking `d / n`.
+    #[inline]
+    pub fn observe_n(&self, d: Duration, n: u64) {
         let ns = d.as_nanos().min(u128::from(u64::MAX)) as u64;
-        let us = ns / 1000;
+        let each = ns / n.max(1);
         let i = BUCKETS_US
             .iter()
-            .position(|&b| us < b)
+            .position(|&b| each <= b * 1000)
             .unwrap_or(BUCKETS_US.len());
-        self.buckets[i].add(1);
+        self.buckets[i].add(n);
         self.sum_ns.add(ns);
     }
 
@@ -501,23 +507,26 @@ mod tests {
         h.observe(Duration::from_micros(30));
         h.observe(Duration::from_secs(3));
         assert_eq!(h.count(), 3);
+        // A batch of 4 in 100 µs: 25 µs each (a bucket holds what is at most its bound).
+        h.observe_n(Duration::from_micros(100), 4);
+        assert_eq!(h.count(), 7);
         let store = kura_engine::open("*").unwrap();
         let page = render(&*store, &sh);
         let line = |s: &str| page.lines().any(|l| l == s);
         assert!(line(
-            "kura_request_duration_seconds_bucket{protocol=\"tyrant\",le=\"0.000025\"} 1"
+            "kura_request_duration_seconds_bucket{protocol=\"tyrant\",le=\"0.000025\"} 5"
         ));
         assert!(line(
-            "kura_request_duration_seconds_bucket{protocol=\"tyrant\",le=\"0.00005\"} 2"
+            "kura_request_duration_seconds_bucket{protocol=\"tyrant\",le=\"0.00005\"} 6"
         ));
         assert!(line(
-            "kura_request_duration_seconds_bucket{protocol=\"tyrant\",le=\"1\"} 2"
+            "kura_request_duration_seconds_bucket{protocol=\"tyrant\",le=\"1\"} 6"
         ));
         assert!(line(
-            "kura_request_duration_seconds_bucket{protocol=\"tyrant\",le=\"+Inf\"} 3"
+            "kura_request_duration_seconds_bucket{protocol=\"tyrant\",le=\"+Inf\"} 7"
         ));
         assert!(line(
-            "kura_request_duration_seconds_count{protocol=\"tyrant\"} 3"
+            "kura_request_duration_seconds_count{protocol=\"tyrant\"} 7"
         ));
         // Every sample line is `name{labels} value` or `name value`, after its TYPE.
         for l in page.lines().filter(|l| !l.starts_with('#')) {

@@ -148,18 +148,26 @@ pub(super) struct Ctx<'x> {
     pub(super) now: u64,
 }
 
-/// Decode and execute the requests from `pos` on, then drop what was consumed. Each
-/// request's time (from the end of the one before it, so its decoding counts) goes to the
-/// protocol's latency histogram: one clock read a request.
-pub(super) fn drive<W: Wire>(c: &mut Conn<'_>, mut pos: usize, w: &mut W, lat: &Histogram) {
-    let mut t = Instant::now();
+/// Decode and execute the requests from `pos` on, then drop what was consumed. The time of
+/// the whole batch (decoding included), shared evenly by its requests, goes to the protocol's
+/// latency histogram: two clock reads a batch, whatever the number of pipelined requests
+/// (one read a request cost 3.5 % of the server's CPU a pipelined request).
+pub(super) fn drive<W: Wire>(c: &mut Conn<'_>, pos: usize, w: &mut W, lat: &Histogram) {
+    let start = Instant::now();
+    let n = drive_batch(c, pos, w);
+    if n > 0 {
+        lat.observe_n(start.elapsed(), n);
+    }
+}
+
+/// [`drive`]'s loop; the number of requests executed.
+fn drive_batch<W: Wire>(c: &mut Conn<'_>, mut pos: usize, w: &mut W) -> u64 {
+    let mut n = 0;
     while pos < c.rbuf.len() && !c.closing {
         let (consumed, close, discard_line, elements) = match w.decode(&c.rbuf[pos..], &mut c.out) {
             Step::Request(req, consumed) => {
                 let next = w.execute(&req, &mut c.out);
-                let done = Instant::now();
-                lat.observe(done - t);
-                t = done;
+                n += 1;
                 if let Next::Wait(wait) = next {
                     // Unanswered: the request stays in the buffer until its wait ends.
                     c.want_wait = Some(wait);
@@ -213,6 +221,7 @@ pub(super) fn drive<W: Wire>(c: &mut Conn<'_>, mut pos: usize, w: &mut W, lat: &
         }
     }
     c.rbuf.drain(..pos.min(c.rbuf.len()));
+    n
 }
 
 pub(super) struct McText<'x> {
