@@ -296,7 +296,7 @@ pub fn render(store: &dyn Store, shared: &Shared) -> String {
     p.head(
         "kura_request_duration_seconds",
         "histogram",
-        "Time to decode and execute a request, by protocol.",
+        "Time to decode and execute a request, by protocol (requests read together share their batch's time).",
     );
     for (proto, h) in PROTOCOLS.iter().zip(&shared.latency.0) {
         let mut total = 0u64;
