@@ -15,8 +15,10 @@
 # SERVERS="kura-kh kura-kb" runs only those (any of memcached kura-mem kura-kh kura-always kura-kb;
 # KURA_BASE adds their base servers); a column of a server not run shows 0 and its ratios "-".
 # PROTOS may add tyrant (Tokyo Tyrant binary get/put; memcached does not speak it: its runs are
-# skipped). Each `kura bench` is killed after SECS+30 seconds; servers listen on 127.0.0.1 only
-# and are stopped by their pids at exit.
+# skipped). SCRAPE=1 scrapes every server of this build (kura-*) at GET /metrics once a second
+# for the whole run, as Prometheus would (the cost of metrics: compare with SCRAPE=0, and with
+# KURA_BASE a build without them). Each `kura bench` is killed after SECS+30 seconds; servers
+# listen on 127.0.0.1 only and are stopped by their pids at exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${REPS:-3} SECS=${SECS:-2} THREADS=${THREADS:-2} CONNS=${CONNS:-128} PIPELINE=${PIPELINE:-16}
@@ -69,6 +71,15 @@ if [ -n "${KURA_BASE:-}" ]; then
 fi
 declare -A PORT
 for s in $SERVERS; do start "$s"; done
+if [ "${SCRAPE:-0}" = 1 ]; then
+	scrape_ports=""
+	for s in $SERVERS; do [[ $s == kura-* ]] && scrape_ports="$scrape_ports ${PORT[$s]}"; done
+	( while :; do
+		for p in $scrape_ports; do curl -s -o /dev/null --max-time 5 "http://127.0.0.1:$p/metrics" || true; done
+		sleep 1
+	done ) &
+	PIDS+=($!)
+fi
 RAW="$WORK/raw"
 for rep in $(seq "$REPS"); do
 	for proto in $PROTOS; do for depth in $DEPTHS; do for ratio in $RATIOS; do

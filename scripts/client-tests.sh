@@ -4,7 +4,7 @@
 # local virtual environment .venv, on a `.kh`), Perl Cache::Memcached, libmemcached's
 # memccapable and memcdump (Debian packages, installed when missing; on `*` and on a `.kh`),
 # pytyrant and ukt (also on a `.kb`), pyrant on a table (`.kt`), and Tokyo Tyrant's tcrmgr on
-# a `.kb` where installable.
+# a `.kb` where installable; and a metrics scrape parsed by prometheus_client.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -6,12 +6,15 @@ use kura_server::backup::BackupDir;
 use kura_server::context::{LogSink, Shared};
 use kura_server::mask::Mask;
 use kura_server::net::{self, Config};
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
+
+mod log;
+use kura_server::context::Level;
+use log::{Dest, Format, Log};
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -55,8 +58,10 @@ pub struct ServeArgs {
     /// id). Refuses to start when the file names a running process.
     #[arg(long)]
     pid: Option<PathBuf>,
-    /// Append log lines to this file (reopened on SIGHUP) instead of stderr.
-    #[arg(long)]
+    /// Append log lines to this file (reopened on SIGHUP) instead of stderr; `syslog` sends
+    /// them to the local syslog socket /dev/log (facility daemon; journald reads it),
+    /// `syslog:SOCKET` to another one.
+    #[arg(long, value_name = "FILE")]
     log: Option<PathBuf>,
     /// Detach from the terminal and run in the background. Returns once the server listens;
     /// exits 2 with the reason when it cannot start (database, port). Without --log, the log
@@ -158,6 +163,21 @@ pub struct ServeArgs {
     /// --config reads, and exit.
     #[arg(long)]
     print_config: bool,
+    /// Log lines of this level and above: error, warn, info or debug.
+    #[arg(long, value_name = "LEVEL", default_value = "info", value_parser = log_level)]
+    log_level: Level,
+    /// Log lines as `text` (`TIME LEVEL kura[PID]: message key=value …`, the time in RFC
+    /// 3339 UTC) or `json` (one object a line: ts, level, pid, msg, fields).
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = Format::parse)]
+    log_format: Format,
+    /// Serve Prometheus metrics (`GET /metrics`) on this port too, as plain HTTP on --host
+    /// (they are on the main port's HTTP interface as well). Refused by `--mask stat`.
+    #[arg(long, value_name = "PORT")]
+    metrics_port: Option<u16>,
+}
+
+fn log_level(s: &str) -> Result<Level, String> {
+    Level::parse(s).ok_or_else(|| format!("{s}: expected error, warn, info or debug"))
 }
 
 fn seconds(s: &str) -> Result<Duration, String> {
@@ -253,51 +273,35 @@ extern "C" fn on_hup(_: libc::c_int) {
     HUP.store(true, Ordering::SeqCst);
 }
 
-struct Log {
-    path: Option<PathBuf>,
-    file: Mutex<Option<std::fs::File>>,
-}
-
-impl Log {
-    fn open(path: Option<PathBuf>) -> std::io::Result<Log> {
-        let file = match &path {
-            Some(p) => Some(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(p)?,
-            ),
-            None => None,
-        };
-        Ok(Log {
-            path,
-            file: Mutex::new(file),
-        })
+/// Say what was opened and what its recovery did: the kind, records and size, the time the
+/// open (with its recovery) took, what the engine cut off or found damaged.
+fn opened(log: &Log, path: &str, store: &dyn kura_engine::Store, took: Duration) {
+    let mut fields = vec![
+        ("path", path.to_string()),
+        ("kind", store.kind().info().about.to_string()),
+        ("records", store.count().to_string()),
+        ("bytes", store.size().to_string()),
+        ("took_ms", format!("{:.1}", took.as_secs_f64() * 1e3)),
+    ];
+    let cut: u64 = store
+        .counters()
+        .iter()
+        .filter(|(n, _)| n.contains("truncated"))
+        .map(|&(_, v)| v)
+        .sum();
+    fields.push(("recovery_truncated_bytes", cut.to_string()));
+    log.write(Level::Info, "opened the database", &fields);
+    if cut > 0 {
+        log.warn(&format!(
+            "recovery: {cut} bytes of a write torn by a crash cut off"
+        ));
     }
-
-    fn reopen(&self) {
-        if let Some(p) = &self.path {
-            if let Ok(f) = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)
-            {
-                if let Ok(mut g) = self.file.lock() {
-                    *g = Some(f);
-                }
-            }
-        }
-    }
-
-    fn line(&self, msg: &str) {
-        let t = kura_engine::store::now_secs();
-        let text = format!("{t} kura[{}]: {msg}\n", std::process::id());
-        match self.file.lock().ok().as_deref_mut() {
-            Some(Some(f)) => {
-                let _ = f.write_all(text.as_bytes());
-            }
-            _ => eprint!("{text}"),
-        }
+    let damaged = store.damage_found();
+    if !damaged.is_empty() {
+        log.warn(&format!(
+            "the open found {} damaged regions (`kura db check` lists them)",
+            damaged.len()
+        ));
     }
 }
 
@@ -341,7 +345,7 @@ fn raise_fd_limit(max_connections: usize, log: &Log) {
         }
     }
     if r.rlim_cur < want {
-        log.line(&format!(
+        log.warn(&format!(
             "open-file limit {} is below --max-connections {max_connections}: connections past it are refused",
             r.rlim_cur
         ));
@@ -485,7 +489,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
     // daemon (which prints it and exits non-zero).
     let fail = |log: Option<&Log>, daemon: Option<Daemon>, msg: String| {
         match log {
-            Some(l) => l.line(&msg),
+            Some(l) => l.error(&msg),
             None => eprintln!("kura: {msg}"),
         }
         if let Some(d) = daemon {
@@ -493,9 +497,13 @@ pub fn run(a: ServeArgs) -> ExitCode {
         }
         ExitCode::from(2)
     };
-    let log = match Log::open(a.log.clone()) {
+    let dest = a
+        .log
+        .as_deref()
+        .map_or(Dest::Stderr, |p| Dest::parse(&p.to_string_lossy()));
+    let log = match Log::open(dest, a.log_format, a.log_level) {
         Ok(l) => Arc::new(l),
-        Err(e) => return fail(None, daemon, format!("cannot open the log file: {e}")),
+        Err(e) => return fail(None, daemon, format!("cannot open the log: {e}")),
     };
     // SAFETY: the handlers only store to atomics, which is async-signal-safe.
     unsafe {
@@ -545,12 +553,14 @@ pub fn run(a: ServeArgs) -> ExitCode {
         },
         None => (a.name.clone(), kura_engine::SyncMode::DEFAULT),
     };
+    let opening = std::time::Instant::now();
     let store = match kura_engine::open_as(&open_name, kura_engine::OpenMode::Create) {
         Ok(o) => {
+            let path = a.name.split('#').next().unwrap_or(&a.name);
             if o.created {
-                let path = a.name.split('#').next().unwrap_or(&a.name);
                 log.line(&format!("created new database {path}"));
             }
+            opened(&log, path, &*o.store, opening.elapsed());
             o.store
         }
         Err(e) => {
@@ -580,7 +590,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
             }
             let opened = kura_engine::ulog::Ulog::open(cfg).and_then(|l| {
                 if l.torn_tail > 0 {
-                    log.line(&format!(
+                    log.warn(&format!(
                         "update log: {} bytes of a write torn by a crash cut off",
                         l.torn_tail
                     ));
@@ -696,9 +706,25 @@ pub fn run(a: ServeArgs) -> ExitCode {
             }
         }
     }
+    let metrics_listener = match a.metrics_port {
+        None => None,
+        Some(port) => match std::net::TcpListener::bind((a.host.as_str(), port)) {
+            Ok(l) => {
+                if let Ok(addr) = l.local_addr() {
+                    log.line(&format!("metrics served on http://{addr}/metrics"));
+                }
+                Some(l)
+            }
+            Err(e) => {
+                let _ = store.close();
+                let msg = format!("cannot listen on {}:{port} (--metrics-port): {e}", a.host);
+                return fail(Some(&log), daemon, msg);
+            }
+        },
+    };
     if let Some(p) = &a.pid {
         if let Err(e) = std::fs::write(p, format!("{}\n", std::process::id())) {
-            log.line(&format!("cannot write the pid file {}: {e}", p.display()));
+            log.warn(&format!("cannot write the pid file {}: {e}", p.display()));
         }
     }
     if let Some(d) = daemon {
@@ -761,7 +787,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
             logged.clone(),
             pos_file,
             a.replica_writes,
-            Box::new(move |m: &str| log.line(m)),
+            Box::new(move |level, m: &str| log.write(level, m, &[])),
         );
         r.protocol = a.master_protocol;
         r.bootstrap = a.bootstrap.unwrap_or(if a.replica_writes {
@@ -793,10 +819,15 @@ pub fn run(a: ServeArgs) -> ExitCode {
     shared.ext = ext_shared;
     shared.log = {
         let log = log.clone();
-        LogSink::new(move |m| log.line(m))
+        LogSink::new(move |level, m| log.write(level, m, &[]))
     };
     let shared = Arc::new(shared);
     let stop = Arc::new(AtomicBool::new(false));
+    let metrics = metrics_listener.and_then(|l| {
+        kura_server::metrics::serve_port(l, store.clone(), shared.clone(), stop.clone())
+            .map_err(|e| log.error(&format!("cannot serve the metrics port: {e}")))
+            .ok()
+    });
     // Watch the signal flags: stop the workers; reopen the log and reload the scripts.
     let watcher = {
         let (stop, log, notify) = (stop.clone(), log.clone(), notify);
@@ -808,7 +839,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
                     match s.reload() {
                         Ok(()) => log.line("scripts reloaded"),
                         Err(e) => {
-                            log.line(&format!("script reload failed, the old scripts stay: {e}"))
+                            log.warn(&format!("script reload failed, the old scripts stay: {e}"))
                         }
                     }
                 }
@@ -843,19 +874,22 @@ pub fn run(a: ServeArgs) -> ExitCode {
     }
     stop.store(true, Ordering::SeqCst);
     let _ = watcher.join();
+    if let Some(m) = metrics {
+        let _ = m.join();
+    }
     repl.stop.store(true, Ordering::SeqCst);
     if let Some(f) = follower {
         let _ = f.join();
     }
     let mut code = ExitCode::SUCCESS;
     if let Err(e) = served {
-        log.line(&format!("server error: {e}"));
+        log.error(&format!("server error: {e}"));
         code = ExitCode::from(1);
     }
     match store.close() {
         Ok(()) => log.line("stopped; database synced and closed"),
         Err(e) => {
-            log.line(&format!("closing the database failed: {e}"));
+            log.error(&format!("closing the database failed: {e}"));
             code = ExitCode::from(1);
         }
     }

@@ -479,7 +479,7 @@ pub fn run_why(store: &dyn Store, shared: &Shared, name: &[u8], what: &str) -> R
         Err(r) => {
             shared
                 .log
-                .line(&format!("{what} command {}: {}: {r}", show(name), r.verb()));
+                .warn(&format!("{what} command {}: {}: {r}", show(name), r.verb()));
             Err(format!("{}: {r}", r.verb()))
         }
     }

@@ -76,10 +76,43 @@ pub struct Shared {
     pub scripts: Option<std::sync::Arc<crate::script::Scripts>>,
     /// What Tyrant's scripts share: `ext`'s locks, user locks, the stash.
     pub ext: std::sync::Arc<crate::script::tt_lock::ExtShared>,
+    /// Request latency by protocol (the connection loop records it; `crate::metrics`).
+    pub latency: crate::metrics::Latencies,
+}
+
+/// A log line's level (`--log-level`: the lines below it are not written).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Level {
+    Error,
+    Warn,
+    Info,
+    Debug,
+}
+
+impl Level {
+    pub fn parse(s: &str) -> Option<Level> {
+        Some(match s {
+            "error" => Level::Error,
+            "warn" | "warning" => Level::Warn,
+            "info" => Level::Info,
+            "debug" => Level::Debug,
+            _ => return None,
+        })
+    }
+
+    /// The name written in a log line: `ERROR`, `WARN`, `INFO`, `DEBUG`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Error => "ERROR",
+            Level::Warn => "WARN",
+            Level::Info => "INFO",
+            Level::Debug => "DEBUG",
+        }
+    }
 }
 
 /// Writes one line to the server's log.
-type LineFn = dyn Fn(&str) + Send + Sync;
+type LineFn = dyn Fn(Level, &str) + Send + Sync;
 
 /// Where the executors write a line to the server's log.
 #[derive(Clone, Default)]
@@ -102,24 +135,37 @@ struct Limited {
 pub const LOG_PACE: Duration = Duration::from_secs(10);
 
 impl LogSink {
-    pub fn new(f: impl Fn(&str) + Send + Sync + 'static) -> LogSink {
+    pub fn new(f: impl Fn(Level, &str) + Send + Sync + 'static) -> LogSink {
         LogSink {
             f: Some(Arc::new(f)),
             limited: Arc::default(),
         }
     }
 
-    /// Write `msg` as one log line.
+    /// Write `msg` as one log line of level info.
     pub fn line(&self, msg: &str) {
+        self.at(Level::Info, msg);
+    }
+
+    /// Write `msg` as one log line of `level`.
+    pub fn at(&self, level: Level, msg: &str) {
         if let Some(f) = &self.f {
-            f(msg);
+            f(level, msg);
         }
+    }
+
+    pub fn warn(&self, msg: &str) {
+        self.at(Level::Warn, msg);
+    }
+
+    pub fn error(&self, msg: &str) {
+        self.at(Level::Error, msg);
     }
 
     /// Write `msg` unless a line of the same `kind` was written less than [`LOG_PACE`] ago;
     /// the next line written tells how many were left out meanwhile. For events a client
     /// can cause at any rate (refused requests): the log keeps their kind and count without
-    /// growing at the client's pace.
+    /// growing at the client's pace. Written as a warning.
     pub fn limited(&self, kind: &'static str, msg: &str) {
         let Some(f) = &self.f else { return };
         let now = Instant::now();
@@ -145,12 +191,15 @@ impl LogSink {
             }
         };
         if left_out == 0 {
-            f(msg);
+            f(Level::Warn, msg);
         } else {
-            f(&format!(
-                "{msg} ({left_out} more like it in the last {} s not logged)",
-                LOG_PACE.as_secs()
-            ));
+            f(
+                Level::Warn,
+                &format!(
+                    "{msg} ({left_out} more like it in the last {} s not logged)",
+                    LOG_PACE.as_secs()
+                ),
+            );
         }
     }
 }
@@ -229,6 +278,7 @@ impl Shared {
             log: LogSink::default(),
             scripts: None,
             ext: Default::default(),
+            latency: Default::default(),
         }
     }
 
@@ -428,7 +478,7 @@ mod tests {
     fn limited_lines_keep_their_kind_and_count() {
         let lines = Arc::new(Mutex::new(Vec::<String>::new()));
         let keep = lines.clone();
-        let log = LogSink::new(move |m| keep.lock().unwrap().push(m.to_string()));
+        let log = LogSink::new(move |_, m| keep.lock().unwrap().push(m.to_string()));
         let clone = log.clone();
         log.limited("a", "first a");
         clone.limited("a", "second a");

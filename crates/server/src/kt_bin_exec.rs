@@ -320,7 +320,7 @@ mod tests {
             None,
             None,
             false,
-            Box::new(|_: &str| {}),
+            Box::new(|_, _: &str| {}),
         )));
         assert_eq!(
             call(&*db, &sh, &repl),

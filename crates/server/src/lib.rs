@@ -22,6 +22,7 @@ pub mod mc_common;
 pub mod mc_exec;
 pub mod mc_meta;
 pub mod mc_stats;
+pub mod metrics;
 pub mod net;
 pub mod out;
 pub mod repl;

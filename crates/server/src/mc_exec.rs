@@ -489,7 +489,7 @@ pub(crate) mod tests {
         let db = kura_engine::open("*").unwrap();
         let mut sh = Shared::new(1000, 1 << 20);
         let repl =
-            crate::repl::Replication::new(2, db.clone(), None, None, false, Box::new(|_| {}));
+            crate::repl::Replication::new(2, db.clone(), None, None, false, Box::new(|_, _| {}));
         repl.set_master(Some(("10.0.0.1".into(), 1978)));
         sh.repl = Some(std::sync::Arc::new(repl));
         sh.read_only

@@ -215,7 +215,7 @@ fn shared_with(d: Option<BackupDir>) -> (Shared, Arc<Mutex<Vec<String>>>) {
     sh.backup_dir = d;
     let lines = Arc::new(Mutex::new(Vec::new()));
     let l = lines.clone();
-    sh.log = LogSink::new(move |m| l.lock().unwrap().push(m.to_string()));
+    sh.log = LogSink::new(move |_, m| l.lock().unwrap().push(m.to_string()));
     (sh, lines)
 }
 

@@ -20,6 +20,8 @@
 //!   no such header get Tyrant's 200 (see docs/PROTOCOL-HTTP.md);
 //! * GET and HEAD add `X-Kt-Xt` when the record expires; misses carry both Tyrant's body and
 //!   Kyoto Tycoon's `X-Kt-Error` header;
+//! * `GET /metrics` is the server's Prometheus metrics ([`crate::metrics`]), not the record
+//!   `metrics` (reach that through `/rpc/get` or another protocol);
 //! * POST is Tyrant's: `X-TT-XNAME` (a function of the `--ext` script, `crate::script::tt`;
 //!   500 on failure, as ttserver, with the reason in the body) or `X-TT-MNAME` (a `misc`
 //!   function with form-encoded arguments); OPTIONS is Tyrant's server description.
@@ -143,6 +145,9 @@ impl context::Exec for Http<'_, '_> {
     }
     fn run(&mut self, req: &Request<'_>, out: &mut Vec<u8>) -> Result<Next, Error> {
         let (store, shared, now) = (self.store, self.shared, self.now);
+        if req.path() == "/metrics" && matches!(req.method, Method::Get | Method::Head) {
+            return Ok(send(out, req, now, metrics(store, shared)));
+        }
         let reply = match req.path().strip_prefix("/rpc/") {
             Some(name) => match rpc::rpc(store, shared, self.curs, req, name, self.waited, now) {
                 Ok(reply) => reply,
@@ -159,6 +164,18 @@ impl context::Exec for Http<'_, '_> {
             self.now,
             Reply::text(engine_error(&e).0, &e.to_string()),
         )
+    }
+}
+
+/// `GET /metrics`: the Prometheus metrics ([`crate::metrics`]), refused as a `stat`.
+fn metrics(store: &dyn Store, shared: &Shared) -> Reply {
+    if crate::metrics::refused(shared) {
+        return Reply::text(403, "Forbidden");
+    }
+    Reply {
+        status: 200,
+        headers: vec![("Content-Type", crate::metrics::CONTENT_TYPE.into())],
+        body: crate::metrics::render(store, shared).into_bytes(),
     }
 }
 

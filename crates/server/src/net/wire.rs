@@ -6,6 +6,7 @@ use crate::context::{Next, Shared};
 use crate::kt_cursor::KtCursors;
 use crate::kt_signal::Waited;
 use crate::mc_stats::Dump;
+use crate::metrics::Histogram;
 use crate::out::Out;
 use crate::tt_exec::{self, TtState};
 use crate::{http_exec, kt_bin_exec, mc_bin_exec};
@@ -14,6 +15,7 @@ use kura_engine::store::now_secs;
 use kura_engine::Store;
 use kura_proto::mc_text::{self, Decoded, GetLine, Limits};
 use kura_proto::{http, kt_bin, mc_bin, tt_bin};
+use std::time::Instant;
 
 /// Decode and execute every complete request in the read buffer.
 pub(super) fn process<'s>(
@@ -44,15 +46,16 @@ pub(super) fn process<'s>(
     }
     let now = now_secs();
     let at = Ctx { store, shared, now };
+    let lat = &shared.latency.0;
     match c.proto {
-        Some(Protocol::MemcachedBinary) => drive(c, pos, &mut McBinary(at, &limits.mc)),
+        Some(Protocol::MemcachedBinary) => drive(c, pos, &mut McBinary(at, &limits.mc), &lat[1]),
         Some(Protocol::TokyoTyrant) => {
             // The iterator state leaves the connection while the loop borrows it.
             let Some(mut st) = c.tt.take() else { return };
-            drive(c, pos, &mut Tyrant(store, at, &limits.tt, &mut st));
+            drive(c, pos, &mut Tyrant(store, at, &limits.tt, &mut st), &lat[2]);
             c.tt = Some(st);
         }
-        Some(Protocol::KyotoBinary) => drive(c, pos, &mut KyotoBinary(at, &limits.kt)),
+        Some(Protocol::KyotoBinary) => drive(c, pos, &mut KyotoBinary(at, &limits.kt), &lat[3]),
         Some(Protocol::Http) => {
             // The cursors leave the connection while the loop borrows it.
             let mut curs = c.kt.take().unwrap_or_default();
@@ -61,6 +64,7 @@ pub(super) fn process<'s>(
                 c,
                 pos,
                 &mut Http(store, at, &limits.http, &mut curs, &mut waited),
+                &lat[4],
             );
             c.kt = Some(curs);
         }
@@ -72,7 +76,7 @@ pub(super) fn process<'s>(
             };
             let mut pos = pos;
             loop {
-                drive(c, pos, &mut w);
+                drive(c, pos, &mut w, &lat[0]);
                 let Some(all) = c.want_dump.take() else { break };
                 match Dump::start(store, shared, all, now) {
                     Ok(d) => {
@@ -144,12 +148,26 @@ pub(super) struct Ctx<'x> {
     pub(super) now: u64,
 }
 
-/// Decode and execute the requests from `pos` on, then drop what was consumed.
-pub(super) fn drive<W: Wire>(c: &mut Conn<'_>, mut pos: usize, w: &mut W) {
+/// Decode and execute the requests from `pos` on, then drop what was consumed. The time of
+/// the whole batch (decoding included), shared evenly by its requests, goes to the protocol's
+/// latency histogram: two clock reads a batch, whatever the number of pipelined requests
+/// (one read a request cost 3.5 % of the server's CPU a pipelined request).
+pub(super) fn drive<W: Wire>(c: &mut Conn<'_>, pos: usize, w: &mut W, lat: &Histogram) {
+    let start = Instant::now();
+    let n = drive_batch(c, pos, w);
+    if n > 0 {
+        lat.observe_n(start.elapsed(), n);
+    }
+}
+
+/// [`drive`]'s loop; the number of requests executed.
+fn drive_batch<W: Wire>(c: &mut Conn<'_>, mut pos: usize, w: &mut W) -> u64 {
+    let mut n = 0;
     while pos < c.rbuf.len() && !c.closing {
         let (consumed, close, discard_line, elements) = match w.decode(&c.rbuf[pos..], &mut c.out) {
             Step::Request(req, consumed) => {
                 let next = w.execute(&req, &mut c.out);
+                n += 1;
                 if let Next::Wait(wait) = next {
                     // Unanswered: the request stays in the buffer until its wait ends.
                     c.want_wait = Some(wait);
@@ -203,6 +221,7 @@ pub(super) fn drive<W: Wire>(c: &mut Conn<'_>, mut pos: usize, w: &mut W) {
         }
     }
     c.rbuf.drain(..pos.min(c.rbuf.len()));
+    n
 }
 
 pub(super) struct McText<'x> {

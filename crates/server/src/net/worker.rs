@@ -329,7 +329,7 @@ pub(super) fn accept_all(
     mine: &Mine,
 ) -> io::Result<()> {
     loop {
-        let (mut sock, _) = match listener.accept() {
+        let (mut sock, peer) = match listener.accept() {
             Ok(s) => s,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -338,6 +338,13 @@ pub(super) fn accept_all(
         };
         if shared.curr_connections.load(Ordering::Relaxed) as usize >= cfg.max_connections {
             shared.rejected_connections.fetch_add(1, Ordering::Relaxed);
+            shared.log.limited(
+                "connection refused",
+                &format!(
+                    "refused a connection from {peer}: --max-connections {} reached",
+                    cfg.max_connections
+                ),
+            );
             let _ = sock.write_all(b"SERVER_ERROR too many open connections\r\n");
             continue; // dropped: closes the socket
         }

@@ -39,7 +39,7 @@ pub fn start(repl: Arc<Replication>, req: StreamReq, sock: TcpStream, pending: V
                 if e.kind() != io::ErrorKind::BrokenPipe
                     && e.kind() != io::ErrorKind::ConnectionReset
                 {
-                    repl.log(&format!("replication feed to {peer}: {e}"));
+                    repl.warn(&format!("replication feed to {peer}: {e}"));
                 }
             }
         });
@@ -365,7 +365,7 @@ fn feed_tyrant(
     // A new slave (ts 1: it has applied nothing) gets whatever the log still holds, as from
     // ttserver; one that has applied records the log no longer holds is hung up on.
     let Some(mut reader) = reader_from(&log, ts.saturating_sub(1), ts <= 1)? else {
-        repl.log(&format!(
+        repl.warn(&format!(
             "a Tyrant slave (sid {sid}) asked for records from {ts}, which were removed"
         ));
         return Ok(());
@@ -439,8 +439,8 @@ fn not_sent(repl: &Replication, n: u64, warned: &mut bool, who: &str) {
     repl.keyspace_skipped.fetch_add(n, Ordering::Relaxed);
     if !*warned {
         *warned = true;
-        repl.log(&format!(
-            "warning: {who} is not sent changes of keyspaces (its protocol has none); \
+        repl.warn(&format!(
+            "{who} is not sent changes of keyspaces (its protocol has none); \
              counted in repl_keyspace_skipped"
         ));
     }
@@ -599,7 +599,7 @@ fn feed_kyoto(
     let after = ts / 1000;
     // A new slave (ts 0) gets whatever the log still holds, as from ktserver.
     let Some(mut reader) = reader_from(&log, after, ts == 0)? else {
-        repl.log(&format!(
+        repl.warn(&format!(
             "a Kyoto Tycoon slave (sid {sid}) asked for records after {ts}, which were removed"
         ));
         kt::encode_refuse(&mut out);

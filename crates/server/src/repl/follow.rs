@@ -57,7 +57,7 @@ fn load_pos(repl: &Replication) -> Saved {
     if crc.strip_prefix("crc ").and_then(|c| c.parse::<u32>().ok())
         != Some(crc32c::crc32c(body.as_bytes()))
     {
-        repl.log(&format!(
+        repl.warn(&format!(
             "{}: damaged replica position; starting over from the master",
             p.display()
         ));
@@ -186,7 +186,7 @@ fn pause(repl: &Replication, gen: u64) {
 /// Say a replication error: in the log (once until it changes) and in `stat`.
 fn report_error(repl: &Replication, host: &str, port: u16, text: String, last: &mut String) {
     if text != *last {
-        repl.log(&format!("replication from {host}:{port}: {text}"));
+        repl.warn(&format!("replication from {host}:{port}: {text}"));
         last.clone_from(&text);
     }
     repl.with_status(|s| s.last_error = text);
@@ -774,7 +774,7 @@ fn redo_tyrant(repl: &Replication, ts: u64, sid: u32, body: &[u8]) -> io::Result
     let (req, result) = match repl_tt::decode_body(body, &TT_LIMITS) {
         Ok(d) => d,
         Err(e) => {
-            repl.log(&format!("the record at {ts} skipped: {e}"));
+            repl.warn(&format!("the record at {ts} skipped: {e}"));
             return Ok(false);
         }
     };
@@ -786,7 +786,7 @@ fn redo_tyrant(repl: &Replication, ts: u64, sid: u32, body: &[u8]) -> io::Result
         Ok(Some(ok)) => {
             if ok != (result == repl_tt::RESULT_OK) {
                 // As ttserver: told, not fatal.
-                repl.log(&format!(
+                repl.warn(&format!(
                     "inconsistency: the command at {ts} {} on the master, {} here",
                     if ok { "failed" } else { "succeeded" },
                     if ok { "succeeded" } else { "failed" }
@@ -912,7 +912,7 @@ fn apply_kyoto(repl: &Replication, ts: u64, msg: &[u8]) -> io::Result<bool> {
         // Operations other than these three are ignored by Kyoto Tycoon's slave as well.
         Err(repl_kt::Error::Op(_)) => return Ok(false),
         Err(e) => {
-            repl.log(&format!("the message at {ts} skipped: {e}"));
+            repl.warn(&format!("the message at {ts} skipped: {e}"));
             return Ok(false);
         }
     };

@@ -155,6 +155,9 @@ impl FollowStatus {
     }
 }
 
+/// Writes a line of a level to the server's log.
+pub type LogFn = dyn Fn(crate::context::Level, &str) + Send + Sync;
+
 /// The server's replication state, shared by the executors, the feeds and the follower.
 pub struct Replication {
     pub sid: u32,
@@ -191,7 +194,7 @@ pub struct Replication {
     /// no keyspace).
     pub keyspace_skipped: AtomicU64,
     pub stop: Arc<AtomicBool>,
-    log: Box<dyn Fn(&str) + Send + Sync>,
+    log: Box<LogFn>,
 }
 
 impl Replication {
@@ -201,7 +204,7 @@ impl Replication {
         logged: Option<Arc<Logged>>,
         pos_file: Option<PathBuf>,
         writable_replica: bool,
-        log: Box<dyn Fn(&str) + Send + Sync>,
+        log: Box<LogFn>,
     ) -> Replication {
         Replication {
             sid,
@@ -225,8 +228,14 @@ impl Replication {
         }
     }
 
+    /// An info line in the server's log.
     pub fn log(&self, msg: &str) {
-        (self.log)(msg)
+        (self.log)(crate::context::Level::Info, msg)
+    }
+
+    /// A warning in the server's log: something went wrong with a peer or a record.
+    pub fn warn(&self, msg: &str) {
+        (self.log)(crate::context::Level::Warn, msg)
     }
 
     /// Follow `master` (or stop following with `None`).
@@ -510,7 +519,7 @@ mod tests {
     use std::time::Duration;
 
     fn repl_on(store: Arc<dyn Store>) -> Replication {
-        Replication::new(7, store, None, None, false, Box::new(|_| {}))
+        Replication::new(7, store, None, None, false, Box::new(|_, _| {}))
     }
 
     #[test]

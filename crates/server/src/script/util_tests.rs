@@ -434,7 +434,7 @@ fn log_writes_to_the_servers_log() {
     let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let keep = lines.clone();
     let mut sh = Shared::new(0, 1 << 20);
-    sh.log = crate::context::LogSink::new(move |m| keep.lock().unwrap().push(m.to_string()));
+    sh.log = crate::context::LogSink::new(move |_, m| keep.lock().unwrap().push(m.to_string()));
     eval_with::<bool>(
         &sh,
         "kt.log('info', 'hello') kt.log('whatever', 'dbg') return true",

@@ -503,7 +503,7 @@ fn run<'s>(
                     }
                     Err(e) => shared
                         .log
-                        .line(&format!("Tyrant restore from {}: {e}", dir.display())),
+                        .warn(&format!("Tyrant restore from {}: {e}", dir.display())),
                 }
             }
             code(out, ok);
