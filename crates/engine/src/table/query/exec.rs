@@ -25,6 +25,7 @@
 use super::{Cond, Op, OrderType, Query, Search, SetOp};
 use crate::error::Result;
 use crate::store::{Decision, KeyRange, Store};
+use crate::table::postings;
 use crate::table::terms::{dec_term, decode_entry, put_prefix, put_term, tc_atof, IndexType};
 use crate::table::{Columns, Table};
 use std::cmp::Ordering;
@@ -202,15 +203,11 @@ fn key_range(r: &Range, max: usize) -> KeyRange<'_> {
     }
 }
 
-/// Entries in `r` of `space`, counting up to `bound` (a count above it stops there).
-fn count_range(space: &dyn Store, r: &Range, bound: u64) -> Result<u64> {
-    let mut n = 0u64;
+/// Entries (records of posting lists) in `r` of `space`, counting up to `bound` (a count
+/// above it stops there).
+fn count_range(space: &dyn Store, typ: IndexType, r: &Range, bound: u64) -> Result<u64> {
     let max = usize::try_from(bound.saturating_add(1)).unwrap_or(usize::MAX);
-    space.for_each_in_range(&key_range(r, max), &mut |_, _, _| {
-        n += 1;
-        Ok(n <= bound)
-    })?;
-    Ok(n)
+    postings::count(space, typ, &key_range(r, max), bound)
 }
 
 /// The q-gram ranges a phrase is looked up by: grams at offsets 0, 3, 6, … and the last
@@ -239,10 +236,10 @@ fn phrase_grams(p: &str) -> Vec<(Range, u32)> {
 
 fn estimate(t: &dyn Table, a: &Access, bound: u64) -> Result<u64> {
     Ok(match a {
-        Access::Ranges(space, _, rs) => {
+        Access::Ranges(space, typ, rs) => {
             let mut n = 0u64;
             for r in rs {
-                n += count_range(&**space, r, bound.saturating_sub(n))?;
+                n += count_range(&**space, *typ, r, bound.saturating_sub(n))?;
                 if n > bound {
                     break;
                 }
@@ -263,7 +260,7 @@ fn estimate(t: &dyn Table, a: &Access, bound: u64) -> Result<u64> {
                 for p in &u.phrases {
                     let mut least = bound.saturating_add(1);
                     for (r, _) in phrase_grams(p) {
-                        least = least.min(count_range(&**space, &r, least)?);
+                        least = least.min(count_range(&**space, IndexType::QGram, &r, least)?);
                     }
                     n = n.saturating_add(least);
                     if n > bound {
@@ -298,10 +295,9 @@ fn materialize(
     match a {
         Access::Ranges(space, typ, rs) => {
             for r in rs {
-                space.for_each_in_range(&key_range(r, usize::MAX), &mut |k, v, _| {
-                    let e = decode_entry(*typ, k, v)?;
-                    if keep(e.pk) {
-                        out.insert(e.pk.to_vec());
+                postings::for_each_posting(&**space, *typ, &key_range(r, usize::MAX), &mut |pk, _| {
+                    if keep(pk) {
+                        out.insert(pk.to_vec());
                     }
                     Ok(true)
                 })?;
@@ -374,10 +370,10 @@ fn phrase_keys(
     let grams = phrase_grams(p);
     if grams.len() == 1 && p.chars().count() < crate::table::terms::QGRAM {
         let mut out = BTreeSet::new();
-        space.for_each_in_range(&key_range(&grams[0].0, usize::MAX), &mut |k, v, _| {
-            let e = decode_entry(IndexType::QGram, k, v)?;
-            if within.is_none_or(|s| s.contains(e.pk)) {
-                out.insert(e.pk.to_vec());
+        let r = key_range(&grams[0].0, usize::MAX);
+        postings::for_each_posting(space, IndexType::QGram, &r, &mut |pk, _| {
+            if within.is_none_or(|s| s.contains(pk)) {
+                out.insert(pk.to_vec());
             }
             Ok(true)
         })?;
@@ -387,24 +383,23 @@ fn phrase_keys(
     let mut starts: Option<std::collections::BTreeMap<Vec<u8>, BTreeSet<u32>>> = None;
     for (r, o) in grams {
         let mut next: std::collections::BTreeMap<Vec<u8>, BTreeSet<u32>> = Default::default();
-        space.for_each_in_range(&key_range(&r, usize::MAX), &mut |k, v, _| {
-            let e = decode_entry(IndexType::QGram, k, v)?;
-            if !within.is_none_or(|s| s.contains(e.pk)) {
+        let r = key_range(&r, usize::MAX);
+        postings::for_each_posting(space, IndexType::QGram, &r, &mut |pk, offsets| {
+            if !within.is_none_or(|s| s.contains(pk)) {
                 return Ok(true);
             }
-            let prev = starts.as_ref().map(|s| s.get(e.pk));
+            let prev = starts.as_ref().map(|s| s.get(pk));
             if prev == Some(None) {
                 return Ok(true);
             }
-            let set: BTreeSet<u32> = e
-                .offsets
+            let set: BTreeSet<u32> = offsets
                 .iter()
                 .filter(|&&x| x >= o)
                 .map(|&x| x - o)
                 .filter(|x| prev.flatten().is_none_or(|s| s.contains(x)))
                 .collect();
             if !set.is_empty() {
-                next.insert(e.pk.to_vec(), set);
+                next.insert(pk.to_vec(), set);
             }
             Ok(true)
         })?;
