@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 
 /// The bound of a chunk's postings, in bytes.
-pub const CHUNK_BYTES: usize = 512;
+pub const CHUNK_BYTES: usize = 64;
 
 /// Whether an index of this type keeps posting chunks (else an entry per record).
 pub fn chunked(typ: IndexType) -> bool {
@@ -144,80 +144,195 @@ pub fn postings(typ: IndexType, key: &[u8], value: &[u8]) -> Result<Vec<Posting>
         });
         Ok(true)
     })?;
-    if out.first().is_some_and(|p| key.ends_with(&p.pk)) || out.is_empty() {
-        Ok(out)
-    } else {
-        Err(bad())
-    }
+    Ok(out)
 }
 
 /// The stored form of a chunk whose key holds `ps[0].pk`.
 pub fn encode_chunk(typ: IndexType, ps: &[Posting]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(ps.iter().map(posting_size).sum::<usize>() + 2);
-    put_varint(&mut v, ps.len() as u64);
-    let mut prev: &[u8] = ps.first().map_or(&[], |p| &p.pk);
+    let mut l = List::default();
     for p in ps {
-        let shared = prev
-            .iter()
-            .zip(&p.pk)
-            .take_while(|(a, b)| a == b)
-            .count();
-        put_varint(&mut v, shared as u64);
-        put_varint(&mut v, (p.pk.len() - shared) as u64);
-        v.extend_from_slice(&p.pk[shared..]);
-        if typ == IndexType::QGram {
-            put_varint(&mut v, p.offsets.len() as u64);
-            let mut last = 0u32;
-            for (i, &o) in p.offsets.iter().enumerate() {
-                put_varint(&mut v, u64::from(if i == 0 { o } else { o - last }));
-                last = o;
-            }
-        }
-        prev = &p.pk;
+        l.push(&p.pk, &p.offsets);
     }
-    v
+    l.encode(typ, 0..l.items.len())
 }
 
-/// About what a posting takes in a chunk (its primary key whole: a bound, not the size).
-fn posting_size(p: &Posting) -> usize {
-    p.pk.len() / 2 + 2 + p.offsets.len() + usize::from(!p.offsets.is_empty())
+/// A chunk's postings while it is edited: the primary keys and offsets in two arenas, the
+/// postings in order as ranges of them (an insert appends to the arenas and moves only the
+/// small items).
+#[derive(Default)]
+struct List {
+    bytes: Vec<u8>,
+    offs: Vec<u32>,
+    items: Vec<Item>,
 }
 
-/// The postings `ps` cut into chunks of at most [`CHUNK_BYTES`]: in halves, or with
-/// `appended` (everything new went to the end) full chunks on the left, so that an index
+#[derive(Clone, Copy)]
+struct Item {
+    pk: (u32, u32),
+    off: (u32, u32),
+}
+
+fn varint_len(x: u64) -> usize {
+    (64 - (x | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+impl List {
+    fn load(typ: IndexType, key: &[u8], value: &[u8]) -> Result<List> {
+        let mut l = List::default();
+        l.bytes.reserve(value.len() * 2);
+        decode_chunk(typ, key, value, &mut |pk, offs| {
+            l.push(pk, offs);
+            Ok(true)
+        })?;
+        Ok(l)
+    }
+
+    fn make(&mut self, pk: &[u8], offs: &[u32]) -> Item {
+        let b = self.bytes.len() as u32;
+        self.bytes.extend_from_slice(pk);
+        let o = self.offs.len() as u32;
+        self.offs.extend_from_slice(offs);
+        Item {
+            pk: (b, self.bytes.len() as u32),
+            off: (o, self.offs.len() as u32),
+        }
+    }
+
+    fn push(&mut self, pk: &[u8], offs: &[u32]) {
+        let it = self.make(pk, offs);
+        self.items.push(it);
+    }
+
+    fn pk(&self, i: usize) -> &[u8] {
+        let (a, b) = self.items[i].pk;
+        &self.bytes[a as usize..b as usize]
+    }
+
+    fn offsets(&self, i: usize) -> &[u32] {
+        let (a, b) = self.items[i].off;
+        &self.offs[a as usize..b as usize]
+    }
+
+    /// Set (or with `None` remove) the posting of `pk`; false when it was put before the
+    /// last posting or removed.
+    fn set(&mut self, pk: &[u8], offs: Option<&[u32]>) -> bool {
+        let at = self.items.binary_search_by(|it| {
+            self.bytes[it.pk.0 as usize..it.pk.1 as usize].cmp(pk)
+        });
+        match (at, offs) {
+            (Ok(i), Some(o)) => {
+                if self.offsets(i) != o {
+                    let it = self.make(pk, o);
+                    self.items[i] = it;
+                }
+                true
+            }
+            (Ok(i), None) => {
+                self.items.remove(i);
+                false
+            }
+            (Err(i), Some(o)) => {
+                let it = self.make(pk, o);
+                self.items.insert(i, it);
+                i + 1 == self.items.len()
+            }
+            (Err(_), None) => true,
+        }
+    }
+
+    /// The stored size of each posting, the first of a chunk counted as a first.
+    fn sizes(&self, typ: IndexType) -> Vec<usize> {
+        let mut out = Vec::with_capacity(self.items.len());
+        for i in 0..self.items.len() {
+            let pk = self.pk(i);
+            let shared = if i == 0 {
+                pk.len()
+            } else {
+                shared_len(self.pk(i - 1), pk)
+            };
+            let mut n = varint_len(shared as u64) + varint_len((pk.len() - shared) as u64);
+            n += pk.len() - shared;
+            if typ == IndexType::QGram {
+                let o = self.offsets(i);
+                n += varint_len(o.len() as u64);
+                let mut last = 0;
+                for (j, &x) in o.iter().enumerate() {
+                    n += varint_len(u64::from(if j == 0 { x } else { x - last }));
+                    last = x;
+                }
+            }
+            out.push(n);
+        }
+        out
+    }
+
+    /// The stored form of the postings `r` as one chunk.
+    fn encode(&self, typ: IndexType, r: std::ops::Range<usize>) -> Vec<u8> {
+        let mut v = Vec::with_capacity(CHUNK_BYTES + 16);
+        put_varint(&mut v, r.len() as u64);
+        let mut prev: &[u8] = if r.is_empty() { &[] } else { self.pk(r.start) };
+        for i in r {
+            let pk = self.pk(i);
+            let shared = shared_len(prev, pk);
+            put_varint(&mut v, shared as u64);
+            put_varint(&mut v, (pk.len() - shared) as u64);
+            v.extend_from_slice(&pk[shared..]);
+            if typ == IndexType::QGram {
+                let o = self.offsets(i);
+                put_varint(&mut v, o.len() as u64);
+                let mut last = 0u32;
+                for (j, &x) in o.iter().enumerate() {
+                    put_varint(&mut v, u64::from(if j == 0 { x } else { x - last }));
+                    last = x;
+                }
+            }
+            prev = pk;
+        }
+        v
+    }
+}
+
+fn shared_len(a: &[u8], b: &[u8]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// The postings of sizes `sizes` cut into chunks of at most [`CHUNK_BYTES`]: in halves, or
+/// with `appended` (everything new went to the end) full chunks on the left, so that an index
 /// filled in key order is left full.
-fn split(ps: Vec<Posting>, appended: bool) -> Vec<Vec<Posting>> {
-    let total: usize = ps.iter().map(posting_size).sum();
-    if total <= CHUNK_BYTES || ps.len() < 2 {
-        return vec![ps];
+fn split(sizes: &[usize], appended: bool) -> Vec<std::ops::Range<usize>> {
+    let total: usize = sizes.iter().sum();
+    if total <= CHUNK_BYTES || sizes.len() < 2 {
+        return vec![0..sizes.len()];
     }
     if appended {
-        let mut out = vec![Vec::new()];
-        let mut size = 0;
-        for p in ps {
-            let s = posting_size(&p);
-            if size + s > CHUNK_BYTES && !out.last().unwrap().is_empty() {
-                out.push(Vec::new());
+        let mut out = Vec::new();
+        let (mut start, mut size) = (0, 0);
+        for (i, &s) in sizes.iter().enumerate() {
+            if size + s > CHUNK_BYTES && i > start {
+                out.push(start..i);
+                start = i;
                 size = 0;
             }
             size += s;
-            out.last_mut().unwrap().push(p);
         }
+        out.push(start..sizes.len());
         return out;
     }
     let mut acc = 0;
-    let cut = ps
+    let cut = sizes
         .iter()
-        .position(|p| {
-            acc += posting_size(p);
+        .position(|&s| {
+            acc += s;
             acc * 2 >= total
         })
-        .map_or(ps.len() / 2, |i| (i + 1).min(ps.len() - 1))
-        .max(1);
-    let mut left = ps;
-    let right = left.split_off(cut);
-    let mut out = split(left, false);
-    out.extend(split(right, false));
+        .map_or(sizes.len() / 2, |i| i + 1)
+        .clamp(1, sizes.len() - 1);
+    let mut out = split(&sizes[..cut], false);
+    out.extend(
+        split(&sizes[cut..], false)
+            .into_iter()
+            .map(|r| r.start + cut..r.end + cut),
+    );
     out
 }
 
@@ -292,59 +407,40 @@ pub fn edit(
     for (term, recs) in changes {
         let (lo, hi) = term_bounds(term);
         // chunk key (None: a new chunk) → (its postings, everything added at its end).
-        let mut touched: BTreeMap<Option<Vec<u8>>, (Vec<Posting>, bool)> = BTreeMap::new();
+        let mut touched: BTreeMap<Option<Vec<u8>>, (List, bool)> = BTreeMap::new();
         for (pk, change) in recs {
             // The chunk boundaries are the stored ones until the batch is written.
             let slot = match find_chunk(store, &lo, &hi, pk)? {
                 Some((k, v)) => {
                     let key = Some(k);
                     if !touched.contains_key(&key) {
-                        let ps = postings(typ, key.as_deref().unwrap(), &v)?;
-                        touched.insert(key.clone(), (ps, true));
+                        let l = List::load(typ, key.as_deref().unwrap(), &v)?;
+                        touched.insert(key.clone(), (l, true));
                     }
                     key
                 }
                 None => {
-                    touched.entry(None).or_insert((Vec::new(), true));
+                    touched.entry(None).or_insert((List::default(), true));
                     None
                 }
             };
-            let (ps, appended) = touched.get_mut(&slot).unwrap();
-            match (ps.binary_search_by(|p| p.pk.as_slice().cmp(pk)), change) {
-                (Ok(i), Some(offs)) => ps[i].offsets = offs.clone(),
-                (Ok(i), None) => {
-                    ps.remove(i);
-                    *appended = false;
-                }
-                (Err(i), Some(offs)) => {
-                    if i < ps.len() {
-                        *appended = false;
-                    }
-                    ps.insert(
-                        i,
-                        Posting {
-                            pk: pk.clone(),
-                            offsets: offs.clone(),
-                        },
-                    );
-                }
-                (Err(_), None) => {}
-            }
+            let (l, appended) = touched.get_mut(&slot).unwrap();
+            *appended &= l.set(pk, change.as_deref());
         }
-        for (old, (ps, appended)) in touched {
-            let pieces = if ps.is_empty() {
+        for (old, (l, appended)) in touched {
+            let pieces = if l.items.is_empty() {
                 Vec::new()
             } else {
-                split(ps, appended)
+                split(&l.sizes(typ), appended)
             };
             let mut kept_old = false;
             let mut puts = Vec::with_capacity(pieces.len());
-            for piece in pieces {
-                let key = chunk_key(term, &piece[0].pk);
+            for r in pieces {
+                let key = chunk_key(term, l.pk(r.start));
                 kept_old |= old.as_deref() == Some(key.as_slice());
                 puts.push(BatchOp::Put {
                     key,
-                    value: encode_chunk(typ, &piece),
+                    value: l.encode(typ, r),
                     flags: 0,
                     expires: 0,
                 });
@@ -446,17 +542,41 @@ mod tests {
 
     #[test]
     fn splits_halve_or_fill_left_when_appending() {
-        let ps: Vec<Posting> = (0..400).map(|i| p(&format!("{i:06}"), &[])).collect();
-        let halves = split(ps.clone(), false);
+        let sizes = vec![4usize; 400];
+        let halves = split(&sizes, false);
         assert!(halves.len() >= 2);
         for h in &halves {
-            assert!(h.iter().map(posting_size).sum::<usize>() <= CHUNK_BYTES);
-            assert!(h.len() * 3 >= ps.len() / halves.len(), "balanced");
+            assert!(h.len() * 4 <= CHUNK_BYTES);
+            assert!(h.len() * 4 * 2 > CHUNK_BYTES / 2, "balanced: {h:?}");
         }
-        let full = split(ps.clone(), true);
-        let first: usize = full[0].iter().map(posting_size).sum();
-        assert!(first + 8 > CHUNK_BYTES, "the left chunk is full: {first}");
-        let joined: Vec<Posting> = full.into_iter().flatten().collect();
-        assert_eq!(joined, ps);
+        let full = split(&sizes, true);
+        assert!(full[..full.len() - 1].iter().all(|r| r.len() * 4 == CHUNK_BYTES));
+        let mut at = 0;
+        for r in halves.iter().chain(&full) {
+            if r.start == 0 {
+                at = 0;
+            }
+            assert_eq!(r.start, at);
+            at = r.end;
+        }
+        assert_eq!(at, 400);
+    }
+
+    #[test]
+    fn a_list_sets_removes_and_says_when_it_grew_at_its_end() {
+        let mut l = List::default();
+        assert!(l.set(b"b", Some(&[1])));
+        assert!(l.set(b"c", Some(&[])));
+        assert!(!l.set(b"a", Some(&[2, 3])));
+        assert!(l.set(b"c", Some(&[4])));
+        assert!(!l.set(b"b", None));
+        assert!(l.set(b"zz", None));
+        let v = l.encode(IndexType::QGram, 0..l.items.len());
+        assert_eq!(
+            postings(IndexType::QGram, &chunk_key(b"t", b"a"), &v).unwrap(),
+            [p("a", &[2, 3]), p("c", &[4])]
+        );
+        let sizes = l.sizes(IndexType::QGram);
+        assert_eq!(sizes.iter().sum::<usize>() + 1, v.len());
     }
 }

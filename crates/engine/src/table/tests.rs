@@ -731,7 +731,7 @@ fn posting_lists_split_shrink_and_agree_with_the_records() {
     let full: usize = chunk_lists(&t, b"c").iter().map(|(_, l)| l.len()).sum();
     let chunks = chunk_lists(&t, b"c").len();
     assert!(
-        chunks < 5 + full * 8 / postings::CHUNK_BYTES,
+        chunks < 5 + full * 4 / postings::CHUNK_BYTES,
         "{chunks} chunks for {full} records: filled in order, chunks are full"
     );
     for step in 0..3000 {

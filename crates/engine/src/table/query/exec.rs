@@ -379,37 +379,58 @@ fn phrase_keys(
         })?;
         return Ok(out);
     }
-    // pk → the text offsets where the phrase may start.
-    let mut starts: Option<std::collections::BTreeMap<Vec<u8>, BTreeSet<u32>>> = None;
-    for (r, o) in grams {
-        let mut next: std::collections::BTreeMap<Vec<u8>, BTreeSet<u32>> = Default::default();
+    // The records (in primary-key order: each gram is one term, its list in that order) with
+    // the text offsets where the phrase may start, narrowed gram by gram by a merge.
+    let mut cur: Option<Vec<(Vec<u8>, Vec<u32>)>> = None;
+    let n = grams.len();
+    for (g, (r, o)) in grams.into_iter().enumerate() {
+        let last = g + 1 == n;
+        let mut next: Vec<(Vec<u8>, Vec<u32>)> = Vec::new();
+        let mut i = 0;
         let r = key_range(&r, usize::MAX);
         postings::for_each_posting(space, IndexType::QGram, &r, &mut |pk, offsets| {
             if !within.is_none_or(|s| s.contains(pk)) {
                 return Ok(true);
             }
-            let prev = starts.as_ref().map(|s| s.get(pk));
-            if prev == Some(None) {
-                return Ok(true);
-            }
-            let set: BTreeSet<u32> = offsets
+            let prev: Option<&[u32]> = match &cur {
+                None => None,
+                Some(c) => {
+                    while i < c.len() && c[i].0.as_slice() < pk {
+                        i += 1;
+                    }
+                    if i == c.len() {
+                        return Ok(false);
+                    }
+                    if c[i].0.as_slice() != pk {
+                        return Ok(true);
+                    }
+                    Some(&c[i].1)
+                }
+            };
+            let mut starts = offsets
                 .iter()
                 .filter(|&&x| x >= o)
                 .map(|&x| x - o)
-                .filter(|x| prev.flatten().is_none_or(|s| s.contains(x)))
-                .collect();
-            if !set.is_empty() {
-                next.insert(pk.to_vec(), set);
+                .filter(|x| prev.is_none_or(|p| p.binary_search(x).is_ok()));
+            if last {
+                if starts.next().is_some() {
+                    next.push((pk.to_vec(), Vec::new()));
+                }
+            } else {
+                let starts: Vec<u32> = starts.collect();
+                if !starts.is_empty() {
+                    next.push((pk.to_vec(), starts));
+                }
             }
             Ok(true)
         })?;
         let empty = next.is_empty();
-        starts = Some(next);
+        cur = Some(next);
         if empty {
             break;
         }
     }
-    Ok(starts.unwrap_or_default().into_keys().collect())
+    Ok(cur.unwrap_or_default().into_iter().map(|(k, _)| k).collect())
 }
 
 /// A record's sort key for `order`: `None` when it has no such column.
