@@ -599,12 +599,18 @@ impl TableDb {
                 let after = ix.terms(pk, new);
                 for t in before.keys() {
                     if !after.contains_key(t) {
-                        changes.entry(t.clone()).or_default().insert(pk.to_vec(), None);
+                        changes
+                            .entry(t.clone())
+                            .or_default()
+                            .insert(pk.to_vec(), None);
                     }
                 }
                 for (t, offs) in after {
                     if before.get(&t) != Some(&offs) {
-                        changes.entry(t).or_default().insert(pk.to_vec(), Some(offs));
+                        changes
+                            .entry(t)
+                            .or_default()
+                            .insert(pk.to_vec(), Some(offs));
                     }
                 }
                 continue;
@@ -653,7 +659,10 @@ impl TableDb {
         }
         ids.sort_unstable();
         ids.dedup();
-        let guards = ids.into_iter().map(|i| self.term_stripes[i].lock()).collect();
+        let guards = ids
+            .into_iter()
+            .map(|i| self.term_stripes[i].lock())
+            .collect();
         let mut chunk_ops = Vec::new();
         for (ix, changes) in parts {
             if changes.is_empty() {

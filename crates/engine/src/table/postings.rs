@@ -43,6 +43,10 @@ pub struct Posting {
     pub offsets: Vec<u32>,
 }
 
+/// What [`decode_chunk`] and [`for_each_posting`] call with each (primary key, offsets): false
+/// stops.
+pub type PostingVisitor<'a> = dyn FnMut(&[u8], &[u32]) -> Result<bool> + 'a;
+
 /// Changes to one index's postings: term → primary key → the new offsets (`None`: remove the
 /// record from the term's list).
 pub type Changes = BTreeMap<Vec<u8>, BTreeMap<Vec<u8>, Option<Vec<u32>>>>;
@@ -88,7 +92,7 @@ pub fn decode_chunk(
     typ: IndexType,
     key: &[u8],
     value: &[u8],
-    f: &mut dyn FnMut(&[u8], &[u32]) -> Result<bool>,
+    f: &mut PostingVisitor<'_>,
 ) -> Result<bool> {
     let mut pk = key[pk_start(key).ok_or_else(bad)?..].to_vec();
     let mut pos = 0;
@@ -216,9 +220,9 @@ impl List {
     /// Set (or with `None` remove) the posting of `pk`; false when it was put before the
     /// last posting or removed.
     fn set(&mut self, pk: &[u8], offs: Option<&[u32]>) -> bool {
-        let at = self.items.binary_search_by(|it| {
-            self.bytes[it.pk.0 as usize..it.pk.1 as usize].cmp(pk)
-        });
+        let at = self
+            .items
+            .binary_search_by(|it| self.bytes[it.pk.0 as usize..it.pk.1 as usize].cmp(pk));
         match (at, offs) {
             (Ok(i), Some(o)) => {
                 if self.offsets(i) != o {
@@ -302,7 +306,7 @@ fn shared_len(a: &[u8], b: &[u8]) -> usize {
 fn split(sizes: &[usize], appended: bool) -> Vec<std::ops::Range<usize>> {
     let total: usize = sizes.iter().sum();
     if total <= CHUNK_BYTES || sizes.len() < 2 {
-        return vec![0..sizes.len()];
+        return std::iter::once(0..sizes.len()).collect();
     }
     if appended {
         let mut out = Vec::new();
@@ -381,7 +385,12 @@ pub fn term_bounds(term: &[u8]) -> (Vec<u8>, Vec<u8>) {
 }
 
 /// The postings of (`term`, `pk`), if the list holds it.
-pub fn lookup(store: &dyn Store, typ: IndexType, term: &[u8], pk: &[u8]) -> Result<Option<Vec<u32>>> {
+pub fn lookup(
+    store: &dyn Store,
+    typ: IndexType,
+    term: &[u8],
+    pk: &[u8],
+) -> Result<Option<Vec<u32>>> {
     let (lo, hi) = term_bounds(term);
     let Some((k, v)) = find_chunk(store, &lo, &hi, pk)? else {
         return Ok(None);
@@ -460,14 +469,19 @@ pub fn for_each_posting(
     store: &dyn Store,
     typ: IndexType,
     range: &KeyRange<'_>,
-    f: &mut dyn FnMut(&[u8], &[u32]) -> Result<bool>,
+    f: &mut PostingVisitor<'_>,
 ) -> Result<()> {
     if chunked(typ) {
         store.for_each_in_range(range, &mut |k, v, _| decode_chunk(typ, k, v, f))?;
     } else {
-        store.for_each_in_range(range, &mut |k, v, _| {
-            let e = super::terms::decode_entry(typ, k, v)?;
-            f(e.pk, &e.offsets)
+        let at = |k: &[u8]| match typ {
+            IndexType::Decimal => (k.len() >= 8).then_some(8),
+            _ => pk_start(k),
+        };
+        store.for_each_in_range(range, &mut |k, _, _| {
+            let pk = &k[at(k)
+                .ok_or_else(|| Error::Corrupt("an index entry that does not parse".into()))?..];
+            f(pk, &[])
         })?;
     }
     Ok(())
@@ -550,7 +564,9 @@ mod tests {
             assert!(h.len() * 4 * 2 > CHUNK_BYTES / 2, "balanced: {h:?}");
         }
         let full = split(&sizes, true);
-        assert!(full[..full.len() - 1].iter().all(|r| r.len() * 4 == CHUNK_BYTES));
+        assert!(full[..full.len() - 1]
+            .iter()
+            .all(|r| r.len() * 4 == CHUNK_BYTES));
         let mut at = 0;
         for r in halves.iter().chain(&full) {
             if r.start == 0 {

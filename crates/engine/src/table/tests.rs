@@ -713,11 +713,7 @@ fn posting_lists_split_shrink_and_agree_with_the_records() {
     let mut model: BTreeMap<Vec<u8>, Columns> = BTreeMap::new();
     let toks = ["t0", "t1", "t2", "t3", "t4"];
     let row = |rng: &mut Rng| {
-        let tk: Vec<&str> = toks
-            .iter()
-            .filter(|_| rng.below(3) > 0)
-            .copied()
-            .collect();
+        let tk: Vec<&str> = toks.iter().filter(|_| rng.below(3) > 0).copied().collect();
         let text = ["ab", "abc", "bca", "cab c", "a"][rng.below(5) as usize];
         cols(&[("c", &tk.join(",")), ("d", text)])
     };
@@ -783,7 +779,10 @@ fn posting_lists_split_shrink_and_agree_with_the_records() {
                 let lists = chunk_lists(&t, c);
                 for w in lists.windows(2) {
                     if w[0].0 == w[1].0 {
-                        assert!(w[0].1.last() < w[1].1.first(), "step {step}: chunks overlap");
+                        assert!(
+                            w[0].1.last() < w[1].1.first(),
+                            "step {step}: chunks overlap"
+                        );
                     }
                 }
             }
@@ -819,7 +818,10 @@ fn posting_lists_split_shrink_and_agree_with_the_records() {
     ix.put(&first.unwrap(), b"\x05\x01").unwrap();
     let problems = t.check_indexes().unwrap();
     assert!(!problems.is_empty());
-    assert!(problems.iter().any(|p| p.contains("does not parse")), "{problems:?}");
+    assert!(
+        problems.iter().any(|p| p.contains("does not parse")),
+        "{problems:?}"
+    );
     t.rebuild_indexes().unwrap();
     assert!(t.check_indexes().unwrap().is_empty());
     assert_eq!(
@@ -861,7 +863,11 @@ fn an_old_form_token_index_is_refused_until_repair_rebuilds_it() {
         .map(|(k, v)| put_op(k.clone(), v.clone(), 0))
         .collect();
     ix.write_batch(&ops).unwrap();
-    t.meta.write_batch(&[BatchOp::Remove { key: K_IXFORM.to_vec() }]).unwrap();
+    t.meta
+        .write_batch(&[BatchOp::Remove {
+            key: K_IXFORM.to_vec(),
+        }])
+        .unwrap();
     drop(ix);
     t.close().unwrap();
     for mode in [OpenMode::Existing, OpenMode::ReadOnly] {
@@ -892,7 +898,11 @@ fn an_old_form_token_index_is_refused_until_repair_rebuilds_it() {
         },
     )
     .unwrap();
-    t.meta.write_batch(&[BatchOp::Remove { key: K_IXFORM.to_vec() }]).unwrap();
+    t.meta
+        .write_batch(&[BatchOp::Remove {
+            key: K_IXFORM.to_vec(),
+        }])
+        .unwrap();
     t.close().unwrap();
     let t = open(&fs, OpenMode::Existing).unwrap();
     assert!(t.meta.get(K_IXFORM).unwrap().is_some());

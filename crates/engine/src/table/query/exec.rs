@@ -294,14 +294,22 @@ fn materialize(
     let keep = |pk: &[u8]| within.is_none_or(|s| s.contains(pk));
     match a {
         Access::Ranges(space, typ, rs) => {
+            // Gathered, then sorted and made a set at once (entries come in term order).
+            let mut keys: Vec<Vec<u8>> = Vec::new();
             for r in rs {
-                postings::for_each_posting(&**space, *typ, &key_range(r, usize::MAX), &mut |pk, _| {
-                    if keep(pk) {
-                        out.insert(pk.to_vec());
-                    }
-                    Ok(true)
-                })?;
+                postings::for_each_posting(
+                    &**space,
+                    *typ,
+                    &key_range(r, usize::MAX),
+                    &mut |pk, _| {
+                        if keep(pk) {
+                            keys.push(pk.to_vec());
+                        }
+                        Ok(true)
+                    },
+                )?;
             }
+            out = keys.into_iter().collect();
         }
         Access::All(parts) => {
             let mut cur: Option<BTreeSet<Vec<u8>>> = within.cloned();
@@ -323,7 +331,12 @@ fn materialize(
             for u in units.iter().filter(|u| u.positive) {
                 let mut s = BTreeSet::new();
                 for p in &u.phrases {
-                    s.extend(phrase_keys(&**space, p, cur.as_ref())?);
+                    let ks = phrase_keys(&**space, p, cur.as_ref())?;
+                    if s.is_empty() {
+                        s = ks;
+                    } else {
+                        s.extend(ks);
+                    }
                 }
                 cur = Some(s);
             }
@@ -430,7 +443,11 @@ fn phrase_keys(
             break;
         }
     }
-    Ok(cur.unwrap_or_default().into_iter().map(|(k, _)| k).collect())
+    Ok(cur
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect())
 }
 
 /// A record's sort key for `order`: `None` when it has no such column.
@@ -615,17 +632,21 @@ pub fn search(t: &dyn Table, q: &Query) -> Result<Found> {
         }
         stop_at.is_none_or(|m| res.len() < m)
     };
-    match &set {
+    match set {
         Some(set) => {
             if !cols_read {
+                // Every condition was answered exactly by an index: the keys are the result
+                // (moved, not copied).
                 let empty = Columns::new();
                 for pk in set {
-                    if !take(pk, &empty, &mut res) {
+                    let k = q.order.as_ref().and_then(|o| sort_key(&pk, &empty, o));
+                    res.push((pk, k));
+                    if stop_at.is_some_and(|m| res.len() >= m) {
                         break;
                     }
                 }
             } else {
-                for pk in set {
+                for pk in &set {
                     read += 1;
                     if let Some(cols) = t.get_row(pk)? {
                         if !take(pk, &cols, &mut res) {
