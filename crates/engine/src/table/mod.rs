@@ -142,6 +142,16 @@ pub trait Table: Send + Sync {
         range: &KeyRange<'_>,
         f: &mut dyn FnMut(&[u8], &Columns) -> Result<bool>,
     ) -> Result<u64>;
+    /// [`Table::for_each_row`] with only the columns named in `names` decoded (a record
+    /// without any of them shows no columns): what a scan that judges a few columns reads.
+    fn for_each_row_of(
+        &self,
+        range: &KeyRange<'_>,
+        names: &[&[u8]],
+        f: &mut dyn FnMut(&[u8], &Columns) -> Result<bool>,
+    ) -> Result<u64> {
+        self.for_each_row(range, &mut |k, c| f(k, &c.only(names)))
+    }
     /// Records.
     fn rows(&self) -> u64;
     /// Every way the built indexes disagree with the records (empty: they agree). Exact while
@@ -902,6 +912,25 @@ impl Table for TableDb {
     ) -> Result<u64> {
         self.db.for_each_in_range(range, &mut |k, v, _| {
             let c = record::decode(v)?;
+            f(k, &c)
+        })
+    }
+
+    fn for_each_row_of(
+        &self,
+        range: &KeyRange<'_>,
+        names: &[&[u8]],
+        f: &mut dyn FnMut(&[u8], &Columns) -> Result<bool>,
+    ) -> Result<u64> {
+        let mut c = Columns::new();
+        self.db.for_each_in_range(range, &mut |k, v, _| {
+            c.0.clear();
+            record::for_each_column(v, &mut |n, v| {
+                if names.contains(&n) {
+                    c.0.push((n.to_vec(), v.to_vec()));
+                }
+                true
+            })?;
             f(k, &c)
         })
     }

@@ -664,7 +664,11 @@ pub fn search(t: &dyn Table, q: &Query) -> Result<Found> {
                 desc: false,
                 max: usize::MAX,
             };
-            t.for_each_row(&all, &mut |pk, cols| {
+            // Only the columns the conditions and the order name are decoded.
+            let mut names: Vec<&[u8]> = q.conds.iter().map(|c| c.column.as_slice()).collect();
+            names.extend(q.order.iter().map(|o| o.0.as_slice()));
+            names.retain(|n| !n.is_empty());
+            t.for_each_row_of(&all, &names, &mut |pk, cols| {
                 read += 1;
                 Ok(take(pk, cols, &mut res))
             })?;
