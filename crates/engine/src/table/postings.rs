@@ -414,29 +414,65 @@ pub fn edit(
     ops: &mut Vec<BatchOp>,
 ) -> Result<()> {
     for (term, recs) in changes {
-        let (lo, hi) = term_bounds(term);
-        // chunk key (None: a new chunk) → (its postings, everything added at its end).
-        let mut touched: BTreeMap<Option<Vec<u8>>, (List, bool)> = BTreeMap::new();
+        let mut lo = Vec::with_capacity(term.len() + 2);
+        put_term(&mut lo, term);
+        let mut at = Vec::with_capacity(lo.len() + 16);
+        // The chunks the changes touch (key, None: a new chunk), with their postings and
+        // whether everything went to their end: few, looked up in order.
+        let mut touched: Vec<(Option<Vec<u8>>, List, bool)> = Vec::new();
         for (pk, change) in recs {
-            // The chunk boundaries are the stored ones until the batch is written.
-            let slot = match find_chunk(store, &lo, &hi, pk)? {
-                Some((k, v)) => {
-                    let key = Some(k);
-                    if !touched.contains_key(&key) {
-                        let l = List::load(typ, key.as_deref().unwrap(), &v)?;
-                        touched.insert(key.clone(), (l, true));
+            // The chunk boundaries are the stored ones until the batch is written: the last
+            // chunk starting at or before `pk`, else the term's first.
+            at.clear();
+            at.extend_from_slice(&lo);
+            at.extend_from_slice(pk);
+            let slot = std::cell::Cell::new(None);
+            {
+                let mut visit = |k: &[u8], v: &[u8], _: crate::store::Meta| {
+                    slot.set(Some(
+                        match touched.iter().position(|t| t.0.as_deref() == Some(k)) {
+                            Some(i) => i,
+                            None => {
+                                touched.push((Some(k.to_vec()), List::load(typ, k, v)?, true));
+                                touched.len() - 1
+                            }
+                        },
+                    ));
+                    Ok(false)
+                };
+                let floor = KeyRange {
+                    from: Bound::Included(&lo),
+                    to: Bound::Included(&at),
+                    desc: true,
+                    max: 1,
+                };
+                store.for_each_in_range(&floor, &mut visit)?;
+                if slot.get().is_none() {
+                    let mut hi = lo.clone();
+                    *hi.last_mut().unwrap() = 1;
+                    let first = KeyRange {
+                        from: Bound::Included(&lo),
+                        to: Bound::Excluded(&hi),
+                        desc: false,
+                        max: 1,
+                    };
+                    store.for_each_in_range(&first, &mut visit)?;
+                }
+            }
+            let i = match slot.get() {
+                Some(i) => i,
+                None => match touched.iter().position(|t| t.0.is_none()) {
+                    Some(i) => i,
+                    None => {
+                        touched.push((None, List::default(), true));
+                        touched.len() - 1
                     }
-                    key
-                }
-                None => {
-                    touched.entry(None).or_insert((List::default(), true));
-                    None
-                }
+                },
             };
-            let (l, appended) = touched.get_mut(&slot).unwrap();
+            let (_, l, appended) = &mut touched[i];
             *appended &= l.set(pk, change.as_deref());
         }
-        for (old, (l, appended)) in touched {
+        for (old, l, appended) in touched {
             let pieces = if l.items.is_empty() {
                 Vec::new()
             } else {
