@@ -102,7 +102,8 @@ pub struct IndexInfo {
     pub typ: IndexType,
     /// Built: queries may use it.
     pub ready: bool,
-    /// Its entries (for a token or q-gram index, its (term, record) postings).
+    /// Its entries (for a token or q-gram index, its (term, record) postings, counted from
+    /// its chunks: a read of the whole index).
     pub entries: u64,
 }
 
@@ -133,7 +134,8 @@ pub trait Table: Send + Sync {
     /// Every index, by column.
     fn indexes(&self) -> Vec<IndexInfo>;
     /// The built index of `column`: its type and its keyspace, read-only for the query layer
-    /// (entries as `terms` describes them; its `count` is the number of entries).
+    /// (entries or posting chunks as `terms` and `postings` describe them; read them with
+    /// `postings::for_each_posting` and `postings::count`).
     fn index(&self, column: &[u8]) -> Option<(IndexType, Arc<dyn Store>)>;
     /// Call `f` with each record whose primary key is in `range`, in primary-key order (or
     /// descending), until it returns false; how many were shown.
