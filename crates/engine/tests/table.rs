@@ -8,7 +8,7 @@ mod common;
 
 use kura_engine::io::SimVfs;
 use kura_engine::store::KeyRange;
-use kura_engine::table::{terms, Columns, IndexOp, IndexType, PutMode, Table, TableDb};
+use kura_engine::table::{postings, terms, Columns, IndexOp, IndexType, PutMode, Table, TableDb};
 use kura_engine::{Error, Kind, OpenMode, Params, Store, TokyoOps};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -239,7 +239,11 @@ fn read_rows(fs: &SimVfs, what: &str) -> Option<Rows> {
         let (typ, ix) = t.index(&info.column).unwrap();
         let mut stored = BTreeMap::new();
         ix.for_each_record(&mut |k, v, _| {
-            stored.insert(k.to_vec(), v.to_vec());
+            if postings::chunked(typ) {
+                postings::expand(typ, k, v, &mut stored)?;
+            } else {
+                stored.insert(k.to_vec(), v.to_vec());
+            }
             Ok(true)
         })
         .unwrap();

@@ -158,3 +158,45 @@ fn tctmgr_list_output_imports_into_a_table_with_indexes() {
         "name\talice\ndates\t2026-01-01,2026-01-02\nn\t2\n"
     );
 }
+
+/// A table whose token index an older build wrote (an entry per term and record, no
+/// `posting_form` in its metadata) is refused with a message naming `kura db repair`, never
+/// read in the wrong form; the repair rebuilds its index as posting lists, and a search by
+/// token then answers.
+#[test]
+fn an_old_form_token_index_is_refused_until_repair_rebuilds_it() {
+    use kura_engine::{Params, Store};
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    ok(d, &["put", "--create", "x.kt", "1", "tags", "a b"]);
+    ok(d, &["put", "x.kt", "2", "tags", "b c"]);
+    ok(d, &["setindex", "x.kt", "tags", "token"]);
+    assert_eq!(ok(d, &["search", "x.kt", "tags", "STRAND", "b"]), "1\n2\n");
+    // Make it what an older build left: an entry per (token, record).
+    {
+        let t = kura_engine::tree::DiskTree::open(&d.join("x.kt"), &Params::default()).unwrap();
+        let meta = t.keyspace("kt.meta", "cmp=lex").unwrap();
+        assert!(meta.out(b"posting_form").unwrap());
+        let ix = t.keyspace("kt.idx.1", "cmp=lex").unwrap();
+        ix.vanish().unwrap();
+        for (tok, pk) in [("a", "1"), ("b", "1"), ("b", "2"), ("c", "2")] {
+            ix.put(format!("{tok}\0\0{pk}").as_bytes(), b"").unwrap();
+        }
+        drop((meta, ix));
+        t.close().unwrap();
+    }
+    for args in [
+        &["get", "x.kt", "1"][..],
+        &["search", "x.kt", "tags", "STRAND", "b"],
+    ] {
+        let (code, err) = status(d, args);
+        assert_ne!(code, 0, "{args:?}");
+        assert!(
+            err.contains("older build") && err.contains("kura db repair"),
+            "{args:?}: {err}"
+        );
+    }
+    ok(d, &["repair", "x.kt", "y.kt"]);
+    assert_eq!(ok(d, &["search", "y.kt", "tags", "STRAND", "b"]), "1\n2\n");
+    assert_eq!(ok(d, &["search", "y.kt", "tags", "STRAND", "c"]), "2\n");
+}

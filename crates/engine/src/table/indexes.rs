@@ -1,7 +1,7 @@
 //! Index builds, drops and checks of a table (see the parent module's documentation for the
 //! protocol that keeps a build right while writers run).
 
-use super::{index_key, index_meta, put_op, terms, Build, Index, TableDb, BUILD_STEP};
+use super::{index_key, index_meta, postings, put_op, terms, Build, Index, TableDb, BUILD_STEP};
 use super::{IndexType, INDEX_SPACE, K_NEXT_SPACE, META_SPACE};
 use crate::error::{Error, Result};
 use crate::store::{BatchOp, KeyRange, Store};
@@ -48,13 +48,21 @@ impl TableDb {
             {
                 let _g = self.lock_keys(keys.iter().map(|k| k.as_slice()));
                 let mut ops: Vec<(&str, BatchOp)> = Vec::new();
+                let mut post = postings::Changes::new();
                 for k in &keys {
                     if let Some((cols, _)) = self.read(k)? {
+                        if ix.chunked() {
+                            for (t, offs) in ix.terms(k, Some(&cols)) {
+                                post.entry(t).or_default().insert(k.clone(), Some(offs));
+                            }
+                            continue;
+                        }
                         for (ek, ev) in ix.entries(k, Some(&cols)) {
                             ops.push((&ix.space, put_op(ek, ev, 0)));
                         }
                     }
                 }
+                let _t = self.post_ops_of(std::iter::once((ix, &post)), &mut ops)?;
                 let progress = index_meta(ix.typ, ix.id, &Build::From(Some(last.clone())));
                 ops.push((META_SPACE, put_op(mkey.clone(), progress, 0)));
                 self.db.write_across(&ops)?;
@@ -155,6 +163,9 @@ impl TableDb {
 
     /// Check one index against the records (see [`Table::check_indexes`]).
     pub(super) fn check_index(&self, ix: &Index, problems: &mut Vec<String>) -> Result<()> {
+        if ix.chunked() {
+            return self.check_postings(ix, problems);
+        }
         let col = String::from_utf8_lossy(&ix.column).into_owned();
         let shown = |k: &[u8]| String::from_utf8_lossy(k).into_owned();
         // Every record's entries are there.
@@ -223,6 +234,95 @@ impl TableDb {
                         ix.typ.name(),
                         shown(e.pk)
                     ));
+                }
+            }
+            from = Some(last);
+        }
+        Ok(())
+    }
+
+    /// Check a posting-list index: every record's terms list it, with its offsets; every
+    /// chunk parses and each of its postings stands for a record that makes it. Each (term,
+    /// record) is judged under the record's lock and the term's.
+    fn check_postings(&self, ix: &Index, problems: &mut Vec<String>) -> Result<()> {
+        let col = String::from_utf8_lossy(&ix.column).into_owned();
+        let shown = |k: &[u8]| String::from_utf8_lossy(k).into_owned();
+        let mut from: Option<Vec<u8>> = None;
+        loop {
+            let keys = self.record_keys_after(from.as_deref())?;
+            let Some(last) = keys.last().cloned() else {
+                break;
+            };
+            for k in &keys {
+                let _g = self.stripe(k).lock();
+                let cols = match self.read(k) {
+                    Ok(c) => c.map(|(c, _)| c),
+                    Err(Error::Corrupt(m)) => {
+                        problems.push(format!("record `{}`: {m}", shown(k)));
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                for (t, offs) in ix.terms(k, cols.as_ref()) {
+                    let _t = self.term_stripes[self.term_stripe(ix.id, &t)].lock();
+                    let now = match postings::lookup(&*ix.store, ix.typ, &t, k) {
+                        Ok(n) => n,
+                        Err(Error::Corrupt(_)) => None,
+                        Err(e) => return Err(e),
+                    };
+                    if now.as_ref() != Some(&offs) {
+                        problems.push(format!(
+                            "index of `{col}` ({}): record `{}` lacks an entry",
+                            ix.typ.name(),
+                            shown(k)
+                        ));
+                        break;
+                    }
+                }
+            }
+            from = Some(last);
+        }
+        let mut from: Option<Vec<u8>> = None;
+        loop {
+            let mut chunks = Vec::new();
+            let range = KeyRange {
+                from: from.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
+                to: Bound::Unbounded,
+                desc: false,
+                max: BUILD_STEP,
+            };
+            ix.store.for_each_in_range(&range, &mut |k, v, _| {
+                chunks.push((k.to_vec(), v.to_vec()));
+                Ok(true)
+            })?;
+            let Some((last, _)) = chunks.last().cloned() else {
+                break;
+            };
+            for (k, v) in &chunks {
+                let parsed = terms::decode_entry(IndexType::Lexical, k, b"")
+                    .ok()
+                    .map(|e| e.term)
+                    .zip(postings::postings(ix.typ, k, v).ok());
+                let Some((term, list)) = parsed else {
+                    problems.push(format!("index of `{col}`: a chunk does not parse"));
+                    continue;
+                };
+                for p in list {
+                    let _g = self.stripe(&p.pk).lock();
+                    let _t = self.term_stripes[self.term_stripe(ix.id, &term)].lock();
+                    let now = match postings::lookup(&*ix.store, ix.typ, &term, &p.pk) {
+                        Ok(Some(n)) => n,
+                        Ok(None) | Err(Error::Corrupt(_)) => continue,
+                        Err(e) => return Err(e),
+                    };
+                    let cols = self.read(&p.pk).ok().flatten().map(|(c, _)| c);
+                    if ix.terms(&p.pk, cols.as_ref()).get(&term) != Some(&now) {
+                        problems.push(format!(
+                            "index of `{col}` ({}): an entry for record `{}` it does not match",
+                            ix.typ.name(),
+                            shown(&p.pk)
+                        ));
+                    }
                 }
             }
             from = Some(last);

@@ -5,7 +5,9 @@
 //! `.kb`'s) whose keyspaces hold:
 //! - the database itself (keyspace `""`): the records, primary key → the columns' stored form
 //!   (`record`), in primary-key order;
-//! - `kt.meta`: what the table is — `format` (1), `uid` (the ceiling of the unique ids handed
+//! - `kt.meta`: what the table is — `format` (1), `posting_form` (2: token and q-gram indexes are
+//!   posting lists, see `postings`; a table without it, from an older build, is refused while
+//!   it has such an index, until `repair` rebuilds them), `uid` (the ceiling of the unique ids handed
 //!   out, see [`Table::genuid`]), `next_space` (the id of the next index keyspace) and, for each
 //!   index, `i` + column → its type, keyspace id and build state;
 //! - `kt.idx.<id>`, one per index: its entries (`terms`), in byte order.
@@ -26,6 +28,7 @@
 
 mod api;
 mod indexes;
+pub mod postings;
 pub mod query;
 pub mod record;
 pub mod terms;
@@ -61,6 +64,8 @@ pub const META_SPACE: &str = "kt.meta";
 pub const INDEX_SPACE: &str = "kt.idx.";
 /// Lock stripes of the write path.
 pub const STRIPES: usize = 1024;
+/// Lock stripes of the posting lists (by index and term; see `postings`).
+pub const TERM_STRIPES: usize = 1024;
 /// Records an index build step takes.
 pub const BUILD_STEP: usize = 256;
 /// Unique ids reserved at a time (one synced metadata write per block).
@@ -69,6 +74,10 @@ pub const UID_BLOCK: u64 = 1024;
 const FORMAT: &[u8] = b"1";
 
 const K_FORMAT: &[u8] = b"format";
+/// The form of token and q-gram indexes: absent in tables of builds that kept an entry per
+/// (term, record); [`IXFORM`] for posting lists.
+const K_IXFORM: &[u8] = b"posting_form";
+const IXFORM: &[u8] = b"2";
 const K_UID: &[u8] = b"uid";
 const K_NEXT_SPACE: &[u8] = b"next_space";
 /// An index's metadata key: this byte, then the column.
@@ -93,7 +102,8 @@ pub struct IndexInfo {
     pub typ: IndexType,
     /// Built: queries may use it.
     pub ready: bool,
-    /// Its entries.
+    /// Its entries (for a token or q-gram index, its (term, record) postings, counted from
+    /// its chunks: a read of the whole index).
     pub entries: u64,
 }
 
@@ -124,7 +134,8 @@ pub trait Table: Send + Sync {
     /// Every index, by column.
     fn indexes(&self) -> Vec<IndexInfo>;
     /// The built index of `column`: its type and its keyspace, read-only for the query layer
-    /// (entries as `terms` describes them; its `count` is the number of entries).
+    /// (entries or posting chunks as `terms` and `postings` describe them; read them with
+    /// `postings::for_each_posting` and `postings::count`).
     fn index(&self, column: &[u8]) -> Option<(IndexType, Arc<dyn Store>)>;
     /// Call `f` with each record whose primary key is in `range`, in primary-key order (or
     /// descending), until it returns false; how many were shown.
@@ -133,6 +144,16 @@ pub trait Table: Send + Sync {
         range: &KeyRange<'_>,
         f: &mut dyn FnMut(&[u8], &Columns) -> Result<bool>,
     ) -> Result<u64>;
+    /// [`Table::for_each_row`] with only the columns named in `names` decoded (a record
+    /// without any of them shows no columns): what a scan that judges a few columns reads.
+    fn for_each_row_of(
+        &self,
+        range: &KeyRange<'_>,
+        names: &[&[u8]],
+        f: &mut dyn FnMut(&[u8], &Columns) -> Result<bool>,
+    ) -> Result<u64> {
+        self.for_each_row(range, &mut |k, c| f(k, &c.only(names)))
+    }
     /// Records.
     fn rows(&self) -> u64;
     /// Every way the built indexes disagree with the records (empty: they agree). Exact while
@@ -247,6 +268,21 @@ struct Index {
 }
 
 impl Index {
+    /// The terms the record `cols` of `pk` makes in this posting-list index (term → offsets).
+    fn terms(&self, pk: &[u8], cols: Option<&Columns>) -> BTreeMap<Vec<u8>, Vec<u32>> {
+        let v = match cols {
+            Some(_) if self.column.is_empty() => Some(pk),
+            Some(c) => c.get(&self.column),
+            None => None,
+        };
+        v.map_or_else(BTreeMap::new, |v| terms::postings_of(self.typ, v))
+    }
+
+    /// Whether it keeps posting lists.
+    fn chunked(&self) -> bool {
+        postings::chunked(self.typ)
+    }
+
     /// The entries the record `cols` of `pk` makes in this index.
     fn entries(&self, pk: &[u8], cols: Option<&Columns>) -> BTreeMap<Vec<u8>, Vec<u8>> {
         let mut m = BTreeMap::new();
@@ -285,6 +321,8 @@ pub struct TableDb {
     /// Serializes `set_index`, `rebuild_indexes` and `vanish`.
     schema_lock: Mutex<()>,
     stripes: Box<[Mutex<()>]>,
+    /// Held (after the records' stripes) while a term's chunks are read and rewritten.
+    term_stripes: Box<[Mutex<()>]>,
     /// (next id, ceiling reserved in the metadata).
     uid: Mutex<(u64, u64)>,
     readonly: bool,
@@ -304,9 +342,21 @@ impl TableDb {
         vfs: Arc<dyn Vfs>,
         mode: OpenMode,
     ) -> Result<TableDb> {
+        Self::open_inner(path, params, vfs, mode, false)
+    }
+
+    /// [`TableDb::open_mode`]; with `upgrade`, token and q-gram indexes of an older build's
+    /// form are rebuilt (repair) rather than refused.
+    fn open_inner(
+        path: &Path,
+        params: &Params,
+        vfs: Arc<dyn Vfs>,
+        mode: OpenMode,
+        upgrade: bool,
+    ) -> Result<TableDb> {
         params.allow_only("a table (.kt)", PARAMS)?;
         let db = DiskTree::open_mode(path, params, vfs, mode)?;
-        match Self::over(db, mode == OpenMode::ReadOnly, path) {
+        match Self::over(db, mode == OpenMode::ReadOnly, path, upgrade) {
             Ok(t) => Ok(t),
             Err((db, e)) => {
                 let _ = db.close();
@@ -319,6 +369,7 @@ impl TableDb {
         db: DiskTree,
         readonly: bool,
         path: &Path,
+        upgrade: bool,
     ) -> std::result::Result<TableDb, (DiskTree, Error)> {
         let spaces = db.keyspaces();
         let has_meta = spaces.iter().any(|(n, _)| n == META_SPACE);
@@ -345,17 +396,18 @@ impl TableDb {
             schema: ArcSwap::new(Arc::new(Vec::new())),
             schema_lock: Mutex::new(()),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            term_stripes: (0..TERM_STRIPES).map(|_| Mutex::new(())).collect(),
             uid: Mutex::new((1, 1)),
             readonly,
         };
-        match t.load(has_meta) {
+        match t.load(has_meta, path, upgrade) {
             Ok(()) => Ok(t),
             Err(e) => Err((t.db, e)),
         }
     }
 
     /// Read (or, for a new table, write) the metadata; finish cut-short builds.
-    fn load(&self, has_meta: bool) -> Result<()> {
+    fn load(&self, has_meta: bool, path: &Path, upgrade: bool) -> Result<()> {
         // A creation cut short by a crash leaves the metadata's keyspace empty (and nothing
         // else: no write is taken before the open that creates the table returns).
         if !has_meta || self.meta.count() == 0 {
@@ -364,8 +416,10 @@ impl TableDb {
                     "no table (its creation was cut short)".into(),
                 ));
             }
-            self.meta
-                .write_batch(&[put_op(K_FORMAT.to_vec(), FORMAT.to_vec(), 0)])?;
+            self.meta.write_batch(&[
+                put_op(K_FORMAT.to_vec(), FORMAT.to_vec(), 0),
+                put_op(K_IXFORM.to_vec(), IXFORM.to_vec(), 0),
+            ])?;
             self.db.sync()?;
         }
         match self.meta.get(K_FORMAT)? {
@@ -401,10 +455,38 @@ impl TableDb {
                 Ok(true)
             },
         )?;
+        let old_form = match self.meta.get(K_IXFORM)? {
+            None => true,
+            Some(r) if r.value == IXFORM => false,
+            Some(r) => {
+                return Err(Error::NotADatabase(format!(
+                    "a table whose token and q-gram indexes are of form {} (this build reads \
+                     form 2)",
+                    String::from_utf8_lossy(&r.value)
+                )))
+            }
+        };
         let mut schema = Vec::new();
         let mut builds = Vec::new();
+        let mut upgraded = false;
         for (column, v) in described {
-            let (typ, id, build) = parse_index_meta(&v)?;
+            let (typ, id, mut build) = parse_index_meta(&v)?;
+            if old_form && postings::chunked(typ) {
+                if !upgrade || self.readonly {
+                    return Err(Error::NotADatabase(format!(
+                        "{}: its {} index on column `{}` is in the form of an older build (an \
+                         entry per term and record, where this build keeps posting lists); \
+                         run `kura db repair {} NEW.kt` (or `--in-place`) to rebuild its \
+                         indexes",
+                        path.display(),
+                        typ.name(),
+                        String::from_utf8_lossy(&column),
+                        path.display()
+                    )));
+                }
+                build = Build::From(None);
+                upgraded = true;
+            }
             let space = format!("{INDEX_SPACE}{id}");
             let store = self.db.keyspace(&space, "cmp=lex")?;
             let ix = Arc::new(Index {
@@ -423,6 +505,12 @@ impl TableDb {
         self.schema.store(Arc::new(schema));
         if self.readonly {
             return Ok(());
+        }
+        if upgraded {
+            // Old-form entries are dropped before anything reads them as chunks.
+            for (ix, _) in &builds {
+                self.describe_index(ix, &Build::From(None))?;
+            }
         }
         // Index keyspaces no index owns (a drop cut short) are emptied.
         let owned: Vec<String> = self.schema().iter().map(|i| i.space.clone()).collect();
@@ -444,6 +532,11 @@ impl TableDb {
                 }
             };
             self.build(&ix, from)?;
+        }
+        if old_form {
+            self.meta
+                .write_batch(&[put_op(K_IXFORM.to_vec(), IXFORM.to_vec(), 0)])?;
+            self.db.sync()?;
         }
         Ok(())
     }
@@ -501,15 +594,39 @@ impl TableDb {
         }
     }
 
-    /// The index changes that turn the entries of `old` into those of `new` for `pk`.
+    /// The index changes that turn the entries of `old` into those of `new` for `pk`: entry
+    /// writes into `ops`, posting changes into `post` (one per index of `schema`, applied by
+    /// [`TableDb::post_ops`]).
     fn index_ops<'s>(
         schema: &'s [Arc<Index>],
         pk: &[u8],
         old: Option<&Columns>,
         new: Option<&Columns>,
         ops: &mut Vec<(&'s str, BatchOp)>,
+        post: &mut [postings::Changes],
     ) {
-        for ix in schema {
+        for (ix, changes) in schema.iter().zip(post.iter_mut()) {
+            if ix.chunked() {
+                let before = ix.terms(pk, old);
+                let after = ix.terms(pk, new);
+                for t in before.keys() {
+                    if !after.contains_key(t) {
+                        changes
+                            .entry(t.clone())
+                            .or_default()
+                            .insert(pk.to_vec(), None);
+                    }
+                }
+                for (t, offs) in after {
+                    if before.get(&t) != Some(&offs) {
+                        changes
+                            .entry(t)
+                            .or_default()
+                            .insert(pk.to_vec(), Some(offs));
+                    }
+                }
+                continue;
+            }
             let before = ix.entries(pk, old);
             let after = ix.entries(pk, new);
             for k in before.keys() {
@@ -523,6 +640,55 @@ impl TableDb {
                 }
             }
         }
+    }
+
+    /// Lock the term stripes of every term in `post` (in stripe order; the caller holds the
+    /// records' stripes), then append the chunk writes that make the changes to `ops`. The
+    /// guards are held until the batch is written.
+    fn post_ops<'s>(
+        &'s self,
+        schema: &'s [Arc<Index>],
+        post: &[postings::Changes],
+        ops: &mut Vec<(&'s str, BatchOp)>,
+    ) -> Result<Vec<MutexGuard<'s, ()>>> {
+        self.post_ops_of(schema.iter().map(|i| &**i).zip(post), ops)
+    }
+
+    /// [`TableDb::post_ops`] for (index, changes) pairs.
+    fn post_ops_of<'s, 'c>(
+        &'s self,
+        parts: impl Iterator<Item = (&'s Index, &'c postings::Changes)> + Clone,
+        ops: &mut Vec<(&'s str, BatchOp)>,
+    ) -> Result<Vec<MutexGuard<'s, ()>>> {
+        let mut ids: Vec<usize> = Vec::new();
+        for (ix, changes) in parts.clone() {
+            for t in changes.keys() {
+                ids.push(self.term_stripe(ix.id, t));
+            }
+        }
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        let guards = ids
+            .into_iter()
+            .map(|i| self.term_stripes[i].lock())
+            .collect();
+        let mut chunk_ops = Vec::new();
+        for (ix, changes) in parts {
+            if changes.is_empty() {
+                continue;
+            }
+            postings::edit(&*ix.store, ix.typ, changes, &mut chunk_ops)?;
+            ops.extend(chunk_ops.drain(..).map(|op| (ix.space.as_str(), op)));
+        }
+        Ok(guards)
+    }
+
+    fn term_stripe(&self, index: u64, term: &[u8]) -> usize {
+        let h = xxhash_rust::xxh3::xxh3_64_with_seed(term, index) as usize;
+        h & (TERM_STRIPES - 1)
     }
 
     /// Look at the record of `pk` and apply what `f` decides, with the index changes, in one
@@ -549,18 +715,20 @@ impl TableDb {
         let schema = self.schema();
         let mut ops: Vec<(&str, BatchOp)> = Vec::new();
         let old_cols = old.as_ref().map(|(c, _)| c);
+        let mut post = vec![postings::Changes::new(); schema.len()];
         match change {
             Change::Keep => return Ok((r, false)),
             Change::Remove if old.is_none() => return Ok((r, false)),
             Change::Remove => {
                 ops.push(("", BatchOp::Remove { key: pk.to_vec() }));
-                Self::index_ops(&schema, pk, old_cols, None, &mut ops);
+                Self::index_ops(&schema, pk, old_cols, None, &mut ops, &mut post);
             }
             Change::Put(cols, flags) => {
-                Self::index_ops(&schema, pk, old_cols, Some(&cols), &mut ops);
-                ops.insert(0, ("", put_op(pk.to_vec(), cols.encode(), flags)));
+                ops.push(("", put_op(pk.to_vec(), cols.encode(), flags)));
+                Self::index_ops(&schema, pk, old_cols, Some(&cols), &mut ops, &mut post);
             }
         }
+        let _t = self.post_ops(&schema, &post, &mut ops)?;
         self.db.write_across(&ops)?;
         if let Some(a) = after {
             *a = self.db.get(pk)?.map(|r| r.meta);
@@ -582,19 +750,21 @@ impl TableDb {
             olds.push(self.read(k)?.map(|(c, _)| c));
         }
         let mut ops: Vec<(&str, BatchOp)> = Vec::new();
+        let mut post = vec![postings::Changes::new(); schema.len()];
         for ((k, new), old) in last.iter().zip(&olds) {
             match new {
                 Some((cols, flags)) => {
                     ops.push(("", put_op(k.to_vec(), cols.encode(), *flags)));
-                    Self::index_ops(&schema, k, old.as_ref(), Some(cols), &mut ops);
+                    Self::index_ops(&schema, k, old.as_ref(), Some(cols), &mut ops, &mut post);
                 }
                 None if old.is_some() => {
                     ops.push(("", BatchOp::Remove { key: k.to_vec() }));
-                    Self::index_ops(&schema, k, old.as_ref(), None, &mut ops);
+                    Self::index_ops(&schema, k, old.as_ref(), None, &mut ops, &mut post);
                 }
                 None => {}
             }
         }
+        let _t = self.post_ops(&schema, &post, &mut ops)?;
         if ops.is_empty() {
             return Ok(());
         }
@@ -626,7 +796,7 @@ impl TableDb {
     }
 
     fn reindex(path: &Path, vfs: Arc<dyn Vfs>) -> Result<()> {
-        let t = TableDb::open_mode(path, &Params::default(), vfs, OpenMode::Existing)?;
+        let t = TableDb::open_inner(path, &Params::default(), vfs, OpenMode::Existing, true)?;
         t.rebuild_indexes()?;
         t.db.close()
     }
@@ -718,7 +888,12 @@ impl Table for TableDb {
                 column: i.column.clone(),
                 typ: i.typ,
                 ready: i.ready.load(Ordering::Acquire),
-                entries: i.store.count(),
+                entries: if i.chunked() {
+                    let all = KeyRange::new(b"", None);
+                    postings::count(&*i.store, i.typ, &all, u64::MAX).unwrap_or(0)
+                } else {
+                    i.store.count()
+                },
             })
             .collect();
         out.sort_by(|a, b| a.column.cmp(&b.column));
@@ -739,6 +914,25 @@ impl Table for TableDb {
     ) -> Result<u64> {
         self.db.for_each_in_range(range, &mut |k, v, _| {
             let c = record::decode(v)?;
+            f(k, &c)
+        })
+    }
+
+    fn for_each_row_of(
+        &self,
+        range: &KeyRange<'_>,
+        names: &[&[u8]],
+        f: &mut dyn FnMut(&[u8], &Columns) -> Result<bool>,
+    ) -> Result<u64> {
+        let mut c = Columns::new();
+        self.db.for_each_in_range(range, &mut |k, v, _| {
+            c.0.clear();
+            record::for_each_column(v, &mut |n, v| {
+                if names.contains(&n) {
+                    c.0.push((n.to_vec(), v.to_vec()));
+                }
+                true
+            })?;
             f(k, &c)
         })
     }

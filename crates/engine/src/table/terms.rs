@@ -1,15 +1,16 @@
 //! Index types and the keys of index entries.
 //!
-//! Each index is an ordered keyspace (byte order) of entries; an entry's key ends with the
-//! primary key of the record it stands for, so every entry is a key of its own and a record's
-//! entries can be removed one by one:
+//! Each index is an ordered keyspace (byte order). A LEX or DEC index holds an entry per
+//! record; its key ends with the primary key of the record it stands for, so every entry is a
+//! key of its own:
 //!
 //! ```text
 //! LEX  esc(value)       00 00  pk     value: empty
 //! DEC  num(value)              pk     value: empty       (num: 8 bytes, see `dec_term`)
-//! TOK  esc(token)       00 00  pk     value: empty       one per distinct token
-//! QGR  esc(gram)        00 00  pk     value: varint offsets of the gram in the text, ascending
 //! ```
+//!
+//! A TOK or QGR index holds posting lists (`postings`): per term (a token; a gram, with its
+//! offsets in the text) chunks keyed `esc(term) 00 00 first_pk`, each listing records.
 //!
 //! `esc` writes each 00 byte as 00 FF, so `esc(a) 00 00` sorts as `a` does and no term's
 //! escape is a prefix of another term's with its terminator: a scan of one term (or of every
@@ -381,7 +382,21 @@ pub fn decode_entry<'a>(typ: IndexType, key: &'a [u8], value: &[u8]) -> Result<E
     Ok(Entry { term, pk, offsets })
 }
 
-/// Every entry a record's value of an indexed column makes (key → value), added to `out`.
+/// The terms of a record's value in an index of type `typ` (token or q-gram), each with its
+/// offsets (q-grams; empty for tokens).
+pub fn postings_of(typ: IndexType, value: &[u8]) -> std::collections::BTreeMap<Vec<u8>, Vec<u32>> {
+    match typ {
+        IndexType::QGram => qgrams(value)
+            .into_iter()
+            .map(|(g, o)| (g.into_bytes(), o))
+            .collect(),
+        _ => tokens(value).map(|t| (t.to_vec(), Vec::new())).collect(),
+    }
+}
+
+/// Every entry a record's value of an indexed column makes (key → value), added to `out`: for
+/// LEX and DEC the index's entries; for TOK and QGR one per (term, record), the key a chunk
+/// starting at that record has and the offsets as varints (what `postings` lists).
 pub fn entries_of(
     typ: IndexType,
     pk: &[u8],

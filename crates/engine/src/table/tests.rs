@@ -33,7 +33,11 @@ fn stored_entries(t: &TableDb, column: &[u8]) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let mut out = BTreeMap::new();
     ix.store
         .for_each_record(&mut |k, v, _| {
-            out.insert(k.to_vec(), v.to_vec());
+            if ix.chunked() {
+                super::postings::expand(ix.typ, k, v, &mut out)?;
+            } else {
+                out.insert(k.to_vec(), v.to_vec());
+            }
             Ok(true)
         })
         .unwrap();
@@ -669,4 +673,238 @@ fn model_every_index_equals_the_one_recomputed_from_the_records() {
         assert!(t.check().unwrap().healthy());
         t.close().unwrap();
     }
+}
+
+/// The chunks of a posting-list index, in key order: (term, its records in order) each.
+fn chunk_lists(t: &TableDb, column: &[u8]) -> Vec<(Vec<u8>, Vec<Vec<u8>>)> {
+    let ix = t
+        .schema()
+        .iter()
+        .find(|i| i.column == column)
+        .cloned()
+        .unwrap();
+    let mut out = Vec::new();
+    ix.store
+        .for_each_record(&mut |k, v, _| {
+            let term = terms::decode_entry(IndexType::Lexical, k, b"")?.term;
+            let ps = postings::postings(ix.typ, k, v)?;
+            assert!(!ps.is_empty(), "an empty chunk is kept");
+            out.push((term, ps.into_iter().map(|p| p.pk).collect()));
+            Ok(true)
+        })
+        .unwrap();
+    out
+}
+
+/// Token and q-gram indexes as posting lists, with many records on few terms: chunks split
+/// (in halves, and full on the left when filled in key order), lose records, empty and go;
+/// rows written one by one and several in one batch, keys in random order, puts, putcats and
+/// outs, reopens. The lists always equal those recomputed from the records, a term's chunks
+/// hold its records in order without overlap, and check finds nothing; a damaged chunk is
+/// found by check and rebuilt by rebuild.
+#[test]
+fn posting_lists_split_shrink_and_agree_with_the_records() {
+    let fs = SimVfs::new();
+    let mut t = open(&fs, OpenMode::Create).unwrap();
+    for (c, typ) in [(b"c", IndexType::Token), (b"d", IndexType::QGram)] {
+        t.set_index(c, IndexOp::Make { typ, keep: false }).unwrap();
+    }
+    let mut rng = Rng(7);
+    let mut model: BTreeMap<Vec<u8>, Columns> = BTreeMap::new();
+    let toks = ["t0", "t1", "t2", "t3", "t4"];
+    let row = |rng: &mut Rng| {
+        let tk: Vec<&str> = toks.iter().filter(|_| rng.below(3) > 0).copied().collect();
+        let text = ["ab", "abc", "bca", "cab c", "a"][rng.below(5) as usize];
+        cols(&[("c", &tk.join(",")), ("d", text)])
+    };
+    // In key order first (chunks filled at their end), then at random.
+    for i in 0..600 {
+        let c = row(&mut rng);
+        let pk = format!("{i:05}").into_bytes();
+        t.put_row(&pk, &c, PutMode::Replace).unwrap();
+        model.insert(pk, c);
+    }
+    let full: usize = chunk_lists(&t, b"c").iter().map(|(_, l)| l.len()).sum();
+    let chunks = chunk_lists(&t, b"c").len();
+    assert!(
+        chunks < 5 + full * 4 / postings::CHUNK_BYTES,
+        "{chunks} chunks for {full} records: filled in order, chunks are full"
+    );
+    for step in 0..3000 {
+        let pk = format!("{}", rng.below(2500)).into_bytes();
+        match rng.below(10) {
+            0..=4 => {
+                let c = row(&mut rng);
+                t.put_row(&pk, &c, PutMode::Replace).unwrap();
+                model.insert(pk, c);
+            }
+            5 => {
+                let c = cols(&[("c", toks[rng.below(5) as usize])]);
+                t.put_row(&pk, &c, PutMode::Cat).unwrap();
+                model.entry(pk).or_default().merge(&c);
+            }
+            6..=7 => {
+                t.out_row(&pk).unwrap();
+                model.remove(&pk);
+            }
+            8 => {
+                let mut ops = Vec::new();
+                for _ in 0..rng.below(40) {
+                    let pk = format!("{}", rng.below(2500)).into_bytes();
+                    if rng.below(3) == 0 {
+                        ops.push(BatchOp::Remove { key: pk.clone() });
+                        model.remove(&pk);
+                    } else {
+                        let c = row(&mut rng);
+                        ops.push(put_op(pk.clone(), c.to_wire(), 0));
+                        model.insert(pk, c);
+                    }
+                }
+                let s: &dyn Store = &t;
+                s.write_batch(&ops).unwrap();
+            }
+            _ if step % 500 == 9 => {
+                t.close().unwrap();
+                t = open(&fs, OpenMode::Existing).unwrap();
+            }
+            _ => {}
+        }
+        if step % 250 == 0 || step == 2999 {
+            for (c, typ) in [(b"c", IndexType::Token), (b"d", IndexType::QGram)] {
+                assert_eq!(
+                    stored_entries(&t, c),
+                    model_entries(&model, c, typ),
+                    "step {step}: index of {c:?}"
+                );
+                let lists = chunk_lists(&t, c);
+                for w in lists.windows(2) {
+                    if w[0].0 == w[1].0 {
+                        assert!(
+                            w[0].1.last() < w[1].1.first(),
+                            "step {step}: chunks overlap"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // Half the records go: chunks shrink and empty ones are removed.
+    let keys: Vec<Vec<u8>> = model.keys().step_by(2).cloned().collect();
+    for k in keys {
+        t.out_row(&k).unwrap();
+        model.remove(&k);
+    }
+    assert_eq!(
+        stored_entries(&t, b"c"),
+        model_entries(&model, b"c", IndexType::Token)
+    );
+    let multi = chunk_lists(&t, b"c")
+        .windows(2)
+        .filter(|w| w[0].0 == w[1].0)
+        .count();
+    assert!(multi > 0, "some term has several chunks");
+    assert!(t.check_indexes().unwrap().is_empty());
+    let info: Vec<IndexInfo> = t.indexes();
+    let want: usize = model_entries(&model, b"c", IndexType::Token).len();
+    assert_eq!(info[0].entries, want as u64);
+    // A damaged chunk: check says so; rebuild makes the lists again.
+    let (_, ix) = t.index(b"d").unwrap();
+    let mut first = None;
+    ix.for_each_record(&mut |k, _, _| {
+        first = Some(k.to_vec());
+        Ok(false)
+    })
+    .unwrap();
+    ix.put(&first.unwrap(), b"\x05\x01").unwrap();
+    let problems = t.check_indexes().unwrap();
+    assert!(!problems.is_empty());
+    assert!(
+        problems.iter().any(|p| p.contains("does not parse")),
+        "{problems:?}"
+    );
+    t.rebuild_indexes().unwrap();
+    assert!(t.check_indexes().unwrap().is_empty());
+    assert_eq!(
+        stored_entries(&t, b"d"),
+        model_entries(&model, b"d", IndexType::QGram)
+    );
+    t.close().unwrap();
+}
+
+/// A table whose token index is in the form of an older build (an entry per term and record,
+/// no `posting_form` in its metadata) is refused with a message naming repair, read-only too;
+/// repair rebuilds it as posting lists; a table of an older build with only lexical and
+/// decimal indexes opens and is marked.
+#[test]
+fn an_old_form_token_index_is_refused_until_repair_rebuilds_it() {
+    let fs = SimVfs::new();
+    let t = open(&fs, OpenMode::Create).unwrap();
+    t.set_index(
+        b"c",
+        IndexOp::Make {
+            typ: IndexType::Token,
+            keep: false,
+        },
+    )
+    .unwrap();
+    let mut model = BTreeMap::new();
+    for i in 0..300 {
+        let c = cols(&[("c", &format!("a b{}", i % 7))]);
+        t.put_row(format!("{i}").as_bytes(), &c, PutMode::Replace)
+            .unwrap();
+        model.insert(format!("{i}").into_bytes(), c);
+    }
+    // Make it what an older build wrote.
+    let (_, ix) = t.index(b"c").unwrap();
+    ix.vanish().unwrap();
+    let old = model_entries(&model, b"c", IndexType::Token);
+    let ops: Vec<BatchOp> = old
+        .iter()
+        .map(|(k, v)| put_op(k.clone(), v.clone(), 0))
+        .collect();
+    ix.write_batch(&ops).unwrap();
+    t.meta
+        .write_batch(&[BatchOp::Remove {
+            key: K_IXFORM.to_vec(),
+        }])
+        .unwrap();
+    drop(ix);
+    t.close().unwrap();
+    for mode in [OpenMode::Existing, OpenMode::ReadOnly] {
+        match open(&fs, mode) {
+            Err(Error::NotADatabase(m)) => {
+                assert!(m.contains("kura db repair") && m.contains("`c`"), "{m}")
+            }
+            Err(e) => panic!("{mode:?}: {e}"),
+            Ok(_) => panic!("{mode:?}: an old-form index opened"),
+        }
+    }
+    let params = Params::parse(PARAMS_SMALL).unwrap();
+    let dst = Path::new("/sim/fixed.kt");
+    TableDb::repair_with(Path::new("/sim/t.kt"), dst, &params, Arc::new(fs.clone())).unwrap();
+    let t = TableDb::open_mode(dst, &params, Arc::new(fs.clone()), OpenMode::Existing).unwrap();
+    assert_eq!(stored_entries(&t, b"c"), old);
+    assert!(t.check_indexes().unwrap().is_empty());
+    assert_eq!(t.indexes()[0].entries, old.len() as u64);
+    t.close().unwrap();
+    // Without a token or q-gram index an older table opens, and is marked at once.
+    let fs = SimVfs::new();
+    let t = open(&fs, OpenMode::Create).unwrap();
+    t.set_index(
+        b"n",
+        IndexOp::Make {
+            typ: IndexType::Decimal,
+            keep: false,
+        },
+    )
+    .unwrap();
+    t.meta
+        .write_batch(&[BatchOp::Remove {
+            key: K_IXFORM.to_vec(),
+        }])
+        .unwrap();
+    t.close().unwrap();
+    let t = open(&fs, OpenMode::Existing).unwrap();
+    assert!(t.meta.get(K_IXFORM).unwrap().is_some());
+    t.close().unwrap();
 }

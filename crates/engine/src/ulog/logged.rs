@@ -1194,6 +1194,15 @@ impl crate::table::Table for Logged {
         self.inner_table()?.for_each_row(range, f)
     }
 
+    fn for_each_row_of(
+        &self,
+        range: &KeyRange<'_>,
+        names: &[&[u8]],
+        f: &mut dyn FnMut(&[u8], &crate::table::Columns) -> Result<bool>,
+    ) -> Result<u64> {
+        self.inner_table()?.for_each_row_of(range, names, f)
+    }
+
     fn rows(&self) -> u64 {
         self.inner.table().map_or(0, |t| t.rows())
     }

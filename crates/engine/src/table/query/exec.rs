@@ -25,6 +25,7 @@
 use super::{Cond, Op, OrderType, Query, Search, SetOp};
 use crate::error::Result;
 use crate::store::{Decision, KeyRange, Store};
+use crate::table::postings;
 use crate::table::terms::{dec_term, decode_entry, put_prefix, put_term, tc_atof, IndexType};
 use crate::table::{Columns, Table};
 use std::cmp::Ordering;
@@ -202,15 +203,11 @@ fn key_range(r: &Range, max: usize) -> KeyRange<'_> {
     }
 }
 
-/// Entries in `r` of `space`, counting up to `bound` (a count above it stops there).
-fn count_range(space: &dyn Store, r: &Range, bound: u64) -> Result<u64> {
-    let mut n = 0u64;
+/// Entries (records of posting lists) in `r` of `space`, counting up to `bound` (a count
+/// above it stops there).
+fn count_range(space: &dyn Store, typ: IndexType, r: &Range, bound: u64) -> Result<u64> {
     let max = usize::try_from(bound.saturating_add(1)).unwrap_or(usize::MAX);
-    space.for_each_in_range(&key_range(r, max), &mut |_, _, _| {
-        n += 1;
-        Ok(n <= bound)
-    })?;
-    Ok(n)
+    postings::count(space, typ, &key_range(r, max), bound)
 }
 
 /// The q-gram ranges a phrase is looked up by: grams at offsets 0, 3, 6, … and the last
@@ -239,10 +236,10 @@ fn phrase_grams(p: &str) -> Vec<(Range, u32)> {
 
 fn estimate(t: &dyn Table, a: &Access, bound: u64) -> Result<u64> {
     Ok(match a {
-        Access::Ranges(space, _, rs) => {
+        Access::Ranges(space, typ, rs) => {
             let mut n = 0u64;
             for r in rs {
-                n += count_range(&**space, r, bound.saturating_sub(n))?;
+                n += count_range(&**space, *typ, r, bound.saturating_sub(n))?;
                 if n > bound {
                     break;
                 }
@@ -263,7 +260,7 @@ fn estimate(t: &dyn Table, a: &Access, bound: u64) -> Result<u64> {
                 for p in &u.phrases {
                     let mut least = bound.saturating_add(1);
                     for (r, _) in phrase_grams(p) {
-                        least = least.min(count_range(&**space, &r, least)?);
+                        least = least.min(count_range(&**space, IndexType::QGram, &r, least)?);
                     }
                     n = n.saturating_add(least);
                     if n > bound {
@@ -297,15 +294,22 @@ fn materialize(
     let keep = |pk: &[u8]| within.is_none_or(|s| s.contains(pk));
     match a {
         Access::Ranges(space, typ, rs) => {
+            // Gathered, then sorted and made a set at once (entries come in term order).
+            let mut keys: Vec<Vec<u8>> = Vec::new();
             for r in rs {
-                space.for_each_in_range(&key_range(r, usize::MAX), &mut |k, v, _| {
-                    let e = decode_entry(*typ, k, v)?;
-                    if keep(e.pk) {
-                        out.insert(e.pk.to_vec());
-                    }
-                    Ok(true)
-                })?;
+                postings::for_each_posting(
+                    &**space,
+                    *typ,
+                    &key_range(r, usize::MAX),
+                    &mut |pk, _| {
+                        if keep(pk) {
+                            keys.push(pk.to_vec());
+                        }
+                        Ok(true)
+                    },
+                )?;
             }
+            out = keys.into_iter().collect();
         }
         Access::All(parts) => {
             let mut cur: Option<BTreeSet<Vec<u8>>> = within.cloned();
@@ -327,7 +331,12 @@ fn materialize(
             for u in units.iter().filter(|u| u.positive) {
                 let mut s = BTreeSet::new();
                 for p in &u.phrases {
-                    s.extend(phrase_keys(&**space, p, cur.as_ref())?);
+                    let ks = phrase_keys(&**space, p, cur.as_ref())?;
+                    if s.is_empty() {
+                        s = ks;
+                    } else {
+                        s.extend(ks);
+                    }
                 }
                 cur = Some(s);
             }
@@ -374,47 +383,71 @@ fn phrase_keys(
     let grams = phrase_grams(p);
     if grams.len() == 1 && p.chars().count() < crate::table::terms::QGRAM {
         let mut out = BTreeSet::new();
-        space.for_each_in_range(&key_range(&grams[0].0, usize::MAX), &mut |k, v, _| {
-            let e = decode_entry(IndexType::QGram, k, v)?;
-            if within.is_none_or(|s| s.contains(e.pk)) {
-                out.insert(e.pk.to_vec());
+        let r = key_range(&grams[0].0, usize::MAX);
+        postings::for_each_posting(space, IndexType::QGram, &r, &mut |pk, _| {
+            if within.is_none_or(|s| s.contains(pk)) {
+                out.insert(pk.to_vec());
             }
             Ok(true)
         })?;
         return Ok(out);
     }
-    // pk → the text offsets where the phrase may start.
-    let mut starts: Option<std::collections::BTreeMap<Vec<u8>, BTreeSet<u32>>> = None;
-    for (r, o) in grams {
-        let mut next: std::collections::BTreeMap<Vec<u8>, BTreeSet<u32>> = Default::default();
-        space.for_each_in_range(&key_range(&r, usize::MAX), &mut |k, v, _| {
-            let e = decode_entry(IndexType::QGram, k, v)?;
-            if !within.is_none_or(|s| s.contains(e.pk)) {
+    // The records (in primary-key order: each gram is one term, its list in that order) with
+    // the text offsets where the phrase may start, narrowed gram by gram by a merge.
+    let mut cur: Option<Vec<(Vec<u8>, Vec<u32>)>> = None;
+    let n = grams.len();
+    for (g, (r, o)) in grams.into_iter().enumerate() {
+        let last = g + 1 == n;
+        let mut next: Vec<(Vec<u8>, Vec<u32>)> = Vec::new();
+        let mut i = 0;
+        let r = key_range(&r, usize::MAX);
+        postings::for_each_posting(space, IndexType::QGram, &r, &mut |pk, offsets| {
+            if !within.is_none_or(|s| s.contains(pk)) {
                 return Ok(true);
             }
-            let prev = starts.as_ref().map(|s| s.get(e.pk));
-            if prev == Some(None) {
-                return Ok(true);
-            }
-            let set: BTreeSet<u32> = e
-                .offsets
+            let prev: Option<&[u32]> = match &cur {
+                None => None,
+                Some(c) => {
+                    while i < c.len() && c[i].0.as_slice() < pk {
+                        i += 1;
+                    }
+                    if i == c.len() {
+                        return Ok(false);
+                    }
+                    if c[i].0.as_slice() != pk {
+                        return Ok(true);
+                    }
+                    Some(&c[i].1)
+                }
+            };
+            let mut starts = offsets
                 .iter()
                 .filter(|&&x| x >= o)
                 .map(|&x| x - o)
-                .filter(|x| prev.flatten().is_none_or(|s| s.contains(x)))
-                .collect();
-            if !set.is_empty() {
-                next.insert(e.pk.to_vec(), set);
+                .filter(|x| prev.is_none_or(|p| p.binary_search(x).is_ok()));
+            if last {
+                if starts.next().is_some() {
+                    next.push((pk.to_vec(), Vec::new()));
+                }
+            } else {
+                let starts: Vec<u32> = starts.collect();
+                if !starts.is_empty() {
+                    next.push((pk.to_vec(), starts));
+                }
             }
             Ok(true)
         })?;
         let empty = next.is_empty();
-        starts = Some(next);
+        cur = Some(next);
         if empty {
             break;
         }
     }
-    Ok(starts.unwrap_or_default().into_keys().collect())
+    Ok(cur
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect())
 }
 
 /// A record's sort key for `order`: `None` when it has no such column.
@@ -599,17 +632,21 @@ pub fn search(t: &dyn Table, q: &Query) -> Result<Found> {
         }
         stop_at.is_none_or(|m| res.len() < m)
     };
-    match &set {
+    match set {
         Some(set) => {
             if !cols_read {
+                // Every condition was answered exactly by an index: the keys are the result
+                // (moved, not copied).
                 let empty = Columns::new();
                 for pk in set {
-                    if !take(pk, &empty, &mut res) {
+                    let k = q.order.as_ref().and_then(|o| sort_key(&pk, &empty, o));
+                    res.push((pk, k));
+                    if stop_at.is_some_and(|m| res.len() >= m) {
                         break;
                     }
                 }
             } else {
-                for pk in set {
+                for pk in &set {
                     read += 1;
                     if let Some(cols) = t.get_row(pk)? {
                         if !take(pk, &cols, &mut res) {
@@ -627,7 +664,11 @@ pub fn search(t: &dyn Table, q: &Query) -> Result<Found> {
                 desc: false,
                 max: usize::MAX,
             };
-            t.for_each_row(&all, &mut |pk, cols| {
+            // Only the columns the conditions and the order name are decoded.
+            let mut names: Vec<&[u8]> = q.conds.iter().map(|c| c.column.as_slice()).collect();
+            names.extend(q.order.iter().map(|o| o.0.as_slice()));
+            names.retain(|n| !n.is_empty());
+            t.for_each_row_of(&all, &names, &mut |pk, cols| {
                 read += 1;
                 Ok(take(pk, cols, &mut res))
             })?;
