@@ -29,7 +29,7 @@ use super::{with_interp, CallError, Ctx, Flavor};
 use crate::context::Shared;
 use crate::mask::Proto;
 use kura_engine::Store;
-use mlua::{LightUserData, Lua, Value};
+use mlua::{Function, LightUserData, Lua, Table, Value};
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -85,6 +85,54 @@ local kt = __kyototycoon__
 function kt.Visitor:new() return setmetatable({}, { __index = self }) end
 function kt.FileProcessor:new() return setmetatable({}, { __index = self }) end
 "#;
+
+/// Lua code making the function [`play`] calls a procedure through, so that a call costs one
+/// string made from Rust (`blob`) instead of a protected Rust call for every table and string
+/// of the input and output maps (with a memory limit set, mlua protects each with a closure of
+/// its own). `blob` holds the procedure's name, then each input pair, each as a 4-byte
+/// big-endian length and the bytes. It returns false when no global function has that name,
+/// else true, the procedure's return value and the output pairs as one array (key, value, …).
+/// Everything it uses is taken before the script runs, so a script cannot change it.
+const PLAY_LUA: &str = r#"
+local G, type, byte, sub, next = _G, type, string.byte, string.sub, next
+return function(blob)
+  local size = #blob
+  local a, b, c, d = byte(blob, 1, 4)
+  local p = 5 + ((a * 256 + b) * 256 + c) * 256 + d
+  local f = G[sub(blob, 5, p - 1)]
+  if type(f) ~= "function" then return false end
+  local inmap = {}
+  while p <= size do
+    a, b, c, d = byte(blob, p, p + 3)
+    local q = p + 4 + ((a * 256 + b) * 256 + c) * 256 + d
+    local k = sub(blob, p + 4, q - 1)
+    a, b, c, d = byte(blob, q, q + 3)
+    p = q + 4 + ((a * 256 + b) * 256 + c) * 256 + d
+    inmap[k] = sub(blob, q + 4, p - 1)
+  end
+  local outmap = {}
+  local rv = f(inmap, outmap)
+  local flat, n = {}, 0
+  for k, v in next, outmap do
+    flat[n + 1] = k
+    flat[n + 2] = v
+    n = n + 2
+  end
+  return true, rv, flat
+end
+"#;
+
+/// The function made from [`PLAY_LUA`], kept in the interpreter's app data.
+struct PlayFn(Function);
+
+/// Append `bytes` to a [`PLAY_LUA`] blob: its length, then the bytes.
+fn put_field(blob: &mut Vec<u8>, bytes: &[u8]) -> mlua::Result<()> {
+    let n = u32::try_from(bytes.len())
+        .map_err(|_| mlua::Error::RuntimeError("play_script: an input is too large".into()))?;
+    blob.extend_from_slice(&n.to_be_bytes());
+    blob.extend_from_slice(bytes);
+    Ok(())
+}
 
 /// Install Kyoto Tycoon's module in a new interpreter (before the script's top level runs).
 pub fn install(lua: &Lua) -> mlua::Result<()> {
@@ -160,6 +208,8 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
     super::util::install_kyoto(lua, &kt)?;
     lua.globals().set("__kyototycoon__", kt)?;
     lua.load(MODULE_LUA).set_name("=kura-kt").exec()?;
+    let play: Function = lua.load(PLAY_LUA).set_name("=kura-kt-play").eval()?;
+    lua.set_app_data(PlayFn(play));
     Ok(())
 }
 
@@ -210,19 +260,25 @@ pub fn play<'i>(
             proto,
         },
         |lua| {
-            let f: Value = lua.globals().get(lua.create_string(name)?)?;
-            let Value::Function(f) = f else {
+            let play = match lua.app_data_ref::<PlayFn>() {
+                Some(p) => p.0.clone(),
+                None => return Err(mlua::Error::RuntimeError("kt is not installed".into())),
+            };
+            let mut blob = Vec::with_capacity(64);
+            put_field(&mut blob, name)?;
+            for (k, v) in input {
+                put_field(&mut blob, k)?;
+                put_field(&mut blob, v)?;
+            }
+            let (found, rv, flat): (bool, Value, Option<Table>) =
+                play.call(lua.create_string(&blob)?)?;
+            let Some(flat) = flat.filter(|_| found) else {
                 return Ok(None);
             };
-            let inmap = lua.create_table()?;
-            for (k, v) in input {
-                inmap.raw_set(lua.create_string(k)?, lua.create_string(v)?)?;
-            }
-            let outmap = lua.create_table()?;
-            let rv: Value = f.call((inmap, outmap.clone()))?;
             let mut out = BTreeMap::new();
-            for pair in outmap.pairs::<Value, Value>() {
-                let (k, v) = pair?;
+            for i in (1..=flat.raw_len()).step_by(2) {
+                let k: Value = flat.raw_get(i)?;
+                let v: Value = flat.raw_get(i + 1)?;
                 if let (Some(k), Some(v)) = (out_bytes(&k), out_bytes(&v)) {
                     out.insert(k, v);
                 }

@@ -371,10 +371,10 @@ fn procedure(
     Ok(false)
 }
 
-fn input<'a>(pairs: impl IntoIterator<Item = (&'a str, Option<Vec<u8>>)>) -> Input<'static> {
+fn input(pairs: impl IntoIterator<Item = (&'static str, Option<Vec<u8>>)>) -> Input<'static> {
     pairs
         .into_iter()
-        .filter_map(|(n, v)| v.map(|v| (Cow::Owned(n.as_bytes().to_vec()), Cow::Owned(v))))
+        .filter_map(|(n, v)| v.map(|v| (Cow::Borrowed(n.as_bytes()), Cow::Owned(v))))
         .collect()
 }
 
@@ -705,12 +705,16 @@ fn mapreduce(
 impl UserData for KtDb {
     fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
         // set / add / replace / append (key, value, xt): true or false.
-        for name in ["set", "add", "replace", "append"] {
+        for (name, method) in [
+            ("set", "db:set"),
+            ("add", "db:add"),
+            ("replace", "db:replace"),
+            ("append", "db:append"),
+        ] {
             m.add_method(name, move |lua, db, (k, v, xt): (Value, Value, Value)| {
-                let method = format!("db:{name}");
-                let key = bytes(lua, k, &method, "key")?;
-                let value = bytes(lua, v, &method, "value")?;
-                let xt = xt_param(lua, xt, &method)?;
+                let key = bytes(lua, k, method, "key")?;
+                let value = bytes(lua, v, method, "value")?;
+                let xt = xt_param(lua, xt, method)?;
                 let inp = input([
                     ("key", Some(key.clone())),
                     ("value", Some(value)),
@@ -720,15 +724,17 @@ impl UserData for KtDb {
             });
         }
         // increment / increment_double (key, num, orig, xt): the new number, or nil.
-        for name in ["increment", "increment_double"] {
+        for (name, method) in [
+            ("increment", "db:increment"),
+            ("increment_double", "db:increment_double"),
+        ] {
             m.add_method(
                 name,
                 move |lua, db, (k, num, orig, xt): (Value, Value, Value, Value)| {
-                    let method = format!("db:{name}");
-                    let key = bytes(lua, k, &method, "key")?;
-                    let num = opt_number(lua, num, &method, "num")?.unwrap_or(0.0);
-                    let orig = opt_number(lua, orig, &method, "orig")?;
-                    let xt = xt_param(lua, xt, &method)?;
+                    let key = bytes(lua, k, method, "key")?;
+                    let num = opt_number(lua, num, method, "num")?.unwrap_or(0.0);
+                    let orig = opt_number(lua, orig, method, "orig")?;
+                    let xt = xt_param(lua, xt, method)?;
                     let text = |n: f64| {
                         if name == "increment" {
                             format!("{}", n as i64)
@@ -783,9 +789,9 @@ impl UserData for KtDb {
             procedure(lua, &db.err, "remove", &inp, &[&key], &mut Output::new())
         });
         // get / seize (key): the value and its xt, or nil.
-        for name in ["get", "seize"] {
+        for (name, method) in [("get", "db:get"), ("seize", "db:seize")] {
             m.add_method(name, move |lua, db, k: Value| {
-                let key = bytes(lua, k, &format!("db:{name}"), "key")?;
+                let key = bytes(lua, k, method, "key")?;
                 let inp = input([("key", Some(key.clone()))]);
                 let mut out = Output::new();
                 let keys: &[&[u8]] = if name == "seize" { &[&key] } else { &[] };

@@ -89,6 +89,40 @@ fn statuses_follow_kyoto_tycoon() {
     assert_eq!(out(&report, "names"), "casket.kch");
 }
 
+/// The input and output maps cross into Lua as length-prefixed bytes (`PLAY_LUA`): every byte,
+/// empty names and values, lengths past one and two bytes, and many pairs come back as sent.
+#[test]
+fn play_passes_maps_byte_for_byte() {
+    let (db, sh) = setup("*");
+    let mut input: Vec<(Vec<u8>, Vec<u8>)> = vec![
+        (Vec::new(), Vec::new()),
+        (b"nul\0in\xffkey".to_vec(), b"\0\x01\xfe\xff".to_vec()),
+        (vec![b'k'; 300], vec![b'v'; 70_000]),
+        (b"empty".to_vec(), Vec::new()),
+    ];
+    for i in 0..500 {
+        input.push((
+            format!("n{i}").into_bytes(),
+            format!("{i}").repeat(i % 7).into_bytes(),
+        ));
+    }
+    let p = play(
+        &*db,
+        &sh,
+        Proto::Http,
+        b"echo",
+        input.iter().map(|(k, v)| (&k[..], &v[..])),
+    );
+    assert_eq!(p.status, 200, "{:?}", p.error);
+    let want: BTreeMap<Vec<u8>, Vec<u8>> = input.into_iter().collect();
+    assert_eq!(p.out, want);
+    // A global that is not a function is no procedure; a name with a NUL is looked up whole.
+    for name in [&b"kt"[..], b"echo\0x", b""] {
+        let p = play(&*db, &sh, Proto::Http, name, std::iter::empty());
+        assert_eq!(p.status, 501, "{:?}", String::from_utf8_lossy(name));
+    }
+}
+
 #[test]
 fn no_script_is_disabled() {
     let db = name::open("*").unwrap();
