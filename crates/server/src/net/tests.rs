@@ -88,6 +88,8 @@ fn start_limited(
         max_inflight: DEFAULT_MAX_INFLIGHT,
         idle_timeout: None,
         memcached_only: Vec::new(),
+        tls_listeners: Vec::new(),
+        tls: None,
     };
     let s = stop.clone();
     let h = std::thread::spawn(move || serve(vec![l], store, shared, cfg, s));
