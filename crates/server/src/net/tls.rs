@@ -377,6 +377,44 @@ mod tests {
         assert_eq!(subject(&[0x30, 0x00]), None);
     }
 
+    /// A certificate made by Debian's openssl: its subject as [`TlsInfo`] gives it.
+    #[test]
+    fn subject_of_a_real_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = std::process::Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "k.pem",
+            ])
+            .args([
+                "-out",
+                "c.pem",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=alice/O=Kura test/OU=ops",
+            ])
+            .current_dir(dir.path())
+            .output()
+            .expect("openssl")
+            .status
+            .success();
+        assert!(ok);
+        let cert = read_certs(&dir.path().join("c.pem")).unwrap();
+        assert_eq!(
+            subject(&cert[0]).as_deref(),
+            Some("CN=alice,O=Kura test,OU=ops")
+        );
+        // The same files load as a server's certificate and key.
+        let files = TlsFiles {
+            cert: dir.path().join("c.pem"),
+            key: dir.path().join("k.pem"),
+            ca: Some(dir.path().join("c.pem")),
+        };
+        let tls = Tls::load(files).unwrap();
+        assert!(tls.session().is_ok());
+        assert!(Link::Plain.info().is_none());
+    }
+
     #[test]
     fn bad_files_name_the_file() {
         let dir = tempfile::tempdir().unwrap();
