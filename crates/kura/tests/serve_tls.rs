@@ -498,3 +498,82 @@ fn bad_tls_files_and_flags_stop_the_start_with_exit_2_naming_them() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+#[test]
+fn kyoto_wait_parks_a_tls_connection_until_the_signal() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    server_cert(d, "server", "localhost");
+    let s = Tls::start(
+        d,
+        &[
+            "--port",
+            "0",
+            "--tls-only",
+            "--tls-cert",
+            "server.pem",
+            "--tls-key",
+            "server.key",
+        ],
+        1,
+    );
+    let port = common::port_of(&s.addrs[0]).to_string();
+    let url = |p: &str| format!("https://localhost:{port}{p}");
+    // A consumer waits (parked) on its TLS connection for the signal `q`.
+    let waiter = Command::new("curl")
+        .args(["-sS", "--max-time", "20", "--cacert", "ca.pem"])
+        .arg(url("/rpc/get?key=job&WAIT=q&WAITTIME=15"))
+        .current_dir(d)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The producer's set signals it (tried until the waiter is parked).
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let o = curl(d, &[&url("/rpc/set?key=job&value=v1&SIGNAL=q")]);
+        if String::from_utf8_lossy(&o.stdout).contains("SIGNALED\t1") {
+            break;
+        }
+        assert!(Instant::now() < end, "the waiter never parked");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let o = waiter.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "value\tv1\n");
+}
+
+#[test]
+fn a_replication_stream_asked_for_over_tls_is_refused_and_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    server_cert(d, "server", "localhost");
+    let mut s = Tls::start(
+        d,
+        &[
+            "--port",
+            "0",
+            "--tls-port",
+            "0",
+            "--tls-cert",
+            "server.pem",
+            "--tls-key",
+            "server.key",
+            "--ulog",
+            "ulog",
+        ],
+        2,
+    );
+    // Tyrant's `repl` (0xC8 0xA0, time stamp, server id) over TLS: closed without a byte.
+    let mut req = vec![0xC8, 0xA0];
+    req.extend_from_slice(&0u64.to_be_bytes());
+    req.extend_from_slice(&7u32.to_be_bytes());
+    let got = s_client(d, &s.addrs[1], &[], &req, 1);
+    assert!(got.is_empty(), "{got:?}");
+    assert!(
+        s.wait_log(
+            |l| l.contains("replication stream refused on a TLS connection"),
+            1
+        ),
+        "{:?}",
+        s.lines()
+    );
+}
