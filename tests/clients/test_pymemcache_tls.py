@@ -93,3 +93,27 @@ def test_pymemcache_without_client_certificate_is_refused(tls_server):
     with pytest.raises((ssl.SSLError, MemcacheUnexpectedCloseError, ConnectionError)):
         c.set("a", b"x")
         c.get("a")
+
+
+def test_pymemcache_suite_tls_test_with_each_client_class(tls_server):
+    """pymemcache's own `test_tls` (test_integration.py; skipped upstream for want of a TLS
+    server, and its certificates are not in the wheel), with each of its client classes."""
+    from pymemcache.client.base import PooledClient
+    from pymemcache.client.hash import HashClient
+
+    host, port, d, need_cert = tls_server
+    ctx = context(d, need_cert)
+    for client in [
+        Client((host, port), tls_context=ctx),
+        PooledClient((host, port), tls_context=ctx),
+        HashClient([(host, port)], tls_context=ctx),
+    ]:
+        client.flush_all()
+        client.set(b"key", b"value", noreply=False)
+        client.set(b"key2", b"value2", noreply=True)
+        assert client.get(b"key") == b"value"
+        assert client.get(b"key2") == b"value2"
+        assert client.get_many([b"key", b"key2"]) == {b"key": b"value", b"key2": b"value2"}
+        assert client.delete(b"key", noreply=False) is True
+        assert client.get(b"key") is None
+        client.close()
