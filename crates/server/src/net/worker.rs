@@ -296,9 +296,10 @@ pub(super) fn worker<'s>(
         if let Some(c) = conns[i].as_mut() {
             if c.ticket == 0 || durable {
                 let _ = c.sock.set_nodelay(true);
-                c.link.close_notify(&mut c.sock);
                 drain_until(c, shared, deadline);
             }
+            // TLS: close_notify after the last reply.
+            c.link.close_notify(&mut c.sock);
             let _ = c.sock.shutdown(std::net::Shutdown::Write);
         }
         close(&mut poll, &mut conns, &mut free, i, shared, mine);
