@@ -356,7 +356,10 @@ pub(super) fn accept_all(
         };
         if shared.curr_connections.load(Ordering::Relaxed) as usize >= cfg.max_connections {
             shared.rejected_connections.fetch_add(1, Ordering::Relaxed);
-            let _ = sock.write_all(b"SERVER_ERROR too many open connections\r\n");
+            if tls.is_none() {
+                // (A TLS client could not read it: it is closed without a word.)
+                let _ = sock.write_all(b"SERVER_ERROR too many open connections\r\n");
+            }
             continue; // dropped: closes the socket
         }
         let link = match tls.map(Tls::session) {
