@@ -17,8 +17,10 @@
 # PROTOS may add tyrant (Tokyo Tyrant binary get/put; memcached does not speak it: its runs are
 # skipped). SCRAPE=1 scrapes every server of this build (kura-*) at GET /metrics once a second
 # for the whole run, as Prometheus would (the cost of metrics: compare with SCRAPE=0, and with
-# KURA_BASE a build without them). Each `kura bench` is killed after SECS+30 seconds; servers
-# listen on 127.0.0.1 only and are stopped by their pids at exit.
+# KURA_BASE a build without them). SERVERS may add kura-tls: `kura serve '*' --tls-only` with a
+# certificate made here (openssl), loaded over TLS by `kura bench --tls-ca`; a third table sets
+# it beside kura-mem (the same server in plain). Each `kura bench` is killed after SECS+30
+# seconds; servers listen on 127.0.0.1 only and are stopped by their pids at exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${REPS:-3} SECS=${SECS:-2} THREADS=${THREADS:-2} CONNS=${CONNS:-128} PIPELINE=${PIPELINE:-16}
@@ -34,6 +36,15 @@ trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+tls_certs() { # a CA and a server certificate for 127.0.0.1 in $WORK (once)
+	[ -f "$WORK/tls.pem" ] && return
+	(cd "$WORK" &&
+		openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=bench-ca &&
+		openssl req -newkey rsa:2048 -nodes -keyout tls.key -out tls.csr -subj /CN=127.0.0.1 &&
+		printf 'subjectAltName=IP:127.0.0.1\n' >tls.ext &&
+		openssl x509 -req -in tls.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out tls.pem -days 2 -extfile tls.ext) >/dev/null 2>&1
+}
+
 start() { # NAME: start it, record its port in PORT[NAME] and its pid in PIDS
 	local name=$1 port
 	port=$(free_port)
@@ -45,6 +56,8 @@ start() { # NAME: start it, record its port in PORT[NAME] and its pid in PIDS
 	kura-kb) "$KURA" serve "$WORK/t$port.kb" --host 127.0.0.1 --port "$port" --threads "$THREADS" 2>/dev/null & ;;
 	base-mem) "$KURA_BASE" serve '*' --host 127.0.0.1 --port "$port" --threads "$THREADS" 2>/dev/null & ;;
 	base-kh) "$KURA_BASE" serve "$WORK/b$port.kh" --host 127.0.0.1 --port "$port" --threads "$THREADS" 2>/dev/null & ;;
+	kura-tls) tls_certs; "$KURA" serve '*' --host 127.0.0.1 --port "$port" --threads "$THREADS" --tls-only \
+		--tls-cert "$WORK/tls.pem" --tls-key "$WORK/tls.key" 2>/dev/null & ;;
 	base-kb) "$KURA_BASE" serve "$WORK/c$port.kb" --host 127.0.0.1 --port "$port" --threads "$THREADS" 2>/dev/null & ;;
 	*) echo "unknown server $name" >&2; exit 1 ;;
 	esac
@@ -88,7 +101,8 @@ for rep in $(seq "$REPS"); do
 		for s in $order; do
 			[[ $proto == tyrant && $s == memcached ]] && continue
 			settle
-			line=$(timeout $((SECS + 30)) "$KURA" bench --port "${PORT[$s]}" --protocol "$proto" --connections "$CONNS" \
+			tls=(); [[ $s == kura-tls ]] && tls=(--tls-ca "$WORK/ca.pem")
+			line=$(timeout $((SECS + 30)) "$KURA" bench --port "${PORT[$s]}" "${tls[@]}" --protocol "$proto" --connections "$CONNS" \
 				--threads "$THREADS" --pipeline "$depth" --ratio "$ratio" --duration "$SECS" --preload \
 				--key-size 100 --value-size "$VSIZE" --keyspace "$KEYSPACE" | grep '^RESULT' || echo "RESULT failed")
 			ops=$(sed -n 's/.* ops_per_sec=\([0-9]*\).*/\1/p' <<<"$line"); p99=$(sed -n 's/.* p99_us=\([0-9]*\).*/\1/p' <<<"$line")
@@ -131,6 +145,25 @@ if [ -n "${KURA_BASE:-}" ]; then
 					m[s] = c ? med(a, c) : 0 }
 				split(k, f, " ")
 				printf "| %s | %s | %s | %d | %d | %s | %d | %d | %s | %d | %d | %s |\n", f[1], f[2], f[3], m["base-mem"], m["kura-mem"], r(m["kura-mem"], m["base-mem"]), m["base-kh"], m["kura-kh"], r(m["kura-kh"], m["base-kh"]), m["base-kb"], m["kura-kb"], r(m["kura-kb"], m["base-kb"])
+			}
+		}' | sort
+fi
+if [[ " $SERVERS " == *" kura-tls "* ]]; then
+	printf '\nTLS (kura serve * --tls-only, TLS 1.3, rustls with ring) beside plain (kura serve *), same run (medians)\n\n'
+	printf '| protocol | pipeline | get:set | plain * ops/s | TLS * ops/s | TLS / plain | p99 µs plain / TLS |\n'
+	printf '|---|---:|---:|---:|---:|---:|---|\n'
+	sort -k1,1 -k2,2n -k3,3 "$RAW" | awk '
+		function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t } return a[int((n + 1) / 2)] }
+		function r(x, y) { return (x && y) ? sprintf("%.2f", x / y) : "-" }
+		{ k = $1 " " $2 " " $3; keys[k] = 1; n[k, $4]++; o[k, $4, n[k, $4]] = $5; l[k, $4, n[k, $4]] = $6 }
+		END {
+			split("kura-mem kura-tls", S, " ")
+			for (k in keys) {
+				for (i = 1; i <= 2; i++) { s = S[i]; c = n[k, s]; delete a; delete b
+					for (j = 1; j <= c; j++) { a[j] = o[k, s, j]; b[j] = l[k, s, j] }
+					m[s] = c ? med(a, c) : 0; q[s] = c ? med(b, c) : 0 }
+				split(k, f, " ")
+				printf "| %s | %s | %s | %d | %d | %s | %d / %d |\n", f[1], f[2], f[3], m["kura-mem"], m["kura-tls"], r(m["kura-tls"], m["kura-mem"]), q["kura-mem"], q["kura-tls"]
 			}
 		}' | sort
 fi

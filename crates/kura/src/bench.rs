@@ -77,6 +77,79 @@ pub struct BenchArgs {
     /// With --bulk: read back and verify instead of writing.
     #[arg(long, requires = "bulk")]
     verify: bool,
+    /// Connect over TLS, trusting the certificate authorities in this PEM file (the server's
+    /// certificate must name --host). Not with --bulk.
+    #[arg(long, value_name = "FILE", conflicts_with = "bulk")]
+    tls_ca: Option<std::path::PathBuf>,
+}
+
+/// A connection of the load client: plain, or TLS (rustls).
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Read for Stream {
+    fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(b),
+            Stream::Tls(s) => s.read(b),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(b),
+            Stream::Tls(s) => s.write(b),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// The TLS client settings of --tls-ca.
+fn tls_client(ca: &std::path::Path) -> Result<std::sync::Arc<rustls::ClientConfig>, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(ca)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("--tls-ca {}: {e:?}", ca.display()))?;
+    for c in certs {
+        roots
+            .add(c)
+            .map_err(|e| format!("--tls-ca {}: {e}", ca.display()))?;
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(std::sync::Arc::new(cfg))
+}
+
+/// Connect (with TLS under --tls-ca).
+fn connect(a: &BenchArgs) -> std::io::Result<BufReader<Stream>> {
+    let s = TcpStream::connect((a.host.as_str(), a.port))?;
+    s.set_nodelay(true)?;
+    let s = match &a.tls_ca {
+        None => Stream::Plain(s),
+        Some(ca) => {
+            let cfg = tls_client(ca).map_err(std::io::Error::other)?;
+            let name = rustls::pki_types::ServerName::try_from(a.host.clone())
+                .map_err(std::io::Error::other)?;
+            let c = rustls::ClientConnection::new(cfg, name).map_err(std::io::Error::other)?;
+            Stream::Tls(Box::new(rustls::StreamOwned::new(c, s)))
+        }
+    };
+    Ok(BufReader::with_capacity(256 << 10, s))
 }
 
 /// The value of bulk record `i`: 100 to 180 bytes, a function of `i`.
@@ -274,13 +347,13 @@ fn encode(out: &mut Vec<u8>, a: &BenchArgs, putnr: bool, get: bool, k: &[u8], va
 
 /// Read one reply; returns (ok, hit).
 fn read_reply(
-    r: &mut BufReader<TcpStream>,
+    r: &mut BufReader<Stream>,
     proto: Proto,
     putnr: bool,
     get: bool,
     line: &mut Vec<u8>,
 ) -> std::io::Result<(bool, bool)> {
-    let u32_at = |r: &mut BufReader<TcpStream>| -> std::io::Result<u64> {
+    let u32_at = |r: &mut BufReader<Stream>| -> std::io::Result<u64> {
         let mut b = [0u8; 4];
         r.read_exact(&mut b)?;
         Ok(u64::from(u32::from_be_bytes(b)))
@@ -368,13 +441,8 @@ fn worker(
     budget: Option<u64>,
     get_share: f64,
 ) -> std::io::Result<Stats> {
-    let mut socks: Vec<(TcpStream, BufReader<TcpStream>)> = (0..conns)
-        .map(|_| {
-            let s = TcpStream::connect((a.host.as_str(), a.port))?;
-            s.set_nodelay(true)?;
-            let r = BufReader::with_capacity(256 << 10, s.try_clone()?);
-            Ok((s, r))
-        })
+    let mut socks: Vec<BufReader<Stream>> = (0..conns)
+        .map(|_| connect(a))
         .collect::<std::io::Result<_>>()?;
     let value = vec![b'v'; a.value_size];
     let mut rng = Rng(seed | 1);
@@ -393,7 +461,7 @@ fn worker(
             break;
         }
         let sent = Instant::now();
-        for (i, (s, _)) in socks.iter_mut().enumerate() {
+        for (i, s) in socks.iter_mut().enumerate() {
             out.clear();
             kinds[i].clear();
             for _ in 0..a.pipeline {
@@ -404,9 +472,9 @@ fn worker(
                 encode(&mut out, a, a.putnr, get, &k, &value);
                 kinds[i].push(get);
             }
-            s.write_all(&out)?;
+            s.get_mut().write_all(&out)?;
         }
-        for (i, (_, r)) in socks.iter_mut().enumerate() {
+        for (i, r) in socks.iter_mut().enumerate() {
             for &get in &kinds[i] {
                 let (ok, hit) = read_reply(r, a.protocol, a.putnr, get, &mut line)?;
                 st.ops += 1;
@@ -421,10 +489,10 @@ fn worker(
     if a.protocol == Proto::Tyrant && a.putnr {
         // putnr is not answered: one get per connection makes the timed run include the
         // server executing every putnr sent before it.
-        for (s, r) in socks.iter_mut() {
+        for r in socks.iter_mut() {
             out.clear();
             encode(&mut out, a, false, true, &key(0, a.key_size), &value);
-            s.write_all(&out)?;
+            r.get_mut().write_all(&out)?;
             read_reply(r, a.protocol, false, true, &mut line)?;
         }
     }
@@ -456,14 +524,13 @@ pub fn run(a: BenchArgs) -> ExitCode {
             pipeline: 100,
             ..a.clone()
         };
-        let mut s = match TcpStream::connect((a.host.as_str(), a.port)) {
-            Ok(s) => s,
+        let mut r = match connect(&a) {
+            Ok(r) => r,
             Err(e) => {
                 eprintln!("kura: cannot connect to {}:{}: {e}", a.host, a.port);
                 return ExitCode::from(2);
             }
         };
-        let mut r = BufReader::new(s.try_clone().expect("clone socket"));
         let value = vec![b'v'; a.value_size];
         let mut line = Vec::new();
         let mut i = 0;
@@ -473,7 +540,7 @@ pub fn run(a: BenchArgs) -> ExitCode {
             for j in 0..n {
                 encode(&mut out, &a, false, false, &key(i + j, a.key_size), &value);
             }
-            if s.write_all(&out).is_err() {
+            if r.get_mut().write_all(&out).is_err() {
                 eprintln!("kura: preload failed");
                 return ExitCode::from(1);
             }

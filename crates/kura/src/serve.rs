@@ -154,6 +154,24 @@ pub struct ServeArgs {
     /// k/m/g suffixes). An allocation past it fails the call with an error reply.
     #[arg(long, value_name = "BYTES", default_value = "64m", value_parser = parse_bytes)]
     script_memory: u64,
+    /// TLS: the server's certificate chain (PEM, leaf first), for --tls-port or --tls-only.
+    /// Reloaded with --tls-key on SIGHUP (new connections get the new ones).
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// TLS: the private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// TLS: certificate authorities (PEM); with it, every TLS client must present a
+    /// certificate signed by one of them, or the handshake is refused.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// A TLS port beside the plain one: every protocol, told apart by the first decrypted
+    /// byte as on the plain port.
+    #[arg(long, value_name = "PORT")]
+    tls_port: Option<u16>,
+    /// --port (and --memcached-port) speak TLS only.
+    #[arg(long)]
+    tls_only: bool,
     /// Read flags from this TOML file: each key a long flag (`port = 1978`, `mask = ["out"]`,
     /// `daemon = true`, `name = "data.kh"`); flags on the command line override it (a list
     /// flag given there replaces the file's list). An unknown key is an error.
@@ -303,6 +321,43 @@ fn opened(log: &Log, path: &str, store: &dyn kura_engine::Store, took: Duration)
             damaged.len()
         ));
     }
+}
+
+/// The TLS settings the flags ask for, their files loaded; an error names the flag and file.
+fn tls_settings(a: &ServeArgs) -> Result<Option<Arc<net::Tls>>, String> {
+    let wanted = a.tls_port.is_some() || a.tls_only;
+    match (&a.tls_cert, &a.tls_key) {
+        (None, None) if a.tls_ca.is_none() && !wanted => Ok(None),
+        (Some(cert), Some(key)) if wanted => net::Tls::load(net::TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            ca: a.tls_ca.clone(),
+        })
+        .map(|t| Some(Arc::new(t))),
+        (Some(_), Some(_)) => Err(
+            "--tls-cert and --tls-key are given but no port speaks TLS: add --tls-port PORT (a \
+             TLS port beside --port) or --tls-only (--port speaks TLS)"
+                .into(),
+        ),
+        _ => Err(
+            "TLS needs both --tls-cert FILE and --tls-key FILE (with --tls-port PORT or \
+             --tls-only; --tls-ca FILE to require client certificates)"
+                .into(),
+        ),
+    }
+}
+
+/// The listeners that speak TLS, by their place: --port, [--memcached-port], [--tls-port].
+fn tls_listeners(a: &ServeArgs) -> Vec<usize> {
+    let mut v = Vec::new();
+    let n = 1 + usize::from(a.memcached_port.is_some());
+    if a.tls_only {
+        v.extend(0..n);
+    }
+    if a.tls_port.is_some() {
+        v.push(n);
+    }
+    v
 }
 
 /// The process id in the pid file at `path`, if it names a running process other than this one.
@@ -530,6 +585,10 @@ pub fn run(a: ServeArgs) -> ExitCode {
         );
         return fail(Some(&log), daemon, msg);
     }
+    let tls = match tls_settings(&a) {
+        Ok(t) => t,
+        Err(e) => return fail(Some(&log), daemon, e),
+    };
     raise_fd_limit(a.max_connections, &log);
     if let Some(p) = &a.pid {
         if let Some(pid) = running_pid(p) {
@@ -691,11 +750,19 @@ pub fn run(a: ServeArgs) -> ExitCode {
         store
     };
     let mut listeners = Vec::new();
-    for port in std::iter::once(a.port).chain(a.memcached_port) {
+    for port in std::iter::once(a.port)
+        .chain(a.memcached_port)
+        .chain(a.tls_port)
+    {
         match std::net::TcpListener::bind((a.host.as_str(), port)) {
             Ok(l) => {
                 if let Ok(addr) = l.local_addr() {
-                    log.line(&format!("listening on {addr} (database {})", a.name));
+                    let tls = if tls_listeners(&a).contains(&listeners.len()) {
+                        ", TLS"
+                    } else {
+                        ""
+                    };
+                    log.line(&format!("listening on {addr} (database {}{tls})", a.name));
                 }
                 listeners.push(l);
             }
@@ -752,6 +819,8 @@ pub fn run(a: ServeArgs) -> ExitCode {
         } else {
             Vec::new()
         },
+        tls_listeners: tls_listeners(&a),
+        tls: tls.clone(),
     };
     let port = listeners
         .first()
@@ -835,6 +904,19 @@ pub fn run(a: ServeArgs) -> ExitCode {
             if HUP.swap(false, Ordering::SeqCst) {
                 log.reopen();
                 log.line("log reopened");
+                if let Some(t) = &tls {
+                    let f = t.files();
+                    match t.reload() {
+                        Ok(()) => log.line(&format!(
+                            "TLS certificate {} and key {} reloaded: new connections use them",
+                            f.cert.display(),
+                            f.key.display()
+                        )),
+                        Err(e) => log.line(&format!(
+                            "TLS reload failed, the certificate in use stays: {e}"
+                        )),
+                    }
+                }
                 if let Some(s) = &scripts {
                     match s.reload() {
                         Ok(()) => log.line("scripts reloaded"),

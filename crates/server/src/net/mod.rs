@@ -24,10 +24,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod commit;
+pub mod tls;
 mod wire;
 mod worker;
 
 use commit::*;
+use tls::Link;
+pub use tls::{Tls, TlsFiles, TlsInfo};
 use wire::*;
 use worker::*;
 
@@ -50,6 +53,10 @@ pub struct Config {
     /// protocols only, text and binary: memcached's own port, where a line that looks like
     /// HTTP is hung up on rather than served as HTTP.
     pub memcached_only: Vec<usize>,
+    /// The listeners (by their place in the list) that speak TLS only, with [`Config::tls`].
+    pub tls_listeners: Vec<usize>,
+    /// The certificate and key of those listeners (reloaded in place on SIGHUP).
+    pub tls: Option<Arc<Tls>>,
 }
 
 /// The protocol of a connection, from its first byte.
@@ -210,6 +217,8 @@ pub fn min_inflight(max_item_size: usize, max_value_size: usize) -> usize {
         max_inflight: 0,
         idle_timeout: None,
         memcached_only: Vec::new(),
+        tls_listeners: Vec::new(),
+        tls: None,
     };
     AllLimits::new(&cfg, Arc::new(Budget::new(0))).largest_any()
 }

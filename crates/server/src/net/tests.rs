@@ -16,7 +16,7 @@ fn a_burst_of_connections_is_spread_over_the_workers() {
         let (sock, _) = listener.accept().unwrap();
         let to = spread.pick(0);
         if to != 0 {
-            spread.hand_over(to, TcpStream::from_std(sock), false);
+            spread.hand_over(to, TcpStream::from_std(sock), false, Link::Plain);
         }
     }
     let counts: Vec<usize> = spread
@@ -88,6 +88,8 @@ fn start_limited(
         max_inflight: DEFAULT_MAX_INFLIGHT,
         idle_timeout: None,
         memcached_only: Vec::new(),
+        tls_listeners: Vec::new(),
+        tls: None,
     };
     let s = stop.clone();
     let h = std::thread::spawn(move || serve(vec![l], store, shared, cfg, s));

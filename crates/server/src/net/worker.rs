@@ -13,7 +13,7 @@ use kura_engine::Store;
 use kura_proto::mc_text::GetLine;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,6 +23,8 @@ pub(super) const WAKE: Token = Token(usize::MAX);
 
 pub(super) struct Conn<'s> {
     pub(super) sock: TcpStream,
+    /// Plain, or through a TLS session.
+    pub(super) link: Link,
     pub(super) rbuf: Vec<u8>,
     pub(super) out: Out,
     /// Bytes still to discard (the rest of a refused data block).
@@ -66,6 +68,15 @@ pub(super) struct Conn<'s> {
     pub(super) grant: usize,
     /// Not read for want of a grant: tried again every `PAUSED_RETRY`.
     pub(super) paused: bool,
+}
+
+impl Conn<'_> {
+    /// Whether the connection is TLS, and the client's verified certificate: for
+    /// authentication (`None` on a plain connection).
+    #[allow(dead_code)]
+    pub(super) fn tls_info(&self) -> Option<TlsInfo> {
+        self.link.info()
+    }
 }
 
 pub(super) fn worker<'s>(
@@ -164,6 +175,10 @@ pub(super) fn worker<'s>(
                 accept_all(
                     &listeners[t],
                     cfg.memcached_only.contains(&t),
+                    cfg.tls_listeners
+                        .contains(&t)
+                        .then_some(cfg.tls.as_deref())
+                        .flatten(),
                     &mut poll,
                     &mut conns,
                     &mut free,
@@ -283,6 +298,8 @@ pub(super) fn worker<'s>(
                 let _ = c.sock.set_nodelay(true);
                 drain_until(c, shared, deadline);
             }
+            // TLS: close_notify after the last reply.
+            c.link.close_notify(&mut c.sock);
             let _ = c.sock.shutdown(std::net::Shutdown::Write);
         }
         close(&mut poll, &mut conns, &mut free, i, shared, mine);
@@ -296,7 +313,7 @@ pub(super) const STOP_FLUSH: Duration = Duration::from_secs(5);
 /// Write a connection's pending output, waiting for the socket to drain until `deadline`.
 pub(super) fn drain_until(c: &mut Conn<'_>, shared: &Shared, deadline: Instant) {
     loop {
-        if flush(c, shared).is_err() || c.out.is_drained() {
+        if flush(c, shared).is_err() || drained(c) {
             return;
         }
         let left = deadline.saturating_duration_since(Instant::now());
@@ -320,6 +337,7 @@ pub(super) fn drain_until(c: &mut Conn<'_>, shared: &Shared, deadline: Instant) 
 pub(super) fn accept_all(
     listener: &TcpListener,
     mc_only: bool,
+    tls: Option<&Tls>,
     poll: &mut Poll,
     conns: &mut Vec<Option<Conn<'_>>>,
     free: &mut Vec<usize>,
@@ -345,17 +363,31 @@ pub(super) fn accept_all(
                     cfg.max_connections
                 ),
             );
-            let _ = sock.write_all(b"SERVER_ERROR too many open connections\r\n");
+            if tls.is_none() {
+                // (A TLS client could not read it: it is closed without a word.)
+                let _ = sock.write_all(b"SERVER_ERROR too many open connections\r\n");
+            }
             continue; // dropped: closes the socket
         }
+        let link = match tls.map(Tls::session) {
+            None => Link::Plain,
+            Some(Ok(t)) => Link::Tls(Box::new(t)),
+            Some(Err(e)) => {
+                shared.log.limited(
+                    "tls",
+                    &format!("TLS session not started, connection closed: {e}"),
+                );
+                continue;
+            }
+        };
         let _ = sock.set_nodelay(true);
         shared.curr_connections.fetch_add(1, Ordering::Relaxed);
         shared.total_connections.fetch_add(1, Ordering::Relaxed);
         let to = mine.spread.pick(mine.me);
         if to == mine.me {
-            adopt(sock, mc_only, poll, conns, free, nl)?;
+            adopt(sock, mc_only, link, poll, conns, free, nl)?;
         } else {
-            mine.spread.hand_over(to, sock, mc_only);
+            mine.spread.hand_over(to, sock, mc_only, link);
         }
     }
 }
@@ -364,6 +396,7 @@ pub(super) fn accept_all(
 pub(super) fn adopt(
     mut sock: TcpStream,
     mc_only: bool,
+    link: Link,
     poll: &mut Poll,
     conns: &mut Vec<Option<Conn<'_>>>,
     free: &mut Vec<usize>,
@@ -377,6 +410,7 @@ pub(super) fn adopt(
         .register(&mut sock, Token(nl + idx), Interest::READABLE)?;
     conns[idx] = Some(Conn {
         sock,
+        link,
         rbuf: Vec::new(),
         out: Out::default(),
         skip: 0,
@@ -419,8 +453,8 @@ pub(super) fn take_mail(
         mine.spread.mail[mine.me].store(false, Ordering::Release);
         std::mem::take(&mut *inbox)
     };
-    for (sock, mc_only) in socks {
-        adopt(sock, mc_only, poll, conns, free, nl)?;
+    for (sock, mc_only, link) in socks {
+        adopt(sock, mc_only, link, poll, conns, free, nl)?;
     }
     Ok(())
 }
@@ -435,7 +469,7 @@ pub(super) struct Spread {
     /// Open connections of each worker (counted when handed over, so a burst spreads).
     pub(super) conns: Vec<std::sync::atomic::AtomicUsize>,
     /// Connections accepted for each worker by another, not yet registered.
-    pub(super) inbox: Vec<std::sync::Mutex<Vec<(TcpStream, bool)>>>,
+    pub(super) inbox: Vec<std::sync::Mutex<Vec<(TcpStream, bool, Link)>>>,
     pub(super) mail: Vec<AtomicBool>,
     pub(super) wakers: Vec<std::sync::Mutex<Option<Arc<mio::Waker>>>>,
 }
@@ -464,11 +498,11 @@ impl Spread {
         to
     }
 
-    pub(super) fn hand_over(&self, to: usize, sock: TcpStream, mc_only: bool) {
+    pub(super) fn hand_over(&self, to: usize, sock: TcpStream, mc_only: bool, link: Link) {
         self.inbox[to]
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push((sock, mc_only));
+            .push((sock, mc_only, link));
         self.mail[to].store(true, Ordering::Release);
         // A worker that has no waker yet takes its mail on its first round.
         if let Some(w) = &*self.wakers[to].lock().unwrap_or_else(|p| p.into_inner()) {
@@ -497,6 +531,7 @@ pub(super) fn close(
             shared.kt_signals.cancel(&t);
         }
         mine.budget.give(c.grant);
+        c.link.close_notify(&mut c.sock);
         let _ = poll.registry().deregister(&mut c.sock);
         free.push(idx);
         shared.curr_connections.fetch_sub(1, Ordering::Relaxed);
@@ -526,6 +561,21 @@ pub(super) fn hand_over_stream(
     let (Some(req), Some(repl)) = (c.want_stream.take(), shared.repl.clone()) else {
         return; // no replication here: the connection is dropped (closed)
     };
+    if !c.link.is_plain() {
+        // The stream's thread writes the socket itself; a follower speaks plain TCP.
+        shared.log.limited(
+            "tls replication",
+            &format!(
+                "replication stream refused on a TLS connection from {}: followers connect \
+                 to a plain port (--port, or a --tls-port beside it)",
+                c.sock
+                    .peer_addr()
+                    .map_or_else(|_| "?".to_string(), |a| a.to_string())
+            ),
+        );
+        c.link.close_notify(&mut c.sock);
+        return;
+    }
     if c.ticket != 0 || kura_engine::durability::pending() {
         // Replies owed to writes before it go out only once those are durable.
         let _ = store.sync();
@@ -579,27 +629,43 @@ pub(super) fn read_and_execute<'s>(
             c.paused = true;
             break;
         }
-        match c.sock.read(scratch) {
+        match c.link.read(&mut c.sock, scratch) {
             Ok(0) => c.eof = true,
             Ok(n) => {
                 shared.bytes_read.add(n as u64);
                 c.rbuf.extend_from_slice(&scratch[..n]);
                 process(c, store, shared, limits);
                 release(c, limits);
-                if n < READ_CHUNK && !hup {
+                if n < READ_CHUNK && !hup && c.link.is_plain() {
                     // A short read took everything there was; new data raises a new event
-                    // (edge-triggered), so skip the read that would only say EAGAIN.
+                    // (edge-triggered), so skip the read that would only say EAGAIN. (A TLS
+                    // session may hold more plaintext than one read gave: read on.)
                     break;
                 }
             }
             Err(e) => match e.kind() {
                 io::ErrorKind::WouldBlock => break,
                 io::ErrorKind::Interrupted => continue,
-                _ => return false,
+                _ => return read_failed(c, shared, &e),
             },
         }
     }
     true
+}
+
+/// A read failed: the connection is finished (false). A TLS failure (a handshake refused, a
+/// bad record) is logged with the client's address; a socket error is not.
+pub(super) fn read_failed(c: &Conn<'_>, shared: &Shared, e: &io::Error) -> bool {
+    if e.kind() == io::ErrorKind::InvalidData && !c.link.is_plain() {
+        let peer = c
+            .sock
+            .peer_addr()
+            .map_or_else(|_| "?".to_string(), |a| a.to_string());
+        shared
+            .log
+            .limited("tls", &format!("TLS connection from {peer} closed: {e}"));
+    }
+    false
 }
 
 /// While a request waits for a signal: keep what the client sends (nothing is executed), and
@@ -615,7 +681,7 @@ pub(super) fn buffer_while_waiting(
         return false;
     }
     while may_read(c, limits) {
-        match c.sock.read(scratch) {
+        match c.link.read(&mut c.sock, scratch) {
             Ok(0) => return false,
             Ok(n) => {
                 shared.bytes_read.add(n as u64);
@@ -624,7 +690,7 @@ pub(super) fn buffer_while_waiting(
             Err(e) => match e.kind() {
                 io::ErrorKind::WouldBlock => break,
                 io::ErrorKind::Interrupted => continue,
-                _ => return false,
+                _ => return read_failed(c, shared, &e),
             },
         }
     }
@@ -731,7 +797,7 @@ pub(super) fn settle(
         close(poll, conns, free, idx, shared, mine);
     } else if let Some(Some(c)) = conns.get_mut(idx) {
         // Change the registration only when writability starts or stops to matter.
-        let pending = !c.out.is_drained() || c.dump.is_some();
+        let pending = !drained(c) || c.dump.is_some();
         if pending != c.wants_write {
             let want = if pending {
                 Interest::READABLE | Interest::WRITABLE
@@ -760,7 +826,7 @@ pub(super) fn finish_all<'s>(
         if !finish(c, shared) {
             return false;
         }
-        if c.dump.is_none() || !c.out.is_drained() {
+        if c.dump.is_none() || !drained(c) {
             return true;
         }
         if !read_and_execute(c, store, shared, limits, scratch, false) {
@@ -784,14 +850,18 @@ pub(super) fn finish(c: &mut Conn<'_>, shared: &Shared) -> bool {
     if flush(c, shared).is_err() {
         return false;
     }
-    let drained = c.out.is_drained();
-    !((c.eof || c.closing) && drained)
+    !((c.eof || c.closing) && drained(c))
+}
+
+/// Every reply is written out (TLS: encrypted and handed to the socket).
+pub(super) fn drained(c: &Conn<'_>) -> bool {
+    c.out.is_drained() && !c.link.wants_write()
 }
 
 /// Write pending replies until done or the socket is full.
 pub(super) fn flush(c: &mut Conn<'_>, shared: &Shared) -> io::Result<()> {
     let before = c.out.pending();
-    let r = c.out.write_to(&mut c.sock).map(|_| ());
+    let r = c.link.write(&mut c.sock, &mut c.out);
     shared
         .bytes_written
         .add(before.saturating_sub(c.out.pending()) as u64);
