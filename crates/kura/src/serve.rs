@@ -182,7 +182,13 @@ fn drop_to(name: &str) -> Result<(u32, u32), String> {
     let mut found: *mut libc::passwd = std::ptr::null_mut();
     // SAFETY: every pointer is valid for the call; the result points into `pw` and `buf`.
     let rc = unsafe {
-        libc::getpwnam_r(cname.as_ptr(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut found)
+        libc::getpwnam_r(
+            cname.as_ptr(),
+            &mut pw,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut found,
+        )
     };
     if rc != 0 || found.is_null() {
         return Err(format!("--user {name}: no such user"));
@@ -191,16 +197,27 @@ fn drop_to(name: &str) -> Result<(u32, u32), String> {
     // SAFETY: plain system calls on this process's credentials.
     unsafe {
         if libc::geteuid() != 0 && libc::geteuid() != uid {
-            return Err(format!("--user {name}: only root can change to another user"));
+            return Err(format!(
+                "--user {name}: only root can change to another user"
+            ));
         }
         if libc::setgroups(0, std::ptr::null()) != 0 && libc::geteuid() == 0 {
-            return Err(format!("--user {name}: setgroups: {}", std::io::Error::last_os_error()));
+            return Err(format!(
+                "--user {name}: setgroups: {}",
+                std::io::Error::last_os_error()
+            ));
         }
         if libc::setgid(gid) != 0 {
-            return Err(format!("--user {name}: setgid: {}", std::io::Error::last_os_error()));
+            return Err(format!(
+                "--user {name}: setgid: {}",
+                std::io::Error::last_os_error()
+            ));
         }
         if libc::setuid(uid) != 0 {
-            return Err(format!("--user {name}: setuid: {}", std::io::Error::last_os_error()));
+            return Err(format!(
+                "--user {name}: setuid: {}",
+                std::io::Error::last_os_error()
+            ));
         }
     }
     Ok((uid, gid))

@@ -419,8 +419,14 @@ mod tests {
 
     #[test]
     fn sasl_plain_splits_user_and_password() {
-        assert_eq!(sasl_plain(b"\0alice\0pw"), Some((&b"alice"[..], &b"pw"[..])));
-        assert_eq!(sasl_plain(b"z\0alice\0p\0w"), Some((&b"alice"[..], &b"p\0w"[..])));
+        assert_eq!(
+            sasl_plain(b"\0alice\0pw"),
+            Some((&b"alice"[..], &b"pw"[..]))
+        );
+        assert_eq!(
+            sasl_plain(b"z\0alice\0p\0w"),
+            Some((&b"alice"[..], &b"p\0w"[..]))
+        );
         assert_eq!(sasl_plain(b"\0\0pw"), None);
         assert_eq!(sasl_plain(b"alice"), None);
     }

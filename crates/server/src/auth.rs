@@ -95,7 +95,11 @@ impl Rights {
 
     pub fn names(self) -> String {
         let mut v = Vec::new();
-        for (on, n) in [(self.read, "read"), (self.write, "write"), (self.admin, "admin")] {
+        for (on, n) in [
+            (self.read, "read"),
+            (self.write, "write"),
+            (self.admin, "admin"),
+        ] {
             if on {
                 v.push(n);
             }
@@ -398,8 +402,10 @@ impl Access {
         }
         match (&self.users, s.remote) {
             (None, false) => Ok(None),
-            (None, true) => Err("binary protocol from a non-loopback peer without a TLS client \
-                                 certificate (see --allow-unauthenticated-binary)"),
+            (None, true) => Err(
+                "binary protocol from a non-loopback peer without a TLS client \
+                                 certificate (see --allow-unauthenticated-binary)",
+            ),
             (Some(_), _) => Err("binary protocol without a TLS client certificate while \
                                  --users is set (see --allow-unauthenticated-binary)"),
         }
@@ -420,14 +426,19 @@ pub enum HttpRefusal {
 /// or `Bearer` (a token).
 pub fn http_login<'u>(users: &'u Users, auth: Option<&[u8]>) -> Result<&'u User, HttpRefusal> {
     let auth = auth.ok_or(HttpRefusal::Missing)?;
-    let text = std::str::from_utf8(auth).map_err(|_| HttpRefusal::Wrong(None))?.trim();
+    let text = std::str::from_utf8(auth)
+        .map_err(|_| HttpRefusal::Wrong(None))?
+        .trim();
     let (scheme, rest) = text.split_once(' ').ok_or(HttpRefusal::Wrong(None))?;
     let rest = rest.trim();
     if scheme.eq_ignore_ascii_case("basic") {
         let raw = base64::engine::general_purpose::STANDARD
             .decode(rest)
             .map_err(|_| HttpRefusal::Wrong(None))?;
-        let colon = raw.iter().position(|&b| b == b':').ok_or(HttpRefusal::Wrong(None))?;
+        let colon = raw
+            .iter()
+            .position(|&b| b == b':')
+            .ok_or(HttpRefusal::Wrong(None))?;
         let (name, pass) = (&raw[..colon], &raw[colon + 1..]);
         users
             .login(name, pass)
@@ -476,7 +487,14 @@ mod tests {
         let w = Rights::parse("read,write").unwrap().denied();
         assert!(!w.denies(Op::Put, Proto::Tyrant));
         assert!(!w.denies(Op::Sync, Proto::Tyrant));
-        for op in [Op::Vanish, Op::Ext, Op::Copy, Op::Restore, Op::SetMst, Op::Optimize] {
+        for op in [
+            Op::Vanish,
+            Op::Ext,
+            Op::Copy,
+            Op::Restore,
+            Op::SetMst,
+            Op::Optimize,
+        ] {
             assert!(w.denies(op, Proto::Http), "{op:?}");
         }
         let a = Rights::parse("admin").unwrap().denied();
@@ -519,7 +537,10 @@ mod tests {
         a.users = Some(Users::parse("alice read").unwrap());
         assert!(a.binary(&s(false, None)).is_err());
         assert!(a.binary(&s(true, Some("bob"))).is_err());
-        assert_eq!(a.binary(&s(true, Some("alice"))).unwrap().unwrap().0, "alice");
+        assert_eq!(
+            a.binary(&s(true, Some("alice"))).unwrap().unwrap().0,
+            "alice"
+        );
         a.allow_unauthenticated_binary = true;
         assert!(a.binary(&s(true, None)).is_ok());
     }

@@ -125,7 +125,10 @@ pub fn execute_with<'s>(
 /// has users): 401 with the schemes accepted, HTTP Basic and bearer tokens.
 pub fn unauthorized(req: &Request<'_>, now: u64, out: &mut Vec<u8>) -> Next {
     let reply = Reply::text(401, "Unauthorized")
-        .header("WWW-Authenticate", &b"Basic realm=\"kura\", charset=\"UTF-8\""[..])
+        .header(
+            "WWW-Authenticate",
+            &b"Basic realm=\"kura\", charset=\"UTF-8\""[..],
+        )
         .header("WWW-Authenticate", &b"Bearer realm=\"kura\""[..]);
     send(out, req, now, reply)
 }

@@ -2,9 +2,11 @@
 //! ([`Wire`]), and [`process`], which runs the requests in a connection's buffer.
 
 use super::*;
+use crate::auth::{shown, HttpRefusal, Session, Users};
 use crate::context::{Next, Shared};
 use crate::kt_cursor::KtCursors;
 use crate::kt_signal::Waited;
+use crate::mask::Mask;
 use crate::mc_stats::Dump;
 use crate::out::Out;
 use crate::tt_exec::{self, TtState};
@@ -13,8 +15,6 @@ use crate::{mc_common, mc_exec};
 use kura_engine::store::now_secs;
 use kura_engine::Store;
 use kura_proto::mc_text::{self, Decoded, GetLine, Limits};
-use crate::auth::{shown, HttpRefusal, Session, Users};
-use crate::mask::Mask;
 use kura_proto::{http, kt_bin, mc_bin, tt_bin};
 
 /// Decode and execute every complete request in the read buffer.
@@ -44,7 +44,10 @@ pub(super) fn process<'s>(
                 Err(why) => {
                     shared.log.limited(
                         "refused binary",
-                        &format!("refused a connection from {} ({p:?}): {why}", c.session.peer),
+                        &format!(
+                            "refused a connection from {} ({p:?}): {why}",
+                            c.session.peer
+                        ),
                     );
                     c.closing = true;
                     c.rbuf.clear();
@@ -346,7 +349,10 @@ fn mc_text_login(
 
 /// Log a failed login (never its secret).
 pub(super) fn login_failed(shared: &Shared, session: &Session, what: &str, name: Option<String>) {
-    let who = name.map_or_else(|| "a token or unreadable credentials".into(), |n| format!("user {n}"));
+    let who = name.map_or_else(
+        || "a token or unreadable credentials".into(),
+        |n| format!("user {n}"),
+    );
     shared.log.limited(
         "failed login",
         &format!(
