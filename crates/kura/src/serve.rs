@@ -753,12 +753,14 @@ pub fn run(a: ServeArgs) -> ExitCode {
     if let Some(addr) = public {
         if users.is_none() {
             log.line(&format!(
-                "warning: listening on {addr}, not a loopback address, without authentication:                  any client that reaches it may read and change the database (see --users)"
+                "warning: listening on {addr}, not a loopback address, without authentication: \
+                 any client that reaches it may read and change the database (see --users)"
             ));
         }
         if a.allow_unauthenticated_binary {
             log.line(&format!(
-                "warning: --allow-unauthenticated-binary: the Tyrant and Kyoto Tycoon binary                  protocols serve any peer that reaches {addr}, with every right"
+                "warning: --allow-unauthenticated-binary: the Tyrant and Kyoto Tycoon binary \
+                 protocols serve any peer that reaches {addr}, with every right"
             ));
         }
     }

@@ -374,7 +374,7 @@ impl Session {
     pub fn new(peer: Option<std::net::SocketAddr>, access: &Access) -> Session {
         Session {
             peer: peer.map_or_else(|| "?".into(), |p| p.to_string()),
-            remote: access.loopback_is_remote || peer.map_or(true, |p| !p.ip().is_loopback()),
+            remote: access.loopback_is_remote || !peer.is_some_and(|p| p.ip().is_loopback()),
             tls_client: None,
             user: None,
         }
