@@ -270,8 +270,7 @@ const TEXT_CASES: &[&[u8]] = &[
 
 fn transcript(addr: &str, send: &[u8]) -> Vec<u8> {
     let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_millis(1500)))
-        .unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(send).unwrap();
     let expect_lines = if send.ends_with(b"get a\r\n") { 5 } else { 1 }
         + usize::from(send.ends_with(b"get foo\r\n") && send.starts_with(b"set"));
@@ -295,6 +294,29 @@ fn memcached_text_login_as_memcached_y() {
     assert_eq!(kura[0], b"CLIENT_ERROR unauthenticated\r\n");
     assert_eq!(kura[4], b"CLIENT_ERROR authentication failure\r\n");
     assert_eq!(kura[7], b"STORED\r\nSTORED\r\nVALUE a 0 1\r\nx\r\nEND\r\n");
+    // A storage command too large for an item removes the key's old item, as memcached
+    // does, but not before a login, nor for a user without the right to write.
+    let mut a = s.connect();
+    assert_eq!(mc(&mut a, "set x 0 0 12\r\nalice s3cret\r\n"), "STORED\r\n");
+    assert_eq!(mc(&mut a, "set k 0 0 1\r\nv\r\n"), "STORED\r\n");
+    let mut r = s.connect();
+    assert_eq!(mc(&mut r, "set x 0 0 12\r\nreader ro-pw\r\n"), "STORED\r\n");
+    for c in [&mut s.connect(), &mut r] {
+        let reply = mc(c, "set k 0 0 5000000\r\n");
+        assert!(reply.starts_with("SERVER_ERROR"), "{reply}");
+        assert_eq!(mc(&mut a, "get k\r\n"), "VALUE k 0 1\r\n", "the item stays");
+        assert_eq!(mc(&mut a, ""), "v\r\n");
+        assert_eq!(mc(&mut a, ""), "END\r\n");
+    }
+    // (The connection then skips the 5 MB it announced: a fresh one asks.)
+    assert!(mc(&mut a, "set k 0 0 5000000\r\n").starts_with("SERVER_ERROR"));
+    let mut a = s.connect();
+    assert_eq!(mc(&mut a, "set x 0 0 12\r\nalice s3cret\r\n"), "STORED\r\n");
+    assert_eq!(
+        mc(&mut a, "get k\r\n"),
+        "END\r\n",
+        "a writer's too-large set removes it"
+    );
     // The same transcripts from memcached started with -Y.
     std::fs::write(dir.path().join("authfile"), "alice:s3cret\n").unwrap();
     let port = free_port();

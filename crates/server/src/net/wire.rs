@@ -6,7 +6,7 @@ use crate::auth::{shown, HttpRefusal, Session, Users};
 use crate::context::{Next, Shared};
 use crate::kt_cursor::KtCursors;
 use crate::kt_signal::Waited;
-use crate::mask::Mask;
+use crate::mask::{Mask, Op, Proto};
 use crate::mc_stats::Dump;
 use crate::out::Out;
 use crate::tt_exec::{self, TtState};
@@ -261,7 +261,7 @@ impl Wire for McText<'_> {
             Err(e) => {
                 self.more = None;
                 let Ctx { store, shared, .. } = self.at;
-                if let Some(u) = e.unlink {
+                if let Some(u) = e.unlink.filter(|_| may_unlink(shared, self.session)) {
                     let key = &buf[u.start..u.start + u.len];
                     if let Err(err) = mc_exec::unlink_key(store, shared, key, u.base64) {
                         mc_common::server_error(out, &err);
@@ -347,6 +347,14 @@ fn mc_text_login(
     }
 }
 
+/// Whether a memcached storage command refused as too large may remove the key's old item
+/// (as memcached does): not before a login, nor when the mask in force (with the user's
+/// rights) refuses a `put`.
+fn may_unlink(shared: &Shared, session: &Session) -> bool {
+    (shared.access.users.is_none() || session.user.is_some())
+        && !shared.mask().denies(Op::Put, Proto::Memcached)
+}
+
 /// Log a failed login (never its secret).
 pub(super) fn login_failed(shared: &Shared, session: &Session, what: &str, name: Option<String>) {
     let who = name.map_or_else(
@@ -377,7 +385,7 @@ impl Wire for McBinary<'_> {
             Ok(mc_bin::Decoded::Incomplete) => Step::More,
             Err(e) => {
                 let Ctx { store, shared, .. } = self.0;
-                if let Some((start, len)) = e.unlink {
+                if let Some((start, len)) = e.unlink.filter(|_| may_unlink(shared, self.2)) {
                     if let Err(err) =
                         mc_exec::unlink_key(store, shared, &buf[start..start + len], false)
                     {
