@@ -864,11 +864,11 @@ pub fn run(a: ServeArgs) -> ExitCode {
     let follower = kura_server::repl::follow::start(repl.clone()).ok();
     shared.backup_dir = backup_dir;
     shared.scripts = scripts.clone();
-    shared.access = kura_server::auth::Access {
+    shared.access = kura_server::auth::Access::new(
         users,
-        allow_unauthenticated_binary: a.allow_unauthenticated_binary,
-        loopback_is_remote: a.test_loopback_is_remote,
-    };
+        a.allow_unauthenticated_binary,
+        a.test_loopback_is_remote,
+    );
     shared.log = {
         let log = log.clone();
         LogSink::new(move |m| log.line(m))
@@ -878,10 +878,26 @@ pub fn run(a: ServeArgs) -> ExitCode {
     // Watch the signal flags: stop the workers; reopen the log and reload the scripts.
     let watcher = {
         let (stop, log, notify) = (stop.clone(), log.clone(), notify);
+        let (shared, users_file) = (shared.clone(), a.users.clone());
         std::thread::spawn(move || loop {
             if HUP.swap(false, Ordering::SeqCst) {
                 log.reopen();
                 log.line("log reopened");
+                if let Some(p) = &users_file {
+                    let r = kura_server::auth::Users::load(p).and_then(|u| {
+                        let n = u.len();
+                        shared.access.replace_users(u).map_err(String::from)?;
+                        Ok(n)
+                    });
+                    match r {
+                        Ok(n) => {
+                            log.line(&format!("users file {} reloaded: {n} users", p.display()))
+                        }
+                        Err(e) => log.line(&format!(
+                            "users file reload failed, the old users stay: {e}"
+                        )),
+                    }
+                }
                 if let Some(s) = &scripts {
                     match s.reload() {
                         Ok(()) => log.line("scripts reloaded"),

@@ -178,6 +178,19 @@ fn http_basic_and_bearer() {
     let log = log_of(dir.path());
     assert!(log.contains("refused a login from 127.0.0.1"), "{log}");
     assert!(!log.contains("nope"), "a secret in the log: {log}");
+    // SIGHUP reads the users file again: a new user logs in; a broken file keeps the old.
+    let o = kura_users(dir.path(), &["add", "users.txt", "newbie"], "n3w");
+    assert!(o.status.success());
+    assert_eq!(curl(&["-u", "newbie:n3w", &url("/k")]).0, 401);
+    let hup = || unsafe { libc::kill(s.child.id() as libc::pid_t, libc::SIGHUP) };
+    hup();
+    assert!(common::eventually(10, || log_of(dir.path()).contains("reloaded: 4 users")));
+    // Logged in: a miss (the records were cleared above), not 401.
+    assert_eq!(curl(&["-u", "newbie:n3w", &url("/k")]).0, 404);
+    std::fs::write(dir.path().join("users.txt"), "broken\n").unwrap();
+    hup();
+    assert!(common::eventually(10, || log_of(dir.path()).contains("the old users stay")));
+    assert_eq!(curl(&["-u", "newbie:n3w", &url("/k")]).0, 404);
 }
 
 fn bin_packet(op: u8, key: &[u8], value: &[u8]) -> Vec<u8> {

@@ -25,7 +25,7 @@ use ring::{digest, hmac, pbkdf2, rand};
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, RwLock};
 
 /// PBKDF2 iterations of a new password hash (OWASP's recommendation for PBKDF2-HMAC-SHA256).
 pub const ITERATIONS: u32 = 600_000;
@@ -349,8 +349,9 @@ impl Users {
 /// Who may connect and how (`--users`, `--allow-unauthenticated-binary`).
 #[derive(Debug, Default)]
 pub struct Access {
-    /// `None`: no users file, every client has every right (`--mask` still applies).
-    pub users: Option<Users>,
+    /// `None`: no users file, every client has every right (`--mask` still applies). The
+    /// users can be replaced while serving ([`Access::replace_users`]), not switched on or off.
+    users: Option<RwLock<Arc<Users>>>,
     /// Serve the Tyrant and Kyoto Tycoon binary protocols to any peer.
     pub allow_unauthenticated_binary: bool,
     /// Count loopback peers as remote (a switch for tests of the remote rule only).
@@ -382,6 +383,42 @@ impl Session {
 }
 
 impl Access {
+    pub fn new(
+        users: Option<Users>,
+        allow_unauthenticated_binary: bool,
+        loopback_is_remote: bool,
+    ) -> Access {
+        Access {
+            users: users.map(|u| RwLock::new(Arc::new(u))),
+            allow_unauthenticated_binary,
+            loopback_is_remote,
+        }
+    }
+
+    /// Whether the server has a users file (clients must log in).
+    #[inline]
+    pub fn has_users(&self) -> bool {
+        self.users.is_some()
+    }
+
+    /// The users now.
+    pub fn users(&self) -> Option<Arc<Users>> {
+        self.users
+            .as_ref()
+            .map(|u| u.read().unwrap_or_else(|p| p.into_inner()).clone())
+    }
+
+    /// Replace the users (the users file read again, on SIGHUP). Connections logged in
+    /// keep the rights they logged in with; HTTP requests are checked against the new users.
+    pub fn replace_users(&self, new: Users) -> Result<(), &'static str> {
+        let u = self
+            .users
+            .as_ref()
+            .ok_or("the server was started without --users")?;
+        *u.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(new);
+        Ok(())
+    }
+
     /// Whether a connection may speak the Tyrant or Kyoto Tycoon binary protocol, which have
     /// no authentication of their own: over TLS with a verified client certificate (whose
     /// subject must be a user's name when there is a users file), with
@@ -389,7 +426,7 @@ impl Access {
     /// `Ok` carries the user it runs as (`None`: every right); `Err` why it is refused.
     pub fn binary(&self, s: &Session) -> Result<Option<(String, Mask)>, &'static str> {
         if let Some(subject) = &s.tls_client {
-            return match &self.users {
+            return match self.users() {
                 None => Ok(None),
                 Some(us) => us
                     .get(subject)
@@ -400,13 +437,13 @@ impl Access {
         if self.allow_unauthenticated_binary {
             return Ok(None);
         }
-        match (&self.users, s.remote) {
-            (None, false) => Ok(None),
-            (None, true) => Err(
+        match (self.has_users(), s.remote) {
+            (false, false) => Ok(None),
+            (false, true) => Err(
                 "binary protocol from a non-loopback peer without a TLS client \
                                  certificate (see --allow-unauthenticated-binary)",
             ),
-            (Some(_), _) => Err("binary protocol without a TLS client certificate while \
+            (true, _) => Err("binary protocol without a TLS client certificate while \
                                  --users is set (see --allow-unauthenticated-binary)"),
         }
     }
@@ -534,7 +571,7 @@ mod tests {
         assert!(a.binary(&s(false, None)).is_ok());
         assert!(a.binary(&s(true, None)).is_err());
         assert!(a.binary(&s(true, Some("CN=x"))).is_ok());
-        a.users = Some(Users::parse("alice read").unwrap());
+        a = Access::new(Some(Users::parse("alice read").unwrap()), false, false);
         assert!(a.binary(&s(false, None)).is_err());
         assert!(a.binary(&s(true, Some("bob"))).is_err());
         assert_eq!(
@@ -543,5 +580,10 @@ mod tests {
         );
         a.allow_unauthenticated_binary = true;
         assert!(a.binary(&s(true, None)).is_ok());
+        a.replace_users(Users::parse("bob read").unwrap()).unwrap();
+        assert!(a.binary(&s(true, Some("bob"))).unwrap().is_some());
+        assert!(Access::default()
+            .replace_users(Users::parse("").unwrap())
+            .is_err());
     }
 }

@@ -284,9 +284,9 @@ impl Wire for McText<'_> {
     }
     fn execute(&mut self, req: &Self::Req<'_>, out: &mut Out) -> Next {
         let Ctx { store, shared, now } = self.at;
-        if let Some(users) = &shared.access.users {
-            if self.session.user.is_none() {
-                mc_text_login(users, shared, self.session, req, out);
+        if shared.access.has_users() && self.session.user.is_none() {
+            if let Some(users) = shared.access.users() {
+                mc_text_login(&users, shared, self.session, req, out);
                 return Next::Continue;
             }
         }
@@ -351,7 +351,7 @@ fn mc_text_login(
 /// (as memcached does): not before a login, nor when the mask in force (with the user's
 /// rights) refuses a `put`.
 fn may_unlink(shared: &Shared, session: &Session) -> bool {
-    (shared.access.users.is_none() || session.user.is_some())
+    (!shared.access.has_users() || session.user.is_some())
         && !shared.mask().denies(Op::Put, Proto::Memcached)
 }
 
@@ -417,8 +417,8 @@ impl Wire for McBinary<'_> {
     }
     fn execute(&mut self, req: &Self::Req<'_>, out: &mut Out) -> Next {
         let Ctx { store, shared, now } = self.0;
-        if let Some(users) = &shared.access.users {
-            if mc_sasl(users, shared, self.2, req, out) {
+        if let Some(users) = shared.access.users() {
+            if mc_sasl(&users, shared, self.2, req, out) {
                 return Next::Continue;
             }
         }
@@ -574,8 +574,8 @@ impl Wire for Http<'_, '_> {
     }
     fn execute(&mut self, req: &Self::Req<'_>, out: &mut Out) -> Next {
         let Ctx { shared, now, .. } = self.1;
-        if let Some(users) = &shared.access.users {
-            match crate::auth::http_login(users, req.header("Authorization")) {
+        if let Some(users) = shared.access.users() {
+            match crate::auth::http_login(&users, req.header("Authorization")) {
                 Ok(u) => crate::auth::run_as(u.denied),
                 Err(why) => {
                     if let HttpRefusal::Wrong(name) = why {
