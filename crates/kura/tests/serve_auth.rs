@@ -242,6 +242,17 @@ fn memcached_sasl_plain() {
     // alice may not flush (admin): the mask's refusal.
     assert_eq!(send(&mut c, 0x08, b"", b"").1, 0x0083);
     assert!(log_of(dir.path()).contains("(memcached SASL): user \"alice\""));
+    let mut t = s.connect();
+    assert_eq!(mc(&mut t, "set x 0 0 12\r\nalice s3cret\r\n"), "STORED\r\n");
+    t.write_all(b"stats settings\r\n").unwrap();
+    let mut settings = String::new();
+    while !settings.ends_with("END\r\n") {
+        settings.push_str(&mc(&mut t, ""));
+    }
+    assert!(
+        settings.contains("STAT auth_enabled_sasl yes\r\n"),
+        "{settings}"
+    );
     // A real client: libmemcached's tools with SASL, where installed.
     if Command::new("memccp").arg("--help").output().is_err() {
         eprintln!("libmemcached-tools missing: the client part is skipped");
