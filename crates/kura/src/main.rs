@@ -10,6 +10,7 @@ mod remote;
 mod sd_notify;
 mod serve;
 mod transfer;
+mod users;
 mod when;
 
 use clap::{Parser, Subcommand};
@@ -36,6 +37,10 @@ enum Command {
     Remote(remote::RemoteArgs),
     /// Load a memcached-protocol server (Kura or memcached) and report throughput and latency.
     Bench(bench::BenchArgs),
+    /// Write a users file for `kura serve --users`: add users, set passwords (read from
+    /// stdin) and rights, make bearer tokens.
+    #[command(subcommand)]
+    Users(users::UsersCommand),
     /// Tokyo Tyrant's `ttserver` command line, its flags as they are (`-port 1978 -thnum 8
     /// casket.tch`), run as the `kura serve` it amounts to (`--dry-run` prints that command).
     #[command(disable_help_flag = true)]
@@ -72,6 +77,7 @@ fn main() -> ExitCode {
         Command::Serve(_) => serve::main(&raw[2..]),
         Command::Remote(args) => remote::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Users(cmd) => users::run(cmd),
         Command::Ttserver(a) => originals::run(originals::Program::Ttserver, a),
         Command::Ktserver(a) => originals::run(originals::Program::Ktserver, a),
         Command::Memcached(a) => originals::run(originals::Program::Memcached, a),

@@ -812,10 +812,17 @@ pub fn memcached(args: &[String]) -> Result<Plan, String> {
             )),
             'Y' => {
                 return Err(format!(
-                    "{shown} {value}: authentication is not yet in Kura"
+                    "{shown} {value}: authentication takes Kura's users file, not memcached's \
+                     plain passwords: write one (`kura users add FILE NAME`, the password on \
+                     stdin) and serve with `--users FILE`"
                 ))
             }
-            'S' => return Err(format!("{shown}: SASL authentication is not yet in Kura")),
+            'S' => {
+                return Err(format!(
+                    "{shown}: SASL authentication takes Kura's users file: `--users FILE` \
+                     (written by `kura users add`)"
+                ))
+            }
             's' | 'a' => {
                 return Err(format!(
                     "{shown} {value}: Kura listens on TCP only, not on a UNIX socket (not yet)"
@@ -1004,7 +1011,8 @@ pub fn hint(name: &str) -> Option<String> {
         "P" => "--pid".into(),
         "U" => "no UDP in Kura".into(),
         "M" | "B" | "R" => "no counterpart in Kura".into(),
-        "u" | "Y" | "S" => "not yet in Kura".into(),
+        "u" => "--user".into(),
+        "Y" | "S" => "--users FILE (a users file written by `kura users add`)".into(),
         _ => {
             let long = crate::conf::serve_command()
                 .get_arguments()

@@ -172,6 +172,24 @@ pub struct ServeArgs {
     /// --port (and --memcached-port) speak TLS only.
     #[arg(long)]
     tls_only: bool,
+    /// The users file: one user a line, `NAME RIGHTS SECRET...` (written by `kura users`).
+    /// With it, memcached clients log in (SASL PLAIN on the binary protocol, a first `set` of
+    /// `NAME PASSWORD` on the text protocol), HTTP requests carry Basic or Bearer credentials,
+    /// and each user may run only what their rights (read, write, admin) grant.
+    #[arg(long, value_name = "FILE")]
+    users: Option<PathBuf>,
+    /// Serve the Tokyo Tyrant and Kyoto Tycoon binary protocols, which have no authentication,
+    /// to every peer. Without it they are refused to non-loopback peers (and to every peer
+    /// when --users is given) unless TLS verified a client certificate.
+    #[arg(long)]
+    allow_unauthenticated_binary: bool,
+    /// For tests only: count loopback peers as remote (the binary-protocol rule).
+    #[arg(long, hide = true)]
+    test_loopback_is_remote: bool,
+    /// Run as this user (and their group) once the ports are bound and the files opened:
+    /// for a server started as root.
+    #[arg(long, value_name = "NAME")]
+    user: Option<String>,
     /// Read flags from this TOML file: each key a long flag (`port = 1978`, `mask = ["out"]`,
     /// `daemon = true`, `name = "data.kh"`); flags on the command line override it (a list
     /// flag given there replaces the file's list). An unknown key is an error.
@@ -196,6 +214,55 @@ pub struct ServeArgs {
 
 fn log_level(s: &str) -> Result<Level, String> {
     Level::parse(s).ok_or_else(|| format!("{s}: expected error, warn, info or debug"))
+}
+
+/// Give up root for user `name`: its group, no supplementary groups, then its uid.
+fn drop_to(name: &str) -> Result<(u32, u32), String> {
+    let cname = std::ffi::CString::new(name).map_err(|_| format!("--user {name:?}: bad name"))?;
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 16 << 10];
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call; the result points into `pw` and `buf`.
+    let rc = unsafe {
+        libc::getpwnam_r(
+            cname.as_ptr(),
+            &mut pw,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut found,
+        )
+    };
+    if rc != 0 || found.is_null() {
+        return Err(format!("--user {name}: no such user"));
+    }
+    let (uid, gid) = (pw.pw_uid, pw.pw_gid);
+    // SAFETY: plain system calls on this process's credentials.
+    unsafe {
+        if libc::geteuid() != 0 && libc::geteuid() != uid {
+            return Err(format!(
+                "--user {name}: only root can change to another user"
+            ));
+        }
+        if libc::setgroups(0, std::ptr::null()) != 0 && libc::geteuid() == 0 {
+            return Err(format!(
+                "--user {name}: setgroups: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        if libc::setgid(gid) != 0 {
+            return Err(format!(
+                "--user {name}: setgid: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        if libc::setuid(uid) != 0 {
+            return Err(format!(
+                "--user {name}: setuid: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    Ok((uid, gid))
 }
 
 fn seconds(s: &str) -> Result<Duration, String> {
@@ -749,6 +816,19 @@ pub fn run(a: ServeArgs) -> ExitCode {
     } else {
         store
     };
+    let users = match &a.users {
+        None => None,
+        Some(p) => match kura_server::auth::Users::load(p) {
+            Ok(u) => {
+                log.line(&format!("users file {}: {} users", p.display(), u.len()));
+                Some(u)
+            }
+            Err(e) => {
+                let _ = store.close();
+                return fail(Some(&log), daemon, e);
+            }
+        },
+    };
     let mut listeners = Vec::new();
     for port in std::iter::once(a.port)
         .chain(a.memcached_port)
@@ -793,6 +873,35 @@ pub fn run(a: ServeArgs) -> ExitCode {
         if let Err(e) = std::fs::write(p, format!("{}\n", std::process::id())) {
             log.warn(&format!("cannot write the pid file {}: {e}", p.display()));
         }
+    }
+    let public = listeners
+        .iter()
+        .filter_map(|l| l.local_addr().ok())
+        .find(|addr| !addr.ip().is_loopback());
+    if let Some(addr) = public {
+        if users.is_none() {
+            log.line(&format!(
+                "warning: listening on {addr}, not a loopback address, without authentication: \
+                 any client that reaches it may read and change the database (see --users)"
+            ));
+        }
+        if a.allow_unauthenticated_binary {
+            log.line(&format!(
+                "warning: --allow-unauthenticated-binary: the Tyrant and Kyoto Tycoon binary \
+                 protocols serve any peer that reaches {addr}, with every right"
+            ));
+        }
+    }
+    if let Some(name) = &a.user {
+        match drop_to(name) {
+            Ok((uid, gid)) => log.line(&format!("running as user {name} (uid {uid}, gid {gid})")),
+            Err(e) => {
+                let _ = store.close();
+                return fail(Some(&log), daemon, e);
+            }
+        }
+    } else if unsafe { libc::geteuid() } == 0 {
+        log.line("warning: running as root (see --user)");
     }
     if let Some(d) = daemon {
         d.report(READY);
@@ -886,6 +995,11 @@ pub fn run(a: ServeArgs) -> ExitCode {
     shared.backup_dir = backup_dir;
     shared.scripts = scripts.clone();
     shared.ext = ext_shared;
+    shared.access = kura_server::auth::Access::new(
+        users,
+        a.allow_unauthenticated_binary,
+        a.test_loopback_is_remote,
+    );
     shared.log = {
         let log = log.clone();
         LogSink::new(move |level, m| log.write(level, m, &[]))
@@ -900,6 +1014,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
     // Watch the signal flags: stop the workers; reopen the log and reload the scripts.
     let watcher = {
         let (stop, log, notify) = (stop.clone(), log.clone(), notify);
+        let (shared, users_file) = (shared.clone(), a.users.clone());
         std::thread::spawn(move || loop {
             if HUP.swap(false, Ordering::SeqCst) {
                 log.reopen();
@@ -914,6 +1029,21 @@ pub fn run(a: ServeArgs) -> ExitCode {
                         )),
                         Err(e) => log.line(&format!(
                             "TLS reload failed, the certificate in use stays: {e}"
+                        )),
+                    }
+                }
+                if let Some(p) = &users_file {
+                    let r = kura_server::auth::Users::load(p).and_then(|u| {
+                        let n = u.len();
+                        shared.access.replace_users(u).map_err(String::from)?;
+                        Ok(n)
+                    });
+                    match r {
+                        Ok(n) => {
+                            log.line(&format!("users file {} reloaded: {n} users", p.display()))
+                        }
+                        Err(e) => log.line(&format!(
+                            "users file reload failed, the old users stay: {e}"
                         )),
                     }
                 }

@@ -306,11 +306,11 @@ fn flags_with_no_meaning_here_exit_2_with_the_reason() {
         (vec!["memcached", "-M"], "-M: Kura's memory database evicts"),
         (
             vec!["memcached", "-Y", "auth.txt"],
-            "-Y auth.txt: authentication is not yet",
+            "-Y auth.txt: authentication takes Kura's users file",
         ),
         (
             vec!["memcached", "-S"],
-            "-S: SASL authentication is not yet",
+            "-S: SASL authentication takes Kura's users file",
         ),
         (
             vec!["memcached", "-o", "ssl_chain_cert=c.pem"],

@@ -577,3 +577,79 @@ fn a_replication_stream_asked_for_over_tls_is_refused_and_logged() {
         s.lines()
     );
 }
+
+/// The binary protocols' rule (issue 34): a peer counted as remote is served the Tyrant
+/// protocol over TLS with a verified client certificate, and refused in plain; with a users
+/// file, the certificate's common name must be a user's.
+#[test]
+fn a_verified_client_certificate_admits_the_binary_protocols() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    server_cert(d, "server", "localhost");
+    client_cert(d);
+    let tls = [
+        "--port",
+        "0",
+        "--tls-port",
+        "0",
+        "--tls-cert",
+        "server.pem",
+        "--tls-key",
+        "server.key",
+        "--tls-ca",
+        "ca.pem",
+        "--test-loopback-is-remote",
+    ];
+    let cert = ["-cert", "client.pem", "-key", "client.key"];
+    let s = Tls::start(d, &tls, 2);
+    let (plain, secure) = (s.addrs[0].clone(), s.addrs[1].clone());
+    // Over TLS with the certificate: put then get answer.
+    let mut req = tt_put(b"k", b"v");
+    req.extend(tt_get(b"k"));
+    let got = s_client(d, &secure, &cert, &req, 1 + 1 + 4 + 1);
+    assert_eq!(got, [0, 0, 0, 0, 0, 1, b'v'], "put and get over TLS");
+    // In plain, the same peer is refused (the connection closed at its first byte).
+    let mut c = std::net::TcpStream::connect(&plain).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.write_all(&tt_get(b"k")).unwrap();
+    let mut buf = [0u8; 16];
+    assert!(
+        matches!(c.read(&mut buf), Ok(0) | Err(_)),
+        "served in plain"
+    );
+    drop(s);
+
+    // With a users file, alice's certificate is admitted only while alice is a user.
+    let users = |names: &[&str]| {
+        for n in names {
+            let mut add = Command::new(KURA)
+                .args(["users", "add", "users.txt", n, "--rights", "read"])
+                .current_dir(d)
+                .stdin(Stdio::piped())
+                .spawn()
+                .unwrap();
+            add.stdin.as_mut().unwrap().write_all(b"pw\n").unwrap();
+            assert!(add.wait().unwrap().success());
+        }
+    };
+    users(&["bob"]);
+    let with_users: Vec<&str> = tls
+        .iter()
+        .copied()
+        .chain(["--users", "users.txt"])
+        .collect();
+    let s = Tls::start(d, &with_users, 2);
+    let got = s_client(d, &s.addrs[1], &cert, &tt_get(b"k"), 1);
+    assert!(
+        got.is_empty(),
+        "a certificate naming no user was served: {got:?}"
+    );
+    drop(s);
+    users(&["alice"]);
+    let s = Tls::start(d, &with_users, 2);
+    // alice may read (a miss: this server is in memory) but not write.
+    let got = s_client(d, &s.addrs[1], &cert, &tt_get(b"k"), 1);
+    assert_eq!(got, [1], "alice's get");
+    let got = s_client(d, &s.addrs[1], &cert, &tt_put(b"k", b"v"), 1);
+    assert_eq!(got, [1], "alice may not write");
+}

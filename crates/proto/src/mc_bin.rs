@@ -45,6 +45,10 @@ pub mod op {
     pub const GATQ: u8 = 0x1e;
     pub const GATK: u8 = 0x23;
     pub const GATKQ: u8 = 0x24;
+    /// SASL (memcached's `-S`): the mechanisms offered, a first step, a further step.
+    pub const SASL_LIST_MECHS: u8 = 0x20;
+    pub const SASL_AUTH: u8 = 0x21;
+    pub const SASL_STEP: u8 = 0x22;
 }
 
 /// Response status codes.
@@ -59,6 +63,19 @@ pub mod status {
     pub const UNKNOWN_COMMAND: u16 = 0x0081;
     pub const OUT_OF_MEMORY: u16 = 0x0082;
     pub const NOT_SUPPORTED: u16 = 0x0083;
+    /// Authentication failed, or a command came before authentication.
+    pub const AUTH_ERROR: u16 = 0x0020;
+    pub const AUTH_CONTINUE: u16 = 0x0021;
+}
+
+/// The user name and password of a SASL PLAIN message (RFC 4616: `[authzid] NUL authcid NUL
+/// passwd`); `None` when it is not one.
+pub fn sasl_plain(msg: &[u8]) -> Option<(&[u8], &[u8])> {
+    let mut parts = msg.splitn(3, |&b| b == 0);
+    let _authzid = parts.next()?;
+    let user = parts.next()?;
+    let pass = parts.next()?;
+    (!user.is_empty()).then_some((user, pass))
 }
 
 /// One request: the header fields that matter and borrowed body parts.
@@ -182,6 +199,9 @@ fn well_formed(opcode: u8, klen: usize, elen: usize, blen: usize) -> Option<bool
         op::APPEND | op::PREPEND => klen > 0 && elen == 0,
         op::STAT => elen == 0,
         op::TOUCH | op::GAT | op::GATK => elen == 4 && klen != 0,
+        op::SASL_LIST_MECHS => elen == 0 && klen == 0 && blen == 0,
+        // The key names the mechanism; the value is its message.
+        op::SASL_AUTH | op::SASL_STEP => elen == 0 && klen > 0,
         _ => return None,
     })
 }
@@ -386,6 +406,7 @@ pub fn encode_error(out: &mut Vec<u8>, opcode: u8, status: u16, opaque: u32) {
         status::NON_NUMERIC => b"Non-numeric server-side value for incr or decr",
         status::UNKNOWN_COMMAND => b"Unknown command",
         status::NOT_SUPPORTED => b"Not supported: refused by the server's mask",
+        status::AUTH_ERROR => b"Auth failure.",
         _ => b"Out of memory",
     };
     encode_response(out, opcode, status, opaque, 0, &[], &[], text);
@@ -395,6 +416,20 @@ pub fn encode_error(out: &mut Vec<u8>, opcode: u8, status: u16, opaque: u32) {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn sasl_plain_splits_user_and_password() {
+        assert_eq!(
+            sasl_plain(b"\0alice\0pw"),
+            Some((&b"alice"[..], &b"pw"[..]))
+        );
+        assert_eq!(
+            sasl_plain(b"z\0alice\0p\0w"),
+            Some((&b"alice"[..], &b"p\0w"[..]))
+        );
+        assert_eq!(sasl_plain(b"\0\0pw"), None);
+        assert_eq!(sasl_plain(b"alice"), None);
+    }
 
     fn packet(
         opcode: u8,

@@ -78,6 +78,8 @@ pub struct Shared {
     pub ext: std::sync::Arc<crate::script::tt_lock::ExtShared>,
     /// Request latency by protocol (the connection loop records it; `crate::metrics`).
     pub latency: crate::metrics::Latencies,
+    /// Users and who may connect (`--users`, `--allow-unauthenticated-binary`).
+    pub access: crate::auth::Access,
 }
 
 /// A log line's level (`--log-level`: the lines below it are not written).
@@ -279,6 +281,7 @@ impl Shared {
             scripts: None,
             ext: Default::default(),
             latency: Default::default(),
+            access: Default::default(),
         }
     }
 
@@ -310,24 +313,26 @@ impl Shared {
     /// prefixes and `total_connections` (as memcached does; current connections and items
     /// stay).
     /// The mask's verdict on a request that `denies` tells about: `None` when the mask in
-    /// force ([`Shared::mask`]) allows it, else whether `--mask` alone refuses it (see
-    /// [`Shared::read_only_refusal`]).
+    /// force ([`Shared::mask`]) allows it, else whether `--mask` or the user's rights alone
+    /// refuse it (see [`Shared::read_only_refusal`]).
     #[inline]
     pub fn verdict(&self, denies: impl Fn(Mask) -> bool) -> Option<bool> {
         let mask = self.mask();
         if mask.is_empty() || !denies(mask) {
             return None;
         }
-        Some(denies(self.mask))
+        Some(denies(self.mask.union(crate::auth::denied())))
     }
 
-    /// The command mask in force: `--mask`, and every write while the server is read-only.
+    /// The command mask in force: `--mask`, what the rights of the user whose request runs
+    /// do not grant ([`crate::auth`]), and every write while the server is read-only.
     #[inline]
     pub fn mask(&self) -> Mask {
+        let m = self.mask.union(crate::auth::denied());
         if self.read_only.load(Relaxed) {
-            self.mask.union(*READ_ONLY)
+            m.union(*READ_ONLY)
         } else {
-            self.mask
+            m
         }
     }
 

@@ -8,6 +8,7 @@
 //! of them checks (`mask`); the connection loop (`net`) and its output queue (`out`). Copies
 //! asked for over the network, confined to the backup directory: `backup`.
 
+pub mod auth;
 pub mod backup;
 pub mod context;
 pub mod http_exec;

@@ -423,8 +423,9 @@ pub fn stat_pairs(
             s("cas_enabled", &"yes");
             s("tcp_backlog", &1024);
             s("binding_protocol", &"auto-negotiate");
-            s("auth_enabled_sasl", &"no");
-            s("auth_enabled_ascii", &"no");
+            // memcached shows its -Y file's path for ascii; Kura's users serve both.
+            s("auth_enabled_sasl", &yes_no(shared.access.has_users()));
+            s("auth_enabled_ascii", &yes_no(shared.access.has_users()));
             s("item_size_max", &shared.max_item_size);
             s("maxconns_fast", &"yes");
             s("hashpower_init", &0);

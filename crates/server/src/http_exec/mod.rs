@@ -123,6 +123,18 @@ pub fn execute_with<'s>(
     context::execute(&mut e, store, shared, req, now, out)
 }
 
+/// Answer a request that did not authenticate (missing or wrong credentials while the server
+/// has users): 401 with the schemes accepted, HTTP Basic and bearer tokens.
+pub fn unauthorized(req: &Request<'_>, now: u64, out: &mut Vec<u8>) -> Next {
+    let reply = Reply::text(401, "Unauthorized")
+        .header(
+            "WWW-Authenticate",
+            &b"Basic realm=\"kura\", charset=\"UTF-8\""[..],
+        )
+        .header("WWW-Authenticate", &b"Bearer realm=\"kura\""[..]);
+    send(out, req, now, reply)
+}
+
 /// HTTP (Tyrant's and Kyoto Tycoon's REST, Kyoto Tycoon's RPC) in the steps every request
 /// takes. The operation a request is depends on its route, so the mask's verdict is asked
 /// where the route is known ([`Shared::verdict`]), and answered in the route's form.

@@ -2,9 +2,11 @@
 //! ([`Wire`]), and [`process`], which runs the requests in a connection's buffer.
 
 use super::*;
+use crate::auth::{shown, HttpRefusal, Session, Users};
 use crate::context::{Next, Shared};
 use crate::kt_cursor::KtCursors;
 use crate::kt_signal::Waited;
+use crate::mask::{Mask, Op, Proto};
 use crate::mc_stats::Dump;
 use crate::metrics::Histogram;
 use crate::out::Out;
@@ -38,6 +40,31 @@ pub(super) fn process<'s>(
     if c.proto.is_none() && pos < c.rbuf.len() {
         let p = sniff(c.rbuf[pos], c.mc_only);
         c.proto = Some(p);
+        if matches!(p, Protocol::TokyoTyrant | Protocol::KyotoBinary) {
+            // The handshake is over by the first decrypted byte: the client's verified
+            // certificate names its user.
+            if c.session.tls_client.is_none() {
+                c.session.tls_client = c
+                    .tls_info()
+                    .and_then(|i| i.client_cert_subject)
+                    .map(|s| crate::auth::cert_user(&s));
+            }
+            match shared.access.binary(&c.session) {
+                Ok(user) => c.session.user = user,
+                Err(why) => {
+                    shared.log.limited(
+                        "refused binary",
+                        &format!(
+                            "refused a connection from {} ({p:?}): {why}",
+                            c.session.peer
+                        ),
+                    );
+                    c.closing = true;
+                    c.rbuf.clear();
+                    return;
+                }
+            }
+        }
         if p == Protocol::TokyoTyrant {
             let mut st = TtState::of_server(shared);
             st.fd = std::os::fd::AsRawFd::as_raw_fd(&c.sock);
@@ -47,8 +74,14 @@ pub(super) fn process<'s>(
     let now = now_secs();
     let at = Ctx { store, shared, now };
     let lat = &shared.latency.0;
+    // The rights of the connection's user hold for its requests (HTTP: set per request).
+    crate::auth::run_as(c.session.user.as_ref().map_or(Mask::NONE, |u| u.1));
     match c.proto {
-        Some(Protocol::MemcachedBinary) => drive(c, pos, &mut McBinary(at, &limits.mc), &lat[1]),
+        Some(Protocol::MemcachedBinary) => {
+            let mut session = std::mem::take(&mut c.session);
+            drive(c, pos, &mut McBinary(at, &limits.mc, &mut session), &lat[1]);
+            c.session = session;
+        }
         Some(Protocol::TokyoTyrant) => {
             // The iterator state leaves the connection while the loop borrows it.
             let Some(mut st) = c.tt.take() else { return };
@@ -60,19 +93,23 @@ pub(super) fn process<'s>(
             // The cursors leave the connection while the loop borrows it.
             let mut curs = c.kt.take().unwrap_or_default();
             let mut waited = c.waited.take();
+            let session = std::mem::take(&mut c.session);
             drive(
                 c,
                 pos,
-                &mut Http(store, at, &limits.http, &mut curs, &mut waited),
+                &mut Http(store, at, &limits.http, &mut curs, &mut waited, &session),
                 &lat[4],
             );
+            c.session = session;
             c.kt = Some(curs);
         }
         Some(Protocol::MemcachedText) | None => {
+            let mut session = std::mem::take(&mut c.session);
             let mut w = McText {
                 at,
                 limits: &limits.mc,
                 more: c.more.take(),
+                session: &mut session,
             };
             let mut pos = pos;
             loop {
@@ -92,8 +129,10 @@ pub(super) fn process<'s>(
                 pos = 0;
             }
             c.more = w.more;
+            c.session = session;
         }
     }
+    crate::auth::run_as(Mask::NONE);
 }
 
 /// Discard from `pos` on what a refused request left to discard ([`Conn::skip`], then
@@ -229,6 +268,8 @@ pub(super) struct McText<'x> {
     pub(super) limits: &'x Limits,
     /// The long retrieval line whose next piece is due.
     pub(super) more: Option<GetLine>,
+    /// Who the connection has logged in as (with `--users`).
+    pub(super) session: &'x mut Session,
 }
 
 impl Wire for McText<'_> {
@@ -247,7 +288,7 @@ impl Wire for McText<'_> {
             Err(e) => {
                 self.more = None;
                 let Ctx { store, shared, .. } = self.at;
-                if let Some(u) = e.unlink {
+                if let Some(u) = e.unlink.filter(|_| may_unlink(shared, self.session)) {
                     let key = &buf[u.start..u.start + u.len];
                     if let Err(err) = mc_exec::unlink_key(store, shared, key, u.base64) {
                         mc_common::server_error(out, &err);
@@ -270,6 +311,12 @@ impl Wire for McText<'_> {
     }
     fn execute(&mut self, req: &Self::Req<'_>, out: &mut Out) -> Next {
         let Ctx { store, shared, now } = self.at;
+        if shared.access.has_users() && self.session.user.is_none() {
+            if let Some(users) = shared.access.users() {
+                mc_text_login(&users, shared, self.session, req, out);
+                return Next::Continue;
+            }
+        }
         mc_exec::execute(store, shared, req, now, out)
     }
 }
@@ -291,7 +338,71 @@ pub(super) fn mc_refused(shared: &Shared, what: &str, value_len: u64) {
     }
 }
 
-pub(super) struct McBinary<'x>(pub(super) Ctx<'x>, pub(super) &'x Limits);
+/// memcached's text-protocol authentication (its `-Y`): before a login, the data of a `set`
+/// is `NAME PASSWORD`; every other command is refused.
+fn mc_text_login(
+    users: &Users,
+    shared: &Shared,
+    session: &mut Session,
+    req: &mc_text::Request<'_>,
+    out: &mut Out,
+) {
+    let mc_text::Request::Store {
+        mode: mc_text::StoreMode::Set,
+        data,
+        ..
+    } = req
+    else {
+        out.extend_from_slice(b"CLIENT_ERROR unauthenticated\r\n");
+        return;
+    };
+    let Some(sp) = data.iter().position(|&b| b == b' ') else {
+        out.extend_from_slice(b"CLIENT_ERROR bad authentication token format\r\n");
+        return;
+    };
+    let (name, pass) = (&data[..sp], &data[sp + 1..]);
+    match users.login(name, pass) {
+        Some(u) => {
+            session.user = Some((u.name.clone(), u.denied));
+            crate::auth::run_as(u.denied);
+            out.extend_from_slice(b"STORED\r\n");
+        }
+        None => {
+            login_failed(shared, session, "memcached text", Some(shown(name)));
+            out.extend_from_slice(b"CLIENT_ERROR authentication failure\r\n");
+        }
+    }
+}
+
+/// Whether a memcached storage command refused as too large may remove the key's old item
+/// (as memcached does): not before a login, nor when the mask in force (with the user's
+/// rights) refuses a `put`.
+fn may_unlink(shared: &Shared, session: &Session) -> bool {
+    (!shared.access.has_users() || session.user.is_some())
+        && !shared.mask().denies(Op::Put, Proto::Memcached)
+}
+
+/// Log a failed login (never its secret).
+pub(super) fn login_failed(shared: &Shared, session: &Session, what: &str, name: Option<String>) {
+    let who = name.map_or_else(
+        || "a token or unreadable credentials".into(),
+        |n| format!("user {n}"),
+    );
+    shared.log.limited(
+        "failed login",
+        &format!(
+            "refused a login from {} ({what}): {who}: wrong name or password",
+            session.peer
+        ),
+    );
+}
+
+pub(super) struct McBinary<'x>(
+    pub(super) Ctx<'x>,
+    pub(super) &'x Limits,
+    /// Who the connection has logged in as (SASL, with `--users`).
+    pub(super) &'x mut Session,
+);
 
 impl Wire for McBinary<'_> {
     type Req<'a> = mc_bin::Request<'a>;
@@ -301,7 +412,7 @@ impl Wire for McBinary<'_> {
             Ok(mc_bin::Decoded::Incomplete) => Step::More,
             Err(e) => {
                 let Ctx { store, shared, .. } = self.0;
-                if let Some((start, len)) = e.unlink {
+                if let Some((start, len)) = e.unlink.filter(|_| may_unlink(shared, self.2)) {
                     if let Err(err) =
                         mc_exec::unlink_key(store, shared, &buf[start..start + len], false)
                     {
@@ -333,8 +444,57 @@ impl Wire for McBinary<'_> {
     }
     fn execute(&mut self, req: &Self::Req<'_>, out: &mut Out) -> Next {
         let Ctx { store, shared, now } = self.0;
+        if let Some(users) = shared.access.users() {
+            if mc_sasl(&users, shared, self.2, req, out) {
+                return Next::Continue;
+            }
+        }
         mc_bin_exec::execute(store, shared, req, now, out)
     }
+}
+
+/// memcached's SASL (its `-S`), PLAIN only: the SASL requests, and the refusal (status "Auth
+/// error") of every other request but `version` before a login. True when `req` was answered.
+fn mc_sasl(
+    users: &Users,
+    shared: &Shared,
+    session: &mut Session,
+    req: &mc_bin::Request<'_>,
+    out: &mut Out,
+) -> bool {
+    use mc_bin::{encode_error, encode_response, op, status};
+    let (opc, opaque) = (req.opcode, req.opaque);
+    match opc {
+        op::SASL_LIST_MECHS => {
+            encode_response(out, opc, status::OK, opaque, 0, &[], &[], b"PLAIN");
+        }
+        op::SASL_AUTH => {
+            let plain = (req.key == b"PLAIN")
+                .then(|| mc_bin::sasl_plain(req.value))
+                .flatten();
+            let user = plain.and_then(|(name, pass)| users.login(name, pass));
+            match user {
+                Some(u) => {
+                    session.user = Some((u.name.clone(), u.denied));
+                    crate::auth::run_as(u.denied);
+                    encode_response(out, opc, status::OK, opaque, 0, &[], &[], b"Authenticated");
+                }
+                None => {
+                    session.user = None;
+                    crate::auth::run_as(Mask::NONE);
+                    let name = plain.map(|(n, _)| shown(n));
+                    login_failed(shared, session, "memcached SASL", name);
+                    encode_error(out, opc, status::AUTH_ERROR, opaque);
+                }
+            }
+        }
+        // PLAIN takes one step: a further one is refused.
+        op::SASL_STEP => encode_error(out, opc, status::AUTH_ERROR, opaque),
+        op::VERSION => return false,
+        _ if session.user.is_none() => encode_error(out, opc, status::AUTH_ERROR, opaque),
+        _ => return false,
+    }
+    true
 }
 
 /// The store again with its own lifetime: the connection's iterator borrows it for that long.
@@ -413,6 +573,8 @@ pub(super) struct Http<'x, 's>(
     &'x mut KtCursors<'s>,
     /// How the wait of the first request ended (it ran before and waited).
     &'x mut Option<Waited>,
+    /// The connection's peer, for the log.
+    &'x Session,
 );
 
 impl Wire for Http<'_, '_> {
@@ -439,6 +601,17 @@ impl Wire for Http<'_, '_> {
     }
     fn execute(&mut self, req: &Self::Req<'_>, out: &mut Out) -> Next {
         let Ctx { shared, now, .. } = self.1;
+        if let Some(users) = shared.access.users() {
+            match crate::auth::http_login(&users, req.header("Authorization")) {
+                Ok(u) => crate::auth::run_as(u.denied),
+                Err(why) => {
+                    if let HttpRefusal::Wrong(name) = why {
+                        login_failed(shared, self.5, "HTTP", name);
+                    }
+                    return http_exec::unauthorized(req, now, out);
+                }
+            }
+        }
         http_exec::execute_with(self.0, shared, self.3, req, self.4.take(), now, out)
     }
 }

@@ -68,6 +68,8 @@ pub(super) struct Conn<'s> {
     pub(super) grant: usize,
     /// Not read for want of a grant: tried again every `PAUSED_RETRY`.
     pub(super) paused: bool,
+    /// What the client has proven (its peer, TLS client, user).
+    pub(super) session: crate::auth::Session,
 }
 
 impl Conn<'_> {
@@ -149,7 +151,7 @@ pub(super) fn worker<'s>(
         }
         // Connections another worker accepted for this one.
         if mine.spread.mail[mine.me].load(Ordering::Acquire) {
-            take_mail(mine, &mut poll, &mut conns, &mut free, nl)?;
+            take_mail(mine, &mut poll, &mut conns, &mut free, nl, shared)?;
         }
         // Phase 1: read and execute; replies wait in the connections' buffers. Connections
         // waiting for the budget are tried first, as if they were readable.
@@ -385,7 +387,7 @@ pub(super) fn accept_all(
         shared.total_connections.fetch_add(1, Ordering::Relaxed);
         let to = mine.spread.pick(mine.me);
         if to == mine.me {
-            adopt(sock, mc_only, link, poll, conns, free, nl)?;
+            adopt(sock, mc_only, link, poll, conns, free, nl, shared)?;
         } else {
             mine.spread.hand_over(to, sock, mc_only, link);
         }
@@ -401,7 +403,9 @@ pub(super) fn adopt(
     conns: &mut Vec<Option<Conn<'_>>>,
     free: &mut Vec<usize>,
     nl: usize,
+    shared: &Shared,
 ) -> io::Result<()> {
+    let session = crate::auth::Session::new(sock.peer_addr().ok(), &shared.access);
     let idx = free.pop().unwrap_or_else(|| {
         conns.push(None);
         conns.len() - 1
@@ -434,6 +438,7 @@ pub(super) fn adopt(
         dump: None,
         grant: 0,
         paused: false,
+        session,
     });
     Ok(())
 }
@@ -445,6 +450,7 @@ pub(super) fn take_mail(
     conns: &mut Vec<Option<Conn<'_>>>,
     free: &mut Vec<usize>,
     nl: usize,
+    shared: &Shared,
 ) -> io::Result<()> {
     let socks = {
         let mut inbox = mine.spread.inbox[mine.me]
@@ -454,7 +460,7 @@ pub(super) fn take_mail(
         std::mem::take(&mut *inbox)
     };
     for (sock, mc_only, link) in socks {
-        adopt(sock, mc_only, link, poll, conns, free, nl)?;
+        adopt(sock, mc_only, link, poll, conns, free, nl, shared)?;
     }
     Ok(())
 }
