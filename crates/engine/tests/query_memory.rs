@@ -77,9 +77,10 @@ fn peak_of<T>(f: impl FnOnce() -> T) -> (T, usize) {
 }
 
 /// A search matching every record by a token index (the write-up's `sendDates STRAND date`)
-/// holds at its peak less than 2.5 times the bytes of the keys it returns: the driving set's
-/// keys move into a result sized once (each key copied into a vector of (key, sort key) pairs
-/// grown by doubling while the set still held it, as at 6e95498, is 3.7 times).
+/// holds at its peak less than twice the bytes of the keys it returns: the driving set is built
+/// with full nodes and its keys move into a result sized once (1.57 times here; a set filled a
+/// key at a time, 2.06; each key also copied into a vector of (key, sort key) pairs grown by
+/// doubling while the set still held it, as at 6e95498, 3.73).
 #[test]
 fn a_search_matching_every_record_holds_each_key_about_once() {
     const N: usize = 20_000;
@@ -119,7 +120,7 @@ fn a_search_matching_every_record_holds_each_key_about_once() {
         peak / N
     );
     assert!(
-        peak * 2 < 5 * least,
+        peak < 2 * least,
         "peak {peak} bytes for {N} keys of {least} bytes"
     );
 }

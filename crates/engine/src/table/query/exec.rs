@@ -298,15 +298,21 @@ fn materialize(
     let keep = |pk: &[u8]| within.is_none_or(|s| s.contains(pk));
     match a {
         Access::Ranges(space, typ, rs) => {
+            // Gathered first and built into the set at once: a set built from sorted keys has
+            // full nodes, one filled a key at a time in order about half-full ones (47 bytes a
+            // key against 26, on a query matching millions of records).
+            let mut keys = Vec::new();
             for r in rs {
                 space.for_each_in_range(&key_range(r, usize::MAX), &mut |k, v, _| {
                     let e = decode_entry(*typ, k, v)?;
                     if keep(e.pk) {
-                        out.insert(e.pk.to_vec());
+                        keys.push(e.pk.to_vec());
                     }
                     Ok(true)
                 })?;
             }
+            keys.shrink_to_fit();
+            out = keys.into_iter().collect();
         }
         Access::All(parts) => {
             let mut cur: Option<BTreeSet<Vec<u8>>> = within.cloned();
