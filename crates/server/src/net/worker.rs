@@ -395,6 +395,7 @@ pub(super) fn accept_all(
 }
 
 /// Register a connection with this worker's event loop.
+#[allow(clippy::too_many_arguments)] // the worker's parts a new connection joins
 pub(super) fn adopt(
     mut sock: TcpStream,
     mc_only: bool,

@@ -559,7 +559,12 @@ fn run<'s>(
             tt_bin::reply_stat(out, stat::stat_text(store, shared, st, now).as_bytes())
         }
         Request::Misc { name, ref args, .. } => match server_misc(store, shared, st, name, args)? {
-            Some(items) => tt_bin::reply_list(out, items.iter().map(Vec::as_slice)),
+            Some(items) => {
+                // Sized once: a search's reply can hold millions of keys, and a buffer grown by
+                // doubling would hold up to twice their bytes beside them.
+                out.reserve(5 + items.iter().map(|i| 4 + i.len()).sum::<usize>());
+                tt_bin::reply_list(out, items.iter().map(Vec::as_slice))
+            }
             None => tt_bin::reply_failure(out, cmd::MISC),
         },
         // Applied above.
