@@ -880,14 +880,14 @@ pub fn run(a: ServeArgs) -> ExitCode {
         .find(|addr| !addr.ip().is_loopback());
     if let Some(addr) = public {
         if users.is_none() {
-            log.line(&format!(
-                "warning: listening on {addr}, not a loopback address, without authentication: \
+            log.warn(&format!(
+                "listening on {addr}, not a loopback address, without authentication: \
                  any client that reaches it may read and change the database (see --users)"
             ));
         }
         if a.allow_unauthenticated_binary {
-            log.line(&format!(
-                "warning: --allow-unauthenticated-binary: the Tyrant and Kyoto Tycoon binary \
+            log.warn(&format!(
+                "--allow-unauthenticated-binary: the Tyrant and Kyoto Tycoon binary \
                  protocols serve any peer that reaches {addr}, with every right"
             ));
         }
@@ -901,7 +901,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
             }
         }
     } else if unsafe { libc::geteuid() } == 0 {
-        log.line("warning: running as root (see --user)");
+        log.warn("running as root (see --user)");
     }
     if let Some(d) = daemon {
         d.report(READY);
