@@ -1170,8 +1170,8 @@ mod tests {
         .unwrap();
         assert_eq!(
             p.argv().join(" "),
-            "/nonexistent/db.kb#cache=256m#sync=interval:10000 --threads 16 --port 3000 --pid \
-             /data/kyoto.pid --sid 1001 --ulog /data/db"
+            "/nonexistent/db.kb#cache=256m#sync=interval:10000 --log-level warn --threads 16 \
+             --port 3000 --pid /data/kyoto.pid --sid 1001 --ulog /data/db"
         );
         let e = ktserver(&words("-port 1 -- -x")).unwrap_err();
         assert!(e.starts_with("-x: not a database name"), "{e}");
