@@ -632,7 +632,7 @@ fn a_verified_client_certificate_admits_the_binary_protocols() {
                 .stdin(Stdio::piped())
                 .spawn()
                 .unwrap();
-            add.stdin.as_mut().unwrap().write_all(b"pw\n").unwrap();
+            let _ = add.stdin.take().unwrap().write_all(b"pw\n");
             assert!(add.wait().unwrap().success());
         }
     };
