@@ -943,7 +943,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
     }
     let mut shared = Shared::new(kura_engine::store::now_secs(), a.max_item_size);
     shared.max_value_size = a.max_value_size;
-    shared.mask = mask;
+    shared.mask.set(mask);
     shared.db_name = a.name.clone();
     shared.port = port;
     shared.threads = threads;
