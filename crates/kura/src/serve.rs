@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod log;
+mod reload;
 use kura_server::context::Level;
 use log::{Dest, Format, Log};
 
@@ -192,7 +193,8 @@ pub struct ServeArgs {
     user: Option<String>,
     /// Read flags from this TOML file: each key a long flag (`port = 1978`, `mask = ["out"]`,
     /// `daemon = true`, `name = "data.kh"`); flags on the command line override it (a list
-    /// flag given there replaces the file's list). An unknown key is an error.
+    /// flag given there replaces the file's list). An unknown key is an error. SIGHUP reads
+    /// it again and applies log-level, mask and unmask; the log names what else changed.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Print the effective configuration (file, command line and defaults) as the TOML
@@ -561,10 +563,15 @@ pub fn main(cli: &[std::ffi::OsString]) -> ExitCode {
         print!("{}", crate::conf::print(&m));
         return ExitCode::SUCCESS;
     }
-    run(a)
+    let reload = a
+        .config
+        .clone()
+        .map(|file| reload::Reload::new(cli.to_vec(), file, crate::conf::settings(&m)));
+    run(a, reload)
 }
 
-pub fn run(a: ServeArgs) -> ExitCode {
+/// Serve with the settings `a`; `reload`, with --config, reads the file again on SIGHUP.
+fn run(a: ServeArgs, reload: Option<reload::Reload>) -> ExitCode {
     // systemd's Type=notify: told once the ports listen, and when a stop begins.
     let notify = crate::sd_notify::Notify::from_env();
     let mask = match command_mask(&a) {
@@ -1015,10 +1022,14 @@ pub fn run(a: ServeArgs) -> ExitCode {
     let watcher = {
         let (stop, log, notify) = (stop.clone(), log.clone(), notify);
         let (shared, users_file) = (shared.clone(), a.users.clone());
+        let mut reload = reload;
         std::thread::spawn(move || loop {
             if HUP.swap(false, Ordering::SeqCst) {
                 log.reopen();
                 log.line("log reopened");
+                if let Some(r) = &mut reload {
+                    r.reload(&log, &shared);
+                }
                 if let Some(t) = &tls {
                     let f = t.files();
                     match t.reload() {

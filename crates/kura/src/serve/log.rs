@@ -76,6 +76,15 @@ fn level_num(l: Level) -> u8 {
     }
 }
 
+fn num_level(n: u8) -> Level {
+    match n {
+        0 => Level::Error,
+        1 => Level::Warn,
+        2 => Level::Info,
+        _ => Level::Debug,
+    }
+}
+
 fn open_file(p: &PathBuf) -> std::io::Result<std::fs::File> {
     std::fs::OpenOptions::new()
         .create(true)
@@ -103,6 +112,16 @@ impl Log {
             level: AtomicU8::new(level_num(level)),
             sink,
         })
+    }
+
+    /// The level in force (`--log-level`).
+    pub fn level(&self) -> Level {
+        num_level(self.level.load(Ordering::Relaxed))
+    }
+
+    /// Write the lines of `level` and above from now on (SIGHUP's reload of the level).
+    pub fn set_level(&self, level: Level) {
+        self.level.store(level_num(level), Ordering::Relaxed);
     }
 
     pub fn enabled(&self, level: Level) -> bool {
@@ -359,6 +378,9 @@ mod tests {
         log.warn("careful");
         log.write(Level::Debug, "not sent", &[]);
         log.write(Level::Error, "bad", &[("k", "v".into())]);
+        log.set_level(Level::Debug);
+        assert_eq!(log.level(), Level::Debug);
+        log.write(Level::Debug, "sent", &[]);
         let mut buf = [0u8; 512];
         let n = rx.recv(&mut buf).unwrap();
         let a = String::from_utf8_lossy(&buf[..n]).to_string();
@@ -367,5 +389,8 @@ mod tests {
         assert!(a.starts_with("<28>"), "{a}");
         assert!(a.ends_with(&format!(" kura[{}]: careful", std::process::id())));
         assert!(b.starts_with("<27>") && b.ends_with(": bad k=v"), "{b}");
+        let n = rx.recv(&mut buf).unwrap();
+        let c = String::from_utf8_lossy(&buf[..n]).to_string();
+        assert!(c.starts_with("<31>") && c.ends_with(": sent"), "{c}");
     }
 }
