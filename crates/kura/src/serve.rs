@@ -66,8 +66,9 @@ pub struct ServeArgs {
     log: Option<PathBuf>,
     /// Detach from the terminal and run in the background. Returns once the server listens;
     /// exits 2 with the reason when it cannot start (database, port). Without --log, the log
-    /// goes to PATH.log beside the database (kura-PORT.log in the working directory for `*`
-    /// and `+`), and the command says where.
+    /// goes to the local syslog socket /dev/log when one answers there, else to PATH.log
+    /// beside the database (kura-PORT.log in the working directory for `*` and `+`), and the
+    /// command says which.
     #[arg(long)]
     daemon: bool,
     /// Refuse these operations on every protocol: a comma-separated list of Tyrant command
@@ -593,9 +594,18 @@ fn run(a: ServeArgs, reload: Option<reload::Reload>) -> ExitCode {
     let dir_exists = beside
         .parent()
         .is_none_or(|d| d.as_os_str().is_empty() || d.is_dir());
-    // (Where the database's directory is missing, the open fails and says so.)
-    if a.daemon && a.log.is_none() && dir_exists {
-        // A daemon has no stderr: its log goes to a file, and the command says which.
+    // A daemon has no stderr: its log goes to syslog, or to a file, and the command says
+    // which. (Where the database's directory is missing, the open fails and says so.)
+    let syslog = (a.daemon && a.log.is_none())
+        .then(log::local_syslog)
+        .flatten();
+    if let Some(sock) = syslog {
+        eprintln!(
+            "kura: --daemon without --log: the log goes to syslog ({})",
+            sock.display()
+        );
+        a.log = Some(PathBuf::from(format!("syslog:{}", sock.display())));
+    } else if a.daemon && a.log.is_none() && dir_exists {
         let p = beside;
         let shown = std::env::current_dir().map_or(p.clone(), |d| d.join(&p));
         eprintln!(

@@ -15,6 +15,9 @@ use std::sync::Mutex;
 
 /// The local syslog socket.
 pub const SYSLOG_SOCKET: &str = "/dev/log";
+/// For tests only: the socket a daemon started without `--log` takes for the local syslog
+/// socket (a test binds a datagram socket of its own there), in place of [`SYSLOG_SOCKET`].
+pub const TEST_SYSLOG_ENV: &str = "KURA_TEST_SYSLOG_SOCKET";
 /// syslog's daemon facility.
 const FACILITY_DAEMON: u8 = 3;
 
@@ -83,6 +86,14 @@ fn num_level(n: u8) -> Level {
         2 => Level::Info,
         _ => Level::Debug,
     }
+}
+
+/// The local syslog socket a daemon without `--log` logs to, when one answers there (else
+/// `None`: it logs to a file).
+pub fn local_syslog() -> Option<PathBuf> {
+    let p = std::env::var_os(TEST_SYSLOG_ENV)
+        .map_or_else(|| PathBuf::from(SYSLOG_SOCKET), PathBuf::from);
+    open_syslog(&p).is_ok().then_some(p)
 }
 
 fn open_file(p: &PathBuf) -> std::io::Result<std::fs::File> {
