@@ -13,8 +13,10 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let store = kura_engine::open("*").expect("memory db");
-    let mut shared = Shared::new(0, 4096);
-    shared.mask = Mask::NONE.mask("copy,optimize").expect("mask names");
+    let shared = Shared::new(0, 4096);
+    shared
+        .mask
+        .set(Mask::NONE.mask("copy,optimize").expect("mask names"));
     let limits = Limits {
         max_key: 250,
         max_value: 4096,

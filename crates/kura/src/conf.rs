@@ -269,23 +269,19 @@ fn toml_value(s: &str) -> String {
     toml::Value::String(s.to_string()).to_string()
 }
 
-/// The effective configuration as the TOML `--config` reads: every flag with its value (the
-/// default where none was given), unset optional ones as comments.
-pub fn print(m: &ArgMatches) -> String {
+/// The effective configuration, key by key in the flags' order: each flag's value as TOML
+/// (the default where none was given), `None` for an unset optional one.
+pub fn settings(m: &ArgMatches) -> Vec<(String, Option<String>)> {
     let cmd = serve_command();
-    let mut out = String::from(
-        "# kura serve's effective configuration: `kura serve --config FILE` reads this file\n\
-         # (keys are kura serve's long flags; flags on the command line override them).\n",
-    );
+    let mut out = Vec::new();
     for arg in cmd.get_arguments() {
         let id = arg.get_id().as_str();
         if NOT_IN_FILE.contains(&id) {
             continue;
         }
-        let key = key_of(arg);
-        let line = match arg.get_action() {
-            ArgAction::SetTrue | ArgAction::SetFalse => Some(format!("{key} = {}", m.get_flag(id))),
-            ArgAction::Count => Some(format!("{key} = {}", m.get_count(id))),
+        let value = match arg.get_action() {
+            ArgAction::SetTrue | ArgAction::SetFalse => Some(m.get_flag(id).to_string()),
+            ArgAction::Count => Some(m.get_count(id).to_string()),
             ArgAction::Append => {
                 let per = arg.get_num_args().map_or(1, |r| r.min_values().max(1));
                 let occ: Vec<Vec<String>> = m
@@ -302,15 +298,28 @@ pub fn print(m: &ArgMatches) -> String {
                 } else {
                     occ.into_iter().flatten().collect()
                 };
-                Some(format!("{key} = [{}]", items.join(", ")))
+                Some(format!("[{}]", items.join(", ")))
             }
             _ => m
                 .get_raw(id)
                 .and_then(|mut v| v.next())
-                .map(|v| format!("{key} = {}", toml_value(&v.to_string_lossy()))),
+                .map(|v| toml_value(&v.to_string_lossy())),
         };
-        match line {
-            Some(l) => out.push_str(&l),
+        out.push((key_of(arg), value));
+    }
+    out
+}
+
+/// The effective configuration as the TOML `--config` reads: every flag with its value (the
+/// default where none was given), unset optional ones as comments.
+pub fn print(m: &ArgMatches) -> String {
+    let mut out = String::from(
+        "# kura serve's effective configuration: `kura serve --config FILE` reads this file\n\
+         # (keys are kura serve's long flags; flags on the command line override them).\n",
+    );
+    for (key, value) in settings(m) {
+        match value {
+            Some(v) => out.push_str(&format!("{key} = {v}")),
             None => out.push_str(&format!("# {key} = (not set)")),
         }
         out.push('\n');

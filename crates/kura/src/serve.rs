@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod log;
+mod reload;
 use kura_server::context::Level;
 use log::{Dest, Format, Log};
 
@@ -65,8 +66,9 @@ pub struct ServeArgs {
     log: Option<PathBuf>,
     /// Detach from the terminal and run in the background. Returns once the server listens;
     /// exits 2 with the reason when it cannot start (database, port). Without --log, the log
-    /// goes to PATH.log beside the database (kura-PORT.log in the working directory for `*`
-    /// and `+`), and the command says where.
+    /// goes to the local syslog socket /dev/log when one answers there, else to PATH.log
+    /// beside the database (kura-PORT.log in the working directory for `*` and `+`), and the
+    /// command says which.
     #[arg(long)]
     daemon: bool,
     /// Refuse these operations on every protocol: a comma-separated list of Tyrant command
@@ -192,7 +194,8 @@ pub struct ServeArgs {
     user: Option<String>,
     /// Read flags from this TOML file: each key a long flag (`port = 1978`, `mask = ["out"]`,
     /// `daemon = true`, `name = "data.kh"`); flags on the command line override it (a list
-    /// flag given there replaces the file's list). An unknown key is an error.
+    /// flag given there replaces the file's list). An unknown key is an error. SIGHUP reads
+    /// it again and applies log-level, mask and unmask; the log names what else changed.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Print the effective configuration (file, command line and defaults) as the TOML
@@ -561,10 +564,15 @@ pub fn main(cli: &[std::ffi::OsString]) -> ExitCode {
         print!("{}", crate::conf::print(&m));
         return ExitCode::SUCCESS;
     }
-    run(a)
+    let reload = a
+        .config
+        .clone()
+        .map(|file| reload::Reload::new(cli.to_vec(), file, crate::conf::settings(&m)));
+    run(a, reload)
 }
 
-pub fn run(a: ServeArgs) -> ExitCode {
+/// Serve with the settings `a`; `reload`, with --config, reads the file again on SIGHUP.
+fn run(a: ServeArgs, reload: Option<reload::Reload>) -> ExitCode {
     // systemd's Type=notify: told once the ports listen, and when a stop begins.
     let notify = crate::sd_notify::Notify::from_env();
     let mask = match command_mask(&a) {
@@ -586,9 +594,18 @@ pub fn run(a: ServeArgs) -> ExitCode {
     let dir_exists = beside
         .parent()
         .is_none_or(|d| d.as_os_str().is_empty() || d.is_dir());
-    // (Where the database's directory is missing, the open fails and says so.)
-    if a.daemon && a.log.is_none() && dir_exists {
-        // A daemon has no stderr: its log goes to a file, and the command says which.
+    // A daemon has no stderr: its log goes to syslog, or to a file, and the command says
+    // which. (Where the database's directory is missing, the open fails and says so.)
+    let syslog = (a.daemon && a.log.is_none())
+        .then(log::local_syslog)
+        .flatten();
+    if let Some(sock) = syslog {
+        eprintln!(
+            "kura: --daemon without --log: the log goes to syslog ({})",
+            sock.display()
+        );
+        a.log = Some(PathBuf::from(format!("syslog:{}", sock.display())));
+    } else if a.daemon && a.log.is_none() && dir_exists {
         let p = beside;
         let shown = std::env::current_dir().map_or(p.clone(), |d| d.join(&p));
         eprintln!(
@@ -943,7 +960,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
     }
     let mut shared = Shared::new(kura_engine::store::now_secs(), a.max_item_size);
     shared.max_value_size = a.max_value_size;
-    shared.mask = mask;
+    shared.mask.set(mask);
     shared.db_name = a.name.clone();
     shared.port = port;
     shared.threads = threads;
@@ -1015,10 +1032,14 @@ pub fn run(a: ServeArgs) -> ExitCode {
     let watcher = {
         let (stop, log, notify) = (stop.clone(), log.clone(), notify);
         let (shared, users_file) = (shared.clone(), a.users.clone());
+        let mut reload = reload;
         std::thread::spawn(move || loop {
             if HUP.swap(false, Ordering::SeqCst) {
                 log.reopen();
                 log.line("log reopened");
+                if let Some(r) = &mut reload {
+                    r.reload(&log, &shared);
+                }
                 if let Some(t) = &tls {
                     let f = t.files();
                     match t.reload() {

@@ -295,3 +295,81 @@ fn serve_creates_a_database_only_where_it_should_and_says_so() {
         reaper.0 = 0;
     }
 }
+
+/// `--daemon` without `--log` logs to the local syslog socket when one answers there (here a
+/// socket of the test's, named by KURA_TEST_SYSLOG_SOCKET in place of /dev/log), and says so
+/// before detaching; with none, to the file beside the database.
+#[test]
+fn a_daemon_without_log_goes_to_syslog_when_a_socket_answers() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let sock = d.join("log.sock");
+    let rx = UnixDatagram::bind(&sock).unwrap();
+    rx.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let daemon = |socket: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_kura"))
+            .args(["serve", "d.kh", "--port", "0", "--daemon", "--pid", "d.pid"])
+            .env("KURA_TEST_SYSLOG_SOCKET", socket)
+            .current_dir(d)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let o = daemon(&sock);
+    assert!(o.status.success(), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!("the log goes to syslog ({})", sock.display())),
+        "{err}"
+    );
+    let pid: i32 = wait_for("the pid file", || {
+        read(&d.join("d.pid")).trim().parse().ok()
+    });
+    let mut reaper = Reaper(pid);
+    let mut buf = [0u8; 4096];
+    let mut recv = |until: &str| loop {
+        let n = rx.recv(&mut buf).expect("a syslog datagram");
+        let line = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if line.contains(until) {
+            return line;
+        }
+    };
+    let listening = recv("listening on");
+    // <30>: facility daemon (3) × 8 + severity info (6).
+    assert!(
+        listening.starts_with("<30>") && listening.contains(&format!(" kura[{pid}]: ")),
+        "{listening}"
+    );
+    signal(pid, libc::SIGTERM);
+    recv("stopped; database synced and closed");
+    wait_for("the pid file removed", || {
+        (!d.join("d.pid").exists()).then_some(())
+    });
+    reaper.0 = 0;
+    assert!(!d.join("d.kh.log").exists(), "no file beside the database");
+
+    // No socket answers: the file beside the database, as the command says.
+    drop(rx);
+    let o = daemon(&sock);
+    assert!(o.status.success(), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("the log goes to") && err.contains("d.kh.log"),
+        "{err}"
+    );
+    let pid: i32 = wait_for("the pid file", || {
+        read(&d.join("d.pid")).trim().parse().ok()
+    });
+    let mut reaper = Reaper(pid);
+    wait_for("the log file", || {
+        read(&d.join("d.kh.log"))
+            .contains("listening on")
+            .then_some(())
+    });
+    signal(pid, libc::SIGTERM);
+    wait_for("the pid file removed", || {
+        (!d.join("d.pid").exists()).then_some(())
+    });
+    reaper.0 = 0;
+}

@@ -5,7 +5,7 @@
 //! [`McState`], in `mc_common`).
 
 use crate::backup::BackupDir;
-use crate::mask::Mask;
+use crate::mask::{Mask, MaskCell};
 use crate::mc_common::McState;
 use kura_engine::counter::Counter;
 use kura_engine::{Error, Store};
@@ -49,8 +49,8 @@ pub struct Shared {
     pub idle_timeout: u64,
     /// A pending `flush_all <delay>`: the unix time at which every record goes (0 = none).
     pub flush_at: AtomicU64,
-    /// Operations refused on every protocol (`--mask`).
-    pub mask: Mask,
+    /// Operations refused on every protocol (`--mask`); SIGHUP may replace it.
+    pub mask: MaskCell,
     /// The database name the server was started with (Tyrant's `path`).
     pub db_name: String,
     /// The server id (Tyrant's `sid`): from `--sid`, else derived from the port.
@@ -272,7 +272,7 @@ impl Shared {
             host: String::from("NULL"),
             idle_timeout: 0,
             flush_at: z(),
-            mask: Mask::NONE,
+            mask: MaskCell::default(),
             db_name: String::new(),
             sid: 1,
             port: 0,
@@ -321,14 +321,14 @@ impl Shared {
         if mask.is_empty() || !denies(mask) {
             return None;
         }
-        Some(denies(self.mask.union(crate::auth::denied())))
+        Some(denies(self.mask.get().union(crate::auth::denied())))
     }
 
     /// The command mask in force: `--mask`, what the rights of the user whose request runs
     /// do not grant ([`crate::auth`]), and every write while the server is read-only.
     #[inline]
     pub fn mask(&self) -> Mask {
-        let m = self.mask.union(crate::auth::denied());
+        let m = self.mask.get().union(crate::auth::denied());
         if self.read_only.load(Relaxed) {
             m.union(*READ_ONLY)
         } else {

@@ -333,17 +333,17 @@ mod tests {
                 })
             )
         );
-        sh.mask = Mask::NONE.mask("repl").unwrap();
+        sh.mask.set(Mask::NONE.mask("repl").unwrap());
         assert_eq!(call(&*db, &sh, &repl), (Some(Reply::Error), Next::Close));
-        sh.mask = Mask::NONE;
+        sh.mask.set(Mask::NONE);
         sh.repl = None;
-        sh.mask = Mask::NONE.mask("allhttp").unwrap();
+        sh.mask.set(Mask::NONE.mask("allhttp").unwrap());
         let set = Request::SetBulk {
             no_reply: false,
             records: vec![(0, b"a", b"1", 0)],
         };
         assert_eq!(call(&*db, &sh, &set).0, Some(Reply::Error));
-        sh.mask = Mask::NONE;
+        sh.mask.set(Mask::NONE);
         assert_eq!(get(&*db, &sh, &[(0, b"a")]), Reply::Records(vec![]));
     }
 

@@ -9,6 +9,7 @@
 //! only answers `get` and `stat`.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// An operation, whatever protocol asked for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -204,6 +205,65 @@ impl Mask {
     }
 }
 
+/// The protocols' names in [`Mask::changes`].
+const PROTO_NAMES: [&str; 3] = ["tyrant", "memcached", "http"];
+
+impl Mask {
+    /// What changed from `old` to `new`, for the log: `+out -get` (`+` newly refused, `-`
+    /// allowed again), a name followed by its protocols where the change is not on all of
+    /// them (`+get(memcached,http)`); empty when nothing changed.
+    pub fn changes(old: Mask, new: Mask) -> String {
+        let mut out = Vec::new();
+        for (sign, from, to) in [('+', old, new), ('-', new, old)] {
+            for &(op, name, _) in OPS {
+                let on: Vec<&str> = PROTOS
+                    .iter()
+                    .zip(PROTO_NAMES)
+                    .filter(|&(&p, _)| to.denies(op, p) && !from.denies(op, p))
+                    .map(|(_, n)| n)
+                    .collect();
+                match on.len() {
+                    0 => {}
+                    3 => out.push(format!("{sign}{name}")),
+                    _ => out.push(format!("{sign}{name}({})", on.join(","))),
+                }
+            }
+        }
+        out.join(" ")
+    }
+}
+
+/// The mask in force, which SIGHUP may replace while requests read it: the two halves of the
+/// bit set in two atomics, each read with a relaxed load (as cheap as a plain read). A reader
+/// that races a replacement may see one half old and the other new; every bit is then still
+/// either its old or its new value, so what both masks refuse (or allow) stays refused (or
+/// allowed) throughout, and only what the replacement changes may be seen either way.
+#[derive(Debug, Default)]
+pub struct MaskCell {
+    lo: AtomicU64,
+    hi: AtomicU64,
+}
+
+impl MaskCell {
+    pub fn new(m: Mask) -> MaskCell {
+        let c = MaskCell::default();
+        c.set(m);
+        c
+    }
+
+    #[inline]
+    pub fn get(&self) -> Mask {
+        let (lo, hi) = (self.lo.load(Relaxed), self.hi.load(Relaxed));
+        Mask((u128::from(hi) << 64) | u128::from(lo))
+    }
+
+    /// Replace the mask: requests that start after it see `m`.
+    pub fn set(&self, m: Mask) {
+        self.lo.store(m.0 as u64, Relaxed);
+        self.hi.store((m.0 >> 64) as u64, Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,5 +299,34 @@ mod tests {
         assert!(Mask::NONE.mask("put,bogus").is_err());
         assert!(Mask::default().is_empty());
         assert!(!Mask::default().denies(Op::Put, Proto::Tyrant));
+    }
+
+    #[test]
+    fn a_cell_holds_every_bit_and_changes_name_what_moved() {
+        let m = Mask::NONE.mask("all").unwrap().unmask("get").unwrap();
+        let c = MaskCell::new(m);
+        assert_eq!(c.get(), m);
+        // The highest operation's bits lie past the first 64.
+        assert!(c.get().denies(Op::Repl, Proto::Http));
+        c.set(Mask::NONE.mask("out").unwrap());
+        assert!(c.get().denies(Op::Out, Proto::Memcached));
+        assert!(!c.get().denies(Op::Repl, Proto::Http));
+        // `get` refused over memcached only.
+        let mc_get = Mask::NONE
+            .mask("allmc")
+            .unwrap()
+            .unmask("allwrite,allmanage,mget,vsiz,iterinit,iternext,fwmkeys,rnum,size,stat")
+            .unwrap();
+        assert_eq!(Mask::changes(Mask::NONE, mc_get), "+get(memcached)");
+        let old = Mask::NONE.mask("vanish,get").unwrap();
+        assert_eq!(Mask::changes(old, mc_get), "-get(tyrant,http) -vanish");
+        assert_eq!(
+            Mask::changes(
+                Mask::NONE.mask("vanish").unwrap(),
+                Mask::NONE.mask("out").unwrap()
+            ),
+            "+out -vanish"
+        );
+        assert_eq!(Mask::changes(old, old), "");
     }
 }

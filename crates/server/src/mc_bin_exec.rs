@@ -467,8 +467,8 @@ mod tests {
     #[test]
     fn the_mask_refuses_by_operation() {
         let db = kura_engine::open("*").unwrap();
-        let mut sh = Shared::new(0, 1 << 20);
-        sh.mask = Mask::NONE.mask("out").unwrap();
+        let sh = Shared::new(0, 1 << 20);
+        sh.mask.set(Mask::NONE.mask("out").unwrap());
         let mut input = packet(op::SET, 1, 0, &se(0, 0), b"k", b"v");
         input.extend(packet(op::DELETEQ, 2, 0, &[], b"k", b""));
         input.extend(packet(op::GET, 3, 0, &[], b"k", b""));

@@ -499,7 +499,7 @@ pub(crate) mod tests {
             r,
             "SERVER_ERROR this server is a replica of 10.0.0.1:1978 (read-only)\r\nEND\r\n"
         );
-        sh.mask = Mask::NONE.mask("put").unwrap();
+        sh.mask.set(Mask::NONE.mask("put").unwrap());
         let r = session(&*db, &sh, b"set a 0 0 1\r\nx\r\n", 1000);
         assert_eq!(r, std::str::from_utf8(REFUSED).unwrap());
     }
@@ -507,8 +507,8 @@ pub(crate) mod tests {
     #[test]
     fn the_mask_refuses_by_operation() {
         let db = kura_engine::open("*").unwrap();
-        let mut sh = Shared::new(1000, 1 << 20);
-        sh.mask = Mask::NONE.mask("out,vanish").unwrap();
+        let sh = Shared::new(1000, 1 << 20);
+        sh.mask.set(Mask::NONE.mask("out,vanish").unwrap());
         let r = session(
             &*db,
             &sh,
@@ -520,7 +520,7 @@ pub(crate) mod tests {
             r,
             format!("STORED\r\n{refused}{refused}{refused}VALUE a 0 1\r\nx\r\nEND\r\n")
         );
-        sh.mask = Mask::NONE.mask("allwrite").unwrap();
+        sh.mask.set(Mask::NONE.mask("allwrite").unwrap());
         let r = session(
             &*db,
             &sh,
@@ -533,10 +533,10 @@ pub(crate) mod tests {
             )),
             "{r}"
         );
-        sh.mask = Mask::NONE.mask("allmc").unwrap();
+        sh.mask.set(Mask::NONE.mask("allmc").unwrap());
         assert_eq!(session(&*db, &sh, b"get a\r\n", 1000), refused);
         // Another protocol's group leaves memcached alone.
-        sh.mask = Mask::NONE.mask("allorg,allhttp").unwrap();
+        sh.mask.set(Mask::NONE.mask("allorg,allhttp").unwrap());
         assert_eq!(
             session(&*db, &sh, b"get a\r\n", 1000),
             "VALUE a 0 1\r\nx\r\nEND\r\n"

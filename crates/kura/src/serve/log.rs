@@ -15,6 +15,9 @@ use std::sync::Mutex;
 
 /// The local syslog socket.
 pub const SYSLOG_SOCKET: &str = "/dev/log";
+/// For tests only: the socket a daemon started without `--log` takes for the local syslog
+/// socket (a test binds a datagram socket of its own there), in place of [`SYSLOG_SOCKET`].
+pub const TEST_SYSLOG_ENV: &str = "KURA_TEST_SYSLOG_SOCKET";
 /// syslog's daemon facility.
 const FACILITY_DAEMON: u8 = 3;
 
@@ -76,6 +79,23 @@ fn level_num(l: Level) -> u8 {
     }
 }
 
+fn num_level(n: u8) -> Level {
+    match n {
+        0 => Level::Error,
+        1 => Level::Warn,
+        2 => Level::Info,
+        _ => Level::Debug,
+    }
+}
+
+/// The local syslog socket a daemon without `--log` logs to, when one answers there (else
+/// `None`: it logs to a file).
+pub fn local_syslog() -> Option<PathBuf> {
+    let p = std::env::var_os(TEST_SYSLOG_ENV)
+        .map_or_else(|| PathBuf::from(SYSLOG_SOCKET), PathBuf::from);
+    open_syslog(&p).is_ok().then_some(p)
+}
+
 fn open_file(p: &PathBuf) -> std::io::Result<std::fs::File> {
     std::fs::OpenOptions::new()
         .create(true)
@@ -103,6 +123,16 @@ impl Log {
             level: AtomicU8::new(level_num(level)),
             sink,
         })
+    }
+
+    /// The level in force (`--log-level`).
+    pub fn level(&self) -> Level {
+        num_level(self.level.load(Ordering::Relaxed))
+    }
+
+    /// Write the lines of `level` and above from now on (SIGHUP's reload of the level).
+    pub fn set_level(&self, level: Level) {
+        self.level.store(level_num(level), Ordering::Relaxed);
     }
 
     pub fn enabled(&self, level: Level) -> bool {
@@ -359,6 +389,9 @@ mod tests {
         log.warn("careful");
         log.write(Level::Debug, "not sent", &[]);
         log.write(Level::Error, "bad", &[("k", "v".into())]);
+        log.set_level(Level::Debug);
+        assert_eq!(log.level(), Level::Debug);
+        log.write(Level::Debug, "sent", &[]);
         let mut buf = [0u8; 512];
         let n = rx.recv(&mut buf).unwrap();
         let a = String::from_utf8_lossy(&buf[..n]).to_string();
@@ -367,5 +400,8 @@ mod tests {
         assert!(a.starts_with("<28>"), "{a}");
         assert!(a.ends_with(&format!(" kura[{}]: careful", std::process::id())));
         assert!(b.starts_with("<27>") && b.ends_with(": bad k=v"), "{b}");
+        let n = rx.recv(&mut buf).unwrap();
+        let c = String::from_utf8_lossy(&buf[..n]).to_string();
+        assert!(c.starts_with("<31>") && c.ends_with(": sent"), "{c}");
     }
 }

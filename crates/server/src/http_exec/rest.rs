@@ -290,7 +290,10 @@ fn rest_post(
     // server's iteration (an HTTP request has no connection to keep one of its own in).
     let args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
     if crate::tt_exec::misc_denied(shared, mname, &args, Proto::Http) {
-        return Ok(refused(shared, shared.mask.denies(Op::Misc, Proto::Http)));
+        return Ok(refused(
+            shared,
+            shared.mask.get().denies(Op::Misc, Proto::Http),
+        ));
     }
     let Some(results) =
         crate::tt_exec::server_misc(store, shared, &mut TtState::of_server(shared), mname, &args)?

@@ -440,7 +440,7 @@ fn misc(lua: &Lua, a: &[Value]) -> mlua::Result<Value> {
     let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
     let c = ctx(lua)?;
     if tt_exec::misc_denied(c.shared, &name, &args, c.proto) {
-        let by_mask = c.shared.mask.denies(Op::Misc, c.proto);
+        let by_mask = c.shared.mask.get().denies(Op::Misc, c.proto);
         let why = c.shared.read_only_refusal(by_mask).unwrap_or_else(|| {
             format!("misc {} refused by --mask", String::from_utf8_lossy(&name))
         });

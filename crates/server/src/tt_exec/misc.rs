@@ -19,11 +19,11 @@ use kura_engine::{BatchOp, Error, KeyRange, Outcome, Store};
 pub(crate) fn misc_denied(shared: &Shared, name: &[u8], args: &[&[u8]], proto: Proto) -> bool {
     if name == RELOAD_SCRIPTS {
         // Changes no data (a read-only replica takes it); refused by `--mask misc` or `ext`.
-        shared.mask.denies(Op::Misc, proto) || shared.mask.denies(Op::Ext, proto)
+        shared.mask.get().denies(Op::Misc, proto) || shared.mask.get().denies(Op::Ext, proto)
     } else if crate::repl::is_misc(name) {
-        shared.mask.denies(Op::Misc, proto) || shared.mask().denies(Op::SetMst, proto)
+        shared.mask.get().denies(Op::Misc, proto) || shared.mask().denies(Op::SetMst, proto)
     } else if reads_only(name) || name == b"setindex" || search_reads_only(name, args) {
-        shared.mask.denies(Op::Misc, proto)
+        shared.mask.get().denies(Op::Misc, proto)
     } else {
         shared.mask().denies(Op::Misc, proto)
     }

@@ -352,7 +352,7 @@ impl context::Exec for Tyrant<'_, '_> {
     fn denied(&self, shared: &Shared, req: &Request<'_>) -> Option<bool> {
         match req {
             Request::Misc { name, args, .. } => misc_denied(shared, name, args, Proto::Tyrant)
-                .then(|| shared.mask.denies(Op::Misc, Proto::Tyrant)),
+                .then(|| shared.mask.get().denies(Op::Misc, Proto::Tyrant)),
             _ => shared.verdict(|mask| mask.denies(op_of(req), Proto::Tyrant)),
         }
     }
