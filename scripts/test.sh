@@ -42,14 +42,21 @@ fi
 FUZZ_SECONDS="${FUZZ_SECONDS:-10}" scripts/fuzz.sh
 
 # The differential test (crates/kura/tests/mc_differential.rs) compares kura serve with a
-# memcached 1.6.18 it starts: the Debian package. The twemproxy test
-# (crates/kura/tests/twemproxy.rs) starts Debian's nutcracker in front of three kura serve, and
-# runs memccapable (libmemcached-tools) through it. With CI=true they fail when their package
-# is missing, so install them first.
-if ! [ -x /usr/bin/memcached ] || ! [ -x /usr/sbin/nutcracker ] || ! need memccapable; then
+# memcached 1.6.18 it starts: the Debian package. With CI=true it fails when memcached is
+# missing, so install it first.
+if ! [ -x /usr/bin/memcached ]; then
     export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -qq memcached nutcracker libmemcached-tools >/dev/null 2>&1 ||
-        { apt-get update -qq && apt-get install -y -qq memcached nutcracker libmemcached-tools >/dev/null; }
+    apt-get install -y -qq memcached >/dev/null 2>&1 ||
+        { apt-get update -qq && apt-get install -y -qq memcached >/dev/null; }
+fi
+# The twemproxy test (crates/kura/tests/twemproxy.rs) starts Debian's nutcracker in front of
+# three kura serve and runs memccapable (libmemcached-tools) through it. With CI=true it fails
+# when nutcracker is missing, unless its package cannot be installed here (KURA_NO_NUTCRACKER).
+if ! [ -x /usr/sbin/nutcracker ] || ! need memccapable; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq nutcracker libmemcached-tools >/dev/null 2>&1 ||
+        { apt-get update -qq && apt-get install -y -qq nutcracker libmemcached-tools >/dev/null 2>&1; } ||
+        { echo "test.sh: nutcracker cannot be installed here: the twemproxy tests are skipped"; export KURA_NO_NUTCRACKER=1; }
 fi
 
 echo "== cargo test"

@@ -6,8 +6,9 @@
 //! memccapable's text checks that twemproxy forwards pass through it (docs/SCALING.md lists what
 //! it does not forward).
 //!
-//! nutcracker missing: with `CI=true` the test fails (scripts/test.sh installs it); locally it
-//! prints a notice and passes.
+//! nutcracker missing: with `CI=true` the test fails (scripts/test.sh installs it) unless
+//! `KURA_NO_NUTCRACKER` says its package cannot be installed here; otherwise it prints a notice
+//! and passes.
 
 mod common;
 
@@ -28,7 +29,9 @@ fn nutcracker_bin() -> Option<PathBuf> {
     .map(PathBuf::from)
     .find(|p| p.exists());
     if found.is_none() {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
+        if std::env::var("CI").is_ok_and(|v| v == "true")
+            && std::env::var_os("KURA_NO_NUTCRACKER").is_none()
+        {
             panic!("nutcracker is not installed: scripts/test.sh installs it (apt-get install nutcracker)");
         }
         eprintln!(
