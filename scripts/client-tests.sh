@@ -15,6 +15,9 @@ need_pkg() { # COMMAND-OR-FILE PACKAGE...
     apt-get install -y -qq "$@" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "$@" >/dev/null; }
 }
 need_pkg memccapable libmemcached-tools
+# twemproxy, for tests/clients/test_twemproxy.py (pylibmc's ketama and pymemcache through it).
+need_pkg /usr/sbin/nutcracker nutcracker 2>/dev/null ||
+    { echo "client-tests.sh: nutcracker cannot be installed here: test_twemproxy.py is skipped"; export KURA_NO_NUTCRACKER=1; }
 # Tokyo Tyrant's own manager, tcrmgr (Debian package tokyotyrant), for `tcrmgr list` on a B+
 # tree below. Debian dropped the package after Debian 11: where it cannot be installed, that
 # check says so and is skipped (pytyrant covers the same calls in tests/clients).
