@@ -7,39 +7,16 @@
 //! which scripts/test.sh installs and then sets KURA_PEER_TESTS=1: with it, missing tools fail
 //! the test; without it (a bare `cargo test`), the test says so and passes.
 
+mod common;
+use common::tools_present;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 const KURA: &str = env!("CARGO_BIN_EXE_kura");
 
 /// Whether every peer tool is there; panics when they must be.
 fn peers_present() -> bool {
     tools_present(&["tchmgr", "tcbmgr", "kchashmgr"])
-}
-
-/// Whether these tools are there; panics when they must be (KURA_PEER_TESTS).
-fn tools_present(tools: &[&'static str]) -> bool {
-    let missing: Vec<&str> = tools
-        .iter()
-        .copied()
-        .filter(|t| {
-            Command::new("sh")
-                .args(["-c", &format!("command -v {t}")])
-                .stdout(Stdio::null())
-                .status()
-                .map_or(true, |s| !s.success())
-        })
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("KURA_PEER_TESTS").is_none(),
-        "KURA_PEER_TESTS is set but {missing:?} are missing (apt-get install tokyocabinet-bin \
-         kyotocabinet-utils)"
-    );
-    eprintln!("skipped: {missing:?} not installed (scripts/test.sh installs them)");
-    false
 }
 
 /// Run a shell pipeline in `dir`; panics with its stderr when it fails.

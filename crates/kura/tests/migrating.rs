@@ -9,9 +9,9 @@
 
 mod common;
 
-use common::{converge, free_port, Server, Tt};
+use common::{converge, free_port, tools_present, Server, Tt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 const KURA: &str = env!("CARGO_BIN_EXE_kura");
 
@@ -29,30 +29,6 @@ fn block(doc: &str, name: &str) -> String {
         .1;
     let body = after.split_once("```sh\n").unwrap().1;
     body.split_once("```").unwrap().0.to_string()
-}
-
-fn tools_present(tools: &[&str]) -> bool {
-    let missing: Vec<&str> = tools
-        .iter()
-        .copied()
-        .filter(|t| {
-            Command::new("sh")
-                .args(["-c", &format!("command -v {t}")])
-                .stdout(Stdio::null())
-                .status()
-                .map_or(true, |s| !s.success())
-        })
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("KURA_PEER_TESTS").is_none(),
-        "KURA_PEER_TESTS is set but {missing:?} are missing (apt-get install tokyocabinet-bin \
-         kyotocabinet-utils)"
-    );
-    eprintln!("skipped: {missing:?} not installed (scripts/test.sh installs them)");
-    false
 }
 
 /// Run a bash script in `dir` with this build's `kura` first on PATH; its stdout.

@@ -6,59 +6,8 @@
 mod common;
 use common::*;
 use std::os::unix::net::UnixDatagram;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
-
-struct Kura(Child);
-
-impl Drop for Kura {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Kura {
-    fn signal(&mut self, sig: libc::c_int) {
-        // SAFETY: a signal to the child this test started.
-        unsafe { libc::kill(self.0.id() as libc::pid_t, sig) };
-    }
-
-    fn stop(mut self) {
-        self.signal(libc::SIGTERM);
-        assert!(self.0.wait().unwrap().success());
-    }
-}
-
-/// Start `kura serve ARGS…` in `dir` and wait until `log` says it listens.
-fn start(dir: &Path, args: &[&str], log: &Path) -> (Kura, String) {
-    let child = Command::new(env!("CARGO_BIN_EXE_kura"))
-        .arg("serve")
-        .args(args)
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start kura serve");
-    let k = Kura(child);
-    let mut addr = None;
-    assert!(
-        eventually(20, || {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            addr = text.lines().find_map(|l| {
-                l.split("listening on ")
-                    .nth(1)
-                    .and_then(|r| r.split_whitespace().next())
-                    .map(|a| a.trim_end_matches(['"', ',']).to_string())
-            });
-            addr.is_some()
-        }),
-        "never listened: {}",
-        std::fs::read_to_string(log).unwrap_or_default()
-    );
-    (k, addr.unwrap())
-}
 
 /// `2026-11-28T14:05:06.123Z`: an RFC 3339 UTC time with milliseconds.
 fn is_rfc3339_ms(t: &str) -> bool {
@@ -78,7 +27,7 @@ fn is_rfc3339_ms(t: &str) -> bool {
 fn text_lines_have_a_utc_time_a_level_the_pid_and_fields() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("k.log");
-    let (k, _) = start(
+    let (k, _) = start_logged(
         dir.path(),
         &["d.kh", "--port", "0", "--threads", "1", "--log", "k.log"],
         &log,
@@ -158,7 +107,7 @@ fn the_log_level_leaves_out_lines_below_it() {
 fn json_lines_parse_as_json_objects() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("k.log");
-    let (k, _) = start(
+    let (k, _) = start_logged(
         dir.path(),
         &[
             "d.kh",
@@ -266,7 +215,7 @@ fn syslog_gets_a_datagram_a_line_with_the_daemon_facility() {
 fn sighup_reopens_the_log_file_moved_away() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("k.log");
-    let (mut k, _) = start(
+    let (mut k, _) = start_logged(
         dir.path(),
         &["*", "--port", "0", "--threads", "1", "--log", "k.log"],
         &log,

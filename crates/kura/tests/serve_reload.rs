@@ -7,57 +7,6 @@
 mod common;
 use common::*;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-
-struct Kura(Child);
-
-impl Drop for Kura {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Kura {
-    fn signal(&mut self, sig: libc::c_int) {
-        // SAFETY: a signal to the child this test started.
-        unsafe { libc::kill(self.0.id() as libc::pid_t, sig) };
-    }
-
-    fn stop(mut self) {
-        self.signal(libc::SIGTERM);
-        assert!(self.0.wait().unwrap().success());
-    }
-}
-
-/// Start `kura serve ARGS…` in `dir` and wait until `log` says it listens; its address.
-fn start(dir: &Path, args: &[&str], log: &Path) -> (Kura, String) {
-    let child = Command::new(env!("CARGO_BIN_EXE_kura"))
-        .arg("serve")
-        .args(args)
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start kura serve");
-    let k = Kura(child);
-    let mut addr = None;
-    assert!(
-        eventually(20, || {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            addr = text.lines().find_map(|l| {
-                l.split("listening on ")
-                    .nth(1)
-                    .and_then(|r| r.split_whitespace().next())
-                    .map(str::to_string)
-            });
-            addr.is_some()
-        }),
-        "never listened: {}",
-        std::fs::read_to_string(log).unwrap_or_default()
-    );
-    (k, addr.unwrap())
-}
 
 /// SIGHUP, then wait until the log holds `want` one time more than before.
 #[track_caller]
@@ -80,7 +29,7 @@ fn sighup_applies_the_files_log_level_and_mask_and_keeps_them_when_the_file_is_b
     let (conf, log) = (dir.path().join("kura.toml"), dir.path().join("k.log"));
     let base = "name = \"r.kh\"\nlog = \"k.log\"\n";
     std::fs::write(&conf, format!("{base}threads = 1\nmask = [\"vanish\"]\n")).unwrap();
-    let (mut k, addr) = start(dir.path(), &["--config", "kura.toml", "--port", "0"], &log);
+    let (mut k, addr) = start_logged(dir.path(), &["--config", "kura.toml", "--port", "0"], &log);
     let mut tt = Tt::new(&addr);
     assert_eq!(tt.put(b"k", b"v"), 0);
     assert_eq!(tt.out(b"k"), 0, "out is allowed at start");
@@ -132,7 +81,7 @@ fn sighup_keeps_what_the_command_line_set() {
     let dir = tempfile::tempdir().unwrap();
     let (conf, log) = (dir.path().join("kura.toml"), dir.path().join("k.log"));
     std::fs::write(&conf, "name = \"*\"\nthreads = 1\nmask = [\"out\"]\n").unwrap();
-    let (mut k, addr) = start(
+    let (mut k, addr) = start_logged(
         dir.path(),
         &[
             "--config",

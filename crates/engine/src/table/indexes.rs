@@ -201,17 +201,7 @@ impl TableDb {
         // Every entry stands for a record that makes it.
         let mut from: Option<Vec<u8>> = None;
         loop {
-            let mut entries = Vec::new();
-            let range = KeyRange {
-                from: from.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
-                to: Bound::Unbounded,
-                desc: false,
-                max: BUILD_STEP,
-            };
-            ix.store.for_each_in_range(&range, &mut |k, v, _| {
-                entries.push((k.to_vec(), v.to_vec()));
-                Ok(true)
-            })?;
+            let entries = entries_after(&*ix.store, from.as_deref())?;
             let Some((last, _)) = entries.last().cloned() else {
                 break;
             };
@@ -284,17 +274,7 @@ impl TableDb {
         }
         let mut from: Option<Vec<u8>> = None;
         loop {
-            let mut chunks = Vec::new();
-            let range = KeyRange {
-                from: from.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
-                to: Bound::Unbounded,
-                desc: false,
-                max: BUILD_STEP,
-            };
-            ix.store.for_each_in_range(&range, &mut |k, v, _| {
-                chunks.push((k.to_vec(), v.to_vec()));
-                Ok(true)
-            })?;
+            let chunks = entries_after(&*ix.store, from.as_deref())?;
             let Some((last, _)) = chunks.last().cloned() else {
                 break;
             };
@@ -329,4 +309,20 @@ impl TableDb {
         }
         Ok(())
     }
+}
+
+/// The next step of `space`'s entries (key and value) after `from` (from the first without).
+fn entries_after(space: &dyn Store, from: Option<&[u8]>) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut out = Vec::with_capacity(BUILD_STEP);
+    let range = KeyRange {
+        from: from.map_or(Bound::Unbounded, Bound::Excluded),
+        to: Bound::Unbounded,
+        desc: false,
+        max: BUILD_STEP,
+    };
+    space.for_each_in_range(&range, &mut |k, v, _| {
+        out.push((k.to_vec(), v.to_vec()));
+        Ok(true)
+    })?;
+    Ok(out)
 }

@@ -321,3 +321,80 @@ pub fn converge(master: &str, replica: &str, secs: u64) {
         last.1.len()
     );
 }
+
+/// A `kura serve` that logs to a file (`start_logged`), killed when dropped.
+pub struct Kura(pub Child);
+
+impl Drop for Kura {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Kura {
+    pub fn signal(&mut self, sig: libc::c_int) {
+        // SAFETY: a signal to the child this test started.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, sig) };
+    }
+
+    pub fn stop(mut self) {
+        self.signal(libc::SIGTERM);
+        assert!(self.0.wait().unwrap().success());
+    }
+}
+
+/// Start `kura serve ARGS…` in `dir` and wait until the log file `log` says it listens (text or
+/// JSON lines); its address.
+pub fn start_logged(dir: &Path, args: &[&str], log: &Path) -> (Kura, String) {
+    let child = Command::new(env!("CARGO_BIN_EXE_kura"))
+        .arg("serve")
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start kura serve");
+    let k = Kura(child);
+    let mut addr = None;
+    assert!(
+        eventually(20, || {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            addr = text.lines().find_map(|l| {
+                l.split("listening on ")
+                    .nth(1)
+                    .and_then(|r| r.split_whitespace().next())
+                    .map(|a| a.trim_end_matches(['"', ',']).to_string())
+            });
+            addr.is_some()
+        }),
+        "never listened: {}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
+    (k, addr.unwrap())
+}
+
+/// Whether these tools are there; panics when they must be (KURA_PEER_TESTS).
+pub fn tools_present(tools: &[&str]) -> bool {
+    let missing: Vec<&str> = tools
+        .iter()
+        .copied()
+        .filter(|t| {
+            Command::new("sh")
+                .args(["-c", &format!("command -v {t}")])
+                .stdout(Stdio::null())
+                .status()
+                .map_or(true, |s| !s.success())
+        })
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("KURA_PEER_TESTS").is_none(),
+        "KURA_PEER_TESTS is set but {missing:?} are missing (apt-get install tokyocabinet-bin \
+         kyotocabinet-utils)"
+    );
+    eprintln!("skipped: {missing:?} not installed (scripts/test.sh installs them)");
+    false
+}
