@@ -138,6 +138,11 @@ pub struct ServeArgs {
     /// unacknowledged (counted in `repl_sync_timeouts` and logged).
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     sync_replicas_timeout: u64,
+    /// What a write's reply does when --sync-replicas-timeout runs out: `reply` (sent anyway,
+    /// as Redis's WAIT returns) or `close` (the client's connection is closed without it: no
+    /// write is acknowledged that the replicas do not hold).
+    #[arg(long, value_name = "ACTION", default_value = "reply", value_parser = ["reply", "close"])]
+    sync_replicas_on_timeout: String,
     /// The directory that copies asked for over the network go to: Tyrant `copy PATH` writes
     /// a hot copy to PATH in DIR (relative to it; `..`, and symbolic links that lead out, are
     /// refused), Tyrant `copy @NAME` and Kyoto Tycoon `synchronize command=NAME` write a hot
@@ -1009,10 +1014,12 @@ fn run(a: ServeArgs, reload: Option<reload::Reload>) -> ExitCode {
         });
         r.initial_ts = a.master_ts;
         if a.sync_replicas > 0 {
-            r.sync_acks = Some(Arc::new(kura_server::repl::acks::SyncAcks::new(
+            let mut s = kura_server::repl::acks::SyncAcks::new(
                 a.sync_replicas,
                 Duration::from_millis(a.sync_replicas_timeout),
-            )));
+            );
+            s.close_on_timeout = a.sync_replicas_on_timeout == "close";
+            r.sync_acks = Some(Arc::new(s));
         }
         Arc::new(r)
     };
@@ -1032,9 +1039,14 @@ fn run(a: ServeArgs, reload: Option<reload::Reload>) -> ExitCode {
     }
     if let Some(sa) = &repl.sync_acks {
         log.line(&format!(
-            "client writes wait for {} replica(s) to acknowledge them, up to {} ms",
+            "client writes wait for {} replica(s) to acknowledge them, up to {} ms (then {})",
             sa.need,
-            sa.timeout.as_millis()
+            sa.timeout.as_millis(),
+            if sa.close_on_timeout {
+                "the connection is closed unanswered"
+            } else {
+                "the reply is sent anyway"
+            }
         ));
     }
     shared.repl = Some(repl.clone());

@@ -33,6 +33,7 @@ fn pair(
     dir: &std::path::Path,
     timeout_ms: &str,
     replica_sync: &str,
+    on_timeout: &str,
 ) -> (common::Server, common::Server) {
     let mp = free_port().to_string();
     let master = serve(
@@ -49,6 +50,8 @@ fn pair(
             "1",
             "--sync-replicas-timeout",
             timeout_ms,
+            "--sync-replicas-on-timeout",
+            on_timeout,
         ],
     );
     let replica = serve(
@@ -81,7 +84,7 @@ fn pair(
 #[test]
 fn a_write_acknowledged_under_sync_replicas_is_on_the_replica_when_its_reply_arrives() {
     let dir = tempfile::tempdir().unwrap();
-    let (master, replica) = pair(dir.path(), "10000", "always");
+    let (master, replica) = pair(dir.path(), "10000", "always", "reply");
     let (mut m, mut r) = (master.connect(), replica.connect());
     let n = 300;
     let mut took = Vec::with_capacity(n);
@@ -136,7 +139,7 @@ fn a_write_acknowledged_under_sync_replicas_is_on_the_replica_when_its_reply_arr
 #[test]
 fn with_the_replica_stopped_a_write_is_answered_at_the_timeout_and_counted() {
     let dir = tempfile::tempdir().unwrap();
-    let (master, mut replica) = pair(dir.path(), "400", "none");
+    let (master, mut replica) = pair(dir.path(), "400", "none", "reply");
     let mut m = master.connect();
     replica.signal(libc::SIGKILL);
     let mut t = Tt::new(&master.addr);
@@ -164,6 +167,40 @@ fn with_the_replica_stopped_a_write_is_answered_at_the_timeout_and_counted() {
         "{st:?}"
     );
     eprintln!("unacknowledged write answered after {waited:?}");
+}
+
+/// `--sync-replicas-on-timeout close`: with the replica stopped, the write's connection is
+/// closed without its reply (it was never acknowledged); the master holds the write.
+#[test]
+fn on_timeout_close_drops_the_connection_instead_of_acknowledging() {
+    let dir = tempfile::tempdir().unwrap();
+    let (master, mut replica) = pair(dir.path(), "300", "none", "close");
+    let mut m = master.connect();
+    assert_eq!(mc(&mut m, "set before 0 0 1\r\nb\r\n"), "STORED\r\n");
+    replica.signal(libc::SIGKILL);
+    let mut t = Tt::new(&master.addr);
+    assert!(eventually(10, || t
+        .stat()
+        .get("sync_replicas_connected")
+        .is_some_and(|n| n == "0")));
+    let at = Instant::now();
+    m.write_all(b"set lone 0 0 1\r\nz\r\n").unwrap();
+    let mut got = Vec::new();
+    let n = std::io::Read::read_to_end(&mut m, &mut got);
+    assert!(
+        matches!(n, Ok(0)) || n.is_err(),
+        "a reply came: {:?}",
+        String::from_utf8_lossy(&got)
+    );
+    assert!(
+        at.elapsed() >= Duration::from_millis(280),
+        "{:?}",
+        at.elapsed()
+    );
+    let mut m = master.connect();
+    assert_eq!(mc_get(&mut m, "lone").as_deref(), Some("z"));
+    let st = t.stat();
+    assert_eq!(st.get("repl_sync_timeouts").map(String::as_str), Some("1"));
 }
 
 #[test]

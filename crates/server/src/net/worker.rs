@@ -45,6 +45,9 @@ pub(super) struct Conn<'s> {
     /// `--sync-replicas`), or until the instant.
     pub(super) acks: u64,
     pub(super) acks_until: Instant,
+    /// The acknowledgements did not come in time and `--sync-replicas-on-timeout close`: the
+    /// held replies are dropped with the connection.
+    pub(super) acks_missed: bool,
     /// Tokyo Tyrant connections only: the iterator (`iterinit` / `iternext`).
     pub(super) tt: Option<Box<TtState<'s>>>,
     /// HTTP connections only: Kyoto Tycoon's cursors (`cur_*`), freed with the connection.
@@ -298,12 +301,18 @@ pub(super) fn worker<'s>(
             }
             if let Some(sa) = &sync_acks {
                 sa.timeouts.fetch_add(1, Ordering::Relaxed);
+                c.acks_missed = sa.close_on_timeout;
                 shared.log.limited(
                     "sync-replicas timeout",
                     &format!(
-                        "replies sent without the acknowledgement of {} replica(s) after {} ms \
+                        "{} without the acknowledgement of {} replica(s) after {} ms \
                          (--sync-replicas-timeout; {} replica(s) connected): counted in \
                          repl_sync_timeouts",
+                        if sa.close_on_timeout {
+                            "connections closed, their replies unsent,"
+                        } else {
+                            "replies sent"
+                        },
                         sa.need,
                         sa.timeout.as_millis(),
                         sa.connected()
@@ -336,6 +345,7 @@ pub(super) fn worker<'s>(
             let keep = match conns.get_mut(idx).and_then(Option::as_mut) {
                 Some(c) if c.ticket > done => continue, // still waiting for its commit
                 Some(_) if waits_acks => continue,      // waiting for replicas
+                Some(c) if c.acks_missed => false,      // unacknowledged: no reply, closed
                 Some(c) if failed && c.ticket > 0 => false, // a failed sync: drop, not durability
                 Some(c) if alive => {
                     c.ticket = 0;
@@ -523,6 +533,7 @@ pub(super) fn adopt(
         ticket: 0,
         acks: 0,
         acks_until: Instant::now(),
+        acks_missed: false,
         tt: None,
         kt: None,
         want_wait: None,

@@ -1,7 +1,10 @@
 //! Replica-acknowledged writes (`kura serve --sync-replicas N`): a client write's reply is held
 //! until N replicas following on Kura's stream have acknowledged a position at or past the
-//! write's update log record, or until `--sync-replicas-timeout` (the reply then goes out
-//! anyway, as Redis's `WAIT` returns: counted in `repl_sync_timeouts`, and logged).
+//! write's update log record, or until `--sync-replicas-timeout`. Then, as
+//! `--sync-replicas-on-timeout` says: `reply` sends the replies anyway, as Redis's `WAIT`
+//! returns; `close` closes the client's connection without them, so no write is ever
+//! acknowledged that N replicas do not hold. Either is counted in `repl_sync_timeouts` and
+//! logged.
 //!
 //! The feeds report each replica's acknowledgements ([`SyncAcks::ack`]); the position that N
 //! replicas have reached only grows. A worker never blocks: its held replies wait in their
@@ -24,6 +27,8 @@ pub struct SyncAcks {
     pub need: usize,
     /// How long a reply waits for them at most.
     pub timeout: Duration,
+    /// At the timeout, close the connection without its held replies (else send them).
+    pub close_on_timeout: bool,
     /// The position acknowledged by each connected Kura-stream replica, by server id.
     acked: Mutex<BTreeMap<u32, u64>>,
     /// The newest position `need` replicas have acknowledged (only grows).
@@ -33,7 +38,7 @@ pub struct SyncAcks {
     workers: Mutex<Vec<(std::sync::Arc<AtomicU64>, WakeFn)>>,
     /// Replies that waited for replicas (once per held batch of a connection).
     pub waits: AtomicU64,
-    /// Of those, the ones that went out when the timeout ran out.
+    /// Of those, the ones whose timeout ran out (sent, or their connection closed).
     pub timeouts: AtomicU64,
 }
 
@@ -42,6 +47,7 @@ impl SyncAcks {
         SyncAcks {
             need: need.max(1),
             timeout,
+            close_on_timeout: false,
             acked: Mutex::new(BTreeMap::new()),
             reached: AtomicU64::new(0),
             workers: Mutex::new(Vec::new()),
