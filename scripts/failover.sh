@@ -73,7 +73,7 @@ promote() {
 	line=$(grep -nE "^[[:space:]]*- *${DEAD//./\\.}:[0-9]+( |$)" "$CONF" || true)
 	[ -n "$line" ] || die "$CONF has no server $DEAD"
 	[ "$(printf '%s\n' "$line" | wc -l)" -eq 1 ] || die "$CONF lists $DEAD more than once"
-	echo "$line" | grep -qE ":[0-9]+ +[^ ]+ *$" ||
+	echo "$line" | grep -qE ":[0-9]+ +[^ #][^ ]* *(#.*)?$" ||
 		die "$CONF names no server $DEAD (write it HOST:PORT:WEIGHT NAME): without a name the ring is built from the address, and replacing it would move every key of the shard"
 
 	local t0 t1
@@ -106,8 +106,10 @@ promote() {
 		[ -r "/proc/$pid/cmdline" ] || die "nutcracker (pid $pid from $PIDFILE) is not running"
 		mapfile -d '' args <"/proc/$pid/cmdline"
 		kill -TERM "$pid"
-		for _ in $(seq 500); do kill -0 "$pid" 2>/dev/null || break; sleep 0.01; done
-		kill -0 "$pid" 2>/dev/null && die "nutcracker (pid $pid) did not stop"
+		# Gone, or a zombie its parent has not reaped yet (it no longer holds its ports).
+		gone() { [ "$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null || echo Z)" = Z ]; }
+		for _ in $(seq 500); do gone && break; sleep 0.01; done
+		gone || die "nutcracker (pid $pid) did not stop"
 		rm -f "$PIDFILE"
 		# Its own command line again (with -d it detaches and writes the pid file itself).
 		setsid "${args[@]}" </dev/null >/dev/null 2>&1 &
