@@ -48,6 +48,8 @@ pub(super) struct Conn<'s> {
     /// The acknowledgements did not come in time and `--sync-replicas-on-timeout close`: the
     /// held replies are dropped with the connection.
     pub(super) acks_missed: bool,
+    /// In the worker's `held` list (waiting for a commit ticket or acknowledgements).
+    pub(super) in_held: bool,
     /// Tokyo Tyrant connections only: the iterator (`iterinit` / `iternext`).
     pub(super) tt: Option<Box<TtState<'s>>>,
     /// HTTP connections only: Kyoto Tycoon's cursors (`cur_*`), freed with the connection.
@@ -225,7 +227,21 @@ pub(super) fn worker<'s>(
             let idx = t - nl;
             if let Some(c) = conns.get_mut(idx).and_then(Option::as_mut) {
                 c.paused = false;
+                let before = kura_engine::durability::logged();
                 let alive = read_and_execute(c, store, shared, &limits, &mut scratch, hup);
+                if let Some(sa) = &sync_acks {
+                    // This connection's writes wait for replicas: its replies are held until
+                    // the position of the last record it logged is acknowledged (or the
+                    // timeout). Reads, and other connections of the batch, do not wait.
+                    let now = kura_engine::durability::logged();
+                    if now > before {
+                        if c.acks == 0 {
+                            c.acks_until = Instant::now() + sa.timeout;
+                            sa.waits.fetch_add(1, Ordering::Relaxed);
+                        }
+                        c.acks = c.acks.max(now);
+                    }
+                }
                 if alive {
                     park(c, idx, shared, &wake, &mut waiting);
                 }
@@ -233,9 +249,7 @@ pub(super) fn worker<'s>(
                     hand_over_stream(&mut poll, &mut conns, &mut free, idx, store, shared, mine);
                     continue;
                 }
-                let owes_acks =
-                    c.acks > 0 || (sync_acks.is_some() && kura_engine::durability::logged() > 0);
-                if c.ticket == 0 && !kura_engine::durability::pending() && !owes_acks {
+                if c.ticket == 0 && !kura_engine::durability::pending() && c.acks == 0 {
                     // Nothing of this batch so far waits for a commit: the replies go out now,
                     // not after the rest of the batch (up to 1024 connections) is executed.
                     let keep = alive && finish_all(c, store, shared, &limits, &mut scratch);
@@ -258,28 +272,23 @@ pub(super) fn worker<'s>(
             let ticket = committer.request();
             for &(idx, _) in &touched {
                 if let Some(c) = conns.get_mut(idx).and_then(Option::as_mut) {
-                    if c.ticket == 0 {
+                    if !c.in_held {
+                        c.in_held = true;
                         held.push(idx);
                     }
                     c.ticket = ticket;
                 }
             }
         }
-        // The writes of the batch wait for replicas too: their replies are held until the
-        // position of the last record the batch logged is acknowledged (or the timeout).
-        let logged = kura_engine::durability::take_logged();
-        if let (Some(sa), true) = (&sync_acks, logged > 0) {
-            let until = Instant::now() + sa.timeout;
+        // Connections whose writes wait for replicas (set in phase 1) are held too.
+        kura_engine::durability::take_logged();
+        if sync_acks.is_some() {
             for &(idx, _) in &touched {
                 if let Some(c) = conns.get_mut(idx).and_then(Option::as_mut) {
-                    if c.acks == 0 {
-                        c.acks_until = until;
-                        sa.waits.fetch_add(1, Ordering::Relaxed);
-                        if c.ticket == 0 && !held.contains(&idx) {
-                            held.push(idx);
-                        }
+                    if c.acks > 0 && !c.in_held {
+                        c.in_held = true;
+                        held.push(idx);
                     }
-                    c.acks = c.acks.max(logged);
                 }
             }
         }
@@ -329,6 +338,7 @@ pub(super) fn worker<'s>(
                 return false;
             };
             if (c.ticket <= done || failed) && acked(c) {
+                c.in_held = false;
                 if !touched.iter().any(|&(i, _)| i == idx) {
                     touched.push((idx, true));
                 }
@@ -534,6 +544,7 @@ pub(super) fn adopt(
         acks: 0,
         acks_until: Instant::now(),
         acks_missed: false,
+        in_held: false,
         tt: None,
         kt: None,
         want_wait: None,

@@ -587,7 +587,16 @@ fn session(
         buf.drain(..at);
         // Caught up with what was read (no frame half-received) and something new applied.
         let due_now = at_once && buf.is_empty() && *pos != acked;
-        if snap.is_none() && (due_now || last_save.elapsed() >= Duration::from_millis(200)) {
+        if snap.is_none() && due_now && last_save.elapsed() < Duration::from_millis(200) {
+            // What was applied is made durable (one sync), then acknowledged; the position
+            // file waits for the 200 ms round (a restart from an older one applies a few
+            // records again, which changes nothing).
+            repl.store.sync().map_err(io::Error::other)?;
+            acked = *pos;
+            let mut ack = Vec::new();
+            wire::frame(&mut ack, wire::ACK, &pos.to_be_bytes());
+            sock.write_all(&ack)?;
+        } else if snap.is_none() && last_save.elapsed() >= Duration::from_millis(200) {
             last_save = Instant::now();
             if *pos != saved {
                 save_pos(repl, *msid, *pos)?;
