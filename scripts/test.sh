@@ -49,8 +49,9 @@ if ! [ -x /usr/bin/memcached ]; then
     apt-get install -y -qq memcached >/dev/null 2>&1 ||
         { apt-get update -qq && apt-get install -y -qq memcached >/dev/null; }
 fi
-# The twemproxy test (crates/kura/tests/twemproxy.rs) starts Debian's nutcracker in front of
-# three kura serve and runs memccapable (libmemcached-tools) through it. With CI=true it fails
+# The twemproxy tests (crates/kura/tests/twemproxy.rs, twemproxy_failover.rs) start Debian's
+# nutcracker in front of three kura serve (with replicas and scripts/failover.sh in the second)
+# and run memccapable (libmemcached-tools) through it. With CI=true they fail
 # when nutcracker is missing, unless its package cannot be installed here (KURA_NO_NUTCRACKER).
 if ! [ -x /usr/sbin/nutcracker ] || ! need memccapable; then
     export DEBIAN_FRONTEND=noninteractive

@@ -390,6 +390,20 @@ fn replication(p: &mut Page, r: &crate::repl::Replication) {
             }
         }
     }
+    if let Some(sa) = &r.sync_acks {
+        p.one(
+            "kura_sync_replica_waits_total",
+            "counter",
+            "Client writes whose replies waited for replicas' acknowledgements (--sync-replicas).",
+            sa.waits.load(Relaxed),
+        );
+        p.one(
+            "kura_sync_replica_timeouts_total",
+            "counter",
+            "Of those, the replies sent when --sync-replicas-timeout ran out, unacknowledged.",
+            sa.timeouts.load(Relaxed),
+        );
+    }
     if r.master().is_some() {
         let st = r.status();
         p.one(

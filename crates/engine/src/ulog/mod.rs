@@ -679,6 +679,7 @@ impl Ulog {
         self.last_ts.store(ts, Ordering::Release);
         drop(w);
         self.cv.notify_all();
+        crate::durability::note_logged(ts);
         Ok(ts)
     }
 

@@ -996,3 +996,25 @@ fn a_writer_waiting_for_the_zeros_ahead_takes_its_time_stamp_after_the_wait() {
     assert_eq!(keys, [&b"first"[..], b"small", b"big"]);
     log.close().unwrap();
 }
+
+/// A server thread whose replies wait for replicas reads back the position of the last record
+/// it appended (`--sync-replicas`); another thread's records are not its own.
+#[test]
+fn a_thread_reads_back_the_position_of_the_records_it_appended() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+    crate::durability::take_logged();
+    let a = log.append(&Op::Remove { key: b"a" }).unwrap();
+    let b = log.append(&Op::Remove { key: b"b" }).unwrap();
+    assert!(b > a);
+    let other = log.clone();
+    std::thread::spawn(move || {
+        other.append(&Op::Remove { key: b"c" }).unwrap();
+        crate::durability::take_logged()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(crate::durability::logged(), b);
+    assert_eq!(crate::durability::take_logged(), b);
+    assert_eq!(crate::durability::take_logged(), 0);
+}
