@@ -27,7 +27,12 @@ pub(super) fn process<'s>(
     limits: &AllLimits,
 ) {
     let mut pos = 0;
-    skip_owed(c, &mut pos);
+    if !skip_owed(c, &mut pos) {
+        // More of a refused request is owed (its bytes, or a size split across reads):
+        // nothing after it can be decoded yet.
+        c.rbuf.drain(..pos);
+        return;
+    }
     if c.discard_line {
         match c.rbuf[pos..].iter().position(|&b| b == b'\n') {
             Some(nl) => {
@@ -136,17 +141,21 @@ pub(super) fn process<'s>(
 }
 
 /// Discard from `pos` on what a refused request left to discard ([`Conn::skip`], then
-/// [`Conn::skip_elements`]), as far as it has arrived.
-pub(super) fn skip_owed(c: &mut Conn<'_>, pos: &mut usize) {
+/// [`Conn::skip_elements`]), as far as it has arrived; whether all of it has (when not, `pos`
+/// is where the next read's bytes continue it: an element's size may be split across reads).
+pub(super) fn skip_owed(c: &mut Conn<'_>, pos: &mut usize) -> bool {
     loop {
         let n = c.skip.min(c.rbuf.len() - *pos);
         *pos += n;
         c.skip -= n;
-        if c.skip > 0 || c.skip_elements == 0 {
-            return;
+        if c.skip > 0 {
+            return false;
+        }
+        if c.skip_elements == 0 {
+            return true;
         }
         let Some(size) = c.rbuf.get(*pos..*pos + 4) else {
-            return;
+            return false;
         };
         c.skip = u32::from_be_bytes([size[0], size[1], size[2], size[3]]) as usize;
         c.skip_elements -= 1;
@@ -245,7 +254,9 @@ fn drive_batch<W: Wire>(c: &mut Conn<'_>, mut pos: usize, w: &mut W) -> u64 {
         if consumed > avail || elements > 0 {
             c.skip = consumed;
             c.skip_elements = elements;
-            skip_owed(c, &mut pos);
+            if !skip_owed(c, &mut pos) {
+                break;
+            }
         } else {
             pos += consumed;
             if discard_line {
