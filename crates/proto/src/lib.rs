@@ -14,9 +14,9 @@ pub mod mc_bin;
 pub mod mc_num;
 pub mod mc_text;
 pub mod repl;
-pub mod resp;
 pub mod repl_kt;
 pub mod repl_tt;
+pub mod resp;
 pub mod tt_bin;
 
 /// The result of decoding the start of a buffer, shared by the codecs whose decoders either

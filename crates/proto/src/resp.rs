@@ -337,7 +337,10 @@ pub fn ok(out: &mut Vec<u8>) {
 /// become spaces, as Redis makes them.
 pub fn error(out: &mut Vec<u8>, msg: &str) {
     out.push(b'-');
-    out.extend(msg.bytes().map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }));
+    out.extend(
+        msg.bytes()
+            .map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+    );
     out.extend_from_slice(b"\r\n");
 }
 

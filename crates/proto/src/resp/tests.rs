@@ -70,7 +70,10 @@ fn malformed_multibulks_are_redis_protocol_errors() {
     assert_eq!(err(b"*1\r\n$x\r\n"), "invalid bulk length");
     assert_eq!(err(b"*1\r\n$01\r\n"), "invalid bulk length");
     let e = decode(b"*1\r\n$101\r\n", &lim()).unwrap_err();
-    assert_eq!((e.message.as_str(), e.bulk_len), ("invalid bulk length", Some(101)));
+    assert_eq!(
+        (e.message.as_str(), e.bulk_len),
+        ("invalid bulk length", Some(101))
+    );
     assert_eq!(err(&[b'*'; 70]), "too big mbulk count string");
     let mut long = b"*1\r\n$".to_vec();
     long.extend_from_slice(&[b'1'; 70]);
@@ -94,7 +97,12 @@ fn inline_commands_split_as_redis_does() {
     assert_eq!(args(b"set  a   b\n").0, v(&["set", "a", "b"]));
     assert_eq!(
         args(b"SET k \"a b\\n\\x41\" 'c\\'d'\r\n").0,
-        vec![b"SET".to_vec(), b"k".to_vec(), b"a b\nA".to_vec(), b"c'd".to_vec()]
+        vec![
+            b"SET".to_vec(),
+            b"k".to_vec(),
+            b"a b\nA".to_vec(),
+            b"c'd".to_vec()
+        ]
     );
     assert_eq!(args(b"ECHO \"\"\r\n").0, vec![b"ECHO".to_vec(), Vec::new()]);
     assert_eq!(decode(b"PING", &lim()), Ok(Decoded::Incomplete));
@@ -103,7 +111,10 @@ fn inline_commands_split_as_redis_does() {
     assert_eq!(err(&[b'A'; 70]), "too big inline request");
     assert!(matches!(
         decode(b"PING\r\n", &lim()),
-        Ok(Decoded::Complete { request: Request { inline: true, .. }, .. })
+        Ok(Decoded::Complete {
+            request: Request { inline: true, .. },
+            ..
+        })
     ));
 }
 
@@ -113,7 +124,17 @@ fn numbers_parse_as_string2ll() {
     assert_eq!(parse_i64(b"-12"), Some(-12));
     assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
     assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
-    for bad in [&b""[..], b"+1", b"01", b"1 ", b" 1", b"-", b"-0", b"9223372036854775808", b"1.0"] {
+    for bad in [
+        &b""[..],
+        b"+1",
+        b"01",
+        b"1 ",
+        b" 1",
+        b"-",
+        b"-0",
+        b"9223372036854775808",
+        b"1.0",
+    ] {
         assert_eq!(parse_i64(bad), None, "{:?}", String::from_utf8_lossy(bad));
     }
 }
@@ -128,8 +149,14 @@ fn replies_in_resp2_and_resp3() {
     bulk(&mut o, b"hi");
     assert_eq!(o, b"+OK\r\n+PONG\r\n-ERR a  b\r\n:-3\r\n$2\r\nhi\r\n");
     for (resp3, want) in [
-        (false, &b"$-1\r\n*-1\r\n*4\r\n*2\r\n$3\r\n1.5\r\n:1\r\n$2\r\nab\r\n"[..]),
-        (true, b"_\r\n_\r\n%2\r\n~2\r\n,1.5\r\n#t\r\n=6\r\ntxt:ab\r\n"),
+        (
+            false,
+            &b"$-1\r\n*-1\r\n*4\r\n*2\r\n$3\r\n1.5\r\n:1\r\n$2\r\nab\r\n"[..],
+        ),
+        (
+            true,
+            b"_\r\n_\r\n%2\r\n~2\r\n,1.5\r\n#t\r\n=6\r\ntxt:ab\r\n",
+        ),
     ] {
         let mut o = Vec::new();
         null(&mut o, resp3);
