@@ -138,7 +138,7 @@ fn durability(c: &Call<'_, '_, '_>) -> Option<(&'static str, String)> {
         .store
         .describe()
         .into_iter()
-        .find(|(k, _)| k == "sync")
+        .find(|(k, _)| k == "sync" || k == "open.sync")
         .map(|(_, v)| v)?;
     let like = match sync.as_str() {
         "always" => "always",

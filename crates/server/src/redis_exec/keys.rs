@@ -3,7 +3,8 @@
 //!
 //! Expiry is the record's expiration time, in unix seconds: a time in milliseconds is
 //! rounded up to the next whole second ([`expires_at`]), so a key never goes before the
-//! time asked; TTL and PTTL count from that second.
+//! time asked; TTL counts whole seconds left (rounded down, so `EX n` reads back as n), PTTL
+//! the milliseconds left to that second (up to 999 more than a PX asked).
 
 use super::{err, int_arg, keep_scans, Call, Done, SYNTAX};
 use crate::context::Next;
@@ -140,7 +141,9 @@ pub(super) fn ttl(c: &mut Call<'_, '_, '_>, name: &str, out: &mut Out) -> Done {
         Some(s) => {
             let at_ms = s as i64 * 1000;
             match name {
-                "ttl" => ((at_ms - now_ms()).max(0) + 500) / 1000,
+                // Whole seconds left, rounded down: `EX n` reads back as n although the
+                // record's second was rounded up.
+                "ttl" => (at_ms - now_ms()).max(0) / 1000,
                 "pttl" => (at_ms - now_ms()).max(0),
                 "expiretime" => s as i64,
                 _ => at_ms,
