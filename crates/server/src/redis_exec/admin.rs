@@ -76,7 +76,7 @@ pub(super) fn hello(c: &mut Call<'_, '_, '_>, out: &mut Out) -> Done {
             _ => {
                 return Err(err(format!(
                     "ERR Syntax error in HELLO option '{}'",
-                    String::from_utf8_lossy(&c.args[i])
+                    String::from_utf8_lossy(c.args[i])
                 )))
             }
         }
@@ -412,7 +412,7 @@ pub(super) fn client(c: &mut Call<'_, '_, '_>, out: &mut Out) -> Done {
                 resp::simple(out, l);
             }
         }
-        _ => return Err(unknown_sub(&c.args[1], "CLIENT")),
+        _ => return Err(unknown_sub(c.args[1], "CLIENT")),
     }
     Ok(Next::Continue)
 }

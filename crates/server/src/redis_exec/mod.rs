@@ -573,7 +573,7 @@ fn exec(c: &mut Call<'_, '_, '_>, out: &mut Out) -> Done {
     let batch = !queue.is_empty()
         && queue.iter().all(|q| {
             let n = lookup(&q[0]).map(|i| COMMANDS[i].name);
-            (n == Some("set") && q.len() == 3) || (n == Some("mset") && q.len() % 2 == 1)
+            (n == Some("set") && q.len() == 3) || (n == Some("mset") && !q.len().is_multiple_of(2))
         });
     if batch {
         let mut ops = Vec::new();

@@ -254,7 +254,7 @@ pub(super) fn getex(c: &mut Call<'_, '_, '_>, out: &mut Out) -> Done {
 
 /// MSET's pairs as one atomic batch (without expiry, as SET leaves them).
 fn pairs(c: &Call<'_, '_, '_>, name: &str) -> Result<Vec<BatchOp>, super::Reply> {
-    if c.args.len() % 2 == 0 {
+    if c.args.len().is_multiple_of(2) {
         return Err(arity_error(name));
     }
     let mut ops = Vec::with_capacity(c.args.len() / 2);
