@@ -735,3 +735,80 @@ fn redis_cli_drives_the_server() {
     assert!(text.contains("errors: 0, replies: 1000"), "{text}");
     assert_eq!(cli(&["DBSIZE"]), "1004\n");
 }
+
+/// Hashes on a table database: a hash is a record, its fields the columns; the same record
+/// reads back over Tyrant's table functions' wire form. On other kinds, a clear error.
+#[test]
+fn hashes_are_table_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), "t.kt#sync=always");
+    let mut c = Resp::new(&s.addr);
+    assert_eq!(
+        c.call(&["HSET", "u1", "name", "alice", "age", "30"]),
+        RV::Int(2)
+    );
+    assert_eq!(
+        c.call(&["HSET", "u1", "age", "31", "city", "Oslo"]),
+        RV::Int(1)
+    );
+    assert_eq!(
+        c.call(&["HSET", "u1", "odd"]),
+        err("ERR wrong number of arguments for 'hset' command")
+    );
+    assert_eq!(c.call(&["HGET", "u1", "age"]), bulk("31"));
+    assert_eq!(c.call(&["HGET", "u1", "nope"]), RV::Nil);
+    assert_eq!(c.call(&["HGET", "nobody", "age"]), RV::Nil);
+    assert_eq!(
+        c.call(&["HMGET", "u1", "name", "nope", "city"]),
+        RV::Array(vec![bulk("alice"), RV::Nil, bulk("Oslo")])
+    );
+    assert_eq!(
+        c.call(&["HGETALL", "u1"]),
+        arr(&["name", "alice", "age", "31", "city", "Oslo"])
+    );
+    assert_eq!(c.call(&["HEXISTS", "u1", "city"]), RV::Int(1));
+    assert_eq!(c.call(&["HEXISTS", "u1", "zip"]), RV::Int(0));
+    assert_eq!(c.call(&["HLEN", "u1"]), RV::Int(3));
+    assert_eq!(c.call(&["HKEYS", "u1"]), arr(&["name", "age", "city"]));
+    assert_eq!(c.call(&["HVALS", "u1"]), arr(&["alice", "31", "Oslo"]));
+    assert_eq!(c.call(&["HINCRBY", "u1", "age", "2"]), RV::Int(33));
+    assert_eq!(c.call(&["HINCRBY", "u1", "visits", "1"]), RV::Int(1));
+    assert_eq!(
+        c.call(&["HINCRBY", "u1", "name", "1"]),
+        err("ERR hash value is not an integer")
+    );
+    assert_eq!(c.call(&["TYPE", "u1"]), RV::Simple("hash".into()));
+    assert_eq!(c.call(&["HMSET", "u2", "name", "bob"]), ok());
+    // The record over the plain interface: the table's wire form.
+    assert_eq!(c.call(&["GET", "u2"]), RV::Bulk(b"name\0bob".to_vec()));
+    // RESP3: a map.
+    assert!(matches!(c.call(&["HELLO", "3"]), RV::Map(_)));
+    let RV::Map(m) = c.call(&["HGETALL", "u2"]) else {
+        panic!("HGETALL is a map in RESP3")
+    };
+    assert_eq!(m, vec![(bulk("name"), bulk("bob"))]);
+    assert_eq!(c.call(&["HGETALL", "nobody"]), RV::Map(vec![]));
+    // Removing the last field removes the hash.
+    assert_eq!(c.call(&["HDEL", "u2", "name", "nope"]), RV::Int(1));
+    assert_eq!(c.call(&["EXISTS", "u2"]), RV::Int(0));
+    assert_eq!(c.call(&["HDEL", "u1", "visits", "city"]), RV::Int(2));
+    assert_eq!(c.call(&["HLEN", "u1"]), RV::Int(2));
+    drop(s);
+    // Acknowledged with sync=always: the record reads back after SIGKILL and a restart.
+    let s = Server::start(dir.path(), "t.kt#sync=always");
+    let mut c = Resp::new(&s.addr);
+    assert_eq!(
+        c.call(&["HGETALL", "u1"]),
+        arr(&["name", "alice", "age", "33"])
+    );
+    drop(s);
+    let s = Server::start(dir.path(), "*");
+    let mut c = Resp::new(&s.addr);
+    assert_eq!(
+        c.call(&["HSET", "h", "f", "v"]),
+        err(
+            "ERR HSET is served on a table database only (kura serve PATH.kt): a hash is a \
+             table record, its fields the record's columns"
+        )
+    );
+}

@@ -172,7 +172,13 @@ pub(super) fn persist(c: &mut Call<'_, '_, '_>, out: &mut Out) -> Done {
 
 pub(super) fn type_of(c: &mut Call<'_, '_, '_>, out: &mut Out) -> Done {
     let found = c.store.view(c.args[1], &mut |_, _| {})?;
-    resp::simple(out, if found { "string" } else { "none" });
+    // A table's records are hashes (see `hashes`).
+    let kind = match (found, c.store.table().is_some()) {
+        (false, _) => "none",
+        (true, true) => "hash",
+        (true, false) => "string",
+    };
+    resp::simple(out, kind);
     Ok(Next::Continue)
 }
 
@@ -334,7 +340,14 @@ pub(super) fn scan(c: &mut Call<'_, '_, '_>, out: &mut Out) -> Done {
                 }
                 count = n as usize;
             }
-            b"TYPE" => type_ok = v.eq_ignore_ascii_case(b"string"),
+            b"TYPE" => {
+                let own: &[u8] = if c.store.table().is_some() {
+                    b"hash"
+                } else {
+                    b"string"
+                };
+                type_ok = v.eq_ignore_ascii_case(own);
+            }
             _ => return Err(err(SYNTAX)),
         }
         i += 2;

@@ -4,8 +4,8 @@
 //! users' rights know it as), the connection's state ([`RedisConn`]: RESP version, name,
 //! transaction, open SCAN cursors), the steps before a command runs (arity, login, MULTI's
 //! queue) and the transactions. The commands themselves are in `strings` (values and
-//! counters), `keys` (keys, expiry, SCAN, KEYS, flushes) and `admin` (HELLO, AUTH, INFO,
-//! CLIENT, COMMAND, CONFIG, TIME).
+//! counters), `keys` (keys, expiry, SCAN, KEYS, flushes), `hashes` (hashes as table records)
+//! and `admin` (HELLO, AUTH, INFO, CLIENT, COMMAND, CONFIG, TIME).
 //!
 //! * Keys are the store's keys, values its values: a key set over memcached reads over Redis
 //!   and back. Expiry is the record's expiration time, in whole seconds: a time given in
@@ -15,6 +15,7 @@
 //!   `-ERR … refused by the server's --mask`.
 
 mod admin;
+mod hashes;
 mod keys;
 mod strings;
 
@@ -128,6 +129,17 @@ pub const COMMANDS: &[Cmd] = &[
     c("watch", -2, Some(Op::Get), R, KN),
     c("unwatch", 1, None, A, K0),
     c("time", 1, None, A, K0),
+    c("hset", -4, Some(Op::Put), W, K1),
+    c("hmset", -4, Some(Op::Put), W, K1),
+    c("hget", 3, Some(Op::Get), R, K1),
+    c("hmget", -3, Some(Op::Get), R, K1),
+    c("hdel", -3, Some(Op::Out), W, K1),
+    c("hgetall", 2, Some(Op::Get), R, K1),
+    c("hexists", 3, Some(Op::Get), R, K1),
+    c("hlen", 2, Some(Op::Get), R, K1),
+    c("hkeys", 2, Some(Op::Get), R, K1),
+    c("hvals", 2, Some(Op::Get), R, K1),
+    c("hincrby", 4, Some(Op::AddInt), W, K1),
     c("replicaof", 3, Some(Op::SetMst), A, K0),
     c("slaveof", 3, Some(Op::SetMst), A, K0),
 ];
@@ -503,6 +515,8 @@ fn dispatch(c: &mut Call<'_, '_, '_>, name: &str, out: &mut Out) -> Done {
              replica with kura serve --master HOST:PORT",
             name.to_uppercase()
         ))),
+        "hset" | "hmset" | "hget" | "hmget" | "hdel" | "hgetall" | "hexists" | "hlen" | "hkeys"
+        | "hvals" | "hincrby" => hashes::hash(c, name, out),
         "multi" => multi(c, out),
         "exec" => exec(c, out),
         "discard" => {
