@@ -812,3 +812,29 @@ fn hashes_are_table_records() {
         )
     );
 }
+
+/// Metrics by command and the protocol's latency series, on the HTTP interface's page.
+#[test]
+fn metrics_count_redis_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), "*");
+    let mut c = Resp::new(&s.addr);
+    for _ in 0..3 {
+        assert_eq!(c.call(&["SET", "k", "v"]), ok());
+    }
+    assert_eq!(c.call(&["GET", "k"]), bulk("v"));
+    assert!(matches!(c.call(&["NOPE"]), RV::Err(_)));
+    let mut h = s.connect();
+    h.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut page = String::new();
+    h.read_to_string(&mut page).unwrap();
+    for line in [
+        "kura_redis_commands_total{command=\"set\"} 3",
+        "kura_redis_commands_total{command=\"get\"} 1",
+        "kura_redis_errors_total 1",
+        "kura_request_duration_seconds_count{protocol=\"redis\"} 5",
+    ] {
+        assert!(page.contains(line), "{line} in\n{page}");
+    }
+}

@@ -139,7 +139,7 @@ pub(super) fn ttl(c: &mut Call<'_, '_, '_>, name: &str, out: &mut Out) -> Done {
         None => -2,
         Some(0) => -1,
         Some(s) => {
-            let at_ms = s as i64 * 1000;
+            let at_ms = (s as i64).saturating_mul(1000);
             match name {
                 // Whole seconds left, rounded down: `EX n` reads back as n although the
                 // record's second was rounded up.

@@ -287,6 +287,23 @@ pub fn execute<'s>(
     if req.args.is_empty() {
         return Next::Continue;
     }
+    // The arguments as plain slices: on the stack for the usual few, no allocation.
+    const FEW: usize = 8;
+    if req.args.len() <= FEW {
+        let mut few: [&[u8]; FEW] = [&[]; FEW];
+        for (slot, a) in few.iter_mut().zip(&req.args) {
+            *slot = a;
+        }
+        return run_args(
+            store,
+            shared,
+            conn,
+            session,
+            &few[..req.args.len()],
+            now,
+            out,
+        );
+    }
     let args: Vec<&[u8]> = req.args.iter().map(|a| &a[..]).collect();
     run_args(store, shared, conn, session, &args, now, out)
 }
