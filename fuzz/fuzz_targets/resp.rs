@@ -7,7 +7,8 @@ use kura_proto::Decoded;
 use kura_server::auth::Session;
 use kura_server::context::{Next, Shared};
 use kura_server::out::Out;
-use kura_server::redis_exec::{execute, RedisConn};
+use kura_server::redis_exec::{execute, RedisConn, COMMANDS};
+use std::borrow::Cow;
 use libfuzzer_sys::fuzz_target;
 
 /// The length of the whole reply at the start of `b`.
@@ -51,8 +52,18 @@ fuzz_target!(|data: &[u8]| {
     let mut out = Out::default();
     while pos < data.len() {
         match decode(&data[pos..], &limits) {
-            Ok(Decoded::Complete { request, consumed }) => {
+            Ok(Decoded::Complete {
+                mut request,
+                consumed,
+            }) => {
                 assert!(consumed > 0);
+                // A one-byte command name stands for a command of the table, so that the
+                // fuzzer reaches every command without guessing its name.
+                if let Some(first) = request.args.first_mut() {
+                    if first.len() == 1 {
+                        *first = Cow::Borrowed(COMMANDS[first[0] as usize % COMMANDS.len()].name.as_bytes());
+                    }
+                }
                 pos += consumed;
                 let next = execute(&*store, &shared, &mut conn, &mut session, &request, 1, &mut out);
                 if next == Next::Close {
