@@ -8,8 +8,8 @@ use kura_server::auth::Session;
 use kura_server::context::{Next, Shared};
 use kura_server::out::Out;
 use kura_server::redis_exec::{execute, RedisConn, COMMANDS};
-use std::borrow::Cow;
 use libfuzzer_sys::fuzz_target;
+use std::borrow::Cow;
 
 /// The length of the whole reply at the start of `b`.
 fn reply_len(b: &[u8]) -> usize {
@@ -61,11 +61,21 @@ fuzz_target!(|data: &[u8]| {
                 // fuzzer reaches every command without guessing its name.
                 if let Some(first) = request.args.first_mut() {
                     if first.len() == 1 {
-                        *first = Cow::Borrowed(COMMANDS[first[0] as usize % COMMANDS.len()].name.as_bytes());
+                        *first = Cow::Borrowed(
+                            COMMANDS[first[0] as usize % COMMANDS.len()].name.as_bytes(),
+                        );
                     }
                 }
                 pos += consumed;
-                let next = execute(&*store, &shared, &mut conn, &mut session, &request, 1, &mut out);
+                let next = execute(
+                    &*store,
+                    &shared,
+                    &mut conn,
+                    &mut session,
+                    &request,
+                    1,
+                    &mut out,
+                );
                 if next == Next::Close {
                     break;
                 }
