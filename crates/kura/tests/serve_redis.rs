@@ -838,3 +838,27 @@ fn metrics_count_redis_commands() {
         assert!(page.contains(line), "{line} in\n{page}");
     }
 }
+
+/// A replica takes its changes from its master only: a Redis write there gets Redis's
+/// `-READONLY`, also when queued in MULTI; the master's writes arrive.
+#[test]
+fn a_replica_refuses_redis_writes_with_readonly() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let m = common::serve(d, &["*", "--port", "0", "--sid", "1", "--ulog", "mlog"]);
+    let r = common::serve(d, &["*", "--port", "0", "--sid", "2", "--master", &m.addr]);
+    let mut mc = Resp::new(&m.addr);
+    let mut rc = Resp::new(&r.addr);
+    assert_eq!(mc.call(&["SET", "k", "v"]), ok());
+    assert!(common::eventually(10, || rc.call(&["GET", "k"]) == bulk("v")));
+    let readonly = err("READONLY You can't write against a read only replica.");
+    assert_eq!(rc.call(&["SET", "k", "w"]), readonly);
+    assert_eq!(rc.call(&["MULTI"]), ok());
+    assert_eq!(rc.call(&["DEL", "k"]), readonly);
+    assert!(matches!(rc.call(&["EXEC"]), RV::Err(e) if e.starts_with("EXECABORT")));
+    let RV::Bulk(info) = rc.call(&["INFO", "replication"]) else {
+        panic!()
+    };
+    assert!(String::from_utf8_lossy(&info).contains("role:slave"));
+    assert_eq!(rc.call(&["GET", "k"]), bulk("v"));
+}

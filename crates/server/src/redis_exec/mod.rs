@@ -347,8 +347,8 @@ fn run_args<'s>(
     if in_multi && !matches!(cmd.name, "exec" | "discard" | "multi" | "watch" | "quit") {
         // Refused now when the mask refuses it, as Redis checks ACLs when queueing.
         if let Some(op) = cmd.op {
-            if shared.verdict(|m| m.denies(op, Proto::Redis)).is_some() {
-                let why = shared.read_only_refusal(true);
+            if let Some(by_mask) = shared.verdict(|m| m.denies(op, Proto::Redis)) {
+                let why = shared.read_only_refusal(by_mask);
                 return refuse(conn, out, &refusal(cmd, session, why));
             }
         }
