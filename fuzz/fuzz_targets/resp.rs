@@ -45,6 +45,7 @@ fuzz_target!(|data: &[u8]| {
         max_bulk: 2048,
         max_args: 64,
         max_inline: 256,
+        max_request: 8192,
     };
     let mut conn = RedisConn::new(&shared, 0);
     let mut session = Session::default();

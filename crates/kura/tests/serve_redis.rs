@@ -324,6 +324,27 @@ fn a_malformed_request_closes_only_its_connection() {
         c.read_to_end(&mut got).unwrap();
         assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(want));
     }
+    // Arguments each within the limit, over --max-value-size + 1 MiB in all: refused as the
+    // declared lengths pass it, not left waiting for a budget it can never get.
+    let mut big = b"*2201\r\n$4\r\nMSET\r\n".to_vec();
+    for i in 0..1100 {
+        big.extend(format!("$5\r\nk{i:04}\r\n$1000\r\n").bytes());
+        big.extend_from_slice(&[b'v'; 1000]);
+        big.extend_from_slice(b"\r\n");
+    }
+    let mut c = s.connect();
+    let mut w = c.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        let _ = w.write_all(&big);
+    });
+    let mut got = Vec::new();
+    let _ = c.read_to_end(&mut got);
+    writer.join().unwrap();
+    let got = String::from_utf8_lossy(&got);
+    assert!(
+        got.starts_with("-ERR Protocol error: request of more than 1049576 bytes"),
+        "{got}"
+    );
     assert_eq!(good.call(&["GET", "keep"]), bulk("me"));
     assert_eq!(good.call(&["DBSIZE"]), RV::Int(1));
 }

@@ -24,6 +24,9 @@ pub struct Limits {
     /// Longest inline request, and longest `*N` / `$N` line (Redis's
     /// `PROTO_INLINE_MAX_SIZE`, 64 KiB).
     pub max_inline: usize,
+    /// Largest multibulk in all, its headers included (Redis's `client-query-buffer-limit`):
+    /// refused as soon as its declared lengths pass it, before its data is read.
+    pub max_request: usize,
 }
 
 impl Default for Limits {
@@ -32,6 +35,7 @@ impl Default for Limits {
             max_bulk: 512 << 20,
             max_args: 1 << 20,
             max_inline: 64 << 10,
+            max_request: 1 << 30,
         }
     }
 }
@@ -191,6 +195,15 @@ fn decode_multibulk<'a>(buf: &'a [u8], limits: &Limits) -> Result<Decoded<Reques
         };
         // Redis steps over the two bytes after the data without looking at them.
         let end = next + len;
+        if end + 2 > limits.max_request {
+            return Err(Error {
+                message: format!(
+                    "request of more than {} bytes (the server's limit)",
+                    limits.max_request
+                ),
+                bulk_len: None,
+            });
+        }
         if buf.len() < end + 2 {
             return Ok(Decoded::Incomplete);
         }

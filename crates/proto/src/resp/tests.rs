@@ -5,6 +5,7 @@ fn lim() -> Limits {
         max_bulk: 100,
         max_args: 8,
         max_inline: 64,
+        max_request: 200,
     }
 }
 
@@ -172,4 +173,27 @@ fn replies_in_resp2_and_resp3() {
     assert_eq!(format_double(3.0), "3");
     assert_eq!(format_double(-0.0), "0");
     assert_eq!(format_double(1e21), "1000000000000000000000");
+}
+
+#[test]
+fn a_request_over_the_total_limit_is_refused_before_its_data() {
+    // Two bulks of 100 bytes each are within the bulk limit, not within 200 bytes in all.
+    let mut wire = b"*3\r\n$3\r\nSET\r\n$100\r\n".to_vec();
+    wire.extend_from_slice(&[b'x'; 100]);
+    wire.extend_from_slice(b"\r\n$100\r\n");
+    assert_eq!(
+        err(&wire),
+        "request of more than 200 bytes (the server's limit)"
+    );
+    // Many small arguments count too.
+    let mut many = b"*8\r\n".to_vec();
+    for _ in 0..8 {
+        many.extend_from_slice(b"$20\r\n");
+        many.extend_from_slice(&[b'y'; 20]);
+        many.extend_from_slice(b"\r\n");
+    }
+    assert_eq!(
+        err(&many),
+        "request of more than 200 bytes (the server's limit)"
+    );
 }

@@ -203,6 +203,8 @@ impl AllLimits {
             },
             redis: resp::Limits {
                 max_bulk: value,
+                // What a connection's grant of the budget holds ([`AllLimits::largest`]).
+                max_request: value.saturating_add(1 << 20),
                 ..resp::Limits::default()
             },
             budget,
@@ -218,8 +220,8 @@ impl AllLimits {
             Some(Protocol::TokyoTyrant) => self.tt.max_frame,
             Some(Protocol::KyotoBinary) => self.kt.max_frame,
             Some(Protocol::Http) => self.http.max_body.saturating_add(self.http.max_head),
-            // One argument at the limit, with room for the others and their headers.
-            Some(Protocol::Redis) => self.redis.max_bulk.saturating_add(1 << 20),
+            // A whole multibulk is held to this by the codec.
+            Some(Protocol::Redis) => self.redis.max_request,
         }
     }
 
