@@ -60,6 +60,14 @@ if ! [ -x /usr/sbin/nutcracker ] || ! need memccapable; then
         { echo "test.sh: nutcracker cannot be installed here: the twemproxy tests are skipped"; export KURA_NO_NUTCRACKER=1; }
 fi
 
+# The Redis protocol's tests (crates/kura/tests/serve_redis.rs) drive the server with Debian's
+# redis-cli (redis-tools). With CI=true they fail when it is missing, so install it first.
+if ! need redis-cli; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq redis-tools >/dev/null 2>&1 ||
+        { apt-get update -qq && apt-get install -y -qq redis-tools >/dev/null; }
+fi
+
 echo "== cargo test"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

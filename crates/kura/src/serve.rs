@@ -75,7 +75,7 @@ pub struct ServeArgs {
     /// names (put, putkeep, putcat, putshl, putnr, out, get, mget, vsiz, iterinit, iternext,
     /// fwmkeys, addint, adddouble, ext, sync, optimize, vanish, copy, restore, setmst, rnum,
     /// size, stat, misc, repl) or groups (all, allorg = the Tyrant binary protocol, allmc,
-    /// allhttp, allread, allwrite, allmanage). `out` refuses memcached `delete`, HTTP `DELETE`
+    /// allhttp, allredis, allread, allwrite, allmanage). `out` refuses memcached `delete`, HTTP `DELETE`
     /// and Kyoto Tycoon `remove` too. Repeatable.
     #[arg(long, value_name = "NAMES")]
     mask: Vec<String>,

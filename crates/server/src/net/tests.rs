@@ -48,9 +48,17 @@ fn sniffing() {
     assert_eq!(sniff(b'P', false), Protocol::Http);
     assert_eq!(sniff(b'g', false), Protocol::MemcachedText);
     assert_eq!(sniff(b's', false), Protocol::MemcachedText);
+    assert_eq!(sniff(b'*', false), Protocol::Redis);
+    // An upper-case first line: HTTP's request line, else a Redis inline command.
+    assert_eq!(sniff_line(b"GET / HTTP/1.1\r\n"), Protocol::Http);
+    assert_eq!(sniff_line(b"PUT /k HTTP/1.0\n"), Protocol::Http);
+    assert_eq!(sniff_line(b"GET /"), Protocol::Http);
+    assert_eq!(sniff_line(b"PING\r\n"), Protocol::Redis);
+    assert_eq!(sniff_line(b"SET k v\r\n"), Protocol::Redis);
+    assert_eq!(sniff_line(b"GET k\r\n"), Protocol::Redis);
     // A memcached-only port: binary or text, nothing else.
     assert_eq!(sniff(0x80, true), Protocol::MemcachedBinary);
-    for b in [0xC8, 0xB8, b'G', b'P', b'g'] {
+    for b in [0xC8, 0xB8, b'G', b'P', b'g', b'*'] {
         assert_eq!(sniff(b, true), Protocol::MemcachedText);
     }
 }

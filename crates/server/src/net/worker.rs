@@ -54,6 +54,8 @@ pub(super) struct Conn<'s> {
     pub(super) tt: Option<Box<TtState<'s>>>,
     /// HTTP connections only: Kyoto Tycoon's cursors (`cur_*`), freed with the connection.
     pub(super) kt: Option<Box<KtCursors<'s>>>,
+    /// Redis connections only: RESP version, name, transaction, SCAN cursors.
+    pub(super) redis: Option<Box<crate::redis_exec::RedisConn<'s>>>,
     /// A request asked to wait for a signal (Kyoto Tycoon's `WAIT`); it is still in `rbuf`.
     pub(super) want_wait: Option<WaitReq>,
     /// Parked: waiting for the signal (registered in `Shared::kt_signals`) until the instant.
@@ -547,6 +549,7 @@ pub(super) fn adopt(
         in_held: false,
         tt: None,
         kt: None,
+        redis: None,
         want_wait: None,
         wait: None,
         waited: None,
