@@ -16,7 +16,14 @@ fn a_burst_of_connections_is_spread_over_the_workers() {
         let (sock, _) = listener.accept().unwrap();
         let to = spread.pick(0);
         if to != 0 {
-            spread.hand_over(to, TcpStream::from_std(sock), false, Link::Plain);
+            spread.hand_over(
+                to,
+                Arrival {
+                    sock: TcpStream::from_std(sock),
+                    mc_only: false,
+                    link: Link::Plain,
+                },
+            );
         }
     }
     let counts: Vec<usize> = spread

@@ -504,25 +504,53 @@ pub(super) fn accept_all(
         shared.total_connections.fetch_add(1, Ordering::Relaxed);
         let to = mine.spread.pick(mine.me);
         if to == mine.me {
-            adopt(sock, mc_only, link, poll, conns, free, nl, shared)?;
+            adopt(
+                Arrival {
+                    sock,
+                    mc_only,
+                    link,
+                },
+                poll,
+                conns,
+                free,
+                nl,
+                shared,
+            )?;
         } else {
-            mine.spread.hand_over(to, sock, mc_only, link);
+            mine.spread.hand_over(
+                to,
+                Arrival {
+                    sock,
+                    mc_only,
+                    link,
+                },
+            );
         }
     }
 }
 
+/// A connection accepted, on its way to the worker that serves it: its socket, whether its
+/// port is memcached-only, and its TLS layer if any.
+pub(super) struct Arrival {
+    pub(super) sock: TcpStream,
+    pub(super) mc_only: bool,
+    pub(super) link: Link,
+}
+
 /// Register a connection with this worker's event loop.
-#[allow(clippy::too_many_arguments)] // the worker's parts a new connection joins
 pub(super) fn adopt(
-    mut sock: TcpStream,
-    mc_only: bool,
-    link: Link,
+    arrival: Arrival,
     poll: &mut Poll,
     conns: &mut Vec<Option<Conn<'_>>>,
     free: &mut Vec<usize>,
     nl: usize,
     shared: &Shared,
 ) -> io::Result<()> {
+    let Arrival {
+        mut sock,
+        mc_only,
+        link,
+    } = arrival;
     let session = crate::auth::Session::new(sock.peer_addr().ok(), &shared.access);
     let idx = free.pop().unwrap_or_else(|| {
         conns.push(None);
@@ -582,8 +610,8 @@ pub(super) fn take_mail(
         mine.spread.mail[mine.me].store(false, Ordering::Release);
         std::mem::take(&mut *inbox)
     };
-    for (sock, mc_only, link) in socks {
-        adopt(sock, mc_only, link, poll, conns, free, nl, shared)?;
+    for arrival in socks {
+        adopt(arrival, poll, conns, free, nl, shared)?;
     }
     Ok(())
 }
@@ -598,7 +626,7 @@ pub(super) struct Spread {
     /// Open connections of each worker (counted when handed over, so a burst spreads).
     pub(super) conns: Vec<std::sync::atomic::AtomicUsize>,
     /// Connections accepted for each worker by another, not yet registered.
-    pub(super) inbox: Vec<std::sync::Mutex<Vec<(TcpStream, bool, Link)>>>,
+    pub(super) inbox: Vec<std::sync::Mutex<Vec<Arrival>>>,
     pub(super) mail: Vec<AtomicBool>,
     pub(super) wakers: Vec<std::sync::Mutex<Option<Arc<mio::Waker>>>>,
 }
@@ -627,11 +655,11 @@ impl Spread {
         to
     }
 
-    pub(super) fn hand_over(&self, to: usize, sock: TcpStream, mc_only: bool, link: Link) {
+    pub(super) fn hand_over(&self, to: usize, arrival: Arrival) {
         self.inbox[to]
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push((sock, mc_only, link));
+            .push(arrival);
         self.mail[to].store(true, Ordering::Release);
         // A worker that has no waker yet takes its mail on its first round.
         if let Some(w) = &*self.wakers[to].lock().unwrap_or_else(|p| p.into_inner()) {
