@@ -110,6 +110,20 @@ impl Inner {
             return Ok(None);
         }
         let has_older = self.may_hide(&seg);
+        // A copy keeps its record's seq but goes to this thread's lane, which a crash cuts
+        // apart from the lane the record came from: it must not reach the disk before the
+        // records written ahead of its original, or a crash could keep a writer's later write
+        // (the copy) and lose earlier ones (records of its lane not yet synced, or in segments
+        // whose names are not durable yet). So the log is synced, once, before the first copy:
+        // the segment is sealed, so its records and everything before them in every lane are
+        // then durable.
+        let synced = std::cell::Cell::new(false);
+        let durable = || -> Result<()> {
+            if !synced.replace(true) {
+                self.log.sync_now()?;
+            }
+            Ok(())
+        };
         let started = Instant::now();
         let mut moved = 0u64;
         let mut paced = 0u64;
@@ -123,6 +137,7 @@ impl Inner {
                 let (shard, tag) = self.hash(&rec[h.key_off..h.key_off + h.klen]);
                 puts.push((h.keyspace, shard as u32, tag, off as u32));
             } else {
+                durable()?;
                 *moved += self.relocate_any(&seg, off, h, rec, has_older, recode)?;
             }
             Ok(())
@@ -218,6 +233,7 @@ impl Inner {
                 return Ok(None);
             }
             let (h, rec) = reader.record(off as u64)?;
+            durable()?;
             moved += self.relocate_any(&seg, off as u64, &h, rec, has_older, recode)?;
             pace(rate, moved, &mut paced, started);
         }

@@ -362,8 +362,17 @@ impl Log {
     }
 
     /// Start a new segment after the active one. Called with the tail lock held.
+    ///
+    /// The sealed segment ends with a marker, an empty one too (of the format with
+    /// synced-length slots): recovery takes a segment that is not its lane's last and does
+    /// not end with one for a segment whose end was lost, and ends the lane there
+    /// (`replay::lane_ends`).
     pub(crate) fn roll(&self, tail: &mut Tail) -> Result<()> {
         self.mark(tail);
+        if !tail.marked && tail.seg.id != 0 && tail.seg.slots {
+            tail.buf.extend_from_slice(&format::marker(tail.seg.seed));
+            tail.marked = true;
+        }
         self.trim_tail(tail)?;
         let id = self.next_seg.fetch_add(1, Ordering::Relaxed);
         let seg = self.create_segment(id, tail.seg.lane)?;

@@ -105,9 +105,8 @@ pub(crate) struct Replayed {
     pub findings: Vec<Finding>,
     /// Records applied (the kind checkpoints at the next close when there were any).
     pub applied: u64,
-    /// (Without [`Rules::activate`]) The segments after a torn end of their lane ([`lane_ends`]):
-    /// not replayed, deleted by a writable open, never a lane's active segment. (With it they
-    /// are emptied.)
+    /// The segments after a torn end of their lane ([`lane_ends`]): not replayed, deleted by
+    /// a writable open, never a lane's active segment.
     pub dropped: Vec<u32>,
 }
 
@@ -122,6 +121,9 @@ struct Region {
     kept: bool,
     scanned: Scanned,
     verdict: End,
+    /// Its segment's records end with a marker (what a roll leaves at the end of every
+    /// segment it seals).
+    marked: bool,
 }
 
 impl Region {
@@ -183,6 +185,7 @@ pub(crate) fn replay<R: Replayer>(
                 kept: true,
                 scanned: Scanned::default(),
                 verdict: End::Clean,
+                marked: false,
             });
         }
     }
@@ -211,6 +214,7 @@ pub(crate) fn replay<R: Replayer>(
                         kept: true,
                         scanned: Scanned::default(),
                         verdict: End::Clean,
+                        marked: false,
                     });
                 }
             }
@@ -222,20 +226,32 @@ pub(crate) fn replay<R: Replayer>(
     let mut clear_parts: HashMap<u64, (u64, u64)> = HashMap::new();
     for r in regions.iter_mut() {
         let (seg, lane) = (&r.seg, r.lane);
+        // Whether the last record met is a marker (`None`: none met).
+        let mut last_marker = None;
         r.scanned = scan::scan(
             &mut SegBytes { log, seg },
             seg.seed,
             r.start,
             r.end,
-            |off, h, _, _| {
+            |off, h, _, salvaged| {
                 if let (T_CLEAR, Some(lane), true) = (h.typ, lane, by_position) {
                     clears.push((lane, loc_of(seg.id, off), h.fields.seq));
                     clear_parts.entry(h.fields.seq).or_insert((0, h.count)).0 += 1;
+                }
+                if !salvaged {
+                    last_marker = Some(is_marker(h));
                 }
                 Ok(true)
             },
         )?;
         r.verdict = classify(seg.id, &r.scanned, durable(seg), &mut found);
+        r.marked = match last_marker {
+            Some(m) => m,
+            // Nothing past the replay position: the record before it (a checkpoint marks
+            // every lane before it takes their positions).
+            None if r.start > seg.data => ends_with_marker_at(log, seg, r.start)?,
+            None => false,
+        };
         if rules.whole_batches {
             for d in r.scanned.damage.iter().filter(|d| !d.salvaged.is_empty()) {
                 found.push(Finding {
@@ -352,20 +368,23 @@ pub(crate) fn replay<R: Replayer>(
         let (seg, end) = (&r.seg, r.end);
         if !r.kept {
             if !rules.activate {
-                // The kind deletes it (a writable open) and activates its lanes itself.
+                // Deleted below (a writable open); the kind activates its lanes itself.
                 dropped.push(seg.id);
                 continue;
             }
-            // After its lane's torn end: emptied.
+            // After its lane's torn end: a writable open deletes it (below), so that the
+            // segment the lane ended in is its last, its active one (a segment emptied
+            // behind it would leave that one sealed without a marker at its end); a
+            // read-only one ignores its bytes.
             log.counters
                 .truncated_bytes
                 .fetch_add(end - r.start, Ordering::Relaxed);
-            let empty = r.start.min(end).max(seg.data);
             if !log.readonly {
-                seg.file.set_len(empty)?;
-                seg.file.sync()?;
+                dropped.push(seg.id);
+            } else {
+                seg.flushed
+                    .store(r.start.min(end).max(seg.data), Ordering::Release);
             }
-            seg.flushed.store(empty, Ordering::Release);
             continue;
         }
         let valid_end = r.scanned.valid_end(end);
@@ -478,25 +497,42 @@ fn record_seq(h: &Header, rec: &[u8]) -> u64 {
     h.fields.seq
 }
 
-/// Where each lane's log ends: at its first region that ends torn (or in zeros); the regions
-/// of the lane after it are dropped (true in the result). A sync makes a lane's segments
-/// durable in order, so records after a torn end were never synced — unless a later segment's
-/// header records some of its own as synced: then the end was not torn but damaged, and is
-/// reported so (nothing is dropped). Regions without a lane are never dropped.
+/// Where each lane's log ends: at its first region that ends torn (or in zeros), or that lost
+/// its end whole (below); the regions of the lane after it are dropped (true in the result).
+/// A sync makes a lane's segments durable in order, so records after a torn end were never
+/// synced — unless a later segment's header records some of its own as synced: then the end
+/// was not torn but damaged, and is reported so (nothing is dropped). Regions without a lane
+/// are never dropped.
+///
+/// A segment of the format with synced-length slots that is not its lane's last was sealed,
+/// and a roll ends every segment it seals with a marker: one whose records verify to their
+/// end but do not end with a marker lost its end at a record boundary (the write that carried
+/// its last records and the marker, or all of its unsynced writes, never reached the disk),
+/// which its scan cannot see. Its lane ends there too, unless a later segment records some of
+/// its own as synced: then it was synced whole (a recovery cut it at a torn tail, and a build
+/// that emptied the segments after a torn end, rather than deleting them, left them behind
+/// it), and the lane goes on.
 fn lane_ends(regions: &mut [Region], found: &mut Vec<Finding>) -> Vec<bool> {
     let mut dropped = vec![false; regions.len()];
     for e in 0..regions.len() {
         let Some(lane) = regions[e].lane else {
             continue;
         };
-        if dropped[e] || !matches!(regions[e].verdict, End::Torn | End::Zeros) {
+        let later = || (e + 1..regions.len()).filter(|&i| regions[i].lane == Some(lane));
+        let r = &regions[e];
+        let torn = matches!(r.verdict, End::Torn | End::Zeros);
+        let lost_end =
+            r.verdict == End::Clean && r.seg.slots && !r.marked && later().next().is_some();
+        if dropped[e] || !(torn || lost_end) {
             continue;
         }
-        let later = || (e + 1..regions.len()).filter(|&i| regions[i].lane == Some(lane));
         let synced_later = later().any(|i| {
             let r = &regions[i];
             r.scanned.synced.is_some_and(|s| s > r.seg.data)
         });
+        if synced_later && lost_end {
+            continue;
+        }
         if synced_later {
             let r = &regions[e];
             let (off, len, lost) = r
@@ -519,6 +555,22 @@ fn lane_ends(regions: &mut [Region], found: &mut Vec<Finding>) -> Vec<bool> {
         }
     }
     dropped
+}
+
+/// Whether a record is a marker (an empty batch: `format::marker`).
+fn is_marker(h: &Header) -> bool {
+    h.typ == T_BATCH && h.count == 0 && h.len == format::MARKER_LEN
+}
+
+/// Whether the bytes of `seg` just before `at` are a marker.
+fn ends_with_marker_at(log: &Log, seg: &Segment, at: u64) -> Result<bool> {
+    let m = format::marker(seg.seed);
+    if at < seg.data + m.len() as u64 {
+        return Ok(false);
+    }
+    let mut buf = Vec::new();
+    SegBytes { log, seg }.read(at - m.len() as u64, m.len(), &mut buf)?;
+    Ok(buf == m)
 }
 
 /// A record's place as one number: segment in the high 32 bits, offset in the low.
@@ -716,8 +768,8 @@ mod tests {
     }
 
     /// A lane whose sealed segment ends torn: by every rule that lane ends there (the torn one
-    /// cut) while the other lane replays whole; the lane's later segment is emptied by the
-    /// index's rules (the driver activates lanes) and dropped and deleted by the tree's.
+    /// cut) while the other lane replays whole; the lane's later segment is dropped and
+    /// deleted, so that the torn one is the lane's last.
     #[test]
     fn a_torn_end_stops_its_own_lane_only() {
         let (fs, (a, off3)) = written(|log| {
@@ -739,9 +791,13 @@ mod tests {
         let image = fs.image();
         let (seen, done) = run::<Index>(&fs, false).unwrap();
         assert_eq!(seqs(&seen.got), vec![1, 2, 4, 6], "lane after lane");
-        assert!(done.dropped.is_empty());
-        assert_eq!(fs.image().len(), image.len(), "every segment kept");
+        assert_eq!(done.dropped.len(), 1);
+        assert!(!fs.exists(&seg_path(done.dropped[0])), "deleted");
         assert!(done.findings.is_empty(), "a torn end is no damage");
+        // The next open finds the lane ending in the cut segment, and replays the same.
+        let (seen, done) = run::<Index>(&fs, false).unwrap();
+        assert_eq!(seqs(&seen.got), vec![1, 2, 4, 6]);
+        assert!(done.dropped.is_empty() && done.findings.is_empty());
         let fs = SimVfs::from_image(&image);
         let (seen, done) = run::<Tree>(&fs, false).unwrap();
         assert_eq!(seqs(&seen.got), vec![1, 2, 4, 6], "merged by seq");
@@ -750,6 +806,78 @@ mod tests {
         let len = fs.open(&seg_path(a), false).unwrap().len().unwrap();
         assert_eq!(len, off3, "cut at its torn end");
         assert!(done.findings.is_empty(), "a torn end is no damage");
+    }
+
+    /// A sealed segment whose end was lost at a record boundary (the write that carried its
+    /// last records and the marker a roll ends it with never reached the disk): every record
+    /// left in it verifies, and nothing after them is torn, but the lane ends there all the
+    /// same, by every rule: the record in the lane's next segment, written after the lost
+    /// ones, is not replayed, and that segment is deleted. A segment that ends with its
+    /// marker, an empty one too, does not end its lane.
+    #[test]
+    fn a_sealed_segment_without_its_marker_ends_its_lane() {
+        let (fs, (a, off3)) = written(|log| {
+            let (a, _) = write(log, 0, &[&put(0, 1)]);
+            write(log, 1, &[&put(0, 2)]);
+            log.flush_all().unwrap();
+            let (_, off3) = write(log, 0, &[&put(0, 3)]);
+            write(log, 1, &[&put(0, 4)]);
+            roll(log, 0);
+            // An empty segment sealed: it ends with a marker of its own.
+            roll(log, 0);
+            write(log, 0, &[&put(0, 5)]);
+            write(log, 1, &[&put(0, 6)]);
+            (a, off3)
+        });
+        let image = fs.image();
+        for rules in ["index", "tree"] {
+            let fs = SimVfs::from_image(&image);
+            // The seqs applied, in order.
+            let got = |fs: &SimVfs| {
+                let mut got = match rules {
+                    "index" => seqs(&run::<Index>(fs, false).unwrap().0.got),
+                    _ => seqs(&run::<Tree>(fs, false).unwrap().0.got),
+                };
+                got.sort_unstable();
+                got
+            };
+            assert_eq!(got(&fs), vec![1, 2, 3, 4, 5, 6], "{rules}: whole");
+            // Seq 3 and the marker lost: the segment ends after seq 1.
+            fs.open(&seg_path(a), false).unwrap().set_len(off3).unwrap();
+            let segs = fs.paths().len();
+            assert_eq!(
+                got(&fs),
+                vec![1, 2, 4, 6],
+                "{rules}: lane 0 ends after seq 1"
+            );
+            assert_eq!(
+                fs.paths().len(),
+                segs - 2,
+                "{rules}: the later segments deleted"
+            );
+        }
+    }
+
+    /// A segment that does not end with a marker, before a segment of its lane whose header
+    /// records some of its records as synced, did not lose its end (a sync makes a lane's
+    /// segments durable in order): a recovery cut it, and an older build's left the segment
+    /// after it emptied. The lane goes on.
+    #[test]
+    fn a_segment_without_its_marker_before_synced_records_does_not_end_its_lane() {
+        let (fs, (a, off2)) = written(|log| {
+            let (a, _) = write(log, 0, &[&put(0, 1)]);
+            let (_, off2) = write(log, 0, &[&put(0, 2)]);
+            roll(log, 0);
+            write(log, 0, &[&put(0, 3)]);
+            // The second sync makes the synced length the first wrote durable.
+            log.sync_now().unwrap();
+            log.sync_now().unwrap();
+            (a, off2)
+        });
+        fs.open(&seg_path(a), false).unwrap().set_len(off2).unwrap();
+        let (seen, done) = run::<Index>(&fs, false).unwrap();
+        assert_eq!(seqs(&seen.got), vec![1, 3]);
+        assert!(done.dropped.is_empty() && done.findings.is_empty());
     }
 
     /// A damaged batch frame in the middle of a lane's synced records, with records after it:

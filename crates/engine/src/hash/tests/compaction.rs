@@ -552,3 +552,82 @@ fn corrupt_checkpoint_falls_back_to_full_rebuild() {
     assert_eq!(db.get(b"k7").unwrap().unwrap().value, b"v7");
     assert!(db.get(b"k5").unwrap().is_none());
 }
+
+/// Run `f` on a new thread whose lane (of two) is not `lane`.
+fn on_other_lane(lane: usize, f: impl Fn() + Sync) {
+    // Thread numbers are handed out in turn: the second thread at the latest.
+    std::thread::scope(|s| {
+        while !s
+            .spawn(|| {
+                let other = crate::counter::thread_number() % 2 != lane;
+                if other {
+                    f();
+                }
+                other
+            })
+            .join()
+            .unwrap()
+        {}
+    })
+}
+
+/// Compaction copies a live record, keeping its seq, to the lane of the thread that compacts,
+/// which a crash cuts apart from the record's own lane. A crash after the copy was written
+/// back (that lane's segment on disk whole) but before anything else was synced must not find
+/// a writer's later write (the copy) without its earlier ones: the log is synced before the
+/// first copy is written.
+#[test]
+fn a_compaction_copy_never_outlives_the_writes_before_its_original() {
+    let fs = SimVfs::new();
+    let params = "sync=none#segsiz=64k#bufsiz=4k#lanes=2#compact=1#ckptsiz=1g";
+    let db = sim_open(&fs, params);
+    let inner = &db.inner;
+    // Held throughout: no background compaction (nor its checkpoint).
+    let _m = inner.maint.lock();
+    let mine = crate::counter::thread_number() % 2;
+    // Seal this thread's active segment: its id.
+    let seal = || {
+        let mut tail = inner.log.tails[mine].0.lock();
+        let id = tail.seg.id;
+        inner.log.roll(&mut tail).unwrap();
+        id
+    };
+    // The compacting lane has a segment whose name a sync made durable.
+    on_other_lane(mine, || {
+        db.put(b"c", b"the other lane's").unwrap();
+    });
+    inner.log.sync_now().unwrap();
+    // This thread's writes: w0 in one segment, w1 in the next (sealed), w2 in the active
+    // one; none of them synced.
+    db.put(b"w0", b"0").unwrap();
+    let s0 = seal();
+    db.put(b"w1", b"1").unwrap();
+    let s1 = seal();
+    db.put(b"w2", b"2").unwrap();
+    assert!(s0 < s1);
+    let copies = std::sync::Mutex::new(None);
+    on_other_lane(mine, || {
+        let moved = inner.relocate_segment(s1, false, None).unwrap();
+        assert!(moved.is_some_and(|m| m > 0), "w1 copied: {moved:?}");
+        let tail = inner.log.tails[1 - mine].0.lock();
+        *copies.lock().unwrap() = Some(tail.seg.path.clone());
+    });
+    inner.log.flush_all().unwrap();
+    let copies = copies.into_inner().unwrap().unwrap();
+    // A crash now, with the compacting lane's segment written back whole and nothing else.
+    let mut image = fs.crash_image(CrashMode::DropUnsynced);
+    assert!(
+        image.contains_key(&copies),
+        "the copies' segment name is durable"
+    );
+    image.insert(copies.clone(), fs.image()[&copies].clone());
+    let after = sim_open(&SimVfs::from_image(&image), params);
+    let got = |k: &[u8]| after.get(k).unwrap().map(|r| r.value);
+    assert_eq!(got(b"w1").as_deref(), Some(&b"1"[..]), "the copy survived");
+    assert_eq!(
+        got(b"w0").as_deref(),
+        Some(&b"0"[..]),
+        "this thread's write 1 survived (its copy) without its write 0"
+    );
+    assert!(after.check().unwrap().healthy());
+}
