@@ -10,7 +10,7 @@
 # single-threaded; redis-benchmark runs on the same 2 cores.
 # Then memory per key (MEMKEYS keys key:%012d of VSIZE bytes loaded by `redis-cli --pipe` into a
 # fresh redis and kura-mem): resident set size (VmRSS) growth over the count, and redis's INFO
-# used_memory growth over the count (MEMKEYS=0 skips it).
+# used_memory growth over the count (its allocator's own count; MEMKEYS=0 skips it).
 # Every redis-benchmark is killed after 120 seconds, the load after 300; servers listen on
 # 127.0.0.1 only and are stopped by their pids at exit. KURA=PATH uses that build instead of
 # building target/release/kura.
@@ -137,7 +137,8 @@ for s in redis kura-mem; do
 	keys=$(redis-cli -p "${PORT[$key]}" dbsize | tr -d '\r')
 	after=$(rss_kb "${PID[$key]}") ua=$(used_memory "${PORT[$key]}")
 	um="-"
-	[ -n "$ub" ] && [ -n "$ua" ] && um=$(awk -v a="$ua" -v b="$ub" -v n="$MEMKEYS" 'BEGIN { printf "%.1f", (a - b) / n }')
+	# Kura's used_memory is its resident set size: only redis's own accounting is shown.
+	[ "$s" = redis ] && [ -n "$ub" ] && [ -n "$ua" ] && um=$(awk -v a="$ua" -v b="$ub" -v n="$MEMKEYS" 'BEGIN { printf "%.1f", (a - b) / n }')
 	awk -v s="$s" -v k="$keys" -v a="$after" -v b="$before" -v n="$MEMKEYS" -v um="$um" -v t="$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" \
 		'BEGIN { printf "%-12s%10s%16.1f%14.1f%20s%10.1f\n", s, k, (a - b) / 1024, (a - b) * 1024 / n, um, t }'
 	kill "${PID[$key]}" 2>/dev/null || true
