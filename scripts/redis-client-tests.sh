@@ -128,8 +128,14 @@ else
     start_kura "$work/hashes.kt"
     table=$addr
 fi
+# pytest's exit status 5: the list left no test in that group.
 for proto in $PROTOCOLS; do
-    run strings "$strings" "$proto" || status=1
-    run table "$table" "$proto" || status=1
+    for group in strings table; do
+        addr=$strings
+        [ $group = table ] && addr=$table
+        rc=0
+        run $group "$addr" "$proto" || rc=$?
+        [ $rc -eq 0 ] || [ $rc -eq 5 ] || status=1
+    done
 done
 exit $status
