@@ -110,7 +110,7 @@ if [ -n "$RELIST" ]; then
         tests/test_commands.py tests/test_pipeline.py tests/test_encoding.py) >"$work/relist.log" 2>&1 || true
     tail -1 "$work/relist.log"
     .venv/bin/python tests/clients/redis_py_select.py "$work/record.jsonl" >"$LIST"
-    echo "wrote $LIST: $(grep -c ' skip ' "$LIST") deselected, $(grep -c ' table ' "$LIST") on a table"
+    echo "wrote $LIST: $(grep -c '^[^# ]* skip ' "$LIST") deselected, $(grep -c '^[^# ]* table ' "$LIST") on a table"
     exit 0
 fi
 
