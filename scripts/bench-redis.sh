@@ -6,8 +6,8 @@
 # Servers (SERVERS picks some): redis (no persistence), redis-aof-everysec (appendonly yes,
 # appendfsync everysec), redis-aof-always (appendfsync always), kura-mem (`kura serve '*'`),
 # kura-kh (`kura serve P.kh`, default sync: Redis's everysec) and kura-kh-always
-# (`P.kh#sync=always`: appendfsync always), kura with THREADS worker threads. redis-server is
-# single-threaded; redis-benchmark runs on the same 2 cores.
+# (`P.kh#sync=always`: appendfsync always), kura with THREADS worker threads (1: redis-server
+# runs its commands on one thread, and redis-benchmark needs the other core of this machine).
 # Then memory per key (MEMKEYS keys key:%012d of VSIZE bytes loaded by `redis-cli --pipe` into a
 # fresh redis and kura-mem): resident set size (VmRSS) growth over the count, and redis's INFO
 # used_memory growth over the count (its allocator's own count; MEMKEYS=0 skips it).
@@ -19,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${REPS:-3} N=${N:-200000} CONNS=${CONNS:-50} KEYSPACE=${KEYSPACE:-100000} VSIZE=${VSIZE:-100}
-THREADS=${THREADS:-2} DEPTHS=${DEPTHS:-"1 16"} MEMKEYS=${MEMKEYS:-1000000}
+THREADS=${THREADS:-1} DEPTHS=${DEPTHS:-"1 16"} MEMKEYS=${MEMKEYS:-1000000}
 SERVERS=${SERVERS:-"redis redis-aof-everysec redis-aof-always kura-mem kura-kh kura-kh-always"}
 for t in redis-server redis-benchmark redis-cli; do
 	command -v "$t" >/dev/null || { echo "need $t: apt-get install -y redis-server" >&2; exit 1; }
