@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Replication figures, REPS (default 3) runs of each, medians (docs/BENCHMARKS.md, "Update log
+# Replication figures, REPS (default 3) runs of each, medians (docs/benchmarks/replication.md, "Update log
 # and replication"). STEPS picks them (default "lag catchup bootstrap"):
 #   lag       a `.kh` master with --ulog and a `.kh` replica. First the master's set rate with
 #             the replica following (`kura bench`, memcached text, CONNS connections, 100-byte

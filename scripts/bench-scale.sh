@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Engine at scale: the scale properties asked of Kura's on-disk hash (`PATH.kh`), measured with
-# `kura-bench grow`, `reopen` and `big` (see bench/src/scale.rs and docs/BENCHMARKS.md, "Engine at
+# `kura-bench grow`, `reopen` and `big` (see bench/src/scale.rs and docs/benchmarks/engine.md, "Engine at
 # scale").
 #
 # Usage: scripts/bench-scale.sh            (from anywhere in the repository)

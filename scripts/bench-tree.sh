@@ -46,7 +46,7 @@
 #
 # Keys drawn at random: tcbtest -rnd and kctreetest -rnd draw keys with replacement (about 632k
 # distinct of 1M; reads meet misses), tcbmttest -rnd draws within each thread's range; Kura runs
-# `--rnd --draw`, which draws the same way (see docs/BENCHMARKS.md, "Engine: Kura hash vs …").
+# `--rnd --draw`, which draws the same way (see docs/benchmarks/engine.md, "Engine: Kura hash vs …").
 #
 # Tools are run in a rotating order for every workload and repetition, so that slow drifts of
 # a shared machine do not always hit the same tool.

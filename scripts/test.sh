@@ -57,14 +57,23 @@ if ! [ -x /usr/bin/redis-server ]; then
     apt-get install -y -qq redis-server >/dev/null 2>&1 ||
         { apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; }
 fi
-# The twemproxy test (crates/kura/tests/twemproxy.rs) starts Debian's nutcracker in front of
-# three kura serve and runs memccapable (libmemcached-tools) through it. With CI=true it fails
+# The twemproxy tests (crates/kura/tests/twemproxy.rs, twemproxy_failover.rs) start Debian's
+# nutcracker in front of three kura serve (with replicas and scripts/failover.sh in the second)
+# and run memccapable (libmemcached-tools) through it. With CI=true they fail
 # when nutcracker is missing, unless its package cannot be installed here (KURA_NO_NUTCRACKER).
 if ! [ -x /usr/sbin/nutcracker ] || ! need memccapable; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get install -y -qq nutcracker libmemcached-tools >/dev/null 2>&1 ||
         { apt-get update -qq && apt-get install -y -qq nutcracker libmemcached-tools >/dev/null 2>&1; } ||
         { echo "test.sh: nutcracker cannot be installed here: the twemproxy tests are skipped"; export KURA_NO_NUTCRACKER=1; }
+fi
+
+# The Redis protocol's tests (crates/kura/tests/serve_redis.rs) drive the server with Debian's
+# redis-cli (redis-tools). With CI=true they fail when it is missing, so install it first.
+if ! need redis-cli; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq redis-tools >/dev/null 2>&1 ||
+        { apt-get update -qq && apt-get install -y -qq redis-tools >/dev/null; }
 fi
 
 echo "== cargo test"

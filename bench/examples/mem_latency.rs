@@ -5,7 +5,7 @@
 //!
 //! Run: `cargo run --release -p kura-bench --example mem_latency`. Prints nanoseconds per
 //! dependent load for each working set, then per one-way hand-off of a line between cores.
-//! Results and what they mean for the index: docs/BENCHMARKS.md, "What a miss costs here".
+//! Results and what they mean for the index: docs/benchmarks/engine.md, "What a miss costs here".
 
 mod anon;
 

@@ -1,4 +1,4 @@
-//! Scale measurements of a database (see docs/BENCHMARKS.md, "Engine at scale", and
+//! Scale measurements of a database (see docs/benchmarks/engine.md, "Engine at scale", and
 //! scripts/bench-scale.sh):
 //!
 //! * `grow`: insert N records in one thread and print the insert rate of every interval, so one

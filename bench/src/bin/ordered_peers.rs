@@ -1,6 +1,6 @@
 //! `ordered-peers`: the workloads of `kura-bench write` / `read` / `scan` against the ordered
 //! stores a Rust user would pick instead of a Kura B+ tree, and against Kura itself by name, in
-//! one binary so that every store runs the same loop (docs/BENCHMARKS.md, "Ordered stores").
+//! one binary so that every store runs the same loop (docs/benchmarks/kinds.md, "Ordered stores").
 //!
 //! Records are keyed `%08d` from `00000001` to N and each value equals its key (8 bytes), as in
 //! `kura-bench`. `--rnd` visits every key exactly once in a shuffled order (SplitMix64 and

@@ -17,6 +17,26 @@ use std::time::{Duration, Instant};
 thread_local! {
     static DEFERRED: Cell<bool> = const { Cell::new(false) };
     static PENDING: Cell<bool> = const { Cell::new(false) };
+    /// The time stamp of the newest update log record this thread appended since the last
+    /// [`take_logged`] (0: none).
+    static LOGGED: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Record that this thread appended the update log record stamped `ts` (a server thread
+/// whose replies wait for replicas to acknowledge its writes reads it back: [`take_logged`]).
+pub fn note_logged(ts: u64) {
+    LOGGED.with(|l| l.set(l.get().max(ts)));
+}
+
+/// The time stamp of the newest record this thread appended since the last `take_logged`
+/// (0: none).
+pub fn logged() -> u64 {
+    LOGGED.with(Cell::get)
+}
+
+/// [`logged`], and forget it: the caller holds its replies until replicas have that position.
+pub fn take_logged() -> u64 {
+    LOGGED.with(|l| l.replace(0))
 }
 
 /// Defer (or stop deferring) durability waits of `sync=always` writes made by this thread.

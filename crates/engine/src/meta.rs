@@ -260,7 +260,7 @@ pub fn inspect(vfs: &dyn Vfs, dir: &Path, own: &dyn Fn(&str) -> bool) -> Result<
 /// the kind `about` (`"fixed-length database"`, for messages) whose own files `own` tells,
 /// creating the directory when that is allowed; whether this open makes a new database.
 /// Nothing is written into an existing directory. The rules (the same for every kind with a
-/// directory; docs/ARCHITECTURE.md, "Opening and creating"):
+/// directory; docs/architecture/hash.md, "Opening and creating"):
 /// - nothing there: created by `Create` (the parent directory must exist; it is never made),
 ///   else [`Error::NotFound`];
 /// - an empty directory: becomes the database under `Create`, else `NotFound`;

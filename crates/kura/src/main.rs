@@ -31,7 +31,7 @@ enum Command {
     #[command(subcommand)]
     Db(db::DbCommand),
     /// Serve a database over the network: memcached text and binary, Tokyo Tyrant, HTTP (Tyrant's
-    /// and Kyoto Tycoon's), all on one port.
+    /// and Kyoto Tycoon's), Redis, all on one port.
     Serve(Box<serve::ServeArgs>),
     /// Manage a running server over the Tokyo Tyrant protocol (what tcrmgr was).
     Remote(remote::RemoteArgs),

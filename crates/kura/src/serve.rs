@@ -75,7 +75,7 @@ pub struct ServeArgs {
     /// names (put, putkeep, putcat, putshl, putnr, out, get, mget, vsiz, iterinit, iternext,
     /// fwmkeys, addint, adddouble, ext, sync, optimize, vanish, copy, restore, setmst, rnum,
     /// size, stat, misc, repl) or groups (all, allorg = the Tyrant binary protocol, allmc,
-    /// allhttp, allread, allwrite, allmanage). `out` refuses memcached `delete`, HTTP `DELETE`
+    /// allhttp, allredis, allread, allwrite, allmanage). `out` refuses memcached `delete`, HTTP `DELETE`
     /// and Kyoto Tycoon `remove` too. Repeatable.
     #[arg(long, value_name = "NAMES")]
     mask: Vec<String>,
@@ -129,6 +129,20 @@ pub struct ServeArgs {
     /// concurrent writes of a key converge on the one with the later time stamp).
     #[arg(long)]
     replica_writes: bool,
+    /// Hold the reply to each client write until this many replicas following on Kura's
+    /// stream have acknowledged it (applied and durable there), up to
+    /// --sync-replicas-timeout. 0: replies do not wait for replicas. Needs --ulog.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    sync_replicas: usize,
+    /// How long a reply waits for --sync-replicas, in milliseconds; then it is sent anyway,
+    /// unacknowledged (counted in `repl_sync_timeouts` and logged).
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    sync_replicas_timeout: u64,
+    /// What a write's reply does when --sync-replicas-timeout runs out: `reply` (sent anyway,
+    /// as Redis's WAIT returns) or `close` (the client's connection is closed without it: no
+    /// write is acknowledged that the replicas do not hold).
+    #[arg(long, value_name = "ACTION", default_value = "reply", value_parser = ["reply", "close"])]
+    sync_replicas_on_timeout: String,
     /// The directory that copies asked for over the network go to: Tyrant `copy PATH` writes
     /// a hot copy to PATH in DIR (relative to it; `..`, and symbolic links that lead out, are
     /// refused), Tyrant `copy @NAME` and Kyoto Tycoon `synchronize command=NAME` write a hot
@@ -589,6 +603,14 @@ fn run(a: ServeArgs, reload: Option<reload::Reload>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if a.sync_replicas > 0 && a.ulog.is_none() {
+        eprintln!(
+            "kura: --sync-replicas {} needs --ulog DIR: replicas acknowledge positions in the \
+             update log",
+            a.sync_replicas
+        );
+        return ExitCode::from(2);
+    }
     let mut a = a;
     let beside = default_log(&a.name, a.port);
     let dir_exists = beside
@@ -991,6 +1013,14 @@ fn run(a: ServeArgs, reload: Option<reload::Reload>) -> ExitCode {
             kura_server::repl::Bootstrap::Refuse
         });
         r.initial_ts = a.master_ts;
+        if a.sync_replicas > 0 {
+            let mut s = kura_server::repl::acks::SyncAcks::new(
+                a.sync_replicas,
+                Duration::from_millis(a.sync_replicas_timeout),
+            );
+            s.close_on_timeout = a.sync_replicas_on_timeout == "close";
+            r.sync_acks = Some(Arc::new(s));
+        }
         Arc::new(r)
     };
     if let Some(m) = master.clone() {
@@ -1006,6 +1036,18 @@ fn run(a: ServeArgs, reload: Option<reload::Reload>) -> ExitCode {
         ));
         repl.set_master(Some(m));
         shared.read_only.store(!a.replica_writes, Ordering::Relaxed);
+    }
+    if let Some(sa) = &repl.sync_acks {
+        log.line(&format!(
+            "client writes wait for {} replica(s) to acknowledge them, up to {} ms (then {})",
+            sa.need,
+            sa.timeout.as_millis(),
+            if sa.close_on_timeout {
+                "the connection is closed unanswered"
+            } else {
+                "the reply is sent anyway"
+            }
+        ));
     }
     shared.repl = Some(repl.clone());
     let follower = kura_server::repl::follow::start(repl.clone()).ok();

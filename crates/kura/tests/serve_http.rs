@@ -126,7 +126,10 @@ fn bad_http_input_gets_4xx_and_others_keep_being_served() {
             "invalid UTF-8 in the URL",
             b"GET /\xff\xfe%zz HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
         ),
-        ("not HTTP at all", b"GARBAGE\x00\x01\x02\r\n\r\n".to_vec()),
+        (
+            "not HTTP at all",
+            b"GARBAGE\x00\x01 / HTTP/1.1\r\n\r\n".to_vec(),
+        ),
         ("unknown version", b"GET /k HTTP/9.9\r\n\r\n".to_vec()),
         (
             "a bad chunk size",
@@ -137,6 +140,20 @@ fn bad_http_input_gets_4xx_and_others_keep_being_served() {
         let r = exchange(&srv, &raw);
         let st = status(&r);
         assert!((400..500).contains(&st) || st == 505, "{what}: {r}");
+    }
+    // An upper-case line that is no HTTP request line is a Redis inline command
+    // (docs/PROTOCOL-REDIS.md): an unknown one gets Redis's error.
+    {
+        let mut t = srv.connect();
+        t.write_all(b"GARBAGE\x00\x01\x02\r\n").unwrap();
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while !line.ends_with(b"\n") {
+            t.read_exact(&mut b).unwrap();
+            line.push(b[0]);
+        }
+        let line = String::from_utf8_lossy(&line);
+        assert!(line.starts_with("-ERR unknown command 'GARBAGE"), "{line}");
     }
     // Kyoto Tycoon's binary protocol: a set_bulk announcing 2^31 records is answered with the
     // error magic 0xBF and the connection is closed.

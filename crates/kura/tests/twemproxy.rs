@@ -15,36 +15,16 @@
 //! and passes.
 
 mod common;
+#[path = "common/proxy.rs"]
+mod proxy;
 
 use common::{eventually, free_port, Server};
-use std::io::{Read, Write};
+use proxy::{get, nutcracker_bin, Ring};
+use std::io::Read;
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn nutcracker_bin() -> Option<PathBuf> {
-    let found = [
-        "/usr/sbin/nutcracker",
-        "/usr/bin/nutcracker",
-        "/usr/local/sbin/nutcracker",
-    ]
-    .into_iter()
-    .map(PathBuf::from)
-    .find(|p| p.exists());
-    if found.is_none() {
-        if std::env::var("CI").is_ok_and(|v| v == "true")
-            && std::env::var_os("KURA_NO_NUTCRACKER").is_none()
-        {
-            panic!("nutcracker is not installed: scripts/test.sh installs it (apt-get install nutcracker)");
-        }
-        eprintln!(
-            "NOTICE: nutcracker (twemproxy) is not installed; the twemproxy test is skipped \
-             (apt-get install nutcracker, or run scripts/test.sh)"
-        );
-    }
-    found
-}
 
 struct Proxy {
     child: Child,
@@ -154,60 +134,6 @@ fn start_proxy(bin: &Path, dir: &Path, file: &str, shards: &[String]) -> Proxy {
         let _ = child.wait();
     }
     panic!("nutcracker did not start");
-}
-
-/// The ketama ring twemproxy builds (nc_ketama.c): per server of weight w out of a total W
-/// among n servers, floor(w / W * 160 / 4 * n) * 4 points; the md5 of "NAME-i" gives four, each
-/// four of its bytes little-endian; NAME is "host:port", or "host" when the port is 11211. A key
-/// goes to the first point at or past the md5 hash of the key (its first four bytes
-/// little-endian), wrapping round.
-struct Ring(Vec<(u32, usize)>);
-
-impl Ring {
-    fn new(servers: &[String]) -> Ring {
-        let mut points = Vec::new();
-        for (i, s) in servers.iter().enumerate() {
-            let name = s.strip_suffix(":11211").unwrap_or(s);
-            for n in 0..160 / 4 {
-                let d = kura_server::script::util::md5(format!("{name}-{n}").as_bytes());
-                for four in d.chunks_exact(4) {
-                    points.push((u32::from_le_bytes(four.try_into().unwrap()), i));
-                }
-            }
-        }
-        points.sort();
-        Ring(points)
-    }
-
-    fn shard(&self, key: &str) -> usize {
-        let d = kura_server::script::util::md5(key.as_bytes());
-        let h = u32::from_le_bytes(d[..4].try_into().unwrap());
-        let at = self.0.partition_point(|&(v, _)| v < h);
-        self.0[at % self.0.len()].1
-    }
-}
-
-/// One request on a fresh connection (twemproxy closes a client's connection on an error):
-/// the reply up to `end`, or what came before the connection closed or went quiet.
-fn ask(addr: &str, req: &str, end: &str) -> String {
-    let Ok(mut s) = TcpStream::connect(addr) else {
-        return "<refused>".into();
-    };
-    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-    s.write_all(req.as_bytes()).unwrap();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !got.ends_with(end.as_bytes()) && !got.starts_with(b"SERVER_ERROR") {
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-        }
-    }
-    String::from_utf8_lossy(&got).into_owned()
-}
-
-fn get(addr: &str, key: &str) -> String {
-    ask(addr, &format!("get {key}\r\n"), "END\r\n")
 }
 
 fn hit(key: &str) -> String {

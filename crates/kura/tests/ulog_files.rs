@@ -1,6 +1,7 @@
 //! The update log's files through `kura serve --ulog` and `kura db ulog`: a log written by the
 //! format before opens and goes on in a new file; after a power loss, a hole past the synced
-//! length the newest file's header records is a torn tail, and damage before it is refused.
+//! length the newest file's header records is a torn tail, and damage before it is refused;
+//! records out of order in an older file are damage for every reader of the log.
 
 mod common;
 use common::*;
@@ -162,4 +163,127 @@ fn a_hole_past_the_synced_length_is_cut_and_damage_before_it_refused() {
     assert!(!status.success(), "{err}");
     assert!(err.contains("cannot open the update log"), "{err}");
     assert!(err.contains("bytes synced"), "{err}");
+}
+
+/// The records of a log file: `(offset, time stamp)` each.
+fn stamps(data: &[u8]) -> Vec<(usize, u64)> {
+    let end = records_end(data);
+    let mut out = Vec::new();
+    let mut at = 64;
+    while at < end {
+        out.push((
+            at,
+            u64::from_le_bytes(data[at + 8..at + 16].try_into().unwrap()),
+        ));
+        at += 8 + u32::from_le_bytes(data[at..at + 4].try_into().unwrap()) as usize;
+    }
+    out
+}
+
+/// Two records of an older (sealed) file whose time stamps were swapped (each resealed, as a
+/// writer would have written it) are damage: `kura db ulog` and `kura db restore` fail naming
+/// the file and the offset, and apply nothing; a master started on the log (only the newest
+/// file is checked at open) ends a replication feed there and says why in its log, rather than
+/// skip the record (which its replicas would then miss). Reading from past the damaged file
+/// works as before.
+#[test]
+fn records_out_of_order_in_an_older_file_are_damage_for_every_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "m.kh",
+        "--port",
+        "0",
+        "--sid",
+        "1",
+        "--ulog",
+        "ulog",
+        "--ulog-limit",
+        "4m",
+    ];
+    let mut server = serve(dir.path(), &args);
+    let mut t = Tt::new(&server.addr);
+    let value = vec![b'v'; 64 << 10];
+    for i in 0..24 {
+        assert_eq!(t.put(format!("k{i:02}").as_bytes(), &value), 0);
+    }
+    drop(t);
+    assert!(server.signal(libc::SIGTERM).success());
+    let f = files(dir.path());
+    assert!(f.len() >= 2, "{f:?}");
+    let mut data = std::fs::read(&f[0]).unwrap();
+    let recs = stamps(&data);
+    assert!(recs.len() >= 3, "{recs:?}");
+    let ((a, ta), (b, tb)) = (recs[1], recs[2]);
+    for (at, ts) in [(a, tb), (b, ta)] {
+        let len = 8 + u32::from_le_bytes(data[at..at + 4].try_into().unwrap()) as usize;
+        kura_engine::ulog::record::restamp(&mut data[at..at + len], ts);
+    }
+    std::fs::write(&f[0], &data).unwrap();
+    let want = format!("00000000000000000001.kul: time stamps out of order at offset {b} ");
+    let o = kura(dir.path(), &["db", "ulog", "ulog"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains(&want), "{o:?}");
+    // Past the damaged file: every record from there on.
+    let next_first = stamps(&std::fs::read(&f[1]).unwrap())[0].1;
+    let o = kura(
+        dir.path(),
+        &["db", "ulog", "ulog", "--from", &next_first.to_string()],
+    );
+    assert!(o.status.success(), "{o:?}");
+    let n = String::from_utf8_lossy(&o.stdout).lines().count();
+    assert_eq!(n, 24 - recs.len(), "{o:?}");
+    // A restore of a backup taken before the first record: refused, nothing applied.
+    let bk = dir.path().join("bk.kh");
+    kura_engine::open(&bk.display().to_string())
+        .unwrap()
+        .close()
+        .unwrap();
+    kura_engine::ulog::logged::write_position(&bk, 0, 1).unwrap();
+    let o = kura(dir.path(), &["db", "restore", "bk.kh", "--ulog", "ulog"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.code() == Some(2) && err.contains(&want), "{o:?}");
+    let o = kura(dir.path(), &["db", "list", "bk.kh"]);
+    assert!(o.status.success() && o.stdout.is_empty(), "{o:?}");
+    // A master on the log: a Tyrant slave asking for every record gets those before the
+    // damage, then the connection ends, and the master's log says why.
+    let mut logged = args.to_vec();
+    logged.extend(["--threads", "2", "--log", "m.log"]);
+    let (master, addr) = start_logged(dir.path(), &logged, &dir.path().join("m.log"));
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut req = Vec::new();
+    kura_proto::repl_tt::encode_request(&mut req, 1, 9);
+    std::io::Write::write_all(&mut s, &req).unwrap();
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match std::io::Read::read(&mut s, &mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => panic!(
+                "the feed went on past the damage ({} bytes): {e}",
+                got.len()
+            ),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the feed went on past the damage"
+        );
+    }
+    // The master's sid, and of the records at most the two before the damage (64 KiB values).
+    assert!(
+        got.len() >= 4 && got.len() < 3 * (64 << 10),
+        "{}",
+        got.len()
+    );
+    let log = dir.path().join("m.log");
+    assert!(
+        eventually(10, || std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains(&want)),
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    master.stop();
 }

@@ -4,7 +4,8 @@
 //! The memcached text protocol (`mc_text`, classic and meta commands), the memcached binary
 //! protocol (`mc_bin`), the Tokyo Tyrant binary protocol (`tt_bin`, both directions), HTTP/1.1
 //! (`http`), Kyoto Tycoon's TSV bodies (`kt_tsv`) and its binary protocol (`kt_bin`), and the
-//! replication streams of Tokyo Tyrant (`repl_tt`) and Kyoto Tycoon (`repl_kt`).
+//! replication streams of Tokyo Tyrant (`repl_tt`) and Kyoto Tycoon (`repl_kt`), and the Redis
+//! protocol, RESP2 and RESP3 (`resp`).
 
 pub mod http;
 pub mod kt_bin;
@@ -15,6 +16,7 @@ pub mod mc_text;
 pub mod repl;
 pub mod repl_kt;
 pub mod repl_tt;
+pub mod resp;
 pub mod tt_bin;
 
 /// The result of decoding the start of a buffer, shared by the codecs whose decoders either

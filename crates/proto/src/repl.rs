@@ -3,7 +3,9 @@
 //! `[0xC8][0xA8][after u64][sid u32][flags u32]` (big-endian); after it the connection is a
 //! stream of frames `[tag u8][len u32][payload]` both ways.
 //!
-//! Master to replica: `HELLO [sid u32][last ts u64]`, then either `RECORD` frames (an update
+//! Master to replica: `HELLO [sid u32][last ts u64][flags u32]` (`flags` may be absent: 0;
+//! `HELLO_ACK_AT_ONCE`: the master holds client writes until replicas acknowledge them, so
+//! acknowledge what was applied as soon as it is durable, not only every 200 ms), then either `RECORD` frames (an update
 //! log record as stored, with its own crc) after the position asked for, or first a snapshot
 //! (`SNAP_BEGIN [ts u64]`, `SNAP [n u32]` + n update log records, `SNAP_END [count u64]`, then
 //! the log after `ts`); `BEAT [last ts u64]` at least once a second; `ERROR [text]` before
@@ -15,6 +17,8 @@ pub const CMD: u8 = 0xA8;
 pub const MAY_BOOTSTRAP: u32 = 1;
 /// Flag: the replica holds nothing yet: start with a snapshot.
 pub const FRESH: u32 = 2;
+/// HELLO flag: acknowledge applied records as soon as they are durable (`--sync-replicas`).
+pub const HELLO_ACK_AT_ONCE: u32 = 1;
 
 pub const HELLO: u8 = 1;
 pub const RECORD: u8 = 2;

@@ -61,6 +61,8 @@ pub struct Shared {
     pub mc: McState,
     /// What Tyrant keeps for itself: its `cnt_*` counters and the server's iteration.
     pub tt: crate::tt_exec::TtShared,
+    /// What the Redis protocol keeps for itself: client ids, calls by command.
+    pub redis: crate::redis_exec::RedisShared,
     /// Refuse every client write (a replica that takes its changes from its master only).
     pub read_only: std::sync::atomic::AtomicBool,
     /// Replication: the update log, the master followed, the replicas fed.
@@ -253,6 +255,7 @@ impl Shared {
             cmd_set: Counter::new(),
             mc: McState::new(),
             tt: Default::default(),
+            redis: Default::default(),
             read_only: std::sync::atomic::AtomicBool::new(false),
             repl: None,
             kt_signals: crate::kt_signal::Signals::new(),
@@ -351,6 +354,7 @@ impl Shared {
         }
         self.tt.reset_stats();
         self.mc.reset_stats();
+        self.redis.reset_stats();
         self.total_connections.store(0, Relaxed);
     }
 

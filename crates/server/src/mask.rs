@@ -4,7 +4,7 @@
 //! commands, so `--mask out` refuses a Tyrant `out`, a memcached `delete` / `md`, an HTTP
 //! `DELETE` and a Kyoto Tycoon `/rpc/remove` alike. Group names refuse whole sets: `all`,
 //! `allorg` (the Tyrant binary protocol), `allmc` (both memcached protocols), `allhttp` (HTTP,
-//! Tyrant's and Kyoto Tycoon's), `allread`, `allwrite` and `allmanage`. `--unmask` removes names
+//! Tyrant's and Kyoto Tycoon's), `allredis` (the Redis protocol), `allread`, `allwrite` and `allmanage`. `--unmask` removes names
 //! again, after every `--mask`, so `--mask all --unmask get,stat` leaves a read-only server that
 //! only answers `get` and `stat`.
 
@@ -52,6 +52,8 @@ pub enum Proto {
     Memcached,
     /// HTTP: Tyrant's REST, Kyoto Tycoon's RPC and REST.
     Http,
+    /// The Redis protocol (RESP2 and RESP3).
+    Redis,
 }
 
 /// What an operation does, for `allread` / `allwrite` / `allmanage`.
@@ -101,12 +103,12 @@ impl Op {
     }
 }
 
-/// One bit per (operation, protocol) pair: bit `op * 3 + proto`.
-const PROTOS: [Proto; 3] = [Proto::Tyrant, Proto::Memcached, Proto::Http];
+/// One bit per (operation, protocol) pair: bit `op * 4 + proto`.
+const PROTOS: [Proto; 4] = [Proto::Tyrant, Proto::Memcached, Proto::Http, Proto::Redis];
 
 #[inline]
 fn bit(op: Op, proto: Proto) -> u128 {
-    1u128 << (op as u32 * 3 + proto as u32)
+    1u128 << (op as u32 * PROTOS.len() as u32 + proto as u32)
 }
 
 /// A set of refused (operation, protocol) pairs. The default refuses nothing.
@@ -122,7 +124,7 @@ impl fmt::Display for UnknownName {
         write!(
             f,
             "unknown command name `{}` in a mask (names: {}, all, allorg, allmc, allhttp, \
-             allread, allwrite, allmanage)",
+             allredis, allread, allwrite, allmanage)",
             self.0,
             OPS.iter().map(|o| o.1).collect::<Vec<_>>().join(", ")
         )
@@ -155,6 +157,7 @@ fn bits(expr: &str) -> Result<u128, UnknownName> {
             "allorg" => select(|_, _, p| p == Proto::Tyrant),
             "allmc" => select(|_, _, p| p == Proto::Memcached),
             "allhttp" => select(|_, _, p| p == Proto::Http),
+            "allredis" => select(|_, _, p| p == Proto::Redis),
             "allread" => select(|_, c, _| c == Class::Read),
             "allwrite" => select(|_, c, _| c == Class::Write),
             "allmanage" => select(|_, c, _| c == Class::Manage),
@@ -206,7 +209,7 @@ impl Mask {
 }
 
 /// The protocols' names in [`Mask::changes`].
-const PROTO_NAMES: [&str; 3] = ["tyrant", "memcached", "http"];
+const PROTO_NAMES: [&str; 4] = ["tyrant", "memcached", "http", "redis"];
 
 impl Mask {
     /// What changed from `old` to `new`, for the log: `+out -get` (`+` newly refused, `-`
@@ -224,7 +227,7 @@ impl Mask {
                     .collect();
                 match on.len() {
                     0 => {}
-                    3 => out.push(format!("{sign}{name}")),
+                    n if n == PROTOS.len() => out.push(format!("{sign}{name}")),
                     _ => out.push(format!("{sign}{name}({})", on.join(","))),
                 }
             }
@@ -319,7 +322,10 @@ mod tests {
             .unwrap();
         assert_eq!(Mask::changes(Mask::NONE, mc_get), "+get(memcached)");
         let old = Mask::NONE.mask("vanish,get").unwrap();
-        assert_eq!(Mask::changes(old, mc_get), "-get(tyrant,http) -vanish");
+        assert_eq!(
+            Mask::changes(old, mc_get),
+            "-get(tyrant,http,redis) -vanish"
+        );
         assert_eq!(
             Mask::changes(
                 Mask::NONE.mask("vanish").unwrap(),

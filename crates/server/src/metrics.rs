@@ -15,12 +15,13 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 /// The protocols a latency is kept for, with their label.
-pub const PROTOCOLS: [&str; 5] = [
+pub const PROTOCOLS: [&str; 6] = [
     "memcached_text",
     "memcached_binary",
     "tyrant",
     "kyoto_binary",
     "http",
+    "redis",
 ];
 
 /// The upper bounds of the latency buckets, in microseconds (then `+Inf`).
@@ -256,6 +257,26 @@ pub fn render(store: &dyn Store, shared: &Shared) -> String {
         );
     }
 
+    // Redis's `cmdstat_*` calls.
+    p.head(
+        "kura_redis_commands_total",
+        "counter",
+        "Redis protocol commands by command (Redis's cmdstat_* calls).",
+    );
+    for (cmd, n) in crate::redis_exec::COMMANDS.iter().zip(&shared.redis.calls) {
+        p.sample(
+            "kura_redis_commands_total",
+            &[("command", cmd.name)],
+            n.get(),
+        );
+    }
+    p.one(
+        "kura_redis_errors_total",
+        "counter",
+        "Redis protocol commands answered with an error.",
+        shared.redis.errors.get(),
+    );
+
     p.one(
         "kura_received_bytes_total",
         "counter",
@@ -389,6 +410,20 @@ fn replication(p: &mut Page, r: &crate::repl::Replication) {
                 );
             }
         }
+    }
+    if let Some(sa) = &r.sync_acks {
+        p.one(
+            "kura_sync_replica_waits_total",
+            "counter",
+            "Client writes whose replies waited for replicas' acknowledgements (--sync-replicas).",
+            sa.waits.load(Relaxed),
+        );
+        p.one(
+            "kura_sync_replica_timeouts_total",
+            "counter",
+            "Of those, the replies sent when --sync-replicas-timeout ran out, unacknowledged.",
+            sa.timeouts.load(Relaxed),
+        );
     }
     if r.master().is_some() {
         let st = r.status();

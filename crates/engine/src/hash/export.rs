@@ -4,7 +4,7 @@
 //! record in a large index. Here the index is read instead, shard by shard: the locations of
 //! the live records are collected, sorted, and the records read in file order, straight from
 //! the segments' maps (1 MiB chunks where a segment is not mapped). Measured on 1M records:
-//! docs/BENCHMARKS.md, "Export".
+//! docs/benchmarks/engine.md, "Export".
 //!
 //! Memory: 8 bytes per location, for at most `GROUP` locations at a time: the segments are
 //! taken in groups (consecutive ids) whose slots add up to at most `GROUP` (a larger segment

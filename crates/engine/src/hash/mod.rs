@@ -218,7 +218,7 @@ struct BrlStripe([BrlCount; NSHARDS]);
 struct BrlFlags([AtomicBool; NSHARDS]);
 
 /// A "big-reader" lock over each shard, so that single-key reads and writes of different keys
-/// share no written cache line (see docs/ARCHITECTURE.md, "Index (memory)").
+/// share no written cache line (see docs/architecture/hash.md, "Index (memory)").
 ///
 /// A shard is in one of two modes:
 /// - fast: the operations of one key (`get`, `put`, `out`, `accept`, compaction's `relocate`)

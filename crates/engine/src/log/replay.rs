@@ -1,4 +1,4 @@
-//! Recovery's kind-neutral procedure (docs/ARCHITECTURE.md, "Recovery procedure"), for every
+//! Recovery's kind-neutral procedure (docs/architecture/hash.md, "Recovery procedure"), for every
 //! kind: which ranges to scan, what a failure in them was, the refusal of a writable open that
 //! finds damage, the clears, the replay itself (in each lane's log order, or merged by seq), the
 //! cut of torn tails and of segments created at a crash, and each lane's active segment

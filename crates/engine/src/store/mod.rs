@@ -27,7 +27,7 @@ pub use types::*;
 use crate::error::{Error, Result};
 use std::path::Path;
 
-/// A cursor over the records of a store (see docs/ARCHITECTURE.md, "Cursors").
+/// A cursor over the records of a store (see docs/architecture/kinds.md, "Cursors (every kind)").
 ///
 /// A cursor is *on* a record (after `first`, `last`, `jump`, `jump_back`, `step`,
 /// `step_back`), or nowhere (when made, after running off an end or a jump that found

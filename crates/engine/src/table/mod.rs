@@ -1,5 +1,5 @@
 //! The table database (`PATH.kt`): records of named columns under a primary key, with
-//! secondary indexes (docs/ARCHITECTURE.md, "Table").
+//! secondary indexes (docs/architecture/kinds.md, "The table database").
 //!
 //! A table is an on-disk B+ tree database (its directory, log, checkpoint and cache are a
 //! `.kb`'s) whose keyspaces hold:

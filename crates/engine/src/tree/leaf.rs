@@ -7,7 +7,7 @@
 //! varint klen, key, u8 bits (1 flags, 2 expires, 4 dup), varint vlen, varint version,
 //! [u32 LE flags], [varint expires], [varint dup], value
 //! ```
-//! Image (docs/ARCHITECTURE.md, "B+ tree"):
+//! Image (docs/architecture/kinds.md, "B+ tree"):
 //! ```text
 //! u8 IMAGE_VERSION (2), varint count, varint base version,
 //! u8 span bits (1 low, 2 high), [varint len, low key], [varint len, high key],

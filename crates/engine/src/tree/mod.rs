@@ -1,5 +1,5 @@
 //! The on-disk B+ tree (`PATH.kb`): ordered keys, a cache of leaves bounded in bytes, and the
-//! shared durable log (docs/ARCHITECTURE.md, "B+ tree").
+//! shared durable log (docs/architecture/kinds.md, "B+ tree").
 //!
 //! A database directory holds:
 //! - the write-ahead log (`seg-NNNNNNNN.kd`, `WAL_LANES` lanes): every change as a put / delete / batch /

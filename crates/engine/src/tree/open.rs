@@ -1,5 +1,5 @@
 //! Opening a tree database: the directory, the descriptor, the lock, the checkpoint, and the
-//! replay of the write-ahead log after it (docs/ARCHITECTURE.md, "B+ tree", "Recovery").
+//! replay of the write-ahead log after it (docs/architecture/kinds.md, "B+ tree", "Recovery").
 //!
 //! - The checkpoint gives the leaves (their images are read when first used) and where replay
 //!   starts; images written after it (the node log past its recorded end) belong to no

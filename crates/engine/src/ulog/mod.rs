@@ -34,7 +34,10 @@
 //!
 //! Time stamps are positions: each is the later of the wall clock in microseconds and the
 //! previous one plus one, so they increase strictly even across restarts and clock steps back.
-//! A reader asks for the records after a time stamp.
+//! A reader asks for the records after a time stamp; it skips those at or before it, and
+//! reports a record not after the one before it (a file's first: not after its `prev_ts`) as
+//! damage, in any file: only the newest is checked at open, and a record skipped there would
+//! be a change a replica or a restore misses.
 //!
 //! Durability follows the log's sync mode (`kura serve` gives it the database name's: the log
 //! is the commit point, see `logged`): `always` makes a write wait for the log's fsync (one
@@ -666,8 +669,8 @@ impl Ulog {
                 self.fill_cv.wait(&mut w);
             }
             // The wait let other writers append (a record that fits below the zeros): the
-            // time stamp is taken again, or this record would follow one stamped later and
-            // readers, which skip records not after their position, would skip it.
+            // time stamp is taken again, or this record would follow one stamped later, which
+            // readers take for damage.
         };
         let r = self.copy_in(&mut w, &buf);
         w.buf = buf;
@@ -676,6 +679,7 @@ impl Ulog {
         self.last_ts.store(ts, Ordering::Release);
         drop(w);
         self.cv.notify_all();
+        crate::durability::note_logged(ts);
         Ok(ts)
     }
 
@@ -1005,6 +1009,7 @@ impl Ulog {
             buf: Vec::new(),
             start: 0,
             after,
+            last: f.prev_ts,
         }))
     }
 
@@ -1159,6 +1164,26 @@ fn load_replicas(vfs: &dyn Vfs, dir: &Path) -> BTreeMap<u32, Replica> {
     out
 }
 
+/// Damage a reader met in `file` (the records of a file follow one another in time stamp
+/// order, its first its header's `prev_ts`): the record at `off` is stamped `ts`, not after
+/// the `last` before it. Never skipped: a reader that skipped it would miss a change.
+fn out_of_order(file: &dyn std::fmt::Display, off: u64, ts: u64, last: u64) -> Error {
+    Error::Corrupt(format!(
+        "{file}: time stamps out of order at offset {off} ({ts} is not after {last})"
+    ))
+}
+
+/// Damage at a file boundary: `file`'s last record, stamped `last`, is after the `prev_ts`
+/// that the next file `next`'s header says its records follow.
+fn ends_after(file: &dyn std::fmt::Display, last: u64, next: &FileInfo) -> Error {
+    Error::Corrupt(format!(
+        "{file}: time stamps out of order: its last record ({last}) is after {}, which the \
+         records of {} follow",
+        next.prev_ts,
+        file_name(next.idx)
+    ))
+}
+
 /// A reader of the records after a time stamp, following the log as it grows.
 pub struct Reader {
     log: Arc<Ulog>,
@@ -1168,6 +1193,9 @@ pub struct Reader {
     buf: Vec<u8>,
     start: usize,
     after: u64,
+    /// The time stamp of the record before the next one in this file (its header's `prev_ts`
+    /// before the first): the next must be later, or the file is damaged.
+    last: u64,
 }
 
 impl Reader {
@@ -1179,7 +1207,13 @@ impl Reader {
             match record::decode(&self.buf[self.start..]) {
                 Ok(record::Next::Record(r, n)) => {
                     let at = self.start;
+                    if r.ts <= self.last {
+                        let off = self.off - (self.buf.len() - at) as u64;
+                        return Err(out_of_order(&file_name(self.idx), off, r.ts, self.last));
+                    }
                     self.start += n;
+                    self.last = r.ts;
+                    // At or before the position asked for: already had.
                     if r.ts <= self.after {
                         continue;
                     }
@@ -1213,11 +1247,15 @@ impl Reader {
                 if f.idx != self.idx + 1 && f.prev_ts > self.after {
                     return Err(Error::NotFound("update log records removed".into()));
                 }
+                if self.last > f.prev_ts {
+                    return Err(ends_after(&file_name(self.idx), self.last, &f));
+                }
                 self.file = (self.log.cfg.vfs)
                     .open(&self.log.cfg.dir.join(file_name(f.idx)), false)
                     .map_err(|_| Error::NotFound("update log file removed".into()))?;
                 self.idx = f.idx;
                 self.off = f.hdr;
+                self.last = f.prev_ts;
                 self.buf.clear();
                 self.start = 0;
                 continue;
@@ -1317,7 +1355,10 @@ pub fn read_dir_in(
         )));
     }
     let mut n = 0;
-    let mut last = after;
+    // The time stamp of the record before (of the file before, then of this file's): the next
+    // must be later, or the log is damaged.
+    let mut last = None;
+    let mut prev_path = PathBuf::new();
     let newest = files.last().map(|f| f.idx);
     for fi in files.iter().filter(|f| {
         // Files whose records all lie at or before `after` are skipped.
@@ -1327,6 +1368,10 @@ pub fn read_dir_in(
             .is_none_or(|g| g.prev_ts > after)
     }) {
         let path = dir.join(file_name(fi.idx));
+        if let Some(l) = last.filter(|&l| l > fi.prev_ts) {
+            return Err(ends_after(&prev_path.display(), l, fi));
+        }
+        let mut last_ts = fi.prev_ts;
         let whole = read_file(vfs, &path)?;
         let hdr = fi.hdr;
         let data = whole.get(hdr as usize..).unwrap_or_default();
@@ -1345,13 +1390,22 @@ pub fn read_dir_in(
         while off < data.len() {
             match record::decode(&data[off..]) {
                 Ok(record::Next::Record(r, len)) => {
-                    if r.ts > last {
+                    if r.ts <= last_ts {
+                        return Err(out_of_order(
+                            &path.display(),
+                            off as u64 + hdr,
+                            r.ts,
+                            last_ts,
+                        ));
+                    }
+                    last_ts = r.ts;
+                    // At or before `after`: not asked for.
+                    if r.ts > after {
                         if r.ts > until {
                             return Ok(n);
                         }
                         f(&r)?;
                         n += 1;
-                        last = r.ts;
                     }
                     off += len;
                 }
@@ -1372,6 +1426,8 @@ pub fn read_dir_in(
                 }
             }
         }
+        last = Some(last_ts);
+        prev_path = path;
     }
     Ok(n)
 }

@@ -226,6 +226,168 @@ fn damage_in_the_last_synced_record_is_refused() {
     assert!(read_dir(&dir.path().join("ulog"), 0, u64::MAX, &mut |_| Ok(())).is_err());
 }
 
+/// A log of 60 puts over several 4 KiB files, closed; the time stamps of its records, and its
+/// files' records: `(offset, ts)` each, by file.
+fn log_of_several_files(dir: &Path) -> (Vec<u64>, Vec<Vec<(usize, u64)>>) {
+    let mut c = cfg(dir, 1);
+    c.file_size = 4096;
+    let log = Ulog::open(c).unwrap();
+    let v = vec![3u8; 200];
+    let ts: Vec<u64> = (0..60u32)
+        .map(|i| {
+            log.append(&Op::Put {
+                key: &i.to_be_bytes(),
+                value: &v,
+                flags: 0,
+                expires: 0,
+            })
+            .unwrap()
+        })
+        .collect();
+    log.close().unwrap();
+    drop(log);
+    let files = list(&OsVfs, &dir.join("ulog")).unwrap();
+    assert!(files.len() >= 3, "rotated: {}", files.len());
+    let recs = files
+        .iter()
+        .map(|f| {
+            let data = fs::read(dir.join("ulog").join(file_name(f.idx))).unwrap();
+            let mut at = f.hdr as usize;
+            let mut out = Vec::new();
+            while let Ok(record::Next::Record(r, n)) = record::decode(&data[at..]) {
+                out.push((at, r.ts));
+                at += n;
+            }
+            out
+        })
+        .collect();
+    (ts, recs)
+}
+
+/// Give the record at `at` of log file `idx` the time stamp `ts`, its crc made good as a writer
+/// would have written it.
+fn restamp_at(dir: &Path, idx: u64, at: usize, ts: u64) {
+    let path = dir.join("ulog").join(file_name(idx));
+    let mut data = fs::read(&path).unwrap();
+    let record::Next::Record(_, n) = record::decode(&data[at..]).unwrap() else {
+        panic!("no record at {at}")
+    };
+    record::restamp(&mut data[at..at + n], ts);
+    fs::write(&path, &data).unwrap();
+}
+
+/// Every record a live reader returns after `after`, until it ends or fails.
+fn read_all(log: &Arc<Ulog>, after: u64) -> (Vec<u64>, Result<()>) {
+    let Start::Reader(mut r) = log.reader(after).unwrap() else {
+        panic!("behind")
+    };
+    let mut seen = Vec::new();
+    loop {
+        match r.next(Duration::ZERO) {
+            Ok(Some(b)) => {
+                let record::Next::Record(rec, _) = record::decode(b).unwrap() else {
+                    panic!("incomplete")
+                };
+                seen.push(rec.ts);
+            }
+            Ok(None) => return (seen, Ok(())),
+            Err(e) => return (seen, Err(e)),
+        }
+    }
+}
+
+fn assert_out_of_order(r: Result<impl std::fmt::Debug>, file: &str, at: usize) {
+    match r {
+        Err(Error::Corrupt(m)) => assert!(
+            m.contains(file) && m.contains(&format!("time stamps out of order at offset {at} ")),
+            "{m}"
+        ),
+        other => panic!("damage not reported: {other:?}"),
+    }
+}
+
+/// Two records out of order in an older (sealed) file are damage for every reader of the log:
+/// the live reader (replication feeds), `read_dir` (`kura db ulog`, restores) and `replay`
+/// (point-in-time restores), which name the file and the offset; none skips the record (a
+/// replica or a restore would miss the change). Readers whose start position lies past the
+/// damaged file read as before.
+#[test]
+fn records_out_of_order_in_an_older_file_are_damage_for_every_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ts, recs) = log_of_several_files(dir.path());
+    // The second and third records of the first file swap their time stamps.
+    let ((a, ta), (b, tb)) = (recs[0][1], recs[0][2]);
+    restamp_at(dir.path(), 1, a, tb);
+    restamp_at(dir.path(), 1, b, ta);
+    let name = file_name(1);
+    // Only the newest file is scanned at open: the log opens.
+    let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+    let (seen, r) = read_all(&log, 0);
+    assert_eq!(seen, [ts[0], tb], "the records before the damage");
+    assert_out_of_order(r, &name, b);
+    // From a position inside the damaged file, before the damage or after it.
+    for after in [ts[0], tb] {
+        assert_out_of_order(read_all(&log, after).1, &name, b);
+    }
+    let ulog = dir.path().join("ulog");
+    let mut n = 0;
+    let r = read_dir(&ulog, 0, u64::MAX, &mut |_| {
+        n += 1;
+        Ok(())
+    });
+    assert_out_of_order(r, &name, b);
+    let store = crate::open("*").unwrap();
+    assert_out_of_order(apply::replay(&*store, &ulog, 0, u64::MAX), &name, b);
+    assert_eq!(store.count(), 0, "nothing of a damaged log applied");
+    // A reader starting past the damaged file: every record after its position, unchanged.
+    let from = recs[0].last().unwrap().1;
+    let after: Vec<u64> = ts.iter().copied().filter(|&t| t > from).collect();
+    let (seen, r) = read_all(&log, from);
+    r.unwrap();
+    assert_eq!(seen, after);
+    let mut seen = Vec::new();
+    read_dir(&ulog, from, u64::MAX, &mut |r| {
+        seen.push(r.ts);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(seen, after);
+    let (n, last) = apply::replay(&*store, &ulog, from, u64::MAX).unwrap();
+    assert_eq!((n as usize, last), (after.len(), *ts.last().unwrap()));
+    log.close().unwrap();
+}
+
+/// A file whose last record is after the time stamp the next file's header says its records
+/// follow (`prev_ts`) is damage at the boundary: reported, and the next file's first records
+/// are not skipped as "already read".
+#[test]
+fn a_file_ending_after_the_next_files_start_is_damage_for_every_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ts, recs) = log_of_several_files(dir.path());
+    // The first file's last record stamped as the second file's first.
+    let (at, _) = *recs[0].last().unwrap();
+    let next_first = recs[1][0].1;
+    restamp_at(dir.path(), 1, at, next_first);
+    let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+    let want = format!(
+        "{}: time stamps out of order: its last record ({next_first})",
+        file_name(1)
+    );
+    let (seen, r) = read_all(&log, 0);
+    assert_eq!(seen.len(), recs[0].len());
+    assert_eq!(seen.last(), Some(&next_first));
+    match r {
+        Err(Error::Corrupt(m)) => assert!(m.contains(&want) && m.contains(&file_name(2)), "{m}"),
+        other => panic!("damage not reported: {other:?}"),
+    }
+    let r = read_dir(&dir.path().join("ulog"), ts[0], u64::MAX, &mut |_| Ok(()));
+    match r {
+        Err(Error::Corrupt(m)) => assert!(m.contains(&want), "{m}"),
+        other => panic!("damage not reported: {other:?}"),
+    }
+    log.close().unwrap();
+}
+
 /// A torn slot write leaves the other slot's synced length; with both slots damaged the file
 /// is read as one of the format before, and the log goes on in a new file.
 #[test]
@@ -833,4 +995,26 @@ fn a_writer_waiting_for_the_zeros_ahead_takes_its_time_stamp_after_the_wait() {
     }
     assert_eq!(keys, [&b"first"[..], b"small", b"big"]);
     log.close().unwrap();
+}
+
+/// A server thread whose replies wait for replicas reads back the position of the last record
+/// it appended (`--sync-replicas`); another thread's records are not its own.
+#[test]
+fn a_thread_reads_back_the_position_of_the_records_it_appended() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Ulog::open(cfg(dir.path(), 1)).unwrap();
+    crate::durability::take_logged();
+    let a = log.append(&Op::Remove { key: b"a" }).unwrap();
+    let b = log.append(&Op::Remove { key: b"b" }).unwrap();
+    assert!(b > a);
+    let other = log.clone();
+    std::thread::spawn(move || {
+        other.append(&Op::Remove { key: b"c" }).unwrap();
+        crate::durability::take_logged()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(crate::durability::logged(), b);
+    assert_eq!(crate::durability::take_logged(), b);
+    assert_eq!(crate::durability::take_logged(), 0);
 }

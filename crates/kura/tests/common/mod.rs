@@ -398,3 +398,145 @@ pub fn tools_present(tools: &[&str]) -> bool {
     eprintln!("skipped: {missing:?} not installed (scripts/test.sh installs them)");
     false
 }
+
+/// A Redis reply (RESP2 and RESP3), as [`Resp`] reads it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RV {
+    Simple(String),
+    Err(String),
+    Int(i64),
+    Bulk(Vec<u8>),
+    /// `$-1`, `*-1` or RESP3's `_`.
+    Nil,
+    Array(Vec<RV>),
+    Map(Vec<(RV, RV)>),
+    Set(Vec<RV>),
+    Double(String),
+    Bool(bool),
+    /// A verbatim string: its format and text.
+    Verbatim(String, String),
+}
+
+impl RV {
+    /// A bulk string's text.
+    pub fn s(&self) -> String {
+        match self {
+            RV::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+            RV::Simple(s) | RV::Double(s) => s.clone(),
+            RV::Verbatim(_, s) => s.clone(),
+            other => panic!("not a string: {other:?}"),
+        }
+    }
+}
+
+/// A bulk string reply.
+pub fn bulk(s: &str) -> RV {
+    RV::Bulk(s.as_bytes().to_vec())
+}
+
+/// A small Redis client: requests as multibulks, replies read whole (every RESP3 type).
+pub struct Resp {
+    pub w: TcpStream,
+    pub r: BufReader<TcpStream>,
+}
+
+impl Resp {
+    pub fn new(addr: &str) -> Resp {
+        let s = TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        Resp {
+            r: BufReader::new(s.try_clone().unwrap()),
+            w: s,
+        }
+    }
+
+    /// A request as a multibulk.
+    pub fn encode(args: &[&[u8]]) -> Vec<u8> {
+        let mut v = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            v.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            v.extend_from_slice(a);
+            v.extend_from_slice(b"\r\n");
+        }
+        v
+    }
+
+    pub fn send(&mut self, args: &[&str]) {
+        let a: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        self.w.write_all(&Resp::encode(&a)).unwrap();
+    }
+
+    /// Send a request and read its reply.
+    pub fn call(&mut self, args: &[&str]) -> RV {
+        self.send(args);
+        self.read()
+    }
+
+    pub fn call_bytes(&mut self, args: &[&[u8]]) -> RV {
+        self.w.write_all(&Resp::encode(args)).unwrap();
+        self.read()
+    }
+
+    fn line(&mut self) -> String {
+        let mut l = String::new();
+        self.r.read_line(&mut l).unwrap();
+        assert!(l.ends_with("\r\n"), "line {l:?}");
+        l.truncate(l.len() - 2);
+        l
+    }
+
+    fn n(s: &str) -> i64 {
+        s.parse().unwrap_or_else(|_| panic!("number {s:?}"))
+    }
+
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        let mut b = vec![0u8; n + 2];
+        self.r.read_exact(&mut b).unwrap();
+        assert_eq!(&b[n..], b"\r\n");
+        b.truncate(n);
+        b
+    }
+
+    /// Read one reply.
+    pub fn read(&mut self) -> RV {
+        let l = self.line();
+        let (t, rest) = l.split_at(1);
+        match t {
+            "+" => RV::Simple(rest.into()),
+            "-" => RV::Err(rest.into()),
+            ":" => RV::Int(Resp::n(rest)),
+            "_" => RV::Nil,
+            "," => RV::Double(rest.into()),
+            "#" => RV::Bool(rest == "t"),
+            "$" | "=" => match Resp::n(rest) {
+                -1 => RV::Nil,
+                n => {
+                    let b = self.bytes(n as usize);
+                    if t == "$" {
+                        RV::Bulk(b)
+                    } else {
+                        let s = String::from_utf8(b).unwrap();
+                        RV::Verbatim(s[..3].into(), s[4..].into())
+                    }
+                }
+            },
+            "*" | "~" => match Resp::n(rest) {
+                -1 => RV::Nil,
+                n => {
+                    let v = (0..n).map(|_| self.read()).collect();
+                    if t == "*" {
+                        RV::Array(v)
+                    } else {
+                        RV::Set(v)
+                    }
+                }
+            },
+            "%" => RV::Map(
+                (0..Resp::n(rest))
+                    .map(|_| (self.read(), self.read()))
+                    .collect(),
+            ),
+            _ => panic!("unknown reply {l:?}"),
+        }
+    }
+}

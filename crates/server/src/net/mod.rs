@@ -4,7 +4,7 @@
 //! between connections but the store and a few counters.
 //!
 //! Protocols are told apart by the first byte of a connection ([`sniff`]): memcached text and
-//! binary, Tokyo Tyrant binary and HTTP (Tyrant's and Kyoto Tycoon's), each with its own codec
+//! binary, Tokyo Tyrant binary, HTTP (Tyrant's and Kyoto Tycoon's) and Redis, each with its own codec
 //! (`kura_proto`) and executor, all on the same store.
 //!
 //! Here: the settings, the protocol sniff, the in-flight budget and the limits, and `serve`,
@@ -16,7 +16,7 @@
 use crate::context::Shared;
 use kura_engine::Store;
 use kura_proto::mc_text::Limits;
-use kura_proto::{http, kt_bin, tt_bin};
+use kura_proto::{http, kt_bin, resp, tt_bin};
 use mio::net::TcpListener;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +33,8 @@ use tls::Link;
 pub use tls::{Tls, TlsFiles, TlsInfo};
 use wire::*;
 use worker::*;
+
+pub(crate) use wire::login_failed;
 
 /// Server settings.
 #[derive(Clone, Debug)]
@@ -67,20 +69,43 @@ pub enum Protocol {
     TokyoTyrant,
     KyotoBinary,
     Http,
+    Redis,
 }
 
 /// Tell the protocol from the first byte a client sends: 0x80 memcached binary, 0xC8 Tokyo
-/// Tyrant, 0xB1 / 0xB4 / 0xB8–0xBA Kyoto Tycoon's binary protocol, an upper-case letter an HTTP
-/// method, anything else memcached text (whose commands are lower-case). On a memcached-only
-/// port: 0x80 binary, anything else text, as memcached tells them.
+/// Tyrant, 0xB1 / 0xB4 / 0xB8–0xBA Kyoto Tycoon's binary protocol, `*` a Redis multibulk, an
+/// upper-case letter an HTTP method or a Redis inline command (told apart by the whole first
+/// line: [`sniff_line`]), anything else memcached text (whose commands are lower-case and never
+/// start with `*`). On a memcached-only port: 0x80 binary, anything else text, as memcached
+/// tells them.
 pub fn sniff(first: u8, memcached_only: bool) -> Protocol {
     match first {
         0x80 => Protocol::MemcachedBinary,
         _ if memcached_only => Protocol::MemcachedText,
         0xC8 => Protocol::TokyoTyrant,
         b if kt_bin::is_magic(b) => Protocol::KyotoBinary,
+        b'*' => Protocol::Redis,
         b'A'..=b'Z' => Protocol::Http,
         _ => Protocol::MemcachedText,
+    }
+}
+
+/// The longest first line [`sniff_line`] waits for: a longer one is HTTP's (whose codec
+/// refuses it as HTTP does).
+pub const SNIFF_LINE_MAX: usize = 8 << 10;
+
+/// An upper-case first line (through its `\n`, or [`SNIFF_LINE_MAX`] bytes without one): an
+/// HTTP request line (`METHOD TARGET HTTP/x.y`), or else a Redis inline command (`PING`,
+/// `SET k v`, typed by hand).
+pub fn sniff_line(line: &[u8]) -> Protocol {
+    let Some(nl) = line.iter().position(|&b| b == b'\n') else {
+        return Protocol::Http;
+    };
+    let l = line[..nl].strip_suffix(b"\r").unwrap_or(&line[..nl]);
+    let words: Vec<&[u8]> = l.split(|&b| b == b' ').filter(|w| !w.is_empty()).collect();
+    match words.as_slice() {
+        [_, _, v] if v.starts_with(b"HTTP/") => Protocol::Http,
+        _ => Protocol::Redis,
     }
 }
 
@@ -145,6 +170,7 @@ struct AllLimits {
     tt: tt_bin::Limits,
     kt: kt_bin::Limits,
     http: http::Limits,
+    redis: resp::Limits,
     budget: Arc<Budget>,
 }
 
@@ -175,6 +201,12 @@ impl AllLimits {
                 max_body: value.saturating_mul(3).saturating_add(64 << 10),
                 ..http::Limits::default()
             },
+            redis: resp::Limits {
+                max_bulk: value,
+                // What a connection's grant of the budget holds ([`AllLimits::largest`]).
+                max_request: value.saturating_add(1 << 20),
+                ..resp::Limits::default()
+            },
             budget,
         }
     }
@@ -188,6 +220,8 @@ impl AllLimits {
             Some(Protocol::TokyoTyrant) => self.tt.max_frame,
             Some(Protocol::KyotoBinary) => self.kt.max_frame,
             Some(Protocol::Http) => self.http.max_body.saturating_add(self.http.max_head),
+            // A whole multibulk is held to this by the codec.
+            Some(Protocol::Redis) => self.redis.max_request,
         }
     }
 
@@ -198,6 +232,7 @@ impl AllLimits {
             Protocol::TokyoTyrant,
             Protocol::KyotoBinary,
             Protocol::Http,
+            Protocol::Redis,
         ]
         .into_iter()
         .map(|p| self.largest(Some(p)))

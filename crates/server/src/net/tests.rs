@@ -48,9 +48,17 @@ fn sniffing() {
     assert_eq!(sniff(b'P', false), Protocol::Http);
     assert_eq!(sniff(b'g', false), Protocol::MemcachedText);
     assert_eq!(sniff(b's', false), Protocol::MemcachedText);
+    assert_eq!(sniff(b'*', false), Protocol::Redis);
+    // An upper-case first line: HTTP's request line, else a Redis inline command.
+    assert_eq!(sniff_line(b"GET / HTTP/1.1\r\n"), Protocol::Http);
+    assert_eq!(sniff_line(b"PUT /k HTTP/1.0\n"), Protocol::Http);
+    assert_eq!(sniff_line(b"GET /"), Protocol::Http);
+    assert_eq!(sniff_line(b"PING\r\n"), Protocol::Redis);
+    assert_eq!(sniff_line(b"SET k v\r\n"), Protocol::Redis);
+    assert_eq!(sniff_line(b"GET k\r\n"), Protocol::Redis);
     // A memcached-only port: binary or text, nothing else.
     assert_eq!(sniff(0x80, true), Protocol::MemcachedBinary);
-    for b in [0xC8, 0xB8, b'G', b'P', b'g'] {
+    for b in [0xC8, 0xB8, b'G', b'P', b'g', b'*'] {
         assert_eq!(sniff(b, true), Protocol::MemcachedText);
     }
 }
@@ -191,6 +199,45 @@ fn serves_every_protocol_on_one_port() {
         String::from_utf8_lossy(&out)
     );
     roundtrip(&mut s, b"quit\r\n", b"");
+    stop.store(true, Ordering::Relaxed);
+    h.join().unwrap().unwrap();
+}
+
+/// The same refused list cut at every byte into two reads: a cut inside the size of an
+/// element owed to the discard leaves the rest of that size for the next read, never decoded
+/// as a request of its own (which closed the connection).
+#[test]
+fn a_refused_tyrant_list_cut_at_every_byte_is_skipped_to_its_end() {
+    let (addr, stop, h) = start_limited(1, 8);
+    let mut req = Vec::new();
+    tt_bin::encode_request(
+        &tt_bin::Request::Misc {
+            name: b"putlist",
+            opts: 0,
+            args: vec![b"k", b"123456789", b"k2", b"v2", b"k3", b"0123456789abcdef"],
+        },
+        &mut req,
+    );
+    req.extend_from_slice(&[0xC8, 0x30, 0, 0, 0, 2, b'k', b'2']);
+    for cut in 1..req.len() {
+        let mut t = std::net::TcpStream::connect(addr).unwrap();
+        t.set_nodelay(true).unwrap();
+        t.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        t.write_all(&req[..cut]).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        t.write_all(&req[cut..])
+            .unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+        let mut got = Vec::new();
+        let mut buf = [0u8; 64];
+        while got.len() < 6 {
+            match t.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) => panic!("cut at {cut}: {e}"),
+            }
+        }
+        assert_eq!(got, [1, 0, 0, 0, 0, 1], "cut at {cut}");
+    }
     stop.store(true, Ordering::Relaxed);
     h.join().unwrap().unwrap();
 }

@@ -16,7 +16,7 @@ use crate::{mc_common, mc_exec};
 use kura_engine::store::now_secs;
 use kura_engine::Store;
 use kura_proto::mc_text::{self, Decoded, GetLine, Limits};
-use kura_proto::{http, kt_bin, mc_bin, tt_bin};
+use kura_proto::{http, kt_bin, mc_bin, resp, tt_bin};
 use std::time::Instant;
 
 /// Decode and execute every complete request in the read buffer.
@@ -27,7 +27,12 @@ pub(super) fn process<'s>(
     limits: &AllLimits,
 ) {
     let mut pos = 0;
-    skip_owed(c, &mut pos);
+    if !skip_owed(c, &mut pos) {
+        // More of a refused request is owed (its bytes, or a size split across reads):
+        // nothing after it can be decoded yet.
+        c.rbuf.drain(..pos);
+        return;
+    }
     if c.discard_line {
         match c.rbuf[pos..].iter().position(|&b| b == b'\n') {
             Some(nl) => {
@@ -38,7 +43,15 @@ pub(super) fn process<'s>(
         }
     }
     if c.proto.is_none() && pos < c.rbuf.len() {
-        let p = sniff(c.rbuf[pos], c.mc_only);
+        let mut p = sniff(c.rbuf[pos], c.mc_only);
+        if p == Protocol::Http {
+            // HTTP's request line or a Redis inline command: told by the whole line.
+            let line = &c.rbuf[pos..];
+            if !line.contains(&b'\n') && line.len() < SNIFF_LINE_MAX && !c.eof {
+                return;
+            }
+            p = sniff_line(&line[..line.len().min(SNIFF_LINE_MAX)]);
+        }
         c.proto = Some(p);
         if matches!(p, Protocol::TokyoTyrant | Protocol::KyotoBinary) {
             // The handshake is over by the first decrypted byte: the client's verified
@@ -65,6 +78,12 @@ pub(super) fn process<'s>(
                 }
             }
         }
+        if p == Protocol::Redis {
+            c.redis = Some(Box::new(crate::redis_exec::RedisConn::new(
+                shared,
+                now_secs(),
+            )));
+        }
         if p == Protocol::TokyoTyrant {
             let mut st = TtState::of_server(shared);
             st.fd = std::os::fd::AsRawFd::as_raw_fd(&c.sock);
@@ -89,6 +108,15 @@ pub(super) fn process<'s>(
             c.tt = Some(st);
         }
         Some(Protocol::KyotoBinary) => drive(c, pos, &mut KyotoBinary(at, &limits.kt), &lat[3]),
+        Some(Protocol::Redis) => {
+            // The connection's state leaves it while the loop borrows it.
+            let Some(mut st) = c.redis.take() else { return };
+            let mut session = std::mem::take(&mut c.session);
+            let mut w = Redis(store, at, &limits.redis, &mut st, &mut session);
+            drive(c, pos, &mut w, &lat[5]);
+            c.session = session;
+            c.redis = Some(st);
+        }
         Some(Protocol::Http) => {
             // The cursors leave the connection while the loop borrows it.
             let mut curs = c.kt.take().unwrap_or_default();
@@ -136,17 +164,21 @@ pub(super) fn process<'s>(
 }
 
 /// Discard from `pos` on what a refused request left to discard ([`Conn::skip`], then
-/// [`Conn::skip_elements`]), as far as it has arrived.
-pub(super) fn skip_owed(c: &mut Conn<'_>, pos: &mut usize) {
+/// [`Conn::skip_elements`]), as far as it has arrived; whether all of it has (when not, `pos`
+/// is where the next read's bytes continue it: an element's size may be split across reads).
+pub(super) fn skip_owed(c: &mut Conn<'_>, pos: &mut usize) -> bool {
     loop {
         let n = c.skip.min(c.rbuf.len() - *pos);
         *pos += n;
         c.skip -= n;
-        if c.skip > 0 || c.skip_elements == 0 {
-            return;
+        if c.skip > 0 {
+            return false;
+        }
+        if c.skip_elements == 0 {
+            return true;
         }
         let Some(size) = c.rbuf.get(*pos..*pos + 4) else {
-            return;
+            return false;
         };
         c.skip = u32::from_be_bytes([size[0], size[1], size[2], size[3]]) as usize;
         c.skip_elements -= 1;
@@ -245,7 +277,9 @@ fn drive_batch<W: Wire>(c: &mut Conn<'_>, mut pos: usize, w: &mut W) -> u64 {
         if consumed > avail || elements > 0 {
             c.skip = consumed;
             c.skip_elements = elements;
-            skip_owed(c, &mut pos);
+            if !skip_owed(c, &mut pos) {
+                break;
+            }
         } else {
             pos += consumed;
             if discard_line {
@@ -383,7 +417,7 @@ fn may_unlink(shared: &Shared, session: &Session) -> bool {
 }
 
 /// Log a failed login (never its secret).
-pub(super) fn login_failed(shared: &Shared, session: &Session, what: &str, name: Option<String>) {
+pub(crate) fn login_failed(shared: &Shared, session: &Session, what: &str, name: Option<String>) {
     let who = name.map_or_else(
         || "a token or unreadable credentials".into(),
         |n| format!("user {n}"),
@@ -613,5 +647,42 @@ impl Wire for Http<'_, '_> {
             }
         }
         http_exec::execute_with(self.0, shared, self.3, req, self.4.take(), now, out)
+    }
+}
+
+/// The store again with its own lifetime: the connection's SCAN cursors borrow it that long.
+pub(super) struct Redis<'x, 's>(
+    &'s dyn Store,
+    Ctx<'x>,
+    &'x resp::Limits,
+    &'x mut crate::redis_exec::RedisConn<'s>,
+    /// Who the connection has logged in as (AUTH, with `--users`).
+    &'x mut Session,
+);
+
+impl Wire for Redis<'_, '_> {
+    type Req<'a> = resp::Request<'a>;
+    fn decode<'a>(&mut self, buf: &'a [u8], out: &mut Vec<u8>) -> Step<Self::Req<'a>> {
+        match resp::decode(buf, self.2) {
+            Ok(Decoded::Complete { request, consumed }) => Step::Request(request, consumed),
+            Ok(Decoded::Incomplete) => Step::More,
+            Err(e) => {
+                // A protocol error: answered, then the connection is closed, as Redis does.
+                if let Some(n) = e.bulk_len {
+                    self.1.shared.value_refused("Redis", n);
+                }
+                e.encode(out);
+                Step::Refused {
+                    consumed: buf.len(),
+                    close: true,
+                    discard_line: false,
+                    elements: 0,
+                }
+            }
+        }
+    }
+    fn execute(&mut self, req: &Self::Req<'_>, out: &mut Out) -> Next {
+        let Ctx { shared, now, .. } = self.1;
+        crate::redis_exec::execute(self.0, shared, self.3, self.4, req, now, out)
     }
 }

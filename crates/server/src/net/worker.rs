@@ -41,10 +41,21 @@ pub(super) struct Conn<'s> {
     pub(super) eof: bool,
     /// Replies wait until this commit ticket is durable (0: none owed).
     pub(super) ticket: u64,
+    /// Replies wait until replicas acknowledge this update log position (0: none owed;
+    /// `--sync-replicas`), or until the instant.
+    pub(super) acks: u64,
+    pub(super) acks_until: Instant,
+    /// The acknowledgements did not come in time and `--sync-replicas-on-timeout close`: the
+    /// held replies are dropped with the connection.
+    pub(super) acks_missed: bool,
+    /// In the worker's `held` list (waiting for a commit ticket or acknowledgements).
+    pub(super) in_held: bool,
     /// Tokyo Tyrant connections only: the iterator (`iterinit` / `iternext`).
     pub(super) tt: Option<Box<TtState<'s>>>,
     /// HTTP connections only: Kyoto Tycoon's cursors (`cur_*`), freed with the connection.
     pub(super) kt: Option<Box<KtCursors<'s>>>,
+    /// Redis connections only: RESP version, name, transaction, SCAN cursors.
+    pub(super) redis: Option<Box<crate::redis_exec::RedisConn<'s>>>,
     /// A request asked to wait for a signal (Kyoto Tycoon's `WAIT`); it is still in `rbuf`.
     pub(super) want_wait: Option<WaitReq>,
     /// Parked: waiting for the signal (registered in `Shared::kt_signals`) until the instant.
@@ -109,9 +120,20 @@ pub(super) fn worker<'s>(
         .wakers
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .push(waker);
-    // Connections whose replies wait for a commit ticket.
+        .push(waker.clone());
+    // Client writes wait for replicas' acknowledgements (`--sync-replicas`): this worker's
+    // slot, woken by the acknowledgement that reaches the position it waits for.
+    let sync_acks = shared.repl.as_ref().and_then(|r| r.sync_acks.clone());
+    let acks_slot = sync_acks.as_ref().map(|s| {
+        let w = waker.clone();
+        s.register(Box::new(move || {
+            let _ = w.wake();
+        }))
+    });
+    // Connections whose replies wait for a commit ticket or replicas' acknowledgements.
     let mut held: Vec<usize> = Vec::new();
+    // The position held replies wait for was reached before this worker said it waits.
+    let mut recheck = false;
     let mut events = Events::with_capacity(1024);
     let nl = listeners.len();
     for (i, l) in listeners.iter_mut().enumerate() {
@@ -142,6 +164,19 @@ pub(super) fn worker<'s>(
             })) = conns.get(idx)
             {
                 wait = wait.min(deadline.saturating_duration_since(Instant::now()));
+            }
+        }
+        if recheck {
+            wait = Duration::ZERO;
+        }
+        if sync_acks.is_some() {
+            // Held replies go out at their timeout at the latest.
+            for &idx in &held {
+                if let Some(Some(c)) = conns.get(idx) {
+                    if c.acks > 0 {
+                        wait = wait.min(c.acks_until.saturating_duration_since(Instant::now()));
+                    }
+                }
             }
         }
         match poll.poll(&mut events, Some(wait)) {
@@ -194,7 +229,21 @@ pub(super) fn worker<'s>(
             let idx = t - nl;
             if let Some(c) = conns.get_mut(idx).and_then(Option::as_mut) {
                 c.paused = false;
+                let before = kura_engine::durability::logged();
                 let alive = read_and_execute(c, store, shared, &limits, &mut scratch, hup);
+                if let Some(sa) = &sync_acks {
+                    // This connection's writes wait for replicas: its replies are held until
+                    // the position of the last record it logged is acknowledged (or the
+                    // timeout). Reads, and other connections of the batch, do not wait.
+                    let now = kura_engine::durability::logged();
+                    if now > before {
+                        if c.acks == 0 {
+                            c.acks_until = Instant::now() + sa.timeout;
+                            sa.waits.fetch_add(1, Ordering::Relaxed);
+                        }
+                        c.acks = c.acks.max(now);
+                    }
+                }
                 if alive {
                     park(c, idx, shared, &wake, &mut waiting);
                 }
@@ -202,7 +251,7 @@ pub(super) fn worker<'s>(
                     hand_over_stream(&mut poll, &mut conns, &mut free, idx, store, shared, mine);
                     continue;
                 }
-                if c.ticket == 0 && !kura_engine::durability::pending() {
+                if c.ticket == 0 && !kura_engine::durability::pending() && c.acks == 0 {
                     // Nothing of this batch so far waits for a commit: the replies go out now,
                     // not after the rest of the batch (up to 1024 connections) is executed.
                     let keep = alive && finish_all(c, store, shared, &limits, &mut scratch);
@@ -225,10 +274,23 @@ pub(super) fn worker<'s>(
             let ticket = committer.request();
             for &(idx, _) in &touched {
                 if let Some(c) = conns.get_mut(idx).and_then(Option::as_mut) {
-                    if c.ticket == 0 {
+                    if !c.in_held {
+                        c.in_held = true;
                         held.push(idx);
                     }
                     c.ticket = ticket;
+                }
+            }
+        }
+        // Connections whose writes wait for replicas (set in phase 1) are held too.
+        kura_engine::durability::take_logged();
+        if sync_acks.is_some() {
+            for &(idx, _) in &touched {
+                if let Some(c) = conns.get_mut(idx).and_then(Option::as_mut) {
+                    if c.acks > 0 && !c.in_held {
+                        c.in_held = true;
+                        held.push(idx);
+                    }
                 }
             }
         }
@@ -237,12 +299,48 @@ pub(super) fn worker<'s>(
         } else {
             committer.status()
         };
-        // Connections whose commit is done (or failed) are finished with the rest.
+        let now = Instant::now();
+        let reached = sync_acks.as_ref().map_or(u64::MAX, |s| s.reached());
+        // Whether a connection's replies wait for no acknowledgement (any more); a timeout
+        // lets them go, counted and logged.
+        let acked = |c: &mut Conn<'_>| -> bool {
+            if c.acks == 0 || c.acks <= reached {
+                return true;
+            }
+            if now < c.acks_until {
+                return false;
+            }
+            if let Some(sa) = &sync_acks {
+                sa.timeouts.fetch_add(1, Ordering::Relaxed);
+                c.acks_missed = sa.close_on_timeout;
+                shared.log.limited(
+                    "sync-replicas timeout",
+                    &format!(
+                        "{} without the acknowledgement of {} replica(s) after {} ms \
+                         (--sync-replicas-timeout; {} replica(s) connected): counted in \
+                         repl_sync_timeouts",
+                        if sa.close_on_timeout {
+                            "connections closed, their replies unsent,"
+                        } else {
+                            "replies sent"
+                        },
+                        sa.need,
+                        sa.timeout.as_millis(),
+                        sa.connected()
+                    ),
+                );
+            }
+            c.acks = 0;
+            true
+        };
+        // Connections whose commit is done (or failed) and whose acknowledgements came (or
+        // timed out) are finished with the rest.
         held.retain(|&idx| {
             let Some(c) = conns.get_mut(idx).and_then(Option::as_mut) else {
                 return false;
             };
-            if c.ticket <= done || failed {
+            if (c.ticket <= done || failed) && acked(c) {
+                c.in_held = false;
                 if !touched.iter().any(|&(i, _)| i == idx) {
                     touched.push((idx, true));
                 }
@@ -252,11 +350,18 @@ pub(super) fn worker<'s>(
             }
         });
         for &(idx, alive) in &touched {
+            let waits_acks = match conns.get_mut(idx).and_then(Option::as_mut) {
+                Some(c) => !failed && c.ticket <= done && !acked(c),
+                None => false,
+            };
             let keep = match conns.get_mut(idx).and_then(Option::as_mut) {
                 Some(c) if c.ticket > done => continue, // still waiting for its commit
+                Some(_) if waits_acks => continue,      // waiting for replicas
+                Some(c) if c.acks_missed => false,      // unacknowledged: no reply, closed
                 Some(c) if failed && c.ticket > 0 => false, // a failed sync: drop, not durability
                 Some(c) if alive => {
                     c.ticket = 0;
+                    c.acks = 0;
                     let keep = finish_all(c, store, shared, &limits, &mut scratch);
                     if keep && c.paused && !paused.contains(&idx) {
                         paused.push(idx);
@@ -269,6 +374,18 @@ pub(super) fn worker<'s>(
             settle(
                 &mut poll, &mut conns, &mut free, idx, keep, nl, shared, mine,
             )?;
+        }
+        if let (Some(sa), Some(slot)) = (&sync_acks, acks_slot) {
+            // The lowest position a held reply waits for: the acknowledgement reaching it
+            // wakes this worker. Reached meanwhile: no wake-up comes, so look again at once.
+            let lowest = held
+                .iter()
+                .filter_map(|&i| conns.get(i).and_then(Option::as_ref))
+                .filter(|c| c.acks > 0)
+                .map(|c| c.acks)
+                .min()
+                .unwrap_or(crate::repl::acks::NONE);
+            recheck = sa.want(slot, lowest);
         }
         if let Some(idle) = cfg.idle_timeout {
             if last_sweep.elapsed() >= Duration::from_secs(1) {
@@ -426,8 +543,13 @@ pub(super) fn adopt(
         wants_write: false,
         eof: false,
         ticket: 0,
+        acks: 0,
+        acks_until: Instant::now(),
+        acks_missed: false,
+        in_held: false,
         tt: None,
         kt: None,
+        redis: None,
         want_wait: None,
         wait: None,
         waited: None,

@@ -77,6 +77,12 @@ fn feed_kura(
     hello.extend_from_slice(&repl.sid.to_be_bytes());
     let last = repl.logged.as_ref().map_or(0, |l| l.log().last_ts());
     hello.extend_from_slice(&last.to_be_bytes());
+    let hello_flags = if repl.sync_acks.is_some() {
+        wire::HELLO_ACK_AT_ONCE
+    } else {
+        0
+    };
+    hello.extend_from_slice(&hello_flags.to_be_bytes());
     say(&mut sock, wire::HELLO, &hello)?;
     let Some(logged) = repl.logged.clone() else {
         return refuse(
@@ -111,6 +117,10 @@ fn feed_kura(
         pos = snapshot(repl, &logged, &mut sock)?;
     }
     log.confirm(sid, pos, peer, true);
+    let sync_acks = repl.sync_acks.clone();
+    if let Some(s) = &sync_acks {
+        s.ack(sid, pos);
+    }
     let mut reader = match log.reader(pos).map_err(io::Error::other)? {
         Start::Reader(r) => r,
         Start::Behind { first } => {
@@ -146,6 +156,9 @@ fn feed_kura(
                             if let Some(ts) = wire::be_u64(p) {
                                 acked.store(ts, Ordering::Relaxed);
                                 log.confirm(sid, ts, &peer, true);
+                                if let Some(s) = &sync_acks {
+                                    s.ack(sid, ts);
+                                }
                             }
                         }
                         buf.drain(..n);
@@ -153,6 +166,9 @@ fn feed_kura(
                 }
                 gone.store(true, Ordering::Relaxed);
                 log.confirm(sid, acked.load(Ordering::Relaxed), &peer, false);
+                if let Some(s) = &sync_acks {
+                    s.gone(sid);
+                }
             })?;
     }
     let mut out = Vec::with_capacity(1 << 20);

@@ -3,6 +3,7 @@
 //! follows the master, applies its records and keeps its position). Both sides speak Kura's
 //! own stream, Tokyo Tyrant's (0xA0) and Kyoto Tycoon's (0xB1).
 
+pub mod acks;
 pub mod feed;
 pub mod follow;
 
@@ -193,6 +194,8 @@ pub struct Replication {
     /// Operations of keyspaces not sent to Tyrant and Kyoto Tycoon slaves (their streams name
     /// no keyspace).
     pub keyspace_skipped: AtomicU64,
+    /// Client writes wait for replicas' acknowledgements (`--sync-replicas`).
+    pub sync_acks: Option<Arc<acks::SyncAcks>>,
     pub stop: Arc<AtomicBool>,
     log: Box<LogFn>,
 }
@@ -223,6 +226,7 @@ impl Replication {
             initial_ts: None,
             reset_ts: Mutex::new(None),
             keyspace_skipped: AtomicU64::new(0),
+            sync_acks: None,
             stop: Arc::new(AtomicBool::new(false)),
             log,
         }
@@ -382,6 +386,15 @@ impl Replication {
         let skipped = self.keyspace_skipped.load(Ordering::Relaxed);
         if skipped > 0 {
             out.push(("repl_keyspace_skipped".into(), skipped.to_string()));
+        }
+        if let Some(sa) = &self.sync_acks {
+            out.push(("sync_replicas".into(), sa.need.to_string()));
+            out.push(("sync_replicas_connected".into(), sa.connected().to_string()));
+            out.push(("repl_sync_reached".into(), sa.reached().to_string()));
+            let waits = sa.waits.load(Ordering::Relaxed);
+            out.push(("repl_sync_waits".into(), waits.to_string()));
+            let timeouts = sa.timeouts.load(Ordering::Relaxed);
+            out.push(("repl_sync_timeouts".into(), timeouts.to_string()));
         }
         if let Some((h, p)) = master {
             let st = self.status();

@@ -1,6 +1,6 @@
 //! Queries on a table (Tokyo Cabinet's `tctdbqry*` and `tctdbmetasearch`): conditions with
 //! every operator, order, limit and skip, and the planner that runs them (`exec`;
-//! docs/ARCHITECTURE.md, "Queries and the planner").
+//! docs/architecture/kinds.md, "Queries and the planner").
 //!
 //! A condition is judged on a record as Tokyo Cabinet judges it: on the column's value
 //! (`""`: the primary key); a record without the column matches only a negated condition.
