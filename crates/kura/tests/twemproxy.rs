@@ -20,9 +20,9 @@ mod proxy;
 
 use common::{eventually, free_port, Server};
 use proxy::{get, nutcracker_bin, Ring};
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
