@@ -516,7 +516,6 @@ fn redis_mode_in_front_of_redis_server() {
 }
 
 #[test]
-#[ignore = "until kura serve speaks the Redis protocol (issue 36's core)"]
 fn redis_mode_in_front_of_kura() {
     redis_mode(Backend::Kura);
 }
