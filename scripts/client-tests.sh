@@ -4,7 +4,8 @@
 # local virtual environment .venv, on a `.kh`), Perl Cache::Memcached, libmemcached's
 # memccapable and memcdump (Debian packages, installed when missing; on `*` and on a `.kh`),
 # pytyrant and ukt (also on a `.kb`), pyrant on a table (`.kt`), and Tokyo Tyrant's tcrmgr on
-# a `.kb` where installable; and a metrics scrape parsed by prometheus_client.
+# a `.kb` where installable; a metrics scrape parsed by prometheus_client; and redis-py's own
+# test suite (scripts/redis-client-tests.sh; tests/clients/redis-py.txt, what it deselects and why).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -165,3 +166,6 @@ if command -v tcrmgr >/dev/null 2>&1; then
 else
     echo "tcrmgr: not installed (no tokyotyrant package for this system): skipped"
 fi
+
+# redis-py's own tests against `kura serve '*'` and a `.kt`, RESP3 and RESP2.
+REDIS_TARGET=kura KURA="$KURA" scripts/redis-client-tests.sh

@@ -49,6 +49,14 @@ if ! [ -x /usr/bin/memcached ]; then
     apt-get install -y -qq memcached >/dev/null 2>&1 ||
         { apt-get update -qq && apt-get install -y -qq memcached >/dev/null; }
 fi
+# Debian's redis-server (with redis-tools) is the reference peer: twemproxy.rs runs its redis-mode
+# test in front of it as well as in front of kura serve, and scripts/redis-client-tests.sh can run
+# redis-py's tests against it. With CI=true twemproxy.rs fails when it is missing.
+if ! [ -x /usr/bin/redis-server ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq redis-server >/dev/null 2>&1 ||
+        { apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; }
+fi
 # The twemproxy tests (crates/kura/tests/twemproxy.rs, twemproxy_failover.rs) start Debian's
 # nutcracker in front of three kura serve (with replicas and scripts/failover.sh in the second)
 # and run memccapable (libmemcached-tools) through it. With CI=true they fail

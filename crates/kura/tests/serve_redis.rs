@@ -238,6 +238,10 @@ fn resp3_after_hello_and_client_commands() {
         "# Persistence",
         "aof_enabled:0",
         "# Stats",
+        // Read by client libraries at connection (redis-py's test suite: a KeyError without).
+        "arch_bits:64",
+        "# Cluster",
+        "cluster_enabled:0",
         "# Keyspace",
     ] {
         assert!(text.contains(line), "{line} in {text}");

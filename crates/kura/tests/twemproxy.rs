@@ -6,6 +6,10 @@
 //! memccapable's text checks that twemproxy forwards pass through it (docs/SCALING.md lists what
 //! it does not forward).
 //!
+//! Its redis mode (deploy/nutcracker-redis.yml) in front of three `kura serve '*'`, and the same
+//! test in front of three Debian redis-server (the reference, so the test itself is proven):
+//! ketama placement, commands through the proxy, a killed shard ejected.
+//!
 //! nutcracker missing: with `CI=true` the test fails (scripts/test.sh installs it) unless
 //! `KURA_NO_NUTCRACKER` says its package cannot be installed here; otherwise it prints a notice
 //! and passes.
@@ -16,9 +20,9 @@ mod proxy;
 
 use common::{eventually, free_port, Server};
 use proxy::{get, nutcracker_bin, Ring};
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -58,10 +62,12 @@ impl Drop for Proxy {
     }
 }
 
-/// deploy/nutcracker.yml with its listen address and its servers (in order) replaced.
-fn rewrite_config(listen: &str, shards: &[String]) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/nutcracker.yml");
-    let text = std::fs::read_to_string(path).expect("deploy/nutcracker.yml");
+/// deploy/`file` with its listen address and its servers (in order) replaced.
+fn rewrite_config(file: &str, listen: &str, shards: &[String]) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy")
+        .join(file);
+    let text = std::fs::read_to_string(path).expect(file);
     let mut next = shards.iter();
     let mut out = String::new();
     for line in text.lines() {
@@ -80,18 +86,19 @@ fn rewrite_config(listen: &str, shards: &[String]) -> String {
     }
     assert!(
         next.next().is_none(),
-        "deploy/nutcracker.yml lists fewer servers than shards"
+        "deploy/{file} lists fewer servers than shards"
     );
     out
 }
 
-/// Start nutcracker on `config` (written to `dir`) and wait until it accepts connections.
-fn start_proxy(bin: &Path, dir: &Path, shards: &[String]) -> Proxy {
+/// Start nutcracker on deploy/`file` rewritten for `shards` (written to `dir`) and wait until it
+/// accepts connections.
+fn start_proxy(bin: &Path, dir: &Path, file: &str, shards: &[String]) -> Proxy {
     for _ in 0..20 {
         let addr = format!("127.0.0.1:{}", free_port());
         let stats = free_port().to_string();
         let conf = dir.join("nutcracker.yml");
-        std::fs::write(&conf, rewrite_config(&addr, shards)).unwrap();
+        std::fs::write(&conf, rewrite_config(file, &addr, shards)).unwrap();
         let check = Command::new(bin)
             .arg("-t")
             .arg("-c")
@@ -158,7 +165,7 @@ fn keys_land_where_ketama_says_and_an_ejected_shard_comes_back_with_its_keys() {
         .map(|i| start_shard(dir.path(), names[i], ports[i]))
         .collect();
     let addrs: Vec<String> = shards.iter().map(|s| s.addr.clone()).collect();
-    let proxy = start_proxy(&bin, dir.path(), &addrs);
+    let proxy = start_proxy(&bin, dir.path(), "nutcracker.yml", &addrs);
     let ring = Ring::new(&addrs);
 
     // Writes through the proxy; each key is on its ketama shard and on no other.
@@ -253,7 +260,7 @@ fn memccapable_text_checks_pass_through_the_proxy() {
         .map(|i| start_shard(dir.path(), &format!("m{i}.kh"), free_port()))
         .collect();
     let addrs: Vec<String> = shards.iter().map(|s| s.addr.clone()).collect();
-    let proxy = start_proxy(&bin, dir.path(), &addrs);
+    let proxy = start_proxy(&bin, dir.path(), "nutcracker.yml", &addrs);
     let port = common::port_of(&proxy.addr);
     for t in MEMCCAPABLE_THROUGH_PROXY {
         let out = Command::new("memccapable")
@@ -267,4 +274,248 @@ fn memccapable_text_checks_pass_through_the_proxy() {
             "memccapable -T '{t}' through twemproxy:\n{text}"
         );
     }
+}
+
+// ---- twemproxy's redis mode (deploy/nutcracker-redis.yml) ----
+
+/// A Redis reply, written compactly for assertions: `+OK`, `-ERR …`, `:5`, a bulk string as
+/// its text, `(nil)`, `[a, b]`; `<closed>` when the connection closed or went quiet first.
+fn read_resp(r: &mut impl std::io::BufRead) -> Option<String> {
+    let mut line = String::new();
+    if r.read_line(&mut line).ok()? == 0 || !line.ends_with("\r\n") {
+        return None;
+    }
+    let line = line.trim_end_matches("\r\n");
+    let (kind, rest) = line.split_at(1);
+    Some(match kind {
+        "+" | "-" | ":" => line.to_string(),
+        "$" => match rest.parse::<i64>().ok()? {
+            n if n < 0 => "(nil)".to_string(),
+            n => {
+                let mut b = vec![0u8; n as usize + 2];
+                r.read_exact(&mut b).ok()?;
+                String::from_utf8_lossy(&b[..n as usize]).into_owned()
+            }
+        },
+        "*" => match rest.parse::<i64>().ok()? {
+            n if n < 0 => "(nil)".to_string(),
+            n => {
+                let items: Option<Vec<String>> = (0..n).map(|_| read_resp(r)).collect();
+                format!("[{}]", items?.join(", "))
+            }
+        },
+        _ => return None,
+    })
+}
+
+/// One Redis command (a RESP array of bulk strings) on a fresh connection (twemproxy closes a
+/// client's connection on an error); its reply as `read_resp` writes it.
+fn redis(addr: &str, args: &[&str]) -> String {
+    let Ok(s) = TcpStream::connect(addr) else {
+        return "<refused>".into();
+    };
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut req = format!("*{}\r\n", args.len());
+    for a in args {
+        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    (&s).write_all(req.as_bytes()).unwrap();
+    read_resp(&mut std::io::BufReader::new(s)).unwrap_or_else(|| "<closed>".into())
+}
+
+/// What a shard behind the proxy is: `kura serve` (in-memory `*`) or Debian's redis-server
+/// (no persistence), the reference the same test runs against.
+#[derive(Clone, Copy)]
+enum Backend {
+    Kura,
+    RedisServer,
+}
+
+struct RedisShard {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for RedisShard {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Debian's redis-server, when installed; with `CI=true` its absence fails the test
+/// (scripts/test.sh installs it).
+fn redis_server_bin() -> Option<PathBuf> {
+    let found = ["/usr/bin/redis-server", "/usr/local/bin/redis-server"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists());
+    if found.is_none() {
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "redis-server is not installed: scripts/test.sh installs it (apt-get install redis-server)"
+        );
+        eprintln!(
+            "NOTICE: redis-server is not installed; the twemproxy test against it is skipped"
+        );
+    }
+    found
+}
+
+fn start_redis_shard(bin: &Path, dir: &Path) -> RedisShard {
+    for _ in 0..20 {
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let mut child = Command::new(bin)
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no", "--dir"])
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                break; // the port was taken meanwhile: try another
+            }
+            if redis(&addr, &["PING"]) == "+PONG" {
+                return RedisShard { child, addr };
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    panic!("redis-server did not start");
+}
+
+/// Three shards of `backend` behind twemproxy's redis mode: every key SET through the proxy is
+/// on the shard ketama names and on no other; GET, MGET across shards, INCR, EXPIRE / TTL,
+/// DEL and PING answer through the proxy; a shard killed with SIGKILL is ejected while the
+/// others' keys keep answering, its own keys then misses on the ring of the two others.
+fn redis_mode(backend: Backend) {
+    let Some(bin) = nutcracker_bin() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut kura: Vec<Server> = Vec::new();
+    let mut reds: Vec<RedisShard> = Vec::new();
+    let addrs: Vec<String> = match backend {
+        Backend::Kura => {
+            kura = (0..3)
+                .map(|_| start_shard(dir.path(), "*", free_port()))
+                .collect();
+            kura.iter().map(|s| s.addr.clone()).collect()
+        }
+        Backend::RedisServer => {
+            let Some(rbin) = redis_server_bin() else {
+                return;
+            };
+            reds = (0..3)
+                .map(|i| {
+                    let d = dir.path().join(format!("r{i}"));
+                    std::fs::create_dir_all(&d).unwrap();
+                    start_redis_shard(&rbin, &d)
+                })
+                .collect();
+            reds.iter().map(|s| s.addr.clone()).collect()
+        }
+    };
+    let proxy = start_proxy(&bin, dir.path(), "nutcracker-redis.yml", &addrs);
+    let ring = Ring::new(&addrs);
+    let p = proxy.addr.as_str();
+
+    assert_eq!(redis(p, &["PING"]), "+PONG");
+    let keys: Vec<String> = (0..300).map(|i| format!("key:{i}")).collect();
+    for k in &keys {
+        assert_eq!(redis(p, &["SET", k, &format!("v-{k}")]), "+OK", "SET {k}");
+    }
+    let mut per_shard = [0usize; 3];
+    for k in &keys {
+        let want = ring.shard(k);
+        per_shard[want] += 1;
+        for (i, a) in addrs.iter().enumerate() {
+            let got = redis(a, &["GET", k]);
+            if i == want {
+                assert_eq!(
+                    got,
+                    format!("v-{k}"),
+                    "{k} is not on shard {i}, where ketama puts it"
+                );
+            } else {
+                assert_eq!(
+                    got, "(nil)",
+                    "{k} is on shard {i}, ketama puts it on {want}"
+                );
+            }
+        }
+        assert_eq!(
+            redis(p, &["GET", k]),
+            format!("v-{k}"),
+            "{k} through the proxy"
+        );
+    }
+    assert!(
+        per_shard.iter().all(|&n| n > 50),
+        "uneven ring: {per_shard:?}"
+    );
+
+    // Commands the proxy splits over the shards or forwards to the key's shard.
+    let some: Vec<&str> = keys[..8].iter().map(String::as_str).collect();
+    let mut mget = vec!["MGET"];
+    mget.extend(&some);
+    mget.push("missing");
+    let want: Vec<String> = some.iter().map(|k| format!("v-{k}")).collect();
+    assert_eq!(redis(p, &mget), format!("[{}, (nil)]", want.join(", ")));
+    assert_eq!(redis(p, &["INCR", "counter"]), ":1");
+    assert_eq!(redis(p, &["INCRBY", "counter", "41"]), ":42");
+    assert_eq!(redis(p, &["GET", "counter"]), "42");
+    assert_eq!(redis(p, &["EXPIRE", "counter", "100"]), ":1");
+    let ttl = redis(p, &["TTL", "counter"]);
+    assert!(
+        ttl == ":100" || ttl == ":99",
+        "TTL through the proxy: {ttl}"
+    );
+    assert_eq!(redis(p, &["DEL", "key:290", "key:291", "nope"]), ":2");
+    assert_eq!(redis(p, &["EXISTS", "key:290"]), ":0");
+    let keys = &keys[..290];
+
+    // SIGKILL shard 0: the other shards' keys answer throughout; shard 0's keys first fail,
+    // then, once the proxy has ejected it, are misses on the ring of the two others.
+    match backend {
+        Backend::Kura => {
+            kura[0].signal(libc::SIGKILL);
+        }
+        Backend::RedisServer => {
+            let _ = reds[0].child.kill();
+            let _ = reds[0].child.wait();
+        }
+    }
+    let (lost, kept): (Vec<&String>, Vec<&String>) = keys.iter().partition(|k| ring.shard(k) == 0);
+    let ejected = eventually(20, || {
+        for k in &kept {
+            assert_eq!(
+                redis(p, &["GET", k]),
+                format!("v-{k}"),
+                "{k}, on a live shard, while shard 0 is down"
+            );
+        }
+        lost.iter().all(|k| redis(p, &["GET", k]) == "(nil)")
+    });
+    assert!(ejected, "the proxy did not eject the killed shard");
+    assert!(
+        eventually(5, || proxy.ejected_at(&addrs[0]) > 0),
+        "the proxy's statistics show no ejection of {}",
+        addrs[0]
+    );
+    assert_eq!(proxy.ejected_at(&addrs[1]), 0);
+}
+
+#[test]
+fn redis_mode_in_front_of_redis_server() {
+    redis_mode(Backend::RedisServer);
+}
+
+#[test]
+fn redis_mode_in_front_of_kura() {
+    redis_mode(Backend::Kura);
 }

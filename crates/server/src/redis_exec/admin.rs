@@ -283,6 +283,11 @@ pub(super) fn info(c: &mut Call<'_, '_, '_>, out: &mut Out) -> Done {
             }
         }
     }
+    if want("cluster") {
+        // Client libraries read cluster_enabled to tell a cluster from a single server.
+        section(&mut t, "Cluster");
+        t.push_str("cluster_enabled:0\r\n");
+    }
     if want("keyspace") {
         section(&mut t, "Keyspace");
         let keys = c.store.count();
