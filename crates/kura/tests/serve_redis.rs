@@ -761,6 +761,49 @@ fn redis_cli_drives_the_server() {
     assert_eq!(cli(&["DBSIZE"]), "1004\n");
 }
 
+/// redis-benchmark (Debian's redis-tools) runs its workloads against the server, unpipelined
+/// and pipelined, with no error, and leaves the records it wrote.
+#[test]
+fn redis_benchmark_runs_against_the_server() {
+    if !common::tools_present(&["redis-benchmark"]) {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "redis-benchmark is missing (apt-get install redis-tools)"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), "t.kh");
+    let port = common::port_of(&s.addr).to_string();
+    for pipeline in ["1", "16"] {
+        let o = Command::new("redis-benchmark")
+            .args(["-h", "127.0.0.1", "-p", &port, "-n", "2000", "-c", "4"])
+            .args(["-P", pipeline, "-r", "100", "-d", "50", "--csv"])
+            .args(["-t", "ping,set,get,incr,mset"])
+            .output()
+            .expect("run redis-benchmark");
+        let out = String::from_utf8_lossy(&o.stdout);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "-P {pipeline}: {out}{err}");
+        for test in ["PING_INLINE", "PING_MBULK", "SET", "GET", "INCR", "MSET"] {
+            assert!(
+                out.lines().any(|l| l.starts_with(&format!("\"{test}"))),
+                "-P {pipeline}: no {test} row in {out}{err}"
+            );
+        }
+        assert!(
+            !out.contains("ERR") && !err.contains("ERR"),
+            "-P {pipeline}: {out}{err}"
+        );
+    }
+    // Its keys are there: `key:__rand_int__` (SET, GET), `counter:__rand_int__` (INCR).
+    let mut c = Resp::new(&s.addr);
+    match c.call(&["DBSIZE"]) {
+        RV::Int(n) => assert!(n > 0, "DBSIZE {n}"),
+        other => panic!("DBSIZE: {other:?}"),
+    }
+}
+
 /// Hashes on a table database: a hash is a record, its fields the columns; the same record
 /// reads back over Tyrant's table functions' wire form. On other kinds, a clear error.
 #[test]
