@@ -509,9 +509,9 @@ fn record_seq(h: &Header, rec: &[u8]) -> u64 {
 /// end but do not end with a marker lost its end at a record boundary (the write that carried
 /// its last records and the marker, or all of its unsynced writes, never reached the disk),
 /// which its scan cannot see. Its lane ends there too, unless a later segment records some of
-/// its own as synced: then it was synced whole (a recovery cut it at a torn tail, and a build
-/// that emptied the segments after a torn end, rather than deleting them, left them behind
-/// it), and the lane goes on.
+/// its own as synced: then it lost its end after a sync made it durable (a recovery that cuts
+/// a torn tail deletes the lane's later segments, so the cut one is its last), which is
+/// damage, reported as a torn end before synced records is.
 fn lane_ends(regions: &mut [Region], found: &mut Vec<Finding>) -> Vec<bool> {
     let mut dropped = vec![false; regions.len()];
     for e in 0..regions.len() {
@@ -530,9 +530,6 @@ fn lane_ends(regions: &mut [Region], found: &mut Vec<Finding>) -> Vec<bool> {
             let r = &regions[i];
             r.scanned.synced.is_some_and(|s| s > r.seg.data)
         });
-        if synced_later && lost_end {
-            continue;
-        }
         if synced_later {
             let r = &regions[e];
             let (off, len, lost) = r
@@ -545,7 +542,12 @@ fn lane_ends(regions: &mut [Region], found: &mut Vec<Finding>) -> Vec<bool> {
                 off,
                 len,
                 lost,
-                what: "damaged records at the end of a segment followed by synced ones".into(),
+                what: if lost_end {
+                    "a sealed segment without its end (no marker after its last record) followed by synced ones"
+                } else {
+                    "damaged records at the end of a segment followed by synced ones"
+                }
+                .into(),
             });
             regions[e].verdict = End::Damaged;
         } else {
@@ -858,12 +860,13 @@ mod tests {
         }
     }
 
-    /// A segment that does not end with a marker, before a segment of its lane whose header
-    /// records some of its records as synced, did not lose its end (a sync makes a lane's
-    /// segments durable in order): a recovery cut it, and an older build's left the segment
-    /// after it emptied. The lane goes on.
+    /// A sealed segment that does not end with a marker, before a segment of its lane whose
+    /// header records some of its records as synced, lost its end after a sync made it
+    /// durable (a sync makes a lane's segments durable in order; a recovery that cuts a torn
+    /// tail deletes the lane's later segments, so the cut one is its last): damage, refused
+    /// by a writable open and reported by a read-only one, which replays the rest.
     #[test]
-    fn a_segment_without_its_marker_before_synced_records_does_not_end_its_lane() {
+    fn a_segment_without_its_marker_before_synced_records_is_damage() {
         let (fs, (a, off2)) = written(|log| {
             let (a, _) = write(log, 0, &[&put(0, 1)]);
             let (_, off2) = write(log, 0, &[&put(0, 2)]);
@@ -875,9 +878,17 @@ mod tests {
             (a, off2)
         });
         fs.open(&seg_path(a), false).unwrap().set_len(off2).unwrap();
-        let (seen, done) = run::<Index>(&fs, false).unwrap();
+        for e in [
+            run::<Index>(&fs, false).err(),
+            run::<Tree>(&fs, false).err(),
+        ] {
+            assert!(matches!(e, Some(Error::Corrupt(_))), "refused: {e:?}");
+        }
+        let (seen, done) = run::<Index>(&fs, true).unwrap();
         assert_eq!(seqs(&seen.got), vec![1, 3]);
-        assert!(done.dropped.is_empty() && done.findings.is_empty());
+        assert!(done.dropped.is_empty());
+        assert_eq!(done.findings.len(), 1, "{:?}", done.findings);
+        assert!(done.findings[0].what.contains("no marker"));
     }
 
     /// A damaged batch frame in the middle of a lane's synced records, with records after it:
