@@ -891,6 +891,40 @@ mod tests {
         assert!(done.findings[0].what.contains("no marker"));
     }
 
+    /// A segment whose header's fixed part verifies but neither of whose synced-length slots
+    /// does (both are written with the header and only one is ever being written at a time:
+    /// damage) records no synced length: a bad record with intact records after it is damage,
+    /// as in the formats before the slots, never the start of a torn tail that would drop the
+    /// records after it without a word.
+    #[test]
+    fn a_segment_whose_slots_are_both_damaged_reports_damage_before_intact_records() {
+        let (fs, (seg, off2)) = written(|log| {
+            let (seg, _) = write(log, 0, &[&put(0, 1)]);
+            let (_, off2) = write(log, 0, &[&put(0, 2)]);
+            write(log, 0, &[&put(0, 3)]);
+            log.sync_now().unwrap();
+            log.sync_now().unwrap();
+            (seg, off2)
+        });
+        // Both slots, and a byte of the second record's value.
+        for at in [40, 56, off2 + put(0, 2).len() as u64 - 2] {
+            assert!(fs.corrupt(&seg_path(seg), at, b"X"));
+        }
+        for e in [
+            run::<Index>(&fs, false).err(),
+            run::<Tree>(&fs, false).err(),
+        ] {
+            assert!(matches!(e, Some(Error::Corrupt(_))), "refused: {e:?}");
+        }
+        let (seen, done) = run::<Index>(&fs, true).unwrap();
+        assert_eq!(
+            seqs(&seen.got),
+            vec![1, 3],
+            "the record after the damage kept"
+        );
+        assert_eq!(done.findings.len(), 1, "{:?}", done.findings);
+    }
+
     /// A damaged batch frame in the middle of a lane's synced records, with records after it:
     /// damage, never a torn tail. A writable open refuses it by every rule; a read-only one reports it, and
     /// with `whole_batches` leaves out the inner record that still verifies, where the

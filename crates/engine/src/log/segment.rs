@@ -144,6 +144,11 @@ pub struct Segment {
     /// far. Changed only by `Log::sync_now`, one at a time.
     pub marked: AtomicU64,
     slot_writes: AtomicU32,
+    /// A slot verified when it was read, or one was written since: `marked` is a length its
+    /// header records. (A header whose fixed part verifies but neither of whose slots does —
+    /// both are written with it, and only one is ever being written at a time — was damaged:
+    /// it records no length.)
+    length_known: AtomicBool,
 }
 
 impl Segment {
@@ -176,6 +181,7 @@ impl Segment {
             head,
             marked: AtomicU64::new(layout.synced.unwrap_or(0)),
             slot_writes: AtomicU32::new(layout.slot_writes),
+            length_known: AtomicBool::new(layout.synced.is_some()),
             id,
             lane,
             salt,
@@ -211,9 +217,10 @@ impl Segment {
     }
 
     /// The synced length its header records, as far as this process knows (`None`: a segment
-    /// without slots).
+    /// without slots, or whose slots were both damaged and none written since).
     pub fn synced(&self) -> Option<u64> {
-        self.slots.then(|| self.marked.load(Ordering::Acquire))
+        (self.slots && self.length_known.load(Ordering::Acquire))
+            .then(|| self.marked.load(Ordering::Acquire))
     }
 
     /// Record in a slot of the header that the first `len` bytes are durable (an fdatasync
@@ -231,6 +238,7 @@ impl Segment {
             .write_at(&format::synced_slot(&self.head, len, n), at as u64)?;
         self.slot_writes.store(n, Ordering::Relaxed);
         self.marked.store(len, Ordering::Release);
+        self.length_known.store(true, Ordering::Release);
         Ok(true)
     }
 
