@@ -220,10 +220,23 @@ pub(crate) fn classify(
             },
         });
     }
+    let durable = durable.max(s.synced);
     let Some(t) = &s.tail else {
+        // Every record verifies, but the file ends before what its header or a checkpoint
+        // records as durable: cut by damage (a crash never takes synced bytes away), even
+        // where the cut falls after a marker.
+        if let Some(d) = durable.filter(|&d| d > s.end && s.stopped.is_none()) {
+            found.push(Finding {
+                file,
+                off: s.end,
+                len: 0,
+                lost: 0,
+                what: format!("the file ends before the {d} bytes recorded as synced"),
+            });
+            return End::Damaged;
+        }
         return End::Clean;
     };
-    let durable = durable.max(s.synced);
     if durable.is_some_and(|d| t.off < d) {
         found.push(Finding {
             file,

@@ -888,7 +888,12 @@ mod tests {
         assert_eq!(seqs(&seen.got), vec![1, 3]);
         assert!(done.dropped.is_empty());
         assert_eq!(done.findings.len(), 1, "{:?}", done.findings);
-        assert!(done.findings[0].what.contains("no marker"));
+        // (Cut below its own synced length too: that says it first.)
+        assert!(
+            done.findings[0].what.contains("synced"),
+            "{:?}",
+            done.findings
+        );
     }
 
     /// A segment whose header's fixed part verifies but neither of whose synced-length slots
@@ -923,6 +928,36 @@ mod tests {
             "the record after the damage kept"
         );
         assert_eq!(done.findings.len(), 1, "{:?}", done.findings);
+    }
+
+    /// A segment cut at a record boundary before the length its header records as synced
+    /// (its lane's last, so no later segment tells): every record left verifies, but a crash
+    /// never takes synced bytes away, so the cut is damage, refused by a writable open and
+    /// reported by a read-only one.
+    #[test]
+    fn a_segment_cut_before_its_synced_length_is_damage() {
+        let (fs, (seg, off3)) = written(|log| {
+            let (seg, _) = write(log, 0, &[&put(0, 1)]);
+            write(log, 0, &[&put(0, 2)]);
+            let (_, off3) = write(log, 0, &[&put(0, 3)]);
+            log.sync_now().unwrap();
+            log.sync_now().unwrap();
+            (seg, off3)
+        });
+        fs.open(&seg_path(seg), false)
+            .unwrap()
+            .set_len(off3)
+            .unwrap();
+        for e in [
+            run::<Index>(&fs, false).err(),
+            run::<Tree>(&fs, false).err(),
+        ] {
+            assert!(matches!(e, Some(Error::Corrupt(_))), "refused: {e:?}");
+        }
+        let (seen, done) = run::<Index>(&fs, true).unwrap();
+        assert_eq!(seqs(&seen.got), vec![1, 2]);
+        assert_eq!(done.findings.len(), 1, "{:?}", done.findings);
+        assert!(done.findings[0].what.contains("synced"));
     }
 
     /// A damaged batch frame in the middle of a lane's synced records, with records after it:

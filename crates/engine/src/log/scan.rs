@@ -95,6 +95,8 @@ pub(crate) struct Scanned {
     /// The synced length the segment's header records: a tail before it is damage
     /// (`recovery::classify`).
     pub synced: Option<u64>,
+    /// Where the range scanned ended (the file's end, for a scan to it).
+    pub end: u64,
 }
 
 impl Scanned {
@@ -133,6 +135,7 @@ fn scan_with(
     let end = end.max(from);
     let mut out = Scanned {
         synced: layout.synced,
+        end,
         ..Scanned::default()
     };
     let mut win = Window::default();
@@ -658,7 +661,13 @@ mod tests {
         }
         let (seen, s) = offsets(&img, 32);
         assert_eq!(seen, at.iter().map(|&o| (o, false)).collect::<Vec<_>>());
-        assert_eq!(s, Scanned::default());
+        assert_eq!(
+            s,
+            Scanned {
+                end: img.len() as u64,
+                ..Scanned::default()
+            }
+        );
     }
 
     /// Any damage followed by a valid record is damage, with every record after it found; the
