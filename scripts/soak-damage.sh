@@ -23,10 +23,12 @@ tests="damage_model_sim_0 damage_model_sim_1 damage_model_sim_2 damage_model_sim
 for round in $(seq "$ROUNDS"); do
 	for t in $tests; do
 		[ "$SECONDS" -lt "$end" ] || break 2
+		runs_now=()
 		for j in $(seq "$JOBS"); do
-			( "$bin" "$t" --exact -q >"$out/$t-$round-$j.log" 2>&1 ) &
+			"$bin" "$t" --exact -q >"$out/$t-$round-$j.log" 2>&1 &
+			runs_now+=($!)
 		done
-		wait $(jobs -p | grep -v -F -x -f <(printf '%s\n' "${hogs[@]}")) 2>/dev/null || true
+		for p in "${runs_now[@]}"; do wait "$p" || true; done
 		for j in $(seq "$JOBS"); do
 			runs=$((runs + 1))
 			if grep -q "panicked" "$out/$t-$round-$j.log"; then

@@ -5,27 +5,12 @@
 
 mod common;
 
-use common::{free_port, mc, Server, Tt};
+use common::{free_port, kura_users, mc, Server, Tt};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-
-fn kura_users(dir: &Path, args: &[&str], stdin: &str) -> std::process::Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kura"))
-        .current_dir(dir)
-        .arg("users")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run kura users");
-    // A command that refuses its arguments exits without reading: a broken pipe is no error.
-    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
-    child.wait_with_output().unwrap()
-}
 
 /// A users file: alice (read,write), reader (read), boss (all); returns alice's token.
 fn users_file(dir: &Path) -> String {

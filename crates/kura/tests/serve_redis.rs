@@ -5,9 +5,8 @@
 
 mod common;
 
-use common::{bulk, Resp, Server, RV};
+use common::{bulk, kura_users, Resp, Server, RV};
 use std::io::{Read, Write};
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -540,21 +539,6 @@ fn multi_exec_discard_and_watch() {
     assert_eq!(other.call(&["GET", "a"]), bulk("mine"));
 }
 
-fn kura_users(dir: &Path, args: &[&str], stdin: &str) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kura"))
-        .current_dir(dir)
-        .arg("users")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run kura users");
-    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
-    let o = child.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-}
-
 /// AUTH against the users file, with Redis's wording; the rights decide (FLUSHALL needs
 /// admin); HELLO AUTH logs in too.
 #[test]
@@ -565,11 +549,12 @@ fn auth_with_a_users_file_and_rights() {
         ("reader", "ro-pw", "read"),
         ("default", "dflt", "all"),
     ] {
-        kura_users(
+        let o = kura_users(
             dir.path(),
             &["add", "users.txt", name, "--rights", rights],
             pw,
         );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
     let s = Server::start_with(dir.path(), "*", &["--users", "users.txt"]);
     let mut c = Resp::new(&s.addr);

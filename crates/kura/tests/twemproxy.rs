@@ -19,7 +19,7 @@ mod common;
 mod proxy;
 
 use common::{eventually, free_port, Server};
-use proxy::{get, nutcracker_bin, Ring};
+use proxy::{get, nutcracker_bin, rewrite_config, Ring};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -60,35 +60,6 @@ impl Drop for Proxy {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// deploy/`file` with its listen address and its servers (in order) replaced.
-fn rewrite_config(file: &str, listen: &str, shards: &[String]) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../deploy")
-        .join(file);
-    let text = std::fs::read_to_string(path).expect(file);
-    let mut next = shards.iter();
-    let mut out = String::new();
-    for line in text.lines() {
-        let trimmed = line.trim_start();
-        let indent = &line[..line.len() - trimmed.len()];
-        if trimmed.starts_with("listen:") {
-            out.push_str(&format!("{indent}listen: {listen}\n"));
-        } else if let Some(server) = trimmed.strip_prefix("- ") {
-            let weight = server.split(':').nth(2).expect("host:port:weight");
-            let addr = next.next().expect("as many servers as shards");
-            out.push_str(&format!("{indent}- {addr}:{weight}\n"));
-        } else {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    assert!(
-        next.next().is_none(),
-        "deploy/{file} lists fewer servers than shards"
-    );
-    out
 }
 
 /// Start nutcracker on deploy/`file` rewritten for `shards` (written to `dir`) and wait until it

@@ -22,7 +22,7 @@ mod common;
 mod proxy;
 
 use common::{converge, eventually, free_port, Server, Tt};
-use proxy::{nutcracker_bin, Ring};
+use proxy::{nutcracker_bin, rewrite_config, Ring};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -35,32 +35,6 @@ const NAMES: [&str; 3] = ["shard0", "shard1", "shard2"];
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// deploy/nutcracker-failover.yml with its listen address and its servers' addresses (in
-/// order) replaced; weights and names kept.
-fn rewrite_config(listen: &str, shards: &[String]) -> String {
-    let text = std::fs::read_to_string(repo().join("deploy/nutcracker-failover.yml"))
-        .expect("deploy/nutcracker-failover.yml");
-    let mut next = shards.iter();
-    let mut out = String::new();
-    for line in text.lines() {
-        let trimmed = line.trim_start();
-        let indent = &line[..line.len() - trimmed.len()];
-        if trimmed.starts_with("listen:") {
-            out.push_str(&format!("{indent}listen: {listen}\n"));
-        } else if let Some(server) = trimmed.strip_prefix("- ") {
-            let (addr_weight, name) = server.split_once(' ').expect("host:port:weight name");
-            let weight = addr_weight.split(':').nth(2).expect("a weight");
-            let addr = next.next().expect("as many servers as shards");
-            out.push_str(&format!("{indent}- {addr}:{weight} {name}\n"));
-        } else {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    assert!(next.next().is_none(), "fewer servers than shards");
-    out
 }
 
 /// nutcracker running as a daemon (`-d -p PIDFILE`, as in production: failover.sh restarts it
@@ -88,7 +62,11 @@ fn start_proxy(bin: &Path, dir: &Path, shards: &[String]) -> Proxy {
         let addr = format!("127.0.0.1:{}", free_port());
         let conf = dir.join("nutcracker.yml");
         let pidfile = dir.join("nutcracker.pid");
-        std::fs::write(&conf, rewrite_config(&addr, shards)).unwrap();
+        std::fs::write(
+            &conf,
+            rewrite_config("nutcracker-failover.yml", &addr, shards),
+        )
+        .unwrap();
         let check = Command::new(bin).arg("-t").arg("-c").arg(&conf).output();
         assert!(check.unwrap().status.success(), "nutcracker -t rejects it");
         let st = Command::new(bin)
@@ -497,6 +475,7 @@ fn the_failover_script_refuses_a_live_master_and_an_unnamed_server() {
         )
     };
     let named = rewrite_config(
+        "nutcracker-failover.yml",
         "127.0.0.1:1",
         &[live.addr.clone(), dead.clone(), dead.clone()],
     );

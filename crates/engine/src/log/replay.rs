@@ -745,6 +745,14 @@ mod tests {
         }
     }
 
+    /// A writable open refuses the files as damaged, by the index's rules and the tree's.
+    #[track_caller]
+    fn refused_by_every_rule(fs: &SimVfs) {
+        for e in [run::<Index>(fs, false).err(), run::<Tree>(fs, false).err()] {
+            assert!(matches!(e, Some(Error::Corrupt(_))), "refused: {e:?}");
+        }
+    }
+
     /// Replay the log of `fs` by `P`'s rules.
     fn run<P: Pick>(fs: &SimVfs, readonly: bool) -> Result<(Seen<P>, Replayed)> {
         let log = reopen(fs, readonly);
@@ -878,12 +886,7 @@ mod tests {
             (a, off2)
         });
         fs.open(&seg_path(a), false).unwrap().set_len(off2).unwrap();
-        for e in [
-            run::<Index>(&fs, false).err(),
-            run::<Tree>(&fs, false).err(),
-        ] {
-            assert!(matches!(e, Some(Error::Corrupt(_))), "refused: {e:?}");
-        }
+        refused_by_every_rule(&fs);
         let (seen, done) = run::<Index>(&fs, true).unwrap();
         assert_eq!(seqs(&seen.got), vec![1, 3]);
         assert!(done.dropped.is_empty());
@@ -915,12 +918,7 @@ mod tests {
         for at in [40, 56, off2 + put(0, 2).len() as u64 - 2] {
             assert!(fs.corrupt(&seg_path(seg), at, b"X"));
         }
-        for e in [
-            run::<Index>(&fs, false).err(),
-            run::<Tree>(&fs, false).err(),
-        ] {
-            assert!(matches!(e, Some(Error::Corrupt(_))), "refused: {e:?}");
-        }
+        refused_by_every_rule(&fs);
         let (seen, done) = run::<Index>(&fs, true).unwrap();
         assert_eq!(
             seqs(&seen.got),
@@ -948,12 +946,7 @@ mod tests {
             .unwrap()
             .set_len(off3)
             .unwrap();
-        for e in [
-            run::<Index>(&fs, false).err(),
-            run::<Tree>(&fs, false).err(),
-        ] {
-            assert!(matches!(e, Some(Error::Corrupt(_))), "refused: {e:?}");
-        }
+        refused_by_every_rule(&fs);
         let (seen, done) = run::<Index>(&fs, true).unwrap();
         assert_eq!(seqs(&seen.got), vec![1, 2]);
         assert_eq!(done.findings.len(), 1, "{:?}", done.findings);
@@ -978,12 +971,7 @@ mod tests {
         // A byte of the second inner record's value.
         let at = off + inner[1] + put(3, 3).len() as u64 - 2;
         assert!(fs.corrupt(&seg_path(seg), at, b"X"));
-        for e in [
-            run::<Index>(&fs, false).err(),
-            run::<Tree>(&fs, false).err(),
-        ] {
-            assert!(matches!(e, Some(Error::Corrupt(_))), "refused: {e:?}");
-        }
+        refused_by_every_rule(&fs);
         let (seen, done) = run::<Index>(&fs, true).unwrap();
         assert_eq!(
             seqs(&seen.got),

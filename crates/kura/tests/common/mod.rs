@@ -111,6 +111,22 @@ pub fn kura_db(dir: &Path, args: &[&str]) -> std::process::Output {
         .expect("run kura")
 }
 
+/// `kura users ARGS` run in `dir`, `stdin` written to it (a password). A command that refuses
+/// its arguments exits without reading: a broken pipe is no error.
+pub fn kura_users(dir: &Path, args: &[&str], stdin: &str) -> std::process::Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kura"))
+        .current_dir(dir)
+        .arg("users")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run kura users");
+    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
+    child.wait_with_output().unwrap()
+}
+
 /// The standard output of a command that must have exited with status 0.
 #[track_caller]
 pub fn ok_stdout(o: std::process::Output) -> String {

@@ -1,11 +1,11 @@
 //! twemproxy (Debian's `nutcracker`) for the tests that put it in front of `kura serve`
 //! shards: where its binary is (or why the test is skipped), twemproxy's ketama ring, one
-//! request on a fresh connection. Included by `#[path]` from those tests only.
+//! request on a fresh connection, a deploy/ configuration rewritten for the test. Included by `#[path]` from those tests only.
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// nutcracker's path; `None` (with a notice) when it is not installed, a failure under CI
@@ -86,4 +86,36 @@ pub fn ask(addr: &str, req: &str, end: &str) -> String {
 
 pub fn get(addr: &str, key: &str) -> String {
     ask(addr, &format!("get {key}\r\n"), "END\r\n")
+}
+
+/// deploy/`file` with its listen address and its servers' addresses (in order) replaced; each
+/// server's weight and name (`host:port:weight [name]`) kept.
+pub fn rewrite_config(file: &str, listen: &str, shards: &[String]) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy")
+        .join(file);
+    let text = std::fs::read_to_string(path).expect(file);
+    let mut next = shards.iter();
+    let mut out = String::new();
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        let indent = &line[..line.len() - trimmed.len()];
+        if trimmed.starts_with("listen:") {
+            out.push_str(&format!("{indent}listen: {listen}\n"));
+        } else if let Some(server) = trimmed.strip_prefix("- ") {
+            let (addr_weight, name) = server.split_once(' ').unwrap_or((server, ""));
+            let weight = addr_weight.split(':').nth(2).expect("host:port:weight");
+            let addr = next.next().expect("as many servers as shards");
+            let sep = if name.is_empty() { "" } else { " " };
+            out.push_str(&format!("{indent}- {addr}:{weight}{sep}{name}\n"));
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    assert!(
+        next.next().is_none(),
+        "deploy/{file} lists fewer servers than shards"
+    );
+    out
 }
